@@ -55,10 +55,7 @@ enum proto_msg_type {
 	PROTO_MSG_PTY_RESIZE = 25,
 	PROTO_MSG_PTY_CLOSE = 26,
 	PROTO_MSG_PTY_CLOSED = 27,
-	/* voidbox extension: host sets command allowlist + rlimits before the first exec */
-	PROTO_MSG_SET_POLICY = 28,
-	PROTO_MSG_SET_POLICY_RESPONSE = 29,
-	PROTO_MSG_TYPE_LAST = PROTO_MSG_SET_POLICY_RESPONSE,
+	PROTO_MSG_TYPE_LAST = PROTO_MSG_PTY_CLOSED,
 };
 
 bool proto_msg_type_is_valid(uint8_t type);
@@ -260,15 +257,6 @@ struct proto_pty_closed {
 	int32_t exit_code;
 };
 
-/* voidbox extension (type 28): policy applied by the agent from the next exec on. */
-struct proto_set_policy {
-	char **allowed_commands;         /* basenames; count 0 = allow all */
-	size_t allowed_commands_count;
-	uint64_t max_open_files;         /* 0 = keep the agent default */
-	uint64_t max_processes;
-	uint64_t max_file_size;
-};
-
 /*
  * Every encoder returns a malloc'd body (not NUL-terminated) in *out/*out_len, 0 or -errno.
  * Every decoder fills the struct from a JSON body; returns 0 or -EPROTO with a short reason in
@@ -295,7 +283,6 @@ PROTO_DECLARE_CODEC(telemetry_batch);
 PROTO_DECLARE_CODEC(pty_open);
 PROTO_DECLARE_CODEC(pty_resize);
 PROTO_DECLARE_CODEC(pty_closed);
-PROTO_DECLARE_CODEC(set_policy);
 
 /* Base64 helpers (RFC 4648, padded) used by the codecs and by tests. */
 char *proto_base64_encode(const uint8_t *data, size_t len);
