@@ -258,9 +258,11 @@ struct proto_pty_closed {
 };
 
 /*
- * Every encoder returns a malloc'd body (not NUL-terminated) in *out/*out_len, 0 or -errno.
- * Every decoder fills the struct from a JSON body; returns 0 or -EPROTO with a short reason in
- * *why (static string, may be NULL) for malformed input. Decoded structs are released with the
+ * Every encoder returns a malloc'd body (not NUL-terminated; release with free()) in *out and
+ * *out_len, 0 or -errno (-EINVAL for a NULL required string or invalid UTF-8, -ERANGE never:
+ * integers above INT64_MAX are -EINVAL). Every decoder fills the struct from a JSON body;
+ * returns 0, -ENOMEM, or -EPROTO with a short reason in *why (why may be NULL; the text lives
+ * in thread-local storage until the next decode on the same thread) for malformed input. Decoded structs are released with the
  * matching _free, which also accepts a zeroed struct. Missing optional fields take upstream's
  * defaults.
  */

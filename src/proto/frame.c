@@ -1,0 +1,408 @@
+/*
+ * Frame layer of the wire protocol: the 5-byte header, the optional request-id prefix,
+ * blocking frame IO on a stream fd, and the raw Ping/Pong handshake bodies with the secret.
+ *
+ * Decoding from memory and reading from an fd share one header/prefix validator so the fuzz
+ * target exercises exactly what the host and the guest run. The declared length is checked
+ * against PROTO_MAX_PAYLOAD before anything is allocated; the body always lives in its own
+ * heap block (never NULL, even when empty) so callers free one pointer and never special-case
+ * empty payloads.
+ */
+#include "proto/protocol.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#define FRAME_PREFIX_MAX (PROTO_HEADER_SIZE + PROTO_REQUEST_ID_SIZE)
+#define FRAME_DISCARD_CHUNK 4096
+#define HEX_DIGITS_PER_BYTE 2
+#define HEX_NIBBLE_BITS 4
+#define HEX_NIBBLE_MASK 0x0fu
+
+static const char *const proto_type_names[] = {
+	[PROTO_MSG_EXEC_REQUEST] = "ExecRequest",
+	[PROTO_MSG_EXEC_RESPONSE] = "ExecResponse",
+	[PROTO_MSG_PING] = "Ping",
+	[PROTO_MSG_PONG] = "Pong",
+	[PROTO_MSG_SHUTDOWN] = "Shutdown",
+	[PROTO_MSG_FILE_TRANSFER] = "FileTransfer",
+	[PROTO_MSG_FILE_TRANSFER_RESPONSE] = "FileTransferResponse",
+	[PROTO_MSG_TELEMETRY_DATA] = "TelemetryData",
+	[PROTO_MSG_TELEMETRY_ACK] = "TelemetryAck",
+	[PROTO_MSG_SUBSCRIBE_TELEMETRY] = "SubscribeTelemetry",
+	[PROTO_MSG_WRITE_FILE] = "WriteFile",
+	[PROTO_MSG_WRITE_FILE_RESPONSE] = "WriteFileResponse",
+	[PROTO_MSG_MKDIR_P] = "MkdirP",
+	[PROTO_MSG_MKDIR_P_RESPONSE] = "MkdirPResponse",
+	[PROTO_MSG_EXEC_OUTPUT_CHUNK] = "ExecOutputChunk",
+	[PROTO_MSG_EXEC_OUTPUT_ACK] = "ExecOutputAck",
+	[PROTO_MSG_SNAPSHOT_READY] = "SnapshotReady",
+	[PROTO_MSG_READ_FILE] = "ReadFile",
+	[PROTO_MSG_READ_FILE_RESPONSE] = "ReadFileResponse",
+	[PROTO_MSG_FILE_STAT] = "FileStat",
+	[PROTO_MSG_FILE_STAT_RESPONSE] = "FileStatResponse",
+	[PROTO_MSG_PTY_OPEN] = "PtyOpen",
+	[PROTO_MSG_PTY_OPENED] = "PtyOpened",
+	[PROTO_MSG_PTY_DATA] = "PtyData",
+	[PROTO_MSG_PTY_RESIZE] = "PtyResize",
+	[PROTO_MSG_PTY_CLOSE] = "PtyClose",
+	[PROTO_MSG_PTY_CLOSED] = "PtyClosed",
+};
+
+bool proto_msg_type_is_valid(uint8_t type)
+{
+	return type >= PROTO_MSG_EXEC_REQUEST && type <= PROTO_MSG_TYPE_LAST;
+}
+
+const char *proto_msg_type_name(uint8_t type)
+{
+	if (!proto_msg_type_is_valid(type))
+		return "Invalid";
+	return proto_type_names[type];
+}
+
+/* ---- little-endian helpers ---------------------------------------------------------------- */
+
+static uint32_t le32_load(const uint8_t *p)
+{
+	return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+static void le32_store(uint8_t *p, uint32_t v)
+{
+	p[0] = (uint8_t)v;
+	p[1] = (uint8_t)(v >> 8);
+	p[2] = (uint8_t)(v >> 16);
+	p[3] = (uint8_t)(v >> 24);
+}
+
+/* ---- header and frames -------------------------------------------------------------------- */
+
+int proto_header_parse(const uint8_t header[PROTO_HEADER_SIZE], uint32_t *payload_len,
+		       uint8_t *type)
+{
+	*payload_len = le32_load(header);
+	*type = header[4];
+	if (*payload_len > PROTO_MAX_PAYLOAD)
+		return -EMSGSIZE;
+	if (!proto_msg_type_is_valid(*type))
+		return -EPROTO;
+	return 0;
+}
+
+void proto_header_build(uint8_t header[PROTO_HEADER_SIZE], uint32_t payload_len, uint8_t type)
+{
+	le32_store(header, payload_len);
+	header[4] = type;
+}
+
+static bool frame_carries_request_id(uint8_t type, bool multiplexed)
+{
+	return multiplexed && type != PROTO_MSG_PING && type != PROTO_MSG_PONG;
+}
+
+void proto_frame_free(struct proto_frame *frame)
+{
+	if (!frame)
+		return;
+	free(frame->body);
+	memset(frame, 0, sizeof(*frame));
+}
+
+/* Allocates the body block; one spare byte keeps it non-NULL and NUL-terminated. */
+static int frame_alloc_body(struct proto_frame *out, size_t body_len)
+{
+	out->body = malloc(body_len + 1);
+	if (!out->body)
+		return -ENOMEM;
+	out->body[body_len] = 0;
+	out->body_len = body_len;
+	return 0;
+}
+
+long proto_frame_decode(const uint8_t *data, size_t len, bool multiplexed,
+			struct proto_frame *out)
+{
+	uint32_t payload_len;
+	uint8_t type;
+	size_t prefix = 0;
+	int rc;
+
+	memset(out, 0, sizeof(*out));
+	if (len < PROTO_HEADER_SIZE)
+		return 0;
+	rc = proto_header_parse(data, &payload_len, &type);
+	if (rc < 0)
+		return rc;
+	if (frame_carries_request_id(type, multiplexed)) {
+		if (payload_len < PROTO_REQUEST_ID_SIZE)
+			return -EPROTO;
+		prefix = PROTO_REQUEST_ID_SIZE;
+	}
+	if (len - PROTO_HEADER_SIZE < payload_len)
+		return 0;
+
+	out->type = type;
+	if (prefix) {
+		out->has_request_id = true;
+		out->request_id = le32_load(data + PROTO_HEADER_SIZE);
+	}
+	rc = frame_alloc_body(out, payload_len - prefix);
+	if (rc < 0)
+		return rc;
+	memcpy(out->body, data + PROTO_HEADER_SIZE + prefix, out->body_len);
+	return (long)(PROTO_HEADER_SIZE + payload_len);
+}
+
+/*
+ * Reads exactly len bytes. A receive timeout with nothing read yet reports -ETIMEDOUT; once a
+ * frame has started, timeouts are retried because abandoning it would desynchronise the stream.
+ */
+static int fd_read_exact(int fd, void *buf, size_t len, bool frame_started)
+{
+	uint8_t *p = buf;
+	size_t done = 0;
+
+	while (done < len) {
+		ssize_t n = read(fd, p + done, len - done);
+
+		if (n > 0) {
+			done += (size_t)n;
+			frame_started = true;
+			continue;
+		}
+		if (n == 0)
+			return frame_started ? -EPIPE : -ECONNRESET;
+		if (errno == EINTR)
+			continue;
+		if (errno == EAGAIN || errno == EWOULDBLOCK) {
+			if (!frame_started)
+				return -ETIMEDOUT;
+			continue;
+		}
+		return -errno;
+	}
+	return 0;
+}
+
+static int fd_discard(int fd, size_t len)
+{
+	uint8_t scratch[FRAME_DISCARD_CHUNK];
+
+	while (len > 0) {
+		size_t step = len < sizeof(scratch) ? len : sizeof(scratch);
+		int rc = fd_read_exact(fd, scratch, step, true);
+
+		if (rc < 0)
+			return rc;
+		len -= step;
+	}
+	return 0;
+}
+
+int proto_frame_read(int fd, bool multiplexed, struct proto_frame *out)
+{
+	uint8_t header[PROTO_HEADER_SIZE];
+	uint8_t id_bytes[PROTO_REQUEST_ID_SIZE];
+	uint32_t payload_len;
+	uint8_t type;
+	size_t prefix = 0;
+	int rc;
+
+	memset(out, 0, sizeof(*out));
+	rc = fd_read_exact(fd, header, sizeof(header), false);
+	if (rc < 0)
+		return rc;
+	rc = proto_header_parse(header, &payload_len, &type);
+	if (rc == -EPROTO) {
+		rc = fd_discard(fd, payload_len);
+		return rc < 0 ? rc : -EPROTO;
+	}
+	if (rc < 0)
+		return rc;
+	if (frame_carries_request_id(type, multiplexed)) {
+		if (payload_len < PROTO_REQUEST_ID_SIZE) {
+			rc = fd_discard(fd, payload_len);
+			return rc < 0 ? rc : -EPROTO;
+		}
+		rc = fd_read_exact(fd, id_bytes, sizeof(id_bytes), true);
+		if (rc < 0)
+			return rc;
+		prefix = PROTO_REQUEST_ID_SIZE;
+	}
+
+	rc = frame_alloc_body(out, payload_len - prefix);
+	if (rc < 0)
+		return rc;
+	rc = fd_read_exact(fd, out->body, out->body_len, true);
+	if (rc < 0) {
+		proto_frame_free(out);
+		return rc;
+	}
+	out->type = type;
+	if (prefix) {
+		out->has_request_id = true;
+		out->request_id = le32_load(id_bytes);
+	}
+	return 0;
+}
+
+/* sendmsg with MSG_NOSIGNAL on sockets so a dead peer is -EPIPE, not SIGPIPE; writev otherwise. */
+static ssize_t fd_write_vector(int fd, struct iovec *iov, int iov_count)
+{
+	struct msghdr msg = { .msg_iov = iov, .msg_iovlen = (size_t)iov_count };
+	ssize_t n = sendmsg(fd, &msg, MSG_NOSIGNAL);
+
+	if (n < 0 && errno == ENOTSOCK)
+		n = writev(fd, iov, iov_count);
+	return n;
+}
+
+static int fd_write_all(int fd, struct iovec *iov, int iov_count)
+{
+	while (iov_count > 0) {
+		ssize_t n = fd_write_vector(fd, iov, iov_count);
+
+		if (n < 0) {
+			if (errno == EINTR)
+				continue;
+			if (errno == EAGAIN || errno == EWOULDBLOCK)
+				return -ETIMEDOUT;
+			return -errno;
+		}
+		while (iov_count > 0 && (size_t)n >= iov->iov_len) {
+			n -= (ssize_t)iov->iov_len;
+			iov++;
+			iov_count--;
+		}
+		if (iov_count > 0) {
+			iov->iov_base = (uint8_t *)iov->iov_base + n;
+			iov->iov_len -= (size_t)n;
+		}
+	}
+	return 0;
+}
+
+int proto_frame_write(int fd, uint8_t type, bool multiplexed, uint32_t request_id,
+		      const void *body, size_t body_len)
+{
+	uint8_t prefix[FRAME_PREFIX_MAX];
+	size_t prefix_len = PROTO_HEADER_SIZE;
+	size_t id_len = frame_carries_request_id(type, multiplexed) ? PROTO_REQUEST_ID_SIZE : 0;
+	struct iovec iov[2];
+	int iov_count = 1;
+
+	if (!proto_msg_type_is_valid(type))
+		return -EINVAL;
+	if (body_len > PROTO_MAX_PAYLOAD - id_len)
+		return -EMSGSIZE;
+	proto_header_build(prefix, (uint32_t)(body_len + id_len), type);
+	if (id_len) {
+		le32_store(prefix + PROTO_HEADER_SIZE, request_id);
+		prefix_len += id_len;
+	}
+	iov[0].iov_base = prefix;
+	iov[0].iov_len = prefix_len;
+	if (body_len) {
+		iov[1].iov_base = (void *)body;
+		iov[1].iov_len = body_len;
+		iov_count++;
+	}
+	return fd_write_all(fd, iov, iov_count);
+}
+
+/* ---- handshake ---------------------------------------------------------------------------- */
+
+int proto_ping_decode(const uint8_t *body, size_t len, struct proto_ping *out)
+{
+	const size_t version_end = PROTO_SECRET_SIZE + 4;
+
+	memset(out, 0, sizeof(*out));
+	if (len < PROTO_SECRET_SIZE)
+		return -EPROTO;
+	memcpy(out->secret, body, PROTO_SECRET_SIZE);
+	if (len >= version_end)
+		out->version = le32_load(body + PROTO_SECRET_SIZE);
+	if (len >= PROTO_PING_SIZE)
+		out->flags = body[version_end];
+	return 0;
+}
+
+void proto_ping_encode(const struct proto_ping *ping, uint8_t out[PROTO_PING_SIZE])
+{
+	memcpy(out, ping->secret, PROTO_SECRET_SIZE);
+	le32_store(out + PROTO_SECRET_SIZE, ping->version);
+	out[PROTO_SECRET_SIZE + 4] = ping->flags;
+}
+
+int proto_pong_decode(const uint8_t *body, size_t len, struct proto_pong *out)
+{
+	const size_t version_end = 4;
+
+	memset(out, 0, sizeof(*out));
+	if (len >= version_end)
+		out->version = le32_load(body);
+	if (len >= PROTO_PONG_SIZE)
+		out->flags = body[version_end];
+	return 0;
+}
+
+void proto_pong_encode(const struct proto_pong *pong, uint8_t out[PROTO_PONG_SIZE])
+{
+	le32_store(out, pong->version);
+	out[4] = pong->flags;
+}
+
+bool proto_secret_equal(const uint8_t a[PROTO_SECRET_SIZE], const uint8_t b[PROTO_SECRET_SIZE])
+{
+	volatile uint8_t diff = 0;
+
+	for (size_t i = 0; i < PROTO_SECRET_SIZE; i++)
+		diff |= a[i] ^ b[i];
+	return diff == 0;
+}
+
+static int hex_digit_value(char c)
+{
+	if (c >= '0' && c <= '9')
+		return c - '0';
+	if (c >= 'a' && c <= 'f')
+		return c - 'a' + 10;
+	if (c >= 'A' && c <= 'F')
+		return c - 'A' + 10;
+	return -1;
+}
+
+int proto_secret_from_hex(const char *hex, uint8_t out[PROTO_SECRET_SIZE])
+{
+	uint8_t parsed[PROTO_SECRET_SIZE];
+
+	if (!hex || strlen(hex) != HEX_DIGITS_PER_BYTE * PROTO_SECRET_SIZE)
+		return -EINVAL;
+	for (size_t i = 0; i < PROTO_SECRET_SIZE; i++) {
+		int hi = hex_digit_value(hex[HEX_DIGITS_PER_BYTE * i]);
+		int lo = hex_digit_value(hex[HEX_DIGITS_PER_BYTE * i + 1]);
+
+		if (hi < 0 || lo < 0)
+			return -EINVAL;
+		parsed[i] = (uint8_t)(hi << HEX_NIBBLE_BITS | lo);
+	}
+	memcpy(out, parsed, sizeof(parsed));
+	return 0;
+}
+
+void proto_secret_to_hex(const uint8_t secret[PROTO_SECRET_SIZE],
+			 char out[2 * PROTO_SECRET_SIZE + 1])
+{
+	static const char digits[] = "0123456789abcdef";
+
+	for (size_t i = 0; i < PROTO_SECRET_SIZE; i++) {
+		out[HEX_DIGITS_PER_BYTE * i] = digits[secret[i] >> HEX_NIBBLE_BITS];
+		out[HEX_DIGITS_PER_BYTE * i + 1] = digits[secret[i] & HEX_NIBBLE_MASK];
+	}
+	out[HEX_DIGITS_PER_BYTE * PROTO_SECRET_SIZE] = '\0';
+}
