@@ -106,6 +106,9 @@ int proto_base64_decode(const char *text, size_t text_len, struct proto_bytes *o
 	out->len = 0;
 	if (text_len % B64_GROUP_CHARS)
 		return -EINVAL;
+	/* at most two padding characters: refuse oversize text before reading it */
+	if (text_len / B64_GROUP_CHARS * B64_GROUP_BYTES > PROTO_MAX_PAYLOAD + 2)
+		return -EMSGSIZE;
 	pad = b64_padding(text, text_len);
 	if (pad < 0)
 		return -EINVAL;

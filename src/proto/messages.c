@@ -424,8 +424,8 @@ static int codec_parse(const uint8_t *body, size_t len, enum body_empty_policy e
 		*root = json_object();
 		return *root ? 0 : -ENOMEM;
 	}
-	if (!body)
-		return codec_fail(why, "empty body");
+	if (!body || len == 0)
+		return codec_fail(why, "empty body where a JSON object is required");
 	*root = json_loadb((const char *)body, len, JSON_REJECT_DUPLICATES, &error);
 	if (!*root)
 		return codec_fail(why, "invalid JSON at byte %d: %s", error.position, error.text);
