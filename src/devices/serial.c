@@ -1,0 +1,263 @@
+/*
+ * 16550A register model reduced to transmit: bytes written to THR leave at once, so THR is
+ * always empty and LSR always says THRE|TEMT. The THRE interrupt follows the datasheet
+ * (pending after a THR write or when IER.ETBEI is enabled, cleared by reading IIR while it is
+ * the reported cause or by writing THR) so the 8250 driver's interrupt-driven transmit works.
+ * One mutex serializes vCPUs writing at once.
+ */
+#include "devices/serial.h"
+
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+/* Register offsets. */
+#define UART_RX_TX 0 /* RBR/THR, or DLL when LCR.DLAB */
+#define UART_IER 1   /* or DLM when LCR.DLAB */
+#define UART_IIR_FCR 2
+#define UART_LCR 3
+#define UART_MCR 4
+#define UART_LSR 5
+#define UART_MSR 6
+#define UART_SCR 7
+
+#define UART_LCR_DLAB 0x80
+#define UART_IER_THRI 0x02
+#define UART_IER_MASK 0x0f
+#define UART_IIR_NO_INT 0x01
+#define UART_IIR_THRI 0x02
+#define UART_IIR_FIFO_ENABLED 0xc0
+#define UART_FCR_ENABLE_FIFO 0x01
+#define UART_LSR_THRE 0x20
+#define UART_LSR_TEMT 0x40
+#define UART_MCR_DTR 0x01
+#define UART_MCR_RTS 0x02
+#define UART_MCR_OUT1 0x04
+#define UART_MCR_OUT2 0x08
+#define UART_MCR_LOOP 0x10
+#define UART_MCR_MASK 0x1f
+#define UART_MSR_CTS 0x10
+#define UART_MSR_DSR 0x20
+#define UART_MSR_RI 0x40
+#define UART_MSR_DCD 0x80
+
+#define SERIAL_LINE_MAX 512
+#define SERIAL_PANIC_MARKER "Kernel panic - not syncing"
+#define NSEC_PER_SEC 1000000000ULL
+
+struct serial {
+	pthread_mutex_t lock;
+	int out_fd;
+	struct irq_line irq;
+	bool irq_level;
+	uint8_t ier, lcr, mcr, scr, fcr, dll, dlm;
+	bool thre_pending;
+	bool saw_panic;
+	uint64_t first_output_ns;
+	char line[SERIAL_LINE_MAX];
+	size_t line_len;
+};
+
+struct serial *serial_create(int out_fd, struct irq_line irq)
+{
+	struct serial *serial = calloc(1, sizeof(*serial));
+
+	if (!serial)
+		return NULL;
+	pthread_mutex_init(&serial->lock, NULL);
+	serial->out_fd = out_fd;
+	serial->irq = irq;
+	serial->mcr = UART_MCR_OUT2;
+	return serial;
+}
+
+static void serial_write_out(struct serial *serial)
+{
+	size_t done = 0;
+
+	while (serial->out_fd >= 0 && done < serial->line_len) {
+		ssize_t n = write(serial->out_fd, serial->line + done, serial->line_len - done);
+
+		if (n <= 0)
+			break;
+		done += (size_t)n;
+	}
+	serial->line_len = 0;
+}
+
+void serial_flush(struct serial *serial)
+{
+	pthread_mutex_lock(&serial->lock);
+	serial_write_out(serial);
+	pthread_mutex_unlock(&serial->lock);
+}
+
+void serial_destroy(struct serial *serial)
+{
+	if (!serial)
+		return;
+	serial_flush(serial);
+	pthread_mutex_destroy(&serial->lock);
+	free(serial);
+}
+
+static uint64_t serial_now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * NSEC_PER_SEC + (uint64_t)ts.tv_nsec;
+}
+
+static void serial_emit(struct serial *serial, uint8_t byte)
+{
+	if (!serial->first_output_ns)
+		serial->first_output_ns = serial_now_ns();
+	serial->line[serial->line_len++] = (char)byte;
+	if (byte != '\n' && serial->line_len < SERIAL_LINE_MAX)
+		return;
+	if (!serial->saw_panic && memmem(serial->line, serial->line_len, SERIAL_PANIC_MARKER,
+					 strlen(SERIAL_PANIC_MARKER)))
+		serial->saw_panic = true;
+	serial_write_out(serial);
+}
+
+static void serial_update_irq(struct serial *serial)
+{
+	bool level = (serial->ier & UART_IER_THRI) && serial->thre_pending;
+
+	if (level == serial->irq_level)
+		return;
+	serial->irq_level = level;
+	irq_line_set(&serial->irq, level);
+}
+
+static uint8_t serial_msr(const struct serial *serial)
+{
+	if (!(serial->mcr & UART_MCR_LOOP))
+		return UART_MSR_DCD | UART_MSR_DSR | UART_MSR_CTS;
+	uint8_t msr = 0;
+
+	if (serial->mcr & UART_MCR_RTS)
+		msr |= UART_MSR_CTS;
+	if (serial->mcr & UART_MCR_DTR)
+		msr |= UART_MSR_DSR;
+	if (serial->mcr & UART_MCR_OUT1)
+		msr |= UART_MSR_RI;
+	if (serial->mcr & UART_MCR_OUT2)
+		msr |= UART_MSR_DCD;
+	return msr;
+}
+
+static uint8_t serial_read_iir(struct serial *serial)
+{
+	uint8_t fifo = (serial->fcr & UART_FCR_ENABLE_FIFO) ? UART_IIR_FIFO_ENABLED : 0;
+
+	if ((serial->ier & UART_IER_THRI) && serial->thre_pending) {
+		serial->thre_pending = false;
+		return fifo | UART_IIR_THRI;
+	}
+	return fifo | UART_IIR_NO_INT;
+}
+
+static uint8_t serial_read(struct serial *serial, uint64_t offset)
+{
+	bool dlab = serial->lcr & UART_LCR_DLAB;
+
+	switch (offset) {
+	case UART_RX_TX:
+		return dlab ? serial->dll : 0;
+	case UART_IER:
+		return dlab ? serial->dlm : serial->ier;
+	case UART_IIR_FCR:
+		return serial_read_iir(serial);
+	case UART_LCR:
+		return serial->lcr;
+	case UART_MCR:
+		return serial->mcr;
+	case UART_LSR:
+		return UART_LSR_THRE | UART_LSR_TEMT;
+	case UART_MSR:
+		return serial_msr(serial);
+	case UART_SCR:
+		return serial->scr;
+	default:
+		return 0xff;
+	}
+}
+
+static void serial_write(struct serial *serial, uint64_t offset, uint8_t value)
+{
+	bool dlab = serial->lcr & UART_LCR_DLAB;
+
+	switch (offset) {
+	case UART_RX_TX:
+		if (dlab) {
+			serial->dll = value;
+			break;
+		}
+		if (!(serial->mcr & UART_MCR_LOOP))
+			serial_emit(serial, value);
+		serial->thre_pending = true;
+		break;
+	case UART_IER:
+		if (dlab) {
+			serial->dlm = value;
+			break;
+		}
+		if (!(serial->ier & UART_IER_THRI) && (value & UART_IER_THRI))
+			serial->thre_pending = true;
+		serial->ier = value & UART_IER_MASK;
+		break;
+	case UART_IIR_FCR:
+		serial->fcr = value;
+		break;
+	case UART_LCR:
+		serial->lcr = value;
+		break;
+	case UART_MCR:
+		serial->mcr = value & UART_MCR_MASK;
+		break;
+	case UART_SCR:
+		serial->scr = value;
+		break;
+	default:
+		break;
+	}
+}
+
+void serial_port_access(void *opaque, uint64_t offset, uint8_t *data, uint32_t len,
+			bool is_write)
+{
+	struct serial *serial = opaque;
+
+	pthread_mutex_lock(&serial->lock);
+	if (is_write)
+		serial_write(serial, offset, data[0]);
+	else
+		data[0] = serial_read(serial, offset);
+	for (uint32_t i = 1; !is_write && i < len; i++)
+		data[i] = 0;
+	serial_update_irq(serial);
+	pthread_mutex_unlock(&serial->lock);
+}
+
+bool serial_saw_panic(struct serial *serial)
+{
+	pthread_mutex_lock(&serial->lock);
+	bool saw = serial->saw_panic;
+
+	pthread_mutex_unlock(&serial->lock);
+	return saw;
+}
+
+uint64_t serial_first_output_ns(struct serial *serial)
+{
+	pthread_mutex_lock(&serial->lock);
+	uint64_t ns = serial->first_output_ns;
+
+	pthread_mutex_unlock(&serial->lock);
+	return ns;
+}

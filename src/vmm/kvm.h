@@ -1,0 +1,40 @@
+/*
+ * The KVM system and VM file descriptors and the few VM-wide ioctls, with errors phrased as
+ * remedies: a user who cannot open /dev/kvm is told which module to load or which group to
+ * join, not just an errno.
+ */
+#ifndef VOIDBOX_VMM_KVM_H
+#define VOIDBOX_VMM_KVM_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "vmm/guest_memory.h"
+
+#define KVM_DEVICE_PATH "/dev/kvm"
+
+struct kvm {
+	int sys_fd;
+	int vm_fd;
+	size_t vcpu_mmap_size;
+	bool has_tsc_deadline;
+};
+
+/* Opens /dev/kvm, checks the API version and required capabilities. */
+int kvm_open(struct kvm *kvm, char *err, size_t errlen);
+/* Creates the VM with an in-kernel IRQ chip and PIT. */
+int kvm_create_vm(struct kvm *kvm, char *err, size_t errlen);
+/* One KVM memslot per guest memory region. */
+int kvm_map_guest_memory(struct kvm *kvm, const struct guest_memory *mem);
+/* Sets a GSI level on the in-kernel IOAPIC; opaque is a struct kvm. */
+void kvm_set_irq_level(void *opaque, uint32_t gsi, bool asserted);
+void kvm_close(struct kvm *kvm);
+
+/*
+ * Runs a tiny real-mode loop as a guest and times it. Returns true when this host's KVM runs
+ * standard guests at hardware speed; false with the reason and the remedy in why otherwise.
+ */
+bool kvm_probe_usable(char *why, size_t why_len);
+
+#endif

@@ -1,0 +1,255 @@
+/*
+ * The vCPU thread: KVM_RUN, dispatch port and MMIO exits to the buses, turn the guest's
+ * shutdown/reset/crash exits into VM exit reasons, and leave when the VM says stop. APs are
+ * created with the in-kernel LAPIC in KVM_MP_STATE_UNINITIALIZED and sit inside KVM_RUN until
+ * the BSP sends INIT/SIPI, so their threads need nothing special.
+ */
+#include "vmm/vcpu.h"
+
+#include <errno.h>
+#include <linux/kvm.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "common/log.h"
+#include "vmm/boot.h"
+
+#define VCPU_KICK_SIGNAL (SIGRTMIN)
+#define KERNEL_SIGSET_BYTES 8 /* the kernel's sigset_t on x86-64 */
+#define MSR_IA32_MISC_ENABLE 0x1a0
+#define MISC_ENABLE_FAST_STRING 0x1
+#define FPU_DEFAULT_FCW 0x37f
+#define FPU_DEFAULT_MXCSR 0x1f80
+
+static void vcpu_kick_handler(int sig)
+{
+	(void)sig;
+}
+
+int vcpu_signal_init(void)
+{
+	struct sigaction action = { .sa_handler = vcpu_kick_handler };
+
+	sigemptyset(&action.sa_mask);
+	if (sigaction(VCPU_KICK_SIGNAL, &action, NULL) < 0)
+		return -errno;
+	return 0;
+}
+
+int vcpu_create(struct vcpu *vcpu, int vm_fd, unsigned int index, size_t run_size)
+{
+	memset(vcpu, 0, sizeof(*vcpu));
+	vcpu->index = index;
+	vcpu->run_size = run_size;
+	vcpu->fd = ioctl(vm_fd, KVM_CREATE_VCPU, (unsigned long)index);
+	if (vcpu->fd < 0)
+		return -errno;
+	vcpu->run = mmap(NULL, run_size, PROT_READ | PROT_WRITE, MAP_SHARED, vcpu->fd, 0);
+	if (vcpu->run == MAP_FAILED) {
+		int rc = -errno;
+
+		close(vcpu->fd);
+		vcpu->fd = -1;
+		vcpu->run = NULL;
+		return rc;
+	}
+	return 0;
+}
+
+static int vcpu_set_msrs(struct vcpu *vcpu)
+{
+	struct {
+		struct kvm_msrs header;
+		struct kvm_msr_entry entries[1];
+	} msrs = {
+		.header.nmsrs = 1,
+		.entries[0] = { .index = MSR_IA32_MISC_ENABLE, .data = MISC_ENABLE_FAST_STRING },
+	};
+
+	if (ioctl(vcpu->fd, KVM_SET_MSRS, &msrs) != 1)
+		return -EIO;
+	return 0;
+}
+
+static int vcpu_set_boot_state(struct vcpu *vcpu, uint64_t entry)
+{
+	struct kvm_sregs sregs;
+	struct kvm_regs regs;
+	struct kvm_fpu fpu = { .fcw = FPU_DEFAULT_FCW, .mxcsr = FPU_DEFAULT_MXCSR };
+
+	if (ioctl(vcpu->fd, KVM_GET_SREGS, &sregs) < 0)
+		return -errno;
+	boot_setup_sregs(&sregs);
+	boot_setup_regs(&regs, entry);
+	if (ioctl(vcpu->fd, KVM_SET_SREGS, &sregs) < 0 || ioctl(vcpu->fd, KVM_SET_REGS, &regs) < 0 ||
+	    ioctl(vcpu->fd, KVM_SET_FPU, &fpu) < 0)
+		return -errno;
+	return 0;
+}
+
+int vcpu_configure(struct vcpu *vcpu, const struct kvm_cpuid2 *cpuid, bool boot_cpu,
+		   uint64_t entry)
+{
+	int rc;
+
+	if (ioctl(vcpu->fd, KVM_SET_CPUID2, cpuid) < 0)
+		return -errno;
+	rc = vcpu_set_msrs(vcpu);
+	if (rc < 0)
+		return rc;
+	return boot_cpu ? vcpu_set_boot_state(vcpu, entry) : 0;
+}
+
+static void vcpu_handle_io(struct vcpu *vcpu)
+{
+	struct kvm_run *run = vcpu->run;
+	uint8_t *data = (uint8_t *)run + run->io.data_offset;
+	bool is_write = run->io.direction == KVM_EXIT_IO_OUT;
+
+	for (uint32_t i = 0; i < run->io.count; i++, data += run->io.size)
+		bus_dispatch(vcpu->pio, run->io.port, data, run->io.size, is_write);
+}
+
+static void vcpu_handle_mmio(struct vcpu *vcpu)
+{
+	struct kvm_run *run = vcpu->run;
+
+	bus_dispatch(vcpu->mmio, run->mmio.phys_addr, run->mmio.data, run->mmio.len,
+		     run->mmio.is_write);
+}
+
+static enum vm_exit_reason vcpu_system_event_reason(uint32_t type)
+{
+	switch (type) {
+	case KVM_SYSTEM_EVENT_SHUTDOWN:
+		return VM_EXIT_GUEST_POWEROFF;
+	case KVM_SYSTEM_EVENT_RESET:
+		return VM_EXIT_GUEST_REBOOT;
+	case KVM_SYSTEM_EVENT_CRASH:
+		return VM_EXIT_GUEST_PANIC;
+	default:
+		return VM_EXIT_INTERNAL_ERROR;
+	}
+}
+
+/* Returns VM_EXIT_NONE to keep running, or why the VM ends. */
+static enum vm_exit_reason vcpu_handle_exit(struct vcpu *vcpu)
+{
+	struct kvm_run *run = vcpu->run;
+
+	switch (run->exit_reason) {
+	case KVM_EXIT_IO:
+		vcpu_handle_io(vcpu);
+		return VM_EXIT_NONE;
+	case KVM_EXIT_MMIO:
+		vcpu_handle_mmio(vcpu);
+		return VM_EXIT_NONE;
+	case KVM_EXIT_INTR:
+	case KVM_EXIT_HLT:
+		return VM_EXIT_NONE;
+	case KVM_EXIT_SHUTDOWN:
+		log_debug("vcpu", "vcpu %u: triple fault (guest reset)", vcpu->index);
+		return VM_EXIT_GUEST_REBOOT;
+	case KVM_EXIT_SYSTEM_EVENT:
+		return vcpu_system_event_reason(run->system_event.type);
+	case KVM_EXIT_FAIL_ENTRY:
+		log_error("vcpu", "vcpu %u: entry failed, hardware reason 0x%llx", vcpu->index,
+			  (unsigned long long)run->fail_entry.hardware_entry_failure_reason);
+		return VM_EXIT_INTERNAL_ERROR;
+	case KVM_EXIT_INTERNAL_ERROR:
+		log_error("vcpu", "vcpu %u: KVM internal error, suberror %u", vcpu->index,
+			  run->internal.suberror);
+		return VM_EXIT_INTERNAL_ERROR;
+	default:
+		log_error("vcpu", "vcpu %u: unexpected exit reason %u", vcpu->index,
+			  run->exit_reason);
+		return VM_EXIT_INTERNAL_ERROR;
+	}
+}
+
+static int vcpu_unblock_kick_in_run(struct vcpu *vcpu)
+{
+	struct {
+		struct kvm_signal_mask header;
+		uint8_t sigset[KERNEL_SIGSET_BYTES];
+	} mask = { .header.len = KERNEL_SIGSET_BYTES };
+
+	if (ioctl(vcpu->fd, KVM_SET_SIGNAL_MASK, &mask) < 0)
+		return -errno;
+	return 0;
+}
+
+static void *vcpu_thread(void *arg)
+{
+	struct vcpu *vcpu = arg;
+	enum vm_exit_reason reason = VM_EXIT_NONE;
+
+	if (vcpu_unblock_kick_in_run(vcpu) < 0) {
+		log_error("vcpu", "vcpu %u: KVM_SET_SIGNAL_MASK failed: %s", vcpu->index,
+			  strerror(errno));
+		vcpu->on_exit(vcpu->opaque, VM_EXIT_INTERNAL_ERROR);
+		return NULL;
+	}
+	while (!atomic_load(vcpu->stop)) {
+		if (ioctl(vcpu->fd, KVM_RUN, 0) < 0) {
+			if (errno == EINTR || errno == EAGAIN)
+				continue;
+			log_error("vcpu", "vcpu %u: KVM_RUN failed: %s", vcpu->index,
+				  strerror(errno));
+			reason = VM_EXIT_INTERNAL_ERROR;
+		} else {
+			reason = vcpu_handle_exit(vcpu);
+		}
+		if (reason != VM_EXIT_NONE) {
+			vcpu->on_exit(vcpu->opaque, reason);
+			break;
+		}
+	}
+	return NULL;
+}
+
+int vcpu_start(struct vcpu *vcpu)
+{
+	sigset_t kick, old;
+	int rc;
+
+	/* The thread inherits the blocked kick signal; KVM unblocks it only inside KVM_RUN. */
+	sigemptyset(&kick);
+	sigaddset(&kick, VCPU_KICK_SIGNAL);
+	pthread_sigmask(SIG_BLOCK, &kick, &old);
+	rc = pthread_create(&vcpu->thread, NULL, vcpu_thread, vcpu);
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	if (rc != 0)
+		return -rc;
+	vcpu->started = true;
+	return 0;
+}
+
+void vcpu_kick(struct vcpu *vcpu)
+{
+	if (vcpu->started)
+		pthread_kill(vcpu->thread, VCPU_KICK_SIGNAL);
+}
+
+void vcpu_join(struct vcpu *vcpu)
+{
+	if (!vcpu->started)
+		return;
+	pthread_join(vcpu->thread, NULL);
+	vcpu->started = false;
+}
+
+void vcpu_destroy(struct vcpu *vcpu)
+{
+	vcpu_join(vcpu);
+	if (vcpu->run)
+		munmap(vcpu->run, vcpu->run_size);
+	if (vcpu->fd >= 0)
+		close(vcpu->fd);
+	vcpu->run = NULL;
+	vcpu->fd = -1;
+}

@@ -1,0 +1,590 @@
+/*
+ * VM assembly and lifecycle. vm_create does everything that can fail for a reason the user
+ * can fix (sizes, files, /dev/kvm) before any thread exists; vm_start only writes the ACPI
+ * tables (they depend on the devices attached in between) and starts the vCPU threads. The
+ * first exit reason wins; it is recorded under a mutex and broadcast to vm_wait callers.
+ */
+#include "vmm/vm.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <linux/kvm.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "common/log.h"
+#include "devices/i8042.h"
+#include "devices/serial.h"
+#include "vmm/acpi.h"
+#include "vmm/boot.h"
+#include "vmm/cmdline.h"
+#include "vmm/cpuid.h"
+#include "vmm/kvm.h"
+#include "vmm/memory.h"
+#include "vmm/vcpu.h"
+
+#define VM_SERIAL_LOG_MODE 0600
+#define NSEC_PER_MSEC 1000000ULL
+#define MSEC_PER_SEC 1000L
+#define NSEC_PER_SEC 1000000000L
+#define VM_FILE_MAX_BYTES (1ULL << 32) /* a kernel or initramfs above 4 GiB is a mistake */
+
+struct vm {
+	struct kvm kvm;
+	struct guest_memory mem;
+	struct bus pio;
+	struct bus mmio;
+	struct vcpu vcpus[VM_MAX_VCPUS];
+	unsigned int vcpu_count;
+	unsigned int vcpus_created;
+	struct serial *serial;
+	int serial_fd;
+	struct i8042 i8042;
+	struct acpi_virtio_device virtio[VM_VIRTIO_MMIO_MAX_SLOTS];
+	bool virtio_attached[VM_VIRTIO_MMIO_MAX_SLOTS];
+	size_t virtio_count;
+	uint8_t secret[VM_SECRET_LEN];
+	char cmdline[CMDLINE_MAX];
+	uint64_t entry;
+	atomic_bool stop;
+	bool started;
+	uint64_t start_ns;
+	pthread_mutex_t lock;
+	pthread_cond_t cond;
+	pthread_mutex_t kick_lock; /* a kick never targets a thread that was joined */
+	enum vm_exit_reason reason;
+};
+
+static const char *const exit_reason_names[] = {
+	[VM_EXIT_NONE] = "running",
+	[VM_EXIT_GUEST_POWEROFF] = "guest poweroff",
+	[VM_EXIT_GUEST_REBOOT] = "guest reboot",
+	[VM_EXIT_GUEST_PANIC] = "guest panic",
+	[VM_EXIT_HOST_STOP] = "host stop",
+	[VM_EXIT_INTERNAL_ERROR] = "internal error",
+};
+
+const char *vm_exit_reason_name(enum vm_exit_reason reason)
+{
+	if ((size_t)reason >= sizeof(exit_reason_names) / sizeof(exit_reason_names[0]))
+		return "unknown";
+	return exit_reason_names[reason];
+}
+
+static uint64_t vm_now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * NSEC_PER_SEC + (uint64_t)ts.tv_nsec;
+}
+
+static void vm_kick_all(struct vm *vm)
+{
+	pthread_mutex_lock(&vm->kick_lock);
+	for (unsigned int i = 0; i < vm->vcpus_created; i++)
+		vcpu_kick(&vm->vcpus[i]);
+	pthread_mutex_unlock(&vm->kick_lock);
+}
+
+/* Stops new kicks to a vCPU, then joins its thread. */
+static void vm_join_vcpu(struct vm *vm, struct vcpu *vcpu)
+{
+	pthread_mutex_lock(&vm->kick_lock);
+	bool running = vcpu->started;
+
+	vcpu->started = false;
+	pthread_mutex_unlock(&vm->kick_lock);
+	if (running)
+		pthread_join(vcpu->thread, NULL);
+}
+
+/* Records the first reason, stops every vCPU. Called from vCPU threads and the host. */
+static void vm_end(struct vm *vm, enum vm_exit_reason reason)
+{
+	if (reason == VM_EXIT_GUEST_REBOOT && vm->serial && serial_saw_panic(vm->serial))
+		reason = VM_EXIT_GUEST_PANIC;
+	pthread_mutex_lock(&vm->lock);
+	if (vm->reason == VM_EXIT_NONE) {
+		vm->reason = reason;
+		log_debug("vm", "VM ends: %s", vm_exit_reason_name(reason));
+	}
+	bool first = !atomic_exchange(&vm->stop, true);
+
+	pthread_cond_broadcast(&vm->cond);
+	pthread_mutex_unlock(&vm->lock);
+	if (first)
+		vm_kick_all(vm);
+}
+
+static void vm_vcpu_exit(void *opaque, enum vm_exit_reason reason)
+{
+	vm_end(opaque, reason);
+}
+
+static void vm_i8042_reset(void *opaque)
+{
+	vm_end(opaque, VM_EXIT_GUEST_REBOOT);
+}
+
+/* ACPI hardware-reduced registers: sleep control (S5 = poweroff), sleep status, reset. */
+static void vm_acpi_pm_access(void *opaque, uint64_t offset, uint8_t *data, uint32_t len,
+			      bool is_write)
+{
+	struct vm *vm = opaque;
+	uint64_t port = ACPI_SLEEP_CONTROL_PORT + offset;
+
+	if (!is_write) {
+		memset(data, 0, len);
+		return;
+	}
+	if (port == ACPI_SLEEP_CONTROL_PORT && (data[0] & ACPI_SLEEP_ENABLE) &&
+	    ((data[0] >> ACPI_SLEEP_TYPE_SHIFT) & ACPI_SLEEP_TYPE_MASK) == ACPI_S5_SLEEP_TYPE)
+		vm_end(vm, VM_EXIT_GUEST_POWEROFF);
+	else if (port == ACPI_RESET_PORT && data[0] == ACPI_RESET_VALUE)
+		vm_end(vm, VM_EXIT_GUEST_REBOOT);
+}
+
+static int vm_read_file(const char *path, const char *what, uint8_t **data, size_t *size,
+			char *err, size_t errlen)
+{
+	struct stat st;
+	int rc = 0;
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+
+	if (fd < 0) {
+		rc = -errno;
+		snprintf(err, errlen, "cannot open %s %s: %s: check the path", what, path,
+			 strerror(-rc));
+		return rc;
+	}
+	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || st.st_size <= 0 ||
+	    (uint64_t)st.st_size > VM_FILE_MAX_BYTES) {
+		snprintf(err, errlen, "%s %s is not a regular, non-empty file under 4 GiB", what,
+			 path);
+		rc = -EINVAL;
+		goto out;
+	}
+	*size = (size_t)st.st_size;
+	*data = malloc(*size);
+	if (!*data) {
+		rc = -ENOMEM;
+		snprintf(err, errlen, "out of memory reading %s %s", what, path);
+		goto out;
+	}
+	for (size_t done = 0; done < *size;) {
+		ssize_t n = read(fd, *data + done, *size - done);
+
+		if (n <= 0) {
+			rc = n < 0 ? -errno : -EIO;
+			snprintf(err, errlen, "cannot read %s %s: %s", what, path, strerror(-rc));
+			free(*data);
+			*data = NULL;
+			goto out;
+		}
+		done += (size_t)n;
+	}
+out:
+	close(fd);
+	return rc;
+}
+
+static void vm_warn_small_memory(const struct vm_config *cfg, const uint8_t *initrd,
+				 size_t initrd_size, uint64_t memory_bytes)
+{
+	uint64_t needed = boot_initramfs_min_memory(initrd, initrd_size);
+
+	if (memory_bytes >= needed)
+		return;
+	log_warn("vm", "%u MiB may be too little to unpack initramfs %s (estimate %" PRIu64
+		 " MiB): the guest may panic with \"no working init found\" or run out of "
+		 "memory; give the VM more memory",
+		 cfg->memory_mb, cfg->initramfs_path, needed / GUEST_MEMORY_MIB + 1);
+}
+
+static int vm_load_guest(struct vm *vm, const struct vm_config *cfg, char *err, size_t errlen)
+{
+	uint8_t *kernel = NULL, *initrd = NULL;
+	size_t kernel_size = 0, initrd_size = 0;
+	struct boot_result result;
+	int rc = vm_read_file(cfg->kernel_path, "kernel", &kernel, &kernel_size, err, errlen);
+
+	if (rc < 0)
+		return rc;
+	if (cfg->initramfs_path) {
+		rc = vm_read_file(cfg->initramfs_path, "initramfs", &initrd, &initrd_size, err,
+				  errlen);
+		if (rc < 0)
+			goto out;
+		vm_warn_small_memory(cfg, initrd, initrd_size, vm->mem.total_size);
+	}
+	struct boot_config boot = {
+		.kernel = kernel, .kernel_size = kernel_size,
+		.initrd = initrd, .initrd_size = initrd_size,
+		.cmdline = vm->cmdline, .acpi_rsdp_addr = ACPI_REGION_ADDR,
+	};
+
+	rc = boot_load_linux(&vm->mem, &boot, &result, err, errlen);
+	if (rc == 0)
+		vm->entry = result.entry;
+out:
+	free(kernel);
+	free(initrd);
+	return rc;
+}
+
+static int vm_setup_cmdline(struct vm *vm, const struct vm_config *cfg, char *err, size_t errlen)
+{
+	if (cfg->has_secret) {
+		memcpy(vm->secret, cfg->secret, VM_SECRET_LEN);
+	} else if (getrandom(vm->secret, VM_SECRET_LEN, 0) != VM_SECRET_LEN) {
+		snprintf(err, errlen, "cannot read random bytes for the session secret: %s",
+			 strerror(errno));
+		return -EIO;
+	}
+	if (cmdline_build(vm->cmdline, sizeof(vm->cmdline), vm->secret, (uint64_t)time(NULL),
+			  cfg->cmdline) < 0) {
+		snprintf(err, errlen, "kernel command line exceeds %d bytes: shorten the extra "
+			 "arguments", CMDLINE_MAX);
+		return -E2BIG;
+	}
+	return 0;
+}
+
+static int vm_setup_devices(struct vm *vm, const struct vm_config *cfg, char *err,
+			    size_t errlen)
+{
+	struct irq_line serial_irq = {
+		.set_level = kvm_set_irq_level, .opaque = &vm->kvm, .gsi = SERIAL_COM1_IRQ,
+	};
+
+	if (cfg->serial_to_stdout) {
+		vm->serial_fd = dup(STDOUT_FILENO);
+	} else if (cfg->serial_log_path) {
+		vm->serial_fd = open(cfg->serial_log_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC,
+				     VM_SERIAL_LOG_MODE);
+		if (vm->serial_fd < 0) {
+			int rc = -errno;
+
+			snprintf(err, errlen, "cannot create serial log %s: %s: check the "
+				 "directory exists and is writable", cfg->serial_log_path,
+				 strerror(-rc));
+			return rc;
+		}
+	}
+	vm->serial = serial_create(vm->serial_fd, serial_irq);
+	if (!vm->serial) {
+		snprintf(err, errlen, "out of memory creating the serial port");
+		return -ENOMEM;
+	}
+	vm->i8042 = (struct i8042){ .on_reset = vm_i8042_reset, .opaque = vm };
+	if (bus_register(&vm->pio, SERIAL_COM1_BASE, SERIAL_PORT_COUNT, serial_port_access,
+			 vm->serial) < 0 ||
+	    bus_register(&vm->pio, I8042_DATA_PORT, 1, i8042_data_access, &vm->i8042) < 0 ||
+	    bus_register(&vm->pio, I8042_COMMAND_PORT, 1, i8042_command_access, &vm->i8042) < 0 ||
+	    bus_register(&vm->pio, ACPI_SLEEP_CONTROL_PORT, ACPI_PM_PORT_COUNT, vm_acpi_pm_access,
+			 vm) < 0) {
+		snprintf(err, errlen, "internal error: legacy device ports overlap");
+		return -EEXIST;
+	}
+	return 0;
+}
+
+static int vm_setup_vcpus(struct vm *vm, char *err, size_t errlen)
+{
+	struct kvm_cpuid2 *supported = NULL;
+	int rc = cpuid_get_supported(vm->kvm.sys_fd, &supported);
+
+	if (rc < 0) {
+		snprintf(err, errlen, "KVM_GET_SUPPORTED_CPUID failed: %s", strerror(-rc));
+		return rc;
+	}
+	for (unsigned int i = 0; i < vm->vcpu_count && rc == 0; i++) {
+		struct vcpu *vcpu = &vm->vcpus[i];
+		struct kvm_cpuid2 *cpuid;
+
+		rc = vcpu_create(vcpu, vm->kvm.vm_fd, i, vm->kvm.vcpu_mmap_size);
+		if (rc < 0) {
+			snprintf(err, errlen, "cannot create vCPU %u: %s: use fewer vCPUs", i,
+				 strerror(-rc));
+			break;
+		}
+		vm->vcpus_created++;
+		vcpu->pio = &vm->pio;
+		vcpu->mmio = &vm->mmio;
+		vcpu->stop = &vm->stop;
+		vcpu->on_exit = vm_vcpu_exit;
+		vcpu->opaque = vm;
+		cpuid = cpuid_for_vcpu(supported, i, vm->vcpu_count, vm->kvm.has_tsc_deadline);
+		rc = cpuid ? vcpu_configure(vcpu, cpuid, i == 0, vm->entry) : -ENOMEM;
+		free(cpuid);
+		if (rc < 0)
+			snprintf(err, errlen, "cannot configure vCPU %u: %s", i, strerror(-rc));
+	}
+	free(supported);
+	return rc;
+}
+
+static int vm_validate(const struct vm_config *cfg, char *err, size_t errlen)
+{
+	if (!cfg->kernel_path) {
+		snprintf(err, errlen, "no kernel given: pass a bzImage path");
+		return -EINVAL;
+	}
+	if (cfg->vcpus > VM_MAX_VCPUS) {
+		snprintf(err, errlen, "%u vCPUs requested, at most %d are supported: use fewer",
+			 cfg->vcpus, VM_MAX_VCPUS);
+		return -EINVAL;
+	}
+	return 0;
+}
+
+static struct vm *vm_alloc(void)
+{
+	struct vm *vm = calloc(1, sizeof(*vm));
+
+	if (!vm)
+		return NULL;
+	vm->kvm.sys_fd = -1;
+	vm->kvm.vm_fd = -1;
+	vm->serial_fd = -1;
+	pthread_mutex_init(&vm->lock, NULL);
+	pthread_mutex_init(&vm->kick_lock, NULL);
+	pthread_condattr_t attr;
+
+	pthread_condattr_init(&attr);
+	pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
+	pthread_cond_init(&vm->cond, &attr);
+	pthread_condattr_destroy(&attr);
+	return vm;
+}
+
+int vm_create(const struct vm_config *cfg, struct vm **out, char *err, size_t errlen)
+{
+	unsigned int memory_mb = cfg->memory_mb ? cfg->memory_mb : VM_DEFAULT_MEMORY_MB;
+	struct vm *vm;
+	int rc = vm_validate(cfg, err, errlen);
+
+	if (rc < 0)
+		return rc;
+	vm = vm_alloc();
+	if (!vm) {
+		snprintf(err, errlen, "out of memory");
+		return -ENOMEM;
+	}
+	vm->vcpu_count = cfg->vcpus ? cfg->vcpus : 1;
+	rc = guest_memory_plan(&vm->mem, memory_mb, guest_memory_host_ram(), err, errlen);
+	if (rc < 0)
+		goto fail;
+	rc = vcpu_signal_init();
+	if (rc < 0) {
+		snprintf(err, errlen, "cannot install the vCPU kick handler: %s", strerror(-rc));
+		goto fail;
+	}
+	rc = kvm_open(&vm->kvm, err, errlen);
+	if (rc < 0)
+		goto fail;
+	rc = kvm_create_vm(&vm->kvm, err, errlen);
+	if (rc < 0)
+		goto fail;
+	rc = guest_memory_map(&vm->mem);
+	if (rc == 0)
+		rc = kvm_map_guest_memory(&vm->kvm, &vm->mem);
+	if (rc < 0) {
+		snprintf(err, errlen, "cannot map %u MiB of guest memory: %s: use less memory",
+			 memory_mb, strerror(-rc));
+		goto fail;
+	}
+	rc = vm_setup_cmdline(vm, cfg, err, errlen);
+	if (rc < 0)
+		goto fail;
+	rc = vm_load_guest(vm, cfg, err, errlen);
+	if (rc < 0)
+		goto fail;
+	rc = vm_setup_devices(vm, cfg, err, errlen);
+	if (rc < 0)
+		goto fail;
+	rc = vm_setup_vcpus(vm, err, errlen);
+	if (rc < 0)
+		goto fail;
+	*out = vm;
+	return 0;
+fail:
+	vm_destroy(vm);
+	return rc;
+}
+
+int vm_virtio_mmio_slot_reserve(struct vm *vm, struct vm_virtio_mmio_slot *slot)
+{
+	if (vm->started)
+		return -EBUSY;
+	if (vm->virtio_count >= VM_VIRTIO_MMIO_MAX_SLOTS)
+		return -ENOSPC;
+	size_t index = vm->virtio_count++;
+
+	vm->virtio[index] = (struct acpi_virtio_device){
+		.base = VM_VIRTIO_MMIO_BASE + index * VM_VIRTIO_MMIO_STRIDE,
+		.size = VM_VIRTIO_MMIO_SIZE,
+		.gsi = VM_VIRTIO_MMIO_FIRST_GSI + (uint32_t)index,
+	};
+	*slot = (struct vm_virtio_mmio_slot){
+		.base = vm->virtio[index].base,
+		.size = vm->virtio[index].size,
+		.gsi = vm->virtio[index].gsi,
+		.irq = { .set_level = kvm_set_irq_level, .opaque = &vm->kvm,
+			 .gsi = vm->virtio[index].gsi },
+	};
+	return 0;
+}
+
+int vm_virtio_mmio_slot_attach(struct vm *vm, const struct vm_virtio_mmio_slot *slot,
+			       bus_access_fn access, void *opaque)
+{
+	if (vm->started)
+		return -EBUSY;
+	if (slot->base < VM_VIRTIO_MMIO_BASE)
+		return -EINVAL;
+	size_t index = (slot->base - VM_VIRTIO_MMIO_BASE) / VM_VIRTIO_MMIO_STRIDE;
+
+	if (index >= vm->virtio_count || vm->virtio[index].base != slot->base ||
+	    vm->virtio_attached[index])
+		return -EINVAL;
+	int rc = bus_register(&vm->mmio, slot->base, slot->size, access, opaque);
+
+	if (rc == 0)
+		vm->virtio_attached[index] = true;
+	return rc;
+}
+
+const struct guest_memory *vm_guest_memory(struct vm *vm)
+{
+	return &vm->mem;
+}
+
+int vm_kvm_fd(struct vm *vm)
+{
+	return vm->kvm.vm_fd;
+}
+
+static int vm_write_acpi(struct vm *vm)
+{
+	struct acpi_virtio_device attached[VM_VIRTIO_MMIO_MAX_SLOTS];
+	size_t count = 0;
+	uint8_t *region = guest_memory_ptr(&vm->mem, ACPI_REGION_ADDR, ACPI_REGION_SIZE);
+
+	if (!region)
+		return -EFAULT;
+	for (size_t i = 0; i < vm->virtio_count; i++)
+		if (vm->virtio_attached[i])
+			attached[count++] = vm->virtio[i];
+	struct acpi_config cfg = { .vcpus = vm->vcpu_count, .virtio = attached,
+				   .virtio_count = count };
+
+	return acpi_build(&cfg, region, ACPI_REGION_ADDR, ACPI_REGION_SIZE);
+}
+
+int vm_start(struct vm *vm)
+{
+	int rc;
+
+	if (vm->started)
+		return -EBUSY;
+	rc = vm_write_acpi(vm);
+	if (rc < 0) {
+		log_error("vm", "cannot write ACPI tables: %s", strerror(-rc));
+		return rc;
+	}
+	vm->started = true;
+	vm->start_ns = vm_now_ns();
+	for (unsigned int i = 0; i < vm->vcpu_count; i++) {
+		rc = vcpu_start(&vm->vcpus[i]);
+		if (rc < 0) {
+			log_error("vm", "cannot start vCPU %u thread: %s", i, strerror(-rc));
+			vm_end(vm, VM_EXIT_INTERNAL_ERROR);
+			return rc;
+		}
+	}
+	return 0;
+}
+
+int vm_wait(struct vm *vm, int timeout_ms, enum vm_exit_reason *reason)
+{
+	struct timespec deadline;
+	int rc = 0;
+
+	clock_gettime(CLOCK_MONOTONIC, &deadline);
+	if (timeout_ms >= 0) {
+		deadline.tv_sec += timeout_ms / MSEC_PER_SEC;
+		deadline.tv_nsec += (timeout_ms % MSEC_PER_SEC) * (long)NSEC_PER_MSEC;
+		if (deadline.tv_nsec >= NSEC_PER_SEC) {
+			deadline.tv_sec++;
+			deadline.tv_nsec -= NSEC_PER_SEC;
+		}
+	}
+	pthread_mutex_lock(&vm->lock);
+	while (vm->reason == VM_EXIT_NONE && rc == 0) {
+		if (timeout_ms < 0)
+			rc = pthread_cond_wait(&vm->cond, &vm->lock);
+		else
+			rc = pthread_cond_timedwait(&vm->cond, &vm->lock, &deadline);
+	}
+	if (reason)
+		*reason = vm->reason;
+	bool ended = vm->reason != VM_EXIT_NONE;
+
+	pthread_mutex_unlock(&vm->lock);
+	return ended ? 0 : -ETIMEDOUT;
+}
+
+void vm_request_stop(struct vm *vm)
+{
+	vm_end(vm, VM_EXIT_HOST_STOP);
+}
+
+void vm_destroy(struct vm *vm)
+{
+	if (!vm)
+		return;
+	if (vm->started)
+		vm_request_stop(vm);
+	for (unsigned int i = 0; i < vm->vcpus_created; i++) {
+		vm_join_vcpu(vm, &vm->vcpus[i]);
+		vcpu_destroy(&vm->vcpus[i]);
+	}
+	serial_destroy(vm->serial);
+	if (vm->serial_fd >= 0)
+		close(vm->serial_fd);
+	kvm_close(&vm->kvm);
+	guest_memory_unmap(&vm->mem);
+	pthread_cond_destroy(&vm->cond);
+	pthread_mutex_destroy(&vm->lock);
+	pthread_mutex_destroy(&vm->kick_lock);
+	free(vm);
+}
+
+void vm_secret_hex(const struct vm *vm, char *out)
+{
+	cmdline_secret_hex(vm->secret, out);
+}
+
+const char *vm_kernel_cmdline(const struct vm *vm)
+{
+	return vm->cmdline;
+}
+
+long vm_first_output_ms(struct vm *vm)
+{
+	uint64_t first = vm->serial ? serial_first_output_ns(vm->serial) : 0;
+
+	if (!first || !vm->started)
+		return -1;
+	return (long)((first - vm->start_ns) / NSEC_PER_MSEC);
+}
