@@ -1,0 +1,26 @@
+/*
+ * Reaching the guest agent: the connect-with-backoff loop and the Ping/Pong handshake, shared
+ * by the multiplexed control connection and the dedicated PTY connections so both apply the
+ * same retry schedule, secret and version rules.
+ */
+#ifndef VOIDBOX_HOST_AGENT_HANDSHAKE_H
+#define VOIDBOX_HOST_AGENT_HANDSHAKE_H
+
+#include <stddef.h>
+
+#include "host/control_channel.h"
+
+/* Effective connect deadline: cfg's (default 30 s), lengthened by the environment variable. */
+int agent_connect_deadline_ms(const struct control_channel_config *cfg);
+
+/*
+ * Connects and completes the handshake before deadline_ms passes, retrying connect failures,
+ * handshake timeouts and early EOFs with backoff. pong_timeout_max_ms caps the per-attempt
+ * wait for Pong. Returns the fd (blocking, send timeout set) or -errno with a sentence in
+ * reason: -ETIMEDOUT (nothing answered), -EACCES (the agent hung up after every Ping: wrong
+ * secret), -EPROTONOSUPPORT (the agent is not protocol v2 with multiplexing).
+ */
+int agent_connect(const struct control_channel_config *cfg, int deadline_ms,
+		  int pong_timeout_max_ms, char *reason, size_t reason_len);
+
+#endif

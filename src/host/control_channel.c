@@ -1,0 +1,926 @@
+/*
+ * The multiplexed control connection.
+ *
+ * A connection (struct channel_conn) is reference-counted: the channel holds one reference
+ * while the connection is current and every call in flight holds one, so a call that is still
+ * waiting when the connection dies keeps valid memory until it has read its error. The reader
+ * thread holds none; whoever retires a connection shuts the socket down and joins the reader
+ * first. Retiring and establishing happen under one mutex, so only one reconnect runs at a
+ * time and callers that arrive meanwhile wait for its result.
+ *
+ * Each call registers a slot under its request id before sending. The reader completes
+ * one-shot slots with the first matching frame and queues the frames of streaming slots (exec
+ * output, telemetry) until their terminal frame; the queue is drained on the calling thread so
+ * user callbacks never run on the reader and may themselves call into the channel. Frames for
+ * ids without a slot are dropped. When the connection dies, every slot fails with the reason.
+ */
+#include "host/control_channel.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "common/log.h"
+#include "host/agent_handshake.h"
+#include "host/control_channel_internal.h"
+
+#define LOG_MODULE "channel"
+#define CHANNEL_PONG_TIMEOUT_MAX_MS 2000
+#define STREAM_QUEUE_MAX 1024
+#define TIMEOUT_WRITE_FILE_MS 30000
+#define TIMEOUT_READ_FILE_MS 30000
+#define TIMEOUT_MKDIR_P_MS 10000
+#define TIMEOUT_FILE_STAT_MS 10000
+#define TIMEOUT_SNAPSHOT_READY_MS 10000
+#define TIMEOUT_EXEC_UNSET_MS (1200LL * 1000)
+#define EXEC_REPLY_GRACE_MS 30000LL
+#define MS_PER_SEC 1000
+#define NS_PER_MS 1000000L
+#define NS_PER_SEC 1000000000L
+#define AGENT_REFUSAL_WORD "Refusing"
+#define AGENT_MISSING_WORDS "No such file"
+
+static __thread char channel_error[CONTROL_CHANNEL_ERROR_MAX];
+
+enum slot_kind {
+	SLOT_ONESHOT,   /* completes with the first frame for its id */
+	SLOT_STREAM,    /* queues frames until one of terminal_type (none: channel lifetime) */
+};
+
+struct slot_frame {
+	struct slot_frame *next;
+	struct proto_frame frame;
+};
+
+struct channel_slot {
+	struct channel_slot *next;
+	uint32_t request_id;
+	enum slot_kind kind;
+	uint8_t terminal_type;  /* 0 for a stream that only ends with the connection */
+	pthread_cond_t cond;
+	struct slot_frame *queue_head, *queue_tail;
+	size_t queued;
+	size_t dropped;
+	bool done;
+	int error;
+	char reason[CONTROL_CHANNEL_ERROR_MAX];
+	struct proto_frame reply;
+};
+
+struct channel_conn {
+	atomic_int refs;
+	int fd;
+	pthread_t reader;
+	bool reader_started;
+	pthread_mutex_t lock;        /* slots, dead, reason */
+	pthread_mutex_t write_lock;  /* one frame at a time on the socket */
+	bool dead;
+	bool closing;                /* retired on purpose: its end is not worth a warning */
+	int dead_error;
+	char dead_reason[CONTROL_CHANNEL_ERROR_MAX];
+	struct channel_slot *slots;
+};
+
+struct control_channel {
+	struct control_channel_config cfg;
+	pthread_mutex_t lock;            /* conn pointer */
+	pthread_mutex_t establish_lock;  /* one reconnect at a time */
+	struct channel_conn *conn;
+	atomic_uint next_request_id;
+};
+
+/* ---- errors ------------------------------------------------------------------------------- */
+
+const char *control_channel_last_error(void)
+{
+	return channel_error;
+}
+
+int control_channel_fail(int err, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(channel_error, sizeof(channel_error), fmt, ap);
+	va_end(ap);
+	log_debug(LOG_MODULE, "%s", channel_error);
+	return err;
+}
+
+const struct control_channel_config *control_channel_config_of(const struct control_channel *ch)
+{
+	return &ch->cfg;
+}
+
+/* ---- time --------------------------------------------------------------------------------- */
+
+/* Absolute CLOCK_MONOTONIC deadline timeout_ms from now; false means "no deadline". */
+static bool deadline_after(long long timeout_ms, struct timespec *deadline)
+{
+	if (timeout_ms < 0)
+		return false;
+	clock_gettime(CLOCK_MONOTONIC, deadline);
+	deadline->tv_sec += timeout_ms / MS_PER_SEC;
+	deadline->tv_nsec += (timeout_ms % MS_PER_SEC) * NS_PER_MS;
+	if (deadline->tv_nsec >= NS_PER_SEC) {
+		deadline->tv_sec++;
+		deadline->tv_nsec -= NS_PER_SEC;
+	}
+	return true;
+}
+
+static long long resolve_timeout(int timeout_ms, long long default_ms)
+{
+	if (timeout_ms == CONTROL_CHANNEL_TIMEOUT_DEFAULT)
+		return default_ms;
+	if (timeout_ms < 0)
+		return -1;
+	return timeout_ms;
+}
+
+/* ---- connections -------------------------------------------------------------------------- */
+
+static void conn_get(struct channel_conn *conn)
+{
+	atomic_fetch_add(&conn->refs, 1);
+}
+
+static void conn_put(struct channel_conn *conn)
+{
+	if (!conn || atomic_fetch_sub(&conn->refs, 1) != 1)
+		return;
+	close(conn->fd);
+	pthread_mutex_destroy(&conn->lock);
+	pthread_mutex_destroy(&conn->write_lock);
+	free(conn);
+}
+
+static void slot_queue_clear(struct channel_slot *slot)
+{
+	while (slot->queue_head) {
+		struct slot_frame *item = slot->queue_head;
+
+		slot->queue_head = item->next;
+		proto_frame_free(&item->frame);
+		free(item);
+	}
+	slot->queue_tail = NULL;
+	slot->queued = 0;
+}
+
+/* Marks the connection dead and fails every waiting call; the first reason wins. */
+static void conn_kill(struct channel_conn *conn, int err, const char *reason)
+{
+	pthread_mutex_lock(&conn->lock);
+	if (!conn->dead) {
+		conn->dead = true;
+		conn->dead_error = err;
+		snprintf(conn->dead_reason, sizeof(conn->dead_reason), "%s", reason);
+		log_message(conn->closing ? LOG_LEVEL_DEBUG : LOG_LEVEL_WARN, LOG_MODULE,
+			    "control connection ended: %s", reason);
+	}
+	for (struct channel_slot *slot = conn->slots; slot; slot = slot->next) {
+		if (slot->done)
+			continue;
+		slot->done = true;
+		slot->error = conn->dead_error;
+		snprintf(slot->reason, sizeof(slot->reason), "%s", conn->dead_reason);
+		pthread_cond_signal(&slot->cond);
+	}
+	pthread_mutex_unlock(&conn->lock);
+	shutdown(conn->fd, SHUT_RDWR);
+}
+
+static bool conn_is_dead(struct channel_conn *conn)
+{
+	bool dead;
+
+	pthread_mutex_lock(&conn->lock);
+	dead = conn->dead;
+	pthread_mutex_unlock(&conn->lock);
+	return dead;
+}
+
+static struct channel_slot *conn_find_slot(struct channel_conn *conn, uint32_t request_id)
+{
+	for (struct channel_slot *slot = conn->slots; slot; slot = slot->next)
+		if (slot->request_id == request_id && !slot->done)
+			return slot;
+	return NULL;
+}
+
+static void slot_enqueue(struct channel_slot *slot, struct proto_frame *frame)
+{
+	struct slot_frame *item;
+
+	if (slot->queued >= STREAM_QUEUE_MAX || !(item = calloc(1, sizeof(*item)))) {
+		slot->dropped++;
+		proto_frame_free(frame);
+		return;
+	}
+	item->frame = *frame;
+	if (slot->queue_tail)
+		slot->queue_tail->next = item;
+	else
+		slot->queue_head = item;
+	slot->queue_tail = item;
+	slot->queued++;
+}
+
+/* Hands a frame to its slot; takes ownership of the frame. */
+static void conn_route(struct channel_conn *conn, struct proto_frame *frame)
+{
+	struct channel_slot *slot;
+
+	pthread_mutex_lock(&conn->lock);
+	slot = frame->has_request_id ? conn_find_slot(conn, frame->request_id) : NULL;
+	if (!slot) {
+		pthread_mutex_unlock(&conn->lock);
+		log_debug(LOG_MODULE, "dropping %s for request id %u: no call is waiting for it",
+			  proto_msg_type_name(frame->type), frame->request_id);
+		proto_frame_free(frame);
+		return;
+	}
+	if (slot->kind == SLOT_ONESHOT || frame->type == slot->terminal_type) {
+		slot->reply = *frame;
+		slot->done = true;
+	} else {
+		slot_enqueue(slot, frame);
+	}
+	pthread_cond_signal(&slot->cond);
+	pthread_mutex_unlock(&conn->lock);
+}
+
+static const char *read_error_reason(int err)
+{
+	switch (err) {
+	case -ECONNRESET:
+		return "the guest agent closed the connection";
+	case -EPIPE:
+		return "the guest agent closed the connection in the middle of a frame";
+	case -EMSGSIZE:
+		return "the guest agent sent a frame over the 64 MiB limit";
+	case -EPROTO:
+		return "the guest agent sent an unknown message type or a frame without a request id";
+	default:
+		return "reading from the guest agent failed";
+	}
+}
+
+static void *conn_reader_run(void *arg)
+{
+	struct channel_conn *conn = arg;
+
+	for (;;) {
+		struct proto_frame frame;
+		char reason[CONTROL_CHANNEL_ERROR_MAX];
+		int rc = proto_frame_read(conn->fd, true, &frame);
+
+		if (rc == -ETIMEDOUT || rc == -EINTR)
+			continue;
+		if (rc < 0) {
+			snprintf(reason, sizeof(reason), "%s (%s); the next call reconnects",
+				 read_error_reason(rc), strerror(-rc));
+			conn_kill(conn, rc == -EPROTO || rc == -EMSGSIZE ? -EPROTO : -ECONNRESET,
+				  reason);
+			return NULL;
+		}
+		conn_route(conn, &frame);
+	}
+}
+
+static int conn_start(int fd, struct channel_conn **out)
+{
+	struct channel_conn *conn = calloc(1, sizeof(*conn));
+	int rc;
+
+	if (!conn) {
+		close(fd);
+		return -ENOMEM;
+	}
+	atomic_init(&conn->refs, 1);
+	conn->fd = fd;
+	pthread_mutex_init(&conn->lock, NULL);
+	pthread_mutex_init(&conn->write_lock, NULL);
+	rc = pthread_create(&conn->reader, NULL, conn_reader_run, conn);
+	if (rc) {
+		conn_put(conn);
+		return -rc;
+	}
+	conn->reader_started = true;
+	*out = conn;
+	return 0;
+}
+
+/* Stops the reader and drops the channel's reference. */
+static void conn_retire(struct channel_conn *conn)
+{
+	if (!conn)
+		return;
+	pthread_mutex_lock(&conn->lock);
+	conn->closing = true;
+	pthread_mutex_unlock(&conn->lock);
+	conn_kill(conn, -ECONNRESET, "the control channel was closed");
+	if (conn->reader_started)
+		pthread_join(conn->reader, NULL);
+	conn_put(conn);
+}
+
+static struct channel_conn *channel_current(struct control_channel *ch)
+{
+	struct channel_conn *conn = NULL;
+
+	pthread_mutex_lock(&ch->lock);
+	conn = ch->conn;
+	if (conn && !conn_is_dead(conn))
+		conn_get(conn);
+	else
+		conn = NULL;
+	pthread_mutex_unlock(&ch->lock);
+	return conn;
+}
+
+/* Returns a referenced live connection, establishing one if needed. */
+static int channel_acquire(struct control_channel *ch, struct channel_conn **out)
+{
+	char reason[CONTROL_CHANNEL_ERROR_MAX];
+	struct channel_conn *old, *conn = NULL;
+	int fd, rc;
+
+	*out = channel_current(ch);
+	if (*out)
+		return 0;
+	pthread_mutex_lock(&ch->establish_lock);
+	*out = channel_current(ch);
+	if (*out) {
+		pthread_mutex_unlock(&ch->establish_lock);
+		return 0;
+	}
+	pthread_mutex_lock(&ch->lock);
+	old = ch->conn;
+	ch->conn = NULL;
+	pthread_mutex_unlock(&ch->lock);
+	conn_retire(old);
+
+	fd = agent_connect(&ch->cfg, agent_connect_deadline_ms(&ch->cfg),
+			   CHANNEL_PONG_TIMEOUT_MAX_MS, reason, sizeof(reason));
+	if (fd < 0) {
+		pthread_mutex_unlock(&ch->establish_lock);
+		return control_channel_fail(fd, "%s", reason);
+	}
+	rc = conn_start(fd, &conn);
+	if (rc < 0) {
+		pthread_mutex_unlock(&ch->establish_lock);
+		return control_channel_fail(rc, "starting the control channel reader failed: %s",
+					    strerror(-rc));
+	}
+	log_debug(LOG_MODULE, "control connection established");
+	pthread_mutex_lock(&ch->lock);
+	ch->conn = conn;
+	conn_get(conn);
+	pthread_mutex_unlock(&ch->lock);
+	pthread_mutex_unlock(&ch->establish_lock);
+	*out = conn;
+	return 0;
+}
+
+static int conn_send(struct channel_conn *conn, uint8_t type, uint32_t request_id,
+		     const void *body, size_t len)
+{
+	char reason[CONTROL_CHANNEL_ERROR_MAX];
+	int rc;
+
+	pthread_mutex_lock(&conn->write_lock);
+	rc = proto_frame_write(conn->fd, type, true, request_id, body, len);
+	pthread_mutex_unlock(&conn->write_lock);
+	if (rc == 0)
+		return 0;
+	if (rc == -EMSGSIZE)
+		return control_channel_fail(rc, "%s is larger than the 64 MiB frame limit; "
+					    "split the transfer", proto_msg_type_name(type));
+	snprintf(reason, sizeof(reason), "sending %s failed (%s); the next call reconnects",
+		 proto_msg_type_name(type), strerror(-rc));
+	conn_kill(conn, -ECONNRESET, reason);
+	return control_channel_fail(-ECONNRESET, "%s", reason);
+}
+
+/* ---- calls -------------------------------------------------------------------------------- */
+
+struct channel_call {
+	struct control_channel *ch;
+	struct channel_conn *conn;
+	struct channel_slot slot;
+};
+
+static uint32_t channel_next_request_id(struct control_channel *ch)
+{
+	uint32_t id;
+
+	do
+		id = atomic_fetch_add(&ch->next_request_id, 1);
+	while (id == 0);
+	return id;
+}
+
+static int call_begin(struct control_channel *ch, struct channel_call *call, enum slot_kind kind,
+		      uint8_t terminal_type)
+{
+	pthread_condattr_t attr;
+	int rc;
+
+	memset(call, 0, sizeof(*call));
+	call->ch = ch;
+	rc = channel_acquire(ch, &call->conn);
+	if (rc < 0)
+		return rc;
+	pthread_condattr_init(&attr);
+	pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
+	pthread_cond_init(&call->slot.cond, &attr);
+	pthread_condattr_destroy(&attr);
+	call->slot.kind = kind;
+	call->slot.terminal_type = terminal_type;
+	call->slot.request_id = channel_next_request_id(ch);
+
+	pthread_mutex_lock(&call->conn->lock);
+	if (call->conn->dead) {
+		call->slot.done = true;
+		call->slot.error = call->conn->dead_error;
+		snprintf(call->slot.reason, sizeof(call->slot.reason), "%s",
+			 call->conn->dead_reason);
+	}
+	call->slot.next = call->conn->slots;
+	call->conn->slots = &call->slot;
+	pthread_mutex_unlock(&call->conn->lock);
+	return 0;
+}
+
+static void call_end(struct channel_call *call)
+{
+	struct channel_conn *conn = call->conn;
+	struct channel_slot **link;
+
+	if (!conn)
+		return;
+	pthread_mutex_lock(&conn->lock);
+	for (link = &conn->slots; *link; link = &(*link)->next) {
+		if (*link == &call->slot) {
+			*link = call->slot.next;
+			break;
+		}
+	}
+	pthread_mutex_unlock(&conn->lock);
+	if (call->slot.dropped)
+		log_warn(LOG_MODULE, "request %u: %zu streamed frames dropped (queue full); the "
+			 "final response still carries the full output", call->slot.request_id,
+			 call->slot.dropped);
+	slot_queue_clear(&call->slot);
+	proto_frame_free(&call->slot.reply);
+	pthread_cond_destroy(&call->slot.cond);
+	conn_put(conn);
+	call->conn = NULL;
+}
+
+static int call_send(struct channel_call *call, uint8_t type, const void *body, size_t len)
+{
+	return conn_send(call->conn, type, call->slot.request_id, body, len);
+}
+
+/*
+ * Waits for the next event on the call: a queued stream frame (returned in *frame, 1), the
+ * terminal reply (0, in call->slot.reply), or a failure (-errno, last_error set).
+ */
+static int call_wait(struct channel_call *call, const struct timespec *deadline,
+		     const char *what, long long timeout_ms, struct proto_frame *frame)
+{
+	struct channel_slot *slot = &call->slot;
+	struct slot_frame *item;
+	int rc = 0;
+
+	pthread_mutex_lock(&call->conn->lock);
+	while (!slot->queue_head && !slot->done && rc == 0)
+		rc = deadline ? pthread_cond_timedwait(&slot->cond, &call->conn->lock, deadline)
+			      : pthread_cond_wait(&slot->cond, &call->conn->lock);
+	item = slot->queue_head;
+	if (item) {
+		slot->queue_head = item->next;
+		if (!slot->queue_head)
+			slot->queue_tail = NULL;
+		slot->queued--;
+		pthread_mutex_unlock(&call->conn->lock);
+		*frame = item->frame;
+		free(item);
+		return 1;
+	}
+	pthread_mutex_unlock(&call->conn->lock);
+	if (slot->done && slot->error)
+		return control_channel_fail(slot->error, "%s failed: %s", what, slot->reason);
+	if (slot->done)
+		return 0;
+	return control_channel_fail(-ETIMEDOUT, "%s got no answer from the guest agent within "
+				    "%lld ms; the agent may be overloaded or hung", what,
+				    timeout_ms);
+}
+
+/* One request, one reply of reply_type; the reply stays in call->slot.reply. */
+static int call_oneshot(struct control_channel *ch, struct channel_call *call,
+			uint8_t request_type, const void *body, size_t len, uint8_t reply_type,
+			long long timeout_ms)
+{
+	const char *what = proto_msg_type_name(request_type);
+	struct timespec deadline;
+	bool bounded = deadline_after(timeout_ms, &deadline);
+	struct proto_frame unused;
+	int rc;
+
+	rc = call_begin(ch, call, SLOT_ONESHOT, 0);
+	if (rc < 0)
+		return rc;
+	rc = call_send(call, request_type, body, len);
+	if (rc == 0)
+		rc = call_wait(call, bounded ? &deadline : NULL, what, timeout_ms, &unused);
+	if (rc == 0 && call->slot.reply.type != reply_type)
+		rc = control_channel_fail(-EPROTO, "the guest agent answered %s with %s", what,
+					  proto_msg_type_name(call->slot.reply.type));
+	return rc;
+}
+
+/* ---- public: lifecycle -------------------------------------------------------------------- */
+
+struct control_channel *control_channel_create(const struct control_channel_config *cfg)
+{
+	struct control_channel *ch;
+
+	if (!cfg || !cfg->connect)
+		return NULL;
+	ch = calloc(1, sizeof(*ch));
+	if (!ch)
+		return NULL;
+	ch->cfg = *cfg;
+	pthread_mutex_init(&ch->lock, NULL);
+	pthread_mutex_init(&ch->establish_lock, NULL);
+	atomic_init(&ch->next_request_id, 1);
+	return ch;
+}
+
+void control_channel_destroy(struct control_channel *ch)
+{
+	if (!ch)
+		return;
+	pthread_mutex_lock(&ch->establish_lock);
+	conn_retire(ch->conn);
+	ch->conn = NULL;
+	pthread_mutex_unlock(&ch->establish_lock);
+	pthread_mutex_destroy(&ch->lock);
+	pthread_mutex_destroy(&ch->establish_lock);
+	memset(ch->cfg.secret, 0, sizeof(ch->cfg.secret));
+	free(ch);
+}
+
+int control_channel_connect_unix(const char *path)
+{
+	struct sockaddr_un addr = { .sun_family = AF_UNIX };
+	int fd;
+
+	if (!path || strlen(path) >= sizeof(addr.sun_path))
+		return -ENAMETOOLONG;
+	memcpy(addr.sun_path, path, strlen(path) + 1);
+	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return -errno;
+	if (connect(fd, (struct sockaddr *)&addr, sizeof(addr)) < 0) {
+		int err = -errno;
+
+		close(fd);
+		return err;
+	}
+	return fd;
+}
+
+int control_channel_unix_connector(void *opaque, int timeout_ms)
+{
+	return control_channel_connect_unix(opaque);
+}
+
+int control_channel_connect(struct control_channel *ch)
+{
+	struct channel_conn *conn = NULL;
+	int rc = channel_acquire(ch, &conn);
+
+	if (rc == 0)
+		conn_put(conn);
+	return rc;
+}
+
+/* ---- public: exec ------------------------------------------------------------------------- */
+
+static long long exec_timeout_ms(const struct proto_exec_request *req)
+{
+	if (!req->has_timeout)
+		return TIMEOUT_EXEC_UNSET_MS;
+	if (req->timeout_secs == 0)
+		return -1;
+	if (req->timeout_secs > (uint64_t)(INT64_MAX / MS_PER_SEC) - EXEC_REPLY_GRACE_MS)
+		return -1;
+	return (long long)req->timeout_secs * MS_PER_SEC + EXEC_REPLY_GRACE_MS;
+}
+
+static void exec_deliver_chunk(struct proto_frame *frame,
+			       void (*on_chunk)(const struct proto_exec_output_chunk *, void *),
+			       void *opaque)
+{
+	struct proto_exec_output_chunk chunk;
+	const char *why = NULL;
+
+	if (frame->type != PROTO_MSG_EXEC_OUTPUT_CHUNK) {
+		log_debug(LOG_MODULE, "ignoring %s inside an exec stream",
+			  proto_msg_type_name(frame->type));
+		return;
+	}
+	if (proto_exec_output_chunk_decode(frame->body, frame->body_len, &chunk, &why) < 0) {
+		log_warn(LOG_MODULE, "dropping a malformed output chunk: %s", why ? why : "?");
+		return;
+	}
+	if (on_chunk)
+		on_chunk(&chunk, opaque);
+	proto_exec_output_chunk_free(&chunk);
+}
+
+int control_channel_exec(struct control_channel *ch, const struct proto_exec_request *req,
+			 void (*on_chunk)(const struct proto_exec_output_chunk *chunk,
+					  void *opaque),
+			 void *opaque, struct proto_exec_response *out)
+{
+	long long timeout_ms = exec_timeout_ms(req);
+	struct timespec deadline;
+	bool bounded = deadline_after(timeout_ms, &deadline);
+	struct channel_call call;
+	struct proto_frame frame;
+	const char *why = NULL;
+	uint8_t *body;
+	size_t len;
+	int rc;
+
+	memset(out, 0, sizeof(*out));
+	rc = proto_exec_request_encode(req, &body, &len);
+	if (rc < 0)
+		return control_channel_fail(rc, "cannot encode the exec request for '%s' (%s)",
+					    req->program ? req->program : "(null)", strerror(-rc));
+	rc = call_begin(ch, &call, SLOT_STREAM, PROTO_MSG_EXEC_RESPONSE);
+	if (rc == 0)
+		rc = call_send(&call, PROTO_MSG_EXEC_REQUEST, body, len);
+	free(body);
+	while (rc == 0) {
+		rc = call_wait(&call, bounded ? &deadline : NULL, "Exec", timeout_ms, &frame);
+		if (rc != 1)
+			break;
+		exec_deliver_chunk(&frame, on_chunk, opaque);
+		proto_frame_free(&frame);
+		rc = 0;
+	}
+	if (rc == 0) {
+		rc = proto_exec_response_decode(call.slot.reply.body, call.slot.reply.body_len, out,
+						&why);
+		if (rc < 0)
+			rc = control_channel_fail(rc, "the guest agent sent a malformed "
+						  "ExecResponse: %s", why ? why : "?");
+	}
+	call_end(&call);
+	return rc;
+}
+
+/* ---- public: files ------------------------------------------------------------------------ */
+
+static int agent_failure(const char *what, const char *path, const char *error)
+{
+	const char *text = error ? error : "no reason given";
+	int err = -EIO;
+
+	if (strstr(text, AGENT_REFUSAL_WORD))
+		err = -EPERM;
+	else if (strstr(text, AGENT_MISSING_WORDS))
+		err = -ENOENT;
+	return control_channel_fail(err, "%s %s: the guest agent reported: %s", what, path, text);
+}
+
+static int path_body(const char *path, uint8_t **body, size_t *len)
+{
+	struct proto_path_request req = { .path = (char *)path };
+	int rc = proto_path_request_encode(&req, body, len);
+
+	if (rc < 0)
+		return control_channel_fail(rc, "cannot encode path '%s' (%s)",
+					    path ? path : "(null)", strerror(-rc));
+	return 0;
+}
+
+static int status_call(struct control_channel *ch, const char *what, const char *path,
+		       uint8_t request_type, const uint8_t *body, size_t len,
+		       uint8_t reply_type, long long timeout_ms)
+{
+	struct proto_status_response status;
+	struct channel_call call;
+	const char *why = NULL;
+	int rc;
+
+	rc = call_oneshot(ch, &call, request_type, body, len, reply_type, timeout_ms);
+	if (rc == 0) {
+		rc = proto_status_response_decode(call.slot.reply.body, call.slot.reply.body_len,
+						  &status, &why);
+		if (rc < 0)
+			rc = control_channel_fail(rc, "malformed %s: %s",
+						  proto_msg_type_name(reply_type), why ? why : "?");
+		else if (!status.success)
+			rc = agent_failure(what, path, status.error);
+		proto_status_response_free(&status);
+	}
+	call_end(&call);
+	return rc;
+}
+
+int control_channel_write_file(struct control_channel *ch, const char *path, const void *data,
+			       size_t len, bool create_parents, int timeout_ms)
+{
+	struct proto_write_file req = {
+		.path = (char *)path,
+		.content = { .data = (uint8_t *)data, .len = len },
+		.create_parents = create_parents,
+	};
+	uint8_t *body;
+	size_t body_len;
+	int rc = proto_write_file_encode(&req, &body, &body_len);
+
+	if (rc < 0)
+		return control_channel_fail(rc, "cannot encode WriteFile for '%s' (%s)",
+					    path ? path : "(null)", strerror(-rc));
+	rc = status_call(ch, "writing", path, PROTO_MSG_WRITE_FILE, body, body_len,
+			 PROTO_MSG_WRITE_FILE_RESPONSE,
+			 resolve_timeout(timeout_ms, TIMEOUT_WRITE_FILE_MS));
+	free(body);
+	return rc;
+}
+
+int control_channel_mkdir_p(struct control_channel *ch, const char *path, int timeout_ms)
+{
+	uint8_t *body;
+	size_t len;
+	int rc = path_body(path, &body, &len);
+
+	if (rc < 0)
+		return rc;
+	rc = status_call(ch, "creating directory", path, PROTO_MSG_MKDIR_P, body, len,
+			 PROTO_MSG_MKDIR_P_RESPONSE, resolve_timeout(timeout_ms, TIMEOUT_MKDIR_P_MS));
+	free(body);
+	return rc;
+}
+
+int control_channel_read_file(struct control_channel *ch, const char *path,
+			      struct proto_bytes *out, int timeout_ms)
+{
+	struct proto_read_file_response resp;
+	struct channel_call call;
+	const char *why = NULL;
+	uint8_t *body;
+	size_t len;
+	int rc;
+
+	out->data = NULL;
+	out->len = 0;
+	rc = path_body(path, &body, &len);
+	if (rc < 0)
+		return rc;
+	rc = call_oneshot(ch, &call, PROTO_MSG_READ_FILE, body, len, PROTO_MSG_READ_FILE_RESPONSE,
+			  resolve_timeout(timeout_ms, TIMEOUT_READ_FILE_MS));
+	free(body);
+	if (rc == 0) {
+		rc = proto_read_file_response_decode(call.slot.reply.body,
+						     call.slot.reply.body_len, &resp, &why);
+		if (rc < 0) {
+			rc = control_channel_fail(rc, "malformed ReadFileResponse: %s",
+						  why ? why : "?");
+		} else if (!resp.success) {
+			rc = agent_failure("reading", path, resp.error);
+		} else {
+			*out = resp.content;
+			resp.content.data = NULL;
+			resp.content.len = 0;
+		}
+		proto_read_file_response_free(&resp);
+	}
+	call_end(&call);
+	return rc;
+}
+
+int control_channel_file_stat(struct control_channel *ch, const char *path,
+			      struct proto_file_stat_response *out, int timeout_ms)
+{
+	struct channel_call call;
+	const char *why = NULL;
+	uint8_t *body;
+	size_t len;
+	int rc;
+
+	memset(out, 0, sizeof(*out));
+	rc = path_body(path, &body, &len);
+	if (rc < 0)
+		return rc;
+	rc = call_oneshot(ch, &call, PROTO_MSG_FILE_STAT, body, len, PROTO_MSG_FILE_STAT_RESPONSE,
+			  resolve_timeout(timeout_ms, TIMEOUT_FILE_STAT_MS));
+	free(body);
+	if (rc == 0) {
+		rc = proto_file_stat_response_decode(call.slot.reply.body,
+						     call.slot.reply.body_len, out, &why);
+		if (rc < 0)
+			rc = control_channel_fail(rc, "malformed FileStatResponse: %s",
+						  why ? why : "?");
+	}
+	call_end(&call);
+	return rc;
+}
+
+int control_channel_snapshot_ready(struct control_channel *ch, int timeout_ms)
+{
+	struct channel_call call;
+	int rc;
+
+	rc = call_oneshot(ch, &call, PROTO_MSG_SNAPSHOT_READY, NULL, 0, PROTO_MSG_SNAPSHOT_READY,
+			  resolve_timeout(timeout_ms, TIMEOUT_SNAPSHOT_READY_MS));
+	call_end(&call);
+	return rc;
+}
+
+int control_channel_shutdown(struct control_channel *ch)
+{
+	struct channel_conn *conn = NULL;
+	int rc = channel_acquire(ch, &conn);
+
+	if (rc < 0)
+		return rc;
+	rc = conn_send(conn, PROTO_MSG_SHUTDOWN, channel_next_request_id(ch), NULL, 0);
+	conn_put(conn);
+	return rc;
+}
+
+/* ---- public: telemetry -------------------------------------------------------------------- */
+
+static int telemetry_deliver(struct proto_frame *frame,
+			     int (*on_batch)(const struct proto_telemetry_batch *, void *),
+			     void *opaque)
+{
+	struct proto_telemetry_batch batch;
+	const char *why = NULL;
+	int stop;
+
+	if (frame->type != PROTO_MSG_TELEMETRY_DATA)
+		return 0;
+	if (proto_telemetry_batch_decode(frame->body, frame->body_len, &batch, &why) < 0) {
+		log_warn(LOG_MODULE, "dropping a malformed telemetry batch: %s", why ? why : "?");
+		return 0;
+	}
+	stop = on_batch(&batch, opaque);
+	proto_telemetry_batch_free(&batch);
+	return stop;
+}
+
+int control_channel_subscribe_telemetry(struct control_channel *ch,
+					const struct proto_subscribe_telemetry *req,
+					int (*on_batch)(const struct proto_telemetry_batch *batch,
+							void *opaque),
+					void *opaque)
+{
+	struct channel_call call;
+	struct proto_frame frame;
+	uint8_t *body;
+	size_t len;
+	int rc;
+
+	rc = proto_subscribe_telemetry_encode(req, &body, &len);
+	if (rc < 0)
+		return control_channel_fail(rc, "cannot encode SubscribeTelemetry (%s)",
+					    strerror(-rc));
+	rc = call_begin(ch, &call, SLOT_STREAM, 0);
+	if (rc == 0)
+		rc = call_send(&call, PROTO_MSG_SUBSCRIBE_TELEMETRY, body, len);
+	free(body);
+	while (rc == 0) {
+		int stop;
+
+		rc = call_wait(&call, NULL, "SubscribeTelemetry", -1, &frame);
+		if (rc != 1)
+			break;
+		stop = telemetry_deliver(&frame, on_batch, opaque);
+		proto_frame_free(&frame);
+		rc = 0;
+		if (stop)
+			break;
+	}
+	call_end(&call);
+	return rc;
+}

@@ -1,0 +1,247 @@
+/*
+ * PTY sessions. Each session owns a dedicated connection (the agent hands the whole connection
+ * to its PTY handler), so there is no reader thread and no demultiplexing: the caller reads
+ * frames directly, with poll() giving the read a timeout, and every frame carries request id 1.
+ * Writes (input, resize, close) may come from another thread than the reader and are
+ * serialised by a mutex so frames never interleave.
+ */
+#include "host/control_channel.h"
+
+#include <errno.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "common/log.h"
+#include "host/agent_handshake.h"
+#include "host/control_channel_internal.h"
+
+#define LOG_MODULE "channel"
+#define PTY_REQUEST_ID 1u
+#define PTY_HANDSHAKE_TIMEOUT_MS 3000
+#define PTY_OPENED_TIMEOUT_MS 10000
+
+struct control_channel_pty {
+	int fd;
+	pthread_mutex_t write_lock;
+	bool closed;
+	int32_t exit_code;
+};
+
+static int pty_send(struct control_channel_pty *pty, uint8_t type, const void *body, size_t len)
+{
+	int rc;
+
+	pthread_mutex_lock(&pty->write_lock);
+	rc = proto_frame_write(pty->fd, type, true, PTY_REQUEST_ID, body, len);
+	pthread_mutex_unlock(&pty->write_lock);
+	if (rc < 0)
+		return control_channel_fail(rc, "sending %s to the PTY session failed: %s",
+					    proto_msg_type_name(type), strerror(-rc));
+	return 0;
+}
+
+/* Next frame within timeout_ms (negative: forever). */
+static int pty_next_frame(struct control_channel_pty *pty, int timeout_ms,
+			  struct proto_frame *frame)
+{
+	struct pollfd pfd = { .fd = pty->fd, .events = POLLIN };
+	int rc;
+
+	do
+		rc = poll(&pfd, 1, timeout_ms);
+	while (rc < 0 && errno == EINTR);
+	if (rc < 0)
+		return control_channel_fail(-errno, "waiting for the PTY session failed: %s",
+					    strerror(errno));
+	if (rc == 0)
+		return control_channel_fail(-ETIMEDOUT, "the PTY session sent nothing within %d ms",
+					    timeout_ms);
+	rc = proto_frame_read(pty->fd, true, frame);
+	if (rc < 0)
+		return control_channel_fail(rc == -EPROTO ? -EPROTO : -ECONNRESET,
+					    "the PTY session's connection ended (%s) before "
+					    "PtyClosed", strerror(-rc));
+	return 0;
+}
+
+static int pty_await_opened(struct control_channel_pty *pty)
+{
+	struct proto_status_response opened;
+	struct proto_frame frame;
+	const char *why = NULL;
+	int rc;
+
+	for (;;) {
+		rc = pty_next_frame(pty, PTY_OPENED_TIMEOUT_MS, &frame);
+		if (rc < 0)
+			return rc;
+		if (frame.type == PROTO_MSG_PTY_OPENED)
+			break;
+		log_debug(LOG_MODULE, "ignoring %s before PtyOpened",
+			  proto_msg_type_name(frame.type));
+		proto_frame_free(&frame);
+	}
+	rc = proto_status_response_decode(frame.body, frame.body_len, &opened, &why);
+	proto_frame_free(&frame);
+	if (rc < 0)
+		return control_channel_fail(rc, "malformed PtyOpened: %s", why ? why : "?");
+	if (!opened.success)
+		rc = control_channel_fail(-EPERM, "the guest agent refused the PTY session: %s",
+					  opened.error ? opened.error : "no reason given");
+	proto_status_response_free(&opened);
+	return rc;
+}
+
+struct control_channel_pty *control_channel_pty_open(struct control_channel *ch,
+						     const struct proto_pty_open *req, int *err)
+{
+	const struct control_channel_config *cfg = control_channel_config_of(ch);
+	char reason[CONTROL_CHANNEL_ERROR_MAX];
+	struct control_channel_pty *pty;
+	uint8_t *body = NULL;
+	size_t len;
+	int rc;
+
+	pty = calloc(1, sizeof(*pty));
+	if (!pty) {
+		*err = control_channel_fail(-ENOMEM, "out of memory opening a PTY session");
+		return NULL;
+	}
+	pthread_mutex_init(&pty->write_lock, NULL);
+	pty->fd = -1;
+	rc = proto_pty_open_encode(req, &body, &len);
+	if (rc < 0) {
+		rc = control_channel_fail(rc, "cannot encode PtyOpen (%s)", strerror(-rc));
+		goto fail;
+	}
+	pty->fd = agent_connect(cfg, agent_connect_deadline_ms(cfg), PTY_HANDSHAKE_TIMEOUT_MS,
+				reason, sizeof(reason));
+	if (pty->fd < 0) {
+		rc = control_channel_fail(pty->fd, "%s", reason);
+		goto fail;
+	}
+	rc = pty_send(pty, PROTO_MSG_PTY_OPEN, body, len);
+	if (rc == 0)
+		rc = pty_await_opened(pty);
+	if (rc < 0)
+		goto fail;
+	free(body);
+	return pty;
+
+fail:
+	free(body);
+	control_channel_pty_free(pty);
+	*err = rc;
+	return NULL;
+}
+
+int control_channel_pty_write(struct control_channel_pty *pty, const void *data, size_t len)
+{
+	return pty_send(pty, PROTO_MSG_PTY_DATA, data, len);
+}
+
+int control_channel_pty_resize(struct control_channel_pty *pty, uint16_t cols, uint16_t rows)
+{
+	struct proto_pty_resize resize = { .cols = cols, .rows = rows };
+	uint8_t *body;
+	size_t len;
+	int rc = proto_pty_resize_encode(&resize, &body, &len);
+
+	if (rc < 0)
+		return control_channel_fail(rc, "cannot encode PtyResize (%s)", strerror(-rc));
+	rc = pty_send(pty, PROTO_MSG_PTY_RESIZE, body, len);
+	free(body);
+	return rc;
+}
+
+int control_channel_pty_close(struct control_channel_pty *pty)
+{
+	return pty_send(pty, PROTO_MSG_PTY_CLOSE, NULL, 0);
+}
+
+static int pty_closed_event(struct control_channel_pty *pty,
+			    struct control_channel_pty_event *event)
+{
+	event->kind = CONTROL_CHANNEL_PTY_CLOSED;
+	event->exit_code = pty->exit_code;
+	return 0;
+}
+
+int control_channel_pty_read(struct control_channel_pty *pty,
+			     struct control_channel_pty_event *event, int timeout_ms)
+{
+	struct proto_pty_closed closed;
+	struct proto_frame frame;
+	const char *why = NULL;
+	int rc;
+
+	memset(event, 0, sizeof(*event));
+	if (pty->closed)
+		return pty_closed_event(pty, event);
+	for (;;) {
+		rc = pty_next_frame(pty, timeout_ms < 0 ? -1 : timeout_ms, &frame);
+		if (rc < 0)
+			return rc;
+		if (frame.type == PROTO_MSG_PTY_DATA) {
+			event->kind = CONTROL_CHANNEL_PTY_DATA;
+			event->data = frame.body;
+			event->len = frame.body_len;
+			return 0;
+		}
+		if (frame.type == PROTO_MSG_PTY_CLOSED)
+			break;
+		log_debug(LOG_MODULE, "ignoring %s in a PTY session",
+			  proto_msg_type_name(frame.type));
+		proto_frame_free(&frame);
+	}
+	rc = proto_pty_closed_decode(frame.body, frame.body_len, &closed, &why);
+	proto_frame_free(&frame);
+	if (rc < 0)
+		return control_channel_fail(rc, "malformed PtyClosed: %s", why ? why : "?");
+	pty->closed = true;
+	pty->exit_code = closed.exit_code;
+	return pty_closed_event(pty, event);
+}
+
+void control_channel_pty_event_free(struct control_channel_pty_event *event)
+{
+	if (!event)
+		return;
+	free(event->data);
+	memset(event, 0, sizeof(*event));
+}
+
+int control_channel_pty_wait(struct control_channel_pty *pty,
+			     void (*on_data)(const uint8_t *data, size_t len, void *opaque),
+			     void *opaque, int32_t *exit_code, int timeout_ms)
+{
+	struct control_channel_pty_event event;
+	int rc;
+
+	for (;;) {
+		rc = control_channel_pty_read(pty, &event, timeout_ms);
+		if (rc < 0)
+			return rc;
+		if (event.kind == CONTROL_CHANNEL_PTY_CLOSED)
+			break;
+		if (on_data)
+			on_data(event.data, event.len, opaque);
+		control_channel_pty_event_free(&event);
+	}
+	if (exit_code)
+		*exit_code = event.exit_code;
+	return 0;
+}
+
+void control_channel_pty_free(struct control_channel_pty *pty)
+{
+	if (!pty)
+		return;
+	if (pty->fd >= 0)
+		close(pty->fd);
+	pthread_mutex_destroy(&pty->write_lock);
+	free(pty);
+}
