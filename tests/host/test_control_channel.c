@@ -1,0 +1,492 @@
+/*
+ * Control-channel tests against a scripted in-process agent. A fake agent, rather than the
+ * real one, lets each test force exactly the situation under test: a Pong of the wrong
+ * version, replies in reverse order, a reply for an id never issued, a connection that dies
+ * with calls in flight, silence until a timeout. The connect callback hands one end of a
+ * socketpair to a fresh agent thread per connection, so reconnects are observable.
+ */
+#include "host/control_channel.h"
+#include "harness.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#define FAKE_MAX_CONNECTIONS 64
+#define FAKE_CONCURRENT_CALLS 16
+#define FAKE_SHORT_DEADLINE_MS 400
+
+enum fake_mode {
+	FAKE_NORMAL,        /* answers every request at once */
+	FAKE_PONG_V1,       /* Pong version 1 */
+	FAKE_PONG_NO_MUX,   /* Pong v2 without the multiplex flag */
+	FAKE_REVERSE_PAIRS, /* collects two requests, answers the second first */
+	FAKE_DIE_ON_EXEC,   /* closes the connection when an exec arrives */
+	FAKE_SILENT,        /* handshakes, then never answers */
+	FAKE_STRAY_ID,      /* precedes every reply with one for an id never issued */
+};
+
+struct fake_agent {
+	enum fake_mode mode;
+	uint8_t secret[PROTO_SECRET_SIZE];
+	atomic_int connections;
+	atomic_int requests;
+	pthread_mutex_t lock;
+	pthread_t threads[FAKE_MAX_CONNECTIONS];
+	int fds[FAKE_MAX_CONNECTIONS];
+	int thread_count;
+};
+
+struct fake_conn {
+	struct fake_agent *agent;
+	int fd;
+};
+
+static void fake_send_json(int fd, uint8_t type, uint32_t id, uint8_t *body, size_t len)
+{
+	proto_frame_write(fd, type, true, id, body, len);
+	free(body);
+}
+
+static void fake_reply_exec(int fd, struct proto_frame *req)
+{
+	struct proto_exec_request exec;
+	struct proto_exec_response resp = { .exit_code = 0 };
+	struct proto_exec_output_chunk chunk = { .stream = PROTO_STREAM_STDOUT };
+	const char *why;
+	uint8_t *body;
+	size_t len;
+
+	if (proto_exec_request_decode(req->body, req->body_len, &exec, &why) < 0)
+		return;
+	/* two chunks "<program>" and "-<args[0]>", then the whole output */
+	chunk.data.data = (uint8_t *)exec.program;
+	chunk.data.len = strlen(exec.program);
+	proto_exec_output_chunk_encode(&chunk, &body, &len);
+	fake_send_json(fd, PROTO_MSG_EXEC_OUTPUT_CHUNK, req->request_id, body, len);
+	chunk.seq = 1;
+	chunk.data.data = (uint8_t *)(exec.args_count ? exec.args[0] : "");
+	chunk.data.len = strlen((char *)chunk.data.data);
+	proto_exec_output_chunk_encode(&chunk, &body, &len);
+	fake_send_json(fd, PROTO_MSG_EXEC_OUTPUT_CHUNK, req->request_id, body, len);
+	resp.stdout_data.data = (uint8_t *)exec.program;
+	resp.stdout_data.len = strlen(exec.program);
+	resp.exit_code = (int32_t)exec.args_count;
+	proto_exec_response_encode(&resp, &body, &len);
+	fake_send_json(fd, PROTO_MSG_EXEC_RESPONSE, req->request_id, body, len);
+	proto_exec_request_free(&exec);
+}
+
+/* FileStat answers with size = length of the path, so each caller can check its own reply. */
+static void fake_reply(struct fake_conn *fc, struct proto_frame *req)
+{
+	struct proto_path_request path;
+	struct proto_file_stat_response stat = { .exists = true, .has_size = true };
+	struct proto_status_response status = { .success = true };
+	struct proto_read_file_response read = { .success = true };
+	const char *why;
+	uint8_t *body;
+	size_t len;
+
+	if (fc->agent->mode == FAKE_STRAY_ID)
+		proto_frame_write(fc->fd, PROTO_MSG_SNAPSHOT_READY, true, 0xdeadbeef, NULL, 0);
+	switch (req->type) {
+	case PROTO_MSG_EXEC_REQUEST:
+		fake_reply_exec(fc->fd, req);
+		break;
+	case PROTO_MSG_FILE_STAT:
+		proto_path_request_decode(req->body, req->body_len, &path, &why);
+		stat.size = strlen(path.path);
+		proto_path_request_free(&path);
+		proto_file_stat_response_encode(&stat, &body, &len);
+		fake_send_json(fc->fd, PROTO_MSG_FILE_STAT_RESPONSE, req->request_id, body, len);
+		break;
+	case PROTO_MSG_READ_FILE:
+		proto_path_request_decode(req->body, req->body_len, &path, &why);
+		if (strcmp(path.path, "/missing") == 0) {
+			read.success = false;
+			read.error = "No such file or directory";
+		}
+		read.content.data = (uint8_t *)path.path;
+		read.content.len = strlen(path.path);
+		proto_read_file_response_encode(&read, &body, &len);
+		proto_path_request_free(&path);
+		fake_send_json(fc->fd, PROTO_MSG_READ_FILE_RESPONSE, req->request_id, body, len);
+		break;
+	case PROTO_MSG_WRITE_FILE:
+	case PROTO_MSG_MKDIR_P:
+		proto_path_request_decode(req->body, req->body_len, &path, &why);
+		if (!path.path || strncmp(path.path, "/workspace", 10) != 0) {
+			status.success = false;
+			status.error = "Refusing write outside allowed roots";
+		}
+		proto_path_request_free(&path);
+		proto_status_response_encode(&status, &body, &len);
+		fake_send_json(fc->fd, req->type + 1, req->request_id, body, len);
+		break;
+	case PROTO_MSG_SNAPSHOT_READY:
+		proto_frame_write(fc->fd, PROTO_MSG_SNAPSHOT_READY, true, req->request_id, NULL, 0);
+		break;
+	default:
+		break;
+	}
+}
+
+static bool fake_handshake(struct fake_conn *fc)
+{
+	struct proto_frame frame;
+	struct proto_ping ping;
+	struct proto_pong pong = { .version = PROTO_VERSION, .flags = PROTO_FLAG_SUPPORTS_MULTIPLEX };
+	uint8_t body[PROTO_PONG_SIZE];
+
+	if (proto_frame_read(fc->fd, false, &frame) < 0)
+		return false;
+	proto_ping_decode(frame.body, frame.body_len, &ping);
+	proto_frame_free(&frame);
+	if (!proto_secret_equal(ping.secret, fc->agent->secret) ||
+	    !(ping.flags & PROTO_FLAG_SUPPORTS_MULTIPLEX))
+		return false;
+	if (fc->agent->mode == FAKE_PONG_V1)
+		pong.version = 1;
+	if (fc->agent->mode == FAKE_PONG_NO_MUX)
+		pong.flags = 0;
+	proto_pong_encode(&pong, body);
+	return proto_frame_write(fc->fd, PROTO_MSG_PONG, false, 0, body, sizeof(body)) == 0;
+}
+
+static void *fake_serve(void *arg)
+{
+	struct fake_conn *fc = arg;
+	struct proto_frame held = { 0 }, frame;
+	bool holding = false;
+
+	if (!fake_handshake(fc))
+		goto out;
+	while (proto_frame_read(fc->fd, true, &frame) == 0) {
+		atomic_fetch_add(&fc->agent->requests, 1);
+		if (fc->agent->mode == FAKE_SILENT) {
+			proto_frame_free(&frame);
+			continue;
+		}
+		if (fc->agent->mode == FAKE_DIE_ON_EXEC && frame.type == PROTO_MSG_EXEC_REQUEST) {
+			proto_frame_free(&frame);
+			break;
+		}
+		if (fc->agent->mode == FAKE_REVERSE_PAIRS && !holding) {
+			held = frame;
+			holding = true;
+			continue;
+		}
+		fake_reply(fc, &frame);
+		proto_frame_free(&frame);
+		if (holding) {
+			fake_reply(fc, &held);
+			proto_frame_free(&held);
+			holding = false;
+		}
+	}
+out:
+	if (holding)
+		proto_frame_free(&held);
+	shutdown(fc->fd, SHUT_RDWR);
+	free(fc);
+	return NULL;
+}
+
+static int fake_connect(void *opaque, int timeout_ms)
+{
+	struct fake_agent *agent = opaque;
+	struct fake_conn *fc;
+	int sv[2];
+
+	if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) < 0)
+		return -errno;
+	fc = calloc(1, sizeof(*fc));
+	fc->agent = agent;
+	fc->fd = sv[1];
+	pthread_mutex_lock(&agent->lock);
+	if (agent->thread_count == FAKE_MAX_CONNECTIONS) {
+		pthread_mutex_unlock(&agent->lock);
+		close(sv[0]);
+		close(sv[1]);
+		free(fc);
+		return -EMFILE;
+	}
+	agent->fds[agent->thread_count] = sv[1];
+	pthread_create(&agent->threads[agent->thread_count++], NULL, fake_serve, fc);
+	pthread_mutex_unlock(&agent->lock);
+	atomic_fetch_add(&agent->connections, 1);
+	return sv[0];
+}
+
+static void fake_init(struct fake_agent *agent, enum fake_mode mode)
+{
+	memset(agent, 0, sizeof(*agent));
+	agent->mode = mode;
+	for (int i = 0; i < PROTO_SECRET_SIZE; i++)
+		agent->secret[i] = (uint8_t)(0x40 + i);
+	pthread_mutex_init(&agent->lock, NULL);
+}
+
+static void fake_finish(struct fake_agent *agent)
+{
+	for (int i = 0; i < agent->thread_count; i++) {
+		pthread_join(agent->threads[i], NULL);
+		close(agent->fds[i]);
+	}
+	pthread_mutex_destroy(&agent->lock);
+}
+
+static struct control_channel *channel_for(struct fake_agent *agent, int deadline_ms)
+{
+	struct control_channel_config cfg = {
+		.connect = fake_connect, .connect_opaque = agent,
+		.connect_deadline_ms = deadline_ms,
+	};
+
+	memcpy(cfg.secret, agent->secret, PROTO_SECRET_SIZE);
+	return control_channel_create(&cfg);
+}
+
+static long long now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ts.tv_sec * 1000LL + ts.tv_nsec / 1000000;
+}
+
+/* ---- tests -------------------------------------------------------------------------------- */
+
+struct chunk_log {
+	char text[64];
+	int count;
+};
+
+static void collect_chunk(const struct proto_exec_output_chunk *chunk, void *opaque)
+{
+	struct chunk_log *log = opaque;
+
+	strncat(log->text, (const char *)chunk->data.data,
+		chunk->data.len < sizeof(log->text) - strlen(log->text) - 1
+			? chunk->data.len : sizeof(log->text) - strlen(log->text) - 1);
+	log->count++;
+}
+
+static void test_exec_and_files(void)
+{
+	struct fake_agent agent;
+	struct control_channel *ch;
+	char *args[] = { "hello" };
+	struct proto_exec_request req = { .program = "echo", .args = args, .args_count = 1 };
+	struct proto_exec_response resp;
+	struct proto_file_stat_response stat;
+	struct proto_bytes content;
+	struct chunk_log log = { .count = 0 };
+
+	fake_init(&agent, FAKE_NORMAL);
+	ch = channel_for(&agent, 0);
+	CHECK_INT_EQ(control_channel_exec(ch, &req, collect_chunk, &log, &resp), 0);
+	CHECK_INT_EQ(log.count, 2);
+	CHECK_STR_EQ(log.text, "echohello");
+	CHECK_INT_EQ(resp.exit_code, 1);
+	CHECK(resp.stdout_data.len == 4 && memcmp(resp.stdout_data.data, "echo", 4) == 0);
+	proto_exec_response_free(&resp);
+
+	CHECK_INT_EQ(control_channel_file_stat(ch, "/workspace/abc", &stat, 0), 0);
+	CHECK(stat.exists && stat.has_size);
+	CHECK_INT_EQ(stat.size, 14);
+	proto_file_stat_response_free(&stat);
+	CHECK_INT_EQ(control_channel_read_file(ch, "/workspace/r", &content, 0), 0);
+	CHECK(content.len == 12 && memcmp(content.data, "/workspace/r", 12) == 0);
+	free(content.data);
+	CHECK_INT_EQ(control_channel_read_file(ch, "/missing", &content, 0), -ENOENT);
+	CHECK(strstr(control_channel_last_error(), "No such file") != NULL);
+	CHECK_INT_EQ(control_channel_write_file(ch, "/workspace/w", "x", 1, true, 0), 0);
+	CHECK_INT_EQ(control_channel_write_file(ch, "/etc/passwd", "x", 1, true, 0), -EPERM);
+	CHECK(strstr(control_channel_last_error(), "Refusing") != NULL);
+	CHECK_INT_EQ(control_channel_mkdir_p(ch, "/workspace/d/e", 0), 0);
+	CHECK_INT_EQ(control_channel_snapshot_ready(ch, 0), 0);
+	CHECK_INT_EQ(atomic_load(&agent.connections), 1);
+	control_channel_destroy(ch);
+	fake_finish(&agent);
+}
+
+static void expect_handshake_refused(enum fake_mode mode, const char *needle)
+{
+	struct fake_agent agent;
+	struct control_channel *ch;
+
+	fake_init(&agent, mode);
+	ch = channel_for(&agent, FAKE_SHORT_DEADLINE_MS);
+	CHECK_INT_EQ(control_channel_connect(ch), -EPROTONOSUPPORT);
+	CHECK(strstr(control_channel_last_error(), needle) != NULL);
+	/* a version mismatch is not retried */
+	CHECK_INT_EQ(atomic_load(&agent.connections), 1);
+	control_channel_destroy(ch);
+	fake_finish(&agent);
+}
+
+static void test_handshake_validation(void)
+{
+	expect_handshake_refused(FAKE_PONG_V1, "version 1");
+	expect_handshake_refused(FAKE_PONG_NO_MUX, "without multiplexing");
+}
+
+static void test_wrong_secret(void)
+{
+	struct fake_agent agent;
+	struct control_channel *ch;
+	struct control_channel_config cfg = { .connect = fake_connect,
+					      .connect_deadline_ms = FAKE_SHORT_DEADLINE_MS };
+
+	fake_init(&agent, FAKE_NORMAL);
+	cfg.connect_opaque = &agent;
+	ch = control_channel_create(&cfg); /* all-zero secret */
+	CHECK_INT_EQ(control_channel_connect(ch), -EACCES);
+	CHECK(strstr(control_channel_last_error(), "secret") != NULL);
+	CHECK(atomic_load(&agent.connections) > 1);
+	control_channel_destroy(ch);
+	fake_finish(&agent);
+}
+
+struct stat_thread {
+	struct control_channel *ch;
+	char path[32];
+	int rc;
+	uint64_t size;
+};
+
+static void *stat_thread_run(void *arg)
+{
+	struct stat_thread *t = arg;
+	struct proto_file_stat_response stat;
+
+	t->rc = control_channel_file_stat(t->ch, t->path, &stat, 0);
+	t->size = stat.size;
+	proto_file_stat_response_free(&stat);
+	return NULL;
+}
+
+static void run_concurrent_stats(struct control_channel *ch, int count)
+{
+	struct stat_thread threads[FAKE_CONCURRENT_CALLS];
+	pthread_t ids[FAKE_CONCURRENT_CALLS];
+
+	for (int i = 0; i < count; i++) {
+		threads[i].ch = ch;
+		snprintf(threads[i].path, sizeof(threads[i].path), "/workspace/%0*d", i + 1, 0);
+		pthread_create(&ids[i], NULL, stat_thread_run, &threads[i]);
+	}
+	for (int i = 0; i < count; i++) {
+		pthread_join(ids[i], NULL);
+		CHECK_INT_EQ(threads[i].rc, 0);
+		CHECK_INT_EQ(threads[i].size, strlen(threads[i].path));
+	}
+}
+
+static void test_out_of_order_replies(void)
+{
+	struct fake_agent agent;
+	struct control_channel *ch;
+
+	fake_init(&agent, FAKE_REVERSE_PAIRS);
+	ch = channel_for(&agent, 0);
+	CHECK_INT_EQ(control_channel_connect(ch), 0);
+	run_concurrent_stats(ch, FAKE_CONCURRENT_CALLS);
+	control_channel_destroy(ch);
+	fake_finish(&agent);
+}
+
+static void test_stray_request_id_dropped(void)
+{
+	struct fake_agent agent;
+	struct control_channel *ch;
+
+	fake_init(&agent, FAKE_STRAY_ID);
+	ch = channel_for(&agent, 0);
+	run_concurrent_stats(ch, 4);
+	CHECK_INT_EQ(control_channel_snapshot_ready(ch, 0), 0);
+	CHECK_INT_EQ(atomic_load(&agent.connections), 1);
+	control_channel_destroy(ch);
+	fake_finish(&agent);
+}
+
+static void test_connection_loss_and_reconnect(void)
+{
+	struct fake_agent agent;
+	struct control_channel *ch;
+	struct proto_exec_request req = { .program = "true" };
+	struct proto_exec_response resp;
+
+	fake_init(&agent, FAKE_DIE_ON_EXEC);
+	ch = channel_for(&agent, 0);
+	CHECK_INT_EQ(control_channel_snapshot_ready(ch, 0), 0);
+	CHECK_INT_EQ(control_channel_exec(ch, &req, NULL, NULL, &resp), -ECONNRESET);
+	CHECK(strstr(control_channel_last_error(), "closed the connection") != NULL);
+	CHECK(strstr(control_channel_last_error(), "reconnects") != NULL);
+	CHECK_INT_EQ(control_channel_snapshot_ready(ch, 0), 0);
+	CHECK_INT_EQ(atomic_load(&agent.connections), 2);
+	control_channel_destroy(ch);
+	fake_finish(&agent);
+}
+
+static void test_call_timeout(void)
+{
+	struct fake_agent agent;
+	struct control_channel *ch;
+	struct proto_file_stat_response stat;
+	long long start;
+
+	fake_init(&agent, FAKE_SILENT);
+	ch = channel_for(&agent, 0);
+	start = now_ms();
+	CHECK_INT_EQ(control_channel_file_stat(ch, "/x", &stat, 100), -ETIMEDOUT);
+	CHECK(now_ms() - start < 2000);
+	CHECK(strstr(control_channel_last_error(), "no answer") != NULL);
+	/* the connection survives a timed-out call */
+	CHECK_INT_EQ(control_channel_file_stat(ch, "/x", &stat, 50), -ETIMEDOUT);
+	CHECK_INT_EQ(atomic_load(&agent.connections), 1);
+	control_channel_destroy(ch);
+	fake_finish(&agent);
+}
+
+static int refuse_connect(void *opaque, int timeout_ms)
+{
+	atomic_fetch_add((atomic_int *)opaque, 1);
+	return -ECONNREFUSED;
+}
+
+static void test_connect_deadline(void)
+{
+	atomic_int attempts = 0;
+	struct control_channel_config cfg = { .connect = refuse_connect, .connect_opaque = &attempts,
+					      .connect_deadline_ms = 300 };
+	struct control_channel *ch = control_channel_create(&cfg);
+	long long start = now_ms();
+
+	CHECK_INT_EQ(control_channel_connect(ch), -ETIMEDOUT);
+	CHECK(now_ms() - start >= 290);
+	CHECK(now_ms() - start < 1500);
+	/* 25, 50, 100, then 250 ms steps: a handful of attempts, not a busy loop */
+	CHECK(atomic_load(&attempts) >= 3 && atomic_load(&attempts) <= 8);
+	CHECK(strstr(control_channel_last_error(), "VOID_BOX_CONNECT_DEADLINE_SECS") != NULL);
+	control_channel_destroy(ch);
+	CHECK(control_channel_create(NULL) == NULL);
+}
+
+int main(void)
+{
+	RUN_TEST(test_exec_and_files);
+	RUN_TEST(test_handshake_validation);
+	RUN_TEST(test_wrong_secret);
+	RUN_TEST(test_out_of_order_replies);
+	RUN_TEST(test_stray_request_id_dropped);
+	RUN_TEST(test_connection_loss_and_reconnect);
+	RUN_TEST(test_call_timeout);
+	RUN_TEST(test_connect_deadline);
+	return harness_finish();
+}
