@@ -1,0 +1,237 @@
+/*
+ * voidbox-agent entry point. The same binary is PID 1 of every VM (system setup, vsock
+ * listener, secret from the kernel command line) and, outside a VM, a test server on a Unix
+ * socket with its roots under --root-prefix. After setup both modes run the identical server
+ * code. As PID 1 the agent never exits: a fatal error leaves it idling so the kernel does not
+ * panic and the log stays readable.
+ */
+#include "agent_log.h"
+#include "cmdline.h"
+#include "conn.h"
+#include "init.h"
+#include "modules.h"
+#include "policy.h"
+#include "proto/protocol.h"
+#include "reaper.h"
+#include "server.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <unistd.h>
+
+#define AGENT_CMDLINE_PATH "/proc/cmdline"
+#define AGENT_MODULES_DIR "/lib/modules"
+#define AGENT_SYSFS_MODULES_DIR "/sys/module"
+#define AGENT_POLICY_DIR "/etc/voidbox"
+#define AGENT_SECRET_ENV "VOIDBOX_SECRET"
+#define AGENT_LISTEN_UNIX_PREFIX "unix:"
+#define AGENT_LISTEN_VSOCK "vsock"
+#define AGENT_EXIT_USAGE 2
+
+struct agent_options {
+	const char *listen;
+	const char *secret_hex;
+	const char *root_prefix;
+	const char *log_level;
+};
+
+static void __attribute__((noreturn)) agent_idle_forever(void)
+{
+	agent_log_emergency("the agent cannot serve the host; idling so the VM stays inspectable");
+	for (;;)
+		pause();
+}
+
+static void __attribute__((noreturn)) agent_fail(bool is_pid1)
+{
+	if (is_pid1)
+		agent_idle_forever();
+	exit(EXIT_FAILURE);
+}
+
+static void agent_usage(FILE *out)
+{
+	fprintf(out,
+		"usage: voidbox-agent [--listen unix:PATH|vsock[:PORT]] [--secret-hex HEX]\n"
+		"                     [--root-prefix DIR] [--log-level LEVEL]\n"
+		"As PID 1 it sets up the VM and listens on vsock port %u with the secret from\n"
+		"voidbox.secret= on the kernel command line. Outside a VM the secret comes from\n"
+		"--secret-hex or $%s, and --root-prefix DIR relocates /workspace, /home and\n"
+		"/etc/voidbox under DIR (for tests).\n",
+		PROTO_GUEST_AGENT_PORT, AGENT_SECRET_ENV);
+}
+
+static int agent_parse_options(int argc, char **argv, struct agent_options *options)
+{
+	static const struct option long_options[] = {
+		{ "listen", required_argument, NULL, 'l' },
+		{ "secret-hex", required_argument, NULL, 's' },
+		{ "root-prefix", required_argument, NULL, 'r' },
+		{ "log-level", required_argument, NULL, 'v' },
+		{ "help", no_argument, NULL, 'h' },
+		{ NULL, 0, NULL, 0 },
+	};
+	int opt;
+
+	while ((opt = getopt_long(argc, argv, "", long_options, NULL)) != -1) {
+		switch (opt) {
+		case 'l':
+			options->listen = optarg;
+			break;
+		case 's':
+			options->secret_hex = optarg;
+			break;
+		case 'r':
+			options->root_prefix = optarg;
+			break;
+		case 'v':
+			options->log_level = optarg;
+			break;
+		case 'h':
+			agent_usage(stdout);
+			exit(EXIT_SUCCESS);
+		default:
+			agent_usage(stderr);
+			return -EINVAL;
+		}
+	}
+	return optind == argc ? 0 : -EINVAL;
+}
+
+static void agent_apply_log_level(const char *name)
+{
+	int level = log_level_parse(name ? name : getenv("VOIDBOX_LOG_LEVEL"));
+
+	if (level >= 0)
+		agent_log_set_level((enum log_level)level);
+}
+
+/* PID 1 only: system setup; returns the command line text (heap, "" when unreadable). */
+static char *agent_init_system(struct agent_cmdline *cmdline)
+{
+	char *text = NULL;
+	int failed;
+
+	init_environment();
+	init_mount_filesystems();
+	init_kernel_settings();
+	init_sandbox_dirs();
+	if (cmdline_read_file(AGENT_CMDLINE_PATH, &text) < 0) {
+		agent_error("cannot read %s: no secret, no clock", AGENT_CMDLINE_PATH);
+		text = strdup("");
+	}
+	cmdline_parse(text, cmdline);
+	init_set_clock(cmdline);
+	failed = modules_load_all(AGENT_MODULES_DIR, AGENT_SYSFS_MODULES_DIR, text ? text : "");
+	if (failed < 0)
+		agent_error("cannot scan %s: %s", AGENT_MODULES_DIR, strerror(-failed));
+	else if (failed > 0)
+		agent_error("%d kernel module(s) failed to load; devices may be missing", failed);
+	return text;
+}
+
+static int agent_secret_from_options(const struct agent_options *options,
+				     struct agent_context *ctx)
+{
+	const char *hex = options->secret_hex ? options->secret_hex : getenv(AGENT_SECRET_ENV);
+
+	if (!hex) {
+		agent_error("no session secret: pass --secret-hex HEX or set %s (64 hex digits)",
+			    AGENT_SECRET_ENV);
+		return -EINVAL;
+	}
+	if (cmdline_hex_decode(hex, strlen(hex), ctx->secret, sizeof(ctx->secret)) < 0) {
+		agent_error("the session secret must be exactly 64 hex digits");
+		return -EINVAL;
+	}
+	ctx->has_secret = true;
+	return 0;
+}
+
+static int agent_listen(const struct agent_options *options, bool is_pid1)
+{
+	const char *spec = options->listen;
+	unsigned long port = PROTO_GUEST_AGENT_PORT;
+
+	if (is_pid1 || !spec || strncmp(spec, AGENT_LISTEN_VSOCK, strlen(AGENT_LISTEN_VSOCK)) == 0) {
+		if (spec && spec[strlen(AGENT_LISTEN_VSOCK)] == ':')
+			port = strtoul(spec + strlen(AGENT_LISTEN_VSOCK) + 1, NULL, 10);
+		agent_info("listening on vsock port %lu", port);
+		return server_listen_vsock((unsigned int)port);
+	}
+	if (strncmp(spec, AGENT_LISTEN_UNIX_PREFIX, strlen(AGENT_LISTEN_UNIX_PREFIX)) == 0) {
+		agent_info("listening on %s", spec);
+		return server_listen_unix(spec + strlen(AGENT_LISTEN_UNIX_PREFIX));
+	}
+	agent_error("--listen takes unix:PATH or vsock[:PORT], not '%s'", spec);
+	return -EINVAL;
+}
+
+static int agent_build_context(const struct agent_options *options, struct agent_context *ctx)
+{
+	char policy_dir[PATH_MAX];
+
+	ctx->roots.prefix = options->root_prefix ? options->root_prefix : "";
+	ctx->drop_privileges = geteuid() == 0;
+	ctx->roots.chown_to_sandbox = ctx->drop_privileges;
+	if (!ctx->drop_privileges)
+		agent_info("not running as root: children keep uid %d and files keep their owner",
+			   (int)geteuid());
+	if (snprintf(policy_dir, sizeof(policy_dir), "%s%s", ctx->roots.prefix,
+		     AGENT_POLICY_DIR) >= (int)sizeof(policy_dir))
+		return -ENAMETOOLONG;
+	ctx->policy = policy_cache_new(policy_dir);
+	return ctx->policy ? 0 : -ENOMEM;
+}
+
+int main(int argc, char **argv)
+{
+	static struct agent_context ctx;
+	struct agent_options options = { 0 };
+	struct agent_cmdline cmdline = { 0 };
+	bool is_pid1 = getpid() == 1;
+	char *cmdline_text = NULL;
+	int listen_fd, err;
+
+	reaper_block_signals();
+	signal(SIGPIPE, SIG_IGN);
+	agent_log_init(is_pid1 ? AGENT_LOG_SINK_KMSG : AGENT_LOG_SINK_STDERR);
+	if (!is_pid1 && agent_parse_options(argc, argv, &options) < 0)
+		return AGENT_EXIT_USAGE;
+	agent_apply_log_level(options.log_level);
+	ctx.is_pid1 = is_pid1;
+	if (is_pid1) {
+		cmdline_text = agent_init_system(&cmdline);
+		ctx.has_secret = cmdline.has_secret;
+		memcpy(ctx.secret, cmdline.secret, sizeof(ctx.secret));
+		explicit_bzero(&cmdline, sizeof(cmdline));
+		if (!ctx.has_secret)
+			agent_log_emergency("no valid voidbox.secret on the command line: every "
+					    "connection will be refused");
+		free(cmdline_text);
+	} else if (agent_secret_from_options(&options, &ctx) < 0) {
+		return AGENT_EXIT_USAGE;
+	}
+	if (!is_pid1 && prctl(PR_SET_CHILD_SUBREAPER, 1) < 0)
+		agent_warn("cannot become a child subreaper: %s", strerror(errno));
+	err = agent_build_context(&options, &ctx);
+	if (!err)
+		err = reaper_start();
+	if (err) {
+		agent_log_emergency("agent setup failed: %s", strerror(-err));
+		agent_fail(is_pid1);
+	}
+	listen_fd = agent_listen(&options, is_pid1);
+	if (listen_fd < 0) {
+		agent_log_emergency("cannot listen: %s", strerror(-listen_fd));
+		agent_fail(is_pid1);
+	}
+	server_run(listen_fd, &ctx);
+	agent_fail(is_pid1);
+}

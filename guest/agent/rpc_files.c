@@ -1,0 +1,136 @@
+/*
+ * One small function per RPC, each: decode, operate, encode, send, free. Operation failures are
+ * answered with success=false and the guard's message; only undecodable bodies are protocol
+ * errors.
+ */
+#include "rpc_files.h"
+
+#include "agent_log.h"
+#include "files.h"
+#include "proto/protocol.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void rpc_send_status(struct agent_conn *conn, uint8_t type, uint32_t request_id,
+			    const char *error)
+{
+	struct proto_status_response response = { .success = !error, .error = (char *)error };
+	uint8_t *body;
+	size_t len;
+
+	if (proto_status_response_encode(&response, &body, &len) != 0)
+		return;
+	conn_send(conn, type, request_id, body, len);
+	free(body);
+}
+
+static int rpc_write_file(struct agent_conn *conn, uint32_t request_id, const uint8_t *body,
+			  size_t len)
+{
+	struct proto_write_file request = { 0 };
+	const char *why = NULL;
+	char *error = NULL;
+
+	if (proto_write_file_decode(body, len, &request, &why) != 0) {
+		agent_warn("WriteFile %u malformed: %s", request_id, why ? why : "?");
+		return -EPROTO;
+	}
+	if (files_write(&conn->ctx->roots, request.path, request.content.data,
+			request.content.len, request.create_parents, &error) != 0 && !error)
+		error = strdup("WriteFile failed");
+	if (error)
+		agent_info("WriteFile %u: %s", request_id, error);
+	rpc_send_status(conn, PROTO_MSG_WRITE_FILE_RESPONSE, request_id, error);
+	free(error);
+	proto_write_file_free(&request);
+	return 0;
+}
+
+static int rpc_mkdir_p(struct agent_conn *conn, uint32_t request_id, const uint8_t *body,
+		       size_t len)
+{
+	struct proto_path_request request = { 0 };
+	const char *why = NULL;
+	char *error = NULL;
+
+	if (proto_path_request_decode(body, len, &request, &why) != 0) {
+		agent_warn("MkdirP %u malformed: %s", request_id, why ? why : "?");
+		return -EPROTO;
+	}
+	if (files_mkdir_p(&conn->ctx->roots, request.path, &error) != 0 && !error)
+		error = strdup("MkdirP failed");
+	rpc_send_status(conn, PROTO_MSG_MKDIR_P_RESPONSE, request_id, error);
+	free(error);
+	proto_path_request_free(&request);
+	return 0;
+}
+
+static int rpc_read_file(struct agent_conn *conn, uint32_t request_id, const uint8_t *body,
+			 size_t len)
+{
+	struct proto_read_file_response response = { 0 };
+	struct proto_path_request request = { 0 };
+	const char *why = NULL;
+	uint8_t *out;
+	size_t out_len;
+
+	if (proto_path_request_decode(body, len, &request, &why) != 0) {
+		agent_warn("ReadFile %u malformed: %s", request_id, why ? why : "?");
+		return -EPROTO;
+	}
+	if (files_read(&conn->ctx->roots, request.path, &response.content.data,
+		       &response.content.len, &response.error) != 0 && !response.error)
+		response.error = strdup("ReadFile failed");
+	response.success = !response.error;
+	if (proto_read_file_response_encode(&response, &out, &out_len) == 0) {
+		conn_send(conn, PROTO_MSG_READ_FILE_RESPONSE, request_id, out, out_len);
+		free(out);
+	}
+	proto_read_file_response_free(&response);
+	proto_path_request_free(&request);
+	return 0;
+}
+
+static int rpc_file_stat(struct agent_conn *conn, uint32_t request_id, const uint8_t *body,
+			 size_t len)
+{
+	struct proto_file_stat_response response = { 0 };
+	struct proto_path_request request = { 0 };
+	const char *why = NULL;
+	uint8_t *out;
+	size_t out_len;
+
+	if (proto_path_request_decode(body, len, &request, &why) != 0) {
+		agent_warn("FileStat %u malformed: %s", request_id, why ? why : "?");
+		return -EPROTO;
+	}
+	files_stat(&conn->ctx->roots, request.path, &response.exists, &response.size,
+		   &response.error);
+	response.has_size = response.exists;
+	if (proto_file_stat_response_encode(&response, &out, &out_len) == 0) {
+		conn_send(conn, PROTO_MSG_FILE_STAT_RESPONSE, request_id, out, out_len);
+		free(out);
+	}
+	proto_file_stat_response_free(&response);
+	proto_path_request_free(&request);
+	return 0;
+}
+
+int rpc_files_handle(struct agent_conn *conn, uint8_t type, uint32_t request_id,
+		     const uint8_t *body, size_t len)
+{
+	switch (type) {
+	case PROTO_MSG_WRITE_FILE:
+		return rpc_write_file(conn, request_id, body, len);
+	case PROTO_MSG_MKDIR_P:
+		return rpc_mkdir_p(conn, request_id, body, len);
+	case PROTO_MSG_READ_FILE:
+		return rpc_read_file(conn, request_id, body, len);
+	case PROTO_MSG_FILE_STAT:
+		return rpc_file_stat(conn, request_id, body, len);
+	default:
+		return -EINVAL;
+	}
+}

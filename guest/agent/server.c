@@ -1,0 +1,362 @@
+/*
+ * Frames are read here with proto_header_parse plus plain reads rather than proto_frame_read,
+ * because the reader must tell three failures apart: an unknown type (skip the payload, log,
+ * keep the connection), an over-cap length or short multiplexed payload (close), and EOF.
+ * Before authentication a payload may be at most a Ping long, so an unauthenticated peer cannot
+ * make the agent allocate. The handshake has a receive timeout; afterwards reads block.
+ */
+#include "server.h"
+
+#include "agent_log.h"
+#include "exec.h"
+#include "proto/protocol.h"
+#include "pty_session.h"
+#include "rpc_files.h"
+#include "telemetry.h"
+
+#include <errno.h>
+#include <linux/reboot.h>
+#include <linux/vm_sockets.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/reboot.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
+
+#define SERVER_BACKLOG 16
+#define SERVER_VSOCK_BIND_ATTEMPTS 30
+#define SERVER_VSOCK_BIND_RETRY_NS (200 * 1000 * 1000L)
+#define SERVER_HANDSHAKE_TIMEOUT_SECS 30
+#define SERVER_SEND_TIMEOUT_SECS 60
+#define SERVER_ACCEPT_BACKOFF_NS (100 * 1000 * 1000L)
+#define SERVER_DISCARD_CHUNK 4096
+#define SERVER_PREAUTH_MAX_PAYLOAD 1024u
+
+enum frame_result {
+	FRAME_OK,
+	FRAME_EOF,
+	FRAME_SKIPPED,      /* unknown type, payload consumed */
+	FRAME_FATAL,        /* over cap, truncated, or I/O error: close */
+};
+
+struct server_frame {
+	uint8_t type;
+	uint32_t request_id;
+	uint8_t *payload;   /* whole payload (Ping/Pong) or the body after the request id */
+	uint8_t *storage;
+	size_t len;
+};
+
+static void server_sleep_ns(long ns)
+{
+	struct timespec ts = { .tv_sec = 0, .tv_nsec = ns };
+
+	nanosleep(&ts, NULL);
+}
+
+/* Reads exactly len bytes. Returns 0, -ECONNRESET at EOF before any byte, -EPIPE mid-way. */
+static int server_read_exact(int fd, void *buf, size_t len)
+{
+	size_t got = 0;
+
+	while (got < len) {
+		ssize_t n = read(fd, (uint8_t *)buf + got, len - got);
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0)
+			return -errno;
+		if (n == 0)
+			return got == 0 ? -ECONNRESET : -EPIPE;
+		got += (size_t)n;
+	}
+	return 0;
+}
+
+static int server_discard(int fd, size_t len)
+{
+	uint8_t sink[SERVER_DISCARD_CHUNK];
+
+	while (len > 0) {
+		size_t chunk = len < sizeof(sink) ? len : sizeof(sink);
+		int err = server_read_exact(fd, sink, chunk);
+
+		if (err)
+			return err;
+		len -= chunk;
+	}
+	return 0;
+}
+
+static enum frame_result server_read_frame(int fd, bool multiplexed, uint32_t max_payload,
+					   struct server_frame *frame, const char **why)
+{
+	uint8_t header[PROTO_HEADER_SIZE];
+	uint32_t payload_len;
+	int err;
+
+	memset(frame, 0, sizeof(*frame));
+	err = server_read_exact(fd, header, sizeof(header));
+	if (err == -ECONNRESET)
+		return FRAME_EOF;
+	if (err) {
+		*why = "read failed";
+		return FRAME_FATAL;
+	}
+	err = proto_header_parse(header, &payload_len, &frame->type);
+	if (err == -EMSGSIZE || (err == 0 && payload_len > max_payload)) {
+		*why = "declared length over the limit";
+		return FRAME_FATAL;
+	}
+	if (err) {
+		*why = "unknown message type";
+		return server_discard(fd, payload_len) ? FRAME_FATAL : FRAME_SKIPPED;
+	}
+	frame->storage = malloc(payload_len ? payload_len : 1);
+	if (!frame->storage) {
+		*why = "out of memory";
+		return FRAME_FATAL;
+	}
+	if (server_read_exact(fd, frame->storage, payload_len)) {
+		*why = "connection closed mid-frame";
+		goto fatal;
+	}
+	frame->payload = frame->storage;
+	frame->len = payload_len;
+	if (!multiplexed || frame->type == PROTO_MSG_PING || frame->type == PROTO_MSG_PONG)
+		return FRAME_OK;
+	if (payload_len < PROTO_REQUEST_ID_SIZE) {
+		*why = "payload shorter than the request id";
+		goto fatal;
+	}
+	frame->request_id = (uint32_t)frame->storage[0] | (uint32_t)frame->storage[1] << 8 |
+			    (uint32_t)frame->storage[2] << 16 | (uint32_t)frame->storage[3] << 24;
+	frame->payload += PROTO_REQUEST_ID_SIZE;
+	frame->len -= PROTO_REQUEST_ID_SIZE;
+	return FRAME_OK;
+fatal:
+	free(frame->storage);
+	frame->storage = NULL;
+	return FRAME_FATAL;
+}
+
+static void server_set_timeout(int fd, int option, int secs)
+{
+	struct timeval tv = { .tv_sec = secs };
+
+	setsockopt(fd, SOL_SOCKET, option, &tv, sizeof(tv));
+}
+
+/* Returns 0 once the peer is authenticated and has received the Pong. */
+static int server_handshake(struct agent_conn *conn)
+{
+	const struct agent_context *ctx = conn->ctx;
+	struct proto_ping ping;
+	struct proto_pong pong = { .version = PROTO_VERSION,
+				   .flags = PROTO_FLAG_SUPPORTS_MULTIPLEX };
+	uint8_t pong_body[PROTO_PONG_SIZE];
+	struct server_frame frame;
+	const char *why = "?";
+	enum frame_result result;
+	int err = -EACCES;
+
+	server_set_timeout(conn->fd, SO_RCVTIMEO, SERVER_HANDSHAKE_TIMEOUT_SECS);
+	result = server_read_frame(conn->fd, false, SERVER_PREAUTH_MAX_PAYLOAD, &frame, &why);
+	if (result != FRAME_OK) {
+		agent_warn("handshake: closing: %s", result == FRAME_EOF ? "peer closed" : why);
+		return -EPROTO;
+	}
+	if (frame.type != PROTO_MSG_PING) {
+		agent_warn("handshake: closing: %s before Ping", proto_msg_type_name(frame.type));
+		goto out;
+	}
+	if (proto_ping_decode(frame.payload, frame.len, &ping) != 0) {
+		agent_warn("handshake: closing: malformed Ping");
+		goto out;
+	}
+	if (!ctx->has_secret || !proto_secret_equal(ping.secret, ctx->secret)) {
+		agent_warn("handshake: closing: %s", ctx->has_secret ? "wrong session secret" :
+					"the agent has no session secret (voidbox.secret missing)");
+		goto out;
+	}
+	if (!(ping.flags & PROTO_FLAG_SUPPORTS_MULTIPLEX)) {
+		agent_warn("handshake: closing: peer (version %u) lacks multiplexing, which v2 "
+			   "requires", ping.version);
+		goto out;
+	}
+	proto_pong_encode(&pong, pong_body);
+	pthread_mutex_lock(&conn->write_lock);
+	err = proto_frame_write(conn->fd, PROTO_MSG_PONG, false, 0, pong_body, sizeof(pong_body));
+	pthread_mutex_unlock(&conn->write_lock);
+	server_set_timeout(conn->fd, SO_RCVTIMEO, 0);
+out:
+	explicit_bzero(&ping, sizeof(ping));
+	free(frame.storage);
+	return err;
+}
+
+static void server_shutdown_request(const struct agent_context *ctx)
+{
+	if (!ctx->is_pid1) {
+		agent_info("Shutdown requested; not PID 1, so the agent keeps running");
+		return;
+	}
+	agent_log_emergency("Shutdown requested: syncing and powering off");
+	sync();
+	reboot(RB_POWER_OFF);
+	agent_log_emergency("power off failed: %s", strerror(errno));
+}
+
+/* Returns 0 to keep reading or -EPROTO to close the connection. */
+static int server_dispatch(struct agent_conn *conn, const struct server_frame *frame)
+{
+	switch (frame->type) {
+	case PROTO_MSG_EXEC_REQUEST:
+		return exec_start(conn, frame->request_id, frame->payload, frame->len) == -EPROTO ?
+			       -EPROTO : 0;
+	case PROTO_MSG_WRITE_FILE:
+	case PROTO_MSG_READ_FILE:
+	case PROTO_MSG_MKDIR_P:
+	case PROTO_MSG_FILE_STAT:
+		return rpc_files_handle(conn, frame->type, frame->request_id, frame->payload,
+					frame->len);
+	case PROTO_MSG_SUBSCRIBE_TELEMETRY:
+		return telemetry_start(conn, frame->request_id, frame->payload, frame->len) ==
+				       -EPROTO ? -EPROTO : 0;
+	case PROTO_MSG_SNAPSHOT_READY:
+		conn_send(conn, PROTO_MSG_SNAPSHOT_READY, frame->request_id, NULL, 0);
+		return 0;
+	case PROTO_MSG_SHUTDOWN:
+		server_shutdown_request(conn->ctx);
+		return 0;
+	case PROTO_MSG_PTY_OPEN:
+		return pty_open(conn, frame->request_id, frame->payload, frame->len);
+	case PROTO_MSG_PTY_DATA:
+	case PROTO_MSG_PTY_RESIZE:
+	case PROTO_MSG_PTY_CLOSE:
+		return pty_route(conn, frame->type, frame->request_id, frame->payload, frame->len);
+	default:
+		agent_info("ignoring %s (request %u): not a guest-bound request",
+			   proto_msg_type_name(frame->type), frame->request_id);
+		return 0;
+	}
+}
+
+static void server_serve(struct agent_conn *conn)
+{
+	for (;;) {
+		struct server_frame frame;
+		const char *why = "?";
+		enum frame_result result;
+		int err;
+
+		result = server_read_frame(conn->fd, true, PROTO_MAX_PAYLOAD, &frame, &why);
+		if (result == FRAME_EOF)
+			break;
+		if (result == FRAME_SKIPPED) {
+			agent_warn("dropped a frame: %s", why);
+			continue;
+		}
+		if (result == FRAME_FATAL) {
+			if (!atomic_load(&conn->closed))
+				agent_warn("closing connection: %s", why);
+			break;
+		}
+		err = server_dispatch(conn, &frame);
+		free(frame.storage);
+		if (err) {
+			agent_warn("closing connection: malformed %s body",
+				   proto_msg_type_name(frame.type));
+			break;
+		}
+	}
+}
+
+static void *server_conn_main(void *arg)
+{
+	struct agent_conn *conn = arg;
+
+	if (server_handshake(conn) == 0) {
+		agent_info("connection authenticated");
+		server_serve(conn);
+	}
+	pty_conn_closed(conn);
+	conn_shutdown(conn);
+	conn_put(conn);
+	return NULL;
+}
+
+int server_listen_vsock(unsigned int port)
+{
+	struct sockaddr_vm addr = {
+		.svm_family = AF_VSOCK,
+		.svm_port = port,
+		.svm_cid = VMADDR_CID_ANY,
+	};
+	int fd, err = -EIO;
+
+	for (int attempt = 0; attempt < SERVER_VSOCK_BIND_ATTEMPTS; attempt++) {
+		fd = socket(AF_VSOCK, SOCK_STREAM | SOCK_CLOEXEC, 0);
+		if (fd >= 0 && bind(fd, (struct sockaddr *)&addr, sizeof(addr)) == 0 &&
+		    listen(fd, SERVER_BACKLOG) == 0)
+			return fd;
+		err = -errno;
+		if (fd >= 0)
+			close(fd);
+		server_sleep_ns(SERVER_VSOCK_BIND_RETRY_NS);
+	}
+	return err;
+}
+
+int server_listen_unix(const char *path)
+{
+	struct sockaddr_un addr = { .sun_family = AF_UNIX };
+	int fd, err;
+
+	if (strlen(path) >= sizeof(addr.sun_path))
+		return -ENAMETOOLONG;
+	strcpy(addr.sun_path, path);
+	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return -errno;
+	unlink(path);
+	if (bind(fd, (struct sockaddr *)&addr, sizeof(addr)) < 0 ||
+	    listen(fd, SERVER_BACKLOG) < 0) {
+		err = -errno;
+		close(fd);
+		return err;
+	}
+	return fd;
+}
+
+int server_run(int listen_fd, const struct agent_context *ctx)
+{
+	for (;;) {
+		struct agent_conn *conn;
+		pthread_t thread;
+		int fd = accept4(listen_fd, NULL, NULL, SOCK_CLOEXEC);
+
+		if (fd < 0) {
+			if (errno == EINTR || errno == ECONNABORTED)
+				continue;
+			agent_error("accept failed: %s; retrying", strerror(errno));
+			server_sleep_ns(SERVER_ACCEPT_BACKOFF_NS);
+			continue;
+		}
+		server_set_timeout(fd, SO_SNDTIMEO, SERVER_SEND_TIMEOUT_SECS);
+		conn = conn_new(fd, ctx);
+		if (!conn) {
+			close(fd);
+			continue;
+		}
+		if (pthread_create(&thread, NULL, server_conn_main, conn) != 0) {
+			agent_error("cannot start a connection thread; dropping the connection");
+			conn_put(conn);
+			continue;
+		}
+		pthread_detach(thread);
+	}
+	return 0;
+}

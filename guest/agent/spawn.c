@@ -1,0 +1,323 @@
+/*
+ * The environment is assembled as a small key=value vector: the agent's own environment, then
+ * the sandbox defaults, then the request's variables, each replacing an earlier key. The child
+ * side is strictly async-signal-safe (no malloc, no stdio) because the agent is multithreaded.
+ */
+#include "spawn.h"
+
+#include "conn.h"
+#include "reaper.h"
+
+#include <errno.h>
+#include <grp.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define SPAWN_EXIT_FAILURE 127
+#define SPAWN_PTY_TERM "xterm-256color"
+#define SPAWN_PTY_PATH_PREFIX AGENT_SANDBOX_HOME "/.local/bin:/usr/local/bin"
+#define SPAWN_REQUIRED_PATH_DIR "/usr/local/bin"
+
+extern char **environ;
+
+static const char *const spawn_stage_names[] = {
+	[SPAWN_STAGE_CHDIR] = "chdir",
+	[SPAWN_STAGE_RLIMIT] = "setrlimit",
+	[SPAWN_STAGE_CREDENTIALS] = "dropping to uid 1000",
+	[SPAWN_STAGE_EXEC] = "exec",
+	[SPAWN_STAGE_STDIO] = "stdio setup",
+};
+
+struct env_vector {
+	char **items;
+	size_t count;
+	size_t capacity;
+};
+
+static int env_set(struct env_vector *env, const char *key, size_t key_len, const char *value)
+{
+	char *entry;
+
+	if (asprintf(&entry, "%.*s=%s", (int)key_len, key, value) < 0)
+		return -ENOMEM;
+	for (size_t i = 0; i < env->count; i++) {
+		if (strncmp(env->items[i], key, key_len) == 0 && env->items[i][key_len] == '=') {
+			free(env->items[i]);
+			env->items[i] = entry;
+			return 0;
+		}
+	}
+	if (env->count + 1 >= env->capacity) {
+		size_t capacity = env->capacity ? 2 * env->capacity : 32;
+		char **items = realloc(env->items, capacity * sizeof(*items));
+
+		if (!items) {
+			free(entry);
+			return -ENOMEM;
+		}
+		env->items = items;
+		env->capacity = capacity;
+	}
+	env->items[env->count++] = entry;
+	env->items[env->count] = NULL;
+	return 0;
+}
+
+static const char *env_get(const struct env_vector *env, const char *key)
+{
+	size_t len = strlen(key);
+
+	for (size_t i = 0; i < env->count; i++)
+		if (strncmp(env->items[i], key, len) == 0 && env->items[i][len] == '=')
+			return env->items[i] + len + 1;
+	return NULL;
+}
+
+static void env_free(struct env_vector *env)
+{
+	for (size_t i = 0; i < env->count; i++)
+		free(env->items[i]);
+	free(env->items);
+	memset(env, 0, sizeof(*env));
+}
+
+static bool path_has_dir(const char *path, const char *dir)
+{
+	size_t len = strlen(dir);
+	const char *p = path;
+
+	while (p && *p) {
+		const char *end = strchrnul(p, ':');
+
+		if ((size_t)(end - p) == len && strncmp(p, dir, len) == 0)
+			return true;
+		p = *end ? end + 1 : NULL;
+	}
+	return false;
+}
+
+static int env_build_path(struct env_vector *env, enum spawn_kind kind)
+{
+	const char *path = env_get(env, "PATH");
+	char *value;
+	int err;
+
+	if (!path)
+		path = AGENT_DEFAULT_PATH;
+	if (kind == SPAWN_KIND_PTY)
+		err = asprintf(&value, "%s:%s", SPAWN_PTY_PATH_PREFIX, path);
+	else if (!path_has_dir(path, SPAWN_REQUIRED_PATH_DIR))
+		err = asprintf(&value, "%s:%s", SPAWN_REQUIRED_PATH_DIR, path);
+	else
+		err = asprintf(&value, "%s", path);
+	if (err < 0)
+		return -ENOMEM;
+	err = env_set(env, "PATH", strlen("PATH"), value);
+	free(value);
+	return err;
+}
+
+static int env_build(struct env_vector *env, const struct spawn_request *request)
+{
+	int err = 0;
+
+	for (char **e = environ; *e && !err; e++) {
+		const char *eq = strchr(*e, '=');
+
+		if (eq)
+			err = env_set(env, *e, (size_t)(eq - *e), eq + 1);
+	}
+	if (!err)
+		err = env_build_path(env, request->kind);
+	if (!err)
+		err = env_set(env, "HOME", strlen("HOME"), AGENT_SANDBOX_HOME);
+	if (!err && request->kind == SPAWN_KIND_PTY)
+		err = env_set(env, "TERM", strlen("TERM"), SPAWN_PTY_TERM);
+	for (size_t i = 0; i < request->env_count && !err; i++) {
+		const char *key = request->env[i].key;
+
+		if (!key || !*key || strchr(key, '='))
+			continue;
+		err = env_set(env, key, strlen(key), request->env[i].value ? request->env[i].value : "");
+	}
+	return err;
+}
+
+static bool path_is_executable(const char *path)
+{
+	struct stat st;
+
+	return stat(path, &st) == 0 && S_ISREG(st.st_mode) && access(path, X_OK) == 0;
+}
+
+/* Looks program up in search_path (the child's PATH); *resolved is heap. */
+static int spawn_resolve(const char *program, const char *search_path, char **resolved)
+{
+	const char *p = search_path;
+
+	if (strchr(program, '/')) {
+		*resolved = strdup(program);
+		return *resolved ? 0 : -ENOMEM;
+	}
+	while (p && *p) {
+		const char *end = strchrnul(p, ':');
+		char *candidate;
+
+		if (asprintf(&candidate, "%.*s/%s", (int)(end - p), end == p ? "." : p,
+			     program) < 0)
+			return -ENOMEM;
+		if (path_is_executable(candidate)) {
+			*resolved = candidate;
+			return 0;
+		}
+		free(candidate);
+		p = *end ? end + 1 : NULL;
+	}
+	return -ENOENT;
+}
+
+static int spawn_build_argv(struct spawn_plan *plan, const struct spawn_request *request)
+{
+	plan->argv = calloc(request->args_count + 2, sizeof(*plan->argv));
+	if (!plan->argv)
+		return -ENOMEM;
+	plan->argv[0] = strdup(request->program);
+	if (!plan->argv[0])
+		return -ENOMEM;
+	for (size_t i = 0; i < request->args_count; i++) {
+		plan->argv[i + 1] = strdup(request->args[i] ? request->args[i] : "");
+		if (!plan->argv[i + 1])
+			return -ENOMEM;
+	}
+	return 0;
+}
+
+int spawn_plan_build(struct spawn_plan *plan, const struct spawn_request *request,
+		     const struct policy_limits *limits, bool drop_privileges, char **error)
+{
+	struct env_vector env = { 0 };
+	int err;
+
+	memset(plan, 0, sizeof(*plan));
+	*error = NULL;
+	plan->kind = request->kind;
+	plan->limits = *limits;
+	plan->apply_fsize_limit = !(request->kind == SPAWN_KIND_PTY && request->interactive);
+	plan->drop_privileges = drop_privileges;
+	plan->stdio[0] = plan->stdio[1] = plan->stdio[2] = -1;
+	if (!request->program || !*request->program) {
+		if (asprintf(error, "Failed to spawn: the program name is empty") < 0)
+			*error = NULL;
+		return -EINVAL;
+	}
+	err = env_build(&env, request);
+	if (!err)
+		err = spawn_build_argv(plan, request);
+	if (!err && request->working_dir && *request->working_dir) {
+		plan->working_dir = strdup(request->working_dir);
+		if (!plan->working_dir)
+			err = -ENOMEM;
+	}
+	if (!err) {
+		err = spawn_resolve(request->program, env_get(&env, "PATH"), &plan->path);
+		if (err == -ENOENT && asprintf(error, "Failed to spawn '%s': not found in PATH (%s)",
+					       request->program, env_get(&env, "PATH")) < 0)
+			*error = NULL;
+	}
+	plan->envp = env.items;
+	if (err) {
+		if (!*error && asprintf(error, "Failed to spawn '%s': %s", request->program,
+					strerror(-err)) < 0)
+			*error = NULL;
+		spawn_plan_free(plan);
+	}
+	return err;
+}
+
+void spawn_plan_free(struct spawn_plan *plan)
+{
+	struct env_vector env = { .items = plan->envp };
+
+	if (plan->argv)
+		for (char **a = plan->argv; *a; a++)
+			free(*a);
+	free(plan->argv);
+	while (env.items && env.items[env.count])
+		env.count++;
+	env_free(&env);
+	free(plan->path);
+	free(plan->working_dir);
+	memset(plan, 0, sizeof(*plan));
+}
+
+static void __attribute__((noreturn)) spawn_child_fail(int report_fd, enum spawn_stage stage)
+{
+	struct spawn_failure failure = { .stage = stage, .err = errno };
+	ssize_t rc = write(report_fd, &failure, sizeof(failure));
+
+	(void)rc;
+	_exit(SPAWN_EXIT_FAILURE);
+}
+
+static int spawn_set_limit(int resource, uint64_t value)
+{
+	struct rlimit limit = { .rlim_cur = value, .rlim_max = value };
+
+	return setrlimit(resource, &limit);
+}
+
+void spawn_child_exec(const struct spawn_plan *plan, int report_fd)
+{
+	static const gid_t sandbox_groups[] = { AGENT_SANDBOX_GID };
+
+	reaper_child_reset_signals();
+	if (plan->kind == SPAWN_KIND_EXEC) {
+		if (setpgid(0, 0) < 0)
+			spawn_child_fail(report_fd, SPAWN_STAGE_STDIO);
+		for (int fd = 0; fd < 3; fd++)
+			if (dup2(plan->stdio[fd], fd) < 0)
+				spawn_child_fail(report_fd, SPAWN_STAGE_STDIO);
+	}
+	if (plan->working_dir && chdir(plan->working_dir) < 0)
+		spawn_child_fail(report_fd, SPAWN_STAGE_CHDIR);
+	if (spawn_set_limit(RLIMIT_NOFILE, plan->limits.max_open_files) < 0 ||
+	    spawn_set_limit(RLIMIT_NPROC, plan->limits.max_processes) < 0 ||
+	    (plan->apply_fsize_limit &&
+	     spawn_set_limit(RLIMIT_FSIZE, plan->limits.max_file_size) < 0))
+		spawn_child_fail(report_fd, SPAWN_STAGE_RLIMIT);
+	if (plan->drop_privileges &&
+	    (setgroups(1, sandbox_groups) < 0 || setgid(AGENT_SANDBOX_GID) < 0 ||
+	     setuid(AGENT_SANDBOX_UID) < 0))
+		spawn_child_fail(report_fd, SPAWN_STAGE_CREDENTIALS);
+	execve(plan->path, plan->argv, plan->envp);
+	spawn_child_fail(report_fd, SPAWN_STAGE_EXEC);
+}
+
+char *spawn_failure_message(const char *program, const struct spawn_failure *failure)
+{
+	const char *stage = "start";
+	char *message;
+
+	if (failure->stage > 0 &&
+	    (size_t)failure->stage < sizeof(spawn_stage_names) / sizeof(spawn_stage_names[0]))
+		stage = spawn_stage_names[failure->stage];
+	if (asprintf(&message, "Failed to spawn '%s': %s: %s", program, stage,
+		     strerror(failure->err)) < 0)
+		return NULL;
+	return message;
+}
+
+bool spawn_read_failure(int report_fd, struct spawn_failure *failure)
+{
+	ssize_t n;
+
+	do {
+		n = read(report_fd, failure, sizeof(*failure));
+	} while (n < 0 && errno == EINTR);
+	return n == (ssize_t)sizeof(*failure);
+}

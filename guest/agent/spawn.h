@@ -1,0 +1,75 @@
+/*
+ * Building and starting a sandboxed child, shared by exec and PTY sessions so both apply the
+ * same rules: PATH lookup done in the parent with the child's final environment, uid/gid 1000
+ * with supplementary groups reset, rlimits from policy, the working directory, and exec errors
+ * reported back through a close-on-exec pipe. Everything that allocates happens before fork.
+ */
+#ifndef VOIDBOX_AGENT_SPAWN_H
+#define VOIDBOX_AGENT_SPAWN_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "policy.h"
+#include "proto/protocol.h"
+
+enum spawn_kind {
+	SPAWN_KIND_EXEC,   /* own process group, pipes on 0/1/2 */
+	SPAWN_KIND_PTY,    /* session leader with the pty as controlling terminal (forkpty) */
+};
+
+struct spawn_request {
+	enum spawn_kind kind;
+	const char *program;
+	char *const *args;
+	size_t args_count;
+	const struct proto_env_var *env;
+	size_t env_count;
+	const char *working_dir;
+	bool interactive;            /* PTY only: interactive sessions get no RLIMIT_FSIZE */
+};
+
+struct spawn_plan {
+	enum spawn_kind kind;
+	char *path;
+	char **argv;
+	char **envp;
+	char *working_dir;
+	struct policy_limits limits;
+	bool apply_fsize_limit;
+	bool drop_privileges;
+	int stdio[3];                /* EXEC: fds to install as 0/1/2 */
+};
+
+/* Child failure stages reported through the pipe together with errno. */
+enum spawn_stage {
+	SPAWN_STAGE_CHDIR = 1,
+	SPAWN_STAGE_RLIMIT,
+	SPAWN_STAGE_CREDENTIALS,
+	SPAWN_STAGE_EXEC,
+	SPAWN_STAGE_STDIO,
+};
+
+struct spawn_failure {
+	int stage;
+	int err;
+};
+
+/*
+ * Resolves the program and builds argv/envp. Returns 0, or -errno with *error set to a
+ * user-facing message (e.g. the program is not on PATH).
+ */
+int spawn_plan_build(struct spawn_plan *plan, const struct spawn_request *request,
+		     const struct policy_limits *limits, bool drop_privileges, char **error);
+void spawn_plan_free(struct spawn_plan *plan);
+
+/* Runs in the forked child; never returns. report_fd is the close-on-exec error pipe. */
+void spawn_child_exec(const struct spawn_plan *plan, int report_fd) __attribute__((noreturn));
+
+/* Formats a child failure for the user ("Failed to spawn 'x': chdir: No such file ..."). */
+char *spawn_failure_message(const char *program, const struct spawn_failure *failure);
+
+/* Reads the error pipe after fork (blocks until exec or failure). Returns true on failure. */
+bool spawn_read_failure(int report_fd, struct spawn_failure *failure);
+
+#endif
