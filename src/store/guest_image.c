@@ -1,0 +1,325 @@
+/*
+ * The read side of guest images: where they live, listing, removal and choosing the kernel and
+ * initramfs for a run. Building is in guest_image_build.c.
+ *
+ * Resolution decides each of the two files on its own, so `--kernel` with an env-provided
+ * initramfs works; every chosen file is checked for readability here, before any VM exists,
+ * and the error names where the path came from.
+ */
+#include "store/guest_image.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <ftw.h>
+#include <jansson.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "store/guest_image_internal.h"
+
+#define GUEST_IMAGE_HOME_DIR_NAME ".void-box"
+#define GUEST_IMAGE_REMOVE_FD_LIMIT 32
+#define GUEST_IMAGE_LIST_INITIAL 8
+
+void guest_image_set_error(char *err, size_t errlen, const char *fmt, ...)
+{
+	va_list ap;
+
+	if (!err || errlen == 0)
+		return;
+	va_start(ap, fmt);
+	vsnprintf(err, errlen, fmt, ap);
+	va_end(ap);
+}
+
+int guest_image_format(char *out, size_t out_len, const char *fmt, ...)
+{
+	va_list ap;
+	int n;
+
+	va_start(ap, fmt);
+	n = vsnprintf(out, out_len, fmt, ap);
+	va_end(ap);
+	return n < 0 || (size_t)n >= out_len ? -ENAMETOOLONG : 0;
+}
+
+int guest_image_home(char *out, size_t out_len)
+{
+	const char *home = getenv(GUEST_IMAGE_ENV_HOME);
+	const char *user_home = getenv("HOME");
+
+	if (home && *home)
+		return guest_image_format(out, out_len, "%s", home);
+	if (!user_home || !*user_home)
+		return -ENOENT;
+	return guest_image_format(out, out_len, "%s/%s", user_home, GUEST_IMAGE_HOME_DIR_NAME);
+}
+
+bool guest_image_name_valid(const char *name)
+{
+	size_t len = name ? strlen(name) : 0;
+
+	if (len == 0 || len >= GUEST_IMAGE_NAME_MAX || strcmp(name, ".") == 0 ||
+	    strcmp(name, "..") == 0 || name[0] == '.')
+		return false;
+	for (size_t i = 0; i < len; i++) {
+		char c = name[i];
+
+		if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+		      c == '.' || c == '_' || c == '-'))
+			return false;
+	}
+	return true;
+}
+
+int guest_image_dir(const char *name, char *out, size_t out_len)
+{
+	char home[PATH_MAX];
+	int rc;
+
+	if (!guest_image_name_valid(name))
+		return -EINVAL;
+	rc = guest_image_home(home, sizeof(home));
+	if (rc < 0)
+		return rc;
+	return guest_image_format(out, out_len, "%s/%s/%s", home, GUEST_IMAGE_IMAGES_DIR, name);
+}
+
+static int guest_image_remove_visit(const char *path, const struct stat *st, int type,
+				    struct FTW *ftw)
+{
+	return remove(path) < 0 && errno != ENOENT ? -1 : 0;
+}
+
+int guest_image_remove_tree(const char *path)
+{
+	if (nftw(path, guest_image_remove_visit, GUEST_IMAGE_REMOVE_FD_LIMIT,
+		 FTW_DEPTH | FTW_PHYS) < 0)
+		return errno == ENOENT ? 0 : -errno;
+	return 0;
+}
+
+static uint64_t guest_image_dir_size(const char *dir)
+{
+	DIR *handle = opendir(dir);
+	struct dirent *entry;
+	uint64_t total = 0;
+
+	if (!handle)
+		return 0;
+	while ((entry = readdir(handle)) != NULL) {
+		char path[PATH_MAX];
+		struct stat st;
+
+		if (guest_image_format(path, sizeof(path), "%s/%s", dir, entry->d_name) < 0)
+			continue;
+		if (stat(path, &st) == 0 && S_ISREG(st.st_mode))
+			total += (uint64_t)st.st_size;
+	}
+	closedir(handle);
+	return total;
+}
+
+static int guest_image_read_info(const char *images_dir, const char *name,
+				 struct guest_image_info *info)
+{
+	char dir[PATH_MAX], manifest_path[PATH_MAX];
+	json_error_t json_error;
+	json_t *manifest;
+	const char *release = "?", *built_at = "?";
+
+	if (guest_image_format(dir, sizeof(dir), "%s/%s", images_dir, name) < 0 ||
+	    guest_image_format(manifest_path, sizeof(manifest_path), "%s/%s", dir,
+		     GUEST_IMAGE_MANIFEST_FILE) < 0)
+		return -ENAMETOOLONG;
+	manifest = json_load_file(manifest_path, 0, &json_error);
+	if (!manifest)
+		return -ENOENT;
+	json_unpack(manifest, "{s:{s:s}}", "kernel", "release", &release);
+	json_unpack(manifest, "{s:s}", "built_at", &built_at);
+	memset(info, 0, sizeof(*info));
+	guest_image_format(info->name, sizeof(info->name), "%s", name);
+	guest_image_format(info->kernel_release, sizeof(info->kernel_release), "%s", release);
+	guest_image_format(info->built_at, sizeof(info->built_at), "%s", built_at);
+	info->size_bytes = guest_image_dir_size(dir);
+	json_decref(manifest);
+	return 0;
+}
+
+static int guest_image_info_compare(const void *a, const void *b)
+{
+	return strcmp(((const struct guest_image_info *)a)->name,
+		      ((const struct guest_image_info *)b)->name);
+}
+
+int guest_image_list(struct guest_image_info **images, size_t *count, char *err,
+		     size_t errlen)
+{
+	char home[PATH_MAX], images_dir[PATH_MAX];
+	struct guest_image_info *list = NULL;
+	size_t used = 0, capacity = 0;
+	struct dirent *entry;
+	DIR *handle;
+	int rc;
+
+	*images = NULL;
+	*count = 0;
+	rc = guest_image_home(home, sizeof(home));
+	if (rc < 0) {
+		guest_image_set_error(err, errlen, "cannot find the voidbox home: set %s or HOME",
+				      GUEST_IMAGE_ENV_HOME);
+		return rc;
+	}
+	guest_image_format(images_dir, sizeof(images_dir), "%s/%s", home, GUEST_IMAGE_IMAGES_DIR);
+	handle = opendir(images_dir);
+	if (!handle)
+		return errno == ENOENT ? 0 : -errno;
+	while ((entry = readdir(handle)) != NULL) {
+		if (!guest_image_name_valid(entry->d_name))
+			continue; /* ".", "..", and in-progress ".build-*" directories */
+		if (used == capacity) {
+			size_t grown_capacity = capacity ? capacity * 2 : GUEST_IMAGE_LIST_INITIAL;
+			struct guest_image_info *grown =
+				realloc(list, grown_capacity * sizeof(*grown));
+
+			if (!grown) {
+				rc = -ENOMEM;
+				goto fail;
+			}
+			list = grown;
+			capacity = grown_capacity;
+		}
+		if (guest_image_read_info(images_dir, entry->d_name, &list[used]) == 0)
+			used++;
+	}
+	closedir(handle);
+	if (used)
+		qsort(list, used, sizeof(*list), guest_image_info_compare);
+	*images = list;
+	*count = used;
+	return 0;
+fail:
+	closedir(handle);
+	free(list);
+	return rc;
+}
+
+static int guest_image_clean_one(const char *name, char *err, size_t errlen)
+{
+	char dir[PATH_MAX];
+	struct stat st;
+	int rc;
+
+	rc = guest_image_dir(name, dir, sizeof(dir));
+	if (rc < 0) {
+		guest_image_set_error(err, errlen, "invalid image name '%s': use letters, digits, "
+				      "'.', '_' and '-'", name);
+		return rc;
+	}
+	if (stat(dir, &st) < 0) {
+		guest_image_set_error(err, errlen, "no image named '%s' (see `voidbox image list`)",
+				      name);
+		return -ENOENT;
+	}
+	rc = guest_image_remove_tree(dir);
+	if (rc < 0)
+		guest_image_set_error(err, errlen, "cannot remove %s: %s", dir, strerror(-rc));
+	return rc;
+}
+
+int guest_image_clean(const char *name, char *err, size_t errlen)
+{
+	char home[PATH_MAX], images_dir[PATH_MAX];
+	int rc;
+
+	if (name)
+		return guest_image_clean_one(name, err, errlen);
+	rc = guest_image_home(home, sizeof(home));
+	if (rc < 0) {
+		guest_image_set_error(err, errlen, "cannot find the voidbox home: set %s or HOME",
+				      GUEST_IMAGE_ENV_HOME);
+		return rc;
+	}
+	guest_image_format(images_dir, sizeof(images_dir), "%s/%s", home, GUEST_IMAGE_IMAGES_DIR);
+	rc = guest_image_remove_tree(images_dir);
+	if (rc < 0)
+		guest_image_set_error(err, errlen, "cannot remove %s: %s", images_dir,
+				      strerror(-rc));
+	return rc;
+}
+
+/* The default image's initramfs: whichever of the two compressions it was built with. */
+static int guest_image_default_file(const char *file, char *out, size_t out_len)
+{
+	char dir[PATH_MAX];
+	int rc = guest_image_dir(GUEST_IMAGE_DEFAULT_NAME, dir, sizeof(dir));
+
+	if (rc < 0)
+		return rc;
+	if (guest_image_format(out, out_len, "%s/%s", dir, file) < 0)
+		return -ENAMETOOLONG;
+	return access(out, F_OK) == 0 ? 0 : -ENOENT;
+}
+
+static int guest_image_pick(const char *flag_value, const char *flag_name, const char *env_name,
+			    const char *const *default_files, size_t default_count, char *out,
+			    size_t out_len, char *err, size_t errlen)
+{
+	const char *env_value = getenv(env_name);
+	const char *chosen = NULL, *source = NULL;
+
+	if (flag_value) {
+		chosen = flag_value;
+		source = flag_name;
+	} else if (env_value && *env_value) {
+		chosen = env_value;
+		source = env_name;
+	}
+	if (chosen) {
+		if (guest_image_format(out, out_len, "%s", chosen) < 0) {
+			guest_image_set_error(err, errlen, "%s: path too long", source);
+			return -ENAMETOOLONG;
+		}
+	} else {
+		int rc = -ENOENT;
+
+		for (size_t i = 0; i < default_count && rc < 0; i++)
+			rc = guest_image_default_file(default_files[i], out, out_len);
+		if (rc < 0) {
+			guest_image_set_error(err, errlen,
+					      "no guest image: run `voidbox image build` (or pass "
+					      "%s / set %s)", flag_name, env_name);
+			return -ENOENT;
+		}
+		source = "the default image";
+	}
+	if (access(out, R_OK) < 0) {
+		int saved = errno;
+
+		guest_image_set_error(err, errlen, "%s (from %s): %s", out, source, strerror(saved));
+		return -saved;
+	}
+	return 0;
+}
+
+int guest_image_resolve(const char *flag_kernel, const char *flag_initramfs,
+			struct guest_image_paths *out, char *err, size_t errlen)
+{
+	static const char *const kernel_files[] = { GUEST_IMAGE_KERNEL_FILE };
+	static const char *const initramfs_files[] = { GUEST_IMAGE_INITRAMFS_FILE,
+						       GUEST_IMAGE_INITRAMFS_GZ_FILE };
+	int rc;
+
+	rc = guest_image_pick(flag_kernel, "--kernel", GUEST_IMAGE_ENV_KERNEL, kernel_files, 1,
+			      out->kernel, sizeof(out->kernel), err, errlen);
+	if (rc < 0)
+		return rc;
+	return guest_image_pick(flag_initramfs, "--initramfs", GUEST_IMAGE_ENV_INITRAMFS,
+				initramfs_files, 2, out->initramfs, sizeof(out->initramfs), err,
+				errlen);
+}

@@ -1,0 +1,26 @@
+/*
+ * Names and helpers shared by the two halves of the guest image module (guest_image.c reads
+ * images, guest_image_build.c writes them); not part of the public API.
+ */
+#ifndef VOIDBOX_STORE_GUEST_IMAGE_INTERNAL_H
+#define VOIDBOX_STORE_GUEST_IMAGE_INTERNAL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#define GUEST_IMAGE_IMAGES_DIR "images"
+#define GUEST_IMAGE_DEB_CACHE_DIR "cache/debs"
+#define GUEST_IMAGE_KERNEL_FILE "vmlinuz"
+#define GUEST_IMAGE_INITRAMFS_FILE "initramfs.cpio"
+#define GUEST_IMAGE_INITRAMFS_GZ_FILE "initramfs.cpio.gz"
+#define GUEST_IMAGE_MANIFEST_FILE "manifest.json"
+
+void guest_image_set_error(char *err, size_t errlen, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+/* snprintf that reports truncation as -ENAMETOOLONG. */
+int guest_image_format(char *out, size_t out_len, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+bool guest_image_name_valid(const char *name);
+int guest_image_remove_tree(const char *path);
+
+#endif
