@@ -1,0 +1,748 @@
+/*
+ * The real voidbox-agent binary, run on the host with --listen unix:PATH --root-prefix DIR,
+ * driven by a raw protocol client. Raw frames (not the host control channel) so the test can
+ * send what a correct host never sends: wrong secrets, frames before the Ping, unknown types,
+ * over-cap lengths. Covers exec concurrency, timeouts, signals, stdin, the allowlist reloaded
+ * after boot, file RPCs, telemetry, PTY sessions and orphan reaping.
+ */
+#include "proto/protocol.h"
+
+#include "harness.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#define SECRET_HEX "8f3c1e2d4b5a69788796a5b4c3d2e1f00f1e2d3c4b5a69788796a5b4c3d2e1f0"
+#define READ_TIMEOUT_MS 10000
+#define AGENT_START_WAIT_MS 5000
+
+static char tree[] = "/tmp/voidbox-agent-test-XXXXXX";
+static char socket_path[PATH_MAX];
+static uint8_t secret[PROTO_SECRET_SIZE];
+static pid_t agent_pid;
+
+static uint64_t now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+static void sleep_ms(long ms)
+{
+	struct timespec ts = { .tv_sec = ms / 1000, .tv_nsec = (ms % 1000) * 1000000L };
+
+	nanosleep(&ts, NULL);
+}
+
+static int client_connect(void)
+{
+	struct sockaddr_un addr = { .sun_family = AF_UNIX };
+	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+
+	if (strlen(socket_path) >= sizeof(addr.sun_path))
+		return -1;
+	memcpy(addr.sun_path, socket_path, strlen(socket_path) + 1);
+	if (fd < 0 || connect(fd, (struct sockaddr *)&addr, sizeof(addr)) < 0) {
+		if (fd >= 0)
+			close(fd);
+		return -1;
+	}
+	return fd;
+}
+
+static void client_timeout(int fd, int ms)
+{
+	struct timeval tv = { .tv_sec = ms / 1000, .tv_usec = (ms % 1000) * 1000 };
+
+	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+}
+
+/* Returns the connected fd after a successful handshake, or -1. */
+static int client_open_with(const uint8_t *key, uint8_t flags)
+{
+	struct proto_ping ping = { .version = PROTO_VERSION, .flags = flags };
+	uint8_t body[PROTO_PING_SIZE];
+	struct proto_frame frame = { 0 };
+	struct proto_pong pong;
+	int fd = client_connect();
+
+	if (fd < 0)
+		return -1;
+	client_timeout(fd, READ_TIMEOUT_MS);
+	memcpy(ping.secret, key, PROTO_SECRET_SIZE);
+	proto_ping_encode(&ping, body);
+	if (proto_frame_write(fd, PROTO_MSG_PING, false, 0, body, sizeof(body)) != 0 ||
+	    proto_frame_read(fd, false, &frame) != 0 || frame.type != PROTO_MSG_PONG ||
+	    proto_pong_decode(frame.body, frame.body_len, &pong) != 0 ||
+	    pong.version != PROTO_VERSION || pong.flags != PROTO_FLAG_SUPPORTS_MULTIPLEX) {
+		proto_frame_free(&frame);
+		close(fd);
+		return -1;
+	}
+	proto_frame_free(&frame);
+	return fd;
+}
+
+static int client_open(void)
+{
+	return client_open_with(secret, PROTO_FLAG_SUPPORTS_MULTIPLEX);
+}
+
+/* True when the agent closed the connection (EOF) instead of answering. */
+static bool client_sees_close(int fd)
+{
+	uint8_t byte;
+	ssize_t n;
+
+	client_timeout(fd, READ_TIMEOUT_MS);
+	n = read(fd, &byte, 1);
+	return n == 0 || (n < 0 && errno == ECONNRESET);
+}
+
+static int client_read(int fd, struct proto_frame *frame)
+{
+	memset(frame, 0, sizeof(*frame));
+	return proto_frame_read(fd, true, frame);
+}
+
+static void start_agent(const char *agent)
+{
+	char prefix_arg[PATH_MAX], listen_arg[PATH_MAX + 8];
+	uint64_t deadline;
+	struct stat st;
+
+	snprintf(socket_path, sizeof(socket_path), "%s/agent.sock", tree);
+	snprintf(listen_arg, sizeof(listen_arg), "unix:%s", socket_path);
+	snprintf(prefix_arg, sizeof(prefix_arg), "%s", tree);
+	agent_pid = fork();
+	if (agent_pid == 0) {
+		execl(agent, agent, "--listen", listen_arg, "--secret-hex", SECRET_HEX,
+		      "--root-prefix", prefix_arg, "--log-level", "warn", (char *)NULL);
+		_exit(127);
+	}
+	deadline = now_ms() + AGENT_START_WAIT_MS;
+	while (stat(socket_path, &st) != 0 && now_ms() < deadline)
+		sleep_ms(20);
+}
+
+static void make_tree(void)
+{
+	static const char *const dirs[] = { "/workspace", "/home", "/home/sandbox", "/etc",
+					    "/etc/voidbox" };
+	char path[PATH_MAX];
+
+	if (!mkdtemp(tree))
+		harness_skip_all("cannot create a temp dir");
+	for (size_t i = 0; i < sizeof(dirs) / sizeof(dirs[0]); i++) {
+		snprintf(path, sizeof(path), "%s%s", tree, dirs[i]);
+		mkdir(path, 0755);
+	}
+}
+
+struct exec_result {
+	struct proto_exec_response response;
+	size_t stdout_chunks;
+	size_t stdout_chunk_bytes;
+	uint64_t last_seq;
+	bool seq_ok;
+	uint64_t elapsed_ms;
+};
+
+static int send_exec(int fd, uint32_t id, const char *program, char **args, size_t nargs,
+		     const char *stdin_text, size_t stdin_len, uint64_t timeout_secs)
+{
+	struct proto_exec_request request = {
+		.program = (char *)program, .args = args, .args_count = nargs,
+		.stdin_data = { .data = (uint8_t *)stdin_text, .len = stdin_len },
+		.has_timeout = timeout_secs > 0, .timeout_secs = timeout_secs,
+	};
+	uint8_t *body;
+	size_t len;
+	int err = proto_exec_request_encode(&request, &body, &len);
+
+	if (err)
+		return err;
+	err = proto_frame_write(fd, PROTO_MSG_EXEC_REQUEST, true, id, body, len);
+	free(body);
+	return err;
+}
+
+/* Reads frames until the ExecResponse for id; other frames are ignored. */
+static int wait_exec(int fd, uint32_t id, struct exec_result *result)
+{
+	uint64_t start = now_ms();
+
+	memset(result, 0, sizeof(*result));
+	result->seq_ok = true;
+	for (;;) {
+		struct proto_frame frame;
+		int err = client_read(fd, &frame);
+
+		if (err)
+			return err;
+		if (frame.request_id == id && frame.type == PROTO_MSG_EXEC_OUTPUT_CHUNK) {
+			struct proto_exec_output_chunk chunk = { 0 };
+
+			if (proto_exec_output_chunk_decode(frame.body, frame.body_len, &chunk,
+							   NULL) == 0 &&
+			    chunk.stream == PROTO_STREAM_STDOUT) {
+				if (chunk.seq != result->stdout_chunks)
+					result->seq_ok = false;
+				result->stdout_chunks++;
+				result->stdout_chunk_bytes += chunk.data.len;
+			}
+			proto_exec_output_chunk_free(&chunk);
+		} else if (frame.request_id == id && frame.type == PROTO_MSG_EXEC_RESPONSE) {
+			err = proto_exec_response_decode(frame.body, frame.body_len,
+							 &result->response, NULL);
+			proto_frame_free(&frame);
+			result->elapsed_ms = now_ms() - start;
+			return err;
+		}
+		proto_frame_free(&frame);
+	}
+}
+
+static int run_exec(int fd, uint32_t id, const char *program, char **args, size_t nargs,
+		    uint64_t timeout_secs, struct exec_result *result)
+{
+	int err = send_exec(fd, id, program, args, nargs, NULL, 0, timeout_secs);
+
+	return err ? err : wait_exec(fd, id, result);
+}
+
+static bool output_is(const struct proto_bytes *bytes, const char *text)
+{
+	return bytes->len == strlen(text) && memcmp(bytes->data, text, bytes->len) == 0;
+}
+
+static void test_handshake_rejections(void)
+{
+	uint8_t wrong[PROTO_SECRET_SIZE];
+	struct proto_ping ping = { .version = PROTO_VERSION };
+	uint8_t body[PROTO_PING_SIZE];
+	int fd;
+
+	memcpy(wrong, secret, sizeof(wrong));
+	wrong[7] ^= 1;
+	CHECK(client_open_with(wrong, PROTO_FLAG_SUPPORTS_MULTIPLEX) < 0);
+	CHECK(client_open_with(secret, 0) < 0);
+
+	/* A request before the Ping closes the connection. */
+	fd = client_connect();
+	CHECK(fd >= 0);
+	CHECK_INT_EQ(proto_frame_write(fd, PROTO_MSG_SNAPSHOT_READY, false, 0, NULL, 0), 0);
+	CHECK(client_sees_close(fd));
+	close(fd);
+
+	/* A Ping with a wrong secret gets no Pong, just a close. */
+	fd = client_connect();
+	memcpy(ping.secret, wrong, sizeof(wrong));
+	ping.flags = PROTO_FLAG_SUPPORTS_MULTIPLEX;
+	proto_ping_encode(&ping, body);
+	CHECK_INT_EQ(proto_frame_write(fd, PROTO_MSG_PING, false, 0, body, sizeof(body)), 0);
+	CHECK(client_sees_close(fd));
+	close(fd);
+
+	fd = client_open();
+	CHECK(fd >= 0);
+	close(fd);
+}
+
+static void test_exec_basic(void)
+{
+	char *args[] = { "-c", "echo hello; echo err >&2; exit 3" };
+	struct exec_result result;
+	int fd = client_open();
+
+	CHECK_INT_EQ(run_exec(fd, 5, "sh", args, 2, 0, &result), 0);
+	CHECK_INT_EQ(result.response.exit_code, 3);
+	CHECK(output_is(&result.response.stdout_data, "hello\n"));
+	CHECK(output_is(&result.response.stderr_data, "err\n"));
+	CHECK(result.response.error == NULL);
+	CHECK(result.response.has_duration);
+	CHECK(result.stdout_chunks >= 1);
+	CHECK_INT_EQ(result.stdout_chunk_bytes, 6);
+	proto_exec_response_free(&result.response);
+	close(fd);
+}
+
+static void test_exec_stdin_large(void)
+{
+	size_t len = 2 * 1024 * 1024;
+	char *input = malloc(len);
+	struct exec_result result;
+	int fd = client_open();
+
+	for (size_t i = 0; i < len; i++)
+		input[i] = (char)('a' + i % 26);
+	CHECK_INT_EQ(send_exec(fd, 6, "cat", NULL, 0, input, len, 30), 0);
+	CHECK_INT_EQ(wait_exec(fd, 6, &result), 0);
+	CHECK_INT_EQ(result.response.exit_code, 0);
+	CHECK_INT_EQ(result.response.stdout_data.len, len);
+	CHECK(result.response.stdout_data.len == len &&
+	      memcmp(result.response.stdout_data.data, input, len) == 0);
+	CHECK(result.seq_ok);
+	CHECK_INT_EQ(result.stdout_chunk_bytes, len);
+	proto_exec_response_free(&result.response);
+	free(input);
+	close(fd);
+}
+
+static void test_exec_does_not_block_other_rpcs(void)
+{
+	char *sleep_args[] = { "3" };
+	struct proto_path_request stat_request = { .path = "/workspace" };
+	uint8_t *body;
+	size_t len;
+	uint64_t start;
+	struct exec_result result;
+	bool stat_seen = false;
+	int fd = client_open();
+
+	start = now_ms();
+	CHECK_INT_EQ(send_exec(fd, 10, "sleep", sleep_args, 1, NULL, 0, 0), 0);
+	CHECK_INT_EQ(proto_path_request_encode(&stat_request, &body, &len), 0);
+	CHECK_INT_EQ(proto_frame_write(fd, PROTO_MSG_FILE_STAT, true, 11, body, len), 0);
+	free(body);
+	while (!stat_seen) {
+		struct proto_frame frame;
+
+		if (client_read(fd, &frame) != 0)
+			break;
+		if (frame.type == PROTO_MSG_FILE_STAT_RESPONSE && frame.request_id == 11)
+			stat_seen = true;
+		CHECK(frame.type != PROTO_MSG_EXEC_RESPONSE);
+		proto_frame_free(&frame);
+	}
+	CHECK(stat_seen);
+	CHECK(now_ms() - start < 1500);
+	CHECK_INT_EQ(wait_exec(fd, 10, &result), 0);
+	CHECK_INT_EQ(result.response.exit_code, 0);
+	proto_exec_response_free(&result.response);
+	close(fd);
+}
+
+static void test_exec_timeout_kills_group(void)
+{
+	char *args[] = { "-c", "sleep 30 & sleep 30; echo never" };
+	struct exec_result result;
+	int fd = client_open();
+
+	CHECK_INT_EQ(run_exec(fd, 12, "sh", args, 2, 1, &result), 0);
+	CHECK_INT_EQ(result.response.exit_code, PROTO_EXIT_CODE_SIGNALED);
+	CHECK_STR_EQ(result.response.error, "Process killed after 1s timeout");
+	CHECK(result.elapsed_ms < 4000);
+	CHECK(result.response.stdout_data.len == 0);
+	proto_exec_response_free(&result.response);
+	close(fd);
+}
+
+static void test_exec_signal_and_spawn_failure(void)
+{
+	char *args[] = { "-c", "kill -TERM $$" };
+	struct exec_result result;
+	int fd = client_open();
+
+	CHECK_INT_EQ(run_exec(fd, 13, "sh", args, 2, 0, &result), 0);
+	CHECK_INT_EQ(result.response.exit_code, PROTO_EXIT_CODE_SIGNALED);
+	CHECK(result.response.error && strstr(result.response.error, "signal 15") != NULL);
+	proto_exec_response_free(&result.response);
+	CHECK_INT_EQ(run_exec(fd, 14, "no-such-program-voidbox", NULL, 0, 0, &result), 0);
+	CHECK_INT_EQ(result.response.exit_code, PROTO_EXIT_CODE_SIGNALED);
+	CHECK(result.response.error && strstr(result.response.error, "Failed to spawn") != NULL);
+	proto_exec_response_free(&result.response);
+	close(fd);
+}
+
+static void test_exec_env_and_working_dir(void)
+{
+	char *args[] = { "-c", "echo \"$FOO:$HOME\"; pwd" };
+	struct proto_env_var env[] = { { .key = "FOO", .value = "bar" } };
+	char workdir[PATH_MAX], expected[PATH_MAX + 64];
+	struct proto_exec_request request = {
+		.program = "sh", .args = args, .args_count = 2, .env = env, .env_count = 1,
+		.working_dir = workdir,
+	};
+	struct exec_result result;
+	uint8_t *body;
+	size_t len;
+	int fd = client_open();
+
+	snprintf(workdir, sizeof(workdir), "%s/workspace", tree);
+	snprintf(expected, sizeof(expected), "bar:/home/sandbox\n%s\n", workdir);
+	CHECK_INT_EQ(proto_exec_request_encode(&request, &body, &len), 0);
+	CHECK_INT_EQ(proto_frame_write(fd, PROTO_MSG_EXEC_REQUEST, true, 15, body, len), 0);
+	free(body);
+	CHECK_INT_EQ(wait_exec(fd, 15, &result), 0);
+	CHECK(output_is(&result.response.stdout_data, expected));
+	proto_exec_response_free(&result.response);
+	close(fd);
+}
+
+static int write_file_rpc(int fd, uint32_t id, const char *path, const char *text,
+			  struct proto_status_response *status)
+{
+	struct proto_write_file request = {
+		.path = (char *)path,
+		.content = { .data = (uint8_t *)text, .len = strlen(text) },
+		.create_parents = true,
+	};
+	struct proto_frame frame;
+	uint8_t *body;
+	size_t len;
+	int err = proto_write_file_encode(&request, &body, &len);
+
+	if (err)
+		return err;
+	err = proto_frame_write(fd, PROTO_MSG_WRITE_FILE, true, id, body, len);
+	free(body);
+	if (err || (err = client_read(fd, &frame)) != 0)
+		return err;
+	if (frame.type != PROTO_MSG_WRITE_FILE_RESPONSE || frame.request_id != id)
+		err = -EPROTO;
+	else
+		err = proto_status_response_decode(frame.body, frame.body_len, status, NULL);
+	proto_frame_free(&frame);
+	return err;
+}
+
+static void test_allowlist_reloaded(void)
+{
+	char *args[] = { "-c", "true" };
+	char *echo_args[] = { "ok" };
+	struct proto_status_response status = { 0 };
+	struct exec_result result;
+	int fd = client_open();
+
+	CHECK_INT_EQ(write_file_rpc(fd, 20, "/etc/voidbox/allowed_commands.json", "[\"echo\"]",
+				    &status), 0);
+	CHECK(status.success);
+	proto_status_response_free(&status);
+	CHECK_INT_EQ(run_exec(fd, 21, "sh", args, 2, 0, &result), 0);
+	CHECK_INT_EQ(result.response.exit_code, -1);
+	CHECK_STR_EQ(result.response.error, "Command 'sh' is not allowed");
+	CHECK(output_is(&result.response.stderr_data,
+			"Command 'sh' is not in the allowed commands list"));
+	proto_exec_response_free(&result.response);
+	CHECK_INT_EQ(run_exec(fd, 22, "/bin/echo", echo_args, 1, 0, &result), 0);
+	CHECK_INT_EQ(result.response.exit_code, 0);
+	proto_exec_response_free(&result.response);
+	CHECK_INT_EQ(write_file_rpc(fd, 23, "/etc/voidbox/allowed_commands.json", "[]",
+				    &status), 0);
+	proto_status_response_free(&status);
+	CHECK_INT_EQ(run_exec(fd, 24, "sh", args, 2, 0, &result), 0);
+	CHECK_INT_EQ(result.response.exit_code, 0);
+	proto_exec_response_free(&result.response);
+	close(fd);
+}
+
+static void test_limits_applied(void)
+{
+	char *args[] = { "-c", "ulimit -n" };
+	struct proto_status_response status = { 0 };
+	struct exec_result result;
+	int fd = client_open();
+
+	CHECK_INT_EQ(write_file_rpc(fd, 25, "/etc/voidbox/resource_limits.json",
+				    "{\"max_open_files\": 77}", &status), 0);
+	proto_status_response_free(&status);
+	CHECK_INT_EQ(run_exec(fd, 26, "sh", args, 2, 0, &result), 0);
+	CHECK(output_is(&result.response.stdout_data, "77\n"));
+	proto_exec_response_free(&result.response);
+	close(fd);
+}
+
+static void test_file_rpcs(void)
+{
+	struct proto_path_request path = { .path = "/workspace/dir/note.txt" };
+	struct proto_read_file_response read_response = { 0 };
+	struct proto_status_response status = { 0 };
+	struct proto_frame frame;
+	uint8_t *body;
+	size_t len;
+	int fd = client_open();
+
+	CHECK_INT_EQ(write_file_rpc(fd, 30, "/workspace/dir/note.txt", "note", &status), 0);
+	CHECK(status.success);
+	proto_status_response_free(&status);
+	CHECK_INT_EQ(proto_path_request_encode(&path, &body, &len), 0);
+	CHECK_INT_EQ(proto_frame_write(fd, PROTO_MSG_READ_FILE, true, 31, body, len), 0);
+	free(body);
+	CHECK_INT_EQ(client_read(fd, &frame), 0);
+	CHECK_INT_EQ(frame.type, PROTO_MSG_READ_FILE_RESPONSE);
+	CHECK_INT_EQ(proto_read_file_response_decode(frame.body, frame.body_len, &read_response,
+						     NULL), 0);
+	CHECK(read_response.success && output_is(&read_response.content, "note"));
+	proto_read_file_response_free(&read_response);
+	proto_frame_free(&frame);
+
+	CHECK_INT_EQ(write_file_rpc(fd, 32, "/workspace/../etc/passwd", "x", &status), 0);
+	CHECK(!status.success);
+	CHECK(status.error && strstr(status.error, "Refusing write outside allowed roots"));
+	proto_status_response_free(&status);
+	close(fd);
+}
+
+static void test_unknown_type_dropped_and_oversize_closes(void)
+{
+	uint8_t header[PROTO_HEADER_SIZE] = { 4, 0, 0, 0, 99 };
+	uint8_t junk[4] = { 1, 2, 3, 4 };
+	struct proto_frame frame;
+	int fd = client_open();
+
+	CHECK(write(fd, header, sizeof(header)) == sizeof(header));
+	CHECK(write(fd, junk, sizeof(junk)) == sizeof(junk));
+	CHECK_INT_EQ(proto_frame_write(fd, PROTO_MSG_SNAPSHOT_READY, true, 40, NULL, 0), 0);
+	CHECK_INT_EQ(client_read(fd, &frame), 0);
+	CHECK_INT_EQ(frame.type, PROTO_MSG_SNAPSHOT_READY);
+	CHECK_INT_EQ(frame.request_id, 40);
+	proto_frame_free(&frame);
+
+	proto_header_build(header, PROTO_MAX_PAYLOAD + 1, PROTO_MSG_WRITE_FILE);
+	CHECK(write(fd, header, sizeof(header)) == sizeof(header));
+	CHECK(client_sees_close(fd));
+	close(fd);
+
+	/* A multiplexed payload shorter than the request id is malformed. */
+	fd = client_open();
+	proto_header_build(header, 2, PROTO_MSG_FILE_STAT);
+	CHECK(write(fd, header, sizeof(header)) == sizeof(header));
+	CHECK(write(fd, junk, 2) == 2);
+	CHECK(client_sees_close(fd));
+	close(fd);
+
+	/* The agent still serves new connections. */
+	fd = client_open();
+	CHECK(fd >= 0);
+	close(fd);
+}
+
+static void test_telemetry(void)
+{
+	struct proto_subscribe_telemetry subscribe = { .interval_ms = 100 };
+	size_t batches = 0;
+	uint64_t last_seq = 0;
+	uint8_t *body;
+	size_t len;
+	int fd = client_open();
+
+	CHECK_INT_EQ(proto_subscribe_telemetry_encode(&subscribe, &body, &len), 0);
+	CHECK_INT_EQ(proto_frame_write(fd, PROTO_MSG_SUBSCRIBE_TELEMETRY, true, 50, body, len), 0);
+	free(body);
+	while (batches < 2) {
+		struct proto_telemetry_batch batch = { 0 };
+		struct proto_frame frame;
+
+		if (client_read(fd, &frame) != 0)
+			break;
+		CHECK_INT_EQ(frame.type, PROTO_MSG_TELEMETRY_DATA);
+		CHECK_INT_EQ(frame.request_id, 50);
+		CHECK_INT_EQ(proto_telemetry_batch_decode(frame.body, frame.body_len, &batch, NULL),
+			     0);
+		CHECK(batch.has_system);
+		CHECK(batch.system.memory_total_bytes > 0);
+		CHECK(batch.processes_count > 0);
+		if (batches > 0)
+			CHECK_INT_EQ(batch.seq, last_seq + 1);
+		last_seq = batch.seq;
+		batches++;
+		proto_telemetry_batch_free(&batch);
+		proto_frame_free(&frame);
+	}
+	CHECK_INT_EQ(batches, 2);
+	close(fd);
+}
+
+/* Reads PTY frames until PtyClosed; collects the output. Returns the exit code or -1000. */
+static int pty_collect(int fd, char *out, size_t out_size)
+{
+	size_t used = 0;
+
+	out[0] = '\0';
+	for (;;) {
+		struct proto_frame frame;
+		struct proto_pty_closed closed;
+		int code;
+
+		if (client_read(fd, &frame) != 0)
+			return -1000;
+		if (frame.type == PROTO_MSG_PTY_DATA && used + frame.body_len < out_size) {
+			memcpy(out + used, frame.body, frame.body_len);
+			used += frame.body_len;
+			out[used] = '\0';
+		}
+		if (frame.type == PROTO_MSG_PTY_CLOSED) {
+			code = proto_pty_closed_decode(frame.body, frame.body_len, &closed, NULL) == 0 ?
+				       closed.exit_code : -1000;
+			proto_frame_free(&frame);
+			return code;
+		}
+		proto_frame_free(&frame);
+	}
+}
+
+static int pty_open_rpc(int fd, const char *program, char **args, size_t nargs, bool interactive,
+			struct proto_status_response *opened)
+{
+	struct proto_pty_open request = {
+		.cols = 80, .rows = 24, .program = (char *)program, .args = args,
+		.args_count = nargs, .interactive = interactive,
+	};
+	struct proto_frame frame;
+	uint8_t *body;
+	size_t len;
+	int err = proto_pty_open_encode(&request, &body, &len);
+
+	if (err)
+		return err;
+	err = proto_frame_write(fd, PROTO_MSG_PTY_OPEN, true, 1, body, len);
+	free(body);
+	if (err || (err = client_read(fd, &frame)) != 0)
+		return err;
+	err = frame.type == PROTO_MSG_PTY_OPENED ?
+		      proto_status_response_decode(frame.body, frame.body_len, opened, NULL) : -EPROTO;
+	proto_frame_free(&frame);
+	return err;
+}
+
+static void test_pty_sessions(void)
+{
+	char *args[] = { "-c", "stty size; echo from-pty; exit 5" };
+	struct proto_status_response opened = { 0 };
+	char output[4096];
+	uint64_t start;
+	int fd = client_open();
+
+	CHECK_INT_EQ(pty_open_rpc(fd, "sh", args, 2, false, &opened), 0);
+	CHECK(opened.success);
+	proto_status_response_free(&opened);
+	CHECK_INT_EQ(pty_collect(fd, output, sizeof(output)), 5);
+	CHECK(strstr(output, "from-pty") != NULL);
+	CHECK(strstr(output, "24 80") != NULL);
+	close(fd);
+
+	/* Input through PtyData reaches the program; PtyClose on an interactive session ends it. */
+	fd = client_open();
+	CHECK_INT_EQ(pty_open_rpc(fd, "cat", NULL, 0, true, &opened), 0);
+	CHECK(opened.success);
+	proto_status_response_free(&opened);
+	CHECK_INT_EQ(proto_frame_write(fd, PROTO_MSG_PTY_DATA, true, 1, "ping-pty\n", 9), 0);
+	sleep_ms(300);
+	start = now_ms();
+	CHECK_INT_EQ(proto_frame_write(fd, PROTO_MSG_PTY_CLOSE, true, 1, NULL, 0), 0);
+	CHECK_INT_EQ(pty_collect(fd, output, sizeof(output)), 128 + SIGHUP);
+	CHECK(strstr(output, "ping-pty") != NULL);
+	CHECK(now_ms() - start < 1500);
+	close(fd);
+}
+
+static void test_pty_allowlist(void)
+{
+	struct proto_status_response status = { 0 }, opened = { 0 };
+	int fd = client_open();
+
+	CHECK_INT_EQ(write_file_rpc(fd, 60, "/etc/voidbox/allowed_commands.json", "[\"echo\"]",
+				    &status), 0);
+	proto_status_response_free(&status);
+	CHECK_INT_EQ(pty_open_rpc(fd, "sh", NULL, 0, false, &opened), 0);
+	CHECK(!opened.success);
+	CHECK(opened.error && strstr(opened.error, "not in the allowed commands list"));
+	proto_status_response_free(&opened);
+	CHECK_INT_EQ(write_file_rpc(fd, 61, "/etc/voidbox/allowed_commands.json", "[]", &status),
+		     0);
+	proto_status_response_free(&status);
+	close(fd);
+}
+
+/* Counts zombie children of the agent (orphans re-parented to it must be reaped). */
+static int agent_zombie_children(void)
+{
+	DIR *proc = opendir("/proc");
+	struct dirent *de;
+	int zombies = 0;
+
+	while (proc && (de = readdir(proc))) {
+		char path[300], buf[512], state;
+		int ppid;
+		FILE *f;
+
+		snprintf(path, sizeof(path), "/proc/%s/stat", de->d_name);
+		f = fopen(path, "r");
+		if (!f)
+			continue;
+		if (fgets(buf, sizeof(buf), f)) {
+			char *close_paren = strrchr(buf, ')');
+
+			if (close_paren && sscanf(close_paren + 2, "%c %d", &state, &ppid) == 2 &&
+			    ppid == agent_pid && state == 'Z')
+				zombies++;
+		}
+		fclose(f);
+	}
+	if (proc)
+		closedir(proc);
+	return zombies;
+}
+
+static void test_orphans_reaped(void)
+{
+	char *args[] = { "-c", "(sleep 0.3 &) ; (true &) ; exit 0" };
+	struct exec_result result;
+	int fd = client_open();
+
+	CHECK_INT_EQ(run_exec(fd, 70, "sh", args, 2, 0, &result), 0);
+	CHECK_INT_EQ(result.response.exit_code, 0);
+	proto_exec_response_free(&result.response);
+	sleep_ms(800);
+	CHECK_INT_EQ(agent_zombie_children(), 0);
+	close(fd);
+}
+
+int main(int argc, char **argv)
+{
+	char cmd[PATH_MAX + 16];
+	int status;
+
+	if (argc < 2)
+		harness_skip_all("usage: test_agent_server PATH-TO-voidbox-agent");
+	signal(SIGPIPE, SIG_IGN);
+	proto_secret_from_hex(SECRET_HEX, secret);
+	make_tree();
+	start_agent(argv[1]);
+	RUN_TEST(test_handshake_rejections);
+	RUN_TEST(test_exec_basic);
+	RUN_TEST(test_exec_stdin_large);
+	RUN_TEST(test_exec_does_not_block_other_rpcs);
+	RUN_TEST(test_exec_timeout_kills_group);
+	RUN_TEST(test_exec_signal_and_spawn_failure);
+	RUN_TEST(test_exec_env_and_working_dir);
+	RUN_TEST(test_allowlist_reloaded);
+	RUN_TEST(test_limits_applied);
+	RUN_TEST(test_file_rpcs);
+	RUN_TEST(test_unknown_type_dropped_and_oversize_closes);
+	RUN_TEST(test_telemetry);
+	RUN_TEST(test_pty_sessions);
+	RUN_TEST(test_pty_allowlist);
+	RUN_TEST(test_orphans_reaped);
+	/* The agent must still be alive after everything above. */
+	CHECK_INT_EQ(waitpid(agent_pid, &status, WNOHANG), 0);
+	kill(agent_pid, SIGTERM);
+	waitpid(agent_pid, &status, 0);
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", tree);
+	if (system(cmd) != 0)
+		fprintf(stderr, "could not remove %s\n", tree);
+	return harness_finish();
+}
