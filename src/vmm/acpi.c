@@ -97,6 +97,10 @@
 
 /* DSDT. */
 #define DSDT_REVISION 2
+#define ACPI_COM1_HID "PNP0501"
+#define ACPI_COM1_PORT 0x3f8
+#define ACPI_COM1_PORT_COUNT 8
+#define ACPI_COM1_IRQ 4
 #define VIRTIO_MMIO_HID "LNRO0005"
 #define DSDT_DEVICE_NAME_FMT "V%03u"
 #define DSDT_DEVICE_NAME_LEN 5
@@ -198,6 +202,32 @@ static void acpi_dsdt_virtio_device(struct aml *scope, size_t index,
 	aml_free(&template);
 }
 
+/* COM1 as a PNP0501 device, so Linux maps its IRQ through ACPI (there is no legacy PIC). */
+static void acpi_dsdt_com1(struct aml *scope)
+{
+	struct aml body, resources, template;
+	uint32_t hid = 0;
+
+	aml_init(&body);
+	aml_init(&resources);
+	aml_init(&template);
+	if (aml_eisa_id(ACPI_COM1_HID, &hid) < 0)
+		body.failed = true;
+	aml_name_integer(&body, "_HID", hid);
+	aml_name_integer(&body, "_UID", 0);
+	aml_resource_io(&resources, ACPI_COM1_PORT, ACPI_COM1_PORT_COUNT);
+	aml_resource_irq_edge_high(&resources, ACPI_COM1_IRQ);
+	aml_resource_end(&resources);
+	aml_buffer(&template, &resources);
+	aml_name(&body, "_CRS", &template);
+	aml_device(scope, "COM1", &body);
+	if (body.failed)
+		scope->failed = true;
+	aml_free(&body);
+	aml_free(&resources);
+	aml_free(&template);
+}
+
 static int acpi_dsdt_body(const struct acpi_config *cfg, struct aml *dsdt)
 {
 	struct aml devices, sleep_types, s5;
@@ -205,6 +235,7 @@ static int acpi_dsdt_body(const struct acpi_config *cfg, struct aml *dsdt)
 	aml_init(&devices);
 	aml_init(&sleep_types);
 	aml_init(&s5);
+	acpi_dsdt_com1(&devices);
 	for (size_t i = 0; i < cfg->virtio_count; i++)
 		acpi_dsdt_virtio_device(&devices, i, &cfg->virtio[i]);
 	aml_scope(dsdt, "\\_SB_", &devices);

@@ -5,6 +5,7 @@
  */
 #include "vmm/aml.h"
 
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -43,6 +44,17 @@
 #define RES_INT_EDGE 0x02
 #define RES_INT_ACTIVE_LOW 0x04
 #define RES_END_TAG 0x79
+#define RES_IO 0x47
+#define RES_IO_DECODE_16 0x01
+#define RES_IO_ALIGN 1
+#define RES_IRQ_NO_FLAGS 0x22
+
+/* EISA id: three letters of 5 bits each ('A' = 1) then four hex digits, stored big-endian. */
+#define EISA_ID_LEN 7
+#define EISA_LETTERS 3
+#define EISA_LETTER_BITS 5
+#define EISA_LETTER_MASK 0x1f
+#define EISA_HEX_BASE 16
 
 void aml_init(struct aml *aml)
 {
@@ -249,6 +261,54 @@ void aml_resource_interrupt(struct aml *aml, uint32_t gsi, enum aml_irq_trigger 
 	aml_byte(aml, flags);
 	aml_byte(aml, 1); /* one interrupt number follows */
 	aml_bytes(aml, &gsi, sizeof(gsi));
+}
+
+void aml_resource_io(struct aml *aml, uint16_t base, uint8_t length)
+{
+	aml_byte(aml, RES_IO);
+	aml_byte(aml, RES_IO_DECODE_16);
+	aml_bytes(aml, &base, sizeof(base)); /* minimum */
+	aml_bytes(aml, &base, sizeof(base)); /* maximum: fixed */
+	aml_byte(aml, RES_IO_ALIGN);
+	aml_byte(aml, length);
+}
+
+void aml_resource_irq_edge_high(struct aml *aml, uint8_t irq)
+{
+	uint16_t mask = (uint16_t)(1U << irq);
+
+	aml_byte(aml, RES_IRQ_NO_FLAGS);
+	aml_bytes(aml, &mask, sizeof(mask));
+}
+
+int aml_eisa_id(const char *id, uint32_t *out)
+{
+	uint32_t letters = 0, product = 0;
+
+	if (strlen(id) != EISA_ID_LEN)
+		return -EINVAL;
+	for (int i = 0; i < EISA_LETTERS; i++) {
+		if (id[i] < 'A' || id[i] > 'Z')
+			return -EINVAL;
+		letters = (letters << EISA_LETTER_BITS) | ((uint32_t)(id[i] - 'A' + 1) &
+							   EISA_LETTER_MASK);
+	}
+	for (int i = EISA_LETTERS; i < EISA_ID_LEN; i++) {
+		char c = id[i];
+		uint32_t digit;
+
+		if (c >= '0' && c <= '9')
+			digit = (uint32_t)(c - '0');
+		else if (c >= 'A' && c <= 'F')
+			digit = (uint32_t)(c - 'A' + 10);
+		else
+			return -EINVAL;
+		product = product * EISA_HEX_BASE + digit;
+	}
+	/* Bytes in memory: letters high, letters low, product high, product low. */
+	*out = ((letters >> 8) & 0xff) | ((letters & 0xff) << 8) | (((product >> 8) & 0xff) << 16) |
+	       ((product & 0xff) << 24);
+	return 0;
 }
 
 void aml_resource_end(struct aml *aml)

@@ -46,6 +46,10 @@ void aml_package(struct aml *aml, uint8_t count, const struct aml *elements);
 void aml_resource_memory32_fixed(struct aml *aml, uint32_t base, uint32_t length, bool writable);
 void aml_resource_interrupt(struct aml *aml, uint32_t gsi, enum aml_irq_trigger trigger,
 			    enum aml_irq_polarity polarity);
+void aml_resource_io(struct aml *aml, uint16_t base, uint8_t length);
+void aml_resource_irq_edge_high(struct aml *aml, uint8_t irq);
 void aml_resource_end(struct aml *aml);
+/* A compressed EISA id ("PNP0501") as the integer _HID form. -EINVAL when malformed. */
+int aml_eisa_id(const char *id, uint32_t *out);
 
 #endif

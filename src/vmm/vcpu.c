@@ -22,6 +22,10 @@
 #define KERNEL_SIGSET_BYTES 8 /* the kernel's sigset_t on x86-64 */
 #define MSR_IA32_MISC_ENABLE 0x1a0
 #define MISC_ENABLE_FAST_STRING 0x1
+#define MSR_MTRR_DEF_TYPE 0x2ff
+#define MTRR_DEF_TYPE_ENABLE 0x800
+#define MTRR_TYPE_WRBACK 0x6
+#define VCPU_BOOT_MSR_COUNT 2
 #define FPU_DEFAULT_FCW 0x37f
 #define FPU_DEFAULT_MXCSR 0x1f80
 
@@ -62,15 +66,18 @@ int vcpu_create(struct vcpu *vcpu, int vm_fd, unsigned int index, size_t run_siz
 
 static int vcpu_set_msrs(struct vcpu *vcpu)
 {
+	/* Fast strings on; MTRRs default to write-back so no RAM is uncached before Linux. */
 	struct {
 		struct kvm_msrs header;
-		struct kvm_msr_entry entries[1];
+		struct kvm_msr_entry entries[VCPU_BOOT_MSR_COUNT];
 	} msrs = {
-		.header.nmsrs = 1,
+		.header.nmsrs = VCPU_BOOT_MSR_COUNT,
 		.entries[0] = { .index = MSR_IA32_MISC_ENABLE, .data = MISC_ENABLE_FAST_STRING },
+		.entries[1] = { .index = MSR_MTRR_DEF_TYPE,
+				.data = MTRR_DEF_TYPE_ENABLE | MTRR_TYPE_WRBACK },
 	};
 
-	if (ioctl(vcpu->fd, KVM_SET_MSRS, &msrs) != 1)
+	if (ioctl(vcpu->fd, KVM_SET_MSRS, &msrs) != VCPU_BOOT_MSR_COUNT)
 		return -EIO;
 	return 0;
 }
