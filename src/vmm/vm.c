@@ -23,6 +23,8 @@
 #include "common/log.h"
 #include "devices/i8042.h"
 #include "devices/serial.h"
+#include "devices/virtio_mmio.h"
+#include "devices/vsock.h"
 #include "vmm/acpi.h"
 #include "vmm/boot.h"
 #include "vmm/cmdline.h"
@@ -36,6 +38,7 @@
 #define MSEC_PER_SEC 1000L
 #define NSEC_PER_SEC 1000000000L
 #define VM_FILE_MAX_BYTES (1ULL << 32) /* a kernel or initramfs above 4 GiB is a mistake */
+#define VM_CID_RANGE (UINT32_MAX - VSOCK_MIN_GUEST_CID) /* 32-bit CIDs from 3, below -1 */
 
 struct vm {
 	struct kvm kvm;
@@ -47,6 +50,7 @@ struct vm {
 	unsigned int vcpus_created;
 	struct serial *serial;
 	int serial_fd;
+	struct vsock_device *vsock;
 	struct i8042 i8042;
 	struct acpi_virtio_device virtio[VM_VIRTIO_MMIO_MAX_SLOTS];
 	bool virtio_attached[VM_VIRTIO_MMIO_MAX_SLOTS];
@@ -298,6 +302,52 @@ static int vm_setup_devices(struct vm *vm, const struct vm_config *cfg, char *er
 	return 0;
 }
 
+static uint64_t vm_random_cid(void)
+{
+	uint32_t value = 0;
+
+	if (getrandom(&value, sizeof(value), 0) != sizeof(value))
+		value = (uint32_t)vm_now_ns();
+	return VSOCK_MIN_GUEST_CID + value % VM_CID_RANGE;
+}
+
+static int vm_setup_vsock(struct vm *vm, const struct vm_config *cfg, char *err, size_t errlen)
+{
+	struct vm_virtio_mmio_slot slot;
+	int rc;
+
+	if (!cfg->vsock_socket_path)
+		return 0;
+	if (cfg->vsock_cid &&
+	    (cfg->vsock_cid < VSOCK_MIN_GUEST_CID || cfg->vsock_cid >= UINT32_MAX)) {
+		snprintf(err, errlen, "vsock CID %" PRIu64 " is reserved: use 3 or more",
+			 cfg->vsock_cid);
+		return -EINVAL;
+	}
+	rc = vm_virtio_mmio_slot_reserve(vm, &slot);
+	if (rc < 0) {
+		snprintf(err, errlen, "no virtio-mmio slot left for vsock");
+		return rc;
+	}
+	struct vsock_device_config vsock_cfg = {
+		.guest_cid = cfg->vsock_cid ? cfg->vsock_cid : vm_random_cid(),
+		.uds_path = cfg->vsock_socket_path,
+		.mem = &vm->mem,
+		.irq = slot.irq,
+		.worker_mode = VSOCK_WORKER_THREAD,
+	};
+
+	vm->vsock = vsock_device_create(&vsock_cfg, err, errlen);
+	if (!vm->vsock)
+		return -EIO;
+	rc = vm_virtio_mmio_slot_attach(vm, &slot, virtio_mmio_access,
+					vsock_device_transport(vm->vsock));
+	if (rc < 0)
+		snprintf(err, errlen, "cannot attach vsock at 0x%" PRIx64 ": %s", slot.base,
+			 strerror(-rc));
+	return rc;
+}
+
 static int vm_setup_vcpus(struct vm *vm, char *err, size_t errlen)
 {
 	struct kvm_cpuid2 *supported = NULL;
@@ -410,6 +460,9 @@ int vm_create(const struct vm_config *cfg, struct vm **out, char *err, size_t er
 	if (rc < 0)
 		goto fail;
 	rc = vm_setup_devices(vm, cfg, err, errlen);
+	if (rc < 0)
+		goto fail;
+	rc = vm_setup_vsock(vm, cfg, err, errlen);
 	if (rc < 0)
 		goto fail;
 	rc = vm_setup_vcpus(vm, err, errlen);
@@ -559,6 +612,8 @@ void vm_destroy(struct vm *vm)
 		vm_join_vcpu(vm, &vm->vcpus[i]);
 		vcpu_destroy(&vm->vcpus[i]);
 	}
+	if (vm->vsock)
+		vsock_device_destroy(vm->vsock);
 	serial_destroy(vm->serial);
 	if (vm->serial_fd >= 0)
 		close(vm->serial_fd);
@@ -578,6 +633,11 @@ void vm_secret_hex(const struct vm *vm, char *out)
 const char *vm_kernel_cmdline(const struct vm *vm)
 {
 	return vm->cmdline;
+}
+
+uint64_t vm_vsock_cid(const struct vm *vm)
+{
+	return vm->vsock ? vsock_device_guest_cid(vm->vsock) : 0;
 }
 
 long vm_first_output_ms(struct vm *vm)

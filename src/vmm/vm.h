@@ -48,6 +48,9 @@ struct vm_config {
 	bool serial_to_stdout;	     /* console to stdout instead of a file */
 	bool has_secret;	     /* use secret below instead of a fresh random one */
 	uint8_t secret[VM_SECRET_LEN];
+	/* virtio-vsock: the host side listens on this AF_UNIX path; NULL: no vsock device. */
+	const char *vsock_socket_path;
+	uint64_t vsock_cid; /* guest CID (>= 3); 0: a random one */
 };
 
 struct vm;
@@ -89,6 +92,8 @@ const char *vm_exit_reason_name(enum vm_exit_reason reason);
 /* The secret on the kernel command line, hex (VM_SECRET_LEN * 2 + 1 bytes). */
 void vm_secret_hex(const struct vm *vm, char *out);
 const char *vm_kernel_cmdline(const struct vm *vm);
+/* The vsock device's guest CID, 0 when the VM has none. */
+uint64_t vm_vsock_cid(const struct vm *vm);
 /* Milliseconds from vm_start to the guest's first console byte; -1 if none yet. */
 long vm_first_output_ms(struct vm *vm);
 

@@ -25,7 +25,7 @@ static void usage(FILE *out)
 {
 	fprintf(out,
 		"usage: voidbox-vmm-boot -k KERNEL [-i INITRAMFS] [-m MB] [-c VCPUS] [-a ARGS]\n"
-		"                        [-l SERIAL_LOG] [-t TIMEOUT_S] [--probe]\n"
+		"                        [-l SERIAL_LOG] [-t TIMEOUT_S] [-v VSOCK_SOCKET] [--probe]\n"
 		"Boots the kernel on voidbox's VMM; the console goes to stdout unless -l.\n"
 		"Exit status: 0 guest powered off, 1 setup error, 2 usage, 3 other guest exit.\n");
 }
@@ -95,7 +95,7 @@ int main(int argc, char **argv)
 	int opt;
 
 	log_init_from_env();
-	while ((opt = getopt_long(argc, argv, "k:i:m:c:a:l:t:h", options, NULL)) != -1) {
+	while ((opt = getopt_long(argc, argv, "k:i:m:c:a:l:t:v:h", options, NULL)) != -1) {
 		switch (opt) {
 		case 'k': cfg.kernel_path = optarg; break;
 		case 'i': cfg.initramfs_path = optarg; break;
@@ -107,6 +107,7 @@ int main(int argc, char **argv)
 			cfg.serial_to_stdout = false;
 			break;
 		case 't': timeout_s = atoi(optarg); break;
+		case 'v': cfg.vsock_socket_path = optarg; break;
 		case 'p': return run_probe();
 		case 'h': usage(stdout); return 0;
 		default: usage(stderr); return EXIT_USAGE;
