@@ -264,10 +264,21 @@ static void __attribute__((noreturn)) spawn_child_fail(int report_fd, enum spawn
 	_exit(SPAWN_EXIT_FAILURE);
 }
 
+/*
+ * Sets soft and hard limit to value. Without privilege to raise the hard limit (the agent is
+ * not root, as in host tests) the value is clamped to the current hard limit instead.
+ */
 static int spawn_set_limit(int resource, uint64_t value)
 {
 	struct rlimit limit = { .rlim_cur = value, .rlim_max = value };
 
+	if (setrlimit(resource, &limit) == 0)
+		return 0;
+	if (errno != EPERM || getrlimit(resource, &limit) < 0)
+		return -1;
+	if (limit.rlim_max != RLIM_INFINITY && value > limit.rlim_max)
+		value = limit.rlim_max;
+	limit.rlim_cur = value;
 	return setrlimit(resource, &limit);
 }
 
