@@ -131,6 +131,18 @@ void spec_free(struct spec *spec)
 	free(spec);
 }
 
+static int spec_resolve_skills_env(struct spec_skill *skills, size_t count,
+				   spec_env_lookup_fn lookup, void *ctx, const char *file,
+				   struct spec_diagnostics *diag)
+{
+	int rc = 0;
+
+	for (size_t i = 0; rc == 0 && i < count; i++)
+		rc = spec_env_resolve(&skills[i].env, lookup, ctx, file, diag);
+	return rc;
+}
+
+/* Resolves every env map: the sandbox's, each box's overrides and each MCP skill's. */
 static int spec_resolve_all_env(struct spec *spec, const struct spec_load_options *options,
 				struct spec_diagnostics *diag)
 {
@@ -139,9 +151,17 @@ static int spec_resolve_all_env(struct spec *spec, const struct spec_load_option
 	void *ctx = options ? options->env_ctx : NULL;
 	int rc = spec_env_resolve(&spec->sandbox.env, lookup, ctx, spec->file, diag);
 
-	for (size_t i = 0; rc == 0 && i < spec->pipeline.box_count; i++)
-		rc = spec_env_resolve(&spec->pipeline.boxes[i].sandbox.env, lookup, ctx, spec->file,
-				      diag);
+	if (rc == 0)
+		rc = spec_resolve_skills_env(spec->agent.skills, spec->agent.skill_count, lookup,
+					     ctx, spec->file, diag);
+	for (size_t i = 0; rc == 0 && i < spec->pipeline.box_count; i++) {
+		struct spec_box *box = &spec->pipeline.boxes[i];
+
+		rc = spec_env_resolve(&box->sandbox.env, lookup, ctx, spec->file, diag);
+		if (rc == 0)
+			rc = spec_resolve_skills_env(box->skills, box->skill_count, lookup, ctx,
+						     spec->file, diag);
+	}
 	return rc;
 }
 
@@ -167,8 +187,11 @@ struct spec *spec_parse_buffer(const char *data, size_t size, const char *file_n
 	errors_before = sink->error_count;
 	root = spec_tree_parse(data, size, options ? options->format : SPEC_FORMAT_AUTO, walk.file,
 			       sink);
-	if (!root)
+	if (!root) {
+		if (sink->error_count == errors_before)
+			spec_report_out_of_memory(walk.file, sink);
 		goto out;
+	}
 	spec = spec_from_tree(&walk, root);
 	spec_node_free(root);
 	if (spec && spec_validate(&walk) == 0 && !walk.out_of_memory &&

@@ -18,6 +18,7 @@
 #include "runtime/spec_internal.h"
 
 #define SPEC_TREE_INITIAL_CAPACITY 4
+#define SPEC_TREE_FILE_START ((struct spec_pos){ .line = 1, .column = 1 })
 
 struct spec_yaml_reader {
 	yaml_parser_t parser;
@@ -338,7 +339,7 @@ static struct spec_node *spec_yaml_parse(const char *data, size_t size, const ch
 	yaml_parser_set_input_string(&reader.parser, (const unsigned char *)data, size);
 	rc = spec_yaml_read_prologue(&reader, &event);
 	if (rc == 1)
-		spec_diagnostics_add(diag, SPEC_SEVERITY_ERROR, file, (struct spec_pos){ 1, 1 },
+		spec_diagnostics_add(diag, SPEC_SEVERITY_ERROR, file, SPEC_TREE_FILE_START,
 				     "start the file with `api_version: v1` and `kind: ...`",
 				     "the spec is empty");
 	if (rc != 0)

@@ -233,6 +233,26 @@ static void spec_validate_stage(struct spec_walk *walk, const struct spec_pipeli
 	}
 }
 
+/* A box that no stage names never runs; that is almost always a typo in the stages. */
+static void spec_validate_unused_boxes(struct spec_walk *walk,
+				       const struct spec_pipeline *pipeline)
+{
+	for (size_t i = 0; i < pipeline->box_count; i++) {
+		const struct spec_box *box = &pipeline->boxes[i];
+		bool used = false;
+
+		for (size_t s = 0; s < pipeline->stage_count && !used; s++)
+			for (size_t j = 0; j < pipeline->stages[s].box_count && !used; j++)
+				used = box->name &&
+				       strcmp(pipeline->stages[s].box_names[j], box->name) == 0;
+		if (!used && box->name)
+			spec_walk_report(walk, SPEC_SEVERITY_WARNING, box->pos,
+					 "add it to a stage, or remove the box",
+					 "box '%s' is not named by any stage and will not run",
+					 box->name);
+	}
+}
+
 /* Without stages, the boxes run one after another in the order they are written. */
 static int spec_pipeline_default_stages(struct spec_pipeline *pipeline)
 {
@@ -278,6 +298,8 @@ static void spec_validate_pipeline(struct spec_walk *walk)
 	spec_validate_box_inputs(walk, pipeline, names);
 	for (size_t i = 0; i < pipeline->stage_count; i++)
 		spec_validate_stage(walk, pipeline, &pipeline->stages[i], names);
+	if (pipeline->stage_count)
+		spec_validate_unused_boxes(walk, pipeline);
 	if (!pipeline->stage_count && spec_pipeline_default_stages(pipeline) < 0)
 		walk->out_of_memory = true;
 	free(names);

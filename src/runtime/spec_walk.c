@@ -16,6 +16,8 @@
 #include "runtime/spec_internal.h"
 
 #define SPEC_WALK_KEY_LIST_MAX 512
+/* Room for the words around the key list in an unknown-key hint. */
+#define SPEC_WALK_HINT_EXTRA 64
 #define SPEC_WALK_DECIMAL_BASE 10
 
 void spec_walk_report(struct spec_walk *walk, enum spec_severity severity, struct spec_pos pos,
@@ -60,7 +62,7 @@ static void spec_walk_report_unknown_key(struct spec_walk *walk, const struct sp
 {
 	const char *suggestion = spec_suggest(key->text, known, known_count);
 	char list[SPEC_WALK_KEY_LIST_MAX] = "";
-	char hint[SPEC_WALK_KEY_LIST_MAX + 64];
+	char hint[SPEC_WALK_KEY_LIST_MAX + SPEC_WALK_HINT_EXTRA];
 	size_t used = 0;
 
 	if (suggestion) {

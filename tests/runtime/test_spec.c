@@ -317,6 +317,27 @@ static void test_invalid_pipeline(void)
 	spec_diagnostics_free(&diag);
 }
 
+static void test_unused_box_warning(void)
+{
+	struct spec_diagnostics diag;
+	struct spec *spec = load_text("kind: pipeline\nname: p\npipeline:\n  boxes:\n"
+				      "    - {name: a, prompt: x}\n    - {name: b, prompt: y}\n"
+				      "  stages: [{name: a}]\n",
+				      "t.yaml", &diag);
+	const struct spec_diagnostic *item = find_diag(&diag, SPEC_SEVERITY_WARNING, "'b' is not");
+
+	CHECK(spec != NULL);
+	CHECK(item != NULL);
+	if (item) {
+		CHECK_INT_EQ(item->pos.line, 6);
+		CHECK_INT_EQ(item->pos.column, 7);
+	}
+	if (spec)
+		CHECK_INT_EQ(spec->pipeline.stages[0].type, SPEC_STAGE_BOX);
+	spec_free(spec);
+	spec_diagnostics_free(&diag);
+}
+
 static void test_invalid_workflow(void)
 {
 	struct spec_diagnostics diag;
@@ -880,7 +901,7 @@ static void test_skill_forms(void)
 		"kind: agent\nname: a\nagent:\n  prompt: p\n  skills:\n"
 		"    - agent:claude-code\n    - file:skills/api.md\n    - remote:owner/repo/skill\n"
 		"    - cli:jq\n    - mcp:server --sse\n"
-		"    - {command: srv, args: [--port, '1'], env: {K: v}}\n"
+		"    - {command: srv, args: [--port, '1'], env: {K: v, HOME: ''}}\n"
 		"    - {name: notes, content: '# Notes'}\n"
 		"    - {image: 'ghcr.io/a/b:1', mount: /skills/b, readonly: false}\n",
 		"t.yaml", &diag);
@@ -898,6 +919,7 @@ static void test_skill_forms(void)
 	CHECK_INT_EQ(spec->agent.skills[5].type, SPEC_SKILL_MCP);
 	CHECK_INT_EQ(spec->agent.skills[5].arg_count, 2);
 	CHECK_STR_EQ(spec->agent.skills[5].env.vars[0].value, "v");
+	CHECK_STR_EQ(spec->agent.skills[5].env.vars[1].value, "/home/tester");
 	CHECK_INT_EQ(spec->agent.skills[6].type, SPEC_SKILL_INLINE);
 	CHECK_INT_EQ(spec->agent.skills[7].type, SPEC_SKILL_OCI);
 	CHECK(!spec->agent.skills[7].readonly);
@@ -919,6 +941,7 @@ int main(int argc, char **argv)
 	RUN_TEST(test_invalid_kind);
 	RUN_TEST(test_invalid_agent);
 	RUN_TEST(test_invalid_pipeline);
+	RUN_TEST(test_unused_box_warning);
 	RUN_TEST(test_invalid_workflow);
 	RUN_TEST(test_invalid_sandbox_kind);
 	RUN_TEST(test_other_kind_block_is_a_warning);
