@@ -180,11 +180,12 @@ struct spec *spec_parse_buffer(const char *data, size_t size, const char *file_n
 	struct spec_walk walk = { .file = file_name ? file_name : "<spec>", .diag = sink };
 	struct spec_node *root;
 	struct spec *spec = NULL;
-	size_t errors_before;
+	size_t errors_before, first_item;
 
 	if (!diag)
 		spec_diagnostics_init(&local);
 	errors_before = sink->error_count;
+	first_item = sink->count;
 	root = spec_tree_parse(data, size, options ? options->format : SPEC_FORMAT_AUTO, walk.file,
 			       sink);
 	if (!root) {
@@ -205,6 +206,7 @@ struct spec *spec_parse_buffer(const char *data, size_t size, const char *file_n
 		spec = NULL;
 	}
 out:
+	spec_diagnostics_sort(sink, first_item);
 	if (!diag)
 		spec_diagnostics_free(&local);
 	return spec;

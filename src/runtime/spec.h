@@ -65,6 +65,8 @@ void spec_diagnostics_free(struct spec_diagnostics *diag);
 int spec_diagnostics_add(struct spec_diagnostics *diag, enum spec_severity severity,
 			 const char *file, struct spec_pos pos, const char *hint, const char *fmt,
 			 ...) __attribute__((format(printf, 6, 7)));
+/* Orders items[from..] by line and column, keeping the order of equal positions. */
+void spec_diagnostics_sort(struct spec_diagnostics *diag, size_t from);
 /* "file:line:col: error: message" lines, each followed by "  hint: ..." when there is one. */
 void spec_diagnostics_print(const struct spec_diagnostics *diag, FILE *out);
 /* A JSON array of {severity, file, line, column, message, hint}; NULL on allocation failure. */

@@ -88,6 +88,26 @@ int spec_diagnostics_add(struct spec_diagnostics *diag, enum spec_severity sever
 	return 0;
 }
 
+static bool spec_pos_before(struct spec_pos a, struct spec_pos b)
+{
+	return a.line < b.line || (a.line == b.line && a.column < b.column);
+}
+
+void spec_diagnostics_sort(struct spec_diagnostics *diag, size_t from)
+{
+	/* Insertion sort: stable, and lists are short and nearly sorted already. */
+	for (size_t i = from + 1; i < diag->count; i++) {
+		struct spec_diagnostic item = diag->items[i];
+		size_t j = i;
+
+		while (j > from && spec_pos_before(item.pos, diag->items[j - 1].pos)) {
+			diag->items[j] = diag->items[j - 1];
+			j--;
+		}
+		diag->items[j] = item;
+	}
+}
+
 void spec_diagnostics_print(const struct spec_diagnostics *diag, FILE *out)
 {
 	for (size_t i = 0; i < diag->count; i++) {

@@ -58,7 +58,7 @@ static void spec_validate_kind_blocks(struct spec_walk *walk)
 			spec_format(hint, sizeof(hint), "add a `%s:` block (see docs/spec-reference.md)",
 				 block->name);
 			spec_walk_report(walk, SPEC_SEVERITY_ERROR, spec->kind_pos, hint,
-					 "kind: %s needs a '%s' block", block->name, block->name);
+					 "kind: %s needs its '%s' block", block->name, block->name);
 		}
 		if (block->kind == spec->kind || !block->present)
 			continue;

@@ -169,8 +169,11 @@ int spec_walk_uint(struct spec_walk *walk, const struct spec_node *map, const ch
 
 	if (!node)
 		return 0;
-	spec_format(hint, sizeof(hint), "write a whole number from 1 to %u, without quotes, e.g. "
-		 "`%s: 1`", max, key);
+	if (max == UINT32_MAX)
+		spec_format(hint, sizeof(hint), "write a positive whole number, without quotes");
+	else
+		spec_format(hint, sizeof(hint), "write a whole number from 1 to %u, without quotes",
+			    max);
 	if (node->type != SPEC_NODE_SCALAR || node->quoted || !spec_walk_is_integer_text(node->text)) {
 		spec_walk_report(walk, SPEC_SEVERITY_ERROR, node->pos, hint,
 				 "%s.%s must be a whole number, not %s%s%s", path, key,

@@ -267,7 +267,7 @@ static void test_invalid_agent(void)
 	expect_error_at("kind: agent\nname: a\nagent:\n  timeout_secs: 5\n", "needs 'prompt'", 4,
 			3, &diag);
 	spec_diagnostics_free(&diag);
-	expect_error_at("kind: agent\nname: a\n", "needs a 'agent' block", 1, 7, &diag);
+	expect_error_at("kind: agent\nname: a\n", "needs its 'agent' block", 1, 7, &diag);
 	spec_diagnostics_free(&diag);
 	expect_error_at("kind: agent\nname: a\nagent:\n  prompt: p\n  mode: servce\n",
 			"servce", 5, 9, &diag);
@@ -842,8 +842,11 @@ static void test_diagnostics_output(void)
 	array = spec_diagnostics_to_json(&diag);
 	CHECK_INT_EQ(json_array_size(array), 2);
 	first = json_array_get(array, 0);
-	CHECK_STR_EQ(json_string_value(json_object_get(first, "severity")), "warning");
-	CHECK_INT_EQ(json_integer_value(json_object_get(first, "line")), 5);
+	/* Findings come out in source order, whatever order the checks ran in. */
+	CHECK_STR_EQ(json_string_value(json_object_get(first, "severity")), "error");
+	CHECK_INT_EQ(json_integer_value(json_object_get(first, "line")), 4);
+	CHECK_INT_EQ(json_integer_value(json_object_get(first, "column")), 10);
+	CHECK(json_is_string(json_object_get(first, "hint")));
 	CHECK_STR_EQ(json_string_value(json_object_get(first, "file")), "box.yaml");
 	json_decref(array);
 out:
