@@ -129,7 +129,10 @@ int control_channel_pty_close(struct control_channel_pty *pty);
 int control_channel_pty_read(struct control_channel_pty *pty,
 			     struct control_channel_pty_event *event, int timeout_ms);
 void control_channel_pty_event_free(struct control_channel_pty_event *event);
-/* Feeds every DATA event to on_data until CLOSED; stores the exit code. */
+/*
+ * Feeds every DATA event to on_data until CLOSED and stores the exit code; timeout_ms bounds
+ * each wait for the next event (a session that keeps printing never times out).
+ */
 int control_channel_pty_wait(struct control_channel_pty *pty,
 			     void (*on_data)(const uint8_t *data, size_t len, void *opaque),
 			     void *opaque, int32_t *exit_code, int timeout_ms);
