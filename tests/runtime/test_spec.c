@@ -932,6 +932,121 @@ out:
 	spec_diagnostics_free(&diag);
 }
 
+/* ---- smaller rules ---------------------------------------------------------------------- */
+
+static void test_field_rules(void)
+{
+	struct spec_diagnostics diag;
+	const struct spec_diagnostic *item;
+
+	item = expect_error_at("kind: agent\nname: a\nllm:\n  provider: olama\nagent: {prompt: p}\n",
+			       "'olama' is not known", 4, 13, &diag);
+	if (item)
+		CHECK_STR_EQ(item->hint, "did you mean 'ollama'?");
+	spec_diagnostics_free(&diag);
+	expect_error_at("kind: agent\nname: a\nagent:\n  prompt: p\n  skills: [\"remote:justone\"]\n",
+			"does not name a repository", 5, 12, &diag);
+	spec_diagnostics_free(&diag);
+	expect_error_at("kind: agent\nname: a\nagent:\n  prompt: p\n  skills:\n"
+			"    - {image: 'ghcr.io/a/b:1'}\n",
+			"needs 'mount'", 6, 7, &diag);
+	spec_diagnostics_free(&diag);
+	expect_error_at("kind: agent\nname: a\nagent:\n  prompt: p\n  skills:\n    - {readme: x}\n",
+			"not a skill form", 6, 7, &diag);
+	spec_diagnostics_free(&diag);
+	expect_error_at("kind: sandbox\nname: s\nsandbox:\n  env:\n    \"A=B\": x\n",
+			"invalid variable name", 5, 5, &diag);
+	spec_diagnostics_free(&diag);
+	expect_error_at("kind: sandbox\nname: s\nsandbox:\n  env:\n    A: [1, 2]\n",
+			"must be a single value", 5, 8, &diag);
+	spec_diagnostics_free(&diag);
+	expect_error_at("kind: pipeline\nname: p\npipeline:\n  boxes: [{name: a, prompt: x}]\n"
+			"  stages:\n    - {type: fanout, boxes: [a]}\n",
+			"'fanout' is not known", 6, 14, &diag);
+	spec_diagnostics_free(&diag);
+	expect_error_at("kind: observe\nname: s\n", "'observe' is not known", 1, 7, &diag);
+	spec_diagnostics_free(&diag);
+	expect_error_at("kind: sandbox\nname: \"\"\n", "name is empty", 2, 7, &diag);
+	spec_diagnostics_free(&diag);
+	expect_error_at("kind: sandbox\nname: s\nobserve:\n  telemetry_buffer_size: 0\n",
+			"must be positive", 4, 26, &diag);
+	spec_diagnostics_free(&diag);
+	expect_error_at("kind: workflow\nname: w\nworkflow:\n  steps:\n    - name: a\n"
+			"      run: {program: \"\"}\n",
+			"program is empty", 6, 22, &diag);
+	spec_diagnostics_free(&diag);
+	expect_error_at("{\"kind\": \"sandbox\", \"name\": \"s\", \"name\": \"t\"}", "appears twice",
+			1, 34, &diag);
+	spec_diagnostics_free(&diag);
+}
+
+static void test_optional_fields_read(void)
+{
+	struct spec_diagnostics diag;
+	struct spec *spec = load_text(
+		"kind: agent\nname: a\n"
+		"sandbox:\n  kernel: /k/vmlinuz\n  initramfs: /k/initrd.gz\n  guest_image: \"\"\n"
+		"  image: alpine:3\n"
+		"llm:\n  provider: custom\n  base_url: http://gw:8080\n  api_key_env: MY_KEY\n"
+		"  model: m1\n"
+		"observe:\n  traces: true\n  otlp_endpoint: http://otel:4317\n"
+		"  telemetry_buffer_size: 64\n"
+		"agent:\n  prompt: p\n  messaging:\n    enabled: true\n    provider_bridge: slack\n",
+		"t.yaml", &diag);
+	uint32_t features;
+
+	CHECK(spec != NULL);
+	dump_diag(&diag);
+	if (!spec)
+		goto out;
+	CHECK_STR_EQ(spec->sandbox.kernel, "/k/vmlinuz");
+	CHECK_STR_EQ(spec->sandbox.initramfs, "/k/initrd.gz");
+	CHECK_STR_EQ(spec->sandbox.guest_image, "");
+	CHECK_STR_EQ(spec->sandbox.image, "alpine:3");
+	CHECK_INT_EQ(spec->llm.provider, SPEC_LLM_PROVIDER_CUSTOM);
+	CHECK_STR_EQ(spec->llm.base_url, "http://gw:8080");
+	CHECK_STR_EQ(spec->llm.api_key_env, "MY_KEY");
+	CHECK_STR_EQ(spec->llm.model, "m1");
+	CHECK(spec->has_observe && spec->observe.traces && !spec->observe.metrics);
+	CHECK_INT_EQ(spec->observe.telemetry_buffer_size, 64);
+	CHECK(spec->agent.has_messaging && spec->agent.messaging.enabled);
+	CHECK_STR_EQ(spec->agent.messaging.provider_bridge, "slack");
+	features = spec_features_required(spec);
+	/* guest_image "" disables the pull, so it is no feature; image is. */
+	CHECK(!(features & SPEC_FEATURE_BIT(SPEC_FEATURE_GUEST_IMAGE)));
+	CHECK(features & SPEC_FEATURE_BIT(SPEC_FEATURE_IMAGE));
+	CHECK(features & SPEC_FEATURE_BIT(SPEC_FEATURE_MESSAGING));
+	CHECK(features & SPEC_FEATURE_BIT(SPEC_FEATURE_OBSERVE));
+	CHECK_STR_EQ(spec_feature_name(SPEC_FEATURE_MOUNTS), "mounts");
+out:
+	spec_free(spec);
+	spec_diagnostics_free(&diag);
+}
+
+static void test_hostile_input(void)
+{
+	struct spec_diagnostics diag;
+	char deep[4 * 100 + 64] = "kind: sandbox\nname: s\nx: ";
+	struct spec *spec;
+	const char nul_text[] = "kind: sandbox\nname: \"a\\0b\"\n";
+
+	for (int i = 0; i < 100; i++)
+		strcat(deep, "[");
+	spec = load_text(deep, "t.yaml", &diag);
+	CHECK(spec == NULL);
+	CHECK(find_diag(&diag, SPEC_SEVERITY_ERROR, "deeper than") != NULL);
+	spec_diagnostics_free(&diag);
+	expect_error_at(nul_text, "NUL character", 2, 7, &diag);
+	spec_diagnostics_free(&diag);
+	spec = load_text("kind: sandbox\nname: s\n---\nkind: agent\n", "t.yaml", &diag);
+	CHECK(spec != NULL);
+	CHECK(find_diag(&diag, SPEC_SEVERITY_WARNING, "only the first YAML document") != NULL);
+	spec_free(spec);
+	spec_diagnostics_free(&diag);
+	expect_error_at("kind: sandbox\nname: s\n? [a, b]\n: c\n", "plain name", 3, 3, &diag);
+	spec_diagnostics_free(&diag);
+}
+
 int main(int argc, char **argv)
 {
 	if (argc > 1)
@@ -966,5 +1081,8 @@ int main(int argc, char **argv)
 	RUN_TEST(test_to_json_redacts_host_values);
 	RUN_TEST(test_load_file_errors);
 	RUN_TEST(test_skill_forms);
+	RUN_TEST(test_field_rules);
+	RUN_TEST(test_optional_fields_read);
+	RUN_TEST(test_hostile_input);
 	return harness_finish();
 }
