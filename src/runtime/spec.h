@@ -424,6 +424,21 @@ void spec_workflow_plan_free(struct spec_workflow_plan *plan);
 /* Index of the step called name, or -1. */
 long spec_workflow_find_step(const struct spec_workflow *workflow, const char *name);
 
+/* ---- pipeline boxes ---------------------------------------------------------------------- */
+
+/* A box's VM resources: its own overrides where written, the spec's sandbox otherwise. */
+struct spec_box_resources {
+	uint32_t memory_mb;
+	uint32_t vcpus;
+	bool network;
+	const char *snapshot; /* borrowed from the spec; NULL when none */
+};
+
+void spec_box_resources(const struct spec *spec, const struct spec_box *box,
+			struct spec_box_resources *out);
+/* The box's llm when it has one, else the spec's, else NULL (provider claude by default). */
+const struct spec_llm *spec_box_llm(const struct spec *spec, const struct spec_box *box);
+
 /* ---- output ------------------------------------------------------------------------------ */
 
 /* The resolved spec (defaults applied) as JSON for `voidbox inspect --output json`. */

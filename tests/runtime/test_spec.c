@@ -1047,6 +1047,38 @@ static void test_hostile_input(void)
 	spec_diagnostics_free(&diag);
 }
 
+static void test_box_effective_settings(void)
+{
+	struct spec_diagnostics diag;
+	struct spec *spec = load_text(
+		"kind: pipeline\nname: p\nsandbox: {memory_mb: 2048, vcpus: 2, snapshot: base1}\n"
+		"llm: {provider: codex}\npipeline:\n  boxes:\n    - {name: a, prompt: x}\n"
+		"    - name: b\n      prompt: y\n      llm: {provider: ollama}\n"
+		"      sandbox: {memory_mb: 512, network: true}\n",
+		"t.yaml", &diag);
+	struct spec_box_resources resources;
+
+	CHECK(spec != NULL);
+	if (!spec)
+		goto out;
+	spec_box_resources(spec, &spec->pipeline.boxes[0], &resources);
+	CHECK_INT_EQ(resources.memory_mb, 2048);
+	CHECK_INT_EQ(resources.vcpus, 2);
+	CHECK(!resources.network);
+	CHECK_STR_EQ(resources.snapshot, "base1");
+	CHECK_INT_EQ(spec_box_llm(spec, &spec->pipeline.boxes[0])->provider,
+		     SPEC_LLM_PROVIDER_CODEX);
+	spec_box_resources(spec, &spec->pipeline.boxes[1], &resources);
+	CHECK_INT_EQ(resources.memory_mb, 512);
+	CHECK_INT_EQ(resources.vcpus, 2);
+	CHECK(resources.network);
+	CHECK_INT_EQ(spec_box_llm(spec, &spec->pipeline.boxes[1])->provider,
+		     SPEC_LLM_PROVIDER_OLLAMA);
+out:
+	spec_free(spec);
+	spec_diagnostics_free(&diag);
+}
+
 int main(int argc, char **argv)
 {
 	if (argc > 1)
@@ -1084,5 +1116,6 @@ int main(int argc, char **argv)
 	RUN_TEST(test_field_rules);
 	RUN_TEST(test_optional_fields_read);
 	RUN_TEST(test_hostile_input);
+	RUN_TEST(test_box_effective_settings);
 	return harness_finish();
 }
