@@ -1,0 +1,43 @@
+/*
+ * The voidbox command line: a table of git-style subcommands, each in its own cli_*.c file
+ * with one entry point. Global flags are parsed once in main.c and handed inward as a narrow
+ * struct, so no subcommand reads global state.
+ */
+#ifndef VOIDBOX_CLI_CLI_H
+#define VOIDBOX_CLI_CLI_H
+
+#include <stdbool.h>
+
+enum cli_output_format {
+	CLI_OUTPUT_HUMAN,
+	CLI_OUTPUT_JSON,
+};
+
+struct cli_globals {
+	enum cli_output_format output;
+	const char *program_name;
+};
+
+/* Exit statuses of the voidbox command itself (a guest program's own code passes through). */
+enum cli_exit_status {
+	CLI_EXIT_OK = 0,
+	CLI_EXIT_FAILURE = 1,
+	CLI_EXIT_USAGE = 2,
+	/* exec/shell: the VM or the agent failed before the program could report its status */
+	CLI_EXIT_SANDBOX_FAILURE = 125,
+};
+
+struct cli_command {
+	const char *name;
+	const char *summary;
+	int (*run)(const struct cli_globals *globals, int argc, char **argv);
+};
+
+int cli_version_run(const struct cli_globals *globals, int argc, char **argv);
+int cli_exec_run(const struct cli_globals *globals, int argc, char **argv);
+int cli_image_run(const struct cli_globals *globals, int argc, char **argv);
+
+/* True when argv[i] is -h or --help: every subcommand honours it. */
+bool cli_wants_help(int argc, char **argv);
+
+#endif

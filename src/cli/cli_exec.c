@@ -1,0 +1,341 @@
+/*
+ * `voidbox exec`: boot a sandbox, run one program in it, stream its stdout and stderr live,
+ * exit with its exit code. The VM's console goes to a log file and never to this terminal, so
+ * what the user sees is exactly the program's output.
+ *
+ * stdin: when it is not a terminal (a pipe or a file) it is read to the end and delivered to
+ * the program byte-exact; a terminal's stdin is not read (use `voidbox shell` for interactive
+ * work), so a plain `voidbox exec -- ls` never waits for Ctrl-D.
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cli/cli.h"
+#include "common/log.h"
+#include "sandbox/sandbox.h"
+#include "store/guest_image.h"
+
+#define CLI_EXEC_ERROR_MAX 1024
+#define CLI_EXEC_STDIN_CHUNK 65536
+/* exit statuses when the agent reports no exit code of the program's own */
+#define CLI_EXEC_EXIT_TIMED_OUT 124
+#define CLI_EXEC_EXIT_KILLED 137
+#define CLI_EXEC_MAX_MEMORY_MB (1024u * 1024u)
+#define CLI_EXEC_MAX_VCPUS 64u
+
+enum cli_exec_option {
+	CLI_EXEC_OPT_MEMORY = 1000,
+	CLI_EXEC_OPT_VCPUS,
+	CLI_EXEC_OPT_ENV,
+	CLI_EXEC_OPT_TIMEOUT,
+	CLI_EXEC_OPT_KERNEL,
+	CLI_EXEC_OPT_INITRAMFS,
+	CLI_EXEC_OPT_WORKDIR,
+	CLI_EXEC_OPT_SERIAL_LOG,
+	CLI_EXEC_OPT_BOOT_TIMEOUT,
+	CLI_EXEC_OPT_HELP,
+};
+
+static const struct option cli_exec_options[] = {
+	{ "memory", required_argument, NULL, CLI_EXEC_OPT_MEMORY },
+	{ "vcpus", required_argument, NULL, CLI_EXEC_OPT_VCPUS },
+	{ "env", required_argument, NULL, CLI_EXEC_OPT_ENV },
+	{ "timeout", required_argument, NULL, CLI_EXEC_OPT_TIMEOUT },
+	{ "kernel", required_argument, NULL, CLI_EXEC_OPT_KERNEL },
+	{ "initramfs", required_argument, NULL, CLI_EXEC_OPT_INITRAMFS },
+	{ "workdir", required_argument, NULL, CLI_EXEC_OPT_WORKDIR },
+	{ "serial-log", required_argument, NULL, CLI_EXEC_OPT_SERIAL_LOG },
+	{ "boot-timeout", required_argument, NULL, CLI_EXEC_OPT_BOOT_TIMEOUT },
+	{ "help", no_argument, NULL, CLI_EXEC_OPT_HELP },
+	{ NULL, 0, NULL, 0 },
+};
+
+struct cli_exec_args {
+	struct sandbox_config sandbox;
+	struct proto_exec_request request;
+	size_t env_capacity;
+};
+
+static void cli_exec_usage(FILE *out)
+{
+	fprintf(out,
+		"usage: voidbox exec [--memory MB] [--vcpus N] [--env K=V]... [--timeout S]\n"
+		"                    [--kernel PATH] [--initramfs PATH] [--workdir DIR]\n"
+		"                    [--serial-log PATH] [--boot-timeout S] -- PROGRAM [ARGS...]\n\n"
+		"Boots a micro-VM, runs PROGRAM in it as the sandbox user and exits with its exit\n"
+		"code. stdout and stderr stream live; piped stdin is delivered to the program.\n\n"
+		"  --memory MB        guest RAM (default %u)\n"
+		"  --vcpus N          virtual CPUs (default %u)\n"
+		"  --env K=V          environment variable for the program (repeatable)\n"
+		"  --timeout S        kill the program's process group after S seconds (exit 124)\n"
+		"  --kernel PATH      kernel bzImage (else VOID_BOX_KERNEL, else the built image)\n"
+		"  --initramfs PATH   initramfs (else VOID_BOX_INITRAMFS, else the built image)\n"
+		"  --workdir DIR      working directory in the guest (default the user's home)\n"
+		"  --serial-log PATH  write the guest console here (default: a file kept on failure)\n"
+		"  --boot-timeout S   give up when the guest agent has not answered after S seconds\n",
+		SANDBOX_DEFAULT_MEMORY_MB, SANDBOX_DEFAULT_VCPUS);
+}
+
+/* Parses a decimal in [min, max]; false (with a message) otherwise. */
+static bool cli_parse_unsigned(const char *flag, const char *text, unsigned long min,
+			       unsigned long max, unsigned long *out)
+{
+	char *end;
+	unsigned long value;
+
+	errno = 0;
+	value = strtoul(text, &end, 10);
+	if (errno || end == text || *end != '\0' || text[0] == '-' || value < min || value > max) {
+		fprintf(stderr, "voidbox exec: %s takes a whole number from %lu to %lu, not '%s'\n",
+			flag, min, max, text);
+		return false;
+	}
+	*out = value;
+	return true;
+}
+
+static int cli_exec_add_env(struct cli_exec_args *args, const char *assignment)
+{
+	const char *equals = strchr(assignment, '=');
+	struct proto_env_var *var;
+
+	if (!equals || equals == assignment) {
+		fprintf(stderr, "voidbox exec: --env takes KEY=VALUE, not '%s'\n", assignment);
+		return -EINVAL;
+	}
+	if (args->request.env_count == args->env_capacity) {
+		size_t capacity = args->env_capacity ? args->env_capacity * 2 : 8;
+		struct proto_env_var *grown =
+			realloc(args->request.env, capacity * sizeof(*grown));
+
+		if (!grown)
+			return -ENOMEM;
+		args->request.env = grown;
+		args->env_capacity = capacity;
+	}
+	var = &args->request.env[args->request.env_count];
+	var->key = strndup(assignment, (size_t)(equals - assignment));
+	var->value = strdup(equals + 1);
+	if (!var->key || !var->value) {
+		free(var->key);
+		free(var->value);
+		return -ENOMEM;
+	}
+	args->request.env_count++;
+	return 0;
+}
+
+/* Returns 0, CLI_EXIT_USAGE-style positive status to exit with, or -errno. */
+static int cli_exec_parse(int argc, char **argv, struct cli_exec_args *args)
+{
+	unsigned long value;
+	int option;
+
+	optind = 1;
+	opterr = 1;
+	while ((option = getopt_long(argc, argv, "+", cli_exec_options, NULL)) != -1) {
+		switch (option) {
+		case CLI_EXEC_OPT_MEMORY:
+			if (!cli_parse_unsigned("--memory", optarg, 1, CLI_EXEC_MAX_MEMORY_MB, &value))
+				return CLI_EXIT_USAGE;
+			args->sandbox.memory_mb = (unsigned int)value;
+			break;
+		case CLI_EXEC_OPT_VCPUS:
+			if (!cli_parse_unsigned("--vcpus", optarg, 1, CLI_EXEC_MAX_VCPUS, &value))
+				return CLI_EXIT_USAGE;
+			args->sandbox.vcpus = (unsigned int)value;
+			break;
+		case CLI_EXEC_OPT_ENV:
+			if (cli_exec_add_env(args, optarg) < 0)
+				return CLI_EXIT_USAGE;
+			break;
+		case CLI_EXEC_OPT_TIMEOUT:
+			if (!cli_parse_unsigned("--timeout", optarg, 1, UINT32_MAX, &value))
+				return CLI_EXIT_USAGE;
+			args->request.has_timeout = true;
+			args->request.timeout_secs = value;
+			break;
+		case CLI_EXEC_OPT_KERNEL:
+			args->sandbox.kernel_path = optarg;
+			break;
+		case CLI_EXEC_OPT_INITRAMFS:
+			args->sandbox.initramfs_path = optarg;
+			break;
+		case CLI_EXEC_OPT_WORKDIR:
+			args->request.working_dir = optarg;
+			break;
+		case CLI_EXEC_OPT_SERIAL_LOG:
+			args->sandbox.serial_log_path = optarg;
+			break;
+		case CLI_EXEC_OPT_BOOT_TIMEOUT:
+			if (!cli_parse_unsigned("--boot-timeout", optarg, 1, 24 * 3600, &value))
+				return CLI_EXIT_USAGE;
+			args->sandbox.boot_timeout_ms = (int)value * 1000;
+			break;
+		case CLI_EXEC_OPT_HELP:
+			cli_exec_usage(stdout);
+			return -1;
+		default:
+			fprintf(stderr, "(see voidbox exec --help)\n");
+			return CLI_EXIT_USAGE;
+		}
+	}
+	if (optind >= argc) {
+		fprintf(stderr, "voidbox exec: no program given: voidbox exec [OPTIONS] -- PROGRAM [ARGS...]\n");
+		return CLI_EXIT_USAGE;
+	}
+	args->request.program = argv[optind];
+	args->request.args = argv + optind + 1;
+	args->request.args_count = (size_t)(argc - optind - 1);
+	return 0;
+}
+
+/* Reads all of stdin when it is a pipe or file; a terminal's stdin is left alone. */
+static int cli_exec_read_stdin(struct proto_bytes *out)
+{
+	size_t capacity = 0;
+
+	out->data = NULL;
+	out->len = 0;
+	if (isatty(STDIN_FILENO))
+		return 0;
+	for (;;) {
+		ssize_t got;
+
+		if (out->len + CLI_EXEC_STDIN_CHUNK > capacity) {
+			size_t grown_capacity = capacity ? capacity * 2 : CLI_EXEC_STDIN_CHUNK * 2;
+			uint8_t *grown;
+
+			if (grown_capacity > PROTO_MAX_PAYLOAD) {
+				fprintf(stderr, "voidbox exec: stdin is larger than the %u MiB a request can carry; write the data to a file in the guest instead\n",
+					PROTO_MAX_PAYLOAD >> 20);
+				return -EFBIG;
+			}
+			grown = realloc(out->data, grown_capacity);
+			if (!grown)
+				return -ENOMEM;
+			out->data = grown;
+			capacity = grown_capacity;
+		}
+		got = read(STDIN_FILENO, out->data + out->len, capacity - out->len);
+		if (got == 0)
+			return 0;
+		if (got < 0) {
+			if (errno == EINTR)
+				continue;
+			/* a closed stdin (EBADF) simply means no input */
+			return errno == EBADF ? 0 : -errno;
+		}
+		out->len += (size_t)got;
+	}
+}
+
+static void cli_write_all(int fd, const uint8_t *data, size_t len)
+{
+	while (len > 0) {
+		ssize_t wrote = write(fd, data, len);
+
+		if (wrote < 0) {
+			if (errno == EINTR)
+				continue;
+			return; /* the reader went away (EPIPE): nothing more to show */
+		}
+		data += wrote;
+		len -= (size_t)wrote;
+	}
+}
+
+static void cli_exec_on_chunk(const struct proto_exec_output_chunk *chunk, void *opaque)
+{
+	bool *streamed_any = opaque;
+
+	*streamed_any = true;
+	cli_write_all(chunk->stream == PROTO_STREAM_STDERR ? STDERR_FILENO : STDOUT_FILENO,
+		      chunk->data.data, chunk->data.len);
+}
+
+static int cli_exec_status_from_response(const struct proto_exec_response *response)
+{
+	if (response->exit_code >= 0)
+		return response->exit_code;
+	if (response->error)
+		fprintf(stderr, "voidbox exec: %s\n", response->error);
+	if (response->error && strstr(response->error, "timeout"))
+		return CLI_EXEC_EXIT_TIMED_OUT;
+	return CLI_EXEC_EXIT_KILLED;
+}
+
+static void cli_exec_args_free(struct cli_exec_args *args)
+{
+	for (size_t i = 0; i < args->request.env_count; i++) {
+		free(args->request.env[i].key);
+		free(args->request.env[i].value);
+	}
+	free(args->request.env);
+	free(args->request.stdin_data.data);
+}
+
+int cli_exec_run(const struct cli_globals *globals, int argc, char **argv)
+{
+	struct cli_exec_args args;
+	struct guest_image_paths image;
+	struct proto_exec_response response;
+	struct sandbox *sandbox = NULL;
+	char err[CLI_EXEC_ERROR_MAX];
+	bool streamed_any = false;
+	int status = CLI_EXIT_SANDBOX_FAILURE;
+	int rc;
+
+	(void)globals;
+	memset(&args, 0, sizeof(args));
+	memset(&response, 0, sizeof(response));
+	rc = cli_exec_parse(argc, argv, &args);
+	if (rc != 0) {
+		cli_exec_args_free(&args);
+		return rc < 0 ? CLI_EXIT_OK : rc;
+	}
+	if (guest_image_resolve(args.sandbox.kernel_path, args.sandbox.initramfs_path, &image, err,
+				sizeof(err)) < 0) {
+		fprintf(stderr, "voidbox exec: %s\n", err);
+		goto out;
+	}
+	args.sandbox.kernel_path = image.kernel;
+	args.sandbox.initramfs_path = image.initramfs[0] ? image.initramfs : NULL;
+	rc = cli_exec_read_stdin(&args.request.stdin_data);
+	if (rc < 0) {
+		if (rc != -EFBIG)
+			fprintf(stderr, "voidbox exec: cannot read stdin: %s\n", strerror(-rc));
+		goto out;
+	}
+
+	rc = sandbox_start(&args.sandbox, &sandbox, err, sizeof(err));
+	if (rc < 0) {
+		fprintf(stderr, "voidbox exec: %s\n", err);
+		goto out;
+	}
+	rc = control_channel_exec(sandbox_channel(sandbox), &args.request, cli_exec_on_chunk,
+				  &streamed_any, &response);
+	if (rc < 0) {
+		fprintf(stderr, "voidbox exec: %s (guest console: %s)\n",
+			control_channel_last_error(), sandbox_serial_log_path(sandbox));
+		goto out;
+	}
+	/* an agent that streams nothing still returns the full output in the response */
+	if (!streamed_any) {
+		cli_write_all(STDOUT_FILENO, response.stdout_data.data, response.stdout_data.len);
+		cli_write_all(STDERR_FILENO, response.stderr_data.data, response.stderr_data.len);
+	}
+	status = cli_exec_status_from_response(&response);
+
+out:
+	/* the console log is worth keeping only when the sandbox itself failed */
+	sandbox_destroy(sandbox, status == CLI_EXIT_SANDBOX_FAILURE);
+	proto_exec_response_free(&response);
+	cli_exec_args_free(&args);
+	return status;
+}

@@ -1,0 +1,111 @@
+/*
+ * Entry point of the voidbox command: global flags (--output, --log-level), then dispatch to
+ * one subcommand from a table. Everything a subcommand needs arrives as arguments; logging is
+ * configured here once so every module's progress goes through the same levelled logger.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/cli.h"
+#include "common/log.h"
+
+static const struct cli_command cli_commands[] = {
+	{ "exec", "boot a VM, run one program in it, exit with its exit code", cli_exec_run },
+	{ "image", "build, list or remove guest images (kernel + initramfs)", cli_image_run },
+	{ "version", "print the version", cli_version_run },
+};
+
+#define CLI_COMMAND_COUNT (sizeof(cli_commands) / sizeof(cli_commands[0]))
+
+bool cli_wants_help(int argc, char **argv)
+{
+	for (int i = 1; i < argc; i++) {
+		if (strcmp(argv[i], "--") == 0)
+			return false;
+		if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0)
+			return true;
+	}
+	return false;
+}
+
+static void cli_print_usage(FILE *out, const char *program_name)
+{
+	fprintf(out,
+		"usage: %s [--output human|json] [--log-level LEVEL] COMMAND [ARGS...]\n\n"
+		"voidbox runs untrusted work in KVM micro-VMs.\n\ncommands:\n",
+		program_name);
+	for (size_t i = 0; i < CLI_COMMAND_COUNT; i++)
+		fprintf(out, "  %-10s %s\n", cli_commands[i].name, cli_commands[i].summary);
+	fprintf(out,
+		"\nglobal options:\n"
+		"  --output human|json   output format (default human)\n"
+		"  --log-level LEVEL     trace|debug|info|warn|error|off (env VOIDBOX_LOG_LEVEL)\n"
+		"\nRun '%s COMMAND --help' for a command's options.\n",
+		program_name);
+}
+
+int main(int argc, char **argv)
+{
+	struct cli_globals globals = { .output = CLI_OUTPUT_HUMAN, .program_name = "voidbox" };
+	int arg_index = 1;
+
+	log_set_level(LOG_LEVEL_WARN);
+	log_init_from_env();
+
+	while (arg_index < argc && argv[arg_index][0] == '-') {
+		const char *flag = argv[arg_index];
+
+		if (strcmp(flag, "-h") == 0 || strcmp(flag, "--help") == 0) {
+			cli_print_usage(stdout, globals.program_name);
+			return CLI_EXIT_OK;
+		}
+		if (strcmp(flag, "--version") == 0)
+			return cli_version_run(&globals, 1, argv);
+		if (arg_index + 1 >= argc) {
+			fprintf(stderr, "voidbox: %s needs a value\n", flag);
+			return CLI_EXIT_USAGE;
+		}
+		if (strcmp(flag, "--output") == 0) {
+			const char *format = argv[arg_index + 1];
+
+			if (strcmp(format, "json") == 0) {
+				globals.output = CLI_OUTPUT_JSON;
+			} else if (strcmp(format, "human") == 0) {
+				globals.output = CLI_OUTPUT_HUMAN;
+			} else {
+				fprintf(stderr, "voidbox: --output takes human or json, not '%s'\n",
+					format);
+				return CLI_EXIT_USAGE;
+			}
+		} else if (strcmp(flag, "--log-level") == 0) {
+			int level = log_level_parse(argv[arg_index + 1]);
+
+			if (level < 0) {
+				fprintf(stderr,
+					"voidbox: --log-level takes trace, debug, info, warn, error or off, not '%s'\n",
+					argv[arg_index + 1]);
+				return CLI_EXIT_USAGE;
+			}
+			log_set_level((enum log_level)level);
+		} else {
+			fprintf(stderr, "voidbox: unknown option '%s' (see voidbox --help)\n", flag);
+			return CLI_EXIT_USAGE;
+		}
+		arg_index += 2;
+	}
+
+	if (arg_index >= argc) {
+		cli_print_usage(stderr, globals.program_name);
+		return CLI_EXIT_USAGE;
+	}
+	for (size_t i = 0; i < CLI_COMMAND_COUNT; i++)
+		if (strcmp(argv[arg_index], cli_commands[i].name) == 0)
+			return cli_commands[i].run(&globals, argc - arg_index, argv + arg_index);
+	if (strcmp(argv[arg_index], "help") == 0) {
+		cli_print_usage(stdout, globals.program_name);
+		return CLI_EXIT_OK;
+	}
+	fprintf(stderr, "voidbox: unknown command '%s' (see voidbox --help)\n", argv[arg_index]);
+	return CLI_EXIT_USAGE;
+}

@@ -1,0 +1,374 @@
+/*
+ * Sandbox lifecycle: runtime directory -> VM (with its vsock device on a socket in that
+ * directory) -> start -> wait for the agent -> control channel. Teardown runs the same ladder backwards.
+ *
+ * Waiting for the agent is a loop of short vsock connects to port 1234 that also watches the
+ * VM: the moment the VM ends (panic, bad initramfs, poweroff) the loop stops and reports it,
+ * instead of letting the channel's own 30 s connect deadline run out. Only after the guest
+ * accepts the port is the control channel asked to handshake.
+ */
+#include "sandbox/sandbox.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "common/log.h"
+#include "devices/vsock.h"
+#include "host/vsock_connect.h"
+#include "vmm/kvm.h"
+
+#define SANDBOX_LOG "sandbox"
+#define SANDBOX_RUNTIME_TEMPLATE "voidbox-XXXXXX"
+#define SANDBOX_SOCKET_NAME "vsock.sock"
+#define SANDBOX_SERIAL_NAME "serial.log"
+#define SANDBOX_PATH_MAX 256
+/* one vsock connect attempt while the guest boots */
+#define SANDBOX_PROBE_CONNECT_TIMEOUT_MS 1000
+#define SANDBOX_PROBE_BACKOFF_FIRST_MS 10
+#define SANDBOX_PROBE_BACKOFF_MAX_MS 200
+/* how long a guest gets to power off after the Shutdown RPC before the VM is stopped */
+#define SANDBOX_SHUTDOWN_GRACE_MS 2000
+#define SANDBOX_BOOT_TIMEOUT_ENV "VOIDBOX_BOOT_TIMEOUT_SECS"
+#define SANDBOX_MS_PER_SEC 1000
+/* set to 1 to boot even where the KVM probe finds standard guests emulated (PVM) */
+#define SANDBOX_ALLOW_SLOW_KVM_ENV "VOIDBOX_ALLOW_SLOW_KVM"
+
+struct sandbox {
+	struct vm *vm;
+	struct control_channel *channel;
+	uint8_t secret[PROTO_SECRET_SIZE];
+	char runtime_dir[SANDBOX_PATH_MAX];
+	char socket_path[SANDBOX_PATH_MAX + sizeof(SANDBOX_SOCKET_NAME) + 1];
+	char serial_log_path[PATH_MAX];
+	bool serial_log_is_ours;
+	long boot_ms;
+	bool exited;
+	enum vm_exit_reason exit_reason;
+};
+
+static long monotonic_ms(void)
+{
+	struct timespec now;
+
+	clock_gettime(CLOCK_MONOTONIC, &now);
+	return now.tv_sec * SANDBOX_MS_PER_SEC + now.tv_nsec / 1000000L;
+}
+
+static void sleep_ms(long ms)
+{
+	struct timespec pause = { .tv_sec = ms / SANDBOX_MS_PER_SEC,
+				  .tv_nsec = (ms % SANDBOX_MS_PER_SEC) * 1000000L };
+
+	while (nanosleep(&pause, &pause) < 0 && errno == EINTR)
+		;
+}
+
+static int sandbox_boot_timeout_ms(const struct sandbox_config *cfg)
+{
+	const char *env = getenv(SANDBOX_BOOT_TIMEOUT_ENV);
+
+	if (env && *env) {
+		char *end;
+		long secs = strtol(env, &end, 10);
+
+		if (*end == '\0' && secs > 0 && secs < 24 * 3600)
+			return (int)(secs * SANDBOX_MS_PER_SEC);
+		log_warn(SANDBOX_LOG, "ignoring %s='%s': expected a number of seconds",
+			 SANDBOX_BOOT_TIMEOUT_ENV, env);
+	}
+	return cfg->boot_timeout_ms > 0 ? cfg->boot_timeout_ms : SANDBOX_DEFAULT_BOOT_TIMEOUT_MS;
+}
+
+/* A random CID >= 3 that fits the 32-bit space the guest's vsock uses. */
+static uint64_t sandbox_random_cid(void)
+{
+	uint32_t value = 0;
+
+	if (getrandom(&value, sizeof(value), 0) != sizeof(value))
+		value = (uint32_t)getpid() ^ (uint32_t)monotonic_ms();
+	return VSOCK_MIN_GUEST_CID + value % (UINT32_MAX - VSOCK_MIN_GUEST_CID - 1);
+}
+
+static int sandbox_make_runtime_dir(struct sandbox *sandbox, char *err, size_t errlen)
+{
+	const char *base = getenv("XDG_RUNTIME_DIR");
+	int written;
+
+	if (!base || !*base || access(base, W_OK) != 0)
+		base = "/tmp";
+	written = snprintf(sandbox->runtime_dir, sizeof(sandbox->runtime_dir), "%s/%s", base,
+			   SANDBOX_RUNTIME_TEMPLATE);
+	/* a unix socket path must fit in sun_path (108 bytes) */
+	if (written < 0 || (size_t)written + sizeof(SANDBOX_SOCKET_NAME) + 1 > 100) {
+		snprintf(err, errlen, "runtime directory base '%s' is too long for a unix socket path; set XDG_RUNTIME_DIR to a shorter directory", base);
+		return -ENAMETOOLONG;
+	}
+	if (!mkdtemp(sandbox->runtime_dir)) {
+		int saved = errno;
+
+		snprintf(err, errlen, "cannot create a runtime directory under %s: %s", base,
+			 strerror(saved));
+		return -saved;
+	}
+	snprintf(sandbox->socket_path, sizeof(sandbox->socket_path), "%s/%s",
+		 sandbox->runtime_dir, SANDBOX_SOCKET_NAME);
+	return 0;
+}
+
+static bool sandbox_vm_ended(struct sandbox *sandbox)
+{
+	if (!sandbox->exited && vm_wait(sandbox->vm, 0, &sandbox->exit_reason) == 0)
+		sandbox->exited = true;
+	return sandbox->exited;
+}
+
+/*
+ * Polls port 1234 until the guest accepts, the VM ends or the deadline passes. The probe
+ * connection is closed at once: the agent serves any number of connections and treats one
+ * that closes before its Ping as nothing.
+ */
+static int sandbox_wait_for_agent_port(struct sandbox *sandbox, int timeout_ms, char *err,
+				       size_t errlen)
+{
+	long deadline = monotonic_ms() + timeout_ms;
+	long backoff = SANDBOX_PROBE_BACKOFF_FIRST_MS;
+	int last_error = -ETIMEDOUT;
+
+	for (;;) {
+		int fd;
+
+		if (sandbox_vm_ended(sandbox)) {
+			snprintf(err, errlen,
+				 "the VM stopped (%s) before its guest agent answered; the guest console is in %s",
+				 vm_exit_reason_name(sandbox->exit_reason),
+				 sandbox->serial_log_path);
+			return -ECHILD;
+		}
+		fd = vsock_host_connect(sandbox->socket_path, PROTO_GUEST_AGENT_PORT,
+					SANDBOX_PROBE_CONNECT_TIMEOUT_MS);
+		if (fd >= 0) {
+			close(fd);
+			return 0;
+		}
+		last_error = fd;
+		if (monotonic_ms() >= deadline)
+			break;
+		sleep_ms(backoff);
+		backoff = backoff * 2 > SANDBOX_PROBE_BACKOFF_MAX_MS ? SANDBOX_PROBE_BACKOFF_MAX_MS
+								     : backoff * 2;
+	}
+	snprintf(err, errlen,
+		 "the guest agent did not answer within %d s (%s); the guest console is in %s",
+		 timeout_ms / SANDBOX_MS_PER_SEC, vsock_host_connect_describe(last_error),
+		 sandbox->serial_log_path);
+	return -ETIMEDOUT;
+}
+
+static int sandbox_vsock_connector(void *opaque, int timeout_ms)
+{
+	struct sandbox *sandbox = opaque;
+
+	if (sandbox_vm_ended(sandbox))
+		return -ECHILD;
+	return vsock_host_connect(sandbox->socket_path, PROTO_GUEST_AGENT_PORT, timeout_ms);
+}
+
+static int sandbox_open_channel(struct sandbox *sandbox, char *err, size_t errlen)
+{
+	struct control_channel_config channel_cfg;
+	int rc;
+
+	memset(&channel_cfg, 0, sizeof(channel_cfg));
+	channel_cfg.connect = sandbox_vsock_connector;
+	channel_cfg.connect_opaque = sandbox;
+	memcpy(channel_cfg.secret, sandbox->secret, sizeof(channel_cfg.secret));
+	sandbox->channel = control_channel_create(&channel_cfg);
+	if (!sandbox->channel) {
+		snprintf(err, errlen, "cannot create the control channel: out of memory");
+		return -ENOMEM;
+	}
+	rc = control_channel_connect(sandbox->channel);
+	if (rc < 0)
+		snprintf(err, errlen, "the guest agent refused the handshake: %s (guest console: %s)",
+			 control_channel_last_error(), sandbox->serial_log_path);
+	return rc;
+}
+
+/*
+ * A KVM that emulates standard guests (PVM hosts) boots a stock kernel a thousand times
+ * slower: say so with the remedy up front instead of letting the boot timeout run out.
+ */
+static int sandbox_check_kvm(char *err, size_t errlen)
+{
+	const char *allow_slow = getenv(SANDBOX_ALLOW_SLOW_KVM_ENV);
+	char why[512];
+
+	if (kvm_probe_usable(why, sizeof(why))) {
+		log_debug(SANDBOX_LOG, "%s", why);
+		return 0;
+	}
+	if (allow_slow && strcmp(allow_slow, "1") == 0 && strstr(why, "emulates")) {
+		log_warn(SANDBOX_LOG, "%s; booting anyway (%s=1), expect minutes", why,
+			 SANDBOX_ALLOW_SLOW_KVM_ENV);
+		return 0;
+	}
+	snprintf(err, errlen, "%s", why);
+	return -ENODEV;
+}
+
+int sandbox_start(const struct sandbox_config *cfg, struct sandbox **out, char *err,
+		  size_t errlen)
+{
+	struct vm_config vm_cfg;
+	struct sandbox *sandbox;
+	long started_ms = monotonic_ms();
+	int rc;
+
+	*out = NULL;
+	rc = sandbox_check_kvm(err, errlen);
+	if (rc < 0)
+		return rc;
+	sandbox = calloc(1, sizeof(*sandbox));
+	if (!sandbox) {
+		snprintf(err, errlen, "out of memory");
+		return -ENOMEM;
+	}
+	rc = sandbox_make_runtime_dir(sandbox, err, errlen);
+	if (rc < 0) {
+		free(sandbox);
+		return rc;
+	}
+	if (cfg->serial_log_path) {
+		snprintf(sandbox->serial_log_path, sizeof(sandbox->serial_log_path), "%s",
+			 cfg->serial_log_path);
+	} else {
+		snprintf(sandbox->serial_log_path, sizeof(sandbox->serial_log_path), "%s/%s",
+			 sandbox->runtime_dir, SANDBOX_SERIAL_NAME);
+		sandbox->serial_log_is_ours = true;
+	}
+	if (getrandom(sandbox->secret, sizeof(sandbox->secret), 0) != sizeof(sandbox->secret)) {
+		rc = -errno;
+		snprintf(err, errlen, "cannot draw a session secret: %s", strerror(errno));
+		goto fail;
+	}
+
+	memset(&vm_cfg, 0, sizeof(vm_cfg));
+	vm_cfg.kernel_path = cfg->kernel_path;
+	vm_cfg.initramfs_path = cfg->initramfs_path;
+	vm_cfg.cmdline = cfg->extra_cmdline;
+	vm_cfg.memory_mb = cfg->memory_mb ? cfg->memory_mb : SANDBOX_DEFAULT_MEMORY_MB;
+	vm_cfg.vcpus = cfg->vcpus ? cfg->vcpus : SANDBOX_DEFAULT_VCPUS;
+	vm_cfg.serial_log_path = sandbox->serial_log_path;
+	vm_cfg.has_secret = true;
+	memcpy(vm_cfg.secret, sandbox->secret, sizeof(vm_cfg.secret));
+	vm_cfg.vsock_socket_path = sandbox->socket_path;
+	vm_cfg.vsock_cid = sandbox_random_cid();
+	rc = vm_create(&vm_cfg, &sandbox->vm, err, errlen);
+	if (rc < 0)
+		goto fail;
+	log_info(SANDBOX_LOG, "booting %s (%u MiB, %u vCPU), console in %s", cfg->kernel_path,
+		 vm_cfg.memory_mb, vm_cfg.vcpus, sandbox->serial_log_path);
+	rc = vm_start(sandbox->vm);
+	if (rc < 0) {
+		snprintf(err, errlen, "the VM did not start: %s", strerror(-rc));
+		goto fail;
+	}
+	rc = sandbox_wait_for_agent_port(sandbox, sandbox_boot_timeout_ms(cfg), err, errlen);
+	if (rc < 0)
+		goto fail;
+	rc = sandbox_open_channel(sandbox, err, errlen);
+	if (rc < 0)
+		goto fail;
+	sandbox->boot_ms = monotonic_ms() - started_ms;
+	log_info(SANDBOX_LOG, "guest agent answered after %ld ms", sandbox->boot_ms);
+	*out = sandbox;
+	return 0;
+
+fail:
+	sandbox_destroy(sandbox, true);
+	return rc;
+}
+
+struct control_channel *sandbox_channel(struct sandbox *sandbox)
+{
+	return sandbox->channel;
+}
+
+const char *sandbox_serial_log_path(const struct sandbox *sandbox)
+{
+	return sandbox->serial_log_path;
+}
+
+const char *sandbox_vsock_socket_path(const struct sandbox *sandbox)
+{
+	return sandbox->socket_path;
+}
+
+unsigned long sandbox_guest_cid(const struct sandbox *sandbox)
+{
+	return sandbox->vm ? (unsigned long)vm_vsock_cid(sandbox->vm) : 0;
+}
+
+long sandbox_boot_ms(const struct sandbox *sandbox)
+{
+	return sandbox->boot_ms;
+}
+
+int sandbox_wait_exit(struct sandbox *sandbox, int timeout_ms, enum vm_exit_reason *reason)
+{
+	int rc;
+
+	if (sandbox->exited) {
+		*reason = sandbox->exit_reason;
+		return 0;
+	}
+	rc = vm_wait(sandbox->vm, timeout_ms, &sandbox->exit_reason);
+	if (rc == 0) {
+		sandbox->exited = true;
+		*reason = sandbox->exit_reason;
+	}
+	return rc;
+}
+
+static void sandbox_remove_runtime_dir(struct sandbox *sandbox, bool keep_serial_log)
+{
+	char path[SANDBOX_PATH_MAX + sizeof(SANDBOX_SERIAL_NAME) + 1];
+
+	if (!sandbox->runtime_dir[0])
+		return;
+	snprintf(path, sizeof(path), "%s/%s", sandbox->runtime_dir, SANDBOX_SOCKET_NAME);
+	unlink(path);
+	if (sandbox->serial_log_is_ours && keep_serial_log)
+		return;
+	if (sandbox->serial_log_is_ours)
+		unlink(sandbox->serial_log_path);
+	rmdir(sandbox->runtime_dir);
+}
+
+void sandbox_destroy(struct sandbox *sandbox, bool keep_serial_log)
+{
+	enum vm_exit_reason reason;
+
+	if (!sandbox)
+		return;
+	if (sandbox->vm && !sandbox_vm_ended(sandbox) && sandbox->channel) {
+		/* a clean guest poweroff flushes the guest's filesystems first */
+		if (control_channel_shutdown(sandbox->channel) == 0)
+			vm_wait(sandbox->vm, SANDBOX_SHUTDOWN_GRACE_MS, &reason);
+	}
+	if (sandbox->channel)
+		control_channel_destroy(sandbox->channel);
+	if (sandbox->vm)
+		vm_request_stop(sandbox->vm);
+	vm_destroy(sandbox->vm);
+	sandbox_remove_runtime_dir(sandbox, keep_serial_log);
+	explicit_bzero(sandbox->secret, sizeof(sandbox->secret));
+	free(sandbox);
+}

@@ -1,0 +1,66 @@
+/*
+ * A sandbox is one running micro-VM with its guest agent reachable: the composition of the
+ * VMM (src/vmm), the userspace vsock device (src/devices) and the control channel (src/host).
+ * Everything above this layer (the CLI, specs, workflows) talks to a sandbox and never to KVM,
+ * devices or sockets directly.
+ *
+ * Start is "boot and wait until the agent answers": a VM that stops before that, or an agent
+ * that never answers within the boot timeout, fails with a sentence that names the serial log,
+ * so a broken kernel or initramfs is never a hang.
+ */
+#ifndef VOIDBOX_SANDBOX_SANDBOX_H
+#define VOIDBOX_SANDBOX_SANDBOX_H
+
+#include <stddef.h>
+
+#include "host/control_channel.h"
+#include "vmm/vm.h"
+
+#define SANDBOX_DEFAULT_MEMORY_MB 512
+#define SANDBOX_DEFAULT_VCPUS 1
+#define SANDBOX_DEFAULT_BOOT_TIMEOUT_MS 120000
+
+struct sandbox_config {
+	const char *kernel_path;
+	const char *initramfs_path;
+	unsigned int memory_mb;		/* 0: SANDBOX_DEFAULT_MEMORY_MB */
+	unsigned int vcpus;		/* 0: SANDBOX_DEFAULT_VCPUS */
+	const char *extra_cmdline;	/* appended to the kernel command line; may be NULL */
+	/* Where the guest console goes; NULL: a file in the sandbox's runtime directory. */
+	const char *serial_log_path;
+	/* 0: SANDBOX_DEFAULT_BOOT_TIMEOUT_MS (VOIDBOX_BOOT_TIMEOUT_SECS overrides). */
+	int boot_timeout_ms;
+};
+
+struct sandbox;
+
+/*
+ * Boots the VM and waits until its agent has completed the handshake. Returns 0 and *out, or
+ * -errno with a user-facing sentence in err (which names the serial log when the guest is at
+ * fault).
+ */
+int sandbox_start(const struct sandbox_config *cfg, struct sandbox **out, char *err,
+		  size_t errlen);
+
+/* The agent's RPC channel; owned by the sandbox. */
+struct control_channel *sandbox_channel(struct sandbox *sandbox);
+const char *sandbox_serial_log_path(const struct sandbox *sandbox);
+const char *sandbox_vsock_socket_path(const struct sandbox *sandbox);
+unsigned long sandbox_guest_cid(const struct sandbox *sandbox);
+/* Milliseconds from sandbox_start's call to the agent's first Pong. */
+long sandbox_boot_ms(const struct sandbox *sandbox);
+
+/*
+ * Waits up to timeout_ms for the VM to end by itself (guest poweroff, reboot, panic).
+ * Returns 0 with *reason, or -ETIMEDOUT.
+ */
+int sandbox_wait_exit(struct sandbox *sandbox, int timeout_ms, enum vm_exit_reason *reason);
+
+/*
+ * Stops the VM (asks the agent to power off, then forces a stop after a short grace),
+ * releases every thread, fd, mapping and file (the serial log is kept unless it was a
+ * temporary one and the run succeeded: keep_serial_log decides). NULL is fine.
+ */
+void sandbox_destroy(struct sandbox *sandbox, bool keep_serial_log);
+
+#endif

@@ -1,0 +1,496 @@
+/*
+ * VM conformance: boots real micro-VMs under our VMM and checks the backend contract through
+ * the control channel. Boots are the expensive part (seconds each under nested KVM), so one VM
+ * runs every RPC check in turn and ends with a guest-initiated poweroff; the CLI checks
+ * (exit status, streaming, a kernel that cannot boot) use `voidbox exec` as a user would.
+ *
+ * Needs a /dev/kvm that runs standard guests: run natively, or through scripts/with-nested-kvm
+ * (tests/vm/run-vm-suite decides). Without one it exits 77 and prints why.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "harness.h"
+#include "host/control_channel.h"
+#include "sandbox/sandbox.h"
+#include "store/guest_image.h"
+#include "vmm/kvm.h"
+
+#define TEST_VM_MEMORY_MB 512
+#define TEST_VM_VCPUS 2
+#define TEST_SEQUENTIAL_EXECS 100
+#define TEST_CONCURRENT_EXECS 16
+#define TEST_STDIN_BYTES (256 * 64)
+#define TEST_RPC_TIMEOUT_MS 30000
+#define TEST_FAST_ANSWER_MS 2000
+#define TEST_POWEROFF_WAIT_MS 30000
+/* MemTotal excludes what the kernel reserves for itself; it must still be most of the RAM */
+#define TEST_MEMTOTAL_MIN_PERCENT 80
+#define TEST_CLI_OUTPUT_MAX 65536
+
+static struct sandbox *test_vm;
+static const char *voidbox_cli;
+static struct guest_image_paths test_image;
+
+static long now_ms(void)
+{
+	struct timespec now;
+
+	clock_gettime(CLOCK_MONOTONIC, &now);
+	return now.tv_sec * 1000L + now.tv_nsec / 1000000L;
+}
+
+/* Runs argv[0] with args in the test VM; fills *out. Returns the RPC status. */
+static int vm_exec(struct proto_exec_response *out, const void *stdin_data, size_t stdin_len,
+		   long timeout_secs, const char *program, char **args, size_t args_count)
+{
+	struct proto_exec_request req;
+
+	memset(&req, 0, sizeof(req));
+	memset(out, 0, sizeof(*out));
+	req.program = (char *)program;
+	req.args = args;
+	req.args_count = args_count;
+	req.stdin_data.data = (uint8_t *)stdin_data;
+	req.stdin_data.len = stdin_len;
+	if (timeout_secs > 0) {
+		req.has_timeout = true;
+		req.timeout_secs = (uint64_t)timeout_secs;
+	}
+	return control_channel_exec(sandbox_channel(test_vm), &req, NULL, NULL, out);
+}
+
+static int vm_sh(struct proto_exec_response *out, const char *script)
+{
+	char *args[] = { "-c", (char *)script };
+
+	return vm_exec(out, NULL, 0, 0, "sh", args, 2);
+}
+
+static bool output_is(const struct proto_bytes *bytes, const char *expected)
+{
+	size_t len = strlen(expected);
+
+	return bytes->len == len && memcmp(bytes->data, expected, len) == 0;
+}
+
+static void test_echo_hello_world(void)
+{
+	struct proto_exec_response out;
+	char *args[] = { "hello", "world" };
+
+	CHECK_INT_EQ(vm_exec(&out, NULL, 0, 0, "echo", args, 2), 0);
+	CHECK_INT_EQ(out.exit_code, 0);
+	CHECK(output_is(&out.stdout_data, "hello world\n"));
+	proto_exec_response_free(&out);
+}
+
+static void test_exit_code_42(void)
+{
+	struct proto_exec_response out;
+
+	CHECK_INT_EQ(vm_sh(&out, "exit 42"), 0);
+	CHECK_INT_EQ(out.exit_code, 42);
+	proto_exec_response_free(&out);
+}
+
+static void test_stdin_byte_exact(void)
+{
+	struct proto_exec_response out;
+	uint8_t *input = malloc(TEST_STDIN_BYTES);
+
+	for (size_t i = 0; i < TEST_STDIN_BYTES; i++)
+		input[i] = (uint8_t)(i * 7 + i / 256);
+	CHECK_INT_EQ(vm_exec(&out, input, TEST_STDIN_BYTES, 0, "cat", NULL, 0), 0);
+	CHECK_INT_EQ(out.exit_code, 0);
+	CHECK_INT_EQ(out.stdout_data.len, TEST_STDIN_BYTES);
+	CHECK(out.stdout_data.len == TEST_STDIN_BYTES &&
+	      memcmp(out.stdout_data.data, input, TEST_STDIN_BYTES) == 0);
+	proto_exec_response_free(&out);
+	free(input);
+}
+
+static void test_write_file_then_cat(void)
+{
+	static const char content[] = "written by the host\nsecond line\n";
+	struct proto_exec_response out;
+	char *args[] = { "/workspace/conformance_test.txt" };
+
+	CHECK_INT_EQ(control_channel_write_file(sandbox_channel(test_vm),
+						"/workspace/conformance_test.txt", content,
+						strlen(content), true, TEST_RPC_TIMEOUT_MS),
+		     0);
+	CHECK_INT_EQ(vm_exec(&out, NULL, 0, 0, "cat", args, 1), 0);
+	CHECK_INT_EQ(out.exit_code, 0);
+	CHECK(output_is(&out.stdout_data, content));
+	proto_exec_response_free(&out);
+}
+
+static void test_mkdir_p_then_test_d(void)
+{
+	struct proto_exec_response out;
+	char *args[] = { "-d", "/workspace/conformance/nested/dir" };
+
+	CHECK_INT_EQ(control_channel_mkdir_p(sandbox_channel(test_vm),
+					     "/workspace/conformance/nested/dir",
+					     TEST_RPC_TIMEOUT_MS),
+		     0);
+	CHECK_INT_EQ(vm_exec(&out, NULL, 0, 0, "test", args, 2), 0);
+	CHECK_INT_EQ(out.exit_code, 0);
+	proto_exec_response_free(&out);
+}
+
+struct chunk_timing {
+	long first_chunk_ms;
+	size_t chunks;
+	char first_bytes[16];
+};
+
+static void record_chunk(const struct proto_exec_output_chunk *chunk, void *opaque)
+{
+	struct chunk_timing *timing = opaque;
+
+	if (timing->chunks++ == 0) {
+		timing->first_chunk_ms = now_ms();
+		snprintf(timing->first_bytes, sizeof(timing->first_bytes), "%.*s",
+			 (int)(chunk->data.len < 15 ? chunk->data.len : 15),
+			 (const char *)chunk->data.data);
+	}
+}
+
+static void test_streaming_chunks_arrive_before_response(void)
+{
+	struct proto_exec_request req;
+	struct proto_exec_response out;
+	struct chunk_timing timing = { 0 };
+	char *args[] = { "-c", "echo first; sleep 2; echo second" };
+	long response_ms;
+
+	memset(&req, 0, sizeof(req));
+	req.program = "sh";
+	req.args = args;
+	req.args_count = 2;
+	CHECK_INT_EQ(control_channel_exec(sandbox_channel(test_vm), &req, record_chunk, &timing,
+					  &out),
+		     0);
+	response_ms = now_ms();
+	CHECK(timing.chunks >= 2);
+	CHECK(strncmp(timing.first_bytes, "first", 5) == 0);
+	/* the first line was delivered while the command still slept */
+	CHECK(timing.chunks > 0 && response_ms - timing.first_chunk_ms >= 1000);
+	CHECK(output_is(&out.stdout_data, "first\nsecond\n"));
+	proto_exec_response_free(&out);
+}
+
+static void test_timeout_kills_process_group(void)
+{
+	struct proto_exec_response out;
+	char *args[] = { "-c", "sleep 60 & sleep 60" };
+	long started = now_ms();
+
+	CHECK_INT_EQ(vm_exec(&out, NULL, 0, 2, "sh", args, 2), 0);
+	CHECK(out.exit_code != 0);
+	CHECK(out.error && strstr(out.error, "timeout"));
+	CHECK(now_ms() - started < 30000);
+	proto_exec_response_free(&out);
+	/* neither sleep survives: the whole process group was killed */
+	CHECK_INT_EQ(vm_sh(&out, "for p in /proc/[0-9]*; do [ \"$(cat $p/comm 2>/dev/null)\" = sleep ] && exit 1; done; exit 0"), 0);
+	CHECK_INT_EQ(out.exit_code, 0);
+	proto_exec_response_free(&out);
+}
+
+static void *run_sleep_10(void *opaque)
+{
+	struct proto_exec_response *out = opaque;
+
+	vm_sh(out, "sleep 10");
+	return NULL;
+}
+
+static void test_file_rpcs_answer_during_long_exec(void)
+{
+	struct proto_exec_response sleeper;
+	struct proto_file_stat_response stat_out;
+	struct proto_bytes read_out = { 0 };
+	pthread_t thread;
+	long started;
+
+	memset(&stat_out, 0, sizeof(stat_out));
+	CHECK_INT_EQ(control_channel_write_file(sandbox_channel(test_vm), "/workspace/five.txt",
+						"12345", 5, true, TEST_RPC_TIMEOUT_MS),
+		     0);
+	pthread_create(&thread, NULL, run_sleep_10, &sleeper);
+	usleep(500 * 1000);
+	started = now_ms();
+	CHECK_INT_EQ(control_channel_file_stat(sandbox_channel(test_vm), "/workspace/five.txt",
+					       &stat_out, TEST_RPC_TIMEOUT_MS),
+		     0);
+	CHECK(stat_out.exists && stat_out.has_size && stat_out.size == 5);
+	proto_file_stat_response_free(&stat_out);
+	CHECK_INT_EQ(control_channel_read_file(sandbox_channel(test_vm), "/workspace/five.txt",
+					       &read_out, TEST_RPC_TIMEOUT_MS),
+		     0);
+	CHECK(read_out.len == 5 && memcmp(read_out.data, "12345", 5) == 0);
+	free(read_out.data);
+	CHECK_INT_EQ(control_channel_file_stat(sandbox_channel(test_vm), "/workspace/missing",
+					       &stat_out, TEST_RPC_TIMEOUT_MS),
+		     0);
+	CHECK(!stat_out.exists);
+	proto_file_stat_response_free(&stat_out);
+	CHECK(now_ms() - started < TEST_FAST_ANSWER_MS);
+	pthread_join(thread, NULL);
+	CHECK_INT_EQ(sleeper.exit_code, 0);
+	proto_exec_response_free(&sleeper);
+}
+
+static void test_sequential_execs_get_own_output(void)
+{
+	int mismatches = 0;
+
+	for (int i = 0; i < TEST_SEQUENTIAL_EXECS; i++) {
+		struct proto_exec_response out;
+		char arg[32], expected[40];
+		char *args[] = { arg };
+
+		snprintf(arg, sizeof(arg), "seq-%d", i);
+		snprintf(expected, sizeof(expected), "seq-%d\n", i);
+		if (vm_exec(&out, NULL, 0, 0, "echo", args, 1) != 0 ||
+		    !output_is(&out.stdout_data, expected))
+			mismatches++;
+		proto_exec_response_free(&out);
+	}
+	CHECK_INT_EQ(mismatches, 0);
+}
+
+struct concurrent_exec {
+	pthread_t thread;
+	int index;
+	bool matched;
+};
+
+static void *run_concurrent_exec(void *opaque)
+{
+	struct concurrent_exec *job = opaque;
+	struct proto_exec_response out;
+	char script[64], expected[40];
+
+	snprintf(script, sizeof(script), "sleep 0.$((%d %% 5)); echo conc-%d", job->index,
+		 job->index);
+	snprintf(expected, sizeof(expected), "conc-%d\n", job->index);
+	job->matched = vm_sh(&out, script) == 0 && out.exit_code == 0 &&
+		       output_is(&out.stdout_data, expected);
+	proto_exec_response_free(&out);
+	return NULL;
+}
+
+static void test_concurrent_execs_get_own_output(void)
+{
+	struct concurrent_exec jobs[TEST_CONCURRENT_EXECS];
+	int matched = 0;
+
+	for (int i = 0; i < TEST_CONCURRENT_EXECS; i++) {
+		jobs[i].index = i;
+		jobs[i].matched = false;
+		pthread_create(&jobs[i].thread, NULL, run_concurrent_exec, &jobs[i]);
+	}
+	for (int i = 0; i < TEST_CONCURRENT_EXECS; i++) {
+		pthread_join(jobs[i].thread, NULL);
+		matched += jobs[i].matched;
+	}
+	CHECK_INT_EQ(matched, TEST_CONCURRENT_EXECS);
+}
+
+static void test_nproc_matches_vcpus(void)
+{
+	struct proto_exec_response out;
+	char expected[16];
+
+	snprintf(expected, sizeof(expected), "%d\n", TEST_VM_VCPUS);
+	CHECK_INT_EQ(vm_exec(&out, NULL, 0, 0, "nproc", NULL, 0), 0);
+	CHECK(output_is(&out.stdout_data, expected));
+	proto_exec_response_free(&out);
+}
+
+static void test_memtotal_matches_memory(void)
+{
+	struct proto_exec_response out;
+	long memtotal_kib = -1;
+
+	CHECK_INT_EQ(vm_sh(&out, "awk '/^MemTotal:/ { print $2 }' /proc/meminfo"), 0);
+	if (out.stdout_data.len > 0) {
+		char text[32];
+
+		snprintf(text, sizeof(text), "%.*s", (int)out.stdout_data.len,
+			 (const char *)out.stdout_data.data);
+		memtotal_kib = strtol(text, NULL, 10);
+	}
+	fprintf(stderr, "  MemTotal %ld KiB for %d MiB configured\n", memtotal_kib,
+		TEST_VM_MEMORY_MB);
+	CHECK(memtotal_kib <= TEST_VM_MEMORY_MB * 1024L);
+	CHECK(memtotal_kib >= TEST_VM_MEMORY_MB * 1024L * TEST_MEMTOTAL_MIN_PERCENT / 100);
+	proto_exec_response_free(&out);
+}
+
+static void test_guest_poweroff_ends_vm(void)
+{
+	enum vm_exit_reason reason = VM_EXIT_NONE;
+
+	CHECK_INT_EQ(control_channel_shutdown(sandbox_channel(test_vm)), 0);
+	CHECK_INT_EQ(sandbox_wait_exit(test_vm, TEST_POWEROFF_WAIT_MS, &reason), 0);
+	CHECK_INT_EQ(reason, VM_EXIT_GUEST_POWEROFF);
+}
+
+/* ---- the CLI, as a user runs it ----------------------------------------------------------- */
+
+struct cli_result {
+	int status;
+	char out[TEST_CLI_OUTPUT_MAX];
+	char err[TEST_CLI_OUTPUT_MAX];
+};
+
+static void read_into(int fd, char *buf, size_t cap)
+{
+	size_t used = 0;
+	ssize_t got;
+
+	while (used + 1 < cap && (got = read(fd, buf + used, cap - 1 - used)) > 0)
+		used += (size_t)got;
+	buf[used] = '\0';
+}
+
+/* Runs voidbox with argv, stdin from stdin_text; stdout/stderr via temp files. */
+static void run_cli(struct cli_result *result, const char *stdin_text, char *const argv[])
+{
+	char out_path[] = "/tmp/voidbox-cli-out-XXXXXX";
+	char err_path[] = "/tmp/voidbox-cli-err-XXXXXX";
+	int out_fd = mkstemp(out_path), err_fd = mkstemp(err_path);
+	int in_pipe[2];
+	int wstatus;
+	pid_t pid;
+
+	if (pipe(in_pipe) < 0)
+		abort();
+	pid = fork();
+	if (pid == 0) {
+		dup2(in_pipe[0], STDIN_FILENO);
+		dup2(out_fd, STDOUT_FILENO);
+		dup2(err_fd, STDERR_FILENO);
+		close(in_pipe[1]);
+		execv(voidbox_cli, argv);
+		_exit(127);
+	}
+	close(in_pipe[0]);
+	if (stdin_text && write(in_pipe[1], stdin_text, strlen(stdin_text)) < 0)
+		perror("write stdin");
+	close(in_pipe[1]);
+	waitpid(pid, &wstatus, 0);
+	result->status = WIFEXITED(wstatus) ? WEXITSTATUS(wstatus) : -1;
+	lseek(out_fd, 0, SEEK_SET);
+	lseek(err_fd, 0, SEEK_SET);
+	read_into(out_fd, result->out, sizeof(result->out));
+	read_into(err_fd, result->err, sizeof(result->err));
+	close(out_fd);
+	close(err_fd);
+	unlink(out_path);
+	unlink(err_path);
+}
+
+static void test_cli_exec_status_streams_and_stdin(void)
+{
+	static struct cli_result result;
+	char *argv[] = { "voidbox", "exec", "--kernel", test_image.kernel, "--initramfs",
+			 test_image.initramfs, "--env", "GREETING=hi", "--",
+			 "sh", "-c", "echo \"$GREETING $(cat)\"; echo to-stderr >&2; exit 7", NULL };
+
+	run_cli(&result, "from-stdin", argv);
+	CHECK_INT_EQ(result.status, 7);
+	CHECK_STR_EQ(result.out, "hi from-stdin\n");
+	CHECK(strstr(result.err, "to-stderr\n") != NULL);
+	if (result.status != 7)
+		fprintf(stderr, "  stderr: %s\n", result.err);
+}
+
+static void test_cli_unbootable_initramfs_names_serial_log(void)
+{
+	static struct cli_result result;
+	char bogus[] = "/tmp/voidbox-bogus-initramfs-XXXXXX";
+	int fd = mkstemp(bogus);
+	char junk[4096];
+	char *argv[] = { "voidbox", "exec", "--kernel", test_image.kernel, "--initramfs", bogus,
+			 "--boot-timeout", "120", "--", "true", NULL };
+	long started = now_ms();
+
+	for (size_t i = 0; i < sizeof(junk); i++)
+		junk[i] = (char)(i * 131 + 17);
+	if (write(fd, junk, sizeof(junk)) != (ssize_t)sizeof(junk))
+		perror("write bogus initramfs");
+	close(fd);
+	run_cli(&result, NULL, argv);
+	fprintf(stderr, "  bogus initramfs: status %d after %ld ms: %s", result.status,
+		now_ms() - started, result.err);
+	CHECK_INT_EQ(result.status, 125);
+	CHECK(strstr(result.err, "serial.log") != NULL || strstr(result.err, "console") != NULL);
+	CHECK(now_ms() - started < 150000);
+	unlink(bogus);
+}
+
+int main(int argc, char **argv)
+{
+	struct sandbox_config cfg;
+	char why[512], err[1024];
+	int rc;
+
+	if (argc < 2) {
+		fprintf(stderr, "usage: %s PATH-TO-voidbox\n", argv[0]);
+		return 2;
+	}
+	voidbox_cli = argv[1];
+	setvbuf(stdout, NULL, _IOLBF, 0);
+	if (!kvm_probe_usable(why, sizeof(why)))
+		harness_skip_all(why);
+	if (guest_image_resolve(NULL, NULL, &test_image, err, sizeof(err)) < 0)
+		harness_skip_all(err);
+
+	memset(&cfg, 0, sizeof(cfg));
+	cfg.kernel_path = test_image.kernel;
+	cfg.initramfs_path = test_image.initramfs;
+	cfg.memory_mb = TEST_VM_MEMORY_MB;
+	cfg.vcpus = TEST_VM_VCPUS;
+	rc = sandbox_start(&cfg, &test_vm, err, sizeof(err));
+	if (rc < 0) {
+		fprintf(stderr, "FAIL: the test VM did not start: %s\n", err);
+		printf("0 passed, 1 failed\n");
+		return 1;
+	}
+	fprintf(stderr, "test VM up in %ld ms (cid %lu)\n", sandbox_boot_ms(test_vm),
+		sandbox_guest_cid(test_vm));
+
+	RUN_TEST(test_echo_hello_world);
+	RUN_TEST(test_exit_code_42);
+	RUN_TEST(test_stdin_byte_exact);
+	RUN_TEST(test_write_file_then_cat);
+	RUN_TEST(test_mkdir_p_then_test_d);
+	RUN_TEST(test_streaming_chunks_arrive_before_response);
+	RUN_TEST(test_timeout_kills_process_group);
+	RUN_TEST(test_file_rpcs_answer_during_long_exec);
+	RUN_TEST(test_sequential_execs_get_own_output);
+	RUN_TEST(test_concurrent_execs_get_own_output);
+	RUN_TEST(test_nproc_matches_vcpus);
+	RUN_TEST(test_memtotal_matches_memory);
+	RUN_TEST(test_guest_poweroff_ends_vm);
+	sandbox_destroy(test_vm, harness_tests_failed > 0);
+	if (harness_tests_failed)
+		fprintf(stderr, "(the guest console of the failed VM is kept in /tmp/voidbox-*/serial.log)\n");
+
+	RUN_TEST(test_cli_exec_status_streams_and_stdin);
+	RUN_TEST(test_cli_unbootable_initramfs_names_serial_log);
+	return harness_finish();
+}
