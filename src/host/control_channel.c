@@ -502,7 +502,8 @@ static int call_wait(struct channel_call *call, const struct timespec *deadline,
 {
 	struct channel_slot *slot = &call->slot;
 	struct slot_frame *item;
-	int rc = 0;
+	bool done;
+	int rc = 0, error;
 
 	pthread_mutex_lock(&call->conn->lock);
 	while (!slot->queue_head && !slot->done && rc == 0)
@@ -519,10 +520,13 @@ static int call_wait(struct channel_call *call, const struct timespec *deadline,
 		free(item);
 		return 1;
 	}
+	/* once done is set under the lock, the reader never touches the slot again */
+	done = slot->done;
+	error = slot->error;
 	pthread_mutex_unlock(&call->conn->lock);
-	if (slot->done && slot->error)
-		return control_channel_fail(slot->error, "%s failed: %s", what, slot->reason);
-	if (slot->done)
+	if (done && error)
+		return control_channel_fail(error, "%s failed: %s", what, slot->reason);
+	if (done)
 		return 0;
 	return control_channel_fail(-ETIMEDOUT, "%s got no answer from the guest agent within "
 				    "%lld ms; the agent may be overloaded or hung", what,

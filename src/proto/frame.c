@@ -18,6 +18,8 @@
 #include <unistd.h>
 
 #define FRAME_PREFIX_MAX (PROTO_HEADER_SIZE + PROTO_REQUEST_ID_SIZE)
+#define FRAME_TYPE_OFFSET 4          /* after the u32 length */
+#define HANDSHAKE_VERSION_SIZE 4     /* u32 version in Ping and Pong */
 #define FRAME_DISCARD_CHUNK 4096
 #define HEX_DIGITS_PER_BYTE 2
 #define HEX_NIBBLE_BITS 4
@@ -86,7 +88,7 @@ int proto_header_parse(const uint8_t header[PROTO_HEADER_SIZE], uint32_t *payloa
 		       uint8_t *type)
 {
 	*payload_len = le32_load(header);
-	*type = header[4];
+	*type = header[FRAME_TYPE_OFFSET];
 	if (*payload_len > PROTO_MAX_PAYLOAD)
 		return -EMSGSIZE;
 	if (!proto_msg_type_is_valid(*type))
@@ -97,7 +99,7 @@ int proto_header_parse(const uint8_t header[PROTO_HEADER_SIZE], uint32_t *payloa
 void proto_header_build(uint8_t header[PROTO_HEADER_SIZE], uint32_t payload_len, uint8_t type)
 {
 	le32_store(header, payload_len);
-	header[4] = type;
+	header[FRAME_TYPE_OFFSET] = type;
 }
 
 static bool frame_carries_request_id(uint8_t type, bool multiplexed)
@@ -319,7 +321,7 @@ int proto_frame_write(int fd, uint8_t type, bool multiplexed, uint32_t request_i
 
 int proto_ping_decode(const uint8_t *body, size_t len, struct proto_ping *out)
 {
-	const size_t version_end = PROTO_SECRET_SIZE + 4;
+	const size_t version_end = PROTO_SECRET_SIZE + HANDSHAKE_VERSION_SIZE;
 
 	memset(out, 0, sizeof(*out));
 	if (len < PROTO_SECRET_SIZE)
@@ -336,12 +338,12 @@ void proto_ping_encode(const struct proto_ping *ping, uint8_t out[PROTO_PING_SIZ
 {
 	memcpy(out, ping->secret, PROTO_SECRET_SIZE);
 	le32_store(out + PROTO_SECRET_SIZE, ping->version);
-	out[PROTO_SECRET_SIZE + 4] = ping->flags;
+	out[PROTO_SECRET_SIZE + HANDSHAKE_VERSION_SIZE] = ping->flags;
 }
 
 int proto_pong_decode(const uint8_t *body, size_t len, struct proto_pong *out)
 {
-	const size_t version_end = 4;
+	const size_t version_end = HANDSHAKE_VERSION_SIZE;
 
 	memset(out, 0, sizeof(*out));
 	if (len >= version_end)
@@ -354,7 +356,7 @@ int proto_pong_decode(const uint8_t *body, size_t len, struct proto_pong *out)
 void proto_pong_encode(const struct proto_pong *pong, uint8_t out[PROTO_PONG_SIZE])
 {
 	le32_store(out, pong->version);
-	out[4] = pong->flags;
+	out[HANDSHAKE_VERSION_SIZE] = pong->flags;
 }
 
 bool proto_secret_equal(const uint8_t a[PROTO_SECRET_SIZE], const uint8_t b[PROTO_SECRET_SIZE])
