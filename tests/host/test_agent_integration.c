@@ -164,6 +164,11 @@ static int run_exec(const struct exec_spec *spec, struct proto_exec_response *re
 	return rc;
 }
 
+static void check_agent_still_serves(void)
+{
+	CHECK_INT_EQ(control_channel_snapshot_ready(channel, 5000), 0);
+}
+
 static bool stdout_is(const struct proto_exec_response *resp, const char *text)
 {
 	return resp->stdout_data.len == strlen(text) &&
@@ -513,6 +518,49 @@ static void test_allowlist(void)
 	proto_exec_response_free(&resp);
 }
 
+/* ---- telemetry and lifecycle -------------------------------------------------------------- */
+
+struct telemetry_seen {
+	int batches;
+	uint64_t last_seq;
+	bool seq_increasing;
+	bool has_system;
+};
+
+static int count_batch(const struct proto_telemetry_batch *batch, void *opaque)
+{
+	struct telemetry_seen *seen = opaque;
+
+	if (seen->batches > 0 && batch->seq <= seen->last_seq)
+		seen->seq_increasing = false;
+	seen->last_seq = batch->seq;
+	seen->has_system |= batch->has_system && batch->system.memory_total_bytes > 0;
+	return ++seen->batches >= 2;
+}
+
+static void test_telemetry_subscription(void)
+{
+	struct proto_subscribe_telemetry req = { .interval_ms = 100 };
+	struct telemetry_seen seen = { .seq_increasing = true };
+	long long start = now_ms();
+
+	CHECK_INT_EQ(control_channel_subscribe_telemetry(channel, &req, count_batch, &seen), 0);
+	CHECK_INT_EQ(seen.batches, 2);
+	CHECK(seen.seq_increasing);
+	CHECK(seen.has_system);
+	CHECK(now_ms() - start < 5000);
+	/* the cancelled subscription's later batches are dropped; calls keep working */
+	usleep(250 * 1000);
+	check_agent_still_serves();
+}
+
+static void test_shutdown_outside_vm(void)
+{
+	/* not PID 1: the agent logs the request and keeps serving */
+	CHECK_INT_EQ(control_channel_shutdown(channel), 0);
+	check_agent_still_serves();
+}
+
 /* ---- PTY ---------------------------------------------------------------------------------- */
 
 struct pty_output {
@@ -624,11 +672,6 @@ static bool raw_handshake(int fd)
 	ok = frame.type == PROTO_MSG_PONG;
 	proto_frame_free(&frame);
 	return ok;
-}
-
-static void check_agent_still_serves(void)
-{
-	CHECK_INT_EQ(control_channel_snapshot_ready(channel, 5000), 0);
 }
 
 static void test_hostile_handshakes(void)
@@ -748,6 +791,8 @@ int main(void)
 	RUN_TEST(test_file_round_trip);
 	RUN_TEST(test_path_escapes_refused);
 	RUN_TEST(test_allowlist);
+	RUN_TEST(test_telemetry_subscription);
+	RUN_TEST(test_shutdown_outside_vm);
 	RUN_TEST(test_pty_session);
 	RUN_TEST(test_pty_refused_command);
 	RUN_TEST(test_hostile_handshakes);
