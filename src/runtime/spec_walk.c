@@ -184,7 +184,7 @@ int spec_walk_uint(struct spec_walk *walk, const struct spec_node *map, const ch
 	}
 	errno = 0;
 	value = strtoll(node->text, NULL, SPEC_WALK_DECIMAL_BASE);
-	if (errno != ERANGE && value < 1) {
+	if (node->text[0] == '-' || (errno != ERANGE && value < 1)) {
 		spec_walk_report(walk, SPEC_SEVERITY_ERROR, node->pos, hint,
 				 "%s.%s must be positive, not %s", path, key, node->text);
 		return -1;
