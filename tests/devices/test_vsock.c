@@ -270,7 +270,9 @@ static void peer_handle_rw(struct peer *p, const struct vsock_hdr *hdr, const ui
 		c->echo_len += hdr->len;
 	}
 	c->total_rx += hdr->len;
-	c->fwd_cnt += hdr->len;
+	/* An echoing guest app reads only what it can write back (see peer_pump_echo). */
+	if (!p->echo)
+		c->fwd_cnt += hdr->len;
 	if (c->fwd_cnt - c->reported_fwd_cnt >= GUEST_CREDIT_UPDATE_EVERY)
 		peer_conn_send(p, VSOCK_OP_CREDIT_UPDATE, 0, NULL, 0);
 }
@@ -345,9 +347,12 @@ static void peer_pump_echo(struct peer *p)
 			chunk = credit;
 		if (chunk > GUEST_SEND_CHUNK)
 			chunk = GUEST_SEND_CHUNK;
-		if (!chunk || !peer_send(p, GUEST_LISTEN_PORT, c->host_port, VSOCK_OP_RW, 0,
-					 c->echo + c->echo_sent, chunk))
+		if (!chunk || peer_free_tx_slot(p) < 0)
 			break;
+		if (p->echo)
+			c->fwd_cnt += chunk;
+		peer_send(p, GUEST_LISTEN_PORT, c->host_port, VSOCK_OP_RW, 0, c->echo + c->echo_sent,
+			  chunk);
 		c->echo_sent += chunk;
 	}
 	if (c->open && c->echo && c->host_shut && c->echo_sent == c->echo_len && !c->shut_sent) {
