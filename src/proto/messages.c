@@ -16,6 +16,7 @@
 
 #include <errno.h>
 #include <jansson.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -807,7 +808,8 @@ static json_t *system_metrics_to_json(const struct proto_system_metrics *m, int 
 
 	if (!obj)
 		return NULL;
-	put(obj, "cpu_percent", json_real(m->cpu_percent), err);
+	/* JSON has no NaN or infinity: a 0/0 sample is reported as 0 rather than lost */
+	put(obj, "cpu_percent", json_real(isfinite(m->cpu_percent) ? m->cpu_percent : 0.0), err);
 	put(obj, "memory_used_bytes", json_from_uint(m->memory_used_bytes), err);
 	put(obj, "memory_total_bytes", json_from_uint(m->memory_total_bytes), err);
 	put(obj, "net_rx_bytes", json_from_uint(m->net_rx_bytes), err);

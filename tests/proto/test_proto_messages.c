@@ -8,6 +8,7 @@
 #include "harness.h"
 
 #include <errno.h>
+#include <math.h>
 
 #define BODY(text) (const uint8_t *)(text), strlen(text)
 
@@ -354,6 +355,13 @@ static void test_telemetry_batch(void)
 	CHECK_STR_EQ(got.processes[1].comm, "sh");
 	CHECK_INT_EQ(got.processes[1].state, 'R');
 	CHECK(got.trace_context == NULL);
+	proto_telemetry_batch_free(&got);
+	free(body);
+
+	batch.system.cpu_percent = NAN;
+	CHECK_INT_EQ(proto_telemetry_batch_encode(&batch, &body, &len), 0);
+	CHECK_INT_EQ(proto_telemetry_batch_decode(body, len, &got, &why), 0);
+	CHECK(got.system.cpu_percent == 0.0);
 	proto_telemetry_batch_free(&got);
 	free(body);
 
