@@ -13,6 +13,7 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -77,6 +78,12 @@ struct peer {
 	bool echo;
 	uint32_t source_len; /* when set, the guest sends this much pattern instead of echoing */
 	bool use_indirect;
+	bool accept_all;     /* answer every REQUEST, count RW bytes in all_rx, nothing else */
+	bool hold_rx;        /* keep used RX chains instead of giving them back */
+	uint32_t buf_alloc;  /* advertised credit; GUEST_BUF_ALLOC when zero */
+	uint64_t all_rx;
+	uint16_t held[RX_CHAINS];
+	unsigned int held_count;
 	bool tx_busy[TX_CHAINS];
 	struct peer_conn conn;
 	unsigned int op_counts[VSOCK_OP_CREDIT_REQUEST + 1];
@@ -219,7 +226,8 @@ static bool peer_send(struct peer *p, uint32_t guest_port, uint32_t host_port, e
 	struct vsock_hdr hdr = {
 		.src_cid = GUEST_CID, .dst_cid = VSOCK_HOST_CID, .src_port = guest_port,
 		.dst_port = host_port, .len = len, .type = VSOCK_TYPE_STREAM, .op = (uint16_t)op,
-		.flags = flags, .buf_alloc = GUEST_BUF_ALLOC, .fwd_cnt = p->conn.fwd_cnt,
+		.flags = flags, .buf_alloc = p->buf_alloc ? p->buf_alloc : GUEST_BUF_ALLOC,
+		.fwd_cnt = p->conn.fwd_cnt,
 	};
 
 	if (!peer_send_raw(p, &hdr, payload, len))
@@ -285,6 +293,13 @@ static void peer_handle_packet(struct peer *p, const struct vsock_hdr *hdr,
 	p->last_hdr = *hdr;
 	if (hdr->len + VSOCK_HDR_SIZE != used_len)
 		p->conn.len_mismatch = true;
+	if (p->accept_all) {
+		if (hdr->op == VSOCK_OP_REQUEST)
+			peer_send(p, hdr->dst_port, hdr->src_port, VSOCK_OP_RESPONSE, 0, NULL, 0);
+		if (hdr->op == VSOCK_OP_RW)
+			p->all_rx += hdr->len;
+		return;
+	}
 	if (hdr->op == VSOCK_OP_REQUEST) {
 		peer_handle_request(p, hdr);
 		return;
@@ -326,6 +341,10 @@ static void peer_poll_rx(struct peer *p)
 			vsock_hdr_decode(fake_guest_host(&p->guest, base), &hdr);
 			peer_handle_packet(p, &hdr,
 					   fake_guest_host(&p->guest, base + RX_PAYLOAD_OFFSET), len);
+		}
+		if (p->hold_rx) {
+			p->held[p->held_count++ % RX_CHAINS] = (uint16_t)(id / 2);
+			continue;
 		}
 		peer_post_rx(p, (uint16_t)(id / 2));
 		reposted = true;
@@ -735,6 +754,133 @@ static void test_guest_half_close(void)
 	peer_stop(&p);
 }
 
+static int raw_connect(const char *path)
+{
+	struct sockaddr_un addr = { .sun_family = AF_UNIX };
+	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+
+	snprintf(addr.sun_path, sizeof(addr.sun_path), "%s", path);
+	if (fd >= 0 && connect(fd, (struct sockaddr *)&addr, sizeof(addr)) < 0) {
+		close(fd);
+		return -errno;
+	}
+	return fd;
+}
+
+static void test_connection_limit(void)
+{
+	enum { ATTEMPTS = VSOCK_MAX_CONNECTIONS + 2 };
+	struct peer p;
+	int fds[ATTEMPTS];
+	int closed = 0;
+	char byte;
+
+	CHECK_INT_EQ(peer_start(&p, VSOCK_WORKER_CALLER), 0);
+	for (int i = 0; i < ATTEMPTS; i++) {
+		fds[i] = raw_connect(p.path);
+		CHECK(fds[i] >= 0);
+		vsock_device_poll(p.dev, 0);
+	}
+	for (int i = 0; i < 5; i++)
+		vsock_device_poll(p.dev, 1);
+	CHECK_INT_EQ(vsock_device_connection_count(p.dev), VSOCK_MAX_CONNECTIONS);
+	for (int i = 0; i < ATTEMPTS; i++)
+		if (fds[i] >= 0 && recv(fds[i], &byte, 1, MSG_DONTWAIT) == 0)
+			closed++;
+	CHECK_INT_EQ(closed, ATTEMPTS - VSOCK_MAX_CONNECTIONS);
+	for (int i = 0; i < ATTEMPTS; i++)
+		if (fds[i] >= 0)
+			close(fds[i]);
+	for (int i = 0; i < 5; i++)
+		vsock_device_poll(p.dev, 1);
+	CHECK_INT_EQ(vsock_device_connection_count(p.dev), 0);
+	peer_stop(&p);
+}
+
+#define BACKLOG_CONNS 24u
+#define BACKLOG_PER_CONN (1u << 20)
+
+struct backlog_host {
+	int fd;
+	uint32_t sent;
+};
+
+static void backlog_hosts_send(struct backlog_host *hosts, const uint8_t *data)
+{
+	for (unsigned int i = 0; i < BACKLOG_CONNS; i++) {
+		while (hosts[i].fd >= 0 && hosts[i].sent < BACKLOG_PER_CONN) {
+			ssize_t n = send(hosts[i].fd, data, BACKLOG_PER_CONN - hosts[i].sent,
+					 MSG_DONTWAIT | MSG_NOSIGNAL);
+
+			if (n <= 0)
+				break;
+			hosts[i].sent += (uint32_t)n;
+		}
+	}
+}
+
+/* Reads "OK <n>\n" from a raw host socket while the guest side keeps running. */
+static bool backlog_handshake(struct peer *p, int fd)
+{
+	static const char request[] = "CONNECT 1234\n";
+	char c = 0;
+
+	if (send(fd, request, sizeof(request) - 1, MSG_NOSIGNAL) != sizeof(request) - 1)
+		return false;
+	for (int i = 0; i < 1000 && c != '\n'; i++) {
+		if (recv(fd, &c, 1, MSG_DONTWAIT) == 1)
+			continue;
+		peer_step(p);
+	}
+	return c == '\n';
+}
+
+static void test_host_backlog_is_bounded(void)
+{
+	struct peer *p = calloc(1, sizeof(*p));
+	struct backlog_host hosts[BACKLOG_CONNS];
+	uint8_t *data = calloc(1, BACKLOG_PER_CONN);
+	struct vsock_device *dev;
+
+	CHECK_INT_EQ(peer_start(p, VSOCK_WORKER_CALLER), 0);
+	dev = p->dev;
+	p->accept_all = true;
+	p->buf_alloc = BACKLOG_PER_CONN;
+	for (unsigned int i = 0; i < BACKLOG_CONNS; i++) {
+		hosts[i].fd = raw_connect(p->path);
+		hosts[i].sent = 0;
+		CHECK(hosts[i].fd >= 0 && backlog_handshake(p, hosts[i].fd));
+	}
+	/* The guest stops giving RX buffers back: everything the hosts send piles up. */
+	p->hold_rx = true;
+	for (int i = 0; i < 400; i++) {
+		backlog_hosts_send(hosts, data);
+		peer_step(p);
+	}
+	CHECK_INT_EQ(dev->backlog_bytes, VSOCK_HOST_BACKLOG_LIMIT);
+	for (unsigned int i = 0; i < VSOCK_MAX_CONNECTIONS; i++)
+		CHECK(dev->conns[i].to_guest.len <= VSOCK_CONN_TO_GUEST_BUF);
+	CHECK(p->all_rx < (uint64_t)BACKLOG_CONNS * BACKLOG_PER_CONN);
+
+	/* Buffers come back: the hosts' writes resume and every byte arrives. */
+	p->hold_rx = false;
+	for (unsigned int i = 0; i < p->held_count && i < RX_CHAINS; i++)
+		peer_post_rx(p, p->held[i]);
+	fake_guest_notify(&p->guest, VSOCK_QUEUE_RX);
+	for (int i = 0; i < 20000 && p->all_rx < (uint64_t)BACKLOG_CONNS * BACKLOG_PER_CONN; i++) {
+		backlog_hosts_send(hosts, data);
+		peer_step(p);
+	}
+	CHECK_INT_EQ(p->all_rx, (uint64_t)BACKLOG_CONNS * BACKLOG_PER_CONN);
+	CHECK_INT_EQ(dev->backlog_bytes, 0);
+	for (unsigned int i = 0; i < BACKLOG_CONNS; i++)
+		if (hosts[i].fd >= 0)
+			close(hosts[i].fd);
+	peer_stop(p);
+	free(p);
+	free(data);
+}
+
 static void test_transport_reset_event(void)
 {
 	struct peer p;
@@ -834,6 +980,8 @@ int main(void)
 	RUN_TEST(test_guest_to_host_stream_needs_credit_updates);
 	RUN_TEST(test_guest_half_close);
 	RUN_TEST(test_guest_overrunning_credit_is_reset);
+	RUN_TEST(test_connection_limit);
+	RUN_TEST(test_host_backlog_is_bounded);
 	RUN_TEST(test_transport_reset_event);
 	RUN_TEST(test_hostile_tx_ring_needs_reset_then_recovers);
 	return harness_finish();
