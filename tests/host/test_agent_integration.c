@@ -31,6 +31,7 @@
 #define SURVIVOR_WAIT_MS 3000
 #define NFTW_FDS 16
 #define ROOT_DIR_MAX 128
+#define LARGE_FILE_BYTES (8 * 1024 * 1024)
 
 static char root_dir[ROOT_DIR_MAX];
 static char socket_path[PATH_MAX];
@@ -467,6 +468,29 @@ static void test_file_round_trip(void)
 	CHECK_INT_EQ(control_channel_read_file(channel, "/workspace/missing.txt", &got, 0) < 0, 1);
 }
 
+/* Large enough for many socket-buffer refills on both sides of a single frame. */
+static void test_large_file_round_trip(void)
+{
+	uint8_t *content = malloc(LARGE_FILE_BYTES);
+	struct proto_bytes got = { 0 };
+	uint32_t state = 0x9e3779b9u;
+	long long start = now_ms();
+
+	for (size_t i = 0; i < LARGE_FILE_BYTES; i++) {
+		state = state * 1103515245u + 12345u;
+		content[i] = (uint8_t)(state >> 24);
+	}
+	CHECK_INT_EQ(control_channel_write_file(channel, "/workspace/large.bin", content,
+						LARGE_FILE_BYTES, true, 0), 0);
+	CHECK_INT_EQ(control_channel_read_file(channel, "/workspace/large.bin", &got, 0), 0);
+	CHECK_INT_EQ(got.len, LARGE_FILE_BYTES);
+	CHECK(got.len == LARGE_FILE_BYTES && memcmp(got.data, content, got.len) == 0);
+	fprintf(stderr, "  %d MiB written and read back in %lld ms\n",
+		LARGE_FILE_BYTES / (1024 * 1024), now_ms() - start);
+	free(got.data);
+	free(content);
+}
+
 static void test_path_escapes_refused(void)
 {
 	char link_path[PATH_MAX];
@@ -789,6 +813,7 @@ int main(void)
 	RUN_TEST(test_concurrent_execs);
 	RUN_TEST(test_files_answer_during_exec);
 	RUN_TEST(test_file_round_trip);
+	RUN_TEST(test_large_file_round_trip);
 	RUN_TEST(test_path_escapes_refused);
 	RUN_TEST(test_allowlist);
 	RUN_TEST(test_telemetry_subscription);
