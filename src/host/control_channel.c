@@ -868,6 +868,12 @@ int control_channel_shutdown(struct control_channel *ch)
 	if (rc < 0)
 		return rc;
 	rc = conn_send(conn, PROTO_MSG_SHUTDOWN, channel_next_request_id(ch), NULL, 0);
+	if (rc == 0) {
+		/* the guest now powers off: the connection's end is expected, not news */
+		pthread_mutex_lock(&conn->lock);
+		conn->closing = true;
+		pthread_mutex_unlock(&conn->lock);
+	}
 	conn_put(conn);
 	return rc;
 }
