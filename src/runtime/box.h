@@ -1,0 +1,146 @@
+/*
+ * A box is where the runtime runs a spec's programs: a real micro-VM (src/sandbox) or a
+ * deterministic mock. Workflows, pipelines and agents talk to this one interface and never
+ * know which of the two they got, so the same engine code is exercised by fast unit tests
+ * (mock) and by VM tests (local).
+ *
+ * The mode is a closed set decided at open time: `local` insists on a VM (a kernel that does
+ * not resolve is an error naming `voidbox image build`), `mock` never boots one, `auto` boots
+ * when a guest image resolves and otherwise falls back to mock with a warning. After open the
+ * box reports the mode it really has (mock or local, never auto).
+ *
+ * Every call is safe from several threads at once: a workflow level runs its steps in
+ * parallel in one box. Exec answers 0 whenever the program ran (whatever its exit code) and a
+ * negative errno when the box could not run it; the sentence for the latter is in
+ * result->error for exec and in box_last_error() (per thread) for the file calls.
+ *
+ * The mock's behaviour is documented in docs/runtime.md ("Mock semantics").
+ */
+#ifndef VOIDBOX_RUNTIME_BOX_H
+#define VOIDBOX_RUNTIME_BOX_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "runtime/spec.h"
+
+enum box_mode {
+	BOX_MODE_AUTO,
+	BOX_MODE_MOCK,
+	BOX_MODE_LOCAL,
+};
+
+/* Exit code of a program the box killed (timeout) or could not start, as the guest agent. */
+#define BOX_EXIT_NOT_RUN (-1)
+
+struct box_env_var {
+	const char *name;
+	const char *value;
+};
+
+/*
+ * One scripted answer of the mock: an exec of `program` (its basename is compared) whose
+ * first argument equals `first_arg` (NULL: any arguments) prints stdout_text/stderr_text and
+ * exits with exit_code. Rules are tried in order before the built-in programs.
+ */
+struct box_mock_rule {
+	const char *program;
+	const char *first_arg;
+	const char *stdout_text;
+	const char *stderr_text;
+	int exit_code;
+};
+
+struct box;
+struct box_exec_request;
+struct box_exec_result;
+
+/*
+ * A programmatic mock: called for every mock exec before the rules; returns 1 after filling
+ * result (stdout/stderr must be malloc'd), 0 to let the rules and built-ins answer, or a
+ * negative errno to fail the exec. Called from several threads at once.
+ */
+typedef int (*box_mock_handler_fn)(void *opaque, const struct box_exec_request *req,
+				   struct box_exec_result *result);
+
+struct box_config {
+	enum box_mode mode;
+	const char *name;      /* for log lines; may be NULL */
+	const char *kernel;    /* NULL: resolved (flag, VOID_BOX_KERNEL, built image) */
+	const char *initramfs; /* NULL: resolved likewise */
+	uint32_t memory_mb;    /* 0: SPEC_DEFAULT_MEMORY_MB */
+	uint32_t vcpus;	       /* 0: SPEC_DEFAULT_VCPUS */
+	/* Environment for every exec, in order (a later name wins); borrowed, may be NULL. */
+	const struct spec_env *env;
+	const struct spec_env *env_override;
+	const struct box_mock_rule *mock_rules;
+	size_t mock_rule_count;
+	box_mock_handler_fn mock_handler;
+	void *mock_opaque;
+	/* Where the VM console goes; NULL: a temporary file kept only when the run fails. */
+	const char *serial_log_path;
+};
+
+/* Called for each piece of output in arrival order (mock: once per stream). */
+typedef void (*box_chunk_fn)(void *opaque, bool is_stderr, const void *data, size_t len);
+
+struct box_exec_request {
+	const char *program;
+	const char *const *args;
+	size_t arg_count;
+	const struct box_env_var *env; /* wins over the box's env; may be NULL */
+	size_t env_count;
+	const void *stdin_data;	/* NULL or empty: no stdin */
+	size_t stdin_len;
+	const char *working_dir; /* NULL: the guest's default */
+	uint32_t timeout_secs;	 /* 0: no timeout */
+	box_chunk_fn on_chunk;	 /* may be NULL */
+	void *chunk_opaque;
+};
+
+struct box_exec_result {
+	int exit_code;	   /* BOX_EXIT_NOT_RUN when killed or not started */
+	char *stdout_data; /* NUL-terminated (the NUL is not counted); never NULL after exec */
+	size_t stdout_len;
+	char *stderr_data;
+	size_t stderr_len;
+	char *error; /* why the program did not run to its own exit; NULL when it did */
+	bool timed_out;
+	uint64_t duration_ms;
+};
+
+/*
+ * Fills cfg from a spec: its sandbox (mode, kernel, initramfs, memory, vcpus, env), with a
+ * pipeline box's overrides on top when box is non-NULL. Pointers are borrowed from spec.
+ */
+void box_config_from_spec(struct box_config *cfg, const struct spec *spec,
+			  const struct spec_box *box);
+
+/* Opens a box; 0 and *out, or -errno with a sentence saying what to do in err. */
+int box_open(const struct box_config *cfg, struct box **out, char *err, size_t errlen);
+/* The mode the box really has: BOX_MODE_MOCK or BOX_MODE_LOCAL. */
+enum box_mode box_mode(const struct box *box);
+const char *box_mode_name(enum box_mode mode);
+/* Parses "auto|mock|local"; -EINVAL otherwise. */
+int box_mode_parse(const char *name, enum box_mode *out);
+enum box_mode box_mode_from_spec(enum spec_sandbox_mode mode);
+/* The resolved kernel and initramfs of a local box ("" for mock). */
+const char *box_kernel_path(const struct box *box);
+const char *box_initramfs_path(const struct box *box);
+/* Stops the VM (if any) and frees everything; keep_logs keeps the serial log. NULL is fine. */
+void box_close(struct box *box, bool keep_logs);
+
+/* Runs one program; see the file comment for the return convention. */
+int box_exec(struct box *box, const struct box_exec_request *req, struct box_exec_result *out);
+void box_exec_result_free(struct box_exec_result *result);
+
+/* File calls: 0 or -errno (-ENOENT for a missing file); the reason is in box_last_error(). */
+int box_write_file(struct box *box, const char *path, const void *data, size_t len);
+/* *data is malloc'd and NUL-terminated (the NUL not counted in *len). */
+int box_read_file(struct box *box, const char *path, char **data, size_t *len);
+int box_mkdir_p(struct box *box, const char *path);
+/* The sentence explaining the last failed box call on this thread ("" when none). */
+const char *box_last_error(void);
+
+#endif

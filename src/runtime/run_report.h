@@ -1,0 +1,79 @@
+/*
+ * The result of `voidbox run`: one report per run, one stage entry per workflow step,
+ * pipeline box or agent invocation. Every runner (workflow, pipeline, agent) fills the same
+ * struct so the CLI, the daemon and tests print and compare one shape.
+ *
+ * The JSON form keeps upstream's RunReport keys {name, kind, success, output, stages,
+ * total_cost_usd, input_tokens, output_tokens} and adds error and duration_ms; each stage has
+ * {name, success, exit_code, output, error, duration_ms, input_tokens, output_tokens,
+ * cost_usd, turns, tool_calls, is_error}. Strings are owned by the report. Stages live in one
+ * growable array, so a pointer from run_report_add_stage() stays valid only until the next
+ * add; runners that fill stages from several threads add them all first.
+ */
+#ifndef VOIDBOX_RUNTIME_RUN_REPORT_H
+#define VOIDBOX_RUNTIME_RUN_REPORT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include <jansson.h>
+
+#include "runtime/spec.h"
+
+struct run_stage {
+	char *name;
+	bool success;
+	int exit_code;
+	char *output; /* the stage's result text (stdout for a step); never NULL once added */
+	char *error;  /* NULL when none */
+	uint64_t duration_ms;
+	uint64_t input_tokens;
+	uint64_t output_tokens;
+	double cost_usd;
+	uint32_t turns;
+	uint32_t tool_calls;
+	bool is_error;
+	bool ran; /* false for a stage that never started (an earlier failure stopped the run) */
+};
+
+struct run_report {
+	char *name;
+	enum spec_kind kind;
+	bool success;
+	char *output; /* never NULL after init */
+	struct run_stage *stages;
+	size_t stage_count;
+	size_t stage_capacity;
+	double total_cost_usd;
+	uint64_t input_tokens;
+	uint64_t output_tokens;
+	char *error; /* NULL when the run succeeded */
+	uint64_t duration_ms;
+	char *sandbox_mode; /* "mock" or "local"; NULL when no box was opened */
+};
+
+/* 0 or -ENOMEM. */
+int run_report_init(struct run_report *report, const char *name, enum spec_kind kind);
+void run_report_free(struct run_report *report);
+
+/* Appends a stage named name (success false, exit_code 0, output ""); NULL on -ENOMEM. */
+struct run_stage *run_report_add_stage(struct run_report *report, const char *name);
+/* Replace the text fields (copies; len may be SIZE_MAX for a C string). 0 or -ENOMEM. */
+int run_report_set_output(struct run_report *report, const char *text, size_t len);
+int run_report_set_error(struct run_report *report, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+int run_report_set_sandbox_mode(struct run_report *report, const char *mode);
+int run_stage_set_output(struct run_stage *stage, const char *text, size_t len);
+int run_stage_set_error(struct run_stage *stage, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+/* Sums the stages' tokens and costs into the report's totals. */
+void run_report_sum_usage(struct run_report *report);
+
+/* The JSON form described above; NULL on allocation failure. */
+json_t *run_report_to_json(const struct run_report *report);
+/* A human summary: status line, one line per stage, then the output. */
+void run_report_print(const struct run_report *report, FILE *out);
+
+#endif
