@@ -1,0 +1,280 @@
+/*
+ * Incremental stream-json parsing: bytes are split into lines here, and each complete line is
+ * one event handled by type (system, assistant, user, result). Unknown types are ignored, as
+ * claude-code adds event types over time and a run report must not break on them.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <jansson.h>
+
+#include "runtime/stream_json.h"
+
+#define STREAM_JSON_LINE_MAX (64u << 20)
+#define STREAM_JSON_LINE_INITIAL 4096u
+#define STREAM_JSON_TOOLS_INITIAL 8u
+
+void stream_json_parser_init(struct stream_json_parser *parser)
+{
+	memset(parser, 0, sizeof(*parser));
+}
+
+static int stream_json_set_string(char **field, json_t *value)
+{
+	const char *text = json_string_value(value);
+	char *copy;
+
+	if (!text)
+		return 0;
+	copy = strdup(text);
+	if (!copy)
+		return -ENOMEM;
+	free(*field);
+	*field = copy;
+	return 0;
+}
+
+static uint64_t stream_json_uint(json_t *value)
+{
+	json_int_t number = json_integer_value(value);
+
+	return number > 0 ? (uint64_t)number : 0;
+}
+
+static struct stream_json_tool_call *stream_json_find_tool(struct stream_json_result *result,
+							   const char *id)
+{
+	for (size_t i = 0; i < result->tool_call_count; i++)
+		if (result->tool_calls[i].id && strcmp(result->tool_calls[i].id, id) == 0)
+			return &result->tool_calls[i];
+	return NULL;
+}
+
+static int stream_json_add_tool(struct stream_json_parser *parser, json_t *block)
+{
+	struct stream_json_result *result = &parser->result;
+	struct stream_json_tool_call *call;
+
+	if (result->tool_call_count == parser->tool_call_capacity) {
+		size_t capacity = parser->tool_call_capacity ? parser->tool_call_capacity * 2 :
+							       STREAM_JSON_TOOLS_INITIAL;
+		struct stream_json_tool_call *grown =
+			realloc(result->tool_calls, capacity * sizeof(*grown));
+
+		if (!grown)
+			return -ENOMEM;
+		result->tool_calls = grown;
+		parser->tool_call_capacity = capacity;
+	}
+	call = &result->tool_calls[result->tool_call_count];
+	memset(call, 0, sizeof(*call));
+	result->tool_call_count++;
+	if (stream_json_set_string(&call->id, json_object_get(block, "id")) < 0 ||
+	    stream_json_set_string(&call->name, json_object_get(block, "name")) < 0)
+		return -ENOMEM;
+	return 0;
+}
+
+static int stream_json_on_system(struct stream_json_parser *parser, json_t *event)
+{
+	if (stream_json_set_string(&parser->result.session_id, json_object_get(event, "session_id")))
+		return -ENOMEM;
+	return stream_json_set_string(&parser->result.model, json_object_get(event, "model"));
+}
+
+static int stream_json_on_assistant(struct stream_json_parser *parser, json_t *event)
+{
+	json_t *message = json_object_get(event, "message");
+	json_t *usage = json_object_get(message, "usage");
+	json_t *block;
+	size_t i;
+
+	parser->assistant_input_tokens += stream_json_uint(json_object_get(usage, "input_tokens"));
+	parser->assistant_output_tokens +=
+		stream_json_uint(json_object_get(usage, "output_tokens"));
+	if (!parser->result.model &&
+	    stream_json_set_string(&parser->result.model, json_object_get(message, "model")) < 0)
+		return -ENOMEM;
+	json_array_foreach(json_object_get(message, "content"), i, block) {
+		const char *type = json_string_value(json_object_get(block, "type"));
+
+		if (type && strcmp(type, "tool_use") == 0 && stream_json_add_tool(parser, block) < 0)
+			return -ENOMEM;
+	}
+	return 0;
+}
+
+static void stream_json_on_user(struct stream_json_parser *parser, json_t *event)
+{
+	json_t *block;
+	size_t i;
+
+	json_array_foreach(json_object_get(json_object_get(event, "message"), "content"), i, block) {
+		const char *type = json_string_value(json_object_get(block, "type"));
+		const char *id = json_string_value(json_object_get(block, "tool_use_id"));
+		struct stream_json_tool_call *call;
+
+		if (!type || strcmp(type, "tool_result") != 0 || !id)
+			continue;
+		call = stream_json_find_tool(&parser->result, id);
+		if (call) {
+			call->has_result = true;
+			call->result_is_error = json_is_true(json_object_get(block, "is_error"));
+		}
+	}
+}
+
+static int stream_json_on_result(struct stream_json_parser *parser, json_t *event)
+{
+	struct stream_json_result *result = &parser->result;
+	json_t *usage = json_object_get(event, "usage");
+
+	result->has_result_event = true;
+	result->is_error = json_is_true(json_object_get(event, "is_error"));
+	result->num_turns = (uint32_t)stream_json_uint(json_object_get(event, "num_turns"));
+	result->duration_ms = stream_json_uint(json_object_get(event, "duration_ms"));
+	result->duration_api_ms = stream_json_uint(json_object_get(event, "duration_api_ms"));
+	result->cost_usd = json_number_value(json_object_get(event, "total_cost_usd"));
+	if (result->cost_usd < 0)
+		result->cost_usd = 0;
+	if (json_is_object(usage)) {
+		result->input_tokens = stream_json_uint(json_object_get(usage, "input_tokens"));
+		result->output_tokens = stream_json_uint(json_object_get(usage, "output_tokens"));
+	}
+	if (stream_json_set_string(&result->session_id, json_object_get(event, "session_id")) < 0)
+		return -ENOMEM;
+	return stream_json_set_string(&result->result_text, json_object_get(event, "result"));
+}
+
+static int stream_json_handle_line(struct stream_json_parser *parser, const char *line,
+				   size_t len)
+{
+	json_t *event;
+	const char *type;
+	int rc = 0;
+
+	while (len > 0 && (line[len - 1] == '\r' || line[len - 1] == ' '))
+		len--;
+	if (len == 0)
+		return 0;
+	event = json_loadb(line, len, JSON_REJECT_DUPLICATES, NULL);
+	type = json_string_value(json_object_get(event, "type"));
+	if (!type) {
+		parser->result.skipped_lines++;
+		json_decref(event);
+		return 0;
+	}
+	if (strcmp(type, "system") == 0)
+		rc = stream_json_on_system(parser, event);
+	else if (strcmp(type, "assistant") == 0)
+		rc = stream_json_on_assistant(parser, event);
+	else if (strcmp(type, "user") == 0)
+		stream_json_on_user(parser, event);
+	else if (strcmp(type, "result") == 0)
+		rc = stream_json_on_result(parser, event);
+	json_decref(event);
+	return rc;
+}
+
+static int stream_json_append(struct stream_json_parser *parser, const char *data, size_t len)
+{
+	if (parser->line_len + len > STREAM_JSON_LINE_MAX)
+		return -E2BIG;
+	if (parser->line_len + len > parser->line_capacity) {
+		size_t capacity = parser->line_capacity ? parser->line_capacity :
+							  STREAM_JSON_LINE_INITIAL;
+		char *grown;
+
+		while (capacity < parser->line_len + len)
+			capacity *= 2;
+		grown = realloc(parser->line, capacity);
+		if (!grown)
+			return -ENOMEM;
+		parser->line = grown;
+		parser->line_capacity = capacity;
+	}
+	memcpy(parser->line + parser->line_len, data, len);
+	parser->line_len += len;
+	return 0;
+}
+
+int stream_json_parser_feed(struct stream_json_parser *parser, const void *data, size_t len)
+{
+	const char *cursor = data;
+	const char *end = cursor + len;
+	int rc;
+
+	while (cursor < end) {
+		const char *newline = memchr(cursor, '\n', (size_t)(end - cursor));
+
+		if (!newline)
+			return stream_json_append(parser, cursor, (size_t)(end - cursor));
+		if (parser->line_len == 0) {
+			rc = stream_json_handle_line(parser, cursor, (size_t)(newline - cursor));
+		} else {
+			rc = stream_json_append(parser, cursor, (size_t)(newline - cursor));
+			if (rc == 0)
+				rc = stream_json_handle_line(parser, parser->line, parser->line_len);
+			parser->line_len = 0;
+		}
+		if (rc < 0)
+			return rc;
+		cursor = newline + 1;
+	}
+	return 0;
+}
+
+int stream_json_parser_finish(struct stream_json_parser *parser, struct stream_json_result *out)
+{
+	struct stream_json_result *result = &parser->result;
+	int rc = 0;
+
+	if (parser->line_len) {
+		rc = stream_json_handle_line(parser, parser->line, parser->line_len);
+		parser->line_len = 0;
+	}
+	if (rc < 0)
+		return rc;
+	if (!result->input_tokens && !result->output_tokens) {
+		result->input_tokens = parser->assistant_input_tokens;
+		result->output_tokens = parser->assistant_output_tokens;
+	}
+	*out = *result;
+	memset(result, 0, sizeof(*result));
+	parser->tool_call_capacity = 0;
+	return 0;
+}
+
+void stream_json_result_free(struct stream_json_result *result)
+{
+	for (size_t i = 0; i < result->tool_call_count; i++) {
+		free(result->tool_calls[i].id);
+		free(result->tool_calls[i].name);
+	}
+	free(result->tool_calls);
+	free(result->session_id);
+	free(result->model);
+	free(result->result_text);
+	memset(result, 0, sizeof(*result));
+}
+
+void stream_json_parser_free(struct stream_json_parser *parser)
+{
+	stream_json_result_free(&parser->result);
+	free(parser->line);
+	memset(parser, 0, sizeof(*parser));
+}
+
+int stream_json_parse(const void *data, size_t len, struct stream_json_result *out)
+{
+	struct stream_json_parser parser;
+	int rc;
+
+	stream_json_parser_init(&parser);
+	rc = stream_json_parser_feed(&parser, data, len);
+	if (rc == 0)
+		rc = stream_json_parser_finish(&parser, out);
+	stream_json_parser_free(&parser);
+	return rc;
+}

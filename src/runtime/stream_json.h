@@ -1,0 +1,65 @@
+/*
+ * claude-code's stream-json output (one JSON event per line) parsed into the numbers a run
+ * report needs: result text, is_error, turns, tool calls, tokens, cost, durations.
+ *
+ * The parser is incremental because exec output arrives in chunks that split lines anywhere;
+ * feed every chunk as it comes and call finish once at the end. Lines that are not JSON objects
+ * (a stray log line) are counted and skipped, never fatal: the `result` event decides the
+ * outcome, and its absence is reported as such.
+ */
+#ifndef VOIDBOX_RUNTIME_STREAM_JSON_H
+#define VOIDBOX_RUNTIME_STREAM_JSON_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+struct stream_json_tool_call {
+	char *id;
+	char *name;
+	bool has_result;
+	bool result_is_error;
+};
+
+struct stream_json_result {
+	char *session_id;
+	char *model;
+	char *result_text;	/* the result event's `result`; NULL when none arrived */
+	bool has_result_event;
+	bool is_error;
+	uint32_t num_turns;
+	uint64_t input_tokens;	/* the result's usage, else the sum over assistant events */
+	uint64_t output_tokens;
+	double cost_usd;
+	uint64_t duration_ms;
+	uint64_t duration_api_ms;
+	struct stream_json_tool_call *tool_calls;
+	size_t tool_call_count;
+	size_t skipped_lines;	/* lines that were not JSON objects */
+};
+
+struct stream_json_parser {
+	struct stream_json_result result;
+	char *line;		/* the unfinished line carried between chunks */
+	size_t line_len;
+	size_t line_capacity;
+	uint64_t assistant_input_tokens;
+	uint64_t assistant_output_tokens;
+	size_t tool_call_capacity;
+};
+
+void stream_json_parser_init(struct stream_json_parser *parser);
+/* Consumes bytes; returns 0 or -ENOMEM (-E2BIG for a single line over 64 MiB). */
+int stream_json_parser_feed(struct stream_json_parser *parser, const void *data, size_t len);
+/*
+ * Parses any unterminated last line and moves the result into *out (the parser is then empty
+ * and may be reused after init). Returns 0 or -ENOMEM.
+ */
+int stream_json_parser_finish(struct stream_json_parser *parser, struct stream_json_result *out);
+void stream_json_parser_free(struct stream_json_parser *parser);
+
+/* One-shot: parses a whole buffer. */
+int stream_json_parse(const void *data, size_t len, struct stream_json_result *out);
+void stream_json_result_free(struct stream_json_result *result);
+
+#endif

@@ -1,0 +1,327 @@
+/*
+ * Unit tests for the agent pieces that need no box: provider argv/env, the prompt with its
+ * output-file instruction and inlined input, the skills plan, and stream-json parsing against
+ * output produced by the real mock agent (its path is argv[1]), fed in awkward chunk sizes.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "harness.h"
+#include "runtime/llm.h"
+#include "runtime/skills.h"
+#include "runtime/stream_json.h"
+
+#define TEST_OUTPUT_MAX (1u << 20)
+
+static const char *mock_claude_path;
+
+static const char *fake_host_env(const char *name, void *ctx)
+{
+	(void)ctx;
+	if (strcmp(name, "ANTHROPIC_API_KEY") == 0)
+		return "sk-host";
+	if (strcmp(name, "OPENAI_API_KEY") == 0)
+		return "sk-openai";
+	if (strcmp(name, "MY_KEY") == 0)
+		return "sk-custom";
+	return NULL;
+}
+
+static int build(enum spec_llm_provider provider, const char *model, const char *base_url,
+		 bool mcp, struct llm_invocation *inv)
+{
+	struct spec_llm llm = { .provider = provider, .model = (char *)model,
+				.base_url = (char *)base_url, .api_key_env = "MY_KEY" };
+	struct llm_invocation_request req = { .llm = &llm, .full_prompt = "do it",
+					      .has_mcp_config = mcp,
+					      .host_env = fake_host_env };
+
+	return llm_invocation_build(&req, inv);
+}
+
+static char *join_args(const struct llm_invocation *inv)
+{
+	static char text[4096];
+	size_t used = 0;
+
+	used += (size_t)snprintf(text, sizeof(text), "%s", inv->program);
+	for (size_t i = 0; i < inv->arg_count && used < sizeof(text); i++)
+		used += (size_t)snprintf(text + used, sizeof(text) - used, " %s", inv->args[i]);
+	return text;
+}
+
+static void test_llm_claude(void)
+{
+	struct llm_invocation inv;
+
+	CHECK_INT_EQ(build(SPEC_LLM_PROVIDER_CLAUDE, NULL, NULL, false, &inv), 0);
+	CHECK_STR_EQ(join_args(&inv),
+		     "claude-code -p do it --output-format stream-json --verbose "
+		     "--dangerously-skip-permissions --settings {\"skipWebFetchPreflight\":true}");
+	CHECK_STR_EQ(llm_invocation_env(&inv, "HOME"), "/home/sandbox");
+	CHECK_STR_EQ(llm_invocation_env(&inv, "ANTHROPIC_API_KEY"), "sk-host");
+	CHECK(llm_invocation_env(&inv, "ANTHROPIC_BASE_URL") == NULL);
+	CHECK(inv.stream_json && !inv.local_provider);
+	llm_invocation_free(&inv);
+
+	CHECK_INT_EQ(build(SPEC_LLM_PROVIDER_CLAUDE, "opus", NULL, true, &inv), 0);
+	CHECK_STR_EQ(join_args(&inv),
+		     "claude-code -p do it --output-format stream-json --verbose "
+		     "--dangerously-skip-permissions --model opus --settings "
+		     "{\"skipWebFetchPreflight\":true} --mcp-config /workspace/.mcp.json");
+	llm_invocation_free(&inv);
+
+	CHECK_INT_EQ(build(SPEC_LLM_PROVIDER_CLAUDE_PERSONAL, NULL, NULL, false, &inv), 0);
+	CHECK_STR_EQ(llm_invocation_env(&inv, "HOME"), "/home/sandbox");
+	CHECK(llm_invocation_env(&inv, "ANTHROPIC_API_KEY") == NULL);
+	CHECK_INT_EQ((long)inv.env_count, 1);
+	llm_invocation_free(&inv);
+}
+
+static void test_llm_local_and_custom(void)
+{
+	struct llm_invocation inv;
+
+	CHECK_INT_EQ(build(SPEC_LLM_PROVIDER_OLLAMA, "qwen3-coder:7b", NULL, false, &inv), 0);
+	CHECK_STR_EQ(llm_invocation_env(&inv, "ANTHROPIC_BASE_URL"), "http://10.0.2.2:11434");
+	CHECK_STR_EQ(llm_invocation_env(&inv, "ANTHROPIC_API_KEY"), "");
+	CHECK_STR_EQ(llm_invocation_env(&inv, "ANTHROPIC_AUTH_TOKEN"), "ollama");
+	CHECK(strstr(join_args(&inv), " --model qwen3-coder:7b ") != NULL);
+	CHECK(inv.local_provider);
+	llm_invocation_free(&inv);
+
+	CHECK_INT_EQ(build(SPEC_LLM_PROVIDER_OLLAMA, "m", "http://gpu:11434", false, &inv), 0);
+	CHECK_STR_EQ(llm_invocation_env(&inv, "ANTHROPIC_BASE_URL"), "http://gpu:11434");
+	llm_invocation_free(&inv);
+
+	CHECK_INT_EQ(build(SPEC_LLM_PROVIDER_LM_STUDIO, "m", NULL, false, &inv), 0);
+	CHECK_STR_EQ(llm_invocation_env(&inv, "ANTHROPIC_BASE_URL"), "http://10.0.2.2:1234");
+	CHECK_STR_EQ(llm_invocation_env(&inv, "ANTHROPIC_API_KEY"), "lm-studio");
+	CHECK(inv.local_provider);
+	llm_invocation_free(&inv);
+
+	CHECK_INT_EQ(build(SPEC_LLM_PROVIDER_CUSTOM, NULL, "https://llm.example", false, &inv), 0);
+	CHECK_STR_EQ(llm_invocation_env(&inv, "ANTHROPIC_BASE_URL"), "https://llm.example");
+	CHECK_STR_EQ(llm_invocation_env(&inv, "ANTHROPIC_API_KEY"), "sk-custom");
+	CHECK(strstr(join_args(&inv), "--model") == NULL);
+	CHECK(!inv.local_provider);
+	llm_invocation_free(&inv);
+}
+
+static void test_llm_codex(void)
+{
+	struct llm_invocation inv;
+
+	CHECK_INT_EQ(build(SPEC_LLM_PROVIDER_CODEX, NULL, NULL, true, &inv), 0);
+	CHECK_STR_EQ(join_args(&inv), "codex exec --json --skip-git-repo-check "
+				      "--dangerously-bypass-approvals-and-sandbox do it");
+	CHECK_STR_EQ(llm_invocation_env(&inv, "OPENAI_API_KEY"), "sk-openai");
+	CHECK_STR_EQ(llm_invocation_env(&inv, "HOME"), "/home/sandbox");
+	CHECK(!inv.stream_json);
+	llm_invocation_free(&inv);
+}
+
+static void test_prompt(void)
+{
+	char big[LLM_INPUT_INLINE_MAX + 100];
+	char *prompt = llm_prompt_build("Summarise.", "/workspace/output.json", NULL, 0);
+
+	CHECK_STR_EQ(prompt, "Summarise.\n\nWrite your output to /workspace/output.json.");
+	free(prompt);
+	prompt = llm_prompt_build("Go", "/o", "[1,2]", 5);
+	CHECK_STR_EQ(prompt, "Go\n\n--- Previous stage output ---\n[1,2]\n"
+			     "--- End of previous stage output ---\n\nWrite your output to /o.");
+	free(prompt);
+	memset(big, 'x', sizeof(big));
+	prompt = llm_prompt_build("Go", "/o", big, sizeof(big));
+	CHECK(prompt && strstr(prompt, "truncated; the full input is in /workspace/input.json"));
+	CHECK(prompt && strlen(prompt) < LLM_INPUT_INLINE_MAX + 300);
+	free(prompt);
+}
+
+static void test_skills_plan(void)
+{
+	char dir[] = "/tmp/voidbox-skills-XXXXXX";
+	char path[256], err[512] = "";
+	char *args[] = { "--sse" };
+	struct spec_env_var env_var = { .name = "TOKEN", .value = "t" };
+	struct spec_skill skills[5];
+	struct skill_plan plan;
+	FILE *file;
+
+	CHECK(mkdtemp(dir) != NULL);
+	snprintf(path, sizeof(path), "%s/hn-api.md", dir);
+	file = fopen(path, "w");
+	CHECK(file != NULL);
+	if (!file)
+		return;
+	fputs("# HN\n", file);
+	fclose(file);
+	memset(skills, 0, sizeof(skills));
+	skills[0] = (struct spec_skill){ .type = SPEC_SKILL_FILE, .value = path };
+	skills[1] = (struct spec_skill){ .type = SPEC_SKILL_INLINE, .name = "style",
+					 .content = "Be brief." };
+	skills[2] = (struct spec_skill){ .type = SPEC_SKILL_AGENT, .value = "claude-code" };
+	skills[3] = (struct spec_skill){ .type = SPEC_SKILL_MCP, .command = "/usr/bin/void-mcp",
+					 .args = args, .arg_count = 1,
+					 .env = { .vars = &env_var, .count = 1 } };
+	skills[4] = (struct spec_skill){ .type = SPEC_SKILL_CLI, .value = "jq" };
+	CHECK_INT_EQ(skills_plan_build(skills, 5, &plan, err, sizeof(err)), 0);
+	CHECK_INT_EQ((long)plan.count, 5);
+	CHECK_STR_EQ(plan.items[0].name, "hn-api");
+	CHECK_STR_EQ(plan.items[0].guest_path, "/workspace/.claude/skills/hn-api.md");
+	CHECK_STR_EQ(plan.items[0].content, "# HN\n");
+	CHECK_STR_EQ(plan.items[1].guest_path, "/workspace/.claude/skills/style.md");
+	CHECK_STR_EQ(plan.items[1].content, "Be brief.");
+	CHECK(plan.items[2].guest_path == NULL);
+	CHECK_STR_EQ(plan.items[3].name, "void-mcp");
+	CHECK(plan.mcp_json && strstr(plan.mcp_json, "\"void-mcp\""));
+	CHECK(plan.mcp_json && strstr(plan.mcp_json, "\"--sse\""));
+	CHECK(plan.mcp_json && strstr(plan.mcp_json, "\"TOKEN\": \"t\""));
+	CHECK_STR_EQ(plan.items[4].source, "image");
+	skills_plan_free(&plan);
+
+	/* a missing file fails before any VM, naming the path */
+	skills[0].value = "/nonexistent/skill.md";
+	CHECK_INT_EQ(skills_plan_build(skills, 1, &plan, err, sizeof(err)), -ENOENT);
+	CHECK(strstr(err, "/nonexistent/skill.md") != NULL);
+	/* remote skills say why they cannot work offline */
+	skills[0] = (struct spec_skill){ .type = SPEC_SKILL_REMOTE, .value = "acme/tools/lint" };
+	CHECK_INT_EQ(skills_plan_build(skills, 1, &plan, err, sizeof(err)), -ENETUNREACH);
+	CHECK(strstr(err, "offline") && strstr(err, "raw.githubusercontent.com/acme/tools/lint"));
+	unlink(path);
+	rmdir(dir);
+}
+
+/* Runs the mock with scenario (and extra env "K=V" or NULL); returns its stdout. */
+static char *run_mock(const char *scenario, const char *extra_env, int *status)
+{
+	char command[1024];
+	char *text = malloc(TEST_OUTPUT_MAX);
+	size_t len = 0, got;
+	FILE *pipe;
+
+	if (!text)
+		return NULL;
+	snprintf(command, sizeof(command),
+		 "env -i MOCK_CLAUDE_WORKSPACE=/nonexistent MOCK_CLAUDE_SCENARIO=%s %s '%s' -p "
+		 "'Count the things' --output-format stream-json --verbose",
+		 scenario, extra_env ? extra_env : "", mock_claude_path);
+	pipe = popen(command, "r");
+	if (!pipe) {
+		free(text);
+		return NULL;
+	}
+	while ((got = fread(text + len, 1, TEST_OUTPUT_MAX - 1 - len, pipe)) > 0)
+		len += got;
+	text[len] = '\0';
+	*status = pclose(pipe);
+	return text;
+}
+
+/* Feeds text in chunks of chunk bytes to check line reassembly. */
+static int parse_chunked(const char *text, size_t chunk, struct stream_json_result *out)
+{
+	struct stream_json_parser parser;
+	size_t len = strlen(text);
+	int rc = 0;
+
+	stream_json_parser_init(&parser);
+	for (size_t at = 0; at < len && rc == 0; at += chunk)
+		rc = stream_json_parser_feed(&parser, text + at, len - at < chunk ? len - at : chunk);
+	if (rc == 0)
+		rc = stream_json_parser_finish(&parser, out);
+	stream_json_parser_free(&parser);
+	return rc;
+}
+
+static void test_stream_json_scenarios(void)
+{
+	static const size_t chunks[] = { 1, 7, 4096 };
+	struct stream_json_result result;
+	int status;
+	char *text;
+
+	text = run_mock("multi_tool", "MOCK_CLAUDE_INPUT_TOKENS=1234 MOCK_CLAUDE_COST=0.25", &status);
+	CHECK(text != NULL);
+	if (!text)
+		return;
+	CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+	for (size_t i = 0; i < sizeof(chunks) / sizeof(chunks[0]); i++) {
+		CHECK_INT_EQ(parse_chunked(text, chunks[i], &result), 0);
+		CHECK(result.has_result_event && !result.is_error);
+		CHECK_INT_EQ(result.num_turns, 3);
+		CHECK_INT_EQ((long)result.tool_call_count, 5);
+		CHECK_INT_EQ((long)result.input_tokens, 1234);
+		CHECK_INT_EQ((long)result.output_tokens, 200);
+		CHECK(result.cost_usd > 0.2499 && result.cost_usd < 0.2501);
+		CHECK_STR_EQ(result.session_id, "mock-session-0001");
+		CHECK_STR_EQ(result.model, "claude-sonnet-4-20250514");
+		CHECK_STR_EQ(result.tool_calls[2].name, "Bash");
+		CHECK(result.tool_calls[4].has_result);
+		CHECK(result.result_text && strstr(result.result_text, "Count the things"));
+		stream_json_result_free(&result);
+	}
+	free(text);
+
+	text = run_mock("heavy", NULL, &status);
+	CHECK(text && stream_json_parse(text, strlen(text), &result) == 0);
+	CHECK_INT_EQ((long)result.tool_call_count, 20);
+	CHECK_INT_EQ(result.num_turns, 10);
+	stream_json_result_free(&result);
+	free(text);
+
+	text = run_mock("error", "MOCK_CLAUDE_ERROR=boom", &status);
+	CHECK(text && WIFEXITED(status) && WEXITSTATUS(status) == 1);
+	CHECK(text && stream_json_parse(text, strlen(text), &result) == 0);
+	CHECK(result.is_error);
+	CHECK_STR_EQ(result.result_text, "boom");
+	stream_json_result_free(&result);
+	free(text);
+}
+
+static void test_stream_json_hostile(void)
+{
+	static const char text[] =
+		"not json at all\n"
+		"{\"type\":\"assistant\",\"message\":{\"content\":[{\"type\":\"tool_use\","
+		"\"id\":\"a\",\"name\":\"Bash\"}],\"usage\":{\"input_tokens\":7,"
+		"\"output_tokens\":3}}}\r\n"
+		"[1,2,3]\n"
+		"{\"type\":\"future_event\"}\n"
+		"{\"type\":\"user\",\"message\":{\"content\":[{\"type\":\"tool_result\","
+		"\"tool_use_id\":\"a\",\"is_error\":true}]}}";
+	struct stream_json_result result;
+
+	CHECK_INT_EQ(stream_json_parse(text, strlen(text), &result), 0);
+	CHECK_INT_EQ((long)result.skipped_lines, 2);
+	CHECK(!result.has_result_event);
+	CHECK(result.result_text == NULL);
+	/* without a result event, usage is the assistant events' sum */
+	CHECK_INT_EQ((long)result.input_tokens, 7);
+	CHECK_INT_EQ((long)result.output_tokens, 3);
+	CHECK_INT_EQ((long)result.tool_call_count, 1);
+	CHECK(result.tool_calls[0].has_result && result.tool_calls[0].result_is_error);
+	stream_json_result_free(&result);
+}
+
+int main(int argc, char **argv)
+{
+	if (argc < 2) {
+		fprintf(stderr, "usage: test_agent_units <path of voidbox-mock-claude>\n");
+		return 1;
+	}
+	mock_claude_path = argv[1];
+	RUN_TEST(test_llm_claude);
+	RUN_TEST(test_llm_local_and_custom);
+	RUN_TEST(test_llm_codex);
+	RUN_TEST(test_prompt);
+	RUN_TEST(test_skills_plan);
+	RUN_TEST(test_stream_json_scenarios);
+	RUN_TEST(test_stream_json_hostile);
+	return harness_finish();
+}
