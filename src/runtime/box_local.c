@@ -1,0 +1,198 @@
+/*
+ * The local box: one real micro-VM through src/sandbox, its guest agent driven over the
+ * control channel. The channel multiplexes calls by request id and the agent runs each exec
+ * off its connection thread, so concurrent box_exec calls from a workflow level really run
+ * side by side in the guest; this file adds no lock of its own.
+ *
+ * Requests are translated field by field into the wire structs (borrowing the caller's
+ * strings, never freeing them) and responses into the box's NUL-terminated buffers.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/log.h"
+#include "runtime/box_internal.h"
+#include "sandbox/sandbox.h"
+
+#define LOCAL_FILE_TIMEOUT_MS CONTROL_CHANNEL_TIMEOUT_DEFAULT
+/* the agent's wording when its watchdog killed a program (guest/agent/exec.c) */
+#define LOCAL_TIMEOUT_MARKER "timeout"
+
+struct local_box {
+	struct sandbox *sandbox;
+};
+
+static struct control_channel *local_channel(struct box *box)
+{
+	struct local_box *local = box->backend;
+
+	return sandbox_channel(local->sandbox);
+}
+
+struct local_chunk_relay {
+	const struct box_exec_request *req;
+};
+
+static void local_on_chunk(const struct proto_exec_output_chunk *chunk, void *opaque)
+{
+	struct local_chunk_relay *relay = opaque;
+
+	relay->req->on_chunk(relay->req->chunk_opaque, chunk->stream == PROTO_STREAM_STDERR,
+			     chunk->data.data, chunk->data.len);
+}
+
+static int local_fill_result(const struct box_exec_request *req,
+			     const struct proto_exec_response *response,
+			     struct box_exec_result *out)
+{
+	out->exit_code = response->exit_code;
+	out->stdout_data = box_copy_bytes(response->stdout_data.data, response->stdout_data.len);
+	out->stdout_len = response->stdout_data.len;
+	out->stderr_data = box_copy_bytes(response->stderr_data.data, response->stderr_data.len);
+	out->stderr_len = response->stderr_data.len;
+	if (response->error && !(out->error = strdup(response->error)))
+		return -ENOMEM;
+	if (!out->stdout_data || !out->stderr_data)
+		return -ENOMEM;
+	out->timed_out = req->timeout_secs > 0 && response->error &&
+			 strstr(response->error, LOCAL_TIMEOUT_MARKER) != NULL;
+	if (response->has_duration)
+		out->duration_ms = response->duration_ms;
+	return 0;
+}
+
+static int local_exec(struct box *box, const struct box_exec_request *req,
+		      const struct box_env_var *env, size_t env_count,
+		      struct box_exec_result *out)
+{
+	struct proto_exec_request wire;
+	struct proto_exec_response response;
+	struct local_chunk_relay relay = { .req = req };
+	int rc;
+
+	memset(&wire, 0, sizeof(wire));
+	memset(&response, 0, sizeof(response));
+	wire.program = (char *)req->program;
+	wire.args = (char **)req->args;
+	wire.args_count = req->arg_count;
+	wire.stdin_data.data = (uint8_t *)req->stdin_data;
+	wire.stdin_data.len = req->stdin_data ? req->stdin_len : 0;
+	wire.working_dir = (char *)req->working_dir;
+	wire.has_timeout = req->timeout_secs > 0;
+	wire.timeout_secs = req->timeout_secs;
+	wire.env_count = env_count;
+	if (env_count) {
+		wire.env = calloc(env_count, sizeof(*wire.env));
+		if (!wire.env) {
+			box_set_error("out of memory building the exec request");
+			return -ENOMEM;
+		}
+		for (size_t i = 0; i < env_count; i++) {
+			wire.env[i].key = (char *)env[i].name;
+			wire.env[i].value = (char *)env[i].value;
+		}
+	}
+	rc = control_channel_exec(local_channel(box), &wire, req->on_chunk ? local_on_chunk : NULL,
+				  &relay, &response);
+	free(wire.env);
+	if (rc < 0) {
+		struct local_box *local = box->backend;
+
+		box_set_error("%s (guest console: %s)", control_channel_last_error(),
+			      sandbox_serial_log_path(local->sandbox));
+		return rc;
+	}
+	rc = local_fill_result(req, &response, out);
+	proto_exec_response_free(&response);
+	if (rc < 0)
+		box_set_error("out of memory reading the exec response");
+	return rc;
+}
+
+static int local_write_file(struct box *box, const char *path, const void *data, size_t len)
+{
+	int rc = control_channel_write_file(local_channel(box), path, data, len, true,
+					    LOCAL_FILE_TIMEOUT_MS);
+
+	if (rc < 0)
+		box_set_error("writing %s in the guest: %s", path, control_channel_last_error());
+	return rc;
+}
+
+static int local_read_file(struct box *box, const char *path, char **data, size_t *len)
+{
+	struct proto_bytes bytes = { 0 };
+	int rc = control_channel_read_file(local_channel(box), path, &bytes,
+					   LOCAL_FILE_TIMEOUT_MS);
+
+	if (rc < 0) {
+		box_set_error("reading %s in the guest: %s", path, control_channel_last_error());
+		return rc;
+	}
+	*data = box_copy_bytes(bytes.data, bytes.len);
+	*len = bytes.len;
+	free(bytes.data);
+	if (!*data) {
+		box_set_error("out of memory reading %s", path);
+		return -ENOMEM;
+	}
+	return 0;
+}
+
+static int local_mkdir_p(struct box *box, const char *path)
+{
+	int rc = control_channel_mkdir_p(local_channel(box), path, LOCAL_FILE_TIMEOUT_MS);
+
+	if (rc < 0)
+		box_set_error("creating %s in the guest: %s", path, control_channel_last_error());
+	return rc;
+}
+
+static void local_close(struct box *box, bool keep_logs)
+{
+	struct local_box *local = box->backend;
+
+	sandbox_destroy(local->sandbox, keep_logs);
+	free(local);
+}
+
+static const struct box_ops local_ops = {
+	.exec = local_exec,
+	.write_file = local_write_file,
+	.read_file = local_read_file,
+	.mkdir_p = local_mkdir_p,
+	.close = local_close,
+};
+
+int box_local_open(struct box *box, const struct box_config *cfg, char *err, size_t errlen)
+{
+	struct sandbox_config sandbox_cfg = {
+		.kernel_path = box->kernel,
+		.initramfs_path = box->initramfs[0] ? box->initramfs : NULL,
+		.memory_mb = cfg->memory_mb ? cfg->memory_mb : SPEC_DEFAULT_MEMORY_MB,
+		.vcpus = cfg->vcpus ? cfg->vcpus : SPEC_DEFAULT_VCPUS,
+		.serial_log_path = cfg->serial_log_path,
+	};
+	struct local_box *local = calloc(1, sizeof(*local));
+	uint64_t start = box_now_ms();
+	int rc;
+
+	if (!local) {
+		snprintf(err, errlen, "out of memory opening a sandbox");
+		return -ENOMEM;
+	}
+	log_info("box", "[box:%s] booting a VM (%u MiB, %u vCPU, kernel %s)", box->name,
+		 sandbox_cfg.memory_mb, sandbox_cfg.vcpus, box->kernel);
+	rc = sandbox_start(&sandbox_cfg, &local->sandbox, err, errlen);
+	if (rc < 0) {
+		free(local);
+		return rc;
+	}
+	log_info("box", "[box:%s] VM ready in %llu ms", box->name,
+		 (unsigned long long)(box_now_ms() - start));
+	box->backend = local;
+	box->ops = &local_ops;
+	return 0;
+}
