@@ -44,6 +44,9 @@
 #define UART_MSR_DCD 0x80
 
 #define SERIAL_LINE_MAX 512
+/* A guest that prints without end must not fill the host's disk through the serial log. */
+#define SERIAL_LOG_MAX_BYTES (16ULL * 1024 * 1024)
+#define SERIAL_TRUNCATED_NOTE "\n[voidbox: serial log truncated at 16 MiB]\n"
 #define SERIAL_PANIC_MARKER "Kernel panic - not syncing"
 #define NSEC_PER_SEC 1000000000ULL
 
@@ -58,6 +61,7 @@ struct serial {
 	uint64_t first_output_ns;
 	char line[SERIAL_LINE_MAX];
 	size_t line_len;
+	uint64_t bytes_logged;
 };
 
 struct serial *serial_create(int out_fd, struct irq_line irq)
@@ -73,18 +77,36 @@ struct serial *serial_create(int out_fd, struct irq_line irq)
 	return serial;
 }
 
-static void serial_write_out(struct serial *serial)
+static void serial_write_all(int fd, const char *data, size_t len)
 {
 	size_t done = 0;
 
-	while (serial->out_fd >= 0 && done < serial->line_len) {
-		ssize_t n = write(serial->out_fd, serial->line + done, serial->line_len - done);
+	while (done < len) {
+		ssize_t n = write(fd, data + done, len - done);
 
 		if (n <= 0)
 			break;
 		done += (size_t)n;
 	}
+}
+
+static void serial_write_out(struct serial *serial)
+{
+	size_t len = serial->line_len;
+
 	serial->line_len = 0;
+	if (serial->out_fd < 0 || serial->bytes_logged >= SERIAL_LOG_MAX_BYTES)
+		return;
+	if (serial->bytes_logged + len >= SERIAL_LOG_MAX_BYTES) {
+		len = (size_t)(SERIAL_LOG_MAX_BYTES - serial->bytes_logged);
+		serial_write_all(serial->out_fd, serial->line, len);
+		serial_write_all(serial->out_fd, SERIAL_TRUNCATED_NOTE,
+				 strlen(SERIAL_TRUNCATED_NOTE));
+		serial->bytes_logged = SERIAL_LOG_MAX_BYTES;
+		return;
+	}
+	serial_write_all(serial->out_fd, serial->line, len);
+	serial->bytes_logged += len;
 }
 
 void serial_flush(struct serial *serial)

@@ -1,7 +1,8 @@
 /*
  * A 16550A UART at COM1, output only: what Linux's 8250 driver needs to find the port and
  * print a console (scratch, loopback, FIFO, LSR, and the THRE interrupt on IRQ 4). Output is
- * buffered per line and written to a file descriptor (the serial log). It also watches the
+ * buffered per line and written to a file descriptor (the serial log, capped at 16 MiB so a
+ * chatty guest cannot fill the host's disk). It also watches the
  * output for a kernel panic, so a guest reboot that follows a panic can be reported as such.
  */
 #ifndef VOIDBOX_DEVICES_SERIAL_H

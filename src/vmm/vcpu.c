@@ -67,19 +67,21 @@ int vcpu_create(struct vcpu *vcpu, int vm_fd, unsigned int index, size_t run_siz
 static int vcpu_set_msrs(struct vcpu *vcpu)
 {
 	/* Fast strings on; MTRRs default to write-back so no RAM is uncached before Linux. */
-	struct {
-		struct kvm_msrs header;
-		struct kvm_msr_entry entries[VCPU_BOOT_MSR_COUNT];
-	} msrs = {
-		.header.nmsrs = VCPU_BOOT_MSR_COUNT,
-		.entries[0] = { .index = MSR_IA32_MISC_ENABLE, .data = MISC_ENABLE_FAST_STRING },
-		.entries[1] = { .index = MSR_MTRR_DEF_TYPE,
-				.data = MTRR_DEF_TYPE_ENABLE | MTRR_TYPE_WRBACK },
+	const struct kvm_msr_entry entries[VCPU_BOOT_MSR_COUNT] = {
+		{ .index = MSR_IA32_MISC_ENABLE, .data = MISC_ENABLE_FAST_STRING },
+		{ .index = MSR_MTRR_DEF_TYPE, .data = MTRR_DEF_TYPE_ENABLE | MTRR_TYPE_WRBACK },
 	};
+	struct kvm_msrs *msrs = calloc(1, sizeof(*msrs) + sizeof(entries));
+	int rc = 0;
 
-	if (ioctl(vcpu->fd, KVM_SET_MSRS, &msrs) != VCPU_BOOT_MSR_COUNT)
-		return -EIO;
-	return 0;
+	if (!msrs)
+		return -ENOMEM;
+	msrs->nmsrs = VCPU_BOOT_MSR_COUNT;
+	memcpy(msrs->entries, entries, sizeof(entries));
+	if (ioctl(vcpu->fd, KVM_SET_MSRS, msrs) != VCPU_BOOT_MSR_COUNT)
+		rc = -EIO;
+	free(msrs);
+	return rc;
 }
 
 static int vcpu_set_boot_state(struct vcpu *vcpu, uint64_t entry)
@@ -180,14 +182,17 @@ static enum vm_exit_reason vcpu_handle_exit(struct vcpu *vcpu)
 
 static int vcpu_unblock_kick_in_run(struct vcpu *vcpu)
 {
-	struct {
-		struct kvm_signal_mask header;
-		uint8_t sigset[KERNEL_SIGSET_BYTES];
-	} mask = { .header.len = KERNEL_SIGSET_BYTES };
+	/* An empty mask: inside KVM_RUN no signal is blocked, so a kick interrupts it. */
+	struct kvm_signal_mask *mask = calloc(1, sizeof(*mask) + KERNEL_SIGSET_BYTES);
+	int rc = 0;
 
-	if (ioctl(vcpu->fd, KVM_SET_SIGNAL_MASK, &mask) < 0)
-		return -errno;
-	return 0;
+	if (!mask)
+		return -ENOMEM;
+	mask->len = KERNEL_SIGSET_BYTES;
+	if (ioctl(vcpu->fd, KVM_SET_SIGNAL_MASK, mask) < 0)
+		rc = -errno;
+	free(mask);
+	return rc;
 }
 
 static void *vcpu_thread(void *arg)

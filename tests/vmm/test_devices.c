@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "devices/i8042.h"
@@ -177,6 +178,30 @@ static void test_serial_output_and_panic(void)
 	close(fds[1]);
 }
 
+static void test_serial_log_cap(void)
+{
+	char path[] = "/tmp/voidbox-serial-XXXXXX";
+	int fd = mkstemp(path);
+	struct stat st;
+
+	CHECK(fd >= 0);
+	if (fd < 0)
+		return;
+	struct serial *s = serial_create(fd, (struct irq_line){ 0 });
+
+	/* 20 MiB of 64-byte lines: the log stops at 16 MiB plus one note. */
+	for (int line = 0; line < 20 * 16384; line++) {
+		for (int i = 0; i < 63; i++)
+			uart_out(s, UART_THR, 'a');
+		uart_out(s, UART_THR, '\n');
+	}
+	serial_destroy(s);
+	CHECK_INT_EQ(fstat(fd, &st), 0);
+	CHECK(st.st_size > 16 * 1024 * 1024 && st.st_size < 16 * 1024 * 1024 + 128);
+	close(fd);
+	unlink(path);
+}
+
 static void count_reset(void *opaque)
 {
 	(*(int *)opaque)++;
@@ -229,6 +254,7 @@ int main(void)
 	RUN_TEST(test_serial_probe_registers);
 	RUN_TEST(test_serial_thre_interrupt);
 	RUN_TEST(test_serial_output_and_panic);
+	RUN_TEST(test_serial_log_cap);
 	RUN_TEST(test_i8042);
 	RUN_TEST(test_vm_create_refusals);
 	return harness_finish();
