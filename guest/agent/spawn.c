@@ -294,8 +294,6 @@ void spawn_child_exec(const struct spawn_plan *plan, int report_fd)
 			if (dup2(plan->stdio[fd], fd) < 0)
 				spawn_child_fail(report_fd, SPAWN_STAGE_STDIO);
 	}
-	if (plan->working_dir && chdir(plan->working_dir) < 0)
-		spawn_child_fail(report_fd, SPAWN_STAGE_CHDIR);
 	if (spawn_set_limit(RLIMIT_NOFILE, plan->limits.max_open_files) < 0 ||
 	    spawn_set_limit(RLIMIT_NPROC, plan->limits.max_processes) < 0 ||
 	    (plan->apply_fsize_limit &&
@@ -305,6 +303,9 @@ void spawn_child_exec(const struct spawn_plan *plan, int report_fd)
 	    (setgroups(1, sandbox_groups) < 0 || setgid(AGENT_SANDBOX_GID) < 0 ||
 	     setuid(AGENT_SANDBOX_UID) < 0))
 		spawn_child_fail(report_fd, SPAWN_STAGE_CREDENTIALS);
+	/* After the drop, so the sandbox user's own permissions decide where it may start. */
+	if (plan->working_dir && chdir(plan->working_dir) < 0)
+		spawn_child_fail(report_fd, SPAWN_STAGE_CHDIR);
 	execve(plan->path, plan->argv, plan->envp);
 	spawn_child_fail(report_fd, SPAWN_STAGE_EXEC);
 }

@@ -15,6 +15,7 @@
 #include <limits.h>
 #include <signal.h>
 #include <stdlib.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -25,6 +26,7 @@
 #define SECRET_HEX "8f3c1e2d4b5a69788796a5b4c3d2e1f00f1e2d3c4b5a69788796a5b4c3d2e1f0"
 #define READ_TIMEOUT_MS 10000
 #define AGENT_START_WAIT_MS 5000
+#define OVERALL_TIMEOUT_SECS 100
 
 static char tree[] = "/tmp/voidbox-agent-test-XXXXXX";
 static char socket_path[PATH_MAX];
@@ -128,6 +130,8 @@ static void start_agent(const char *agent)
 	snprintf(prefix_arg, sizeof(prefix_arg), "%s", tree);
 	agent_pid = fork();
 	if (agent_pid == 0) {
+		/* Never outlive the test, even when it is killed. */
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
 		execl(agent, agent, "--listen", listen_arg, "--secret-hex", SECRET_HEX,
 		      "--root-prefix", prefix_arg, "--log-level", "warn", (char *)NULL);
 		_exit(127);
@@ -145,6 +149,8 @@ static void make_tree(void)
 
 	if (!mkdtemp(tree))
 		harness_skip_all("cannot create a temp dir");
+	/* Children run as uid 1000 when the test runs as root; they must reach the tree. */
+	chmod(tree, 0755);
 	for (size_t i = 0; i < sizeof(dirs) / sizeof(dirs[0]); i++) {
 		snprintf(path, sizeof(path), "%s%s", tree, dirs[i]);
 		mkdir(path, 0755);
@@ -346,6 +352,27 @@ static void test_exec_timeout_kills_group(void)
 	CHECK_STR_EQ(result.response.error, "Process killed after 1s timeout");
 	CHECK(result.elapsed_ms < 4000);
 	CHECK(result.response.stdout_data.len == 0);
+	proto_exec_response_free(&result.response);
+	close(fd);
+}
+
+/* As root the agent runs children as uid/gid 1000 with only group 1000. */
+static void test_exec_drops_privileges(void)
+{
+	char *args[] = { "-c", "echo $(id -u):$(id -g):$(id -G)" };
+	struct exec_result result;
+	int fd;
+
+	if (geteuid() != 0) {
+		fprintf(stderr, "  (not root: privilege drop not exercised)\n");
+		return;
+	}
+	fd = client_open();
+	CHECK_INT_EQ(run_exec(fd, 16, "sh", args, 2, 0, &result), 0);
+	CHECK(output_is(&result.response.stdout_data, "1000:1000:1000\n"));
+	if (result.response.stdout_data.len)
+		fprintf(stderr, "  ids: %.*s", (int)result.response.stdout_data.len,
+			(const char *)result.response.stdout_data.data);
 	proto_exec_response_free(&result.response);
 	close(fd);
 }
@@ -711,6 +738,17 @@ static void test_orphans_reaped(void)
 	close(fd);
 }
 
+static void on_test_timeout(int signo)
+{
+	static const char message[] = "test_agent_server: overall timeout; a call hung\n";
+	ssize_t rc = write(STDERR_FILENO, message, sizeof(message) - 1);
+
+	(void)signo;
+	(void)rc;
+	kill(agent_pid, SIGKILL);
+	_exit(1);
+}
+
 int main(int argc, char **argv)
 {
 	char cmd[PATH_MAX + 16];
@@ -719,6 +757,8 @@ int main(int argc, char **argv)
 	if (argc < 2)
 		harness_skip_all("usage: test_agent_server PATH-TO-voidbox-agent");
 	signal(SIGPIPE, SIG_IGN);
+	signal(SIGALRM, on_test_timeout);
+	alarm(OVERALL_TIMEOUT_SECS);
 	proto_secret_from_hex(SECRET_HEX, secret);
 	make_tree();
 	start_agent(argv[1]);
@@ -727,6 +767,7 @@ int main(int argc, char **argv)
 	RUN_TEST(test_exec_stdin_large);
 	RUN_TEST(test_exec_does_not_block_other_rpcs);
 	RUN_TEST(test_exec_timeout_kills_group);
+	RUN_TEST(test_exec_drops_privileges);
 	RUN_TEST(test_exec_signal_and_spawn_failure);
 	RUN_TEST(test_exec_env_and_working_dir);
 	RUN_TEST(test_allowlist_reloaded);
