@@ -299,7 +299,22 @@ static int vsock_epoll_add(int epoll_fd, int fd, uint64_t key)
 	return epoll_ctl(epoll_fd, EPOLL_CTL_ADD, fd, &ev) < 0 ? -errno : 0;
 }
 
-/* Replaces a stale socket file (a VM that died) but never anything else. */
+/* True when something accepts connections on the socket at path (a VM that is alive). */
+static bool vsock_socket_is_live(const char *path)
+{
+	struct sockaddr_un addr = { .sun_family = AF_UNIX };
+	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	bool live;
+
+	if (fd < 0)
+		return false;
+	snprintf(addr.sun_path, sizeof(addr.sun_path), "%s", path);
+	live = connect(fd, (struct sockaddr *)&addr, sizeof(addr)) == 0 || errno == EAGAIN;
+	close(fd);
+	return live;
+}
+
+/* Replaces a stale socket file (a VM that died) but never a live one or anything else. */
 static int vsock_remove_stale_socket(const char *path)
 {
 	struct stat st;
@@ -308,6 +323,8 @@ static int vsock_remove_stale_socket(const char *path)
 		return errno == ENOENT ? 0 : -errno;
 	if (!S_ISSOCK(st.st_mode))
 		return -EEXIST;
+	if (vsock_socket_is_live(path))
+		return -EADDRINUSE;
 	return unlink(path) < 0 ? -errno : 0;
 }
 
@@ -328,6 +345,7 @@ static int vsock_listen(struct vsock_device *dev, char *err, size_t errlen)
 	memcpy(addr.sun_path, dev->uds_path, sizeof(addr.sun_path));
 	if (bind(dev->listen_fd, (struct sockaddr *)&addr, sizeof(addr)) < 0)
 		goto fail;
+	dev->socket_bound = true;
 	if (listen(dev->listen_fd, VSOCK_LISTEN_BACKLOG) < 0)
 		goto fail;
 	return 0;
@@ -388,10 +406,10 @@ static int vsock_check_config(const struct vsock_device_config *cfg, char *err, 
 static void vsock_device_free(struct vsock_device *dev)
 {
 	vsock_conn_close_all(dev);
-	if (dev->listen_fd >= 0) {
+	if (dev->listen_fd >= 0)
 		close(dev->listen_fd);
+	if (dev->socket_bound)
 		unlink(dev->uds_path);
-	}
 	if (dev->epoll_fd >= 0)
 		close(dev->epoll_fd);
 	if (dev->kick_fd >= 0)

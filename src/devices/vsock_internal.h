@@ -133,6 +133,7 @@ struct vsock_device {
 	char uds_path[sizeof(((struct sockaddr_un *)0)->sun_path)];
 	enum vsock_worker_mode mode;
 	int listen_fd;
+	bool socket_bound;
 	int epoll_fd;
 	int kick_fd;
 	pthread_t worker;

@@ -967,10 +967,43 @@ static void test_create_rejects_bad_config(void)
 	fake_guest_free(&guest);
 }
 
+static void test_socket_path_in_use_or_stale(void)
+{
+	struct peer p;
+	struct fake_guest guest;
+	struct vsock_device_config cfg = { .guest_cid = GUEST_CID };
+	struct vsock_device *second;
+	char err[256] = "";
+	struct sockaddr_un addr = { .sun_family = AF_UNIX };
+	int stale;
+
+	CHECK_INT_EQ(peer_start(&p, VSOCK_WORKER_CALLER), 0);
+	CHECK_INT_EQ(fake_guest_init(&guest), 0);
+	cfg.mem = &guest.mem;
+	cfg.uds_path = p.path;
+	cfg.worker_mode = VSOCK_WORKER_CALLER;
+	/* A running VM's socket is never taken over. */
+	CHECK(vsock_device_create(&cfg, err, sizeof(err)) == NULL);
+	CHECK(strstr(err, p.path) != NULL);
+	peer_stop(&p);
+
+	/* A socket file nobody listens on (a VM that died) is replaced. */
+	stale = socket(AF_UNIX, SOCK_STREAM, 0);
+	snprintf(addr.sun_path, sizeof(addr.sun_path), "%s", p.path);
+	CHECK_INT_EQ(bind(stale, (struct sockaddr *)&addr, sizeof(addr)), 0);
+	close(stale);
+	second = vsock_device_create(&cfg, err, sizeof(err));
+	CHECK(second != NULL);
+	vsock_device_destroy(second);
+	CHECK(access(p.path, F_OK) != 0);
+	fake_guest_free(&guest);
+}
+
 int main(void)
 {
 	srand((unsigned int)getpid());
 	RUN_TEST(test_create_rejects_bad_config);
+	RUN_TEST(test_socket_path_in_use_or_stale);
 	RUN_TEST(test_connect_without_vm);
 	RUN_TEST(test_connect_refused_by_guest);
 	RUN_TEST(test_connect_timeout_then_host_gives_up);
