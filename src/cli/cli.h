@@ -36,6 +36,9 @@ struct cli_command {
 int cli_version_run(const struct cli_globals *globals, int argc, char **argv);
 int cli_exec_run(const struct cli_globals *globals, int argc, char **argv);
 int cli_image_run(const struct cli_globals *globals, int argc, char **argv);
+int cli_run_run(const struct cli_globals *globals, int argc, char **argv);
+int cli_validate_run(const struct cli_globals *globals, int argc, char **argv);
+int cli_inspect_run(const struct cli_globals *globals, int argc, char **argv);
 
 /* True when argv[i] is -h or --help: every subcommand honours it. */
 bool cli_wants_help(int argc, char **argv);

@@ -32,6 +32,7 @@ struct workflow_step_run {
 	size_t stdout_len;
 	bool timed_out;
 	bool box_failed; /* the box could not run the program at all */
+	char stderr_excerpt[WORKFLOW_STDERR_EXCERPT_MAX + 1]; /* last stderr line of a failure */
 	uint32_t timeout_secs;
 	pthread_t thread;
 	bool threaded;
@@ -85,14 +86,14 @@ static void workflow_stderr_excerpt(const struct box_exec_result *result, char *
 static int workflow_record_failure(struct workflow_step_run *run,
 				   const struct box_exec_result *result, int rc)
 {
-	char excerpt[WORKFLOW_STDERR_EXCERPT_MAX + 1];
+	char *excerpt = run->stderr_excerpt;
 
 	if (result->timed_out)
 		return run_stage_set_error(run->stage, "timed out after %us", run->timeout_secs);
 	if (rc < 0 || result->error)
 		return run_stage_set_error(run->stage, "%s",
 					   result->error ? result->error : strerror(-rc));
-	workflow_stderr_excerpt(result, excerpt, sizeof(excerpt));
+	workflow_stderr_excerpt(result, excerpt, sizeof(run->stderr_excerpt));
 	if (excerpt[0])
 		return run_stage_set_error(run->stage, "exited with code %d: %s",
 					   result->exit_code, excerpt);
@@ -140,7 +141,7 @@ static void workflow_step_execute(struct workflow_step_run *run)
 		log_info("workflow", "[workflow:%s] step \"%s\" done (%llu ms)", run->spec->name,
 			 step->name, (unsigned long long)result.duration_ms);
 	else
-		log_warn("workflow", "[workflow:%s] step \"%s\" failed: %s", run->spec->name,
+		log_debug("workflow", "[workflow:%s] step \"%s\" failed: %s", run->spec->name,
 			 step->name, run->stage->error ? run->stage->error : "unknown error");
 	box_exec_result_free(&result);
 }
@@ -225,8 +226,8 @@ static void workflow_report_failure(struct run_report *report, const struct spec
 				     run->stage->error ? run->stage->error : "unknown error");
 	else
 		run_report_set_error(report, "step \"%s\" failed with exit code %d%s%s", name,
-				     run->stage->exit_code, run->stage->error ? ": " : "",
-				     run->stage->error ? run->stage->error : "");
+				     run->stage->exit_code, run->stderr_excerpt[0] ? ": " : "",
+				     run->stderr_excerpt);
 }
 
 static int workflow_add_stages(const struct spec *spec, struct run_report *report,

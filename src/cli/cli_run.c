@@ -1,0 +1,257 @@
+/*
+ * `voidbox run --file SPEC`: load a spec, refuse what this build cannot run (with the spec's
+ * own positions and hints) before anything boots, dispatch by kind, print the run report.
+ *
+ * The report goes to stdout (human or --output json) and progress to the logger on stderr,
+ * so `voidbox --output json run ...` is machine-readable as a whole. The exit status is 0
+ * only when the run succeeded: 1 for a failed run or a spec that cannot run, 2 for usage.
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <jansson.h>
+
+#include "cli/cli.h"
+#include "common/log.h"
+#include "runtime/agent.h"
+#include "runtime/box.h"
+#include "runtime/pipeline.h"
+#include "runtime/run_report.h"
+#include "runtime/spec.h"
+#include "runtime/workflow.h"
+
+#define CLI_RUN_MAX_TIMEOUT_SECS (24u * 3600u)
+#define CLI_RUN_DECIMAL 10
+
+enum cli_run_option {
+	CLI_RUN_OPT_FILE = 1000,
+	CLI_RUN_OPT_INPUT,
+	CLI_RUN_OPT_SANDBOX_MODE,
+	CLI_RUN_OPT_STEP_TIMEOUT,
+	CLI_RUN_OPT_SERIAL_LOG,
+	CLI_RUN_OPT_HELP,
+};
+
+static const struct option cli_run_options[] = {
+	{ "file", required_argument, NULL, CLI_RUN_OPT_FILE },
+	{ "input", required_argument, NULL, CLI_RUN_OPT_INPUT },
+	{ "sandbox-mode", required_argument, NULL, CLI_RUN_OPT_SANDBOX_MODE },
+	{ "step-timeout", required_argument, NULL, CLI_RUN_OPT_STEP_TIMEOUT },
+	{ "serial-log", required_argument, NULL, CLI_RUN_OPT_SERIAL_LOG },
+	{ "help", no_argument, NULL, CLI_RUN_OPT_HELP },
+	{ NULL, 0, NULL, 0 },
+};
+
+struct cli_run_args {
+	const char *file;
+	struct workflow_options workflow;
+};
+
+static void cli_run_usage(FILE *out)
+{
+	fprintf(out,
+		"usage: voidbox run --file SPEC [--input TEXT] [--sandbox-mode auto|mock|local]\n"
+		"                   [--step-timeout S] [--serial-log PATH]\n\n"
+		"Runs a workflow, agent or pipeline spec and prints its run report (docs/runtime.md);\n"
+		"with the global --output json the report is JSON. Exits 0 only when the run succeeded.\n\n"
+		"  --file SPEC          the YAML or JSON spec to run\n"
+		"  --input TEXT         workflow: stdin of every step without stdin_from;\n"
+		"                       agent/pipeline: the first agent's previous-stage input\n"
+		"  --sandbox-mode MODE  override the spec's sandbox.mode (auto, mock or local)\n"
+		"  --step-timeout S     workflow steps that set no timeout_secs (default none)\n"
+		"  --serial-log PATH    write the VM console here (default: a file kept on failure)\n");
+}
+
+/* Returns 0 to run, a positive exit status, or -1 after printing --help. */
+static int cli_run_parse(int argc, char **argv, struct cli_run_args *args)
+{
+	int option;
+
+	optind = 1;
+	opterr = 1;
+	while ((option = getopt_long(argc, argv, "+", cli_run_options, NULL)) != -1) {
+		switch (option) {
+		case CLI_RUN_OPT_FILE:
+			args->file = optarg;
+			break;
+		case CLI_RUN_OPT_INPUT:
+			args->workflow.input = optarg;
+			args->workflow.input_len = strlen(optarg);
+			break;
+		case CLI_RUN_OPT_SANDBOX_MODE:
+			if (box_mode_parse(optarg, &args->workflow.mode) < 0) {
+				fprintf(stderr,
+					"voidbox run: --sandbox-mode takes auto, mock or local, not '%s'\n",
+					optarg);
+				return CLI_EXIT_USAGE;
+			}
+			args->workflow.override_mode = true;
+			break;
+		case CLI_RUN_OPT_STEP_TIMEOUT: {
+			char *end;
+			unsigned long secs;
+
+			errno = 0;
+			secs = strtoul(optarg, &end, CLI_RUN_DECIMAL);
+			if (errno || end == optarg || *end || optarg[0] == '-' ||
+			    secs > CLI_RUN_MAX_TIMEOUT_SECS) {
+				fprintf(stderr,
+					"voidbox run: --step-timeout takes seconds from 0 to %u, not '%s'\n",
+					CLI_RUN_MAX_TIMEOUT_SECS, optarg);
+				return CLI_EXIT_USAGE;
+			}
+			args->workflow.default_timeout_secs = (uint32_t)secs;
+			break;
+		}
+		case CLI_RUN_OPT_SERIAL_LOG:
+			args->workflow.serial_log_path = optarg;
+			break;
+		case CLI_RUN_OPT_HELP:
+			cli_run_usage(stdout);
+			return -1;
+		default:
+			cli_run_usage(stderr);
+			return CLI_EXIT_USAGE;
+		}
+	}
+	if (optind < argc) {
+		fprintf(stderr, "voidbox run: unexpected argument '%s' (see voidbox run --help)\n",
+			argv[optind]);
+		return CLI_EXIT_USAGE;
+	}
+	if (!args->file) {
+		fprintf(stderr, "voidbox run: --file SPEC is required (see voidbox run --help)\n");
+		return CLI_EXIT_USAGE;
+	}
+	return 0;
+}
+
+static int cli_run_print_report(const struct cli_globals *globals,
+				const struct run_report *report)
+{
+	json_t *json;
+
+	if (globals->output == CLI_OUTPUT_HUMAN) {
+		run_report_print(report, stdout);
+		return 0;
+	}
+	json = run_report_to_json(report);
+	if (!json || json_dumpf(json, stdout, JSON_INDENT(2) | JSON_PRESERVE_ORDER) < 0) {
+		json_decref(json);
+		fprintf(stderr, "voidbox run: out of memory printing the report\n");
+		return -ENOMEM;
+	}
+	fputc('\n', stdout);
+	json_decref(json);
+	return 0;
+}
+
+/* The options of an agent or pipeline run, from the same flags as a workflow's. */
+static void cli_run_agent_options(const struct cli_run_args *args, struct agent_options *out)
+{
+	memset(out, 0, sizeof(*out));
+	out->input = args->workflow.input;
+	out->input_len = args->workflow.input_len;
+	out->override_mode = args->workflow.override_mode;
+	out->mode = args->workflow.mode;
+	out->serial_log_path = args->workflow.serial_log_path;
+}
+
+/* Checks spec for its kind; prints the errors with their positions. True when it can run. */
+static bool cli_run_check(const struct spec *spec, struct run_report *report)
+{
+	struct spec_diagnostics diag;
+	size_t errors = 0;
+
+	spec_diagnostics_init(&diag);
+	switch (spec->kind) {
+	case SPEC_KIND_WORKFLOW:
+		errors = workflow_check(spec, &diag);
+		break;
+	case SPEC_KIND_AGENT:
+		errors = agent_check(spec, &diag);
+		break;
+	case SPEC_KIND_PIPELINE:
+		errors = pipeline_check(spec, &diag);
+		break;
+	case SPEC_KIND_SANDBOX:
+		run_report_set_error(report,
+				     "kind sandbox is not supported yet by `voidbox run`; use `voidbox exec` or `voidbox shell` for a VM of your own");
+		return false;
+	}
+	if (errors > 0) {
+		spec_diagnostics_print(&diag, stderr);
+		run_report_set_error(report,
+				     "this spec uses features the runtime does not run yet (see the errors above)");
+	}
+	spec_diagnostics_free(&diag);
+	return errors == 0;
+}
+
+/* Runs a loaded spec into report, dispatching by kind. */
+static void cli_run_dispatch(const struct spec *spec, const struct cli_run_args *args,
+			     struct run_report *report)
+{
+	struct pipeline_options pipeline;
+	struct agent_options agent;
+
+	if (!cli_run_check(spec, report))
+		return;
+	switch (spec->kind) {
+	case SPEC_KIND_WORKFLOW:
+		workflow_run(spec, &args->workflow, report);
+		return;
+	case SPEC_KIND_AGENT:
+		cli_run_agent_options(args, &agent);
+		agent_run(spec, &agent, report);
+		return;
+	case SPEC_KIND_PIPELINE:
+		memset(&pipeline, 0, sizeof(pipeline));
+		cli_run_agent_options(args, &pipeline.agent);
+		pipeline_run(spec, &pipeline, report);
+		return;
+	case SPEC_KIND_SANDBOX:
+		break;
+	}
+}
+
+int cli_run_run(const struct cli_globals *globals, int argc, char **argv)
+{
+	struct cli_run_args args = { 0 };
+	struct spec_diagnostics diag;
+	struct run_report report;
+	struct spec *spec;
+	int status;
+
+	status = cli_run_parse(argc, argv, &args);
+	if (status != 0)
+		return status < 0 ? CLI_EXIT_OK : status;
+	spec_diagnostics_init(&diag);
+	spec = spec_load_file(args.file, &diag);
+	if (diag.count)
+		spec_diagnostics_print(&diag, stderr);
+	spec_diagnostics_free(&diag);
+	if (!spec) {
+		fprintf(stderr, "voidbox run: %s is not a valid spec (fix the errors above)\n",
+			args.file);
+		return CLI_EXIT_FAILURE;
+	}
+	if (run_report_init(&report, spec->name, spec->kind) < 0) {
+		spec_free(spec);
+		fprintf(stderr, "voidbox run: out of memory\n");
+		return CLI_EXIT_FAILURE;
+	}
+	cli_run_dispatch(spec, &args, &report);
+	run_report_sum_usage(&report);
+	status = report.success ? CLI_EXIT_OK : CLI_EXIT_FAILURE;
+	if (cli_run_print_report(globals, &report) < 0)
+		status = CLI_EXIT_FAILURE;
+	if (!report.success && globals->output == CLI_OUTPUT_JSON && report.error)
+		fprintf(stderr, "voidbox run: %s\n", report.error);
+	run_report_free(&report);
+	spec_free(spec);
+	return status;
+}

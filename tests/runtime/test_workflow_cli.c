@@ -1,0 +1,317 @@
+/*
+ * `voidbox run|validate|inspect` as a user runs them: the built binary (argv[1]) is started
+ * with the shipped examples (argv[2]) and with specs written to a temporary directory, and its
+ * exit status, stdout (JSON parsed with jansson, human text searched) and stderr are checked.
+ * Every run is in mock mode, so no VM is needed; VOIDBOX_HOME points at an empty directory so
+ * inspect's resolution does not depend on images built on this machine.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <jansson.h>
+
+#include "harness.h"
+
+#define TEST_PATH_MAX 512
+#define TEST_OUTPUT_MAX (256 * 1024)
+#define TEST_MAX_ARGS 16
+
+static const char *voidbox_path;
+static const char *examples_dir;
+static char temp_dir[] = "/tmp/voidbox-cli-test-XXXXXX";
+/* everything the tests write into temp_dir, removed at the end */
+static const char *const temp_files[] = {
+	"stdout", "stderr", "fail.yaml", "input.yaml", "mounts.yaml", "cycle.yaml", "inspect.yaml",
+};
+
+struct cli_result {
+	int status;
+	char out[TEST_OUTPUT_MAX];
+	char err[TEST_OUTPUT_MAX];
+};
+
+static void read_all(int fd, char *buf, size_t size)
+{
+	size_t used = 0;
+	ssize_t n;
+
+	while (used + 1 < size && (n = read(fd, buf + used, size - 1 - used)) > 0)
+		used += (size_t)n;
+	buf[used] = '\0';
+}
+
+/* Runs voidbox with args (NULL-terminated), stdout and stderr to files, then reads them. */
+static void run_voidbox(struct cli_result *result, const char *const *args)
+{
+	char out_path[TEST_PATH_MAX], err_path[TEST_PATH_MAX];
+	const char *argv[TEST_MAX_ARGS + 2] = { voidbox_path };
+	int status, out_fd, err_fd;
+	pid_t pid;
+
+	for (size_t i = 0; args[i] && i < TEST_MAX_ARGS; i++)
+		argv[i + 1] = args[i];
+	snprintf(out_path, sizeof(out_path), "%s/stdout", temp_dir);
+	snprintf(err_path, sizeof(err_path), "%s/stderr", temp_dir);
+	pid = fork();
+	if (pid == 0) {
+		out_fd = open(out_path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+		err_fd = open(err_path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+		if (out_fd < 0 || err_fd < 0)
+			_exit(127);
+		dup2(out_fd, STDOUT_FILENO);
+		dup2(err_fd, STDERR_FILENO);
+		execv(voidbox_path, (char *const *)argv);
+		_exit(127);
+	}
+	result->status = -1;
+	if (pid > 0 && waitpid(pid, &status, 0) == pid && WIFEXITED(status))
+		result->status = WEXITSTATUS(status);
+	out_fd = open(out_path, O_RDONLY);
+	err_fd = open(err_path, O_RDONLY);
+	read_all(out_fd, result->out, sizeof(result->out));
+	read_all(err_fd, result->err, sizeof(result->err));
+	close(out_fd);
+	close(err_fd);
+}
+
+static void write_spec(const char *name, const char *text, char *path, size_t path_len)
+{
+	FILE *file;
+
+	snprintf(path, path_len, "%s/%s", temp_dir, name);
+	file = fopen(path, "w");
+	CHECK(file != NULL);
+	if (!file)
+		return;
+	fputs(text, file);
+	fclose(file);
+}
+
+static json_t *parse_json(const char *text)
+{
+	json_error_t error;
+	json_t *json = json_loads(text, 0, &error);
+
+	if (!json)
+		fprintf(stderr, "  not JSON (%s): %s\n", error.text, text);
+	return json;
+}
+
+static void test_run_example_human_and_json(void)
+{
+	static struct cli_result result;
+	char path[TEST_PATH_MAX];
+	json_t *json;
+
+	snprintf(path, sizeof(path), "%s/workflow.yaml", examples_dir);
+	run_voidbox(&result, (const char *const[]){ "--log-level", "info", "run", "--file", path,
+						    NULL });
+	CHECK_INT_EQ(result.status, 0);
+	CHECK(strstr(result.out, "HELLO FROM WORKFLOW") != NULL);
+	CHECK(strstr(result.out, "succeeded") != NULL);
+	CHECK(strstr(result.err, "[workflow:hello-workflow] step 2/2: \"transform\" running...") !=
+	      NULL);
+
+	run_voidbox(&result, (const char *const[]){ "--output", "json", "run", "--file", path,
+						    NULL });
+	CHECK_INT_EQ(result.status, 0);
+	json = parse_json(result.out);
+	CHECK(json != NULL);
+	if (!json)
+		return;
+	CHECK(json_is_true(json_object_get(json, "success")));
+	CHECK_STR_EQ(json_string_value(json_object_get(json, "output")), "HELLO FROM WORKFLOW\n");
+	CHECK_STR_EQ(json_string_value(json_object_get(json, "kind")), "workflow");
+	CHECK_STR_EQ(json_string_value(json_object_get(json, "name")), "hello-workflow");
+	CHECK_INT_EQ(json_array_size(json_object_get(json, "stages")), 2);
+	CHECK(json_is_number(json_object_get(json, "total_cost_usd")));
+	CHECK(json_is_integer(json_object_get(json, "input_tokens")));
+	CHECK(json_is_integer(json_object_get(json, "output_tokens")));
+	json_decref(json);
+}
+
+static void test_run_failure_and_input(void)
+{
+	static struct cli_result result;
+	char path[TEST_PATH_MAX];
+	json_t *json;
+
+	write_spec("fail.yaml",
+		   "kind: workflow\nname: fails\nsandbox: {mode: local}\nworkflow:\n  steps:\n"
+		   "    - name: lint\n      run: {program: mock-exit, args: ['7', 'lint: 2 errors']}\n",
+		   path, sizeof(path));
+	/* --sandbox-mode mock overrides the spec's local, so no VM is needed */
+	run_voidbox(&result, (const char *const[]){ "--output", "json", "run", "--file", path,
+						    "--sandbox-mode", "mock", NULL });
+	CHECK_INT_EQ(result.status, 1);
+	json = parse_json(result.out);
+	if (json) {
+		CHECK(json_is_false(json_object_get(json, "success")));
+		CHECK_STR_EQ(json_string_value(json_object_get(json, "error")),
+			     "step \"lint\" failed with exit code 7: lint: 2 errors");
+		json_decref(json);
+	}
+	CHECK(strstr(result.err, "step \"lint\" failed with exit code 7") != NULL);
+
+	write_spec("input.yaml",
+		   "kind: workflow\nname: in\nsandbox: {mode: mock}\nworkflow:\n  steps:\n"
+		   "    - name: up\n      run: {program: tr, args: [a-z, A-Z]}\n",
+		   path, sizeof(path));
+	run_voidbox(&result, (const char *const[]){ "run", "--file", path, "--input", "piped in",
+						    NULL });
+	CHECK_INT_EQ(result.status, 0);
+	CHECK(strstr(result.out, "PIPED IN") != NULL);
+
+	run_voidbox(&result, (const char *const[]){ "run", "--file", path, "--sandbox-mode", "vm",
+						    NULL });
+	CHECK_INT_EQ(result.status, 2);
+	run_voidbox(&result, (const char *const[]){ "run", NULL });
+	CHECK_INT_EQ(result.status, 2);
+	CHECK(strstr(result.err, "--file SPEC is required") != NULL);
+	run_voidbox(&result, (const char *const[]){ "run", "--help", NULL });
+	CHECK_INT_EQ(result.status, 0);
+	CHECK(strstr(result.out, "usage: voidbox run --file SPEC") != NULL);
+}
+
+static void test_run_refuses_unsupported(void)
+{
+	static struct cli_result result;
+	char path[TEST_PATH_MAX];
+
+	write_spec("mounts.yaml",
+		   "kind: workflow\nname: m\nsandbox:\n  mode: mock\n  mounts:\n"
+		   "    - {host: /tmp, guest: /data}\nworkflow:\n  steps:\n"
+		   "    - name: a\n      run: {program: echo}\n",
+		   path, sizeof(path));
+	run_voidbox(&result, (const char *const[]){ "run", "--file", path, NULL });
+	CHECK_INT_EQ(result.status, 1);
+	CHECK(strstr(result.err, "not supported yet") != NULL);
+	CHECK(strstr(result.err, "mounts.yaml:6:") != NULL);
+	CHECK(strstr(result.out, "FAILED") != NULL);
+}
+
+static void test_validate(void)
+{
+	static struct cli_result result;
+	char path[TEST_PATH_MAX];
+	json_t *json;
+
+	snprintf(path, sizeof(path), "%s/workflow.yaml", examples_dir);
+	run_voidbox(&result, (const char *const[]){ "--output", "json", "validate", "--file", path,
+						    NULL });
+	CHECK_INT_EQ(result.status, 0);
+	json = parse_json(result.out);
+	if (json) {
+		CHECK(json_is_true(json_object_get(json, "valid")));
+		CHECK_STR_EQ(json_string_value(json_object_get(json, "file")), path);
+		CHECK_STR_EQ(json_string_value(json_object_get(json, "kind")), "workflow");
+		CHECK_STR_EQ(json_string_value(json_object_get(json, "api_version")), "v1");
+		CHECK_INT_EQ(json_array_size(json_object_get(json, "diagnostics")), 0);
+		json_decref(json);
+	}
+
+	write_spec("cycle.yaml",
+		   "kind: workflow\nname: c\nworkflow:\n  steps:\n"
+		   "    - name: a\n      depends_on: [b]\n      run: {program: echo}\n"
+		   "    - name: b\n      depends_on: [a]\n      run: {program: echo}\n",
+		   path, sizeof(path));
+	run_voidbox(&result, (const char *const[]){ "--output", "json", "validate", "--file", path,
+						    NULL });
+	CHECK_INT_EQ(result.status, 1);
+	json = parse_json(result.out);
+	if (json) {
+		json_t *first = json_array_get(json_object_get(json, "diagnostics"), 0);
+
+		CHECK(json_is_false(json_object_get(json, "valid")));
+		CHECK(json_is_null(json_object_get(json, "kind")));
+		CHECK_STR_EQ(json_string_value(json_object_get(first, "severity")), "error");
+		CHECK(strstr(json_string_value(json_object_get(first, "message")), "cycle") != NULL);
+		json_decref(json);
+	}
+	run_voidbox(&result, (const char *const[]){ "validate", "--file", path, NULL });
+	CHECK_INT_EQ(result.status, 1);
+	CHECK(strstr(result.out, "invalid (1 error") != NULL);
+	CHECK(strstr(result.out, "cycle.yaml:") != NULL);
+	run_voidbox(&result, (const char *const[]){ "validate", "--help", NULL });
+	CHECK_INT_EQ(result.status, 0);
+}
+
+static void test_inspect(void)
+{
+	static struct cli_result result;
+	char path[TEST_PATH_MAX];
+	json_t *json, *sandbox;
+
+	write_spec("inspect.yaml",
+		   "kind: workflow\nname: look\nsandbox:\n  mode: auto\n  memory_mb: 768\n"
+		   "  vcpus: 2\n  env: {A: one, B: two}\nworkflow:\n  steps:\n"
+		   "    - name: a\n      run: {program: echo}\n",
+		   path, sizeof(path));
+	run_voidbox(&result, (const char *const[]){ "--output", "json", "inspect", "--file", path,
+						    NULL });
+	CHECK_INT_EQ(result.status, 0);
+	json = parse_json(result.out);
+	if (!json)
+		return;
+	sandbox = json_object_get(json, "sandbox");
+	CHECK_STR_EQ(json_string_value(json_object_get(sandbox, "mode")), "auto");
+	/* VOIDBOX_HOME is empty, so auto resolves to the mock and says why */
+	CHECK_STR_EQ(json_string_value(json_object_get(sandbox, "effective_mode")), "mock");
+	CHECK(json_is_null(json_object_get(sandbox, "kernel")));
+	CHECK(strstr(json_string_value(json_object_get(sandbox, "resolution_error")),
+		     "voidbox image build") != NULL);
+	CHECK_INT_EQ(json_integer_value(json_object_get(sandbox, "memory_mb")), 768);
+	CHECK_INT_EQ(json_integer_value(json_object_get(sandbox, "vcpus")), 2);
+	CHECK(json_is_false(json_object_get(sandbox, "network")));
+	CHECK_INT_EQ(json_integer_value(json_object_get(sandbox, "env")), 2);
+	CHECK_INT_EQ(json_integer_value(json_object_get(sandbox, "mounts")), 0);
+	CHECK(json_is_object(json_object_get(json, "spec")));
+	json_decref(json);
+
+	run_voidbox(&result, (const char *const[]){ "inspect", "--file", path, NULL });
+	CHECK_INT_EQ(result.status, 0);
+	CHECK(strstr(result.out, "mode:      auto (resolves to mock here)") != NULL);
+	CHECK(strstr(result.out, "memory_mb: 768") != NULL);
+	run_voidbox(&result, (const char *const[]){ "inspect", "--file", "/nonexistent.yaml",
+						    NULL });
+	CHECK_INT_EQ(result.status, 1);
+}
+
+int main(int argc, char **argv)
+{
+	char path[TEST_PATH_MAX];
+	int status;
+
+	if (argc < 3)
+		harness_skip_all("usage: test_workflow_cli VOIDBOX EXAMPLES_DIR");
+	voidbox_path = argv[1];
+	examples_dir = argv[2];
+	if (!mkdtemp(temp_dir))
+		harness_skip_all("cannot create a temporary directory");
+	snprintf(path, sizeof(path), "%s/home", temp_dir);
+	mkdir(path, 0700);
+	setenv("VOIDBOX_HOME", path, 1);
+	unsetenv("VOID_BOX_KERNEL");
+	unsetenv("VOID_BOX_INITRAMFS");
+	unsetenv("VOIDBOX_LOG_LEVEL");
+	RUN_TEST(test_run_example_human_and_json);
+	RUN_TEST(test_run_failure_and_input);
+	RUN_TEST(test_run_refuses_unsupported);
+	RUN_TEST(test_validate);
+	RUN_TEST(test_inspect);
+	status = harness_finish();
+	for (size_t i = 0; i < sizeof(temp_files) / sizeof(temp_files[0]); i++) {
+		snprintf(path, sizeof(path), "%s/%s", temp_dir, temp_files[i]);
+		unlink(path);
+	}
+	snprintf(path, sizeof(path), "%s/home", temp_dir);
+	rmdir(path);
+	rmdir(temp_dir);
+	return status;
+}
