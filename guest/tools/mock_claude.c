@@ -12,8 +12,9 @@
  *
  * Like the real agent it honours the prompt's "Write your output to PATH." instruction (that is
  * how pipelines carry output between stages) and reports the skills and MCP servers it finds
- * under the workspace. MOCK_CLAUDE_WORKSPACE relocates /workspace so the host's unit tests can
- * run the very same binary.
+ * under the workspace. MOCK_CLAUDE_ROOT prefixes every guest path (the workspace and the output
+ * file) and MOCK_CLAUDE_WORKSPACE relocates /workspace alone, so the host's unit tests can run
+ * the very same binary.
  */
 #include <dirent.h>
 #include <errno.h>
@@ -74,6 +75,8 @@ static const char *const mock_tool_names[] = { "Write", "Read", "Bash", "Glob", 
 #define MOCK_TOOL_NAME_COUNT (sizeof(mock_tool_names) / sizeof(mock_tool_names[0]))
 
 struct mock_config {
+	char workspace_buf[PATH_MAX];
+	const char *root; /* prefix of guest paths; "" in the guest */
 	const char *prompt;
 	const char *model;
 	const char *mcp_config;
@@ -207,7 +210,10 @@ static int mock_load_config(int argc, char **argv, struct mock_config *cfg)
 	cfg->cost = mock_env_cost("MOCK_CLAUDE_COST", MOCK_DEFAULT_COST);
 	cfg->delay_ms = (unsigned long)mock_env_number("MOCK_CLAUDE_DELAY_MS", 0);
 	cfg->model = model && *model ? model : MOCK_DEFAULT_MODEL;
-	cfg->workspace = workspace && *workspace ? workspace : MOCK_DEFAULT_WORKSPACE;
+	cfg->root = getenv("MOCK_CLAUDE_ROOT") ? getenv("MOCK_CLAUDE_ROOT") : "";
+	snprintf(cfg->workspace_buf, sizeof(cfg->workspace_buf), "%s%s", cfg->root,
+		 MOCK_DEFAULT_WORKSPACE);
+	cfg->workspace = workspace && *workspace ? workspace : cfg->workspace_buf;
 	cfg->error_text = error_text && *error_text ? error_text : NULL;
 	cfg->traceparent = getenv("TRACEPARENT");
 	return mock_parse_args(argc, argv, cfg);
@@ -291,7 +297,7 @@ static void mock_find_mcp(const struct mock_config *cfg, struct mock_findings *f
 	json_t *root, *servers, *value;
 
 	if (cfg->mcp_config)
-		snprintf(path, sizeof(path), "%s", cfg->mcp_config);
+		snprintf(path, sizeof(path), "%s%s", cfg->root, cfg->mcp_config);
 	else
 		snprintf(path, sizeof(path), "%s/.mcp.json", cfg->workspace);
 	root = json_load_file(path, 0, NULL);
@@ -454,11 +460,17 @@ static char *mock_output_path(const char *prompt)
 
 static void mock_write_output(const struct mock_config *cfg, const char *summary)
 {
-	char *path = mock_output_path(cfg->prompt);
+	char *guest_path = mock_output_path(cfg->prompt);
+	char *path = NULL;
 	json_t *doc;
 
-	if (!path)
+	if (!guest_path)
 		return;
+	if (asprintf(&path, "%s%s", cfg->root, guest_path) < 0) {
+		free(guest_path);
+		return;
+	}
+	free(guest_path);
 	doc = json_pack("{sssssI}", "agent", "voidbox-mock-claude", "result", summary,
 			"prompt_chars", (json_int_t)strlen(cfg->prompt));
 	if (!doc || json_dump_file(doc, path, JSON_COMPACT | JSON_PRESERVE_ORDER) < 0)
