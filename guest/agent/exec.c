@@ -27,6 +27,7 @@
 #include <unistd.h>
 
 #define EXEC_CHUNK_SIZE 4096
+#define EXEC_POLL_COUNT 4 /* stdout, stderr, stdin, exit event */
 /* The final response carries both streams base64-encoded inside one 64 MiB frame. */
 #define EXEC_ACCUMULATE_MAX (16u * 1024u * 1024u)
 #define EXEC_DRAIN_AFTER_EXIT_MS 500
@@ -235,7 +236,7 @@ static void exec_io_loop(struct exec_run *run)
 	uint64_t exit_ms = 0;
 
 	for (;;) {
-		struct pollfd fds[4];
+		struct pollfd fds[EXEC_POLL_COUNT];
 		nfds_t nfds = 0;
 		int timeout, rc;
 
@@ -347,7 +348,7 @@ fail:
 
 static void exec_close_child_ends(struct spawn_plan *plan)
 {
-	for (int i = 0; i < 3; i++) {
+	for (int i = 0; i < SPAWN_STDIO_COUNT; i++) {
 		if (plan->stdio[i] >= 0)
 			close(plan->stdio[i]);
 		plan->stdio[i] = -1;

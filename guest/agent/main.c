@@ -33,6 +33,7 @@
 #define AGENT_LISTEN_UNIX_PREFIX "unix:"
 #define AGENT_LISTEN_VSOCK "vsock"
 #define AGENT_EXIT_USAGE 2
+#define AGENT_DECIMAL_BASE 10
 
 struct agent_options {
 	const char *listen;
@@ -161,7 +162,7 @@ static int agent_listen(const struct agent_options *options, bool is_pid1)
 
 	if (is_pid1 || !spec || strncmp(spec, AGENT_LISTEN_VSOCK, strlen(AGENT_LISTEN_VSOCK)) == 0) {
 		if (spec && spec[strlen(AGENT_LISTEN_VSOCK)] == ':')
-			port = strtoul(spec + strlen(AGENT_LISTEN_VSOCK) + 1, NULL, 10);
+			port = strtoul(spec + strlen(AGENT_LISTEN_VSOCK) + 1, NULL, AGENT_DECIMAL_BASE);
 		agent_info("listening on vsock port %lu", port);
 		return server_listen_vsock((unsigned int)port);
 	}

@@ -32,6 +32,7 @@
 #define MODINFO_DEPENDS_KEY "depends="
 #define MODULES_SCAN_MAX_DEPTH 8
 #define MODULES_PARAMS_MAX 4096
+#define MODULES_INITIAL_CAPACITY 16
 #define MODULES_MAX_FILE_SIZE (256u * 1024u * 1024u)
 
 static const char *const module_suffixes[] = { ".ko", ".ko.xz", ".ko.zst", ".ko.gz" };
@@ -265,7 +266,7 @@ static int module_list_add(struct module_list *list, const char *dir, const char
 	struct module_entry *entry;
 
 	if (list->count == list->capacity) {
-		size_t capacity = list->capacity ? 2 * list->capacity : 16;
+		size_t capacity = list->capacity ? 2 * list->capacity : MODULES_INITIAL_CAPACITY;
 		struct module_entry *items = realloc(list->items, capacity * sizeof(*items));
 
 		if (!items)

@@ -28,6 +28,7 @@
 #include <unistd.h>
 
 #define PTY_CHUNK_SIZE 4096
+#define PTY_POLL_COUNT 3 /* master, wake-up, exit event */
 #define PTY_GRACE_MS 2000
 #define PTY_HUP_TO_KILL_MS 1000
 #define PTY_WRITE_POLL_MS 100
@@ -183,14 +184,14 @@ static void pty_session_run(struct pty_session *session)
 	int status = 0;
 
 	while (!reaper_child_poll(session->child, &status)) {
-		struct pollfd fds[3] = {
+		struct pollfd fds[PTY_POLL_COUNT] = {
 			{ .fd = master_open ? session->master_fd : -1, .events = POLLIN },
 			{ .fd = session->wake_fd, .events = POLLIN },
 			{ .fd = reaper_child_event_fd(session->child), .events = POLLIN },
 		};
 		int timeout = pty_close_step(session, &phase, &phase_deadline);
 
-		if (poll(fds, 3, timeout) < 0 && errno != EINTR)
+		if (poll(fds, PTY_POLL_COUNT, timeout) < 0 && errno != EINTR)
 			break;
 		if (fds[0].revents && !pty_forward_output(session))
 			master_open = false;

@@ -15,6 +15,7 @@
 #include "telemetry.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <linux/reboot.h>
 #include <linux/vm_sockets.h>
 #include <stdlib.h>
@@ -90,6 +91,15 @@ static int server_discard(int fd, size_t len)
 	return 0;
 }
 
+static uint32_t server_le32(const uint8_t *bytes)
+{
+	uint32_t value = 0;
+
+	for (int i = PROTO_REQUEST_ID_SIZE - 1; i >= 0; i--)
+		value = value << CHAR_BIT | bytes[i];
+	return value;
+}
+
 static enum frame_result server_read_frame(int fd, bool multiplexed, uint32_t max_payload,
 					   struct server_frame *frame, const char **why)
 {
@@ -131,8 +141,7 @@ static enum frame_result server_read_frame(int fd, bool multiplexed, uint32_t ma
 		*why = "payload shorter than the request id";
 		goto fatal;
 	}
-	frame->request_id = (uint32_t)frame->storage[0] | (uint32_t)frame->storage[1] << 8 |
-			    (uint32_t)frame->storage[2] << 16 | (uint32_t)frame->storage[3] << 24;
+	frame->request_id = server_le32(frame->storage);
 	frame->payload += PROTO_REQUEST_ID_SIZE;
 	frame->len -= PROTO_REQUEST_ID_SIZE;
 	return FRAME_OK;

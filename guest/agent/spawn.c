@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #define SPAWN_EXIT_FAILURE 127
+#define SPAWN_ENV_INITIAL_CAPACITY 32
 #define SPAWN_PTY_TERM "xterm-256color"
 #define SPAWN_PTY_PATH_PREFIX AGENT_SANDBOX_HOME "/.local/bin:/usr/local/bin"
 #define SPAWN_REQUIRED_PATH_DIR "/usr/local/bin"
@@ -53,7 +54,7 @@ static int env_set(struct env_vector *env, const char *key, size_t key_len, cons
 		}
 	}
 	if (env->count + 1 >= env->capacity) {
-		size_t capacity = env->capacity ? 2 * env->capacity : 32;
+		size_t capacity = env->capacity ? 2 * env->capacity : SPAWN_ENV_INITIAL_CAPACITY;
 		char **items = realloc(env->items, capacity * sizeof(*items));
 
 		if (!items) {
@@ -290,7 +291,7 @@ void spawn_child_exec(const struct spawn_plan *plan, int report_fd)
 	if (plan->kind == SPAWN_KIND_EXEC) {
 		if (setpgid(0, 0) < 0)
 			spawn_child_fail(report_fd, SPAWN_STAGE_STDIO);
-		for (int fd = 0; fd < 3; fd++)
+		for (int fd = 0; fd < SPAWN_STDIO_COUNT; fd++)
 			if (dup2(plan->stdio[fd], fd) < 0)
 				spawn_child_fail(report_fd, SPAWN_STAGE_STDIO);
 	}

@@ -13,6 +13,8 @@
 #include "policy.h"
 #include "proto/protocol.h"
 
+#define SPAWN_STDIO_COUNT 3
+
 enum spawn_kind {
 	SPAWN_KIND_EXEC,   /* own process group, pipes on 0/1/2 */
 	SPAWN_KIND_PTY,    /* session leader with the pty as controlling terminal (forkpty) */
@@ -38,7 +40,7 @@ struct spawn_plan {
 	struct policy_limits limits;
 	bool apply_fsize_limit;
 	bool drop_privileges;
-	int stdio[3];                /* EXEC: fds to install as 0/1/2 */
+	int stdio[SPAWN_STDIO_COUNT]; /* EXEC: fds to install as 0/1/2 */
 };
 
 /* Child failure stages reported through the pipe together with errno. */

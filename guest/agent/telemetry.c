@@ -20,6 +20,8 @@
 #include <unistd.h>
 
 #define TELEMETRY_FILE_MAX 8192
+#define TELEMETRY_DECIMAL_BASE 10
+#define TELEMETRY_INITIAL_PROCESSES 32
 #define TELEMETRY_KIB 1024u
 #define TELEMETRY_PERCENT 100.0
 #define TELEMETRY_MS_PER_SEC 1000u
@@ -74,14 +76,14 @@ static void telemetry_cpu(struct telemetry_sampler *sampler, const char *stat,
 
 	if (running)
 		system->procs_running = (uint32_t)strtoul(running + strlen("procs_running "),
-							   NULL, 10);
+							   NULL, TELEMETRY_DECIMAL_BASE);
 	if (!line)
 		return;
 	line += strlen("cpu ");
 	for (int i = 0; i < TELEMETRY_CPU_FIELDS; i++) {
 		char *end;
 
-		fields[i] = strtoull(line, &end, 10);
+		fields[i] = strtoull(line, &end, TELEMETRY_DECIMAL_BASE);
 		line = end;
 		total += fields[i];
 	}
@@ -101,7 +103,7 @@ static uint64_t meminfo_value(const char *meminfo, const char *key)
 {
 	const char *p = strstr(meminfo, key);
 
-	return p ? strtoull(p + strlen(key), NULL, 10) * TELEMETRY_KIB : 0;
+	return p ? strtoull(p + strlen(key), NULL, TELEMETRY_DECIMAL_BASE) * TELEMETRY_KIB : 0;
 }
 
 static void telemetry_net(const char *netdev, struct proto_system_metrics *system)
@@ -113,7 +115,7 @@ static void telemetry_net(const char *netdev, struct proto_system_metrics *syste
 		return;
 	line += strlen(TELEMETRY_NET_IFACE);
 	for (int i = 0; i <= TELEMETRY_NET_TX_FIELD; i++) {
-		uint64_t value = strtoull(line, &end, 10);
+		uint64_t value = strtoull(line, &end, TELEMETRY_DECIMAL_BASE);
 
 		if (end == line)
 			return;
@@ -143,7 +145,7 @@ static void telemetry_system(struct telemetry_sampler *sampler,
 	if (telemetry_read(sampler->proc_root, "net/dev", buf, sizeof(buf)) > 0)
 		telemetry_net(buf, system);
 	if (telemetry_read(sampler->proc_root, "sys/fs/file-nr", buf, sizeof(buf)) > 0)
-		system->open_fds = (uint32_t)strtoul(buf, NULL, 10);
+		system->open_fds = (uint32_t)strtoul(buf, NULL, TELEMETRY_DECIMAL_BASE);
 }
 
 static bool telemetry_is_pid(const char *name)
@@ -172,9 +174,9 @@ static int telemetry_parse_pid_stat(const char *stat, struct proto_process_metri
 	p = close + 2;
 	for (int i = 0; i <= TELEMETRY_STAT_STIME_INDEX && p; i++) {
 		if (i == TELEMETRY_STAT_UTIME_INDEX)
-			utime = strtoull(p, NULL, 10);
+			utime = strtoull(p, NULL, TELEMETRY_DECIMAL_BASE);
 		if (i == TELEMETRY_STAT_STIME_INDEX)
-			stime = strtoull(p, NULL, 10);
+			stime = strtoull(p, NULL, TELEMETRY_DECIMAL_BASE);
 		p = strchr(p, ' ');
 		if (p)
 			p++;
@@ -199,7 +201,7 @@ static int telemetry_process(struct telemetry_sampler *sampler, const char *pid,
 		return -ENOENT;
 	if (telemetry_parse_pid_stat(buf, proc) < 0)
 		return -EINVAL;
-	proc->pid = (uint32_t)strtoul(pid, NULL, 10);
+	proc->pid = (uint32_t)strtoul(pid, NULL, TELEMETRY_DECIMAL_BASE);
 	snprintf(name, sizeof(name), "%s/statm", pid);
 	if (telemetry_read(sampler->proc_root, name, buf, sizeof(buf)) > 0 &&
 	    sscanf(buf, "%llu %llu", &size_pages, &resident_pages) == 2)
@@ -222,7 +224,7 @@ static int telemetry_processes(struct telemetry_sampler *sampler,
 		if (!telemetry_is_pid(de->d_name) || telemetry_process(sampler, de->d_name, &proc))
 			continue;
 		if (batch->processes_count == capacity) {
-			size_t grown_capacity = capacity ? 2 * capacity : 32;
+			size_t grown_capacity = capacity ? 2 * capacity : TELEMETRY_INITIAL_PROCESSES;
 			struct proto_process_metrics *grown =
 				realloc(batch->processes, grown_capacity * sizeof(*grown));
 
