@@ -24,6 +24,7 @@
 #define VIRTIO_MMIO_FEATURE_WORDS 2u
 #define VIRTIO_MMIO_ADDR_HIGH_SHIFT 32
 #define VIRTIO_MMIO_LOW_MASK 0xffffffffull
+#define VIRTIO_MMIO_QUEUE_READY_BIT 1u
 
 static const char *const log_module = "virtio-mmio";
 
@@ -320,7 +321,7 @@ static void virtio_mmio_write_queue_reg(struct virtio_mmio *t, uint64_t offset, 
 		q->num = value > t->ops->queue_num_max ? 0 : (uint16_t)value;
 		break;
 	case VIRTIO_MMIO_QUEUE_READY:
-		q->ready = value & 1;
+		q->ready = value & VIRTIO_MMIO_QUEUE_READY_BIT;
 		break;
 	case VIRTIO_MMIO_QUEUE_DESC_LOW:
 	case VIRTIO_MMIO_QUEUE_DESC_HIGH:

@@ -24,6 +24,11 @@
 #define VIRTQ_RING_EVENT_SIZE 2u
 #define VIRTQ_AVAIL_ELEM_SIZE 2u
 #define VIRTQ_RING_IDX_OFFSET 2u
+/* struct virtq_desc: le64 addr, le32 len, le16 flags, le16 next */
+#define VIRTQ_DESC_ADDR_OFFSET 0u
+#define VIRTQ_DESC_LEN_OFFSET 8u
+#define VIRTQ_DESC_FLAGS_OFFSET 12u
+#define VIRTQ_DESC_NEXT_OFFSET 14u
 
 static const char *const log_module = "virtqueue";
 
@@ -130,10 +135,10 @@ static void virtqueue_read_desc(const struct virtq_desc_table *table, uint32_t i
 	uint8_t raw[VIRTQ_DESC_SIZE];
 
 	memcpy(raw, table->base + (size_t)index * VIRTQ_DESC_SIZE, sizeof(raw));
-	memcpy(&out->addr, raw, sizeof(out->addr));
-	memcpy(&out->len, raw + 8, sizeof(out->len));
-	memcpy(&out->flags, raw + 12, sizeof(out->flags));
-	memcpy(&out->next, raw + 14, sizeof(out->next));
+	memcpy(&out->addr, raw + VIRTQ_DESC_ADDR_OFFSET, sizeof(out->addr));
+	memcpy(&out->len, raw + VIRTQ_DESC_LEN_OFFSET, sizeof(out->len));
+	memcpy(&out->flags, raw + VIRTQ_DESC_FLAGS_OFFSET, sizeof(out->flags));
+	memcpy(&out->next, raw + VIRTQ_DESC_NEXT_OFFSET, sizeof(out->next));
 	out->addr = le64toh(out->addr);
 	out->len = le32toh(out->len);
 	out->flags = le16toh(out->flags);

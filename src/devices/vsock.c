@@ -29,7 +29,8 @@
 #define VSOCK_LISTEN_BACKLOG 64
 /* While a CONNECT waits for the guest, wake up this often to enforce its deadline. */
 #define VSOCK_DEADLINE_TICK_MS 100
-#define VSOCK_CONFIG_SIZE 8u
+#define VSOCK_CONFIG_SIZE 8u /* struct virtio_vsock_config: le64 guest_cid */
+#define VSOCK_CONFIG_BITS_PER_BYTE 8u
 /* Chains handled per queue per iteration, so one busy queue cannot starve the others. */
 #define VSOCK_CHAINS_PER_ITERATION 256u
 
@@ -43,7 +44,7 @@ static void vsock_config_read(void *opaque, uint32_t offset, uint8_t *data, uint
 	uint8_t config[VSOCK_CONFIG_SIZE];
 
 	for (unsigned int i = 0; i < VSOCK_CONFIG_SIZE; i++)
-		config[i] = (uint8_t)(dev->guest_cid >> (8 * i));
+		config[i] = (uint8_t)(dev->guest_cid >> (VSOCK_CONFIG_BITS_PER_BYTE * i));
 	memcpy(data, config + offset, len);
 }
 

@@ -31,6 +31,7 @@
 #define VSOCK_CONNECT_VERB "CONNECT "
 #define VSOCK_DECIMAL_BASE 10
 #define VSOCK_OK_LINE_MAX 32u
+#define VSOCK_BITS_PER_BYTE 8u
 
 static const char *const log_module = "vsock";
 
@@ -45,7 +46,7 @@ uint64_t vsock_now_ms(void)
 static void vsock_put_le(uint8_t *raw, uint64_t value, unsigned int bytes)
 {
 	for (unsigned int i = 0; i < bytes; i++)
-		raw[i] = (uint8_t)(value >> (8 * i));
+		raw[i] = (uint8_t)(value >> (VSOCK_BITS_PER_BYTE * i));
 }
 
 static uint64_t vsock_get_le(const uint8_t *raw, unsigned int bytes)
@@ -53,7 +54,7 @@ static uint64_t vsock_get_le(const uint8_t *raw, unsigned int bytes)
 	uint64_t value = 0;
 
 	for (unsigned int i = 0; i < bytes; i++)
-		value |= (uint64_t)raw[i] << (8 * i);
+		value |= (uint64_t)raw[i] << (VSOCK_BITS_PER_BYTE * i);
 	return value;
 }
 
@@ -73,30 +74,30 @@ enum vsock_hdr_offset {
 
 void vsock_hdr_decode(const uint8_t raw[VSOCK_HDR_SIZE], struct vsock_hdr *hdr)
 {
-	hdr->src_cid = vsock_get_le(raw + VSOCK_HDR_SRC_CID, 8);
-	hdr->dst_cid = vsock_get_le(raw + VSOCK_HDR_DST_CID, 8);
-	hdr->src_port = (uint32_t)vsock_get_le(raw + VSOCK_HDR_SRC_PORT, 4);
-	hdr->dst_port = (uint32_t)vsock_get_le(raw + VSOCK_HDR_DST_PORT, 4);
-	hdr->len = (uint32_t)vsock_get_le(raw + VSOCK_HDR_LEN, 4);
-	hdr->type = (uint16_t)vsock_get_le(raw + VSOCK_HDR_TYPE, 2);
-	hdr->op = (uint16_t)vsock_get_le(raw + VSOCK_HDR_OP, 2);
-	hdr->flags = (uint32_t)vsock_get_le(raw + VSOCK_HDR_FLAGS, 4);
-	hdr->buf_alloc = (uint32_t)vsock_get_le(raw + VSOCK_HDR_BUF_ALLOC, 4);
-	hdr->fwd_cnt = (uint32_t)vsock_get_le(raw + VSOCK_HDR_FWD_CNT, 4);
+	hdr->src_cid = vsock_get_le(raw + VSOCK_HDR_SRC_CID, sizeof(uint64_t));
+	hdr->dst_cid = vsock_get_le(raw + VSOCK_HDR_DST_CID, sizeof(uint64_t));
+	hdr->src_port = (uint32_t)vsock_get_le(raw + VSOCK_HDR_SRC_PORT, sizeof(uint32_t));
+	hdr->dst_port = (uint32_t)vsock_get_le(raw + VSOCK_HDR_DST_PORT, sizeof(uint32_t));
+	hdr->len = (uint32_t)vsock_get_le(raw + VSOCK_HDR_LEN, sizeof(uint32_t));
+	hdr->type = (uint16_t)vsock_get_le(raw + VSOCK_HDR_TYPE, sizeof(uint16_t));
+	hdr->op = (uint16_t)vsock_get_le(raw + VSOCK_HDR_OP, sizeof(uint16_t));
+	hdr->flags = (uint32_t)vsock_get_le(raw + VSOCK_HDR_FLAGS, sizeof(uint32_t));
+	hdr->buf_alloc = (uint32_t)vsock_get_le(raw + VSOCK_HDR_BUF_ALLOC, sizeof(uint32_t));
+	hdr->fwd_cnt = (uint32_t)vsock_get_le(raw + VSOCK_HDR_FWD_CNT, sizeof(uint32_t));
 }
 
 void vsock_hdr_encode(const struct vsock_hdr *hdr, uint8_t raw[VSOCK_HDR_SIZE])
 {
-	vsock_put_le(raw + VSOCK_HDR_SRC_CID, hdr->src_cid, 8);
-	vsock_put_le(raw + VSOCK_HDR_DST_CID, hdr->dst_cid, 8);
-	vsock_put_le(raw + VSOCK_HDR_SRC_PORT, hdr->src_port, 4);
-	vsock_put_le(raw + VSOCK_HDR_DST_PORT, hdr->dst_port, 4);
-	vsock_put_le(raw + VSOCK_HDR_LEN, hdr->len, 4);
-	vsock_put_le(raw + VSOCK_HDR_TYPE, hdr->type, 2);
-	vsock_put_le(raw + VSOCK_HDR_OP, hdr->op, 2);
-	vsock_put_le(raw + VSOCK_HDR_FLAGS, hdr->flags, 4);
-	vsock_put_le(raw + VSOCK_HDR_BUF_ALLOC, hdr->buf_alloc, 4);
-	vsock_put_le(raw + VSOCK_HDR_FWD_CNT, hdr->fwd_cnt, 4);
+	vsock_put_le(raw + VSOCK_HDR_SRC_CID, hdr->src_cid, sizeof(uint64_t));
+	vsock_put_le(raw + VSOCK_HDR_DST_CID, hdr->dst_cid, sizeof(uint64_t));
+	vsock_put_le(raw + VSOCK_HDR_SRC_PORT, hdr->src_port, sizeof(uint32_t));
+	vsock_put_le(raw + VSOCK_HDR_DST_PORT, hdr->dst_port, sizeof(uint32_t));
+	vsock_put_le(raw + VSOCK_HDR_LEN, hdr->len, sizeof(uint32_t));
+	vsock_put_le(raw + VSOCK_HDR_TYPE, hdr->type, sizeof(uint16_t));
+	vsock_put_le(raw + VSOCK_HDR_OP, hdr->op, sizeof(uint16_t));
+	vsock_put_le(raw + VSOCK_HDR_FLAGS, hdr->flags, sizeof(uint32_t));
+	vsock_put_le(raw + VSOCK_HDR_BUF_ALLOC, hdr->buf_alloc, sizeof(uint32_t));
+	vsock_put_le(raw + VSOCK_HDR_FWD_CNT, hdr->fwd_cnt, sizeof(uint32_t));
 }
 
 /* ---- byte rings ---- */
