@@ -277,9 +277,10 @@ static void *telemetry_thread_main(void *arg)
 		size_t len;
 		int err;
 
-		err = telemetry_sample(&job->sampler, &batch);
-		if (!err)
-			err = proto_telemetry_batch_encode(&batch, &body, &len);
+		/* A partial sample (unreadable /proc entries) is still worth sending. */
+		if (telemetry_sample(&job->sampler, &batch) < 0)
+			agent_debug("telemetry %u: partial sample", job->request_id);
+		err = proto_telemetry_batch_encode(&batch, &body, &len);
 		proto_telemetry_batch_free(&batch);
 		if (!err)
 			err = conn_send(job->conn, PROTO_MSG_TELEMETRY_DATA, job->request_id, body,
