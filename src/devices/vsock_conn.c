@@ -32,6 +32,9 @@
 #define VSOCK_DECIMAL_BASE 10
 #define VSOCK_OK_LINE_MAX 32u
 #define VSOCK_BITS_PER_BYTE 8u
+/* At most 1 MiB of unread host input is dropped on a graceful close. */
+#define VSOCK_DISCARD_CHUNK 4096u
+#define VSOCK_DISCARD_MAX_CHUNKS 256u
 
 static const char *const log_module = "vsock";
 
@@ -409,6 +412,21 @@ static void vsock_conn_discard_to_host(struct vsock_conn *conn)
 	vsock_conn_note_forwarded(conn, len);
 }
 
+/*
+ * The guest closed gracefully: bytes the host sent that the guest will never read are dropped
+ * before the socket closes, so the host reads a clean EOF instead of ECONNRESET (which an
+ * AF_UNIX close with unread input produces). Bounded, so a host that keeps writing cannot
+ * hold the worker.
+ */
+static void vsock_conn_discard_host_input(struct vsock_conn *conn)
+{
+	uint8_t scratch[VSOCK_DISCARD_CHUNK];
+
+	for (unsigned int i = 0; i < VSOCK_DISCARD_MAX_CHUNKS; i++)
+		if (recv(conn->fd, scratch, sizeof(scratch), MSG_DONTWAIT) <= 0)
+			return;
+}
+
 /* Writes buffered guest bytes to the host; returns false when the connection was closed. */
 static bool vsock_conn_flush_host(struct vsock_device *dev, struct vsock_conn *conn)
 {
@@ -433,6 +451,7 @@ static bool vsock_conn_flush_host(struct vsock_device *dev, struct vsock_conn *c
 	if (conn->to_host.len)
 		return true;
 	if (conn->peer_shutdown == VSOCK_SHUTDOWN_BOTH) {
+		vsock_conn_discard_host_input(conn);
 		vsock_conn_close(dev, conn, true);
 		return false;
 	}

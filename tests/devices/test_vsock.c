@@ -881,6 +881,33 @@ static void test_host_backlog_is_bounded(void)
 	free(data);
 }
 
+/* The guest closes while host bytes it never read are still queued: the host sees EOF. */
+static void test_guest_close_gives_host_clean_eof(void)
+{
+	struct peer p;
+	char buf[128] = { 0 };
+	ssize_t n;
+	int fd;
+
+	CHECK_INT_EQ(peer_start(&p, VSOCK_WORKER_CALLER), 0);
+	p.buf_alloc = 1; /* one byte of credit at a time: most of what the host sends stays queued */
+	fd = connect_with_guest(&p, GUEST_LISTEN_PORT, CONNECT_TIMEOUT_MS);
+	CHECK(fd >= 0);
+	CHECK_INT_EQ(send(fd, buf, sizeof(buf), MSG_NOSIGNAL), sizeof(buf));
+	for (int i = 0; i < 10; i++)
+		peer_step(&p);
+	CHECK(p.conn.total_rx >= 1 && p.conn.total_rx < sizeof(buf));
+	CHECK(!p.conn.credit_violation);
+	CHECK(peer_send(&p, GUEST_LISTEN_PORT, p.conn.host_port, VSOCK_OP_SHUTDOWN,
+			VSOCK_SHUTDOWN_BOTH, NULL, 0));
+	CHECK(peer_run(&p, conn_rst, NULL, 2000));
+	n = recv(fd, buf, sizeof(buf), 0);
+	CHECK_INT_EQ(n, 0);
+	if (fd >= 0)
+		close(fd);
+	peer_stop(&p);
+}
+
 static void test_transport_reset_event(void)
 {
 	struct peer p;
@@ -1015,6 +1042,7 @@ int main(void)
 	RUN_TEST(test_guest_overrunning_credit_is_reset);
 	RUN_TEST(test_connection_limit);
 	RUN_TEST(test_host_backlog_is_bounded);
+	RUN_TEST(test_guest_close_gives_host_clean_eof);
 	RUN_TEST(test_transport_reset_event);
 	RUN_TEST(test_hostile_tx_ring_needs_reset_then_recovers);
 	return harness_finish();
