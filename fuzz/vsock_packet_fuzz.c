@@ -7,7 +7,8 @@
  * driver, opens one host connection the harness accepts as the guest (so the established-
  * stream code is reachable: the fuzzer cannot guess the host port, so a record flag rewrites
  * the ports to that connection's), then plays the input as records:
- *   u8 flags, u8 len_lo, u8 len_hi, then len packet bytes.
+ *   u8 flags, u8 len_lo, u8 len_hi, then len packet bytes (or, with FUZZ_MMIO, register
+ *   writes: the guest controls those too, including resets in the middle of a stream).
  * The device runs in caller mode, so every step is deterministic and on this thread.
  */
 #include <errno.h>
@@ -48,7 +49,12 @@ enum fuzz_record_flag {
 	FUZZ_HOST_READ = 1u << 3,    /* the host drains its socket after the packet */
 	FUZZ_HOST_SHUT = 1u << 4,    /* the host half-closes */
 	FUZZ_NO_RX = 1u << 5,        /* do not give RX buffers back this round */
+	FUZZ_MMIO = 1u << 6,         /* the record is register writes, not a packet */
 };
+
+/* A FUZZ_MMIO record is a list of (le16 offset, le32 value) register writes. */
+#define FUZZ_MMIO_WRITE_SIZE 6u
+#define FUZZ_MMIO_OFFSET_MASK (VIRTIO_MMIO_WINDOW_SIZE - 1u)
 
 struct fuzz_state {
 	struct fake_guest guest;
@@ -56,6 +62,8 @@ struct fuzz_state {
 	int host_fd;
 	uint32_t host_port;
 	unsigned int tx_next;
+	/* After hostile register writes the rings may be anyone's: stop checking the device. */
+	bool registers_touched;
 	char path[108];
 };
 
@@ -112,6 +120,8 @@ static void fuzz_reap_rx(bool repost)
 	while (fake_guest_pop_used(&fuzz.guest, VSOCK_QUEUE_RX, &id, &len)) {
 		struct vsock_hdr hdr;
 
+		if (fuzz.registers_touched)
+			continue;
 		if (id % 2 || id / 2 >= FUZZ_RX_CHAINS || len > VSOCK_HDR_SIZE + FUZZ_RX_LEN)
 			abort();
 		vsock_hdr_decode(fake_guest_host(&fuzz.guest, FUZZ_RX_BASE + (id / 2) * FUZZ_RX_SLOT),
@@ -144,7 +154,7 @@ static void fuzz_send(const uint8_t *packet, uint32_t len, bool split)
 	fake_guest_notify(&fuzz.guest, VSOCK_QUEUE_TX);
 	vsock_device_poll(fuzz.dev, 0);
 	while (fake_guest_pop_used(&fuzz.guest, VSOCK_QUEUE_TX, &id, &used_len))
-		if (used_len != 0)
+		if (used_len != 0 && !fuzz.registers_touched)
 			abort();
 }
 
@@ -190,6 +200,7 @@ static void fuzz_reset_device(void)
 		close(fuzz.host_fd);
 	fuzz.host_fd = -1;
 	fuzz.tx_next = 0;
+	fuzz.registers_touched = false;
 	if (!(fake_guest_setup(&fuzz.guest, t, VSOCK_QUEUE_COUNT, ~0ull) &
 	      VIRTIO_STATUS_DRIVER_OK))
 		abort();
@@ -210,12 +221,33 @@ static void fuzz_host_actions(uint8_t flags)
 		shutdown(fuzz.host_fd, SHUT_WR);
 }
 
+static void fuzz_write_registers(const uint8_t *writes, uint32_t len)
+{
+	struct virtio_mmio *t = vsock_device_transport(fuzz.dev);
+
+	fuzz.registers_touched = true;
+	for (uint32_t at = 0; at + FUZZ_MMIO_WRITE_SIZE <= len; at += FUZZ_MMIO_WRITE_SIZE) {
+		uint32_t offset = ((uint32_t)writes[at] | (uint32_t)writes[at + 1] << 8) &
+				  FUZZ_MMIO_OFFSET_MASK;
+		uint32_t value;
+
+		memcpy(&value, writes + at + 2, sizeof(value));
+		virtio_mmio_write32(t, offset, value);
+		virtio_mmio_read32(t, offset);
+	}
+	vsock_device_poll(fuzz.dev, 0);
+}
+
 static void fuzz_play_record(uint8_t flags, const uint8_t *packet, uint32_t len)
 {
 	static uint8_t buf[VSOCK_HDR_SIZE + VSOCK_MAX_PAYLOAD];
 	static uint8_t io[FUZZ_HOST_IO];
 	struct vsock_hdr hdr;
 
+	if (flags & FUZZ_MMIO) {
+		fuzz_write_registers(packet, len);
+		return;
+	}
 	memcpy(buf, packet, len);
 	if ((flags & FUZZ_TO_LIVE_CONN) && len >= VSOCK_HDR_SIZE) {
 		vsock_hdr_decode(buf, &hdr);
