@@ -39,6 +39,8 @@ int cli_image_run(const struct cli_globals *globals, int argc, char **argv);
 int cli_run_run(const struct cli_globals *globals, int argc, char **argv);
 int cli_validate_run(const struct cli_globals *globals, int argc, char **argv);
 int cli_inspect_run(const struct cli_globals *globals, int argc, char **argv);
+int cli_shell_run(const struct cli_globals *globals, int argc, char **argv);
+int cli_skills_run(const struct cli_globals *globals, int argc, char **argv);
 
 /* True when argv[i] is -h or --help: every subcommand honours it. */
 bool cli_wants_help(int argc, char **argv);

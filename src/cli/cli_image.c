@@ -23,11 +23,20 @@
 #ifndef VOIDBOX_AGENT_BUILD_PATH
 #define VOIDBOX_AGENT_BUILD_PATH ""
 #endif
+/* --with-mock-agent: the deterministic claude-code stand-in (docs/agents.md) */
+#define CLI_IMAGE_MOCK_AGENT_NAME "voidbox-mock-claude"
+#define CLI_IMAGE_MOCK_AGENT_ENV "VOIDBOX_MOCK_CLAUDE"
+#define CLI_IMAGE_MOCK_AGENT_GUEST "/usr/local/bin/claude-code"
+#define CLI_IMAGE_MOCK_AGENT_MODE 0755
+#ifndef VOIDBOX_MOCK_CLAUDE_BUILD_PATH
+#define VOIDBOX_MOCK_CLAUDE_BUILD_PATH ""
+#endif
 
 static void cli_image_usage(FILE *out)
 {
 	fprintf(out,
 		"usage: voidbox image build [--name NAME] [--agent PATH] [--kernel-deb PATH] [--gzip]\n"
+		"                           [--with-mock-agent]  (adds the mock claude-code for tests)\n"
 		"       voidbox image list\n"
 		"       voidbox image clean [NAME | --all]\n\n"
 		"Guest images (a Debian kernel and an initramfs whose /init is the voidbox agent)\n"
@@ -66,9 +75,34 @@ static const char *cli_image_find_agent(const char *flag, char *buf, size_t bufl
 	return NULL;
 }
 
+/* $VOIDBOX_MOCK_CLAUDE, else voidbox-mock-claude beside this executable, else this build's. */
+static const char *cli_image_find_mock_agent(char *buf, size_t buflen)
+{
+	const char *env = getenv(CLI_IMAGE_MOCK_AGENT_ENV);
+	ssize_t len = readlink("/proc/self/exe", buf, buflen - 1);
+	char *slash;
+
+	if (env && *env)
+		return env;
+	if (len > 0) {
+		buf[len] = '\0';
+		slash = strrchr(buf, '/');
+		if (slash && (size_t)(slash - buf) + sizeof(CLI_IMAGE_MOCK_AGENT_NAME) + 1 < buflen) {
+			strcpy(slash + 1, CLI_IMAGE_MOCK_AGENT_NAME);
+			if (cli_image_is_file(buf))
+				return buf;
+		}
+	}
+	return cli_image_is_file(VOIDBOX_MOCK_CLAUDE_BUILD_PATH) ? VOIDBOX_MOCK_CLAUDE_BUILD_PATH :
+								   NULL;
+}
+
 static int cli_image_build(int argc, char **argv)
 {
 	struct guest_image_build_options options;
+	struct guest_image_extra_file mock_agent = { .guest_path = CLI_IMAGE_MOCK_AGENT_GUEST,
+						     .mode = CLI_IMAGE_MOCK_AGENT_MODE };
+	char mock_buf[PATH_MAX];
 	char agent_buf[PATH_MAX];
 	const char *agent_flag = NULL;
 	char err[CLI_IMAGE_ERROR_MAX];
@@ -85,6 +119,15 @@ static int cli_image_build(int argc, char **argv)
 			options.kernel_deb = argv[++i];
 		} else if (strcmp(argv[i], "--gzip") == 0) {
 			options.compression = GUEST_IMAGE_COMPRESSION_GZIP;
+		} else if (strcmp(argv[i], "--with-mock-agent") == 0) {
+			mock_agent.host_path = cli_image_find_mock_agent(mock_buf, sizeof(mock_buf));
+			if (!mock_agent.host_path) {
+				fprintf(stderr, "voidbox image build: cannot find %s; build it (ninja -C build) or set %s=PATH\n",
+					CLI_IMAGE_MOCK_AGENT_NAME, CLI_IMAGE_MOCK_AGENT_ENV);
+				return CLI_EXIT_FAILURE;
+			}
+			options.extra_files = &mock_agent;
+			options.extra_file_count = 1;
 		} else {
 			fprintf(stderr, "voidbox image build: unexpected '%s' (see voidbox image --help)\n",
 				argv[i]);

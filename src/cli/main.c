@@ -15,6 +15,8 @@ static const struct cli_command cli_commands[] = {
 	{ "image", "build, list or remove guest images (kernel + initramfs)", cli_image_run },
 	{ "inspect", "show the sandbox a spec would run in here, without booting", cli_inspect_run },
 	{ "run", "run a workflow, agent or pipeline spec and print its report", cli_run_run },
+	{ "shell", "open an interactive terminal in a fresh VM", cli_shell_run },
+	{ "skills", "list a spec's skills with their source", cli_skills_run },
 	{ "validate", "check a spec and list every error with a hint", cli_validate_run },
 	{ "version", "print the version", cli_version_run },
 };

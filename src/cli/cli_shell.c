@@ -1,0 +1,407 @@
+/*
+ * `voidbox shell`: an interactive terminal in a fresh VM. The host terminal goes to raw mode
+ * and every byte typed goes to the guest PTY; the guest's output is written to stdout as it
+ * arrives; SIGWINCH becomes a resize; stdin's end asks the guest to close the session; the
+ * command exits with the guest program's exit code.
+ *
+ * The PTY owns the terminal, so nothing else may write to it: the guest console goes to a log
+ * file and the logger is pointed at a file too for the whole session (its path is printed
+ * only when something fails, after the terminal is restored). One thread reads guest output;
+ * the main thread waits on stdin, a SIGWINCH self-pipe and the reader's "closed" pipe.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <termios.h>
+#include <unistd.h>
+
+#include "cli/cli.h"
+#include "common/log.h"
+#include "sandbox/sandbox.h"
+#include "store/guest_image.h"
+
+#define SHELL_DEFAULT_PROGRAM "sh"
+#define SHELL_DEFAULT_COLS 80
+#define SHELL_DEFAULT_ROWS 24
+#define SHELL_ERROR_MAX 1024
+#define SHELL_INPUT_CHUNK 4096
+#define SHELL_MAX_MEMORY_MB (1024u * 1024u)
+#define SHELL_MAX_VCPUS 64u
+#define SHELL_MAX_ENV 256
+#define SHELL_LOG_TEMPLATE "/tmp/voidbox-shell-XXXXXX.log"
+#define SHELL_LOG_SUFFIX_LEN 4
+
+enum cli_shell_option {
+	CLI_SHELL_OPT_PROGRAM = 1000,
+	CLI_SHELL_OPT_MEMORY,
+	CLI_SHELL_OPT_VCPUS,
+	CLI_SHELL_OPT_ENV,
+	CLI_SHELL_OPT_WORKDIR,
+	CLI_SHELL_OPT_KERNEL,
+	CLI_SHELL_OPT_INITRAMFS,
+	CLI_SHELL_OPT_HELP,
+};
+
+static const struct option cli_shell_options[] = {
+	{ "program", required_argument, NULL, CLI_SHELL_OPT_PROGRAM },
+	{ "memory", required_argument, NULL, CLI_SHELL_OPT_MEMORY },
+	{ "vcpus", required_argument, NULL, CLI_SHELL_OPT_VCPUS },
+	{ "env", required_argument, NULL, CLI_SHELL_OPT_ENV },
+	{ "workdir", required_argument, NULL, CLI_SHELL_OPT_WORKDIR },
+	{ "kernel", required_argument, NULL, CLI_SHELL_OPT_KERNEL },
+	{ "initramfs", required_argument, NULL, CLI_SHELL_OPT_INITRAMFS },
+	{ "help", no_argument, NULL, CLI_SHELL_OPT_HELP },
+	{ NULL, 0, NULL, 0 },
+};
+
+struct cli_shell_session {
+	struct sandbox_config sandbox;
+	struct proto_pty_open open;
+	struct proto_env_var env[SHELL_MAX_ENV];
+	struct control_channel_pty *pty;
+	int closed_pipe[2];
+	int32_t exit_code;
+	int read_error;
+	bool raw;
+	struct termios saved;
+};
+
+/* SIGWINCH's self-pipe: the handler may only write(). */
+static int shell_winch_pipe[2] = { -1, -1 };
+
+static void cli_shell_usage(FILE *out)
+{
+	fprintf(out,
+		"usage: voidbox shell [--program P] [--memory MB] [--vcpus N] [--env K=V]...\n"
+		"                     [--workdir DIR (default: the sandbox user's home)] [--kernel PATH] [--initramfs PATH] [-- ARGS...]\n\n"
+		"Boots a micro-VM and opens an interactive terminal running P (default %s) in it;\n"
+		"exits with P's exit code. The VM console and voidbox's own log go to files.\n",
+		SHELL_DEFAULT_PROGRAM);
+}
+
+static bool cli_shell_number(const char *flag, const char *text, unsigned long max,
+			     unsigned int *out)
+{
+	char *end;
+	unsigned long value;
+
+	errno = 0;
+	value = strtoul(text, &end, 10);
+	if (errno || end == text || *end || text[0] == '-' || value < 1 || value > max) {
+		fprintf(stderr, "voidbox shell: %s takes a whole number from 1 to %lu, not '%s'\n",
+			flag, max, text);
+		return false;
+	}
+	*out = (unsigned int)value;
+	return true;
+}
+
+static bool cli_shell_add_env(struct cli_shell_session *s, char *assignment)
+{
+	char *equals = strchr(assignment, '=');
+
+	if (!equals || equals == assignment || s->open.env_count == SHELL_MAX_ENV) {
+		fprintf(stderr, "voidbox shell: --env takes KEY=VALUE (at most %d), not '%s'\n",
+			SHELL_MAX_ENV, assignment);
+		return false;
+	}
+	*equals = '\0';
+	s->env[s->open.env_count].key = assignment;
+	s->env[s->open.env_count].value = equals + 1;
+	s->open.env_count++;
+	return true;
+}
+
+/* 0 to go on, a positive exit status, or -1 after --help. */
+static int cli_shell_parse(int argc, char **argv, struct cli_shell_session *s)
+{
+	int option;
+
+	s->open.program = SHELL_DEFAULT_PROGRAM;
+	s->open.env = s->env;
+	s->open.interactive = true;
+	optind = 1;
+	while ((option = getopt_long(argc, argv, "+", cli_shell_options, NULL)) != -1) {
+		switch (option) {
+		case CLI_SHELL_OPT_PROGRAM:
+			s->open.program = optarg;
+			break;
+		case CLI_SHELL_OPT_MEMORY:
+			if (!cli_shell_number("--memory", optarg, SHELL_MAX_MEMORY_MB,
+					      &s->sandbox.memory_mb))
+				return CLI_EXIT_USAGE;
+			break;
+		case CLI_SHELL_OPT_VCPUS:
+			if (!cli_shell_number("--vcpus", optarg, SHELL_MAX_VCPUS, &s->sandbox.vcpus))
+				return CLI_EXIT_USAGE;
+			break;
+		case CLI_SHELL_OPT_ENV:
+			if (!cli_shell_add_env(s, optarg))
+				return CLI_EXIT_USAGE;
+			break;
+		case CLI_SHELL_OPT_WORKDIR:
+			s->open.working_dir = optarg;
+			break;
+		case CLI_SHELL_OPT_KERNEL:
+			s->sandbox.kernel_path = optarg;
+			break;
+		case CLI_SHELL_OPT_INITRAMFS:
+			s->sandbox.initramfs_path = optarg;
+			break;
+		case CLI_SHELL_OPT_HELP:
+			cli_shell_usage(stdout);
+			return -1;
+		default:
+			fprintf(stderr, "(see voidbox shell --help)\n");
+			return CLI_EXIT_USAGE;
+		}
+	}
+	s->open.args = argv + optind;
+	s->open.args_count = (size_t)(argc - optind);
+	return 0;
+}
+
+static void cli_shell_on_winch(int signo)
+{
+	int saved = errno;
+	char byte = (char)signo;
+
+	if (write(shell_winch_pipe[1], &byte, 1) < 0) {
+		/* a full pipe already holds a pending resize */
+	}
+	errno = saved;
+}
+
+static void cli_shell_window(uint16_t *cols, uint16_t *rows)
+{
+	struct winsize size;
+
+	*cols = SHELL_DEFAULT_COLS;
+	*rows = SHELL_DEFAULT_ROWS;
+	if (ioctl(STDIN_FILENO, TIOCGWINSZ, &size) == 0 && size.ws_col && size.ws_row) {
+		*cols = size.ws_col;
+		*rows = size.ws_row;
+	}
+}
+
+static void cli_shell_raw_on(struct cli_shell_session *s)
+{
+	struct termios raw;
+
+	if (!isatty(STDIN_FILENO) || tcgetattr(STDIN_FILENO, &s->saved) < 0)
+		return;
+	raw = s->saved;
+	cfmakeraw(&raw);
+	if (tcsetattr(STDIN_FILENO, TCSANOW, &raw) == 0)
+		s->raw = true;
+}
+
+static void cli_shell_raw_off(struct cli_shell_session *s)
+{
+	if (s->raw)
+		tcsetattr(STDIN_FILENO, TCSANOW, &s->saved);
+	s->raw = false;
+}
+
+static void cli_shell_write_all(const uint8_t *data, size_t len)
+{
+	while (len > 0) {
+		ssize_t wrote = write(STDOUT_FILENO, data, len);
+
+		if (wrote < 0 && errno == EINTR)
+			continue;
+		if (wrote <= 0)
+			return;
+		data += wrote;
+		len -= (size_t)wrote;
+	}
+}
+
+/* The reader thread: guest output to stdout until the session closes. */
+static void *cli_shell_reader(void *opaque)
+{
+	struct cli_shell_session *s = opaque;
+	struct control_channel_pty_event event;
+	char byte = 1;
+
+	for (;;) {
+		int rc = control_channel_pty_read(s->pty, &event, CONTROL_CHANNEL_TIMEOUT_INFINITE);
+
+		if (rc < 0) {
+			s->read_error = rc;
+			break;
+		}
+		if (event.kind == CONTROL_CHANNEL_PTY_CLOSED) {
+			s->exit_code = event.exit_code;
+			control_channel_pty_event_free(&event);
+			break;
+		}
+		cli_shell_write_all(event.data, event.len);
+		control_channel_pty_event_free(&event);
+	}
+	if (write(s->closed_pipe[1], &byte, 1) < 0) {
+		/* the main loop also stops when the pipe's writer is gone */
+	}
+	return NULL;
+}
+
+/* Forwards stdin and resizes until the reader reports the end. */
+static void cli_shell_pump(struct cli_shell_session *s)
+{
+	struct pollfd fds[3] = {
+		{ .fd = s->closed_pipe[0], .events = POLLIN },
+		{ .fd = shell_winch_pipe[0], .events = POLLIN },
+		{ .fd = STDIN_FILENO, .events = POLLIN },
+	};
+	uint8_t buf[SHELL_INPUT_CHUNK];
+	nfds_t count = 3;
+
+	for (;;) {
+		if (poll(fds, count, -1) < 0) {
+			if (errno == EINTR)
+				continue;
+			return;
+		}
+		if (fds[0].revents)
+			return;
+		if (fds[1].revents & POLLIN) {
+			uint16_t cols, rows;
+
+			if (read(shell_winch_pipe[0], buf, sizeof(buf)) > 0) {
+				cli_shell_window(&cols, &rows);
+				control_channel_pty_resize(s->pty, cols, rows);
+			}
+		}
+		if (count == 3 && fds[2].revents) {
+			ssize_t got = read(STDIN_FILENO, buf, sizeof(buf));
+
+			if (got < 0 && errno == EINTR)
+				continue;
+			if (got <= 0) {
+				/* stdin ended: ask the guest to end the session, keep showing output */
+				control_channel_pty_close(s->pty);
+				count = 2;
+				continue;
+			}
+			if (control_channel_pty_write(s->pty, buf, (size_t)got) < 0)
+				return;
+		}
+	}
+}
+
+static int cli_shell_session_run(struct cli_shell_session *s, struct sandbox *sandbox)
+{
+	struct sigaction action = { .sa_handler = cli_shell_on_winch };
+	pthread_t reader;
+	int err = 0;
+
+	cli_shell_window(&s->open.cols, &s->open.rows);
+	s->pty = control_channel_pty_open(sandbox_channel(sandbox), &s->open, &err);
+	if (!s->pty) {
+		fprintf(stderr, "voidbox shell: cannot open a terminal for %s: %s\n",
+			s->open.program, control_channel_last_error());
+		return CLI_EXIT_SANDBOX_FAILURE;
+	}
+	sigemptyset(&action.sa_mask);
+	action.sa_flags = SA_RESTART;
+	sigaction(SIGWINCH, &action, NULL);
+	cli_shell_raw_on(s);
+	if (pthread_create(&reader, NULL, cli_shell_reader, s) != 0) {
+		cli_shell_raw_off(s);
+		return CLI_EXIT_SANDBOX_FAILURE;
+	}
+	cli_shell_pump(s);
+	pthread_join(reader, NULL);
+	cli_shell_raw_off(s);
+	signal(SIGWINCH, SIG_DFL);
+	control_channel_pty_free(s->pty);
+	s->pty = NULL;
+	if (s->read_error) {
+		fprintf(stderr, "voidbox shell: the terminal connection failed: %s\n",
+			strerror(-s->read_error));
+		return CLI_EXIT_SANDBOX_FAILURE;
+	}
+	return s->exit_code >= 0 && s->exit_code < 256 ? s->exit_code : CLI_EXIT_FAILURE;
+}
+
+/* Points the logger at a file for the session; returns the stream (NULL: logging stays). */
+static FILE *cli_shell_quiet_log(char *path, size_t path_len)
+{
+	int fd;
+	FILE *stream;
+
+	snprintf(path, path_len, "%s", SHELL_LOG_TEMPLATE);
+	fd = mkstemps(path, SHELL_LOG_SUFFIX_LEN);
+	if (fd < 0)
+		return NULL;
+	stream = fdopen(fd, "w");
+	if (!stream) {
+		close(fd);
+		return NULL;
+	}
+	setvbuf(stream, NULL, _IOLBF, 0);
+	log_set_stream(stream);
+	return stream;
+}
+
+int cli_shell_run(const struct cli_globals *globals, int argc, char **argv)
+{
+	struct cli_shell_session s;
+	struct guest_image_paths image;
+	struct sandbox *sandbox = NULL;
+	char err[SHELL_ERROR_MAX], log_path[SHELL_ERROR_MAX] = "";
+	FILE *log_stream = NULL;
+	int status = CLI_EXIT_SANDBOX_FAILURE;
+	int rc;
+
+	(void)globals;
+	memset(&s, 0, sizeof(s));
+	s.closed_pipe[0] = s.closed_pipe[1] = -1;
+	rc = cli_shell_parse(argc, argv, &s);
+	if (rc != 0)
+		return rc < 0 ? CLI_EXIT_OK : rc;
+	if (guest_image_resolve(s.sandbox.kernel_path, s.sandbox.initramfs_path, &image, err,
+				sizeof(err)) < 0) {
+		fprintf(stderr, "voidbox shell: %s\n", err);
+		return CLI_EXIT_SANDBOX_FAILURE;
+	}
+	s.sandbox.kernel_path = image.kernel;
+	s.sandbox.initramfs_path = image.initramfs[0] ? image.initramfs : NULL;
+	if (pipe2(s.closed_pipe, O_CLOEXEC) < 0 ||
+	    pipe2(shell_winch_pipe, O_CLOEXEC | O_NONBLOCK) < 0) {
+		fprintf(stderr, "voidbox shell: cannot create pipes: %s\n", strerror(errno));
+		goto out;
+	}
+	log_stream = cli_shell_quiet_log(log_path, sizeof(log_path));
+	rc = sandbox_start(&s.sandbox, &sandbox, err, sizeof(err));
+	if (rc < 0) {
+		fprintf(stderr, "voidbox shell: %s\n", err);
+		goto out;
+	}
+	status = cli_shell_session_run(&s, sandbox);
+out:
+	sandbox_destroy(sandbox, status == CLI_EXIT_SANDBOX_FAILURE);
+	if (log_stream) {
+		log_set_stream(stderr);
+		fclose(log_stream);
+		if (status == CLI_EXIT_SANDBOX_FAILURE)
+			fprintf(stderr, "voidbox shell: voidbox's log is in %s\n", log_path);
+		else
+			unlink(log_path);
+	}
+	for (int i = 0; i < 2; i++) {
+		if (s.closed_pipe[i] >= 0)
+			close(s.closed_pipe[i]);
+		if (shell_winch_pipe[i] >= 0)
+			close(shell_winch_pipe[i]);
+		shell_winch_pipe[i] = -1;
+	}
+	return status;
+}
