@@ -5,6 +5,7 @@
  */
 #include "vmm/boot.h"
 
+#include <elf.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <linux/kvm.h>
@@ -86,6 +87,22 @@
 #define EFER_LME 0x100ULL
 #define EFER_LMA 0x400ULL
 #define RFLAGS_RESERVED_ONE 0x2ULL
+
+/* An ELF vmlinux has no setup header: these stand in for the bzImage's. */
+#define ELF_SYNTH_PROTOCOL 0x020f
+#define ELF_SYNTH_CMDLINE_SIZE 2047
+#define ELF_SYNTH_INITRD_ADDR_MAX 0x7fffffffU
+#define BOOT_KERNEL_MIN_ADDR HIGH_MEMORY_START /* segments never overwrite boot data */
+
+/* Where the kernel went and what its header allows. */
+struct boot_kernel {
+	uint64_t load_addr;
+	uint64_t entry;
+	uint64_t end;
+	uint32_t cmdline_size;
+	uint32_t initrd_addr_max;
+	size_t setup_header_end; /* 0: no bzImage header, synthesize one */
+};
 
 /* Initramfs memory estimate. */
 #define GZIP_MAGIC0 0x1f
@@ -264,8 +281,22 @@ static void boot_write_gdt(uint8_t *low)
 	memcpy(low + BOOT_GDT_ADDR, gdt, sizeof(gdt));
 }
 
+/* Setup-header fields a loader must provide when the kernel is an ELF without one. */
+static void boot_synthesize_header(uint8_t *zp)
+{
+	uint16_t boot_flag = BOOT_FLAG_MAGIC;
+	uint16_t version = ELF_SYNTH_PROTOCOL;
+
+	memcpy(zp + HDR_BOOT_FLAG, &boot_flag, sizeof(boot_flag));
+	write32(zp + HDR_MAGIC, HDRS_MAGIC);
+	memcpy(zp + HDR_VERSION, &version, sizeof(version));
+	write32(zp + HDR_INITRD_ADDR_MAX, ELF_SYNTH_INITRD_ADDR_MAX);
+	write32(zp + HDR_KERNEL_ALIGNMENT, (uint32_t)PAGE_SIZE_2M);
+	write32(zp + HDR_CMDLINE_SIZE, ELF_SYNTH_CMDLINE_SIZE);
+}
+
 static int boot_write_zero_page(struct guest_memory *mem, const struct boot_config *cfg,
-				const struct bzimage_info *info, uint64_t initrd_addr)
+				const struct boot_kernel *kernel, uint64_t initrd_addr)
 {
 	uint8_t *zp = guest_memory_ptr(mem, BOOT_ZERO_PAGE_ADDR, ZERO_PAGE_SIZE);
 	struct e820_entry table[BOOT_E820_MAX];
@@ -274,8 +305,11 @@ static int boot_write_zero_page(struct guest_memory *mem, const struct boot_conf
 	if (!zp)
 		return -EFAULT;
 	memset(zp, 0, ZERO_PAGE_SIZE);
-	memcpy(zp + HDR_SETUP_SECTS, cfg->kernel + HDR_SETUP_SECTS,
-	       info->setup_header_end - HDR_SETUP_SECTS);
+	if (kernel->setup_header_end)
+		memcpy(zp + HDR_SETUP_SECTS, cfg->kernel + HDR_SETUP_SECTS,
+		       kernel->setup_header_end - HDR_SETUP_SECTS);
+	else
+		boot_synthesize_header(zp);
 	zp[HDR_TYPE_OF_LOADER] = LOADER_TYPE_UNDEFINED;
 	zp[HDR_LOADFLAGS] |= LOADFLAGS_LOADED_HIGH;
 	write32(zp + HDR_CMD_LINE_PTR, (uint32_t)BOOT_CMDLINE_ADDR);
@@ -309,36 +343,125 @@ static uint64_t boot_kernel_address(const struct bzimage_info *info)
 	return (addr + align - 1) & ~(align - 1);
 }
 
-int boot_load_linux(struct guest_memory *mem, const struct boot_config *cfg,
-		    struct boot_result *result, char *err, size_t errlen)
+static int boot_place_bzimage(struct guest_memory *mem, const struct boot_config *cfg,
+			      struct boot_kernel *kernel, char *err, size_t errlen)
 {
 	struct bzimage_info info;
-	uint64_t low_end = guest_memory_low_end(mem);
-	size_t cmdline_len = strlen(cfg->cmdline);
 	int rc = bzimage_parse(cfg->kernel, cfg->kernel_size, &info, err, errlen);
 
 	if (rc < 0)
 		return rc;
-	if (info.cmdline_size && cmdline_len > info.cmdline_size) {
-		snprintf(err, errlen, "kernel command line is %zu bytes, this kernel accepts %u: "
-			 "shorten the extra arguments", cmdline_len, info.cmdline_size);
-		return -E2BIG;
-	}
-	result->kernel_addr = boot_kernel_address(&info);
-	result->entry = result->kernel_addr + ENTRY_64_OFFSET;
-	uint64_t kernel_end = result->kernel_addr + info.init_size;
-
-	if (kernel_end > low_end) {
+	kernel->load_addr = boot_kernel_address(&info);
+	kernel->entry = kernel->load_addr + ENTRY_64_OFFSET;
+	kernel->end = kernel->load_addr + info.init_size;
+	kernel->cmdline_size = info.cmdline_size;
+	kernel->initrd_addr_max = info.initrd_addr_max;
+	kernel->setup_header_end = info.setup_header_end;
+	if (kernel->end > guest_memory_low_end(mem)) {
 		snprintf(err, errlen, "kernel needs %" PRIu64 " MiB of low memory: give the VM "
-			 "more memory", (uint64_t)(kernel_end / GUEST_MEMORY_MIB + 1));
+			 "more memory", kernel->end / GUEST_MEMORY_MIB + 1);
 		return -ENOMEM;
 	}
-	if (boot_copy(mem, result->kernel_addr, cfg->kernel + info.setup_size, info.kernel_size) ||
-	    boot_copy(mem, BOOT_CMDLINE_ADDR, cfg->cmdline, cmdline_len + 1))
+	if (boot_copy(mem, kernel->load_addr, cfg->kernel + info.setup_size, info.kernel_size))
+		return -EFAULT;
+	return 0;
+}
+
+bool boot_is_elf(const uint8_t *image, size_t size)
+{
+	return size >= SELFMAG && memcmp(image, ELFMAG, SELFMAG) == 0;
+}
+
+static int boot_elf_segment(struct guest_memory *mem, const struct boot_config *cfg,
+			    const Elf64_Phdr *ph, struct boot_kernel *kernel, char *err,
+			    size_t errlen)
+{
+	uint8_t *dst;
+
+	if (ph->p_filesz > ph->p_memsz || ph->p_offset > cfg->kernel_size ||
+	    ph->p_filesz > cfg->kernel_size - ph->p_offset) {
+		snprintf(err, errlen, "kernel ELF segment lies outside the file: the file is "
+			 "damaged");
+		return -EINVAL;
+	}
+	dst = guest_memory_ptr(mem, ph->p_paddr, ph->p_memsz);
+	if (!dst || ph->p_paddr < BOOT_KERNEL_MIN_ADDR) {
+		snprintf(err, errlen, "kernel ELF segment at 0x%" PRIx64 " (+%" PRIu64 " bytes) "
+			 "does not fit in guest RAM: give the VM more memory",
+			 (uint64_t)ph->p_paddr, (uint64_t)ph->p_memsz);
+		return -ENOMEM;
+	}
+	memcpy(dst, cfg->kernel + ph->p_offset, ph->p_filesz);
+	memset(dst + ph->p_filesz, 0, ph->p_memsz - ph->p_filesz);
+	if (!kernel->load_addr || ph->p_paddr < kernel->load_addr)
+		kernel->load_addr = ph->p_paddr;
+	if (ph->p_paddr + ph->p_memsz > kernel->end)
+		kernel->end = ph->p_paddr + ph->p_memsz;
+	return 0;
+}
+
+static int boot_place_elf(struct guest_memory *mem, const struct boot_config *cfg,
+			  struct boot_kernel *kernel, char *err, size_t errlen)
+{
+	Elf64_Ehdr eh;
+	int rc;
+
+	if (cfg->kernel_size < sizeof(eh))
+		goto bad;
+	memcpy(&eh, cfg->kernel, sizeof(eh));
+	if (eh.e_ident[EI_CLASS] != ELFCLASS64 || eh.e_machine != EM_X86_64 ||
+	    eh.e_phentsize != sizeof(Elf64_Phdr) || eh.e_phoff > cfg->kernel_size ||
+	    (uint64_t)eh.e_phnum * sizeof(Elf64_Phdr) > cfg->kernel_size - eh.e_phoff)
+		goto bad;
+	for (uint16_t i = 0; i < eh.e_phnum; i++) {
+		Elf64_Phdr ph;
+
+		memcpy(&ph, cfg->kernel + eh.e_phoff + i * sizeof(ph), sizeof(ph));
+		if (ph.p_type != PT_LOAD)
+			continue;
+		rc = boot_elf_segment(mem, cfg, &ph, kernel, err, errlen);
+		if (rc < 0)
+			return rc;
+	}
+	if (!kernel->end || eh.e_entry < kernel->load_addr || eh.e_entry >= kernel->end)
+		goto bad;
+	kernel->entry = eh.e_entry;
+	kernel->cmdline_size = ELF_SYNTH_CMDLINE_SIZE;
+	kernel->initrd_addr_max = ELF_SYNTH_INITRD_ADDR_MAX;
+	kernel->setup_header_end = 0;
+	return 0;
+bad:
+	snprintf(err, errlen, "kernel is not a loadable x86-64 ELF vmlinux: pass a bzImage or "
+		 "an uncompressed vmlinux");
+	return -ENOEXEC;
+}
+
+int boot_load_linux(struct guest_memory *mem, const struct boot_config *cfg,
+		    struct boot_result *result, char *err, size_t errlen)
+{
+	struct boot_kernel kernel = { 0 };
+	uint64_t low_end = guest_memory_low_end(mem);
+	size_t cmdline_len = strlen(cfg->cmdline);
+	int rc;
+
+	if (boot_is_elf(cfg->kernel, cfg->kernel_size))
+		rc = boot_place_elf(mem, cfg, &kernel, err, errlen);
+	else
+		rc = boot_place_bzimage(mem, cfg, &kernel, err, errlen);
+	if (rc < 0)
+		return rc;
+	if (kernel.cmdline_size && cmdline_len > kernel.cmdline_size) {
+		snprintf(err, errlen, "kernel command line is %zu bytes, this kernel accepts %u: "
+			 "shorten the extra arguments", cmdline_len, kernel.cmdline_size);
+		return -E2BIG;
+	}
+	result->kernel_addr = kernel.load_addr;
+	result->entry = kernel.entry;
+	if (boot_copy(mem, BOOT_CMDLINE_ADDR, cfg->cmdline, cmdline_len + 1))
 		return -EFAULT;
 	result->initrd_addr = 0;
 	if (cfg->initrd && cfg->initrd_size) {
-		if (boot_initrd_place(cfg->initrd_size, info.initrd_addr_max, low_end, kernel_end,
+		if (boot_initrd_place(cfg->initrd_size, kernel.initrd_addr_max, low_end, kernel.end,
 				      &result->initrd_addr) < 0) {
 			snprintf(err, errlen, "initramfs of %zu MiB does not fit in guest memory "
 				 "below %" PRIu64 " MiB: give the VM more memory",
@@ -355,7 +478,7 @@ int boot_load_linux(struct guest_memory *mem, const struct boot_config *cfg,
 		return -EFAULT;
 	boot_write_page_tables(low);
 	boot_write_gdt(low);
-	return boot_write_zero_page(mem, cfg, &info, result->initrd_addr);
+	return boot_write_zero_page(mem, cfg, &kernel, result->initrd_addr);
 }
 
 static void boot_segment(struct kvm_segment *seg, uint16_t index, uint8_t type, bool code)

@@ -1,5 +1,5 @@
 /*
- * Linux x86 boot: parse a bzImage setup header, place kernel, initramfs, command line and
+ * Linux x86 boot: parse a bzImage setup header (or an ELF vmlinux), place kernel, initramfs, command line and
  * zero page in guest RAM, and describe RAM with an e820 table. The arithmetic (header checks,
  * e820, initramfs placement, memory estimate) is exposed separately so it is unit-tested
  * without a VM; boot_load_linux() strings it together.
@@ -76,7 +76,14 @@ int boot_initrd_place(uint64_t size, uint64_t initrd_addr_max, uint64_t low_ram_
  * other formats are estimated at four times their size.
  */
 uint64_t boot_initramfs_min_memory(const uint8_t *data, size_t size);
-/* Writes kernel, initramfs, command line, zero page, GDT and page tables into guest RAM. */
+/* True when the kernel file is an ELF (an uncompressed vmlinux) rather than a bzImage. */
+bool boot_is_elf(const uint8_t *image, size_t size);
+/*
+ * Writes kernel, initramfs, command line, zero page, GDT and page tables into guest RAM.
+ * The kernel is a bzImage (entered at its 64-bit entry, decompressing itself) or an ELF
+ * vmlinux (segments at their physical addresses, entered at e_entry; no decompression in
+ * the guest, and no KASLR, which the bzImage's decompressor would have applied).
+ */
 int boot_load_linux(struct guest_memory *mem, const struct boot_config *cfg,
 		    struct boot_result *result, char *err, size_t errlen);
 
