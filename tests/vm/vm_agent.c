@@ -1,0 +1,308 @@
+/*
+ * Agents in real VMs: a pipeline whose first stage fans out to three boxes and whose second
+ * stage merges them (four VMs, three at once), run through `voidbox run` with the mock
+ * claude-code, must produce the report the mock's knobs predict (tokens, cost, turns, tool
+ * calls, result text carried between stages); and `voidbox shell`, driven through a pty like
+ * a user at a terminal, must run a command and exit with the guest's exit code.
+ *
+ * The test image is the built default image plus the mock agent: the test appends a second
+ * cpio archive holding /usr/local/bin/claude-code to a copy of the default initramfs (the
+ * kernel unpacks concatenated archives in order), so no extra image build or download is
+ * needed. Boots are the cost here (five in all), so every check shares them.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <pty.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <jansson.h>
+
+#include "harness.h"
+#include "store/cpio_newc.h"
+#include "store/guest_image.h"
+#include "vmm/kvm.h"
+
+#define TEST_COPY_CHUNK 65536
+#define TEST_RUN_OUTPUT_MAX (1u << 20)
+#define TEST_RUN_TIMEOUT_SECS 900
+#define TEST_SHELL_TIMEOUT_SECS 300
+#define TEST_SHELL_EXIT 3
+#define TEST_BOXES 4
+#define TEST_INPUT_TOKENS 1000
+#define TEST_OUTPUT_TOKENS 200
+#define TEST_COST 0.5
+#define TEST_MULTI_TOOL_TOOLS 5
+#define TEST_MULTI_TOOL_TURNS 3
+#define TEST_MS_PER_SEC 1000
+
+static const char *voidbox_cli;
+static const char *mock_agent;
+static struct guest_image_paths image;
+static char test_initramfs[] = "/tmp/voidbox-agent-initramfs-XXXXXX";
+
+static const char pipeline_spec[] =
+	"api_version: v1\n"
+	"kind: pipeline\n"
+	"name: vm-fanout\n"
+	"sandbox:\n"
+	"  mode: local\n"
+	"  memory_mb: 256\n"
+	"  vcpus: 1\n"
+	"  env:\n"
+	"    MOCK_CLAUDE_SCENARIO: multi_tool\n"
+	"    MOCK_CLAUDE_INPUT_TOKENS: \"1000\"\n"
+	"    MOCK_CLAUDE_OUTPUT_TOKENS: \"200\"\n"
+	"    MOCK_CLAUDE_COST: \"0.5\"\n"
+	"pipeline:\n"
+	"  boxes:\n"
+	"    - {name: alpha, prompt: Review alpha, skills: [\"agent:claude-code\"]}\n"
+	"    - {name: beta, prompt: Review beta, skills: [\"agent:claude-code\"]}\n"
+	"    - {name: gamma, prompt: Review gamma, skills: [\"agent:claude-code\"]}\n"
+	"    - name: writer\n"
+	"      prompt: Merge the reviews\n"
+	"      skills: [\"agent:claude-code\", {name: tone, content: Be brief.}]\n"
+	"  stages:\n"
+	"    - {type: fan_out, boxes: [alpha, beta, gamma]}\n"
+	"    - {type: box, name: writer}\n";
+
+static int sink_write(void *ctx, const void *data, size_t len)
+{
+	return fwrite(data, 1, len, ctx) == len ? 0 : -EIO;
+}
+
+/* A copy of the default initramfs with a second archive holding the mock claude-code. */
+static int build_test_initramfs(void)
+{
+	char buf[TEST_COPY_CHUNK];
+	struct cpio_writer writer;
+	FILE *in, *out;
+	size_t got;
+	int fd, rc = 0;
+
+	fd = mkstemp(test_initramfs);
+	if (fd < 0)
+		return -errno;
+	out = fdopen(fd, "wb");
+	in = fopen(image.initramfs, "rb");
+	if (!out || !in) {
+		if (out)
+			fclose(out);
+		if (in)
+			fclose(in);
+		return -EIO;
+	}
+	while ((got = fread(buf, 1, sizeof(buf), in)) > 0)
+		if (fwrite(buf, 1, got, out) != got)
+			rc = -EIO;
+	fclose(in);
+	/* archives start 4-byte aligned; a newc archive's length already is */
+	cpio_writer_init(&writer, sink_write, out, 0);
+	if (rc == 0)
+		rc = cpio_writer_add_directory(&writer, "usr", 0755);
+	if (rc == 0)
+		rc = cpio_writer_add_directory(&writer, "usr/local", 0755);
+	if (rc == 0)
+		rc = cpio_writer_add_directory(&writer, "usr/local/bin", 0755);
+	if (rc == 0)
+		rc = cpio_writer_add_file_from_path(&writer, "usr/local/bin/claude-code", 0755,
+						    mock_agent);
+	if (rc == 0)
+		rc = cpio_writer_finish(&writer);
+	if (fclose(out) != 0 && rc == 0)
+		rc = -EIO;
+	return rc;
+}
+
+static long now_secs(void)
+{
+	struct timespec now;
+
+	clock_gettime(CLOCK_MONOTONIC, &now);
+	return (long)now.tv_sec;
+}
+
+/* Waits for pid up to timeout_secs, killing it after; returns its wait status or -1. */
+static int wait_bounded(pid_t pid, long timeout_secs)
+{
+	long deadline = now_secs() + timeout_secs;
+	int status;
+
+	while (now_secs() < deadline) {
+		pid_t done = waitpid(pid, &status, WNOHANG);
+
+		if (done == pid)
+			return status;
+		usleep(TEST_MS_PER_SEC * 100);
+	}
+	kill(pid, SIGKILL);
+	waitpid(pid, &status, 0);
+	return -1;
+}
+
+static json_t *run_pipeline(int *status)
+{
+	char spec_path[] = "/tmp/voidbox-agent-spec-XXXXXX.yaml";
+	char out_path[] = "/tmp/voidbox-agent-out-XXXXXX";
+	char *argv[] = { "voidbox", "--output", "json", "run", "--file", spec_path, NULL };
+	int spec_fd = mkstemps(spec_path, 5), out_fd = mkstemp(out_path);
+	json_t *report;
+	pid_t pid;
+
+	if (spec_fd < 0 || out_fd < 0 ||
+	    write(spec_fd, pipeline_spec, strlen(pipeline_spec)) != (ssize_t)strlen(pipeline_spec))
+		return NULL;
+	close(spec_fd);
+	pid = fork();
+	if (pid == 0) {
+		dup2(out_fd, STDOUT_FILENO);
+		setenv(GUEST_IMAGE_ENV_INITRAMFS, test_initramfs, 1);
+		setenv(GUEST_IMAGE_ENV_KERNEL, image.kernel, 1);
+		setenv("VOIDBOX_MAX_PARALLEL_VMS", "3", 1);
+		execv(voidbox_cli, argv);
+		_exit(127);
+	}
+	*status = wait_bounded(pid, TEST_RUN_TIMEOUT_SECS);
+	report = json_load_file(out_path, 0, NULL);
+	if (!report) {
+		char command[128];
+
+		snprintf(command, sizeof(command), "cat %s >&2", out_path);
+		if (system(command) != 0)
+			fprintf(stderr, "(no report output)\n");
+	}
+	close(out_fd);
+	unlink(out_path);
+	unlink(spec_path);
+	return report;
+}
+
+static void test_pipeline_fan_out_report(void)
+{
+	int status = -1;
+	json_t *report = run_pipeline(&status);
+	json_t *stages = json_object_get(report, "stages");
+	const char *output = json_string_value(json_object_get(report, "output"));
+	json_t *stage;
+	size_t i;
+
+	CHECK(report != NULL);
+	CHECK(status >= 0 && WIFEXITED(status) && WEXITSTATUS(status) == 0);
+	CHECK(json_is_true(json_object_get(report, "success")));
+	if (!json_is_true(json_object_get(report, "success")))
+		fprintf(stderr, "  error: %s\n",
+			json_string_value(json_object_get(report, "error")));
+	CHECK_INT_EQ((long)json_array_size(stages), TEST_BOXES);
+	CHECK_INT_EQ((long)json_integer_value(json_object_get(report, "input_tokens")),
+		     TEST_BOXES * TEST_INPUT_TOKENS);
+	CHECK_INT_EQ((long)json_integer_value(json_object_get(report, "output_tokens")),
+		     TEST_BOXES * TEST_OUTPUT_TOKENS);
+	CHECK(json_real_value(json_object_get(report, "total_cost_usd")) > TEST_BOXES * TEST_COST -
+									      0.0001);
+	CHECK(json_real_value(json_object_get(report, "total_cost_usd")) < TEST_BOXES * TEST_COST +
+									      0.0001);
+	json_array_foreach(stages, i, stage) {
+		CHECK(json_is_true(json_object_get(stage, "success")));
+		CHECK_INT_EQ((long)json_integer_value(json_object_get(stage, "turns")),
+			     TEST_MULTI_TOOL_TURNS);
+		CHECK_INT_EQ((long)json_integer_value(json_object_get(stage, "tool_calls")),
+			     TEST_MULTI_TOOL_TOOLS);
+	}
+	CHECK_STR_EQ(json_string_value(json_object_get(json_array_get(stages, 1), "output")),
+		     "mock: completed 'Review beta'; skills: none; mcp: none");
+	/* the writer found its inline skill, and its output (the report's) names its prompt */
+	CHECK_STR_EQ(json_string_value(json_object_get(json_array_get(stages, 3), "output")),
+		     "mock: completed 'Merge the reviews'; skills: tone; mcp: none");
+	CHECK(output && strstr(output, "mock: completed 'Merge the reviews'"));
+	json_decref(report);
+}
+
+/* Reads what the pty has until needle shows up or timeout; returns true when it did. */
+static bool pty_expect(int fd, char *seen, size_t cap, size_t *len, const char *needle,
+		       long timeout_secs)
+{
+	long deadline = now_secs() + timeout_secs;
+	struct pollfd pfd = { .fd = fd, .events = POLLIN };
+
+	while (now_secs() < deadline) {
+		ssize_t got;
+
+		seen[*len] = '\0';
+		if (strstr(seen, needle))
+			return true;
+		if (poll(&pfd, 1, TEST_MS_PER_SEC) <= 0)
+			continue;
+		got = read(fd, seen + *len, cap - 1 - *len);
+		if (got <= 0)
+			return false;
+		*len += (size_t)got;
+	}
+	return false;
+}
+
+static void test_shell_exit_code(void)
+{
+	static char seen[TEST_RUN_OUTPUT_MAX];
+	struct winsize size = { .ws_row = 30, .ws_col = 100 };
+	char *argv[] = { "voidbox", "shell", "--program", "sh", "--kernel", image.kernel,
+			 "--initramfs", test_initramfs, NULL };
+	size_t len = 0;
+	int master, status;
+	pid_t pid = forkpty(&master, NULL, NULL, &size);
+
+	CHECK(pid >= 0);
+	if (pid < 0)
+		return;
+	if (pid == 0) {
+		execv(voidbox_cli, argv);
+		_exit(127);
+	}
+	/* the guest shell prints a prompt once the session is up; then type like a user */
+	if (!pty_expect(master, seen, sizeof(seen), &len, "$ ", TEST_SHELL_TIMEOUT_SECS) &&
+	    !pty_expect(master, seen, sizeof(seen), &len, "# ", 1))
+		fprintf(stderr, "  no prompt seen; the terminal showed: %s\n", seen);
+	CHECK(write(master, "echo size=$(stty size)\r", 23) == 23);
+	CHECK(pty_expect(master, seen, sizeof(seen), &len, "size=30 100", 60));
+	CHECK(write(master, "exit 3\r", 7) == 7);
+	pty_expect(master, seen, sizeof(seen), &len, "\x01never", 5);
+	status = wait_bounded(pid, 60);
+	CHECK(status >= 0 && WIFEXITED(status));
+	CHECK_INT_EQ(WIFEXITED(status) ? WEXITSTATUS(status) : -1, TEST_SHELL_EXIT);
+	/* nothing but the session reaches the terminal: no log lines before the prompt */
+	CHECK(strstr(seen, "voidbox:") == NULL);
+	close(master);
+}
+
+int main(int argc, char **argv)
+{
+	char why[512], err[1024];
+	int rc;
+
+	if (argc < 3) {
+		fprintf(stderr, "usage: %s PATH-TO-voidbox PATH-TO-voidbox-mock-claude\n", argv[0]);
+		return 2;
+	}
+	voidbox_cli = argv[1];
+	mock_agent = argv[2];
+	setvbuf(stdout, NULL, _IOLBF, 0);
+	if (!kvm_probe_usable(why, sizeof(why)))
+		harness_skip_all(why);
+	if (guest_image_resolve(NULL, NULL, &image, err, sizeof(err)) < 0)
+		harness_skip_all(err);
+	rc = build_test_initramfs();
+	if (rc < 0) {
+		fprintf(stderr, "FAIL: cannot build the test initramfs: %s\n", strerror(-rc));
+		return 1;
+	}
+	RUN_TEST(test_pipeline_fan_out_report);
+	RUN_TEST(test_shell_exit_code);
+	unlink(test_initramfs);
+	return harness_finish();
+}
