@@ -2,12 +2,18 @@
  * `voidbox run --file SPEC`: load a spec, refuse what this build cannot run (with the spec's
  * own positions and hints) before anything boots, dispatch by kind, print the run report.
  *
+ * A `kind: sandbox` spec boots its box, runs `echo ready` in it, says so on stderr and keeps
+ * the box up until SIGINT or SIGTERM; both signals are blocked before the box opens, so every
+ * thread the box starts inherits the mask and only sigwait() here receives them.
+ *
  * The report goes to stdout (human or --output json) and progress to the logger on stderr,
  * so `voidbox --output json run ...` is machine-readable as a whole. The exit status is 0
  * only when the run succeeded: 1 for a failed run or a spec that cannot run, 2 for usage.
  */
 #include <errno.h>
 #include <getopt.h>
+#include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,6 +31,10 @@
 
 #define CLI_RUN_MAX_TIMEOUT_SECS (24u * 3600u)
 #define CLI_RUN_DECIMAL 10
+#define CLI_RUN_ERROR_MAX 1024
+/* a sandbox spec may use what a workflow may: the same box runs it */
+#define CLI_RUN_SANDBOX_FEATURES WORKFLOW_SUPPORTED_FEATURES
+static const char *const cli_run_ready_args[] = { "ready" };
 
 enum cli_run_option {
 	CLI_RUN_OPT_FILE = 1000,
@@ -56,6 +66,7 @@ static void cli_run_usage(FILE *out)
 		"usage: voidbox run --file SPEC [--input TEXT] [--sandbox-mode auto|mock|local]\n"
 		"                   [--step-timeout S] [--serial-log PATH]\n\n"
 		"Runs a workflow, agent or pipeline spec and prints its run report (docs/runtime.md);\n"
+		"a sandbox spec boots, runs `echo ready` and stays up until Ctrl-C.\n"
 		"with the global --output json the report is JSON. Exits 0 only when the run succeeded.\n\n"
 		"  --file SPEC          the YAML or JSON spec to run\n"
 		"  --input TEXT         workflow: stdin of every step without stdin_from;\n"
@@ -178,9 +189,8 @@ static bool cli_run_check(const struct spec *spec, struct run_report *report)
 		errors = pipeline_check(spec, &diag);
 		break;
 	case SPEC_KIND_SANDBOX:
-		run_report_set_error(report,
-				     "kind sandbox is not supported yet by `voidbox run`; use `voidbox exec` or `voidbox shell` for a VM of your own");
-		return false;
+		errors = spec_check_supported(spec, CLI_RUN_SANDBOX_FEATURES, &diag);
+		break;
 	}
 	if (errors > 0) {
 		spec_diagnostics_print(&diag, stderr);
@@ -189,6 +199,70 @@ static bool cli_run_check(const struct spec *spec, struct run_report *report)
 	}
 	spec_diagnostics_free(&diag);
 	return errors == 0;
+}
+
+/* Runs `echo ready` in the box as the report's one stage. True when it printed. */
+static bool cli_run_sandbox_ready(struct box *box, struct run_report *report)
+{
+	struct box_exec_request req = { .program = "echo", .args = cli_run_ready_args,
+					.arg_count = 1 };
+	struct box_exec_result result;
+	struct run_stage *stage = run_report_add_stage(report, "ready");
+	bool ok;
+
+	if (!stage) {
+		run_report_set_error(report, "out of memory");
+		return false;
+	}
+	box_exec(box, &req, &result);
+	stage->ran = true;
+	stage->exit_code = result.exit_code;
+	stage->duration_ms = result.duration_ms;
+	ok = result.exit_code == 0 && !result.error;
+	stage->success = ok;
+	stage->is_error = !ok;
+	run_stage_set_output(stage, result.stdout_data, result.stdout_len);
+	run_report_set_output(report, result.stdout_data, result.stdout_len);
+	if (!ok)
+		run_report_set_error(report, "the sandbox did not run `echo ready`: %s",
+				     result.error ? result.error : result.stderr_data);
+	box_exec_result_free(&result);
+	return ok;
+}
+
+/* kind sandbox: boot, `echo ready`, wait for SIGINT or SIGTERM, stop. */
+static void cli_run_sandbox(const struct spec *spec, const struct cli_run_args *args,
+			    struct run_report *report)
+{
+	char err[CLI_RUN_ERROR_MAX];
+	struct box_config cfg;
+	struct box *box = NULL;
+	sigset_t stop_signals, previous;
+	int signal_number;
+
+	sigemptyset(&stop_signals);
+	sigaddset(&stop_signals, SIGINT);
+	sigaddset(&stop_signals, SIGTERM);
+	pthread_sigmask(SIG_BLOCK, &stop_signals, &previous);
+	box_config_from_spec(&cfg, spec, NULL);
+	if (args->workflow.override_mode)
+		cfg.mode = args->workflow.mode;
+	cfg.serial_log_path = args->workflow.serial_log_path;
+	if (box_open(&cfg, &box, err, sizeof(err)) < 0) {
+		run_report_set_error(report, "%s", err);
+		goto out;
+	}
+	run_report_set_sandbox_mode(report, box_mode_name(box_mode(box)));
+	if (cli_run_sandbox_ready(box, report)) {
+		fprintf(stderr, "voidbox run: sandbox \"%s\" is ready (%s); press Ctrl-C to stop it\n",
+			spec->name, box_mode_name(box_mode(box)));
+		fflush(stderr);
+		sigwait(&stop_signals, &signal_number);
+		report->success = true;
+	}
+out:
+	box_close(box, !report->success);
+	pthread_sigmask(SIG_SETMASK, &previous, NULL);
 }
 
 /* Runs a loaded spec into report, dispatching by kind. */
@@ -214,7 +288,8 @@ static void cli_run_dispatch(const struct spec *spec, const struct cli_run_args 
 		pipeline_run(spec, &pipeline, report);
 		return;
 	case SPEC_KIND_SANDBOX:
-		break;
+		cli_run_sandbox(spec, args, report);
+		return;
 	}
 }
 

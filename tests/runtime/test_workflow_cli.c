@@ -7,6 +7,7 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,6 +29,7 @@ static char temp_dir[] = "/tmp/voidbox-cli-test-XXXXXX";
 /* everything the tests write into temp_dir, removed at the end */
 static const char *const temp_files[] = {
 	"stdout", "stderr", "fail.yaml", "input.yaml", "mounts.yaml", "cycle.yaml", "inspect.yaml",
+	"sandbox.yaml",
 };
 
 struct cli_result {
@@ -196,6 +198,45 @@ static void test_run_refuses_unsupported(void)
 	CHECK(strstr(result.out, "FAILED") != NULL);
 }
 
+/* kind sandbox: "is ready" on stderr, then it stays up until SIGTERM and exits 0. */
+static void test_run_sandbox_kind_waits_for_signal(void)
+{
+	static char err[TEST_OUTPUT_MAX];
+	char path[TEST_PATH_MAX], out_path[TEST_PATH_MAX];
+	int pipe_fds[2], status = -1, out_fd;
+	size_t used = 0;
+	ssize_t n;
+	pid_t pid;
+
+	write_spec("sandbox.yaml", "kind: sandbox\nname: idle\nsandbox: {mode: mock}\n", path,
+		   sizeof(path));
+	snprintf(out_path, sizeof(out_path), "%s/stdout", temp_dir);
+	CHECK(pipe(pipe_fds) == 0);
+	pid = fork();
+	if (pid == 0) {
+		out_fd = open(out_path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+		dup2(out_fd, STDOUT_FILENO);
+		dup2(pipe_fds[1], STDERR_FILENO);
+		close(pipe_fds[0]);
+		execl(voidbox_path, voidbox_path, "run", "--file", path, (char *)NULL);
+		_exit(127);
+	}
+	close(pipe_fds[1]);
+	/* read until the ready line (or EOF if it exited instead of waiting) */
+	while (!strstr(err, "is ready") && used + 1 < sizeof(err) &&
+	       (n = read(pipe_fds[0], err + used, sizeof(err) - 1 - used)) > 0) {
+		used += (size_t)n;
+		err[used] = '\0';
+	}
+	CHECK(strstr(err, "sandbox \"idle\" is ready (mock)") != NULL);
+	/* still running: it waits for the signal */
+	CHECK_INT_EQ(waitpid(pid, &status, WNOHANG), 0);
+	kill(pid, SIGTERM);
+	CHECK_INT_EQ(waitpid(pid, &status, 0), pid);
+	close(pipe_fds[0]);
+	CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+}
+
 static void test_validate(void)
 {
 	static struct cli_result result;
@@ -303,6 +344,7 @@ int main(int argc, char **argv)
 	RUN_TEST(test_run_example_human_and_json);
 	RUN_TEST(test_run_failure_and_input);
 	RUN_TEST(test_run_refuses_unsupported);
+	RUN_TEST(test_run_sandbox_kind_waits_for_signal);
 	RUN_TEST(test_validate);
 	RUN_TEST(test_inspect);
 	status = harness_finish();
