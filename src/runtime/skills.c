@@ -167,6 +167,7 @@ static int skills_read_file(const char *path, struct skill_plan_item *item, char
 			     SKILLS_FILE_MAX >> 20);
 		return -EFBIG;
 	}
+	data[got] = '\0';
 	item->content = data;
 	item->content_len = got;
 	return 0;
