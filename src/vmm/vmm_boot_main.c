@@ -12,6 +12,7 @@
 
 #include "common/log.h"
 #include "vmm/kvm.h"
+#include "vmm/vmlinux.h"
 #include "vmm/vm.h"
 
 #define DEFAULT_TIMEOUT_S 120
@@ -25,8 +26,12 @@ static void usage(FILE *out)
 {
 	fprintf(out,
 		"usage: voidbox-vmm-boot -k KERNEL [-i INITRAMFS] [-m MB] [-c VCPUS] [-a ARGS]\n"
-		"                        [-l SERIAL_LOG] [-t TIMEOUT_S] [-v VSOCK_SOCKET] [--probe]\n"
-		"Boots the kernel on voidbox's VMM; the console goes to stdout unless -l.\n"
+		"                        [-l SERIAL_LOG] [-t TIMEOUT_S] [-v VSOCK_SOCKET]\n"
+		"       voidbox-vmm-boot --probe\n"
+		"       voidbox-vmm-boot --extract-vmlinux BZIMAGE OUT\n"
+		"Boots the kernel (bzImage or ELF vmlinux) on voidbox's VMM; the console goes to\n"
+		"stdout unless -l. --extract-vmlinux writes the uncompressed vmlinux of an XZ\n"
+		"bzImage, which boots without decompressing in the guest.\n"
 		"Exit status: 0 guest powered off, 1 setup error, 2 usage, 3 other guest exit.\n");
 }
 
@@ -46,6 +51,21 @@ static int run_probe(void)
 
 	printf("%s: %s\n", usable ? "usable" : "unusable", why);
 	return usable ? 0 : 1;
+}
+
+static int run_extract(int argc, char **argv)
+{
+	char err[ERR_LEN];
+
+	if (argc != 4) {
+		usage(stderr);
+		return EXIT_USAGE;
+	}
+	if (vmlinux_extract_file(argv[2], argv[3], err, sizeof(err)) < 0) {
+		fprintf(stderr, "voidbox-vmm-boot: %s\n", err);
+		return 1;
+	}
+	return 0;
 }
 
 static int boot(const struct vm_config *cfg, int timeout_s)
@@ -95,6 +115,8 @@ int main(int argc, char **argv)
 	int opt;
 
 	log_init_from_env();
+	if (argc > 1 && strcmp(argv[1], "--extract-vmlinux") == 0)
+		return run_extract(argc, argv);
 	while ((opt = getopt_long(argc, argv, "k:i:m:c:a:l:t:v:h", options, NULL)) != -1) {
 		switch (opt) {
 		case 'k': cfg.kernel_path = optarg; break;

@@ -3,14 +3,18 @@
  * refusal path), the e820 map, initramfs placement and the memory estimate, and a full
  * boot_load_linux into plain mapped memory whose zero page is then read back field by field.
  */
+#include <elf.h>
 #include <errno.h>
 #include <linux/kvm.h>
+#include <lzma.h>
+#include <stdlib.h>
 #include <stdint.h>
 #include <string.h>
 
 #include "harness.h"
 #include "vmm/boot.h"
 #include "vmm/memory.h"
+#include "vmm/vmlinux.h"
 
 #define SETUP_SECTS 4
 #define SETUP_BYTES ((SETUP_SECTS + 1) * 512)
@@ -290,8 +294,150 @@ static void test_sregs(void)
 	CHECK_INT_EQ(regs.rsi, BOOT_ZERO_PAGE_ADDR);
 }
 
+#define ELF_LOAD_ADDR 0x1000000ULL
+#define ELF_FILESZ 0x3000
+#define ELF_MEMSZ 0x5000
+#define ELF_DATA_OFFSET 0x1000
+
+static uint8_t elf_image[ELF_DATA_OFFSET + ELF_FILESZ];
+
+static void make_elf(uint64_t paddr, uint64_t entry)
+{
+	Elf64_Ehdr eh = { 0 };
+	Elf64_Phdr ph = { 0 };
+
+	memset(elf_image, 0, sizeof(elf_image));
+	memcpy(eh.e_ident, ELFMAG, SELFMAG);
+	eh.e_ident[EI_CLASS] = ELFCLASS64;
+	eh.e_ident[EI_DATA] = ELFDATA2LSB;
+	eh.e_type = ET_EXEC;
+	eh.e_machine = EM_X86_64;
+	eh.e_entry = entry;
+	eh.e_phoff = sizeof(eh);
+	eh.e_phentsize = sizeof(ph);
+	eh.e_phnum = 1;
+	ph.p_type = PT_LOAD;
+	ph.p_offset = ELF_DATA_OFFSET;
+	ph.p_paddr = paddr;
+	ph.p_filesz = ELF_FILESZ;
+	ph.p_memsz = ELF_MEMSZ;
+	memcpy(elf_image, &eh, sizeof(eh));
+	memcpy(elf_image + sizeof(eh), &ph, sizeof(ph));
+	memset(elf_image + ELF_DATA_OFFSET, 0x90, ELF_FILESZ);
+}
+
+static void test_load_elf(void)
+{
+	struct guest_memory mem;
+	struct boot_result result;
+	char err[256] = "";
+	uint8_t initrd[100] = { 1 };
+
+	make_elf(ELF_LOAD_ADDR, ELF_LOAD_ADDR + 0x10);
+	CHECK(boot_is_elf(elf_image, sizeof(elf_image)));
+	CHECK_INT_EQ(guest_memory_plan(&mem, 64, 0, err, sizeof(err)), 0);
+	CHECK_INT_EQ(guest_memory_map(&mem), 0);
+	uint8_t *bss = guest_memory_ptr(&mem, ELF_LOAD_ADDR + ELF_FILESZ, ELF_MEMSZ - ELF_FILESZ);
+
+	if (bss)
+		memset(bss, 0x77, ELF_MEMSZ - ELF_FILESZ); /* must be cleared by the loader */
+	struct boot_config cfg = { .kernel = elf_image, .kernel_size = sizeof(elf_image),
+				   .initrd = initrd, .initrd_size = sizeof(initrd),
+				   .cmdline = "console=ttyS0" };
+
+	CHECK_INT_EQ(boot_load_linux(&mem, &cfg, &result, err, sizeof(err)), 0);
+	CHECK_INT_EQ(result.entry, ELF_LOAD_ADDR + 0x10);
+	CHECK_INT_EQ(result.kernel_addr, ELF_LOAD_ADDR);
+	uint8_t *text = guest_memory_ptr(&mem, ELF_LOAD_ADDR, ELF_MEMSZ);
+
+	CHECK(text && text[0] == 0x90 && text[ELF_FILESZ - 1] == 0x90);
+	CHECK(text && text[ELF_FILESZ] == 0 && text[ELF_MEMSZ - 1] == 0);
+	uint8_t *zp = guest_memory_ptr(&mem, BOOT_ZERO_PAGE_ADDR, 4096);
+
+	CHECK(zp && memcmp(zp + 0x202, "HdrS", 4) == 0);
+	CHECK(zp && zp[0x206] == 0x0f && zp[0x207] == 0x02);
+	CHECK(zp && get32(zp + 0x218) == 62 * MIB);
+	guest_memory_unmap(&mem);
+}
+
+static void test_load_elf_refusals(void)
+{
+	struct guest_memory mem;
+	struct boot_result result;
+	char err[256] = "";
+	struct boot_config cfg = { .kernel = elf_image, .kernel_size = sizeof(elf_image),
+				   .cmdline = "x" };
+
+	CHECK_INT_EQ(guest_memory_plan(&mem, 64, 0, err, sizeof(err)), 0);
+	CHECK_INT_EQ(guest_memory_map(&mem), 0);
+	make_elf(ELF_LOAD_ADDR, ELF_LOAD_ADDR + ELF_MEMSZ); /* entry past the segment */
+	CHECK_INT_EQ(boot_load_linux(&mem, &cfg, &result, err, sizeof(err)), -ENOEXEC);
+	make_elf(128 * MIB, 128 * MIB); /* beyond 64 MiB of RAM */
+	CHECK_INT_EQ(boot_load_linux(&mem, &cfg, &result, err, sizeof(err)), -ENOMEM);
+	CHECK(strstr(err, "more memory") != NULL);
+	make_elf(0x7000, 0x7000); /* would overwrite the zero page */
+	CHECK_INT_EQ(boot_load_linux(&mem, &cfg, &result, err, sizeof(err)), -ENOMEM);
+	make_elf(ELF_LOAD_ADDR, ELF_LOAD_ADDR);
+	cfg.kernel_size = ELF_DATA_OFFSET + 16; /* segment data cut off */
+	CHECK_INT_EQ(boot_load_linux(&mem, &cfg, &result, err, sizeof(err)), -EINVAL);
+	guest_memory_unmap(&mem);
+}
+
+/* A bzImage whose payload is the given bytes. */
+static size_t make_bzimage_with_payload(uint8_t *out, size_t cap, const uint8_t *payload,
+					size_t len)
+{
+	make_bzimage();
+	memcpy(out, image, SETUP_BYTES);
+	memcpy(out + SETUP_BYTES, payload, len);
+	uint32_t offset = 0, length = (uint32_t)len, init = (uint32_t)(len + INIT_SIZE);
+
+	memcpy(out + 0x248, &offset, 4);
+	memcpy(out + 0x24c, &length, 4);
+	memcpy(out + 0x260, &init, 4);
+	return SETUP_BYTES + len <= cap ? SETUP_BYTES + len : 0;
+}
+
+static void test_vmlinux_extract(void)
+{
+	static uint8_t xz[16384], bz[32768];
+	size_t xz_len = 0, bz_len;
+	uint8_t *elf = NULL;
+	size_t elf_len = 0;
+	char err[256] = "";
+
+	make_elf(ELF_LOAD_ADDR, ELF_LOAD_ADDR);
+	CHECK_INT_EQ(lzma_easy_buffer_encode(6, LZMA_CHECK_CRC32, NULL, elf_image,
+					     sizeof(elf_image), xz, &xz_len, sizeof(xz)), LZMA_OK);
+	bz_len = make_bzimage_with_payload(bz, sizeof(bz), xz, xz_len);
+	CHECK(bz_len > 0);
+	CHECK_INT_EQ(vmlinux_extract(bz, bz_len, &elf, &elf_len, err, sizeof(err)), 0);
+	CHECK_INT_EQ(elf_len, sizeof(elf_image));
+	CHECK(elf && memcmp(elf, elf_image, sizeof(elf_image)) == 0);
+	free(elf);
+	elf = NULL;
+
+	/* Corrupt XZ data. */
+	xz[xz_len / 2] ^= 0xff;
+	bz_len = make_bzimage_with_payload(bz, sizeof(bz), xz, xz_len);
+	CHECK_INT_EQ(vmlinux_extract(bz, bz_len, &elf, &elf_len, err, sizeof(err)), -EINVAL);
+	CHECK(elf == NULL);
+	/* A gzip payload is refused with a way out. */
+	const uint8_t gz[16] = { 0x1f, 0x8b, 0x08 };
+
+	bz_len = make_bzimage_with_payload(bz, sizeof(bz), gz, sizeof(gz));
+	CHECK_INT_EQ(vmlinux_extract(bz, bz_len, &elf, &elf_len, err, sizeof(err)), -ENOEXEC);
+	CHECK(strstr(err, "not XZ") != NULL);
+	/* Not a bzImage at all. */
+	CHECK_INT_EQ(vmlinux_extract(elf_image, sizeof(elf_image), &elf, &elf_len, err,
+				     sizeof(err)), -ENOEXEC);
+}
+
 int main(void)
 {
+	RUN_TEST(test_load_elf);
+	RUN_TEST(test_load_elf_refusals);
+	RUN_TEST(test_vmlinux_extract);
 	RUN_TEST(test_bzimage_valid);
 	RUN_TEST(test_bzimage_refusals);
 	RUN_TEST(test_e820_small);
