@@ -507,6 +507,11 @@ int vsock_device_reset_transport(struct vsock_device *dev)
 	return 0;
 }
 
+int vsock_device_kick_fd(const struct vsock_device *dev)
+{
+	return dev->kick_fd;
+}
+
 unsigned int vsock_device_connection_count(struct vsock_device *dev)
 {
 	unsigned int count = 0;

@@ -78,6 +78,13 @@ int vsock_device_reset_transport(struct vsock_device *dev);
 /* VSOCK_WORKER_CALLER only: runs one loop iteration, waiting up to timeout_ms for events. */
 int vsock_device_poll(struct vsock_device *dev, int timeout_ms);
 
+/*
+ * The eventfd that wakes the worker to look at every queue. A QUEUE_NOTIFY register write
+ * only writes it, so a VMM may bind this fd to the notify register with KVM_IOEVENTFD (no
+ * datamatch needed) and keep notifies from ever leaving the kernel. Owned by the device.
+ */
+int vsock_device_kick_fd(const struct vsock_device *dev);
+
 /* Number of live connections (tests and diagnostics). */
 unsigned int vsock_device_connection_count(struct vsock_device *dev);
 

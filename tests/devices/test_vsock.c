@@ -635,6 +635,7 @@ static void test_guest_packets_that_get_rst_or_dropped(void)
 	CHECK_INT_EQ(p.last_hdr.dst_port, 5000);
 	CHECK_INT_EQ(p.last_hdr.src_port, 80);
 
+
 	/* Wrong CIDs are dropped without an answer; the next RST proves the queue moved on. */
 	hdr.src_cid = 7;
 	CHECK(peer_send_raw(&p, &hdr, NULL, 0));
@@ -661,6 +662,35 @@ static void test_guest_packets_that_get_rst_or_dropped(void)
 		peer_step(&p);
 	CHECK_INT_EQ(p.op_counts[VSOCK_OP_RST], 4);
 	CHECK(!virtio_mmio_is_broken(vsock_device_transport(p.dev)));
+	peer_stop(&p);
+}
+
+/* The kick eventfd alone (what KVM_IOEVENTFD would write) gets the queues looked at. */
+static void test_kick_fd_wakes_worker(void)
+{
+	struct peer p;
+	struct vsock_hdr hdr = {
+		.src_cid = GUEST_CID, .dst_cid = VSOCK_HOST_CID, .src_port = 4999, .dst_port = 80,
+		.type = VSOCK_TYPE_STREAM, .op = VSOCK_OP_REQUEST,
+	};
+	unsigned int want = 1;
+	uint64_t one = 1;
+
+	CHECK_INT_EQ(peer_start(&p, VSOCK_WORKER_THREAD), 0);
+	/* Let the worker finish with the kicks of the driver's own setup first. */
+	usleep(200 * 1000);
+	vsock_hdr_encode(&hdr, fake_guest_host(&p.guest, TX_BUF_BASE));
+	fake_guest_set_desc(&p.guest, VSOCK_QUEUE_TX, 0, TX_BUF_BASE, VSOCK_HDR_SIZE, 0, 0);
+	p.tx_busy[0] = true;
+	fake_guest_publish(&p.guest, VSOCK_QUEUE_TX, 0);
+	/* Published but not notified: the worker sleeps on. */
+	usleep(50 * 1000);
+	CHECK_INT_EQ(p.op_counts[VSOCK_OP_RST], 0);
+	peer_poll_rx(&p);
+	CHECK_INT_EQ(p.op_counts[VSOCK_OP_RST], 0);
+	CHECK_INT_EQ(write(vsock_device_kick_fd(p.dev), &one, sizeof(one)), sizeof(one));
+	CHECK(peer_run(&p, rst_count_reaches, &want, 2000));
+	CHECK_INT_EQ(p.last_hdr.dst_port, 4999);
 	peer_stop(&p);
 }
 
@@ -1035,6 +1065,7 @@ int main(void)
 	RUN_TEST(test_connect_refused_by_guest);
 	RUN_TEST(test_connect_timeout_then_host_gives_up);
 	RUN_TEST(test_guest_packets_that_get_rst_or_dropped);
+	RUN_TEST(test_kick_fd_wakes_worker);
 	RUN_TEST(test_echo_worker_thread);
 	RUN_TEST(test_echo_caller_loop_indirect);
 	RUN_TEST(test_guest_to_host_stream_needs_credit_updates);
