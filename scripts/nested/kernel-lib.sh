@@ -37,8 +37,11 @@ kernel_lib_download() {
 	deb=$(ls "$debs/${pkg}_"*.deb 2>/dev/null | head -n1 || true)
 	if [[ -z "$deb" ]]; then
 		kernel_lib_log "apt-get download $pkg"
-		(cd "$debs" && apt-get download -q "${sandbox[@]}" "$pkg" >&2) ||
+		# apt's own progress lines would land in the caller's stderr: keep them for failures
+		if ! (cd "$debs" && apt-get download -q "${sandbox[@]}" "$pkg") >"$debs/.apt.log" 2>&1; then
+			cat "$debs/.apt.log" >&2
 			kernel_lib_die "apt-get download $pkg failed: check the apt sources (apt-get update)"
+		fi
 		deb=$(ls "$debs/${pkg}_"*.deb | head -n1)
 	fi
 	echo "$deb"
