@@ -5,6 +5,7 @@
  * each worker writes only its own stage and carry slot, so no lock guards the results.
  */
 #include <errno.h>
+#include <stdbool.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -26,6 +27,8 @@ struct pipeline_box_run {
 	size_t input_len;
 	struct run_stage *stage;
 	char *file_output; /* what the agent wrote to its output file, or NULL */
+	bool opened;
+	enum box_mode mode; /* what the box really was, once opened */
 	int rc;
 };
 
@@ -97,6 +100,8 @@ static void pipeline_run_box(struct pipeline_box_run *run)
 		return;
 	}
 	mock.box = handle;
+	run->opened = true;
+	run->mode = box_mode(handle);
 	run->rc = agent_invoke(handle, &task, run->stage, &run->file_output);
 	box_close(handle, run->rc != 0);
 }
@@ -230,6 +235,8 @@ static int pipeline_run_stage(const struct spec *spec, size_t stage_index,
 		pipeline_run_parallel(runs, stage->box_count, pipeline_max_parallel(options));
 	else
 		pipeline_run_box(&runs[0]);
+	if (!report->sandbox_mode && runs[0].opened)
+		run_report_set_sandbox_mode(report, box_mode_name(runs[0].mode));
 	for (size_t i = 0; i < stage->box_count && rc == 0; i++) {
 		if (runs[i].rc < 0) {
 			rc = runs[i].rc;

@@ -346,7 +346,7 @@ static void test_example_with_builtin_mock(void)
 	CHECK(report.success);
 	CHECK_INT_EQ((long)report.stage_count, 4);
 	CHECK(strstr(report.output, "mock: completed 'Merge the three reviews") != NULL);
-	CHECK_STR_EQ(report.sandbox_mode ? report.sandbox_mode : "mock", "mock");
+	CHECK_STR_EQ(report.sandbox_mode ? report.sandbox_mode : "(none)", "mock");
 	run_report_free(&report);
 	spec_free(spec);
 }
