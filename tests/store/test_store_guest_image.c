@@ -17,7 +17,9 @@
 #include "store/guest_image.h"
 
 /* test paths live under a short mkdtemp directory; truncation cannot happen here */
+#if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wformat-truncation"
+#endif
 
 #define FAKE_RELEASE "9.9.9-voidbox-test"
 #define ERR_MAX 512
