@@ -42,6 +42,7 @@
 #define UART_MSR_DSR 0x20
 #define UART_MSR_RI 0x40
 #define UART_MSR_DCD 0x80
+#define UART_UNDEFINED_READ 0xff
 
 #define SERIAL_LINE_MAX 512
 /* A guest that prints without end must not fill the host's disk through the serial log. */
@@ -206,7 +207,7 @@ static uint8_t serial_read(struct serial *serial, uint64_t offset)
 	case UART_SCR:
 		return serial->scr;
 	default:
-		return 0xff;
+		return UART_UNDEFINED_READ;
 	}
 }
 

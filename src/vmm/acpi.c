@@ -31,6 +31,7 @@
 #define HDR_CREATOR_ID 28
 #define HDR_CREATOR_REVISION 32
 #define HDR_SIZE 36
+#define ACPI_SIGNATURE_LEN 4
 
 /* RSDP (revision 2). */
 #define RSDP_SIGNATURE "RSD PTR "
@@ -94,9 +95,18 @@
 #define MADT_TYPE_IOAPIC 1
 #define MADT_IOAPIC_SIZE 12
 #define MADT_IOAPIC_ID 0
+#define MADT_ENTRY_TYPE 0
+#define MADT_ENTRY_LENGTH 1
+#define MADT_LAPIC_UID 2
+#define MADT_LAPIC_APIC_ID 3
+#define MADT_LAPIC_FLAGS 4
+#define MADT_IOAPIC_ID_OFFSET 2
+#define MADT_IOAPIC_ADDRESS 4
+#define MADT_IOAPIC_GSI_BASE 8
 
 /* DSDT. */
 #define DSDT_REVISION 2
+#define S5_PACKAGE_ELEMENTS 4
 #define ACPI_COM1_HID "PNP0501"
 #define ACPI_COM1_PORT 0x3f8
 #define ACPI_COM1_PORT_COUNT 8
@@ -153,7 +163,7 @@ static uint8_t *acpi_alloc(struct acpi_writer *w, size_t len, uint64_t *gpa)
 static void acpi_header(uint8_t *table, const char *signature, uint32_t length,
 			uint8_t revision)
 {
-	memcpy(table + HDR_SIGNATURE, signature, 4);
+	memcpy(table + HDR_SIGNATURE, signature, ACPI_SIGNATURE_LEN);
 	put32(table + HDR_LENGTH, length);
 	table[HDR_REVISION] = revision;
 	memcpy(table + HDR_OEM_ID, ACPI_OEM_ID, strlen(ACPI_OEM_ID));
@@ -244,7 +254,7 @@ static int acpi_dsdt_body(const struct acpi_config *cfg, struct aml *dsdt)
 	aml_integer(&sleep_types, 0);
 	aml_integer(&sleep_types, 0);
 	aml_integer(&sleep_types, 0);
-	aml_package(&s5, 4, &sleep_types);
+	aml_package(&s5, S5_PACKAGE_ELEMENTS, &sleep_types);
 	aml_name(dsdt, "_S5_", &s5);
 	bool failed = devices.failed || sleep_types.failed || s5.failed || dsdt->failed;
 
@@ -314,17 +324,17 @@ static int acpi_build_madt(struct acpi_writer *w, unsigned int vcpus, uint64_t *
 	uint8_t *entry = t + MADT_ENTRIES;
 
 	for (unsigned int i = 0; i < vcpus; i++, entry += MADT_LAPIC_SIZE) {
-		entry[0] = MADT_TYPE_LAPIC;
-		entry[1] = MADT_LAPIC_SIZE;
-		entry[2] = (uint8_t)i; /* ACPI processor UID */
-		entry[3] = (uint8_t)i; /* APIC ID, as CPUID reports it */
-		put32(entry + 4, MADT_LAPIC_ENABLED);
+		entry[MADT_ENTRY_TYPE] = MADT_TYPE_LAPIC;
+		entry[MADT_ENTRY_LENGTH] = MADT_LAPIC_SIZE;
+		entry[MADT_LAPIC_UID] = (uint8_t)i;
+		entry[MADT_LAPIC_APIC_ID] = (uint8_t)i; /* as CPUID reports it */
+		put32(entry + MADT_LAPIC_FLAGS, MADT_LAPIC_ENABLED);
 	}
-	entry[0] = MADT_TYPE_IOAPIC;
-	entry[1] = MADT_IOAPIC_SIZE;
-	entry[2] = MADT_IOAPIC_ID;
-	put32(entry + 4, ACPI_IOAPIC_ADDR);
-	put32(entry + 8, 0); /* GSI base */
+	entry[MADT_ENTRY_TYPE] = MADT_TYPE_IOAPIC;
+	entry[MADT_ENTRY_LENGTH] = MADT_IOAPIC_SIZE;
+	entry[MADT_IOAPIC_ID_OFFSET] = MADT_IOAPIC_ID;
+	put32(entry + MADT_IOAPIC_ADDRESS, ACPI_IOAPIC_ADDR);
+	put32(entry + MADT_IOAPIC_GSI_BASE, 0);
 	acpi_finish(t, size);
 	return 0;
 }

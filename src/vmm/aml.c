@@ -44,6 +44,7 @@
 #define RES_INT_EDGE 0x02
 #define RES_INT_ACTIVE_LOW 0x04
 #define RES_END_TAG 0x79
+#define RES_INT_COUNT_ONE 1 /* one interrupt number follows */
 #define RES_IO 0x47
 #define RES_IO_DECODE_16 0x01
 #define RES_IO_ALIGN 1
@@ -55,6 +56,7 @@
 #define EISA_LETTER_BITS 5
 #define EISA_LETTER_MASK 0x1f
 #define EISA_HEX_BASE 16
+#define EISA_HEX_LETTER_BASE 10
 
 void aml_init(struct aml *aml)
 {
@@ -259,7 +261,7 @@ void aml_resource_interrupt(struct aml *aml, uint32_t gsi, enum aml_irq_trigger 
 	aml_byte(aml, RES_EXT_INTERRUPT);
 	aml_bytes(aml, &len, sizeof(len));
 	aml_byte(aml, flags);
-	aml_byte(aml, 1); /* one interrupt number follows */
+	aml_byte(aml, RES_INT_COUNT_ONE);
 	aml_bytes(aml, &gsi, sizeof(gsi));
 }
 
@@ -300,14 +302,18 @@ int aml_eisa_id(const char *id, uint32_t *out)
 		if (c >= '0' && c <= '9')
 			digit = (uint32_t)(c - '0');
 		else if (c >= 'A' && c <= 'F')
-			digit = (uint32_t)(c - 'A' + 10);
+			digit = (uint32_t)(c - 'A' + EISA_HEX_LETTER_BASE);
 		else
 			return -EINVAL;
 		product = product * EISA_HEX_BASE + digit;
 	}
 	/* Bytes in memory: letters high, letters low, product high, product low. */
-	*out = ((letters >> 8) & 0xff) | ((letters & 0xff) << 8) | (((product >> 8) & 0xff) << 16) |
-	       ((product & 0xff) << 24);
+	uint8_t bytes[sizeof(*out)] = {
+		(uint8_t)(letters >> BITS_PER_BYTE), (uint8_t)letters,
+		(uint8_t)(product >> BITS_PER_BYTE), (uint8_t)product,
+	};
+
+	memcpy(out, bytes, sizeof(bytes));
 	return 0;
 }
 

@@ -25,6 +25,7 @@
 #define PROBE_MEMORY_SIZE 0x10000
 #define PROBE_CODE_ADDR 0x1000
 #define PROBE_ITERATIONS 500000U
+#define PROBE_RFLAGS 0x2 /* bit 1 is reserved and always set */
 #define PROBE_MAX_MS 150 /* hardware: under 1 ms; PVM emulation: most of a second */
 #define PROBE_GIVE_UP_MS 5000 /* stop waiting for a guest that never halts */
 #define NSEC_PER_MSEC 1000000L
@@ -165,22 +166,23 @@ void kvm_close(struct kvm *kvm)
 	kvm->sys_fd = -1;
 }
 
-/* mov ecx, imm32; dec ecx; jnz -4; hlt, in 16-bit mode (0x66 selects 32-bit operands). */
-static size_t kvm_probe_write_code(uint8_t *code)
+/* 16-bit code (0x66 selects 32-bit operands): mov ecx, <count>; then the loop and hlt. */
+static const uint8_t probe_code_mov_ecx[] = { 0x66, 0xb9 };
+static const uint8_t probe_code_loop[] = {
+	0x66, 0x49, /* dec ecx */
+	0x75, 0xfc, /* jnz back to dec */
+	0xf4,	    /* hlt */
+};
+
+static void kvm_probe_write_code(uint8_t *code)
 {
 	const uint32_t count = PROBE_ITERATIONS;
-	size_t n = 0;
 
-	code[n++] = 0x66;
-	code[n++] = 0xb9;
-	memcpy(&code[n], &count, sizeof(count));
-	n += sizeof(count);
-	code[n++] = 0x66;
-	code[n++] = 0x49;
-	code[n++] = 0x75;
-	code[n++] = 0xfc;
-	code[n++] = 0xf4;
-	return n;
+	memcpy(code, probe_code_mov_ecx, sizeof(probe_code_mov_ecx));
+	code += sizeof(probe_code_mov_ecx);
+	memcpy(code, &count, sizeof(count));
+	code += sizeof(count);
+	memcpy(code, probe_code_loop, sizeof(probe_code_loop));
 }
 
 static long kvm_probe_elapsed_ms(const struct timespec *start)
@@ -198,7 +200,7 @@ static int kvm_probe_run(int vm_fd, size_t mmap_size, uint8_t *mem, long *elapse
 		.memory_size = PROBE_MEMORY_SIZE, .userspace_addr = (uint64_t)(uintptr_t)mem,
 	};
 	struct kvm_sregs sregs;
-	struct kvm_regs regs = { .rip = PROBE_CODE_ADDR, .rflags = 0x2 };
+	struct kvm_regs regs = { .rip = PROBE_CODE_ADDR, .rflags = PROBE_RFLAGS };
 	struct kvm_run *run = MAP_FAILED;
 	struct timespec start;
 	int rc = -EIO;
