@@ -9,6 +9,8 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <limits.h>
+#include <stdint.h>
 #include <linux/kvm.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -32,8 +34,10 @@
 #include "vmm/kvm.h"
 #include "vmm/memory.h"
 #include "vmm/vcpu.h"
+#include "vmm/vmlinux.h"
 
 #define VM_SERIAL_LOG_MODE 0600
+#define VM_ERR_LEN 512
 #define NSEC_PER_MSEC 1000000ULL
 #define MSEC_PER_SEC 1000L
 #define NSEC_PER_SEC 1000000000L
@@ -214,12 +218,39 @@ static void vm_warn_small_memory(const struct vm_config *cfg, const uint8_t *ini
 		 cfg->memory_mb, cfg->initramfs_path, needed / GUEST_MEMORY_MIB + 1);
 }
 
+/*
+ * The cached vmlinux for cfg->kernel_path in cfg->vmlinux_cache_dir, extracted now when
+ * missing. Falls back to the kernel as given (returns its path) when anything fails.
+ */
+static const char *vm_kernel_to_boot(const struct vm_config *cfg, char *path, size_t len)
+{
+	char err[VM_ERR_LEN];
+	struct stat st;
+
+	if (!cfg->vmlinux_cache_dir || stat(cfg->kernel_path, &st) < 0)
+		return cfg->kernel_path;
+	if ((size_t)snprintf(path, len, "%s/vmlinux-%jd-%jd.%09ld", cfg->vmlinux_cache_dir,
+			     (intmax_t)st.st_size, (intmax_t)st.st_mtim.tv_sec,
+			     st.st_mtim.tv_nsec) >= len)
+		return cfg->kernel_path;
+	if (access(path, R_OK) == 0)
+		return path;
+	if (vmlinux_extract_file(cfg->kernel_path, path, err, sizeof(err)) < 0) {
+		log_warn("vm", "booting %s as given (slower): %s", cfg->kernel_path, err);
+		return cfg->kernel_path;
+	}
+	log_info("vm", "extracted %s to %s", cfg->kernel_path, path);
+	return path;
+}
+
 static int vm_load_guest(struct vm *vm, const struct vm_config *cfg, char *err, size_t errlen)
 {
 	uint8_t *kernel = NULL, *initrd = NULL;
 	size_t kernel_size = 0, initrd_size = 0;
 	struct boot_result result;
-	int rc = vm_read_file(cfg->kernel_path, "kernel", &kernel, &kernel_size, err, errlen);
+	char cached[PATH_MAX];
+	const char *kernel_path = vm_kernel_to_boot(cfg, cached, sizeof(cached));
+	int rc = vm_read_file(kernel_path, "kernel", &kernel, &kernel_size, err, errlen);
 
 	if (rc < 0)
 		return rc;

@@ -48,6 +48,12 @@ struct vm_config {
 	bool serial_to_stdout;	     /* console to stdout instead of a file */
 	bool has_secret;	     /* use secret below instead of a fresh random one */
 	uint8_t secret[VM_SECRET_LEN];
+	/*
+	 * When set and the kernel is an XZ bzImage, boot its uncompressed vmlinux instead,
+	 * extracted once into this directory (named by the bzImage's size and mtime). Saves the
+	 * guest's decompression on every boot (seconds when nested) at the cost of KASLR.
+	 */
+	const char *vmlinux_cache_dir;
 	/* virtio-vsock: the host side listens on this AF_UNIX path; NULL: no vsock device. */
 	const char *vsock_socket_path;
 	uint64_t vsock_cid; /* guest CID (>= 3); 0: a random one */

@@ -27,6 +27,7 @@ static void usage(FILE *out)
 	fprintf(out,
 		"usage: voidbox-vmm-boot -k KERNEL [-i INITRAMFS] [-m MB] [-c VCPUS] [-a ARGS]\n"
 		"                        [-l SERIAL_LOG] [-t TIMEOUT_S] [-v VSOCK_SOCKET]\n"
+		"                        [-x VMLINUX_CACHE_DIR]\n"
 		"       voidbox-vmm-boot --probe\n"
 		"       voidbox-vmm-boot --extract-vmlinux BZIMAGE OUT\n"
 		"Boots the kernel (bzImage or ELF vmlinux) on voidbox's VMM; the console goes to\n"
@@ -117,7 +118,7 @@ int main(int argc, char **argv)
 	log_init_from_env();
 	if (argc > 1 && strcmp(argv[1], "--extract-vmlinux") == 0)
 		return run_extract(argc, argv);
-	while ((opt = getopt_long(argc, argv, "k:i:m:c:a:l:t:v:h", options, NULL)) != -1) {
+	while ((opt = getopt_long(argc, argv, "k:i:m:c:a:l:t:v:x:h", options, NULL)) != -1) {
 		switch (opt) {
 		case 'k': cfg.kernel_path = optarg; break;
 		case 'i': cfg.initramfs_path = optarg; break;
@@ -130,6 +131,7 @@ int main(int argc, char **argv)
 			break;
 		case 't': timeout_s = atoi(optarg); break;
 		case 'v': cfg.vsock_socket_path = optarg; break;
+		case 'x': cfg.vmlinux_cache_dir = optarg; break;
 		case 'p': return run_probe();
 		case 'h': usage(stdout); return 0;
 		default: usage(stderr); return EXIT_USAGE;
