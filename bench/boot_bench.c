@@ -42,6 +42,7 @@
 #include "boot_measure.h"
 #include "host/control_channel.h"
 #include "proto/protocol.h"
+#include "sandbox/sandbox.h"
 #include "vmm/cmdline.h"
 
 #define BENCH_DEFAULT_RUNS 10u
@@ -64,6 +65,15 @@
 #define VOIDBOX_ANSWER_MARK "guest agent answered after "
 #define VOIDBOX_SLEEP_ARG "3"           /* seconds the memory run keeps the guest up */
 #define MEMORY_SETTLE_MS 1500.0         /* from the answer to the smaps sample */
+/* What the timeline boots run in the guest: uptime at the first exec, then the kernel log. */
+#define TIMELINE_SCRIPT "cat /proc/uptime; dmesg"
+/*
+ * The sandbox user may read the kernel log only when dmesg_restrict is off, and the agent's
+ * own lines reach it only without /dev/kmsg's rate limit.
+ */
+#define TIMELINE_CMDLINE "sysctl.kernel.dmesg_restrict=0 printk.devkmsg=on"
+#define TIMELINE_VOIDBOX_FILE "voidbox-dmesg.txt"
+#define TIMELINE_QEMU_FILE "qemu-dmesg.txt"
 #define STDERR_TAIL_MAX 4096
 #define LINE_MAX_LEN 1024
 
@@ -91,6 +101,7 @@ struct bench_options {
 	const char *initramfs_path;
 	const char *json_path;
 	const char *qemu_machine;
+	const char *guest_log_dir;
 	unsigned int runs;
 	unsigned int memory_runs;
 	unsigned int memory_mb;
@@ -128,13 +139,15 @@ static void bench_usage(FILE *out)
 		"  --qemu PATH        QEMU binary (default qemu-system-x86_64 from PATH)\n"
 		"  --kernel PATH      guest kernel (bzImage) for both VMMs\n"
 		"  --initramfs PATH   guest initramfs for both VMMs (a voidbox image's)\n"
-		"  --runs N           timed boots of each VMM (default %u)\n"
+		"  --runs N           timed boots of each VMM (default %u; 0 with --guest-log)\n"
 		"  --memory-runs N    voidbox `sleep 3` runs sampled for memory (default %u)\n"
 		"  --memory MB        guest RAM for both (default %u, at most %u)\n"
 		"  --cid N            guest CID for QEMU's vhost-vsock device (default %u)\n"
 		"  --boot-timeout S   give up on a boot after S seconds (default %u)\n"
 		"  --qemu-machine M   QEMU -M value (default microvm,acpi=on)\n"
 		"  --json PATH        also write every figure as JSON\n"
+		"  --guest-log DIR    after the timed runs, boot each VMM once more and save the\n"
+		"                     guest's uptime and dmesg (its boot timeline) in DIR\n"
 		"  --verbose          print each VMM's stderr lines\n",
 		BENCH_DEFAULT_RUNS, BENCH_DEFAULT_MEMORY_RUNS, BENCH_DEFAULT_MEMORY_MB,
 		BENCH_MAX_MEMORY_MB, BENCH_DEFAULT_CID, BENCH_DEFAULT_BOOT_TIMEOUT_S);
@@ -169,6 +182,7 @@ enum bench_option {
 	OPT_BOOT_TIMEOUT,
 	OPT_QEMU_MACHINE,
 	OPT_JSON,
+	OPT_GUEST_LOG,
 	OPT_VERBOSE,
 	OPT_HELP,
 };
@@ -185,6 +199,7 @@ static const struct option bench_long_options[] = {
 	{ "boot-timeout", required_argument, NULL, OPT_BOOT_TIMEOUT },
 	{ "qemu-machine", required_argument, NULL, OPT_QEMU_MACHINE },
 	{ "json", required_argument, NULL, OPT_JSON },
+	{ "guest-log", required_argument, NULL, OPT_GUEST_LOG },
 	{ "verbose", no_argument, NULL, OPT_VERBOSE },
 	{ "help", no_argument, NULL, OPT_HELP },
 	{ NULL, 0, NULL, 0 },
@@ -209,10 +224,11 @@ static int bench_parse_options(int argc, char **argv, struct bench_options *opts
 		case OPT_KERNEL: opts->kernel_path = optarg; break;
 		case OPT_INITRAMFS: opts->initramfs_path = optarg; break;
 		case OPT_JSON: opts->json_path = optarg; break;
+		case OPT_GUEST_LOG: opts->guest_log_dir = optarg; break;
 		case OPT_QEMU_MACHINE: opts->qemu_machine = optarg; break;
 		case OPT_VERBOSE: opts->verbose = true; break;
 		case OPT_RUNS:
-			ok = parse_unsigned("--runs", optarg, 1, BENCH_MAX_RUNS, &opts->runs);
+			ok = parse_unsigned("--runs", optarg, 0, BENCH_MAX_RUNS, &opts->runs);
 			break;
 		case OPT_MEMORY_RUNS:
 			ok = parse_unsigned("--memory-runs", optarg, 0, BENCH_MAX_RUNS,
@@ -239,6 +255,10 @@ static int bench_parse_options(int argc, char **argv, struct bench_options *opts
 	}
 	if (ok && (!opts->voidbox_path || !opts->kernel_path || !opts->initramfs_path)) {
 		fprintf(stderr, "boot_bench: --voidbox, --kernel and --initramfs are required\n");
+		ok = false;
+	}
+	if (ok && opts->runs == 0 && !opts->guest_log_dir) {
+		fprintf(stderr, "boot_bench: --runs 0 only makes sense with --guest-log\n");
 		ok = false;
 	}
 	if (ok && optind < argc) {
@@ -330,15 +350,32 @@ static void voidbox_take_bytes(struct voidbox_watch *watch, const char *buf, siz
 	}
 }
 
-static int voidbox_spawn(const struct bench_options *opts, bool memory_run, int stderr_fd)
+/* What a voidbox run executes in the guest. */
+enum voidbox_job {
+	VOIDBOX_JOB_TRUE,      /* the timed run */
+	VOIDBOX_JOB_SLEEP,     /* keeps the guest up for the memory sample */
+};
+
+static int voidbox_spawn(const struct bench_options *opts, enum voidbox_job job, int stderr_fd)
 {
 	char memory[16];
 	const char *argv[] = {
 		opts->voidbox_path, "--log-level", "info", "exec", "--memory", memory,
 		"--kernel", opts->kernel_path, "--initramfs", opts->initramfs_path, "--",
-		memory_run ? "sleep" : "true", memory_run ? VOIDBOX_SLEEP_ARG : NULL, NULL,
+		NULL, NULL, NULL, NULL,
 	};
+	const size_t program_at = 11;
 	pid_t pid;
+
+	switch (job) {
+	case VOIDBOX_JOB_TRUE:
+		argv[program_at] = "true";
+		break;
+	case VOIDBOX_JOB_SLEEP:
+		argv[program_at] = "sleep";
+		argv[program_at + 1] = VOIDBOX_SLEEP_ARG;
+		break;
+	}
 
 	snprintf(memory, sizeof(memory), "%u", opts->memory_mb);
 	pid = fork();
@@ -392,8 +429,10 @@ static int voidbox_watch_stderr(struct voidbox_watch *watch, int fd, double dead
 	}
 }
 
-static int voidbox_run(const struct bench_options *opts, bool memory_run, struct bench_run *run)
+static int voidbox_run(const struct bench_options *opts, enum voidbox_job job,
+		       struct bench_run *run)
 {
+	bool memory_run = job == VOIDBOX_JOB_SLEEP;
 	struct voidbox_watch *watch = calloc(1, sizeof(*watch));
 	int pipefd[2] = { -1, -1 }, status = 0, rc;
 	double deadline;
@@ -410,7 +449,7 @@ static int voidbox_run(const struct bench_options *opts, bool memory_run, struct
 	watch->sample_at_ms = memory_run ? 1 : 0;
 	watch->start_ms = boot_now_ms();
 	deadline = watch->start_ms + (double)opts->boot_timeout_s * MS_PER_SEC;
-	rc = voidbox_spawn(opts, memory_run, pipefd[1]);
+	rc = voidbox_spawn(opts, job, pipefd[1]);
 	close(pipefd[1]);
 	if (rc < 0)
 		goto out;
@@ -537,9 +576,39 @@ static int qemu_wait_for_agent(pid_t pid, unsigned int cid, double deadline_ms)
 	return -ETIMEDOUT;
 }
 
-/* Handshake and Exec `true` over the control channel; fills the two times. */
+/* Runs TIMELINE_SCRIPT in the guest and writes its stdout to path. */
+static int channel_save_timeline(struct control_channel *ch, const char *path)
+{
+	char *args[] = { "-c", TIMELINE_SCRIPT };
+	struct proto_exec_request req = { .program = "sh", .args = args, .args_count = 2 };
+	struct proto_exec_response resp;
+	FILE *out;
+	int rc;
+
+	memset(&resp, 0, sizeof(resp));
+	rc = control_channel_exec(ch, &req, NULL, NULL, &resp);
+	if (rc < 0)
+		return rc;
+	out = fopen(path, "we");
+	if (!out) {
+		rc = -errno;
+	} else {
+		if (fwrite(resp.stdout_data.data, 1, resp.stdout_data.len, out) !=
+		    resp.stdout_data.len)
+			rc = -EIO;
+		if (fclose(out) != 0 && rc == 0)
+			rc = -EIO;
+	}
+	proto_exec_response_free(&resp);
+	return rc;
+}
+
+/*
+ * Handshake and Exec `true` over the control channel; fills the two times. With a
+ * timeline_path, the guest's timeline is saved afterwards (not timed).
+ */
 static int qemu_talk_to_agent(struct qemu_peer *peer, const uint8_t *secret, double start_ms,
-			      struct bench_run *run)
+			      const char *timeline_path, struct bench_run *run)
 {
 	struct control_channel_config cfg = {
 		.connect = qemu_vsock_connector, .connect_opaque = peer,
@@ -574,6 +643,12 @@ static int qemu_talk_to_agent(struct qemu_peer *peer, const uint8_t *secret, dou
 		rc = -EIO;
 	}
 	proto_exec_response_free(&resp);
+	if (rc == 0 && timeline_path) {
+		rc = channel_save_timeline(ch, timeline_path);
+		if (rc < 0)
+			fprintf(stderr, "boot_bench: cannot save the QEMU guest timeline to %s: %s\n",
+				timeline_path, strerror(-rc));
+	}
 out:
 	control_channel_destroy(ch);
 	return rc;
@@ -592,7 +667,8 @@ static void print_file_tail(const char *label, const char *path)
 	fclose(file);
 }
 
-static int qemu_run(const struct bench_options *opts, const char *workdir, struct bench_run *run)
+static int qemu_run(const struct bench_options *opts, const char *workdir,
+		    const char *timeline_path, struct bench_run *run)
 {
 	uint8_t secret[CMDLINE_SECRET_LEN];
 	char cmdline[CMDLINE_MAX], serial_path[PATH_MAX], log_path[PATH_MAX];
@@ -604,7 +680,8 @@ static int qemu_run(const struct bench_options *opts, const char *workdir, struc
 	memset(run, 0, sizeof(*run));
 	if (getrandom(secret, sizeof(secret), 0) != (ssize_t)sizeof(secret))
 		return -EIO;
-	rc = cmdline_build(cmdline, sizeof(cmdline), secret, (uint64_t)time(NULL), NULL);
+	rc = cmdline_build(cmdline, sizeof(cmdline), secret, (uint64_t)time(NULL),
+			   timeline_path ? TIMELINE_CMDLINE : NULL);
 	if (rc < 0)
 		return rc;
 	snprintf(serial_path, sizeof(serial_path), "%s/qemu-serial.log", workdir);
@@ -616,7 +693,7 @@ static int qemu_run(const struct bench_options *opts, const char *workdir, struc
 		return pid;
 	rc = qemu_wait_for_agent(pid, opts->cid, deadline);
 	if (rc == 0)
-		rc = qemu_talk_to_agent(&peer, secret, start, run);
+		rc = qemu_talk_to_agent(&peer, secret, start, timeline_path, run);
 	if (rc == 0) {
 		rc = boot_memory_sample_pid(pid, opts->memory_mb * BYTES_PER_MB, &run->memory);
 		run->has_memory = rc == 0;
@@ -822,10 +899,11 @@ static void print_run(const char *side, unsigned int index, const char *what,
 	printf("run %2u %-13s %-6s answer %8.0f ms  done %8.0f ms", index + 1, side, what,
 	       run->first_answer_ms, run->done_ms);
 	if (run->has_memory)
-		printf("  VMM %6.1f MiB (total %6.1f, guest %6.1f)",
+		printf("  VMM %6.1f MiB (total %6.1f, guest %6.1f, of it THP %6.1f)",
 		       (double)run->memory.vmm_rss_kb / KB_PER_MB,
 		       (double)run->memory.total_rss_kb / KB_PER_MB,
-		       (double)run->memory.guest_rss_kb / KB_PER_MB);
+		       (double)run->memory.guest_rss_kb / KB_PER_MB,
+		       (double)run->memory.guest_huge_kb / KB_PER_MB);
 	printf("\n");
 	fflush(stdout);
 }
@@ -841,7 +919,7 @@ static int bench_iteration(const struct bench_options *opts, const char *workdir
 		enum bench_side side = (enum bench_side)((step + (int)index) % BENCH_SIDES);
 
 		if (side == BENCH_QEMU) {
-			if (qemu_run(opts, workdir, &run) < 0) {
+			if (qemu_run(opts, workdir, NULL, &run) < 0) {
 				failures++;
 				continue;
 			}
@@ -851,7 +929,7 @@ static int bench_iteration(const struct bench_options *opts, const char *workdir
 				series_add_memory(&series[side], &run);
 			continue;
 		}
-		if (voidbox_run(opts, false, &run) < 0) {
+		if (voidbox_run(opts, VOIDBOX_JOB_TRUE, &run) < 0) {
 			failures++;
 		} else {
 			print_run(bench_side_names[side], index, "true", &run);
@@ -859,13 +937,61 @@ static int bench_iteration(const struct bench_options *opts, const char *workdir
 		}
 		if (index >= opts->memory_runs)
 			continue;
-		if (voidbox_run(opts, true, &run) < 0) {
+		if (voidbox_run(opts, VOIDBOX_JOB_SLEEP, &run) < 0) {
 			failures++;
 		} else {
 			print_run(bench_side_names[side], index, "sleep", &run);
 			series_add_memory(&series[side], &run);
 		}
 	}
+	return failures;
+}
+
+/*
+ * The voidbox timeline boot runs in this process through the sandbox API, because only that
+ * takes extra kernel arguments (TIMELINE_CMDLINE); it is not timed.
+ */
+static int voidbox_save_timeline(const struct bench_options *opts, const char *path)
+{
+	struct sandbox_config cfg = {
+		.kernel_path = opts->kernel_path, .initramfs_path = opts->initramfs_path,
+		.memory_mb = opts->memory_mb, .vcpus = 1, .extra_cmdline = TIMELINE_CMDLINE,
+		.boot_timeout_ms = (int)opts->boot_timeout_s * MS_PER_SEC,
+	};
+	char err[LINE_MAX_LEN];
+	struct sandbox *sandbox;
+	int rc;
+
+	rc = sandbox_start(&cfg, &sandbox, err, sizeof(err));
+	if (rc < 0) {
+		fprintf(stderr, "boot_bench: voidbox timeline boot failed: %s\n", err);
+		return rc;
+	}
+	rc = channel_save_timeline(sandbox_channel(sandbox), path);
+	if (rc < 0)
+		fprintf(stderr, "boot_bench: cannot save the voidbox guest timeline to %s: %s\n",
+			path, strerror(-rc));
+	sandbox_destroy(sandbox, false);
+	return rc;
+}
+
+/* One more boot of each VMM that saves the guest's uptime and dmesg in the guest-log dir. */
+static int bench_save_timelines(const struct bench_options *opts, const char *workdir)
+{
+	char path[PATH_MAX];
+	struct bench_run run;
+	int failures = 0;
+
+	snprintf(path, sizeof(path), "%s/%s", opts->guest_log_dir, TIMELINE_VOIDBOX_FILE);
+	if (voidbox_save_timeline(opts, path) < 0)
+		failures++;
+	else
+		printf("voidbox guest timeline in %s\n", path);
+	snprintf(path, sizeof(path), "%s/%s", opts->guest_log_dir, TIMELINE_QEMU_FILE);
+	if (qemu_run(opts, workdir, path, &run) < 0)
+		failures++;
+	else
+		printf("QEMU guest timeline in %s\n", path);
 	return failures;
 }
 
@@ -879,7 +1005,7 @@ int main(int argc, char **argv)
 
 	memset(series, 0, sizeof(series));
 	rc = bench_parse_options(argc, argv, &opts);
-	if (rc || opts.runs == 0)
+	if (rc)
 		return rc;
 	if (!mkdtemp(workdir)) {
 		fprintf(stderr, "boot_bench: cannot create a directory in /tmp: %s\n",
@@ -887,7 +1013,7 @@ int main(int argc, char **argv)
 		return BENCH_EXIT_FAILED;
 	}
 	for (int side = 0; side < BENCH_SIDES; side++) {
-		if (series_init(&series[side], opts.runs) < 0) {
+		if (series_init(&series[side], opts.runs + 1) < 0) {
 			fprintf(stderr, "boot_bench: out of memory\n");
 			rc = BENCH_EXIT_FAILED;
 			goto out;
@@ -899,10 +1025,13 @@ int main(int argc, char **argv)
 		failures += bench_iteration(&opts, workdir, i, series);
 	for (int side = 0; side < BENCH_SIDES; side++)
 		series_summarise(&series[side], &sum[side]);
-	print_table(sum, series);
+	if (opts.runs > 0)
+		print_table(sum, series);
+	if (opts.guest_log_dir)
+		failures += bench_save_timelines(&opts, workdir);
 	if (failures)
 		printf("%d run(s) failed and are not in the figures\n", failures);
-	if (opts.json_path && write_json(&opts, sum, series) < 0)
+	if (opts.runs > 0 && opts.json_path && write_json(&opts, sum, series) < 0)
 		failures++;
 	rc = failures ? BENCH_EXIT_FAILED : EXIT_SUCCESS;
 out:

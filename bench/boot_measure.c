@@ -1,7 +1,8 @@
 /*
  * smaps is read line by line with sscanf because its two line shapes are easy to tell apart:
  * a mapping header starts with "start-end " in hex, a field line with a name and a colon.
- * Only Rss matters here; every other field is skipped.
+ * Only Rss (and AnonHugePages of guest RAM, to show whether THP backs it) matters here;
+ * every other field is skipped.
  */
 #include "boot_measure.h"
 
@@ -68,7 +69,7 @@ int boot_memory_parse_smaps(FILE *smaps, uint64_t guest_ram_bytes,
 {
 	char line[SMAPS_LINE_MAX];
 	bool in_guest_mapping = false;
-	uint64_t mapping_size, rss_kb;
+	uint64_t mapping_size, rss_kb, huge_kb;
 
 	memset(out, 0, sizeof(*out));
 	while (fgets(line, sizeof(line), smaps)) {
@@ -76,6 +77,11 @@ int boot_memory_parse_smaps(FILE *smaps, uint64_t guest_ram_bytes,
 			in_guest_mapping = mapping_size == guest_ram_bytes;
 			if (in_guest_mapping)
 				out->guest_mappings++;
+			continue;
+		}
+		if (in_guest_mapping &&
+		    sscanf(line, "AnonHugePages: %" SCNu64 " kB", &huge_kb) == 1) {
+			out->guest_huge_kb += huge_kb;
 			continue;
 		}
 		if (sscanf(line, "Rss: %" SCNu64 " kB", &rss_kb) != 1)

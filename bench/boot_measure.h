@@ -14,6 +14,7 @@ struct boot_memory_sample {
 	uint64_t total_rss_kb;     /* every mapping's Rss */
 	uint64_t guest_rss_kb;     /* Rss of the mappings taken to be guest RAM */
 	uint64_t vmm_rss_kb;       /* total minus guest: what the VMM itself costs */
+	uint64_t guest_huge_kb;    /* AnonHugePages of the guest RAM mappings (THP backing) */
 	unsigned int guest_mappings; /* how many mappings matched the guest RAM size */
 };
 

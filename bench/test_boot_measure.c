@@ -19,6 +19,7 @@ static const char smaps_with_guest[] =
 	"7f0000000000-7f0010000000 rw-p 00000000 00:00 0 \n"
 	"Size:             262144 kB\n"
 	"Rss:              40000 kB\n"
+	"AnonHugePages:    32768 kB\n"
 	"Swap:                 0 kB\n"
 	"7f0010000000-7f0010001000 ---p 00000000 00:00 0 \n"
 	"Rss:                   0 kB\n"
@@ -49,6 +50,7 @@ static void test_smaps_subtracts_the_guest_mapping(void)
 	CHECK_INT_EQ(sample.guest_rss_kb, 40000);
 	CHECK_INT_EQ(sample.vmm_rss_kb, 136);
 	CHECK_INT_EQ(sample.guest_mappings, 1);
+	CHECK_INT_EQ(sample.guest_huge_kb, 32768);
 	fclose(in);
 }
 
