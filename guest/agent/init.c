@@ -51,6 +51,9 @@ static const char *const init_sandbox_owned_dirs[] = {
 
 /* Best-effort kernel knobs: path and the value written. */
 static const char *const init_sysctls[][2] = {
+	/* The default devkmsg rate limit would drop most of the agent's boot log (the kernel
+	 * accepts this value only with its newline). */
+	{ "/proc/sys/kernel/printk_devkmsg", "on\n" },
 	{ "/proc/sys/fs/protected_hardlinks", "1" },
 	{ "/proc/sys/fs/protected_symlinks", "1" },
 	{ "/proc/sys/kernel/yama/ptrace_scope", "0" },

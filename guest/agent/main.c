@@ -10,6 +10,8 @@
 #include "conn.h"
 #include "init.h"
 #include "modules.h"
+#include "mounts.h"
+#include "netcfg.h"
 #include "policy.h"
 #include "proto/protocol.h"
 #include "reaper.h"
@@ -113,6 +115,16 @@ static void agent_apply_log_level(const char *name)
 		agent_log_set_level((enum log_level)level);
 }
 
+/* PID 1 only: host shares, then loopback and (when asked for) eth0. */
+static void agent_init_devices(const char *cmdline_text)
+{
+	struct mount_spec shares[MOUNTS_MAX];
+	size_t count = mounts_parse(cmdline_text, shares, MOUNTS_MAX);
+
+	mounts_setup(shares, count);
+	netcfg_setup(netcfg_requested(cmdline_text));
+}
+
 /* PID 1 only: system setup; returns the command line text (heap, "" when unreadable). */
 static char *agent_init_system(struct agent_cmdline *cmdline)
 {
@@ -134,6 +146,7 @@ static char *agent_init_system(struct agent_cmdline *cmdline)
 		agent_error("cannot scan %s: %s", AGENT_MODULES_DIR, strerror(-failed));
 	else if (failed > 0)
 		agent_error("%d kernel module(s) failed to load; devices may be missing", failed);
+	agent_init_devices(text ? text : "");
 	return text;
 }
 

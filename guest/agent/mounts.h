@@ -1,0 +1,33 @@
+/*
+ * Host directory shares. The host names each share on the kernel command line as
+ * voidbox.mount<N>=<tag>:<guest_path>[:ro|rw] (mode defaults to ro); PID 1 mounts each one
+ * (virtiofs if the device is one, else 9p over virtio) before serving the host, and makes rw
+ * shares writable for the sandbox user. Parsing is separate so tests feed command lines.
+ */
+#ifndef VOIDBOX_AGENT_MOUNTS_H
+#define VOIDBOX_AGENT_MOUNTS_H
+
+#include <limits.h>
+#include <stdbool.h>
+#include <stddef.h>
+
+#define MOUNTS_MAX 32
+#define MOUNTS_TAG_MAX 64
+
+struct mount_spec {
+	unsigned int index;                 /* N in voidbox.mountN */
+	char tag[MOUNTS_TAG_MAX];
+	char guest_path[PATH_MAX];
+	bool read_only;
+};
+
+/*
+ * Collects the valid mount tokens of cmdline in order of appearance (at most max). A token with
+ * an empty tag, a relative path or an unknown mode is skipped. Returns the number found.
+ */
+size_t mounts_parse(const char *cmdline, struct mount_spec *specs, size_t max);
+
+/* PID 1: mounts every share; failures are logged and do not stop the others. */
+void mounts_setup(const struct mount_spec *specs, size_t count);
+
+#endif

@@ -1,0 +1,61 @@
+/*
+ * Command line parsing for host shares (voidbox.mountN=tag:path[:ro|rw]) and the network
+ * switch (voidbox.network=1 as a whole token).
+ */
+#include "mounts.h"
+#include "netcfg.h"
+
+#include "harness.h"
+
+static void test_mounts_parse(void)
+{
+	struct mount_spec specs[MOUNTS_MAX];
+	size_t count = mounts_parse("console=ttyS0 voidbox.mount0=mount0:/workspace:rw "
+				    "voidbox.mount1=skills:/home/sandbox/.skills "
+				    "voidbox.mount12=data:/data:ro quiet", specs, MOUNTS_MAX);
+
+	CHECK_INT_EQ(count, 3);
+	if (count != 3)
+		return;
+	CHECK_INT_EQ(specs[0].index, 0);
+	CHECK_STR_EQ(specs[0].tag, "mount0");
+	CHECK_STR_EQ(specs[0].guest_path, "/workspace");
+	CHECK(!specs[0].read_only);
+	CHECK_STR_EQ(specs[1].tag, "skills");
+	CHECK_STR_EQ(specs[1].guest_path, "/home/sandbox/.skills");
+	CHECK(specs[1].read_only);
+	CHECK_INT_EQ(specs[2].index, 12);
+	CHECK_STR_EQ(specs[2].guest_path, "/data");
+	CHECK(specs[2].read_only);
+}
+
+static void test_mounts_rejects_malformed(void)
+{
+	struct mount_spec specs[MOUNTS_MAX];
+
+	CHECK_INT_EQ(mounts_parse("voidbox.mount0=:/x voidbox.mount1=tag:relative "
+				  "voidbox.mountX=tag:/x voidbox.mount2=tag voidbox.mount3=tag:/a:b:rw "
+				  "voidbox.mount=tag:/x xvoidbox.mount4=tag:/x voidbox.mount5=tag:", specs,
+				  MOUNTS_MAX), 0);
+	CHECK_INT_EQ(mounts_parse(NULL, specs, MOUNTS_MAX), 0);
+	CHECK_INT_EQ(mounts_parse("voidbox.mount0=a:/a voidbox.mount1=b:/b", specs, 1), 1);
+}
+
+static void test_network_token(void)
+{
+	CHECK(netcfg_requested("console=ttyS0 voidbox.network=1"));
+	CHECK(netcfg_requested("voidbox.network=1 quiet"));
+	CHECK(!netcfg_requested("voidbox.network=10"));
+	CHECK(!netcfg_requested("xvoidbox.network=1"));
+	CHECK(!netcfg_requested("voidbox.network=0"));
+	CHECK(!netcfg_requested(""));
+	CHECK(!netcfg_requested(NULL));
+}
+
+int main(void)
+{
+	RUN_TEST(test_mounts_parse);
+	RUN_TEST(test_mounts_rejects_malformed);
+	RUN_TEST(test_network_token);
+	return harness_finish();
+}
