@@ -18,11 +18,13 @@
  * ACPI reset register); panic=-1: reboot at once on panic, which ends the VM; pci=off: there
  * is no PCI; quiet: only warnings reach the (slow, trapping) serial port; tsc=reliable and
  * no_timer_check: skip watchdog and timer checks that are noise under virtualization;
- * initcall_blacklist=i8042_init: the i8042 here only resets, and probing it costs seconds.
+ * initcall_blacklist: i8042_init (the i8042 here only resets, and probing it costs seconds),
+ * crypto_kdf108_init and blake2s_mod_init (they only run self-tests), init_blk_tracer (a
+ * tracing facility a sandbox does not use); each costs tenths of a second when nested.
  */
 #define CMDLINE_BASE                                                                        \
 	"console=ttyS0 reboot=k panic=-1 pci=off quiet i8042.noaux i8042.nokbd i8042.nopnp " \
-	"tsc=reliable no_timer_check cryptomgr.notests initcall_blacklist=i8042_init"
+	"tsc=reliable no_timer_check cryptomgr.notests initcall_blacklist=i8042_init,crypto_kdf108_init,blake2s_mod_init,init_blk_tracer"
 
 /* Returns the length written, or -E2BIG when it does not fit in outlen or CMDLINE_MAX. */
 int cmdline_build(char *out, size_t outlen, const uint8_t secret[CMDLINE_SECRET_LEN],
