@@ -12,6 +12,7 @@
 #include "modules.h"
 #include "mounts.h"
 #include "netcfg.h"
+#include "oci_root.h"
 #include "policy.h"
 #include "proto/protocol.h"
 #include "reaper.h"
@@ -115,12 +116,16 @@ static void agent_apply_log_level(const char *name)
 		agent_log_set_level((enum log_level)level);
 }
 
-/* PID 1 only: host shares, then loopback and (when asked for) eth0. */
+/* PID 1 only: the OCI root when asked for, host shares, loopback and (when asked for) eth0. */
 static void agent_init_devices(const char *cmdline_text)
 {
 	struct mount_spec shares[MOUNTS_MAX];
 	size_t count = mounts_parse(cmdline_text, shares, MOUNTS_MAX);
+	char device[PATH_MAX];
 
+	if (oci_root_requested(cmdline_text, device, sizeof(device)) &&
+	    oci_root_switch(device) == 0)
+		init_sandbox_dirs();
 	mounts_setup(shares, count);
 	netcfg_setup(netcfg_requested(cmdline_text));
 }

@@ -1,9 +1,10 @@
 /*
- * Command line parsing for host shares (voidbox.mountN=tag:path[:ro|rw]) and the network
- * switch (voidbox.network=1 as a whole token).
+ * Command line parsing for the boot-time devices: host shares (voidbox.mountN=tag:path[:ro|rw]),
+ * the network switch (voidbox.network=1 as a whole token) and the OCI root device.
  */
 #include "mounts.h"
 #include "netcfg.h"
+#include "oci_root.h"
 
 #include "harness.h"
 
@@ -52,10 +53,27 @@ static void test_network_token(void)
 	CHECK(!netcfg_requested(NULL));
 }
 
+static void test_oci_root_device(void)
+{
+	char device[64];
+
+	CHECK(oci_root_requested("quiet voidbox.oci_rootfs_dev=/dev/vda console=ttyS0", device,
+				 sizeof(device)));
+	CHECK_STR_EQ(device, "/dev/vda");
+	CHECK(oci_root_requested("voidbox.oci_rootfs_dev=/dev/vdb", device, sizeof(device)));
+	CHECK_STR_EQ(device, "/dev/vdb");
+	CHECK(!oci_root_requested("voidbox.oci_rootfs_dev=vda", device, sizeof(device)));
+	CHECK(!oci_root_requested("voidbox.oci_rootfs_dev=", device, sizeof(device)));
+	CHECK(!oci_root_requested("xvoidbox.oci_rootfs_dev=/dev/vda", device, sizeof(device)));
+	CHECK(!oci_root_requested("voidbox.oci_rootfs_dev=/dev/a-very-long-device-name", device, 8));
+	CHECK(!oci_root_requested(NULL, device, sizeof(device)));
+}
+
 int main(void)
 {
 	RUN_TEST(test_mounts_parse);
 	RUN_TEST(test_mounts_rejects_malformed);
 	RUN_TEST(test_network_token);
+	RUN_TEST(test_oci_root_device);
 	return harness_finish();
 }
