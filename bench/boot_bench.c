@@ -57,6 +57,7 @@
 #define BENCH_MAX_TIMEOUT_S 3600u
 #define BENCH_EXIT_USAGE 2
 #define BENCH_EXIT_FAILED 1
+#define BENCH_PARSE_HELP_SHOWN (-1)
 
 #define BYTES_PER_MB (1024ull * 1024ull)
 #define MS_PER_SEC 1000
@@ -80,6 +81,7 @@
 #define PROBE_CONNECT_TIMEOUT_MS 200
 #define PROBE_INTERVAL_NS 10000000L     /* 10 ms between AF_VSOCK attempts */
 #define CHANNEL_CONNECT_TIMEOUT_MS 2000
+#define EXEC_TIMEOUT_S 120u             /* bounds every Exec so a stuck guest ends the run */
 #define QEMU_REAP_TIMEOUT_MS 10000
 #define REAP_POLL_NS 20000000L
 
@@ -205,7 +207,7 @@ static const struct option bench_long_options[] = {
 	{ NULL, 0, NULL, 0 },
 };
 
-/* Returns 0, or the exit status to end with. */
+/* Returns 0 to run, BENCH_PARSE_HELP_SHOWN, or the (positive) exit status to end with. */
 static int bench_parse_options(int argc, char **argv, struct bench_options *opts)
 {
 	int option;
@@ -248,7 +250,7 @@ static int bench_parse_options(int argc, char **argv, struct bench_options *opts
 			break;
 		case OPT_HELP:
 			bench_usage(stdout);
-			return EXIT_SUCCESS;
+			return BENCH_PARSE_HELP_SHOWN;
 		default:
 			ok = false;
 		}
@@ -580,7 +582,10 @@ static int qemu_wait_for_agent(pid_t pid, unsigned int cid, double deadline_ms)
 static int channel_save_timeline(struct control_channel *ch, const char *path)
 {
 	char *args[] = { "-c", TIMELINE_SCRIPT };
-	struct proto_exec_request req = { .program = "sh", .args = args, .args_count = 2 };
+	struct proto_exec_request req = {
+		.program = "sh", .args = args, .args_count = 2,
+		.has_timeout = true, .timeout_secs = EXEC_TIMEOUT_S,
+	};
 	struct proto_exec_response resp;
 	FILE *out;
 	int rc;
@@ -613,7 +618,9 @@ static int qemu_talk_to_agent(struct qemu_peer *peer, const uint8_t *secret, dou
 	struct control_channel_config cfg = {
 		.connect = qemu_vsock_connector, .connect_opaque = peer,
 	};
-	struct proto_exec_request req = { .program = "true" };
+	struct proto_exec_request req = {
+		.program = "true", .has_timeout = true, .timeout_secs = EXEC_TIMEOUT_S,
+	};
 	struct proto_exec_response resp;
 	struct control_channel *ch;
 	int rc;
@@ -1005,6 +1012,8 @@ int main(int argc, char **argv)
 
 	memset(series, 0, sizeof(series));
 	rc = bench_parse_options(argc, argv, &opts);
+	if (rc == BENCH_PARSE_HELP_SHOWN)
+		return EXIT_SUCCESS;
 	if (rc)
 		return rc;
 	if (!mkdtemp(workdir)) {
@@ -1019,6 +1028,7 @@ int main(int argc, char **argv)
 			goto out;
 		}
 	}
+	setvbuf(stdout, NULL, _IOLBF, 0); /* progress shows through with-nested-kvm's file */
 	printf("boot_bench: %u runs each, %u MiB guest RAM, 1 vCPU, kernel %s\n", opts.runs,
 	       opts.memory_mb, opts.kernel_path);
 	for (unsigned int i = 0; i < opts.runs; i++)
