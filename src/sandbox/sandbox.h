@@ -14,6 +14,7 @@
 #include <stddef.h>
 
 #include "host/control_channel.h"
+#include "vmm/snapshot.h"
 #include "vmm/vm.h"
 
 #define SANDBOX_DEFAULT_MEMORY_MB 512
@@ -62,5 +63,30 @@ int sandbox_wait_exit(struct sandbox *sandbox, int timeout_ms, enum vm_exit_reas
  * temporary one and the run succeeded: keep_serial_log decides). NULL is fine.
  */
 void sandbox_destroy(struct sandbox *sandbox, bool keep_serial_log);
+
+/*
+ * Snapshots and clones (docs/snapshot-format.md). A restored or forked sandbox is rekeyed
+ * before it is handed out: the host connects once with the snapshot's stored secret, sends the
+ * agent a fresh secret, RNG seed and clock (WriteFile to /etc/voidbox/restore.json), and
+ * reconnects with the new secret; two sandboxes restored from one snapshot never share one.
+ */
+struct sandbox_restore_config {
+	const char *snapshot_dir;
+	const char *serial_log_path; /* NULL: a file in the sandbox's runtime directory */
+	int timeout_ms;		     /* agent answer + rekey; 0: SANDBOX_DEFAULT_BOOT_TIMEOUT_MS */
+	bool track_dirty_pages;	     /* so sandbox_snapshot can later save a diff */
+};
+
+int sandbox_start_from_snapshot(const struct sandbox_restore_config *cfg, struct sandbox **out,
+				char *err, size_t errlen);
+/* vm_snapshot_save on the sandbox's VM; the channel reconnects by itself after a resume. */
+int sandbox_snapshot(struct sandbox *sandbox, const char *dir,
+		     const struct vm_snapshot_options *opts, char *err, size_t errlen);
+/*
+ * n live copy-on-write children of a running sandbox, each with its own runtime directory,
+ * vsock socket and secret; the parent keeps running. children[] is filled only on success.
+ */
+int sandbox_fork(struct sandbox *parent, unsigned int n, struct sandbox *children[], char *err,
+		 size_t errlen);
 
 #endif
