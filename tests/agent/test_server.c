@@ -27,6 +27,8 @@
 #define READ_TIMEOUT_MS 10000
 #define AGENT_START_WAIT_MS 5000
 #define OVERALL_TIMEOUT_SECS 100
+#define PTY_LIMIT 4
+#define PTY_SLOT_WAIT_MS 8000
 
 static char tree[] = "/tmp/voidbox-agent-test-XXXXXX";
 static char socket_path[PATH_MAX];
@@ -694,6 +696,43 @@ static void test_pty_allowlist(void)
 	close(fd);
 }
 
+/* Four sessions at once is the limit; dropping their connections ends them after the grace. */
+static void test_pty_session_limit(void)
+{
+	char *args[] = { "30" };
+	struct proto_status_response opened = { 0 };
+	int fds[PTY_LIMIT + 1];
+	bool reopened = false;
+	uint64_t start;
+
+	for (int i = 0; i < PTY_LIMIT; i++) {
+		fds[i] = client_open();
+		CHECK_INT_EQ(pty_open_rpc(fds[i], "sleep", args, 1, false, &opened), 0);
+		CHECK(opened.success);
+		proto_status_response_free(&opened);
+	}
+	fds[PTY_LIMIT] = client_open();
+	CHECK_INT_EQ(pty_open_rpc(fds[PTY_LIMIT], "sleep", args, 1, false, &opened), 0);
+	CHECK(!opened.success);
+	CHECK_STR_EQ(opened.error, "max PTY sessions (4) reached");
+	proto_status_response_free(&opened);
+	for (int i = 0; i <= PTY_LIMIT; i++)
+		close(fds[i]);
+
+	/* After the 2 s grace and SIGHUP a slot frees up again. */
+	start = now_ms();
+	fds[0] = client_open();
+	while (!reopened && now_ms() - start < PTY_SLOT_WAIT_MS) {
+		sleep_ms(250);
+		CHECK_INT_EQ(pty_open_rpc(fds[0], "sleep", args, 1, true, &opened), 0);
+		reopened = opened.success;
+		proto_status_response_free(&opened);
+	}
+	CHECK(reopened);
+	CHECK(now_ms() - start >= 1500);
+	close(fds[0]);
+}
+
 /* Counts zombie children of the agent (orphans re-parented to it must be reaped). */
 static int agent_zombie_children(void)
 {
@@ -777,6 +816,7 @@ int main(int argc, char **argv)
 	RUN_TEST(test_telemetry);
 	RUN_TEST(test_pty_sessions);
 	RUN_TEST(test_pty_allowlist);
+	RUN_TEST(test_pty_session_limit);
 	RUN_TEST(test_orphans_reaped);
 	/* The agent must still be alive after everything above. */
 	CHECK_INT_EQ(waitpid(agent_pid, &status, WNOHANG), 0);
