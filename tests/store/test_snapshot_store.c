@@ -1,0 +1,441 @@
+/*
+ * The snapshot store without a VM: the state file a VMM would write is faked with plain bytes,
+ * so these tests check only what the store owns: the config hash byte layout (recomputed here
+ * independently), atomic commit (a writer killed mid-write leaves no snapshot, and its
+ * temporary directory is swept), list/find/delete by prefix with ambiguity errors, diffs beside
+ * their base, LRU eviction by state-file mtime under a byte budget, reference resolution
+ * precedence and VOIDBOX_HOME.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <openssl/evp.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "common/log.h"
+#include "harness.h"
+#include "store/snapshot_store.h"
+
+/* test paths live under a short mkdtemp directory; truncation cannot happen here */
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wformat-truncation"
+#endif
+
+#define ERR_MAX 512
+#define TEST_PAGE 4096
+#define HASH_A1 "aaaa111100000000000000000000000000000000000000000000000000000001"
+#define HASH_A2 "aaaa222200000000000000000000000000000000000000000000000000000002"
+#define HASH_B "bbbb000000000000000000000000000000000000000000000000000000000003"
+
+static char root[PATH_MAX];
+static char home[PATH_MAX];
+
+static void write_file(const char *path, const void *data, size_t len)
+{
+	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+
+	CHECK(fd >= 0);
+	if (fd < 0)
+		return;
+	CHECK_INT_EQ(write(fd, data, len), (long long)len);
+	close(fd);
+}
+
+static bool path_exists(const char *path)
+{
+	return access(path, F_OK) == 0;
+}
+
+static void reset_home(void)
+{
+	char cmd[PATH_MAX + 16];
+
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", home);
+	CHECK_INT_EQ(system(cmd), 0);
+	CHECK_INT_EQ(mkdir(home, 0755), 0);
+	setenv("VOIDBOX_HOME", home, 1);
+}
+
+/* Commits a snapshot whose state file holds `pages` pages; returns its id in id_out. */
+static int store_fake(const char *hash, const char *parent, size_t pages, char *id_out)
+{
+	struct snapshot_store_txn txn;
+	char err[ERR_MAX], path[PATH_MAX];
+	char *data = calloc(pages ? pages : 1, TEST_PAGE);
+	int rc = snapshot_store_begin(hash, parent, &txn, err, sizeof(err));
+
+	if (rc < 0) {
+		free(data);
+		return rc;
+	}
+	memset(data, 'x', pages * TEST_PAGE);
+	snprintf(path, sizeof(path), "%s/%s", txn.tmp_path, SNAPSHOT_STORE_STATE_FILE);
+	write_file(path, data, pages * TEST_PAGE);
+	free(data);
+	rc = snapshot_store_commit(&txn, NULL, err, sizeof(err));
+	if (rc == 0 && id_out)
+		strcpy(id_out, txn.id);
+	return rc;
+}
+
+static void set_age(const char *id, time_t when)
+{
+	char path[PATH_MAX];
+	struct timespec times[2] = { { .tv_sec = when }, { .tv_sec = when } };
+
+	snprintf(path, sizeof(path), "%s/snapshots/%s/%s", home, id, SNAPSHOT_STORE_STATE_FILE);
+	CHECK_INT_EQ(utimensat(AT_FDCWD, path, times, 0), 0);
+}
+
+static size_t store_count(void)
+{
+	struct snapshot_store_entry *list = NULL;
+	size_t count = 0;
+	char err[ERR_MAX];
+
+	CHECK_INT_EQ(snapshot_store_list(&list, &count, err, sizeof(err)), 0);
+	free(list);
+	return count;
+}
+
+static void put_le(EVP_MD_CTX *ctx, uint64_t value, size_t width)
+{
+	unsigned char bytes[8];
+
+	for (size_t i = 0; i < width; i++)
+		bytes[i] = (unsigned char)(value >> (8 * i));
+	EVP_DigestUpdate(ctx, bytes, width);
+}
+
+static void expected_hash(char hex[65])
+{
+	unsigned char digest[32];
+	unsigned int len = 0;
+	EVP_MD_CTX *ctx = EVP_MD_CTX_new();
+
+	EVP_DigestInit_ex(ctx, EVP_sha256(), NULL);
+	EVP_DigestUpdate(ctx, "voidbox-snapshot-config-v1", 27); /* with its NUL */
+	put_le(ctx, 6, 8);
+	EVP_DigestUpdate(ctx, "KERNEL", 6);
+	put_le(ctx, 4, 8);
+	EVP_DigestUpdate(ctx, "INIT", 4);
+	put_le(ctx, 256, 4);
+	put_le(ctx, 2, 4);
+	put_le(ctx, 2, 4);
+	put_le(ctx, 6, 4);
+	EVP_DigestUpdate(ctx, "serial", 6);
+	put_le(ctx, 5, 4);
+	EVP_DigestUpdate(ctx, "vsock", 5);
+	EVP_DigestFinal_ex(ctx, digest, &len);
+	EVP_MD_CTX_free(ctx);
+	for (unsigned int i = 0; i < len; i++)
+		snprintf(hex + 2 * i, 3, "%02x", digest[i]);
+}
+
+static void test_config_hash_layout(void)
+{
+	const char *devices[] = { "vsock", "serial" };
+	const char *reordered[] = { "serial", "vsock" };
+	struct snapshot_store_config cfg = { .memory_mb = 256, .vcpus = 2, .devices = devices,
+					     .device_count = 2 };
+	char kernel[PATH_MAX], initramfs[PATH_MAX], err[ERR_MAX];
+	char hex[65], again[65], want[65];
+
+	snprintf(kernel, sizeof(kernel), "%s/vmlinuz", root);
+	snprintf(initramfs, sizeof(initramfs), "%s/initramfs", root);
+	write_file(kernel, "KERNEL", 6);
+	write_file(initramfs, "INIT", 4);
+	cfg.kernel_path = kernel;
+	cfg.initramfs_path = initramfs;
+	CHECK_INT_EQ(snapshot_store_config_hash(&cfg, hex, err, sizeof(err)), 0);
+	expected_hash(want);
+	CHECK_STR_EQ(hex, want);
+
+	cfg.devices = reordered;
+	CHECK_INT_EQ(snapshot_store_config_hash(&cfg, again, err, sizeof(err)), 0);
+	CHECK_STR_EQ(again, hex);
+
+	cfg.memory_mb = 512;
+	CHECK_INT_EQ(snapshot_store_config_hash(&cfg, again, err, sizeof(err)), 0);
+	CHECK(strcmp(again, hex) != 0);
+	cfg.memory_mb = 256;
+	cfg.device_count = 1;
+	CHECK_INT_EQ(snapshot_store_config_hash(&cfg, again, err, sizeof(err)), 0);
+	CHECK(strcmp(again, hex) != 0);
+	cfg.device_count = 2;
+	cfg.initramfs_path = NULL;
+	CHECK_INT_EQ(snapshot_store_config_hash(&cfg, again, err, sizeof(err)), 0);
+	CHECK(strcmp(again, hex) != 0);
+
+	cfg.kernel_path = "/nonexistent/vmlinuz";
+	CHECK_INT_EQ(snapshot_store_config_hash(&cfg, again, err, sizeof(err)), -ENOENT);
+	CHECK(strstr(err, "/nonexistent/vmlinuz") != NULL);
+}
+
+static void test_commit_is_atomic(void)
+{
+	char store[PATH_MAX], tmp_seen[PATH_MAX] = "", err[ERR_MAX], id[SNAPSHOT_STORE_ID_MAX];
+	struct snapshot_store_txn txn;
+	int pipefd[2], status = 0;
+	pid_t child;
+
+	reset_home();
+	CHECK_INT_EQ(pipe(pipefd), 0);
+	child = fork();
+	if (child == 0) {
+		char path[PATH_MAX];
+
+		close(pipefd[0]);
+		if (snapshot_store_begin(HASH_B, NULL, &txn, err, sizeof(err)) < 0)
+			_exit(2);
+		snprintf(path, sizeof(path), "%s/%s", txn.tmp_path, SNAPSHOT_STORE_STATE_FILE);
+		write_file(path, "half", 4);
+		if (write(pipefd[1], txn.tmp_path, strlen(txn.tmp_path) + 1) < 0)
+			_exit(3);
+		raise(SIGKILL); /* the writer dies before commit */
+		_exit(4);
+	}
+	close(pipefd[1]);
+	CHECK(read(pipefd[0], tmp_seen, sizeof(tmp_seen)) > 0);
+	close(pipefd[0]);
+	CHECK_INT_EQ(waitpid(child, &status, 0), child);
+	CHECK(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
+
+	snprintf(store, sizeof(store), "%s/snapshots/bbbb000000000000", home);
+	CHECK(!path_exists(store));
+	CHECK(path_exists(tmp_seen));
+	CHECK_INT_EQ(store_count(), 0);
+
+	/* the next writer sweeps the dead one's directory and commits whole */
+	CHECK_INT_EQ(store_fake(HASH_B, NULL, 1, id), 0);
+	CHECK(!path_exists(tmp_seen));
+	CHECK_STR_EQ(id, "bbbb000000000000");
+	CHECK(path_exists(store));
+	snprintf(store, sizeof(store), "%s/snapshots/%s/%s", home, id, SNAPSHOT_STORE_META_FILE);
+	CHECK(path_exists(store));
+	CHECK_INT_EQ(store_count(), 1);
+
+	/* a base already stored is refused with the way out */
+	CHECK_INT_EQ(snapshot_store_begin(HASH_B, NULL, &txn, err, sizeof(err)), -EEXIST);
+	CHECK(strstr(err, "voidbox snapshot delete bbbb000000000000") != NULL);
+
+	/* commit with nothing saved discards the temporary directory */
+	CHECK_INT_EQ(snapshot_store_begin(HASH_A1, NULL, &txn, err, sizeof(err)), 0);
+	snprintf(tmp_seen, sizeof(tmp_seen), "%s", txn.tmp_path);
+	CHECK_INT_EQ(snapshot_store_commit(&txn, NULL, err, sizeof(err)), -ENOENT);
+	CHECK(!path_exists(tmp_seen));
+	CHECK_INT_EQ(store_count(), 1);
+
+	/* abort removes it too */
+	CHECK_INT_EQ(snapshot_store_begin(HASH_A1, NULL, &txn, err, sizeof(err)), 0);
+	snprintf(tmp_seen, sizeof(tmp_seen), "%s", txn.tmp_path);
+	snapshot_store_abort(&txn);
+	CHECK(!path_exists(tmp_seen));
+	snapshot_store_abort(&txn);
+}
+
+static void test_list_find_delete_by_prefix(void)
+{
+	struct snapshot_store_entry entry, *list = NULL;
+	char err[ERR_MAX], id[SNAPSHOT_STORE_ID_MAX];
+	size_t count = 0, deleted = 0;
+
+	reset_home();
+	CHECK_INT_EQ(store_fake(HASH_A1, NULL, 1, id), 0);
+	CHECK_STR_EQ(id, "aaaa111100000000");
+	CHECK_INT_EQ(store_fake(HASH_A2, NULL, 1, id), 0);
+	CHECK_INT_EQ(store_fake(HASH_A1, "aaaa111100000000", 1, id), 0);
+	CHECK_STR_EQ(id, "aaaa111100000000-diff-1");
+	CHECK_INT_EQ(store_fake(HASH_A1, "aaaa111100000000", 1, id), 0);
+	CHECK_STR_EQ(id, "aaaa111100000000-diff-2");
+	/* a diff needs a stored base */
+	CHECK_INT_EQ(store_fake(HASH_A1, "ffff", 1, id), -ENOENT);
+
+	CHECK_INT_EQ(snapshot_store_list(&list, &count, err, sizeof(err)), 0);
+	CHECK_INT_EQ(count, 4);
+	if (count == 4) {
+		CHECK_STR_EQ(list[0].id, "aaaa111100000000");
+		CHECK_INT_EQ(list[0].kind, SNAPSHOT_STORE_KIND_BASE);
+		CHECK_STR_EQ(list[0].config_hash, HASH_A1);
+		CHECK_STR_EQ(list[1].id, "aaaa111100000000-diff-1");
+		CHECK_INT_EQ(list[1].kind, SNAPSHOT_STORE_KIND_DIFF);
+		CHECK_STR_EQ(list[1].parent_id, "aaaa111100000000");
+		CHECK(list[1].size_bytes >= TEST_PAGE);
+	}
+	free(list);
+
+	CHECK_INT_EQ(snapshot_store_find("aaaa", &entry, err, sizeof(err)), -ENOTUNIQ);
+	CHECK(strstr(err, "give more characters") != NULL);
+	CHECK(strstr(err, "aaaa222200000000") != NULL);
+	CHECK_INT_EQ(snapshot_store_find("aaaa2", &entry, err, sizeof(err)), 0);
+	CHECK_STR_EQ(entry.id, "aaaa222200000000");
+	/* an exact id wins over the diffs that extend it */
+	CHECK_INT_EQ(snapshot_store_find("aaaa111100000000", &entry, err, sizeof(err)), 0);
+	CHECK_STR_EQ(entry.id, "aaaa111100000000");
+	CHECK_INT_EQ(snapshot_store_find("cccc", &entry, err, sizeof(err)), -ENOENT);
+	CHECK(strstr(err, "voidbox snapshot list") != NULL);
+	CHECK_INT_EQ(snapshot_store_find("../etc", &entry, err, sizeof(err)), -EINVAL);
+
+	CHECK_INT_EQ(snapshot_store_delete("aaaa", &deleted, err, sizeof(err)), -ENOTUNIQ);
+	CHECK_INT_EQ(store_count(), 4);
+	CHECK_INT_EQ(snapshot_store_delete("aaaa111100000000-diff-2", &deleted, err, sizeof(err)), 0);
+	CHECK_INT_EQ(deleted, 1);
+	/* deleting a base takes its diffs */
+	CHECK_INT_EQ(snapshot_store_delete("aaaa1111", &deleted, err, sizeof(err)), 0);
+	CHECK_INT_EQ(deleted, 2);
+	CHECK_INT_EQ(store_count(), 1);
+	CHECK_INT_EQ(snapshot_store_find("aaaa", &entry, err, sizeof(err)), 0);
+	CHECK_STR_EQ(entry.id, "aaaa222200000000");
+}
+
+static void test_evict_lru_by_mtime(void)
+{
+	char err[ERR_MAX], id[SNAPSHOT_STORE_ID_MAX];
+	struct snapshot_store_entry entry;
+	uint64_t remaining = 0, each;
+	size_t evicted = 0;
+
+	reset_home();
+	CHECK_INT_EQ(store_fake(HASH_A1, NULL, 2, id), 0);
+	CHECK_INT_EQ(store_fake(HASH_A2, NULL, 2, id), 0);
+	CHECK_INT_EQ(store_fake(HASH_B, NULL, 2, id), 0);
+	set_age("aaaa111100000000", 1000);
+	set_age("aaaa222200000000", 3000);
+	set_age("bbbb000000000000", 2000);
+	CHECK_INT_EQ(snapshot_store_find("bbbb", &entry, err, sizeof(err)), 0);
+	each = entry.size_bytes;
+	CHECK(each >= 2 * TEST_PAGE);
+
+	/* a budget above the total evicts nothing */
+	CHECK_INT_EQ(snapshot_store_evict_lru(3 * each, &evicted, &remaining, err, sizeof(err)), 0);
+	CHECK_INT_EQ(evicted, 0);
+	CHECK_INT_EQ(remaining, 3 * each);
+
+	/* room for one and a half: the two least recently used go, oldest first */
+	CHECK_INT_EQ(snapshot_store_evict_lru(each + each / 2, &evicted, &remaining, err,
+					      sizeof(err)), 0);
+	CHECK_INT_EQ(evicted, 2);
+	CHECK_INT_EQ(remaining, each);
+	CHECK_INT_EQ(snapshot_store_find("aaaa1", &entry, err, sizeof(err)), -ENOENT);
+	CHECK_INT_EQ(snapshot_store_find("bbbb", &entry, err, sizeof(err)), -ENOENT);
+	CHECK_INT_EQ(snapshot_store_find("aaaa2", &entry, err, sizeof(err)), 0);
+
+	/* touching makes a snapshot the most recently used; a base's diffs leave with it */
+	CHECK_INT_EQ(store_fake(HASH_B, NULL, 2, id), 0);
+	set_age("bbbb000000000000", 5000);
+	set_age("aaaa222200000000", 4000);
+	CHECK_INT_EQ(store_fake(HASH_A2, "aaaa222200000000", 1, id), 0);
+	set_age("aaaa222200000000-diff-1", 6000);
+	CHECK_INT_EQ(snapshot_store_evict_lru(each, &evicted, &remaining, err, sizeof(err)), 0);
+	CHECK_INT_EQ(evicted, 2);
+	CHECK_INT_EQ(store_count(), 1);
+	CHECK_INT_EQ(snapshot_store_find("bbbb", &entry, err, sizeof(err)), 0);
+	CHECK_INT_EQ(snapshot_store_touch(entry.path), 0);
+	CHECK_INT_EQ(snapshot_store_find("bbbb", &entry, err, sizeof(err)), 0);
+	CHECK(entry.last_used > 5000);
+
+	CHECK_INT_EQ(snapshot_store_evict_lru(0, &evicted, &remaining, err, sizeof(err)), 0);
+	CHECK_INT_EQ(evicted, 1);
+	CHECK_INT_EQ(remaining, 0);
+	CHECK_INT_EQ(store_count(), 0);
+}
+
+static void test_resolution_precedence(void)
+{
+	char err[ERR_MAX], dir[PATH_MAX], id[SNAPSHOT_STORE_ID_MAX], local[PATH_MAX];
+	char cwd[PATH_MAX], state[PATH_MAX], expected[PATH_MAX];
+	enum snapshot_store_source source = SNAPSHOT_STORE_SOURCE_PATH;
+
+	reset_home();
+	CHECK(getcwd(cwd, sizeof(cwd)) != NULL);
+	CHECK_INT_EQ(store_fake(HASH_B, NULL, 1, id), 0);
+	/* a directory in the working directory whose name is also an id prefix */
+	snprintf(local, sizeof(local), "%s/bbbb", root);
+	CHECK_INT_EQ(mkdir(local, 0755), 0);
+	snprintf(state, sizeof(state), "%s/%s", local, SNAPSHOT_STORE_STATE_FILE);
+	write_file(state, "s", 1);
+	CHECK_INT_EQ(chdir(root), 0);
+
+	CHECK_INT_EQ(snapshot_store_resolve("bbbb", dir, sizeof(dir), &source, err, sizeof(err)), 0);
+	CHECK_INT_EQ(source, SNAPSHOT_STORE_SOURCE_ID);
+	snprintf(expected, sizeof(expected), "%s/snapshots/bbbb000000000000", home);
+	CHECK_STR_EQ(dir, expected);
+
+	CHECK_INT_EQ(snapshot_store_resolve("./bbbb", dir, sizeof(dir), &source, err, sizeof(err)), 0);
+	CHECK_INT_EQ(source, SNAPSHOT_STORE_SOURCE_PATH);
+	CHECK(realpath(local, expected) != NULL);
+	CHECK_STR_EQ(dir, expected);
+
+	CHECK_INT_EQ(snapshot_store_resolve(local, dir, sizeof(dir), &source, err, sizeof(err)), 0);
+	CHECK_INT_EQ(source, SNAPSHOT_STORE_SOURCE_PATH);
+
+	CHECK_INT_EQ(snapshot_store_resolve("cafe", dir, sizeof(dir), &source, err, sizeof(err)),
+		     -ENOENT);
+	CHECK(strstr(err, "neither") != NULL);
+	CHECK_INT_EQ(snapshot_store_resolve(root, dir, sizeof(dir), &source, err, sizeof(err)),
+		     -ENOENT);
+	CHECK_INT_EQ(snapshot_store_resolve("", dir, sizeof(dir), &source, err, sizeof(err)),
+		     -EINVAL);
+
+	CHECK_INT_EQ(store_fake(HASH_A1, NULL, 1, id), 0);
+	CHECK_INT_EQ(store_fake(HASH_A2, NULL, 1, id), 0);
+	CHECK_INT_EQ(snapshot_store_resolve("aaaa", dir, sizeof(dir), &source, err, sizeof(err)),
+		     -ENOTUNIQ);
+	CHECK_INT_EQ(chdir(cwd), 0);
+}
+
+static void test_voidbox_home(void)
+{
+	char dir[PATH_MAX], expected[PATH_MAX], user_home[PATH_MAX], err[ERR_MAX];
+	size_t evicted = 1;
+
+	setenv("VOIDBOX_HOME", "/relocated/home", 1);
+	CHECK_INT_EQ(snapshot_store_dir(dir, sizeof(dir)), 0);
+	CHECK_STR_EQ(dir, "/relocated/home/snapshots");
+
+	snprintf(user_home, sizeof(user_home), "%s/user", root);
+	CHECK_INT_EQ(mkdir(user_home, 0755), 0);
+	unsetenv("VOIDBOX_HOME");
+	setenv("HOME", user_home, 1);
+	CHECK_INT_EQ(snapshot_store_dir(dir, sizeof(dir)), 0);
+	snprintf(expected, sizeof(expected), "%s/.void-box/snapshots", user_home);
+	CHECK_STR_EQ(dir, expected);
+	CHECK_INT_EQ(store_fake(HASH_B, NULL, 1, NULL), 0);
+	CHECK(path_exists(expected));
+
+	/* eviction works on the relocated store only: the one under HOME stays */
+	reset_home();
+	CHECK_INT_EQ(store_fake(HASH_A1, NULL, 1, NULL), 0);
+	CHECK_INT_EQ(snapshot_store_evict_lru(0, &evicted, NULL, err, sizeof(err)), 0);
+	CHECK_INT_EQ(evicted, 1);
+	snprintf(expected, sizeof(expected), "%s/.void-box/snapshots/bbbb000000000000", user_home);
+	CHECK(path_exists(expected));
+}
+
+int main(void)
+{
+	char cmd[PATH_MAX + 16];
+	const char *tmpdir = getenv("TMPDIR");
+
+	log_set_level(LOG_LEVEL_WARN);
+	snprintf(root, sizeof(root), "%s/vbsnapXXXXXX", tmpdir && *tmpdir ? tmpdir : "/tmp");
+	if (!mkdtemp(root))
+		harness_skip_all("cannot create a temporary directory");
+	snprintf(home, sizeof(home), "%s/home", root);
+
+	RUN_TEST(test_config_hash_layout);
+	RUN_TEST(test_commit_is_atomic);
+	RUN_TEST(test_list_find_delete_by_prefix);
+	RUN_TEST(test_evict_lru_by_mtime);
+	RUN_TEST(test_resolution_precedence);
+	RUN_TEST(test_voidbox_home);
+
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", root);
+	if (system(cmd) != 0)
+		fprintf(stderr, "could not remove %s\n", root);
+	return harness_finish();
+}
