@@ -1,8 +1,8 @@
 /*
  * libFuzzer target for the split-virtqueue walker: the input is the whole of a small guest's
  * RAM (descriptor table, avail ring, buffers, indirect tables), exactly what a hostile guest
- * controls. The first two bytes pick the queue size and whether indirect descriptors were
- * negotiated. Every popped chain is read and written end to end; RAM is allocated to its exact
+ * controls. The first two bytes pick the queue size and which ring features (indirect
+ * descriptors, event index) were negotiated. Every popped chain is read and written end to end; RAM is allocated to its exact
  * size so any access outside it trips ASan, and a chain whose buffers leave RAM aborts.
  */
 #include <stdint.h>
@@ -49,7 +49,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	struct virtqueue vq;
 	uint8_t *ram;
 	uint16_t queue_size;
-	bool indirect;
+	unsigned int ring_features;
 	static bool logging_configured;
 
 	if (!logging_configured) {
@@ -59,7 +59,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	if (size < FUZZ_HEADER_BYTES)
 		return 0;
 	queue_size = (uint16_t)(1u << (data[0] % FUZZ_SIZE_CHOICES));
-	indirect = data[1] & 1;
+	ring_features = data[1] & (VIRTQUEUE_INDIRECT | VIRTQUEUE_EVENT_IDX);
 	data += FUZZ_HEADER_BYTES;
 	size -= FUZZ_HEADER_BYTES;
 
@@ -72,7 +72,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	mem.region_count = 1;
 	mem.total_size = FUZZ_RAM_SIZE;
 	if (virtqueue_configure(&vq, &mem, queue_size, FUZZ_DESC_ADDR, FUZZ_AVAIL_ADDR,
-				FUZZ_USED_ADDR, indirect))
+				FUZZ_USED_ADDR, ring_features))
 		abort();
 	for (unsigned int n = 0; n < FUZZ_MAX_POPS; n++) {
 		int rc = virtqueue_pop(&vq, &chain);
@@ -89,6 +89,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			abort();
 		if (virtqueue_push(&vq, chain.head, (uint32_t)moved))
 			abort();
+		virtqueue_should_signal(&vq);
 	}
 	free(ram);
 	return 0;

@@ -193,7 +193,12 @@ static bool virtio_mmio_features_acceptable(const struct virtio_mmio *t)
 /* Caller holds t->lock and the device lock. */
 static int virtio_mmio_configure_queues(struct virtio_mmio *t)
 {
-	bool indirect = t->driver_features & (1ull << VIRTIO_RING_F_INDIRECT_DESC);
+	unsigned int ring_features = 0;
+
+	if (t->driver_features & (1ull << VIRTIO_RING_F_INDIRECT_DESC))
+		ring_features |= VIRTQUEUE_INDIRECT;
+	if (t->driver_features & (1ull << VIRTIO_RING_F_EVENT_IDX))
+		ring_features |= VIRTQUEUE_EVENT_IDX;
 
 	for (unsigned int i = 0; i < t->ops->queue_count; i++) {
 		const struct virtio_mmio_queue *q = &t->queues[i];
@@ -202,7 +207,7 @@ static int virtio_mmio_configure_queues(struct virtio_mmio *t)
 		if (!q->ready)
 			continue;
 		rc = virtqueue_configure(&t->vqs[i], t->mem, q->num, q->desc_addr, q->driver_addr,
-					 q->device_addr, indirect);
+					 q->device_addr, ring_features);
 		if (rc)
 			return rc;
 	}

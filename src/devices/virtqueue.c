@@ -70,7 +70,7 @@ void virtqueue_clear(struct virtqueue *vq)
 
 int virtqueue_configure(struct virtqueue *vq, const struct guest_memory *mem, uint16_t size,
 			uint64_t desc_addr, uint64_t avail_addr, uint64_t used_addr,
-			bool indirect_allowed)
+			unsigned int ring_features)
 {
 	virtqueue_clear(vq);
 	if (!mem || !virtqueue_is_power_of_two(size) || size > VIRTQUEUE_MAX_SIZE)
@@ -87,7 +87,8 @@ int virtqueue_configure(struct virtqueue *vq, const struct guest_memory *mem, ui
 	vq->desc_addr = desc_addr;
 	vq->avail_addr = avail_addr;
 	vq->used_addr = used_addr;
-	vq->indirect_allowed = indirect_allowed;
+	vq->indirect_allowed = ring_features & VIRTQUEUE_INDIRECT;
+	vq->event_idx = ring_features & VIRTQUEUE_EVENT_IDX;
 	vq->configured = true;
 	return 0;
 }
@@ -112,6 +113,38 @@ static uint16_t virtqueue_load_avail_entry(const struct virtqueue *vq, uint16_t 
 				       (size_t)VIRTQ_AVAIL_ELEM_SIZE * slot);
 
 	return le16toh(__atomic_load_n(entry, __ATOMIC_RELAXED));
+}
+
+/* used_event lives after the avail ring's entries, avail_event after the used ring's. */
+static uint16_t *virtqueue_used_event(const struct virtqueue *vq)
+{
+	uint8_t *ring = virtqueue_ring(vq, vq->avail_addr, virtqueue_avail_bytes(vq->size));
+
+	return (uint16_t *)(ring + VIRTQ_RING_HEADER_SIZE + (size_t)VIRTQ_AVAIL_ELEM_SIZE * vq->size);
+}
+
+static uint16_t *virtqueue_avail_event(const struct virtqueue *vq)
+{
+	uint8_t *ring = virtqueue_ring(vq, vq->used_addr, virtqueue_used_bytes(vq->size));
+
+	return (uint16_t *)(ring + VIRTQ_RING_HEADER_SIZE + (size_t)VIRTQ_USED_ELEM_SIZE * vq->size);
+}
+
+/* The virtio event-index test: did [old, new) step over event? */
+static bool virtqueue_need_event(uint16_t event, uint16_t new_idx, uint16_t old_idx)
+{
+	return (uint16_t)(new_idx - event - 1) < (uint16_t)(new_idx - old_idx);
+}
+
+/*
+ * The ring looks empty: ask for a notify at the next buffer, then look again, since the
+ * driver may have added one before it could see the request. Returns the fresh avail index.
+ */
+static uint16_t virtqueue_arm_notify(struct virtqueue *vq)
+{
+	__atomic_store_n(virtqueue_avail_event(vq), htole16(vq->last_avail_idx), __ATOMIC_RELAXED);
+	__atomic_thread_fence(__ATOMIC_SEQ_CST);
+	return virtqueue_load_avail_idx(vq);
 }
 
 static void virtqueue_mark_broken(struct virtqueue *vq, const char *why)
@@ -229,6 +262,8 @@ int virtqueue_pop(struct virtqueue *vq, struct virtqueue_chain *chain)
 	if (!vq->configured || vq->broken)
 		return vq->broken ? -EIO : 0;
 	avail_idx = virtqueue_load_avail_idx(vq);
+	if (avail_idx == vq->last_avail_idx && vq->event_idx)
+		avail_idx = virtqueue_arm_notify(vq);
 	if (avail_idx == vq->last_avail_idx)
 		return 0;
 	if ((uint16_t)(avail_idx - vq->last_avail_idx) > vq->size) {
@@ -275,6 +310,29 @@ int virtqueue_push(struct virtqueue *vq, uint16_t head, uint32_t written_len)
 	__atomic_store_n((uint16_t *)(ring + VIRTQ_RING_IDX_OFFSET), htole16(vq->used_idx),
 			 __ATOMIC_RELEASE);
 	return 0;
+}
+
+bool virtqueue_should_signal(struct virtqueue *vq)
+{
+	uint8_t *avail;
+	uint16_t flags, old_idx, used_event;
+	bool valid;
+
+	if (!vq->configured || vq->broken)
+		return false;
+	/* Our used index store must be visible before we read what the driver asked for. */
+	__atomic_thread_fence(__ATOMIC_SEQ_CST);
+	if (!vq->event_idx) {
+		avail = virtqueue_ring(vq, vq->avail_addr, virtqueue_avail_bytes(vq->size));
+		flags = le16toh(__atomic_load_n((uint16_t *)avail, __ATOMIC_RELAXED));
+		return !(flags & VIRTQ_AVAIL_F_NO_INTERRUPT);
+	}
+	valid = vq->signalled_used_valid;
+	old_idx = vq->signalled_used;
+	vq->signalled_used_valid = true;
+	vq->signalled_used = vq->used_idx;
+	used_event = le16toh(__atomic_load_n(virtqueue_used_event(vq), __ATOMIC_RELAXED));
+	return !valid || virtqueue_need_event(used_event, vq->used_idx, old_idx);
 }
 
 size_t virtqueue_chain_read(const struct virtqueue_chain *chain, uint64_t offset, void *dst,

@@ -26,6 +26,7 @@
 #define VIRTQ_DESC_F_NEXT 1u
 #define VIRTQ_DESC_F_WRITE 2u
 #define VIRTQ_DESC_F_INDIRECT 4u
+#define VIRTQ_AVAIL_F_NO_INTERRUPT 1u
 
 /* Feature bits that change how rings are read (VIRTIO 1.2 §6). */
 #define VIRTIO_RING_F_INDIRECT_DESC 28
@@ -43,6 +44,10 @@ struct virtqueue {
 	uint16_t last_avail_idx;
 	uint16_t used_idx;
 	bool indirect_allowed;
+	bool event_idx;
+	/* used_idx when we last decided about an interrupt (EVENT_IDX only) */
+	uint16_t signalled_used;
+	bool signalled_used_valid;
 	bool configured;
 	bool broken;
 };
@@ -62,13 +67,20 @@ struct virtqueue_chain {
 	struct virtqueue_buffer buffers[VIRTQUEUE_MAX_SIZE];
 };
 
+/* Ring features the driver negotiated (VIRTIO_RING_F_INDIRECT_DESC, VIRTIO_RING_F_EVENT_IDX). */
+enum virtqueue_feature {
+	VIRTQUEUE_INDIRECT = 1u << 0,
+	VIRTQUEUE_EVENT_IDX = 1u << 1,
+};
+
 /*
  * Checks size (power of two, 1..VIRTQUEUE_MAX_SIZE), alignment and that all three ring areas
- * lie inside guest memory; returns -EINVAL otherwise. Indices start at zero.
+ * lie inside guest memory; returns -EINVAL otherwise. Indices start at zero. ring_features is
+ * a mask of enum virtqueue_feature.
  */
 int virtqueue_configure(struct virtqueue *vq, const struct guest_memory *mem, uint16_t size,
 			uint64_t desc_addr, uint64_t avail_addr, uint64_t used_addr,
-			bool indirect_allowed);
+			unsigned int ring_features);
 void virtqueue_clear(struct virtqueue *vq);
 
 /* True when the driver has made a chain available that we have not popped yet. */
@@ -77,11 +89,20 @@ bool virtqueue_has_available(struct virtqueue *vq);
 /*
  * Pops the next available chain: 1 when one was popped, 0 when none is available, -EIO when
  * the guest's rings are malformed (the queue is then marked broken and stays so).
+ * With EVENT_IDX, finding the ring empty asks the driver to notify at its next buffer; until
+ * then the driver may not notify, so a caller that stops popping before it sees 0 must come
+ * back without waiting for a notify.
  */
 int virtqueue_pop(struct virtqueue *vq, struct virtqueue_chain *chain);
 
 /* Returns a chain to the driver with the number of bytes the device wrote into it. */
 int virtqueue_push(struct virtqueue *vq, uint16_t head, uint32_t written_len);
+
+/*
+ * After a batch of pushes: whether the driver wants an interrupt for them (its used_event
+ * with EVENT_IDX, else the avail ring's NO_INTERRUPT flag).
+ */
+bool virtqueue_should_signal(struct virtqueue *vq);
 
 /* Copies from the chain's readable bytes starting at offset; returns the bytes copied. */
 size_t virtqueue_chain_read(const struct virtqueue_chain *chain, uint64_t offset, void *dst,

@@ -89,7 +89,8 @@ static void vsock_reset(void *opaque)
 
 static const struct virtio_device_ops vsock_ops = {
 	.device_id = VIRTIO_ID_VSOCK,
-	.features = (1ull << VIRTIO_F_VERSION_1) | (1ull << VIRTIO_RING_F_INDIRECT_DESC),
+	.features = (1ull << VIRTIO_F_VERSION_1) | (1ull << VIRTIO_RING_F_INDIRECT_DESC) |
+		    (1ull << VIRTIO_RING_F_EVENT_IDX),
 	.queue_count = VSOCK_QUEUE_COUNT,
 	.queue_num_max = VSOCK_QUEUE_NUM_MAX,
 	.config_size = VSOCK_CONFIG_SIZE,
@@ -136,33 +137,43 @@ static void vsock_handle_tx_chain(struct vsock_device *dev, const struct virtque
 	vsock_conn_handle_packet(dev, &hdr, dev->packet + VSOCK_HDR_SIZE);
 }
 
+/*
+ * A batch ended on its bound rather than on an empty ring: with EVENT_IDX the driver will not
+ * notify again, so the worker wakes itself for the rest.
+ */
+static void vsock_batch_bounded(struct vsock_device *dev, unsigned int handled)
+{
+	if (handled == VSOCK_CHAINS_PER_ITERATION)
+		vsock_kick(dev);
+}
+
 static bool vsock_process_tx(struct vsock_device *dev)
 {
 	struct virtqueue *vq = &dev->queues[VSOCK_QUEUE_TX];
-	bool used = false;
+	unsigned int n;
 
-	for (unsigned int n = 0; n < VSOCK_CHAINS_PER_ITERATION; n++) {
+	for (n = 0; n < VSOCK_CHAINS_PER_ITERATION; n++) {
 		int rc = virtqueue_pop(vq, &dev->chain);
 
 		if (rc < 0) {
 			vsock_queue_failed(dev);
-			break;
+			return false;
 		}
 		if (rc == 0)
 			break;
 		vsock_handle_tx_chain(dev, &dev->chain);
 		virtqueue_push(vq, dev->chain.head, 0);
-		used = true;
 	}
-	return used;
+	vsock_batch_bounded(dev, n);
+	return n && virtqueue_should_signal(vq);
 }
 
 static bool vsock_process_rx(struct vsock_device *dev)
 {
 	struct virtqueue *vq = &dev->queues[VSOCK_QUEUE_RX];
-	bool used = false;
+	unsigned int n;
 
-	for (unsigned int n = 0; n < VSOCK_CHAINS_PER_ITERATION; n++) {
+	for (n = 0; n < VSOCK_CHAINS_PER_ITERATION; n++) {
 		int rc;
 
 		if (!vsock_conn_has_output(dev))
@@ -170,14 +181,14 @@ static bool vsock_process_rx(struct vsock_device *dev)
 		rc = virtqueue_pop(vq, &dev->chain);
 		if (rc < 0) {
 			vsock_queue_failed(dev);
-			break;
+			return false;
 		}
 		if (rc == 0)
 			break;
 		virtqueue_push(vq, dev->chain.head, vsock_conn_emit_packet(dev, &dev->chain));
-		used = true;
 	}
-	return used;
+	vsock_batch_bounded(dev, n);
+	return n && virtqueue_should_signal(vq);
 }
 
 static bool vsock_process_event(struct vsock_device *dev)
@@ -201,21 +212,21 @@ static bool vsock_process_event(struct vsock_device *dev)
 		written = (uint32_t)virtqueue_chain_write(&dev->chain, 0, event, sizeof(event));
 	virtqueue_push(vq, dev->chain.head, written);
 	dev->event_reset_pending = false;
-	return true;
+	return virtqueue_should_signal(vq);
 }
 
 static void vsock_process_queues(struct vsock_device *dev)
 {
-	bool used = false;
+	bool signal = false;
 
 	if (!vsock_queues_usable(dev))
 		return;
-	used |= vsock_process_tx(dev);
+	signal |= vsock_process_tx(dev);
 	if (vsock_queues_usable(dev))
-		used |= vsock_process_rx(dev);
+		signal |= vsock_process_rx(dev);
 	if (vsock_queues_usable(dev))
-		used |= vsock_process_event(dev);
-	if (used)
+		signal |= vsock_process_event(dev);
+	if (signal)
 		virtio_mmio_signal_used(dev->transport);
 }
 

@@ -13,6 +13,7 @@
 #define FAKE_GUEST_RING_HEADER 4u
 #define FAKE_GUEST_USED_ELEM 8u
 #define FAKE_GUEST_HIGH_SHIFT 32
+#define FAKE_GUEST_EVENT_IDX_BIT 29
 
 static void fake_guest_set_level(void *opaque, uint32_t gsi, bool asserted)
 {
@@ -97,6 +98,7 @@ uint32_t fake_guest_setup(struct fake_guest *guest, struct virtio_mmio *t,
 	offered |= (uint64_t)virtio_mmio_read32(t, VIRTIO_MMIO_DEVICE_FEATURES)
 		   << FAKE_GUEST_HIGH_SHIFT;
 	offered &= wanted_features;
+	guest->event_idx = offered & (1ull << FAKE_GUEST_EVENT_IDX_BIT);
 	virtio_mmio_write32(t, VIRTIO_MMIO_DRIVER_FEATURES_SEL, 0);
 	virtio_mmio_write32(t, VIRTIO_MMIO_DRIVER_FEATURES, (uint32_t)offered);
 	virtio_mmio_write32(t, VIRTIO_MMIO_DRIVER_FEATURES_SEL, 1);
@@ -138,8 +140,29 @@ void fake_guest_publish(struct fake_guest *guest, unsigned int queue, uint16_t h
 	__atomic_store_n(idx, htole16(q->avail_idx), __ATOMIC_RELEASE);
 }
 
+static bool fake_guest_need_event(uint16_t event, uint16_t new_idx, uint16_t old_idx)
+{
+	return (uint16_t)(new_idx - event - 1) < (uint16_t)(new_idx - old_idx);
+}
+
 void fake_guest_notify(struct fake_guest *guest, unsigned int queue)
 {
+	struct fake_queue *q = &guest->queues[queue];
+
+	if (guest->event_idx) {
+		uint16_t *avail_event = (uint16_t *)(guest->ram + q->used + FAKE_GUEST_RING_HEADER +
+						     (uint64_t)FAKE_GUEST_USED_ELEM * q->size);
+		uint16_t old_idx = q->kicked_idx;
+
+		__atomic_thread_fence(__ATOMIC_SEQ_CST);
+		q->kicked_idx = q->avail_idx;
+		if (!fake_guest_need_event(le16toh(__atomic_load_n(avail_event, __ATOMIC_RELAXED)),
+					   q->avail_idx, old_idx)) {
+			guest->notifies_suppressed++;
+			return;
+		}
+	}
+	guest->notifies_sent++;
 	virtio_mmio_write32(guest->transport, VIRTIO_MMIO_QUEUE_NOTIFY, queue);
 }
 
@@ -159,6 +182,13 @@ bool fake_guest_pop_used(struct fake_guest *guest, unsigned int queue, uint32_t 
 	*id = le32toh(*id);
 	*len = le32toh(*len);
 	q->used_seen++;
+	if (guest->event_idx) {
+		uint16_t *used_event = (uint16_t *)(guest->ram + q->avail + FAKE_GUEST_RING_HEADER +
+						    2u * q->size);
+
+		__atomic_store_n(used_event, htole16(q->used_seen), __ATOMIC_RELAXED);
+		__atomic_thread_fence(__ATOMIC_SEQ_CST);
+	}
 	return true;
 }
 

@@ -30,6 +30,7 @@ struct fake_queue {
 	uint64_t used;
 	uint16_t avail_idx;
 	uint16_t used_seen;
+	uint16_t kicked_idx; /* avail_idx at the last notify decision (EVENT_IDX) */
 };
 
 struct fake_guest {
@@ -38,6 +39,9 @@ struct fake_guest {
 	struct virtio_mmio *transport;
 	atomic_int irq_level;
 	atomic_int irq_raises;
+	bool event_idx;        /* negotiated: notifies and interrupts follow the event indices */
+	unsigned int notifies_sent;
+	unsigned int notifies_suppressed;
 	struct fake_queue queues[FAKE_GUEST_MAX_QUEUES];
 };
 
@@ -57,7 +61,9 @@ uint32_t fake_guest_setup(struct fake_guest *guest, struct virtio_mmio *transpor
 void fake_guest_set_desc(struct fake_guest *guest, unsigned int queue, uint16_t index,
 			 uint64_t addr, uint32_t len, uint16_t flags, uint16_t next);
 void fake_guest_publish(struct fake_guest *guest, unsigned int queue, uint16_t head);
+/* Notifies the device, unless EVENT_IDX was negotiated and the device did not ask for it. */
 void fake_guest_notify(struct fake_guest *guest, unsigned int queue);
+/* Takes one used element; with EVENT_IDX also asks for an interrupt at the next one. */
 bool fake_guest_pop_used(struct fake_guest *guest, unsigned int queue, uint32_t *id,
 			 uint32_t *len);
 /* Reads INTERRUPT_STATUS and acknowledges it; returns what was pending. */

@@ -25,6 +25,20 @@ static struct fake_guest guest;
 static struct virtqueue vq;
 static struct virtqueue_chain chain;
 
+static void vq_setup_features(uint16_t size, unsigned int ring_features)
+{
+	struct fake_queue *q = &guest.queues[TEST_QUEUE];
+
+	memset(guest.ram, 0, 0x200000);
+	memset(q, 0, sizeof(*q));
+	q->size = size;
+	q->desc = FAKE_GUEST_RING_BASE;
+	q->avail = q->desc + FAKE_GUEST_AVAIL_OFFSET;
+	q->used = q->desc + FAKE_GUEST_USED_OFFSET;
+	CHECK_INT_EQ(virtqueue_configure(&vq, &guest.mem, size, q->desc, q->avail, q->used,
+					 ring_features), 0);
+}
+
 static void vq_setup(uint16_t size, bool indirect)
 {
 	struct fake_queue *q = &guest.queues[TEST_QUEUE];
@@ -36,26 +50,26 @@ static void vq_setup(uint16_t size, bool indirect)
 	q->avail = q->desc + FAKE_GUEST_AVAIL_OFFSET;
 	q->used = q->desc + FAKE_GUEST_USED_OFFSET;
 	CHECK_INT_EQ(virtqueue_configure(&vq, &guest.mem, size, q->desc, q->avail, q->used,
-					 indirect), 0);
+					 indirect ? VIRTQUEUE_INDIRECT : 0), 0);
 }
 
 static void test_configure_rejects_bad_layouts(void)
 {
-	CHECK_INT_EQ(virtqueue_configure(&vq, &guest.mem, 3, 0x1000, 0x2000, 0x3000, false),
+	CHECK_INT_EQ(virtqueue_configure(&vq, &guest.mem, 3, 0x1000, 0x2000, 0x3000, 0),
 		     -EINVAL);
-	CHECK_INT_EQ(virtqueue_configure(&vq, &guest.mem, 512, 0x1000, 0x2000, 0x3000, false),
+	CHECK_INT_EQ(virtqueue_configure(&vq, &guest.mem, 512, 0x1000, 0x2000, 0x3000, 0),
 		     -EINVAL);
-	CHECK_INT_EQ(virtqueue_configure(&vq, &guest.mem, 8, 0x1008, 0x2000, 0x3000, false),
+	CHECK_INT_EQ(virtqueue_configure(&vq, &guest.mem, 8, 0x1008, 0x2000, 0x3000, 0),
 		     -EINVAL);
-	CHECK_INT_EQ(virtqueue_configure(&vq, &guest.mem, 8, 0x1000, 0x2001, 0x3000, false),
+	CHECK_INT_EQ(virtqueue_configure(&vq, &guest.mem, 8, 0x1000, 0x2001, 0x3000, 0),
 		     -EINVAL);
-	CHECK_INT_EQ(virtqueue_configure(&vq, &guest.mem, 8, 0x1000, 0x2000, 0x3002, false),
+	CHECK_INT_EQ(virtqueue_configure(&vq, &guest.mem, 8, 0x1000, 0x2000, 0x3002, 0),
 		     -EINVAL);
 	CHECK_INT_EQ(virtqueue_configure(&vq, &guest.mem, 8, FAKE_GUEST_RAM_SIZE - 16, 0x2000,
-					 0x3000, false), -EINVAL);
+					 0x3000, 0), -EINVAL);
 	CHECK_INT_EQ(virtqueue_configure(&vq, &guest.mem, 8, 0x1000, 0x2000,
-					 0xfffffffffffff000ull, false), -EINVAL);
-	CHECK_INT_EQ(virtqueue_configure(&vq, &guest.mem, 0, 0x1000, 0x2000, 0x3000, false),
+					 0xfffffffffffff000ull, 0), -EINVAL);
+	CHECK_INT_EQ(virtqueue_configure(&vq, &guest.mem, 0, 0x1000, 0x2000, 0x3000, 0),
 		     -EINVAL);
 	CHECK(!vq.configured);
 }
@@ -230,6 +244,59 @@ static void test_indirect_descriptors(void)
 	fake_guest_set_desc(&guest, TEST_QUEUE, 0, TEST_INDIRECT_TABLE,
 			    (TEST_QUEUE_SIZE + 1) * 16, VIRTQ_DESC_F_INDIRECT, 0);
 	expect_broken("indirect table longer than the queue");
+}
+
+static uint16_t *ring_u16(uint64_t gpa)
+{
+	return fake_guest_host(&guest, gpa);
+}
+
+static void test_notification_suppression(void)
+{
+	struct fake_queue *q = &guest.queues[TEST_QUEUE];
+	uint16_t *avail_flags, *used_event, *avail_event;
+
+	/* Without EVENT_IDX the avail ring's NO_INTERRUPT flag decides. */
+	vq_setup(TEST_QUEUE_SIZE, false);
+	avail_flags = ring_u16(q->avail);
+	fake_guest_set_desc(&guest, TEST_QUEUE, 0, TEST_BUF_A, 8, 0, 0);
+	fake_guest_publish(&guest, TEST_QUEUE, 0);
+	CHECK_INT_EQ(virtqueue_pop(&vq, &chain), 1);
+	CHECK_INT_EQ(virtqueue_push(&vq, 0, 0), 0);
+	*avail_flags = VIRTQ_AVAIL_F_NO_INTERRUPT;
+	CHECK(!virtqueue_should_signal(&vq));
+	*avail_flags = 0;
+	CHECK(virtqueue_should_signal(&vq));
+
+	/* With EVENT_IDX: an empty ring asks for a notify at the next buffer ... */
+	vq_setup_features(TEST_QUEUE_SIZE, VIRTQUEUE_EVENT_IDX);
+	used_event = ring_u16(q->avail + 4 + 2 * TEST_QUEUE_SIZE);
+	avail_event = ring_u16(q->used + 4 + 8 * TEST_QUEUE_SIZE);
+	*avail_event = 0xffff;
+	for (uint16_t i = 0; i < 3; i++) {
+		fake_guest_set_desc(&guest, TEST_QUEUE, i, TEST_BUF_A, 8, 0, 0);
+		fake_guest_publish(&guest, TEST_QUEUE, i);
+	}
+	for (int i = 0; i < 3; i++)
+		CHECK_INT_EQ(virtqueue_pop(&vq, &chain), 1);
+	CHECK_INT_EQ(*avail_event, 0xffff);
+	CHECK_INT_EQ(virtqueue_pop(&vq, &chain), 0);
+	CHECK_INT_EQ(*avail_event, 3);
+
+	/* ... and interrupts follow used_event: the first decision always signals. */
+	*used_event = 1;
+	CHECK_INT_EQ(virtqueue_push(&vq, 0, 0), 0);
+	CHECK(virtqueue_should_signal(&vq));
+	CHECK_INT_EQ(virtqueue_push(&vq, 1, 0), 0);
+	CHECK(virtqueue_should_signal(&vq));   /* used went 1 -> 2, past used_event 1 */
+	CHECK_INT_EQ(virtqueue_push(&vq, 2, 0), 0);
+	CHECK(!virtqueue_should_signal(&vq));  /* the driver has not caught up yet */
+	*used_event = 3;
+	fake_guest_set_desc(&guest, TEST_QUEUE, 3, TEST_BUF_A, 8, 0, 0);
+	fake_guest_publish(&guest, TEST_QUEUE, 3);
+	CHECK_INT_EQ(virtqueue_pop(&vq, &chain), 1);
+	CHECK_INT_EQ(virtqueue_push(&vq, 3, 0), 0);
+	CHECK(virtqueue_should_signal(&vq));
 }
 
 /* ---- transport ---- */
@@ -470,6 +537,7 @@ int main(void)
 	RUN_TEST(test_zero_length_and_full_length_chains);
 	RUN_TEST(test_avail_ring_lies);
 	RUN_TEST(test_indirect_descriptors);
+	RUN_TEST(test_notification_suppression);
 	RUN_TEST(test_mmio_identity_and_config);
 	RUN_TEST(test_mmio_feature_negotiation_and_activation);
 	RUN_TEST(test_mmio_interrupt_level);
