@@ -278,7 +278,7 @@ static void snapshot_store_sweep(const char *store)
 		if (!snapshot_store_tmp_is_stale(ent->d_name) ||
 		    snapshot_store_join(path, sizeof(path), store, ent->d_name) < 0)
 			continue;
-		log_info("snapshot store: removing %s left by a writer that stopped", path);
+		log_info("snapshot", "removing %s, left by a writer that stopped", path);
 		snapshot_store_remove_tree(path);
 	}
 	closedir(dir);
@@ -647,7 +647,7 @@ int snapshot_store_evict_lru(uint64_t max_bytes, size_t *evicted, uint64_t *rema
 	for (size_t i = 0; i < count && total - freed > max_bytes; i++) {
 		if (!list[i].id[0])
 			continue;
-		log_info("snapshot store: evicting %s (last used %lld)", list[i].id,
+		log_info("snapshot", "evicting %s (last used %lld)", list[i].id,
 			 (long long)list[i].last_used);
 		rc = snapshot_store_remove_entry(store, list, count, i, &removed, &freed);
 		if (rc < 0) {
