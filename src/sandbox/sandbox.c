@@ -22,12 +22,14 @@
 #include "common/log.h"
 #include "devices/vsock.h"
 #include "host/vsock_connect.h"
+#include "store/guest_image.h"
 #include "vmm/kvm.h"
 
 #define SANDBOX_LOG "sandbox"
 #define SANDBOX_RUNTIME_TEMPLATE "voidbox-XXXXXX"
 #define SANDBOX_SOCKET_NAME "vsock.sock"
 #define SANDBOX_SERIAL_NAME "serial.log"
+#define SANDBOX_KERNEL_CACHE_SUBDIR "cache/kernels"
 #define SANDBOX_PATH_MAX 256
 /* one vsock connect attempt while the guest boots */
 #define SANDBOX_PROBE_CONNECT_TIMEOUT_MS 1000
@@ -47,6 +49,7 @@ struct sandbox {
 	char runtime_dir[SANDBOX_PATH_MAX];
 	char socket_path[SANDBOX_PATH_MAX + sizeof(SANDBOX_SOCKET_NAME) + 1];
 	char serial_log_path[PATH_MAX];
+	char kernel_cache_dir[PATH_MAX];
 	bool serial_log_is_ours;
 	long boot_ms;
 	bool exited;
@@ -119,6 +122,18 @@ static int sandbox_make_runtime_dir(struct sandbox *sandbox, char *err, size_t e
 	}
 	snprintf(sandbox->socket_path, sizeof(sandbox->socket_path), "%s/%s",
 		 sandbox->runtime_dir, SANDBOX_SOCKET_NAME);
+	return 0;
+}
+
+int sandbox_kernel_cache_dir(char *out, size_t len)
+{
+	char home[PATH_MAX];
+	int rc = guest_image_home(home, sizeof(home));
+
+	if (rc < 0)
+		return rc;
+	if ((size_t)snprintf(out, len, "%s/%s", home, SANDBOX_KERNEL_CACHE_SUBDIR) >= len)
+		return -ENAMETOOLONG;
 	return 0;
 }
 
@@ -269,6 +284,10 @@ int sandbox_start(const struct sandbox_config *cfg, struct sandbox **out, char *
 	vm_cfg.has_secret = true;
 	memcpy(vm_cfg.secret, sandbox->secret, sizeof(vm_cfg.secret));
 	vm_cfg.vsock_socket_path = sandbox->socket_path;
+	if (!cfg->boot_compressed_kernel &&
+	    sandbox_kernel_cache_dir(sandbox->kernel_cache_dir,
+				     sizeof(sandbox->kernel_cache_dir)) == 0)
+		vm_cfg.vmlinux_cache_dir = sandbox->kernel_cache_dir;
 	vm_cfg.vsock_cid = sandbox_random_cid();
 	rc = vm_create(&vm_cfg, &sandbox->vm, err, errlen);
 	if (rc < 0)

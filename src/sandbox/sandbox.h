@@ -11,6 +11,7 @@
 #ifndef VOIDBOX_SANDBOX_SANDBOX_H
 #define VOIDBOX_SANDBOX_SANDBOX_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 #include "host/control_channel.h"
@@ -31,7 +32,16 @@ struct sandbox_config {
 	const char *serial_log_path;
 	/* 0: SANDBOX_DEFAULT_BOOT_TIMEOUT_MS (VOIDBOX_BOOT_TIMEOUT_SECS overrides). */
 	int boot_timeout_ms;
+	/*
+	 * By default the kernel boots as the vmlinux extracted once into the kernel cache
+	 * (sandbox_kernel_cache_dir), skipping the in-guest decompression that dominates a
+	 * boot; true boots the bzImage as given, keeping the decompressor's KASLR.
+	 */
+	bool boot_compressed_kernel;
 };
+
+/* $VOIDBOX_HOME/cache/kernels: where extracted kernels are kept. */
+int sandbox_kernel_cache_dir(char *out, size_t len);
 
 struct sandbox;
 

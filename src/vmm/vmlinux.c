@@ -8,6 +8,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <lzma.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -212,4 +213,56 @@ int vmlinux_extract_file(const char *bzimage_path, const char *out_path, char *e
 		snprintf(err, errlen, "cannot write %s: %s: check the directory is writable",
 			 out_path, strerror(-rc));
 	return rc;
+}
+
+/* mkdir -p: every missing directory of path, mode 0755. */
+static int vmlinux_mkdir_parents(const char *path)
+{
+	char partial[PATH_MAX];
+	size_t len = strlen(path);
+
+	if (len == 0 || len >= sizeof(partial))
+		return -ENAMETOOLONG;
+	memcpy(partial, path, len + 1);
+	for (char *slash = strchr(partial + 1, '/');; slash = strchr(slash + 1, '/')) {
+		if (slash)
+			*slash = '\0';
+		if (mkdir(partial, 0755) < 0 && errno != EEXIST)
+			return -errno;
+		if (!slash)
+			return 0;
+		*slash = '/';
+	}
+}
+
+int vmlinux_cache_path(const char *cache_dir, const char *kernel_path, char *out, size_t len)
+{
+	struct stat st;
+
+	if (stat(kernel_path, &st) < 0)
+		return -errno;
+	if ((size_t)snprintf(out, len, "%s/vmlinux-%jd-%jd.%09ld", cache_dir, (intmax_t)st.st_size,
+			     (intmax_t)st.st_mtim.tv_sec, st.st_mtim.tv_nsec) >= len)
+		return -ENAMETOOLONG;
+	return 0;
+}
+
+int vmlinux_cache_prepare(const char *cache_dir, const char *kernel_path, char *out, size_t len,
+			  char *err, size_t errlen)
+{
+	int rc = vmlinux_cache_path(cache_dir, kernel_path, out, len);
+
+	if (rc < 0) {
+		snprintf(err, errlen, "cannot use kernel %s: %s", kernel_path, strerror(-rc));
+		return rc;
+	}
+	if (access(out, R_OK) == 0)
+		return 0;
+	rc = vmlinux_mkdir_parents(cache_dir);
+	if (rc < 0) {
+		snprintf(err, errlen, "cannot create the kernel cache %s: %s", cache_dir,
+			 strerror(-rc));
+		return rc;
+	}
+	return vmlinux_extract_file(kernel_path, out, err, errlen);
 }

@@ -22,4 +22,16 @@ int vmlinux_extract(const uint8_t *bzimage, size_t size, uint8_t **out, size_t *
 int vmlinux_extract_file(const char *bzimage_path, const char *out_path, char *err,
 			 size_t errlen);
 
+/*
+ * The cache entry for a kernel: cache_dir/vmlinux-<size>-<mtime>, so a rebuilt kernel gets a
+ * new entry. Returns 0, or -ENAMETOOLONG / -errno from stat(kernel_path).
+ */
+int vmlinux_cache_path(const char *cache_dir, const char *kernel_path, char *out, size_t len);
+/*
+ * Makes sure the cache holds the vmlinux of kernel_path (creating cache_dir when missing) and
+ * puts its path in out. -ENOEXEC when the kernel is not an XZ bzImage (boot it as given).
+ */
+int vmlinux_cache_prepare(const char *cache_dir, const char *kernel_path, char *out, size_t len,
+			  char *err, size_t errlen);
+
 #endif
