@@ -34,6 +34,7 @@
 #include "vmm/kvm.h"
 #include "vmm/memory.h"
 #include "vmm/vcpu.h"
+#include "vmm/vm_internal.h"
 #include "vmm/vmlinux.h"
 
 #define VM_SERIAL_LOG_MODE 0600
@@ -43,33 +44,6 @@
 #define NSEC_PER_SEC 1000000000L
 #define VM_FILE_MAX_BYTES (1ULL << 32) /* a kernel or initramfs above 4 GiB is a mistake */
 #define VM_CID_RANGE (UINT32_MAX - VSOCK_MIN_GUEST_CID) /* 32-bit CIDs from 3, below -1 */
-
-struct vm {
-	struct kvm kvm;
-	struct guest_memory mem;
-	struct bus pio;
-	struct bus mmio;
-	struct vcpu vcpus[VM_MAX_VCPUS];
-	unsigned int vcpu_count;
-	unsigned int vcpus_created;
-	struct serial *serial;
-	int serial_fd;
-	struct vsock_device *vsock;
-	struct i8042 i8042;
-	struct acpi_virtio_device virtio[VM_VIRTIO_MMIO_MAX_SLOTS];
-	bool virtio_attached[VM_VIRTIO_MMIO_MAX_SLOTS];
-	size_t virtio_count;
-	uint8_t secret[VM_SECRET_LEN];
-	char cmdline[CMDLINE_MAX];
-	uint64_t entry;
-	atomic_bool stop;
-	bool started;
-	uint64_t start_ns;
-	pthread_mutex_t lock;
-	pthread_cond_t cond;
-	pthread_mutex_t kick_lock; /* a kick never targets a thread that was joined */
-	enum vm_exit_reason reason;
-};
 
 static const char *const exit_reason_names[] = {
 	[VM_EXIT_NONE] = "running",
@@ -95,7 +69,7 @@ static uint64_t vm_now_ns(void)
 	return (uint64_t)ts.tv_sec * NSEC_PER_SEC + (uint64_t)ts.tv_nsec;
 }
 
-static void vm_kick_all(struct vm *vm)
+void vm_kick_all(struct vm *vm)
 {
 	pthread_mutex_lock(&vm->kick_lock);
 	for (unsigned int i = 0; i < vm->vcpus_created; i++)
@@ -104,7 +78,7 @@ static void vm_kick_all(struct vm *vm)
 }
 
 /* Stops new kicks to a vCPU, then joins its thread. */
-static void vm_join_vcpu(struct vm *vm, struct vcpu *vcpu)
+void vm_join_vcpu(struct vm *vm, struct vcpu *vcpu)
 {
 	pthread_mutex_lock(&vm->kick_lock);
 	bool running = vcpu->started;
@@ -225,21 +199,14 @@ static void vm_warn_small_memory(const struct vm_config *cfg, const uint8_t *ini
 static const char *vm_kernel_to_boot(const struct vm_config *cfg, char *path, size_t len)
 {
 	char err[VM_ERR_LEN];
-	struct stat st;
 
-	if (!cfg->vmlinux_cache_dir || stat(cfg->kernel_path, &st) < 0)
+	if (!cfg->vmlinux_cache_dir)
 		return cfg->kernel_path;
-	if ((size_t)snprintf(path, len, "%s/vmlinux-%jd-%jd.%09ld", cfg->vmlinux_cache_dir,
-			     (intmax_t)st.st_size, (intmax_t)st.st_mtim.tv_sec,
-			     st.st_mtim.tv_nsec) >= len)
-		return cfg->kernel_path;
-	if (access(path, R_OK) == 0)
-		return path;
-	if (vmlinux_extract_file(cfg->kernel_path, path, err, sizeof(err)) < 0) {
+	if (vmlinux_cache_prepare(cfg->vmlinux_cache_dir, cfg->kernel_path, path, len, err,
+				  sizeof(err)) < 0) {
 		log_warn("vm", "booting %s as given (slower): %s", cfg->kernel_path, err);
 		return cfg->kernel_path;
 	}
-	log_info("vm", "extracted %s to %s", cfg->kernel_path, path);
 	return path;
 }
 
@@ -294,8 +261,8 @@ static int vm_setup_cmdline(struct vm *vm, const struct vm_config *cfg, char *er
 	return 0;
 }
 
-static int vm_setup_devices(struct vm *vm, const struct vm_config *cfg, char *err,
-			    size_t errlen)
+int vm_setup_devices(struct vm *vm, const struct vm_config *cfg, char *err,
+		     size_t errlen)
 {
 	struct irq_line serial_irq = {
 		.set_level = kvm_set_irq_level, .opaque = &vm->kvm, .gsi = SERIAL_COM1_IRQ,
@@ -342,7 +309,7 @@ static uint64_t vm_random_cid(void)
 	return VSOCK_MIN_GUEST_CID + value % VM_CID_RANGE;
 }
 
-static int vm_setup_vsock(struct vm *vm, const struct vm_config *cfg, char *err, size_t errlen)
+int vm_setup_vsock(struct vm *vm, const struct vm_config *cfg, char *err, size_t errlen)
 {
 	struct vm_virtio_mmio_slot slot;
 	int rc;
@@ -379,7 +346,7 @@ static int vm_setup_vsock(struct vm *vm, const struct vm_config *cfg, char *err,
 	return rc;
 }
 
-static int vm_setup_vcpus(struct vm *vm, char *err, size_t errlen)
+int vm_setup_vcpus(struct vm *vm, char *err, size_t errlen)
 {
 	struct kvm_cpuid2 *supported = NULL;
 	int rc = cpuid_get_supported(vm->kvm.sys_fd, &supported);
@@ -428,7 +395,7 @@ static int vm_validate(const struct vm_config *cfg, char *err, size_t errlen)
 	return 0;
 }
 
-static struct vm *vm_alloc(void)
+struct vm *vm_alloc(void)
 {
 	struct vm *vm = calloc(1, sizeof(*vm));
 
@@ -581,7 +548,7 @@ int vm_start(struct vm *vm)
 
 	if (vm->started)
 		return -EBUSY;
-	rc = vm_write_acpi(vm);
+	rc = vm->restored ? 0 : vm_write_acpi(vm); /* a restored guest has its tables */
 	if (rc < 0) {
 		log_error("vm", "cannot write ACPI tables: %s", strerror(-rc));
 		return rc;
@@ -650,6 +617,7 @@ void vm_destroy(struct vm *vm)
 		close(vm->serial_fd);
 	kvm_close(&vm->kvm);
 	guest_memory_unmap(&vm->mem);
+	vm_snapshot_release(vm);
 	pthread_cond_destroy(&vm->cond);
 	pthread_mutex_destroy(&vm->lock);
 	pthread_mutex_destroy(&vm->kick_lock);

@@ -1,0 +1,736 @@
+/*
+ * Snapshot save, inspect and restore (the API and the directory layout are in snapshot.h,
+ * every byte of the state file in docs/snapshot-format.md).
+ *
+ * The state file is a fixed header (magic, version, type, body length, FNV-1a 64 checksum
+ * of the body) and a body of tagged sections, each KVM structure stored verbatim. Reading
+ * checks the header, length and checksum before it looks at any section, and bounds-checks
+ * every section, so a truncated or corrupted file is refused with a sentence, never parsed.
+ *
+ * Memory: a base writes all RAM regions back to back into memory.mem, leaving all-zero pages
+ * as holes (sparse file). Restore maps that file MAP_PRIVATE, so pages load lazily and writes
+ * (the guest's through KVM, and the vsock device's from the host) become private anonymous
+ * pages. That is also how a diff finds its pages: /proc/self/pagemap marks exactly the pages
+ * that are no longer the file's, whoever wrote them. (KVM's dirty log would miss the device's
+ * host-side writes.) A VM that saves a base and resumes is remapped over its own new
+ * memory.mem for the same reason, so it can save diffs against it later.
+ */
+#include "vmm/snapshot.h"
+
+#include <cpuid.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <linux/kvm.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "common/log.h"
+#include "devices/virtio_mmio.h"
+#include "devices/vsock.h"
+#include "devices/vsock_snapshot.h"
+#include "vmm/memory.h"
+#include "vmm/snapshot_file.h"
+#include "vmm/vcpu_state.h"
+#include "vmm/vm_internal.h"
+
+#define SNAP_LOG "snapshot"
+#define SNAP_FILE_MODE 0600
+#define SNAP_DIR_MODE 0700
+#define SNAP_PAGE_SIZE 4096u
+#define SNAP_PAGEMAP_PATH "/proc/self/pagemap"
+#define PAGEMAP_PRESENT (1ULL << 63)
+#define PAGEMAP_SWAPPED (1ULL << 62)
+#define PAGEMAP_FILE_OR_SHARED (1ULL << 61)
+#define SNAP_IOAPIC_LEVEL_BIT (1ULL << 15) /* redirection entry: trigger mode level */
+#define SNAP_IOAPIC_REMOTE_IRR_BIT (1ULL << 14)
+#define NSEC_PER_SEC_U64 1000000000ULL
+#define SNAP_MEMORY_TMP "." VM_SNAPSHOT_MEMORY_FILE ".tmp"
+#define SNAP_DIFF_TMP "." VM_SNAPSHOT_DIFF_FILE ".tmp"
+
+const char *vm_snapshot_type_name(enum vm_snapshot_type type)
+{
+	switch (type) {
+	case VM_SNAPSHOT_BASE:
+		return "base";
+	case VM_SNAPSHOT_DIFF:
+		return "diff";
+	default:
+		return "unknown";
+	}
+}
+
+/* ---- pause and resume ---- */
+
+/* Parks every vCPU outside KVM_RUN with its pending I/O completed; 0 or -errno. */
+static int snapshot_pause(struct vm *vm)
+{
+	atomic_store(&vm->stop, true);
+	vm_kick_all(vm);
+	for (unsigned int i = 0; i < vm->vcpus_created; i++)
+		vm_join_vcpu(vm, &vm->vcpus[i]);
+	for (unsigned int i = 0; i < vm->vcpus_created; i++) {
+		int rc = vcpu_state_settle(vm->vcpus[i].fd, vm->vcpus[i].run);
+
+		if (rc < 0)
+			return rc;
+	}
+	return 0;
+}
+
+static int snapshot_resume(struct vm *vm)
+{
+	pthread_mutex_lock(&vm->lock);
+	bool ended = vm->reason != VM_EXIT_NONE;
+
+	pthread_mutex_unlock(&vm->lock);
+	if (ended)
+		return -ECHILD;
+	atomic_store(&vm->stop, false);
+	for (unsigned int i = 0; i < vm->vcpus_created; i++) {
+		pthread_mutex_lock(&vm->kick_lock);
+		int rc = vcpu_start(&vm->vcpus[i]);
+
+		pthread_mutex_unlock(&vm->kick_lock);
+		if (rc < 0)
+			return rc;
+	}
+	return 0;
+}
+
+/* ---- capture ---- */
+
+static int snapshot_capture_vm(struct vm *vm, struct snapshot_image *image)
+{
+	static const uint32_t chips[SNAPSHOT_IRQCHIP_COUNT] = {
+		KVM_IRQCHIP_PIC_MASTER, KVM_IRQCHIP_PIC_SLAVE, KVM_IRQCHIP_IOAPIC,
+	};
+
+	for (unsigned int i = 0; i < SNAPSHOT_IRQCHIP_COUNT; i++) {
+		image->irqchips[i].chip_id = chips[i];
+		if (ioctl(vm->kvm.vm_fd, KVM_GET_IRQCHIP, &image->irqchips[i]) < 0)
+			return -errno;
+	}
+	if (ioctl(vm->kvm.vm_fd, KVM_GET_PIT2, &image->pit) < 0 ||
+	    ioctl(vm->kvm.vm_fd, KVM_GET_CLOCK, &image->clock) < 0)
+		return -errno;
+	for (unsigned int i = 0; i < vm->vcpus_created; i++) {
+		int rc = vcpu_state_capture(vm->vcpus[i].fd, &image->vcpus[i]);
+
+		if (rc < 0)
+			return rc;
+	}
+	return 0;
+}
+
+static void snapshot_fill_meta(struct vm *vm, struct snapshot_image *image,
+			       const struct vm_snapshot_options *opts)
+{
+	struct snapshot_meta *meta = &image->meta;
+	struct timespec now;
+
+	clock_gettime(CLOCK_REALTIME, &now);
+	meta->type = opts->type;
+	meta->memory_mb = (uint32_t)(vm->mem.total_size / GUEST_MEMORY_MIB);
+	meta->vcpus = vm->vcpus_created;
+	meta->cid = vm->vsock ? vsock_device_guest_cid(vm->vsock) : 0;
+	meta->created_unix_ns = (uint64_t)now.tv_sec * NSEC_PER_SEC_U64 + (uint64_t)now.tv_nsec;
+	snapshot_cpu_signature(meta->cpu_signature);
+	memcpy(meta->secret, vm->secret, sizeof(meta->secret));
+	snprintf(meta->cmdline, sizeof(meta->cmdline), "%s", vm->cmdline);
+	meta->device_count = 0;
+	snprintf(meta->devices[meta->device_count++], SNAPSHOT_DEVICE_NAME_LEN, "%s",
+		 SNAPSHOT_DEVICE_SERIAL);
+	snprintf(meta->devices[meta->device_count++], SNAPSHOT_DEVICE_NAME_LEN, "%s",
+		 SNAPSHOT_DEVICE_I8042);
+	if (vm->vsock)
+		snprintf(meta->devices[meta->device_count++], SNAPSHOT_DEVICE_NAME_LEN, "%s",
+			 SNAPSHOT_DEVICE_VSOCK);
+}
+
+/* ---- memory files ---- */
+
+static bool snapshot_page_is_zero(const uint8_t *page)
+{
+	static const uint8_t zero[SNAP_PAGE_SIZE];
+
+	return memcmp(page, zero, SNAP_PAGE_SIZE) == 0;
+}
+
+/* All regions back to back; zero pages become holes. */
+static int snapshot_write_base_memory(const struct guest_memory *mem, int fd)
+{
+	uint64_t file_offset = 0;
+
+	if (ftruncate(fd, (off_t)mem->total_size) < 0)
+		return -errno;
+	for (size_t r = 0; r < mem->region_count; r++) {
+		const struct guest_memory_region *region = &mem->regions[r];
+
+		for (uint64_t off = 0; off < region->size; off += SNAP_PAGE_SIZE) {
+			const uint8_t *page = region->host_addr + off;
+
+			if (snapshot_page_is_zero(page))
+				continue;
+			int rc = snapshot_pwrite_all(fd, page, SNAP_PAGE_SIZE,
+						     file_offset + off);
+
+			if (rc < 0)
+				return rc;
+		}
+		file_offset += region->size;
+	}
+	return 0;
+}
+
+/* Pages of [addr, addr + size) that are no longer the mapped file's: bit per page. */
+static int snapshot_private_pages(int pagemap_fd, const uint8_t *addr, uint64_t size,
+				  uint64_t *entries)
+{
+	uint64_t pages = size / SNAP_PAGE_SIZE;
+	off_t offset = (off_t)((uintptr_t)addr / SNAP_PAGE_SIZE * sizeof(uint64_t));
+
+	return snapshot_pread_all(pagemap_fd, entries, pages * sizeof(uint64_t), (uint64_t)offset);
+}
+
+static bool snapshot_pagemap_written(uint64_t entry)
+{
+	return (entry & PAGEMAP_SWAPPED) ||
+	       ((entry & PAGEMAP_PRESENT) && !(entry & PAGEMAP_FILE_OR_SHARED));
+}
+
+/*
+ * memory.diff: header, the guest-physical address of each page, then the pages. Two passes
+ * over pagemap (count, write) would race nothing: the vCPUs and the device are held.
+ */
+static int snapshot_write_diff_memory(const struct guest_memory *mem, int fd, uint64_t *pages_out)
+{
+	struct snapshot_diff_header header = { .magic = SNAPSHOT_DIFF_MAGIC };
+	uint64_t *entries[GUEST_MEMORY_MAX_REGIONS] = { 0 };
+	uint64_t count = 0, index = 0;
+	int rc = 0;
+	int pagemap_fd = open(SNAP_PAGEMAP_PATH, O_RDONLY | O_CLOEXEC);
+
+	if (pagemap_fd < 0)
+		return -errno;
+	for (size_t r = 0; r < mem->region_count && rc == 0; r++) {
+		uint64_t pages = mem->regions[r].size / SNAP_PAGE_SIZE;
+
+		entries[r] = malloc(pages * sizeof(uint64_t));
+		rc = entries[r] ? snapshot_private_pages(pagemap_fd, mem->regions[r].host_addr,
+							 mem->regions[r].size, entries[r])
+				: -ENOMEM;
+		for (uint64_t p = 0; rc == 0 && p < pages; p++)
+			count += snapshot_pagemap_written(entries[r][p]);
+	}
+	if (rc < 0)
+		goto out;
+	header.page_count = count;
+	uint64_t data_offset = sizeof(header) + count * sizeof(uint64_t);
+
+	rc = snapshot_pwrite_all(fd, &header, sizeof(header), 0);
+	for (size_t r = 0; r < mem->region_count && rc == 0; r++) {
+		const struct guest_memory_region *region = &mem->regions[r];
+
+		for (uint64_t p = 0; rc == 0 && p < region->size / SNAP_PAGE_SIZE; p++) {
+			if (!snapshot_pagemap_written(entries[r][p]))
+				continue;
+			uint64_t gpa = region->guest_phys_addr + p * SNAP_PAGE_SIZE;
+
+			rc = snapshot_pwrite_all(fd, &gpa, sizeof(gpa),
+						 sizeof(header) + index * sizeof(gpa));
+			if (rc == 0)
+				rc = snapshot_pwrite_all(fd, region->host_addr + p * SNAP_PAGE_SIZE,
+							 SNAP_PAGE_SIZE,
+							 data_offset + index * SNAP_PAGE_SIZE);
+			index++;
+		}
+	}
+	*pages_out = count;
+out:
+	for (size_t r = 0; r < GUEST_MEMORY_MAX_REGIONS; r++)
+		free(entries[r]);
+	close(pagemap_fd);
+	return rc;
+}
+
+/* Maps every region of mem MAP_PRIVATE from path (MAP_FIXED over the old mapping if any). */
+static int snapshot_map_memory_file(struct guest_memory *mem, const char *path)
+{
+	uint64_t file_offset = 0;
+	int rc = 0;
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+
+	if (fd < 0)
+		return -errno;
+	for (size_t r = 0; r < mem->region_count; r++) {
+		struct guest_memory_region *region = &mem->regions[r];
+		int flags = MAP_PRIVATE | MAP_NORESERVE | (region->host_addr ? MAP_FIXED : 0);
+		void *addr = mmap(region->host_addr, region->size, PROT_READ | PROT_WRITE, flags,
+				  fd, (off_t)file_offset);
+
+		if (addr == MAP_FAILED) {
+			rc = -errno;
+			break;
+		}
+		region->host_addr = addr;
+		file_offset += region->size;
+	}
+	close(fd);
+	return rc;
+}
+
+static int snapshot_overlay_diff(struct guest_memory *mem, const char *path,
+				 uint64_t expected_pages)
+{
+	struct snapshot_diff_header header;
+	uint64_t gpa;
+	int rc;
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+
+	if (fd < 0)
+		return -errno;
+	rc = snapshot_pread_all(fd, &header, sizeof(header), 0);
+	if (rc == 0 && (header.magic != SNAPSHOT_DIFF_MAGIC || header.page_count != expected_pages))
+		rc = -EBADMSG;
+	uint64_t data_offset = sizeof(header) + header.page_count * sizeof(uint64_t);
+
+	for (uint64_t i = 0; rc == 0 && i < header.page_count; i++) {
+		rc = snapshot_pread_all(fd, &gpa, sizeof(gpa), sizeof(header) + i * sizeof(gpa));
+		if (rc < 0)
+			break;
+		void *page = gpa % SNAP_PAGE_SIZE ? NULL
+						  : guest_memory_ptr(mem, gpa, SNAP_PAGE_SIZE);
+
+		rc = page ? snapshot_pread_all(fd, page, SNAP_PAGE_SIZE,
+					       data_offset + i * SNAP_PAGE_SIZE)
+			  : -EBADMSG;
+	}
+	close(fd);
+	return rc;
+}
+
+/* ---- save ---- */
+
+struct snapshot_save_ctx {
+	struct vm *vm;
+	const char *dir;
+	const struct vm_snapshot_options *opts;
+	struct snapshot_image *image;
+	char *err;
+	size_t errlen;
+};
+
+static int snapshot_write_memory_file(struct snapshot_save_ctx *ctx)
+{
+	bool base = ctx->opts->type == VM_SNAPSHOT_BASE;
+	const char *name = base ? VM_SNAPSHOT_MEMORY_FILE : VM_SNAPSHOT_DIFF_FILE;
+	const char *tmp_name = base ? SNAP_MEMORY_TMP : SNAP_DIFF_TMP;
+	char tmp[PATH_MAX], final[PATH_MAX];
+	int rc, fd;
+
+	if (snapshot_path(final, ctx->dir, name) < 0 || snapshot_path(tmp, ctx->dir, tmp_name) < 0) {
+		snprintf(ctx->err, ctx->errlen, "snapshot directory path is too long: use a "
+			 "shorter one");
+		return -ENAMETOOLONG;
+	}
+	fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, SNAP_FILE_MODE);
+	if (fd < 0) {
+		rc = -errno;
+		snprintf(ctx->err, ctx->errlen, "cannot create %s: %s: check the directory is "
+			 "writable", tmp, strerror(-rc));
+		return rc;
+	}
+	if (ctx->opts->type == VM_SNAPSHOT_BASE)
+		rc = snapshot_write_base_memory(&ctx->vm->mem, fd);
+	else
+		rc = snapshot_write_diff_memory(&ctx->vm->mem, fd, &ctx->image->meta.diff_pages);
+	if (rc == 0 && fsync(fd) < 0)
+		rc = -errno;
+	struct stat st;
+
+	if (rc == 0 && fstat(fd, &st) == 0)
+		ctx->image->meta.memory_bytes = (uint64_t)st.st_size;
+	close(fd);
+	if (rc == 0 && rename(tmp, final) < 0)
+		rc = -errno;
+	if (rc < 0) {
+		unlink(tmp);
+		snprintf(ctx->err, ctx->errlen, "cannot write %s: %s: check free disk space",
+			 final, strerror(-rc));
+	}
+	return rc;
+}
+
+/* Memory and vsock ring indices under the device hold, so they agree. */
+static int snapshot_capture_devices_and_memory(struct snapshot_save_ctx *ctx)
+{
+	struct vm *vm = ctx->vm;
+	int rc;
+
+	if (vm->vsock)
+		virtio_mmio_state_get(vsock_device_transport(vm->vsock), &ctx->image->vsock);
+	if (vm->vsock)
+		vsock_snapshot_hold(vm->vsock);
+	if (vm->vsock)
+		vsock_snapshot_update_indices(vm->vsock, &ctx->image->vsock);
+	rc = snapshot_write_memory_file(ctx);
+	if (rc == 0 && ctx->opts->type == VM_SNAPSHOT_BASE &&
+	    ctx->opts->after == VM_SNAPSHOT_RESUME) {
+		char path[PATH_MAX];
+
+		rc = snapshot_path(path, ctx->dir, VM_SNAPSHOT_MEMORY_FILE);
+		if (rc == 0)
+			rc = snapshot_map_memory_file(&vm->mem, path);
+		if (rc < 0)
+			snprintf(ctx->err, ctx->errlen, "cannot remap guest memory over %s: %s",
+				 path, strerror(-rc));
+	}
+	if (vm->vsock)
+		vsock_snapshot_release(vm->vsock);
+	return rc;
+}
+
+static int snapshot_check_diff_parent(struct snapshot_save_ctx *ctx)
+{
+	struct vm_snapshot_info parent;
+	int rc;
+
+	if (!ctx->opts->parent_dir || !ctx->vm->dirty_base_dir) {
+		snprintf(ctx->err, ctx->errlen, "a diff needs the base this VM was restored from "
+			 "or saved last: save a base snapshot first");
+		return -EINVAL;
+	}
+	rc = vm_snapshot_inspect(ctx->opts->parent_dir, &parent, ctx->err, ctx->errlen);
+	if (rc < 0)
+		return rc;
+	if (parent.type != VM_SNAPSHOT_BASE || parent.id != ctx->vm->dirty_base_id) {
+		snprintf(ctx->err, ctx->errlen, "%s is not the base this VM's memory counts from "
+			 "(%s): pass that base as the parent", ctx->opts->parent_dir,
+			 ctx->vm->dirty_base_dir);
+		return -EINVAL;
+	}
+	ctx->image->meta.parent_id = parent.id;
+	if (!realpath(ctx->opts->parent_dir, ctx->image->meta.parent_dir))
+		snprintf(ctx->image->meta.parent_dir, sizeof(ctx->image->meta.parent_dir), "%s",
+			 ctx->opts->parent_dir);
+	return 0;
+}
+
+static int snapshot_set_dirty_base(struct vm *vm, const char *dir, uint64_t id)
+{
+	char *copy = realpath(dir, NULL);
+
+	if (!copy)
+		return -errno;
+	free(vm->dirty_base_dir);
+	vm->dirty_base_dir = copy;
+	vm->dirty_base_id = id;
+	return 0;
+}
+
+static int snapshot_save_paused(struct snapshot_save_ctx *ctx)
+{
+	struct vm *vm = ctx->vm;
+	int rc;
+
+	if (ctx->opts->type == VM_SNAPSHOT_DIFF) {
+		rc = snapshot_check_diff_parent(ctx);
+		if (rc < 0)
+			return rc;
+	}
+	snapshot_fill_meta(vm, ctx->image, ctx->opts);
+	rc = snapshot_capture_vm(vm, ctx->image);
+	if (rc < 0) {
+		snprintf(ctx->err, ctx->errlen, "cannot read the VM's KVM state: %s",
+			 strerror(-rc));
+		return rc;
+	}
+	rc = snapshot_capture_devices_and_memory(ctx);
+	if (rc < 0)
+		return rc;
+	uint64_t id = 0;
+
+	rc = snapshot_file_write(ctx->dir, ctx->image, &id, ctx->err, ctx->errlen);
+	if (rc == 0 && ctx->opts->type == VM_SNAPSHOT_BASE && ctx->opts->after == VM_SNAPSHOT_RESUME)
+		rc = snapshot_set_dirty_base(vm, ctx->dir, id);
+	return rc;
+}
+
+static int snapshot_validate_save(struct vm *vm, const char *dir,
+				  const struct vm_snapshot_options *opts, char *err,
+				  size_t errlen)
+{
+	if (!vm->started) {
+		snprintf(err, errlen, "the VM has not started: start it before taking a snapshot");
+		return -EINVAL;
+	}
+	if (opts->type != VM_SNAPSHOT_BASE && opts->type != VM_SNAPSHOT_DIFF) {
+		snprintf(err, errlen, "unknown snapshot type %d: use base or diff", opts->type);
+		return -EINVAL;
+	}
+	if (mkdir(dir, SNAP_DIR_MODE) < 0 && errno != EEXIST) {
+		int rc = -errno;
+
+		snprintf(err, errlen, "cannot create snapshot directory %s: %s", dir,
+			 strerror(-rc));
+		return rc;
+	}
+	return 0;
+}
+
+int vm_snapshot_save(struct vm *vm, const char *dir, const struct vm_snapshot_options *opts,
+		     char *err, size_t errlen)
+{
+	struct snapshot_save_ctx ctx = { .vm = vm, .dir = dir, .opts = opts, .err = err,
+					 .errlen = errlen };
+	int rc = snapshot_validate_save(vm, dir, opts, err, errlen);
+
+	if (rc < 0)
+		return rc;
+	ctx.image = calloc(1, sizeof(*ctx.image));
+	if (!ctx.image) {
+		snprintf(err, errlen, "out of memory");
+		return -ENOMEM;
+	}
+	rc = snapshot_pause(vm);
+	if (rc < 0)
+		snprintf(err, errlen, "cannot pause the vCPUs: %s", strerror(-rc));
+	pthread_mutex_lock(&vm->lock);
+	if (rc == 0 && vm->reason != VM_EXIT_NONE) {
+		snprintf(err, errlen, "the VM already ended (%s): nothing to snapshot",
+			 vm_exit_reason_name(vm->reason));
+		rc = -ECHILD;
+	}
+	pthread_mutex_unlock(&vm->lock);
+	if (rc == 0)
+		rc = snapshot_save_paused(&ctx);
+	if (opts->after == VM_SNAPSHOT_RESUME) {
+		int resumed = snapshot_resume(vm);
+
+		if (resumed < 0 && rc == 0) {
+			snprintf(err, errlen, "snapshot saved, but the VM did not resume: %s",
+				 strerror(-resumed));
+			rc = resumed;
+		}
+	}
+	free(ctx.image);
+	if (rc == 0)
+		log_info(SNAP_LOG, "saved %s snapshot of %u vCPU(s) to %s",
+			 vm_snapshot_type_name(opts->type), vm->vcpus_created, dir);
+	return rc;
+}
+
+/* ---- restore ---- */
+
+struct snapshot_restore_ctx {
+	const char *dir;
+	const struct vm_restore_options *opts;
+	struct snapshot_image *image;
+	struct vm_snapshot_info info;
+	struct vm *vm;
+	char *err;
+	size_t errlen;
+};
+
+static int snapshot_restore_memory(struct snapshot_restore_ctx *ctx)
+{
+	struct vm *vm = ctx->vm;
+	const char *base_dir = ctx->info.type == VM_SNAPSHOT_DIFF ? ctx->info.parent_dir : ctx->dir;
+	char path[PATH_MAX];
+	int rc = guest_memory_plan(&vm->mem, ctx->info.memory_mb, 0, ctx->err, ctx->errlen);
+
+	if (rc < 0)
+		return rc;
+	rc = snapshot_path(path, base_dir, VM_SNAPSHOT_MEMORY_FILE);
+	if (rc == 0)
+		rc = snapshot_map_memory_file(&vm->mem, path);
+	if (rc < 0) {
+		snprintf(ctx->err, ctx->errlen, "cannot map %s: %s", path, strerror(-rc));
+		return rc;
+	}
+	if (ctx->info.type == VM_SNAPSHOT_DIFF) {
+		rc = snapshot_path(path, ctx->dir, VM_SNAPSHOT_DIFF_FILE);
+		if (rc == 0)
+			rc = snapshot_overlay_diff(&vm->mem, path, ctx->info.diff_pages);
+		if (rc < 0) {
+			snprintf(ctx->err, ctx->errlen, "cannot apply %s: %s: take the diff "
+				 "snapshot again", path, strerror(-rc));
+			return rc;
+		}
+	}
+	rc = kvm_map_guest_memory(&vm->kvm, &vm->mem);
+	if (rc < 0)
+		snprintf(ctx->err, ctx->errlen, "cannot register guest memory with KVM: %s",
+			 strerror(-rc));
+	return rc < 0 ? rc : snapshot_set_dirty_base(vm, base_dir, ctx->info.type ==
+						     VM_SNAPSHOT_DIFF ? ctx->info.parent_id
+								      : ctx->info.id);
+}
+
+static int snapshot_restore_devices(struct snapshot_restore_ctx *ctx)
+{
+	struct vm *vm = ctx->vm;
+	struct vm_config cfg = {
+		.serial_log_path = ctx->opts->serial_log_path,
+		.serial_to_stdout = ctx->opts->serial_to_stdout,
+		.vsock_socket_path = ctx->opts->vsock_socket_path,
+		.vsock_cid = ctx->info.cid,
+	};
+	int rc;
+
+	if (ctx->info.cid && !ctx->opts->vsock_socket_path) {
+		snprintf(ctx->err, ctx->errlen, "the snapshot has a vsock device: give the "
+			 "restored VM a vsock socket path");
+		return -EINVAL;
+	}
+	rc = vm_setup_devices(vm, &cfg, ctx->err, ctx->errlen);
+	if (rc == 0 && ctx->info.cid)
+		rc = vm_setup_vsock(vm, &cfg, ctx->err, ctx->errlen);
+	if (rc < 0 || !vm->vsock)
+		return rc;
+	rc = virtio_mmio_state_set(vsock_device_transport(vm->vsock), &ctx->image->vsock);
+	if (rc < 0) {
+		snprintf(ctx->err, ctx->errlen, "the vsock device refused its saved state: %s",
+			 strerror(-rc));
+		return rc;
+	}
+	return vsock_device_reset_transport(vm->vsock);
+}
+
+/* Level-triggered pins left waiting for an EOI that will never come on this host. */
+static void snapshot_clear_remote_irr(struct kvm_irqchip *chip)
+{
+	for (unsigned int pin = 0; pin < KVM_IOAPIC_NUM_PINS; pin++) {
+		__u64 *bits = &chip->chip.ioapic.redirtbl[pin].bits;
+
+		if (*bits & SNAP_IOAPIC_LEVEL_BIT)
+			*bits &= ~SNAP_IOAPIC_REMOTE_IRR_BIT;
+	}
+}
+
+static int snapshot_restore_kvm_state(struct snapshot_restore_ctx *ctx)
+{
+	struct vm *vm = ctx->vm;
+	struct kvm_clock_data clock = { .clock = ctx->image->clock.clock };
+
+	for (unsigned int i = 0; i < vm->vcpus_created; i++) {
+		int rc = vcpu_state_restore(vm->vcpus[i].fd, &ctx->image->vcpus[i]);
+
+		if (rc < 0) {
+			snprintf(ctx->err, ctx->errlen, "cannot restore vCPU %u: %s: the snapshot "
+				 "does not fit this host's KVM; take it again here", i,
+				 strerror(-rc));
+			return rc;
+		}
+	}
+	for (unsigned int i = 0; i < SNAPSHOT_IRQCHIP_COUNT; i++) {
+		struct kvm_irqchip chip = ctx->image->irqchips[i];
+
+		if (chip.chip_id == KVM_IRQCHIP_IOAPIC)
+			snapshot_clear_remote_irr(&chip);
+		if (ioctl(vm->kvm.vm_fd, KVM_SET_IRQCHIP, &chip) < 0)
+			goto fail;
+	}
+	if (ioctl(vm->kvm.vm_fd, KVM_SET_PIT2, &ctx->image->pit) < 0 ||
+	    ioctl(vm->kvm.vm_fd, KVM_SET_CLOCK, &clock) < 0)
+		goto fail;
+	for (unsigned int i = 0; i < vm->vcpus_created; i++)
+		vcpu_state_clock_paused(vm->vcpus[i].fd);
+	return 0;
+fail:
+	snprintf(ctx->err, ctx->errlen, "cannot restore the irqchip, PIT or clock: %s",
+		 strerror(errno));
+	return -errno;
+}
+
+static int snapshot_build_vm(struct snapshot_restore_ctx *ctx)
+{
+	struct vm *vm = ctx->vm;
+	int rc;
+
+	vm->vcpu_count = ctx->info.vcpus;
+	memcpy(vm->secret, ctx->image->meta.secret, sizeof(vm->secret));
+	snprintf(vm->cmdline, sizeof(vm->cmdline), "%s", ctx->image->meta.cmdline);
+	rc = vcpu_signal_init();
+	if (rc < 0) {
+		snprintf(ctx->err, ctx->errlen, "cannot install the vCPU kick handler: %s",
+			 strerror(-rc));
+		return rc;
+	}
+	rc = kvm_open(&vm->kvm, ctx->err, ctx->errlen);
+	if (rc == 0)
+		rc = kvm_create_vm(&vm->kvm, ctx->err, ctx->errlen);
+	if (rc == 0)
+		rc = snapshot_restore_memory(ctx);
+	if (rc == 0)
+		rc = snapshot_restore_devices(ctx);
+	if (rc == 0)
+		rc = vm_setup_vcpus(vm, ctx->err, ctx->errlen);
+	if (rc == 0)
+		rc = snapshot_restore_kvm_state(ctx);
+	vm->restored = true;
+	return rc;
+}
+
+int vm_create_from_snapshot(const char *dir, const struct vm_restore_options *opts,
+			    struct vm **out, char *err, size_t errlen)
+{
+	struct snapshot_restore_ctx ctx = { .dir = dir, .opts = opts, .err = err,
+					    .errlen = errlen };
+	int rc;
+
+	*out = NULL;
+	ctx.image = calloc(1, sizeof(*ctx.image));
+	if (!ctx.image) {
+		snprintf(err, errlen, "out of memory");
+		return -ENOMEM;
+	}
+	rc = snapshot_file_read(dir, ctx.image, &ctx.info, err, errlen);
+	if (rc < 0)
+		goto out;
+	ctx.vm = vm_alloc();
+	if (!ctx.vm) {
+		snprintf(err, errlen, "out of memory");
+		rc = -ENOMEM;
+		goto out;
+	}
+	rc = snapshot_build_vm(&ctx);
+	if (rc < 0) {
+		vm_destroy(ctx.vm);
+		goto out;
+	}
+	*out = ctx.vm;
+out:
+	explicit_bzero(ctx.image->meta.secret, sizeof(ctx.image->meta.secret));
+	free(ctx.image);
+	return rc;
+}
+
+int vm_snapshot_inspect(const char *dir, struct vm_snapshot_info *info, char *err,
+			size_t errlen)
+{
+	struct snapshot_image *image = calloc(1, sizeof(*image));
+	int rc;
+
+	if (!image) {
+		snprintf(err, errlen, "out of memory");
+		return -ENOMEM;
+	}
+	rc = snapshot_file_read(dir, image, info, err, errlen);
+	explicit_bzero(image->meta.secret, sizeof(image->meta.secret));
+	free(image);
+	return rc;
+}
+
+void vm_snapshot_release(struct vm *vm)
+{
+	free(vm->dirty_base_dir);
+	vm->dirty_base_dir = NULL;
+}

@@ -1,0 +1,67 @@
+/*
+ * The VM's insides, shared by vm.c (create, boot, lifecycle) and the snapshot code (save,
+ * restore, fork), which must rebuild a VM from saved state instead of from a kernel image.
+ * Nothing outside src/vmm includes this: the rest of the host uses vm.h.
+ */
+#ifndef VOIDBOX_VMM_VM_INTERNAL_H
+#define VOIDBOX_VMM_VM_INTERNAL_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "devices/i8042.h"
+#include "vmm/acpi.h"
+#include "vmm/bus.h"
+#include "vmm/cmdline.h"
+#include "vmm/guest_memory.h"
+#include "vmm/kvm.h"
+#include "vmm/vcpu.h"
+#include "vmm/vm.h"
+
+struct serial;
+struct vsock_device;
+
+struct vm {
+	struct kvm kvm;
+	struct guest_memory mem;
+	struct bus pio;
+	struct bus mmio;
+	struct vcpu vcpus[VM_MAX_VCPUS];
+	unsigned int vcpu_count;
+	unsigned int vcpus_created;
+	struct serial *serial;
+	int serial_fd;
+	struct vsock_device *vsock;
+	struct i8042 i8042;
+	struct acpi_virtio_device virtio[VM_VIRTIO_MMIO_MAX_SLOTS];
+	bool virtio_attached[VM_VIRTIO_MMIO_MAX_SLOTS];
+	size_t virtio_count;
+	uint8_t secret[VM_SECRET_LEN];
+	char cmdline[CMDLINE_MAX];
+	uint64_t entry;
+	atomic_bool stop;
+	bool started;
+	uint64_t start_ns;
+	pthread_mutex_t lock;
+	pthread_cond_t cond;
+	pthread_mutex_t kick_lock; /* a kick never targets a thread that was joined */
+	enum vm_exit_reason reason;
+	/* snapshot state (src/vmm/snapshot.c) */
+	bool restored;		/* built from a snapshot: vm_start keeps the guest's ACPI tables */
+	bool dirty_logging;	/* memslots carry KVM_MEM_LOG_DIRTY_PAGES */
+	char *dirty_base_dir;	/* the base a diff of this VM counts from; NULL: none */
+	uint64_t dirty_base_id;
+};
+
+struct vm *vm_alloc(void);
+void vm_kick_all(struct vm *vm);
+void vm_join_vcpu(struct vm *vm, struct vcpu *vcpu);
+int vm_setup_devices(struct vm *vm, const struct vm_config *cfg, char *err, size_t errlen);
+int vm_setup_vsock(struct vm *vm, const struct vm_config *cfg, char *err, size_t errlen);
+int vm_setup_vcpus(struct vm *vm, char *err, size_t errlen);
+/* Frees what snapshot.c attached to the VM; called by vm_destroy. */
+void vm_snapshot_release(struct vm *vm);
+
+#endif
