@@ -124,7 +124,7 @@ int cpio_writer_add_file(struct cpio_writer *writer, const char *path, mode_t mo
 
 static int cpio_copy_fd(struct cpio_writer *writer, int fd, uint64_t expected)
 {
-	static char chunk[CPIO_COPY_CHUNK];
+	char chunk[CPIO_COPY_CHUNK];
 	uint64_t copied = 0;
 
 	while (copied < expected) {

@@ -41,6 +41,7 @@
 #define IMAGE_BUSYBOX_LINK_TARGET "/bin/busybox"
 #define IMAGE_MODULES_DIR "lib/modules"
 #define IMAGE_MODULES_ORDER_FILE "lib/modules/modules.order"
+#define IMAGE_MODULES_ORDER_LINE_MAX (KMOD_NAME_MAX + sizeof(".ko\n"))
 #define IMAGE_AGENT_GUEST_PATH "init"
 #define IMAGE_CONSOLE_PATH "dev/console"
 #define IMAGE_CONSOLE_MAJOR 5
@@ -771,7 +772,8 @@ out:
 
 static int image_collect_modules(struct image_build *build)
 {
-	size_t order_len = 0, order_cap = build->module_order.count * KMOD_NAME_MAX + 1;
+	size_t order_len = 0,
+	       order_cap = build->module_order.count * IMAGE_MODULES_ORDER_LINE_MAX + 1;
 	char *order_text = malloc(order_cap);
 	int rc = 0;
 
