@@ -15,11 +15,7 @@
 
 #include "files.h"
 #include "policy.h"
-
-#define AGENT_SANDBOX_UID 1000
-#define AGENT_SANDBOX_GID 1000
-#define AGENT_SANDBOX_HOME "/home/sandbox"
-#define AGENT_DEFAULT_PATH "/usr/local/bin:/usr/bin:/bin:/sbin:/usr/sbin"
+#include "sandbox_user.h"
 
 struct agent_context {
 	bool is_pid1;

@@ -8,6 +8,8 @@
  */
 #include "files.h"
 
+#include "sandbox_user.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -228,7 +230,7 @@ static int files_walk_mkdir(const struct files_roots *roots, int dirfd, const ch
 			return files_resolve_error(op, path, errno, error);
 		cur = (int)next;
 		if (created && roots->chown_to_sandbox)
-			fchownat(cur, "", FILES_SANDBOX_UID, FILES_SANDBOX_GID, AT_EMPTY_PATH);
+			fchownat(cur, "", AGENT_SANDBOX_UID, AGENT_SANDBOX_GID, AT_EMPTY_PATH);
 		p = *end ? end + 1 : end;
 	}
 	return cur;
@@ -287,7 +289,7 @@ static int files_write_leaf(const struct files_roots *roots, int fd, const uint8
 	err = files_write_all(fd, data, len);
 	if (err)
 		return files_fail(error, err, "Cannot write '%s': %s", path, strerror(-err));
-	if (roots->chown_to_sandbox && fchown(fd, FILES_SANDBOX_UID, FILES_SANDBOX_GID) < 0)
+	if (roots->chown_to_sandbox && fchown(fd, AGENT_SANDBOX_UID, AGENT_SANDBOX_GID) < 0)
 		return files_fail(error, -errno, "Cannot chown '%s': %s", path, strerror(errno));
 	if (fchmod(fd, FILES_FILE_MODE) < 0)
 		return files_fail(error, -errno, "Cannot chmod '%s': %s", path, strerror(errno));

@@ -13,8 +13,6 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-#define FILES_SANDBOX_UID 1000
-#define FILES_SANDBOX_GID 1000
 /* A ReadFile reply is base64 inside a 64 MiB frame, so the file must stay well below 48 MiB. */
 #define FILES_READ_MAX (32u * 1024u * 1024u)
 

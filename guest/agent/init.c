@@ -6,7 +6,7 @@
 #include "init.h"
 
 #include "agent_log.h"
-#include "conn.h"
+#include "sandbox_user.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -8,7 +8,7 @@
 #include "mounts.h"
 
 #include "agent_log.h"
-#include "conn.h"
+#include "sandbox_user.h"
 
 #include <ctype.h>
 #include <errno.h>
