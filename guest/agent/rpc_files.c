@@ -7,6 +7,7 @@
 
 #include "agent_log.h"
 #include "files.h"
+#include "restore.h"
 #include "proto/protocol.h"
 
 #include <errno.h>
@@ -36,6 +37,16 @@ static int rpc_write_file(struct agent_conn *conn, uint32_t request_id, const ui
 	if (proto_write_file_decode(body, len, &request, &why) != 0) {
 		agent_warn("WriteFile %u malformed: %s", request_id, why ? why : "?");
 		return -EPROTO;
+	}
+	if (restore_is_rekey_path(request.path)) {
+		bool ok = restore_apply(request.content.data, request.content.len, &error) == 0;
+
+		rpc_send_status(conn, PROTO_MSG_WRITE_FILE_RESPONSE, request_id, error);
+		free(error);
+		proto_write_file_free(&request);
+		if (ok)
+			restore_close_stale_connections();
+		return 0;
 	}
 	if (files_write(&conn->ctx->roots, request.path, request.content.data,
 			request.content.len, request.create_parents, &error) != 0 && !error)

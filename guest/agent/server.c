@@ -12,6 +12,7 @@
 #include "proto/protocol.h"
 #include "pty_session.h"
 #include "rpc_files.h"
+#include "restore.h"
 #include "telemetry.h"
 
 #include <errno.h>
@@ -185,7 +186,7 @@ static int server_handshake(struct agent_conn *conn)
 		agent_warn("handshake: closing: malformed Ping");
 		goto out;
 	}
-	if (!ctx->has_secret || !proto_secret_equal(ping.secret, ctx->secret)) {
+	if (!restore_secret_matches(ctx, ping.secret)) {
 		agent_warn("handshake: closing: %s", ctx->has_secret ? "wrong session secret" :
 					"the agent has no session secret (voidbox.secret missing)");
 		goto out;
@@ -289,7 +290,9 @@ static void *server_conn_main(void *arg)
 
 	if (server_handshake(conn) == 0) {
 		agent_info("connection authenticated");
+		restore_conn_register(conn->fd);
 		server_serve(conn);
+		restore_conn_unregister(conn->fd);
 	}
 	pty_conn_closed(conn);
 	conn_shutdown(conn);

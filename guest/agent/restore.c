@@ -1,0 +1,215 @@
+/*
+ * The rekey of a restored guest (see restore.h). The registry of authenticated connections
+ * is a small fixed table under one lock: a rekey shuts down (SHUT_RDWR) every entry older
+ * than the new secret, which makes each connection's reader see EOF and end the way a host
+ * close would; unregistering happens under the same lock before the fd can be closed, so a
+ * reused fd number is never shut down by mistake.
+ */
+#include "restore.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <jansson.h>
+#include <linux/random.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "agent_log.h"
+#include "proto/protocol.h"
+
+#define RESTORE_MAX_CONNS 256
+#define RESTORE_SEED_MAX 256
+#define RESTORE_URANDOM "/dev/urandom"
+#define RESTORE_NSEC_PER_SEC 1000000000ULL
+#define RESTORE_BITS_PER_BYTE 8
+#define BASE64_PAD '='
+#define BASE64_BITS 6
+#define BASE64_BYTE_MASK 0xffu
+
+struct restore_conn_entry {
+	int fd;
+	uint64_t generation;
+};
+
+static pthread_mutex_t restore_lock = PTHREAD_MUTEX_INITIALIZER;
+static uint64_t restore_generation;
+static bool restore_rekeyed;
+static uint8_t restore_secret[PROTO_SECRET_SIZE];
+static struct restore_conn_entry restore_conns[RESTORE_MAX_CONNS];
+static size_t restore_conn_count;
+
+bool restore_secret_matches(const struct agent_context *ctx, const uint8_t secret[32])
+{
+	bool match;
+
+	pthread_mutex_lock(&restore_lock);
+	if (restore_rekeyed)
+		match = proto_secret_equal(secret, restore_secret);
+	else
+		match = ctx->has_secret && proto_secret_equal(secret, ctx->secret);
+	pthread_mutex_unlock(&restore_lock);
+	return match;
+}
+
+void restore_conn_register(int fd)
+{
+	pthread_mutex_lock(&restore_lock);
+	if (restore_conn_count < RESTORE_MAX_CONNS)
+		restore_conns[restore_conn_count++] = (struct restore_conn_entry){
+			.fd = fd, .generation = restore_generation,
+		};
+	pthread_mutex_unlock(&restore_lock);
+}
+
+void restore_conn_unregister(int fd)
+{
+	pthread_mutex_lock(&restore_lock);
+	for (size_t i = 0; i < restore_conn_count; i++) {
+		if (restore_conns[i].fd != fd)
+			continue;
+		restore_conns[i] = restore_conns[--restore_conn_count];
+		break;
+	}
+	pthread_mutex_unlock(&restore_lock);
+}
+
+bool restore_is_rekey_path(const char *path)
+{
+	return path && strcmp(path, RESTORE_REKEY_PATH) == 0;
+}
+
+static int base64_value(char c)
+{
+	static const char alphabet[] =
+		"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+	const char *hit = c ? strchr(alphabet, c) : NULL;
+
+	return hit ? (int)(hit - alphabet) : -1;
+}
+
+static int base64_decode(const char *in, uint8_t *out, size_t cap, size_t *out_len)
+{
+	uint32_t acc = 0;
+	int bits = 0;
+	size_t len = 0;
+
+	for (; *in && *in != BASE64_PAD; in++) {
+		int value = base64_value(*in);
+
+		if (value < 0)
+			return -EINVAL;
+		acc = (acc << BASE64_BITS) | (uint32_t)value;
+		bits += BASE64_BITS;
+		if (bits >= RESTORE_BITS_PER_BYTE) {
+			bits -= RESTORE_BITS_PER_BYTE;
+			if (len >= cap)
+				return -EINVAL;
+			out[len++] = (uint8_t)((acc >> bits) & BASE64_BYTE_MASK);
+		}
+	}
+	*out_len = len;
+	return 0;
+}
+
+int restore_parse(const uint8_t *json, size_t len, uint8_t secret[32], uint8_t *seed,
+		  size_t seed_cap, size_t *seed_len, uint64_t *clock_ns, const char **why)
+{
+	json_error_t error;
+	json_t *root = json_loadb((const char *)json, len, 0, &error);
+	int rc = -EINVAL;
+
+	if (!json_is_object(root)) {
+		*why = "restore.json is not a JSON object";
+		goto out;
+	}
+	const char *hex = json_string_value(json_object_get(root, "secret_hex"));
+	const char *b64 = json_string_value(json_object_get(root, "rng_seed_b64"));
+	json_t *clock = json_object_get(root, "clock_ns");
+
+	if (!hex || proto_secret_from_hex(hex, secret) != 0) {
+		*why = "secret_hex must be 64 hex digits";
+		goto out;
+	}
+	if (!b64 || base64_decode(b64, seed, seed_cap, seed_len) < 0 || *seed_len == 0) {
+		*why = "rng_seed_b64 must be non-empty base64";
+		goto out;
+	}
+	if (!json_is_integer(clock) || json_integer_value(clock) <= 0) {
+		*why = "clock_ns must be a positive integer";
+		goto out;
+	}
+	*clock_ns = (uint64_t)json_integer_value(clock);
+	rc = 0;
+out:
+	json_decref(root);
+	return rc;
+}
+
+/* RNDADDENTROPY credits the seed; a plain write (no credit) is the fallback. */
+static void restore_add_entropy(const uint8_t *seed, size_t len)
+{
+	struct {
+		struct rand_pool_info info;
+		uint8_t buf[RESTORE_SEED_MAX];
+	} pool;
+	int fd = open(RESTORE_URANDOM, O_WRONLY | O_CLOEXEC);
+
+	if (fd < 0) {
+		agent_warn("restore: cannot open %s: %s", RESTORE_URANDOM, strerror(errno));
+		return;
+	}
+	pool.info.entropy_count = (int)(len * RESTORE_BITS_PER_BYTE);
+	pool.info.buf_size = (int)len;
+	memcpy(pool.buf, seed, len);
+	if (ioctl(fd, RNDADDENTROPY, &pool) < 0 && write(fd, seed, len) < 0)
+		agent_warn("restore: cannot reseed the RNG: %s", strerror(errno));
+	explicit_bzero(&pool, sizeof(pool));
+	close(fd);
+}
+
+static void restore_set_clock(uint64_t clock_ns)
+{
+	struct timespec ts = { .tv_sec = (time_t)(clock_ns / RESTORE_NSEC_PER_SEC),
+			       .tv_nsec = (long)(clock_ns % RESTORE_NSEC_PER_SEC) };
+
+	if (clock_settime(CLOCK_REALTIME, &ts) < 0)
+		agent_warn("restore: cannot set the clock: %s", strerror(errno));
+}
+
+int restore_apply(const uint8_t *json, size_t len, char **error)
+{
+	uint8_t secret[PROTO_SECRET_SIZE], seed[RESTORE_SEED_MAX];
+	size_t seed_len = 0;
+	uint64_t clock_ns = 0;
+	const char *why = "?";
+
+	if (restore_parse(json, len, secret, seed, sizeof(seed), &seed_len, &clock_ns, &why) < 0) {
+		*error = strdup(why);
+		return -EINVAL;
+	}
+	restore_add_entropy(seed, seed_len);
+	restore_set_clock(clock_ns);
+	pthread_mutex_lock(&restore_lock);
+	memcpy(restore_secret, secret, sizeof(restore_secret));
+	restore_rekeyed = true;
+	restore_generation++;
+	pthread_mutex_unlock(&restore_lock);
+	explicit_bzero(secret, sizeof(secret));
+	explicit_bzero(seed, sizeof(seed));
+	agent_info("restore: rekeyed, RNG reseeded, clock set");
+	return 0;
+}
+
+void restore_close_stale_connections(void)
+{
+	pthread_mutex_lock(&restore_lock);
+	for (size_t i = 0; i < restore_conn_count; i++)
+		if (restore_conns[i].generation < restore_generation)
+			shutdown(restore_conns[i].fd, SHUT_RDWR);
+	pthread_mutex_unlock(&restore_lock);
+}

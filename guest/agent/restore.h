@@ -1,0 +1,38 @@
+/*
+ * Clone hygiene after a snapshot restore or fork. The host rekeys a restored guest with one
+ * WriteFile to the reserved path RESTORE_REKEY_PATH carrying {"secret_hex", "rng_seed_b64",
+ * "clock_ns"}; the agent never writes that file. It mixes the seed into the kernel's pool,
+ * steps CLOCK_REALTIME, switches the session secret for new connections, answers, and then
+ * closes every connection that authenticated before the switch. The secret therefore lives
+ * here (mutable, locked) instead of in the read-only agent_context once a rekey happened.
+ * Protocol: docs/protocol.md and docs/snapshot-format.md.
+ */
+#ifndef VOIDBOX_AGENT_RESTORE_H
+#define VOIDBOX_AGENT_RESTORE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "conn.h"
+
+#define RESTORE_REKEY_PATH "/etc/voidbox/restore.json"
+
+/* True when secret is the current session secret (the rekeyed one, or ctx's before that). */
+bool restore_secret_matches(const struct agent_context *ctx, const uint8_t secret[32]);
+/* Authenticated connections, so a rekey can close the ones that predate it. */
+void restore_conn_register(int fd);
+void restore_conn_unregister(int fd);
+bool restore_is_rekey_path(const char *path);
+/*
+ * Applies a rekey document. Returns 0, or -EINVAL with *error (malloc'ed) for the host.
+ * After answering, the caller calls restore_close_stale_connections.
+ */
+int restore_apply(const uint8_t *json, size_t len, char **error);
+void restore_close_stale_connections(void);
+
+/* Parsing only (unit-tested): fills secret, seed (up to seed_cap bytes) and clock. */
+int restore_parse(const uint8_t *json, size_t len, uint8_t secret[32], uint8_t *seed,
+		  size_t seed_cap, size_t *seed_len, uint64_t *clock_ns, const char **why);
+
+#endif
