@@ -135,7 +135,7 @@ static void oci_stage_tools(void)
 		if (oci_copy_file(oci_staged_files[i], target) < 0)
 			agent_warn("cannot stage %s into the image", oci_staged_files[i]);
 	}
-	if (oci_in_newroot(target, sizeof(target), OCI_BUSYBOX + 1) < 0 ||
+	if (oci_in_newroot(target, sizeof(target), &OCI_BUSYBOX[1]) < 0 ||
 	    lstat(target, &st) == 0 || oci_copy_file(OCI_BUSYBOX, target) < 0)
 		return;
 	for (size_t i = 0; i < sizeof(oci_busybox_applets) / sizeof(oci_busybox_applets[0]); i++) {

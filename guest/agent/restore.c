@@ -153,9 +153,10 @@ out:
 /* RNDADDENTROPY credits the seed; a plain write (no credit) is the fallback. */
 static void restore_add_entropy(const uint8_t *seed, size_t len)
 {
-	struct {
+	/* rand_pool_info ends in a flexible array: the seed follows it in the same buffer. */
+	union {
 		struct rand_pool_info info;
-		uint8_t buf[RESTORE_SEED_MAX];
+		uint8_t bytes[sizeof(struct rand_pool_info) + RESTORE_SEED_MAX];
 	} pool;
 	int fd = open(RESTORE_URANDOM, O_WRONLY | O_CLOEXEC);
 
@@ -165,7 +166,7 @@ static void restore_add_entropy(const uint8_t *seed, size_t len)
 	}
 	pool.info.entropy_count = (int)(len * RESTORE_BITS_PER_BYTE);
 	pool.info.buf_size = (int)len;
-	memcpy(pool.buf, seed, len);
+	memcpy(pool.bytes + sizeof(struct rand_pool_info), seed, len);
 	if (ioctl(fd, RNDADDENTROPY, &pool) < 0 && write(fd, seed, len) < 0)
 		agent_warn("restore: cannot reseed the RNG: %s", strerror(errno));
 	explicit_bzero(&pool, sizeof(pool));
