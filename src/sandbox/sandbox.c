@@ -391,3 +391,226 @@ void sandbox_destroy(struct sandbox *sandbox, bool keep_serial_log)
 	explicit_bzero(sandbox->secret, sizeof(sandbox->secret));
 	free(sandbox);
 }
+
+/* ---- snapshots, restore and fork (docs/snapshot-format.md) ---- */
+
+#define SANDBOX_REKEY_PATH "/etc/voidbox/restore.json"
+#define SANDBOX_RNG_SEED_BYTES 64
+#define SANDBOX_BASE64_LEN(n) ((((n) + 2) / 3) * 4 + 1)
+#define SANDBOX_REKEY_JSON_MAX 512
+#define SANDBOX_NSEC_PER_SEC 1000000000ULL
+#define BASE64_GROUP_BYTES 3
+#define BASE64_SHIFT_HIGH 18
+#define BASE64_SHIFT_MID 12
+#define BASE64_SHIFT_LOW 6
+#define BASE64_SEXTET_MASK 0x3fu
+#define BASE64_BYTE_SHIFT 8
+
+static void sandbox_base64(const uint8_t *in, size_t len, char *out)
+{
+	static const char alphabet[] =
+		"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+	size_t o = 0;
+
+	for (size_t i = 0; i < len; i += BASE64_GROUP_BYTES) {
+		uint32_t group = (uint32_t)in[i] << (2 * BASE64_BYTE_SHIFT);
+		size_t left = len - i;
+
+		if (left > 1)
+			group |= (uint32_t)in[i + 1] << BASE64_BYTE_SHIFT;
+		if (left > 2)
+			group |= in[i + 2];
+		out[o++] = alphabet[(group >> BASE64_SHIFT_HIGH) & BASE64_SEXTET_MASK];
+		out[o++] = alphabet[(group >> BASE64_SHIFT_MID) & BASE64_SEXTET_MASK];
+		out[o++] = left > 1 ? alphabet[(group >> BASE64_SHIFT_LOW) & BASE64_SEXTET_MASK] : '=';
+		out[o++] = left > 2 ? alphabet[group & BASE64_SEXTET_MASK] : '=';
+	}
+	out[o] = '\0';
+}
+
+/* The rekey document: a fresh secret (also stored in sandbox->secret), seed and clock. */
+static int sandbox_rekey_document(struct sandbox *sandbox, char *json, size_t len)
+{
+	uint8_t seed[SANDBOX_RNG_SEED_BYTES];
+	char seed_b64[SANDBOX_BASE64_LEN(SANDBOX_RNG_SEED_BYTES)];
+	char hex[2 * PROTO_SECRET_SIZE + 1];
+	struct timespec now;
+	int written;
+
+	if (getrandom(sandbox->secret, sizeof(sandbox->secret), 0) != sizeof(sandbox->secret) ||
+	    getrandom(seed, sizeof(seed), 0) != sizeof(seed))
+		return -EIO;
+	clock_gettime(CLOCK_REALTIME, &now);
+	proto_secret_to_hex(sandbox->secret, hex);
+	sandbox_base64(seed, sizeof(seed), seed_b64);
+	written = snprintf(json, len,
+			   "{\"secret_hex\": \"%s\", \"rng_seed_b64\": \"%s\", \"clock_ns\": %llu}",
+			   hex, seed_b64,
+			   (unsigned long long)now.tv_sec * SANDBOX_NSEC_PER_SEC +
+				   (unsigned long long)now.tv_nsec);
+	explicit_bzero(seed, sizeof(seed));
+	explicit_bzero(hex, sizeof(hex));
+	return written < 0 || (size_t)written >= len ? -E2BIG : written;
+}
+
+/*
+ * Connects with the secret the guest answers to now (old_secret), sends the rekey, and
+ * reconnects with the new secret. The agent closes the old connection after answering.
+ */
+static int sandbox_rekey(struct sandbox *sandbox, const uint8_t old_secret[PROTO_SECRET_SIZE],
+			 int timeout_ms, char *err, size_t errlen)
+{
+	char json[SANDBOX_REKEY_JSON_MAX];
+	int len, rc;
+
+	rc = sandbox_wait_for_agent_port(sandbox, timeout_ms, err, errlen);
+	if (rc < 0)
+		return rc;
+	memcpy(sandbox->secret, old_secret, sizeof(sandbox->secret));
+	rc = sandbox_open_channel(sandbox, err, errlen);
+	if (rc < 0)
+		return rc;
+	len = sandbox_rekey_document(sandbox, json, sizeof(json));
+	rc = len < 0 ? len
+		     : control_channel_write_file(sandbox->channel, SANDBOX_REKEY_PATH, json,
+						  (size_t)len, false, CONTROL_CHANNEL_TIMEOUT_DEFAULT);
+	explicit_bzero(json, sizeof(json));
+	control_channel_destroy(sandbox->channel);
+	sandbox->channel = NULL;
+	if (rc < 0) {
+		snprintf(err, errlen, "the restored guest agent refused the new session secret "
+			 "(%s): rebuild the image with this voidbox's agent and take the snapshot "
+			 "again", control_channel_last_error());
+		return rc;
+	}
+	vm_snapshot_set_secret(sandbox->vm, sandbox->secret);
+	return sandbox_open_channel(sandbox, err, errlen);
+}
+
+/* A sandbox with its runtime directory and console path, no VM yet. */
+static int sandbox_prepare(const char *serial_log_path, struct sandbox **out, char *err,
+			   size_t errlen)
+{
+	struct sandbox *sandbox = calloc(1, sizeof(*sandbox));
+	int rc;
+
+	if (!sandbox) {
+		snprintf(err, errlen, "out of memory");
+		return -ENOMEM;
+	}
+	rc = sandbox_make_runtime_dir(sandbox, err, errlen);
+	if (rc < 0) {
+		free(sandbox);
+		return rc;
+	}
+	if (serial_log_path) {
+		snprintf(sandbox->serial_log_path, sizeof(sandbox->serial_log_path), "%s",
+			 serial_log_path);
+	} else {
+		snprintf(sandbox->serial_log_path, sizeof(sandbox->serial_log_path), "%s/%s",
+			 sandbox->runtime_dir, SANDBOX_SERIAL_NAME);
+		sandbox->serial_log_is_ours = true;
+	}
+	*out = sandbox;
+	return 0;
+}
+
+int sandbox_start_from_snapshot(const struct sandbox_restore_config *cfg, struct sandbox **out,
+				char *err, size_t errlen)
+{
+	long started_ms = monotonic_ms();
+	struct sandbox *sandbox = NULL;
+	uint8_t old_secret[PROTO_SECRET_SIZE];
+	char old_hex[2 * PROTO_SECRET_SIZE + 1];
+	int timeout_ms = cfg->timeout_ms > 0 ? cfg->timeout_ms : SANDBOX_DEFAULT_BOOT_TIMEOUT_MS;
+	int rc;
+
+	*out = NULL;
+	rc = sandbox_check_kvm(err, errlen);
+	if (rc == 0)
+		rc = sandbox_prepare(cfg->serial_log_path, &sandbox, err, errlen);
+	if (rc < 0)
+		return rc;
+	struct vm_restore_options opts = {
+		.vsock_socket_path = sandbox->socket_path,
+		.serial_log_path = sandbox->serial_log_path,
+		.track_dirty_pages = cfg->track_dirty_pages,
+	};
+
+	rc = vm_create_from_snapshot(cfg->snapshot_dir, &opts, &sandbox->vm, err, errlen);
+	if (rc < 0)
+		goto fail;
+	rc = vm_start(sandbox->vm);
+	if (rc < 0) {
+		snprintf(err, errlen, "the restored VM did not start: %s", strerror(-rc));
+		goto fail;
+	}
+	vm_secret_hex(sandbox->vm, old_hex);
+	proto_secret_from_hex(old_hex, old_secret);
+	rc = sandbox_rekey(sandbox, old_secret, timeout_ms, err, errlen);
+	explicit_bzero(old_secret, sizeof(old_secret));
+	explicit_bzero(old_hex, sizeof(old_hex));
+	if (rc < 0)
+		goto fail;
+	sandbox->boot_ms = monotonic_ms() - started_ms;
+	log_info(SANDBOX_LOG, "restored %s, agent rekeyed after %ld ms", cfg->snapshot_dir,
+		 sandbox->boot_ms);
+	*out = sandbox;
+	return 0;
+fail:
+	sandbox_destroy(sandbox, true);
+	return rc;
+}
+
+int sandbox_snapshot(struct sandbox *sandbox, const char *dir,
+		     const struct vm_snapshot_options *opts, char *err, size_t errlen)
+{
+	int rc = vm_snapshot_save(sandbox->vm, dir, opts, err, errlen);
+
+	/* A VM left stopped is over: end it so teardown does not wait for its agent. */
+	if (opts->after == VM_SNAPSHOT_STAY_STOPPED)
+		vm_request_stop(sandbox->vm);
+	return rc;
+}
+
+int sandbox_fork(struct sandbox *parent, unsigned int n, struct sandbox *children[], char *err,
+		 size_t errlen)
+{
+	struct vm_restore_options *opts = calloc(n ? n : 1, sizeof(*opts));
+	const struct vm_restore_options **opts_ptrs = calloc(n ? n : 1, sizeof(*opts_ptrs));
+	struct vm **vms = calloc(n ? n : 1, sizeof(*vms));
+	unsigned int prepared = 0;
+	int rc = opts && opts_ptrs && vms ? 0 : -ENOMEM;
+
+	if (rc < 0)
+		snprintf(err, errlen, "out of memory");
+	for (unsigned int i = 0; i < n; i++)
+		children[i] = NULL;
+	for (; rc == 0 && prepared < n; prepared++) {
+		rc = sandbox_prepare(NULL, &children[prepared], err, errlen);
+		if (rc < 0)
+			break;
+		opts[prepared] = (struct vm_restore_options){
+			.vsock_socket_path = children[prepared]->socket_path,
+			.serial_log_path = children[prepared]->serial_log_path,
+		};
+		opts_ptrs[prepared] = &opts[prepared];
+	}
+	if (rc == 0)
+		rc = vm_fork(parent->vm, n, opts_ptrs, vms, err, errlen);
+	for (unsigned int i = 0; rc == 0 && i < n; i++)
+		children[i]->vm = vms[i];
+	for (unsigned int i = 0; rc == 0 && i < n; i++)
+		rc = sandbox_rekey(children[i], parent->secret, SANDBOX_DEFAULT_BOOT_TIMEOUT_MS,
+				   err, errlen);
+	if (rc < 0) {
+		for (unsigned int i = 0; i < n; i++) {
+			sandbox_destroy(children[i], false);
+			children[i] = NULL;
+		}
+	}
+	free(opts);
+	free(opts_ptrs);
+	free(vms);
+	return rc;
+}

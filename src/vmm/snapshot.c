@@ -729,6 +729,11 @@ int vm_snapshot_inspect(const char *dir, struct vm_snapshot_info *info, char *er
 	return rc;
 }
 
+void vm_snapshot_set_secret(struct vm *vm, const uint8_t secret[VM_SECRET_LEN])
+{
+	memcpy(vm->secret, secret, VM_SECRET_LEN);
+}
+
 void vm_snapshot_release(struct vm *vm)
 {
 	free(vm->dirty_base_dir);

@@ -80,7 +80,11 @@ struct vm_restore_options {
 	const char *vsock_socket_path;
 	const char *serial_log_path; /* NULL: discard the console */
 	bool serial_to_stdout;
-	/* Log dirty pages from the first instruction so a diff against this base can be saved. */
+	/*
+	 * Accepted for callers that ask for diff tracking explicitly; every restored VM can save a
+	 * diff anyway, because its memory is a private mapping of the base file and the pages it
+	 * wrote are found in /proc/self/pagemap, so this changes nothing today.
+	 */
 	bool track_dirty_pages;
 };
 
@@ -118,6 +122,12 @@ int vm_create_from_snapshot(const char *dir, const struct vm_restore_options *op
  */
 int vm_fork(struct vm *parent, unsigned int n, const struct vm_restore_options *const child_opts[],
 	    struct vm *children[], char *err, size_t errlen);
+
+/*
+ * Records the session secret the guest agent answers to now (after a rekey it differs from
+ * the one on the kernel command line); snapshots store it so the next restore can rekey.
+ */
+void vm_snapshot_set_secret(struct vm *vm, const uint8_t secret[VM_SECRET_LEN]);
 
 const char *vm_snapshot_type_name(enum vm_snapshot_type type);
 
