@@ -7,6 +7,7 @@
 #define VOIDBOX_CLI_CLI_H
 
 #include <stdbool.h>
+#include <stddef.h>
 
 enum cli_output_format {
 	CLI_OUTPUT_HUMAN,
@@ -41,6 +42,21 @@ int cli_validate_run(const struct cli_globals *globals, int argc, char **argv);
 int cli_inspect_run(const struct cli_globals *globals, int argc, char **argv);
 int cli_shell_run(const struct cli_globals *globals, int argc, char **argv);
 int cli_skills_run(const struct cli_globals *globals, int argc, char **argv);
+int cli_snapshot_run(const struct cli_globals *globals, int argc, char **argv);
+int cli_fork_run(const struct cli_globals *globals, int argc, char **argv);
+
+struct sandbox;
+struct sandbox_config;
+
+/*
+ * Starts the sandbox for exec/shell/fork. snapshot_ref NULL: a cold boot from cfg and no
+ * snapshot code runs. Otherwise the reference resolves as a store id prefix, then a directory
+ * holding a snapshot; one that names nothing prints a warning and cold-boots, an ambiguous
+ * prefix fails. A restored sandbox takes memory and vCPUs from the snapshot, not from cfg.
+ */
+int cli_sandbox_start(const char *command, const char *snapshot_ref,
+		      const struct sandbox_config *cfg, bool track_dirty_pages,
+		      struct sandbox **out, char *err, size_t errlen);
 
 /* True when argv[i] is -h or --help: every subcommand honours it. */
 bool cli_wants_help(int argc, char **argv);

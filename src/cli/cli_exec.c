@@ -38,6 +38,7 @@ enum cli_exec_option {
 	CLI_EXEC_OPT_WORKDIR,
 	CLI_EXEC_OPT_SERIAL_LOG,
 	CLI_EXEC_OPT_BOOT_TIMEOUT,
+	CLI_EXEC_OPT_SNAPSHOT,
 	CLI_EXEC_OPT_HELP,
 };
 
@@ -51,6 +52,7 @@ static const struct option cli_exec_options[] = {
 	{ "workdir", required_argument, NULL, CLI_EXEC_OPT_WORKDIR },
 	{ "serial-log", required_argument, NULL, CLI_EXEC_OPT_SERIAL_LOG },
 	{ "boot-timeout", required_argument, NULL, CLI_EXEC_OPT_BOOT_TIMEOUT },
+	{ "snapshot", required_argument, NULL, CLI_EXEC_OPT_SNAPSHOT },
 	{ "help", no_argument, NULL, CLI_EXEC_OPT_HELP },
 	{ NULL, 0, NULL, 0 },
 };
@@ -59,6 +61,7 @@ struct cli_exec_args {
 	struct sandbox_config sandbox;
 	struct proto_exec_request request;
 	size_t env_capacity;
+	const char *snapshot; /* --snapshot; NULL: cold boot */
 };
 
 static void cli_exec_usage(FILE *out)
@@ -66,7 +69,8 @@ static void cli_exec_usage(FILE *out)
 	fprintf(out,
 		"usage: voidbox exec [--memory MB] [--vcpus N] [--env K=V]... [--timeout S]\n"
 		"                    [--kernel PATH] [--initramfs PATH] [--workdir DIR]\n"
-		"                    [--serial-log PATH] [--boot-timeout S] -- PROGRAM [ARGS...]\n\n"
+		"                    [--serial-log PATH] [--boot-timeout S] [--snapshot ID]\n"
+		"                    -- PROGRAM [ARGS...]\n\n"
 		"Boots a micro-VM, runs PROGRAM in it as the sandbox user and exits with its exit\n"
 		"code. stdout and stderr stream live; piped stdin is delivered to the program.\n\n"
 		"  --memory MB        guest RAM (default %u)\n"
@@ -77,7 +81,9 @@ static void cli_exec_usage(FILE *out)
 		"  --initramfs PATH   initramfs (else VOID_BOX_INITRAMFS, else the built image)\n"
 		"  --workdir DIR      working directory in the guest (default the user's home)\n"
 		"  --serial-log PATH  write the guest console here (default: a file kept on failure)\n"
-		"  --boot-timeout S   give up when the guest agent has not answered after S seconds\n",
+		"  --boot-timeout S   give up when the guest agent has not answered after S seconds\n"
+		"  --snapshot ID      restore from a snapshot (id prefix, else a snapshot directory)\n"
+		"                     instead of booting; one that is not found warns and cold-boots\n",
 		SANDBOX_DEFAULT_MEMORY_MB, SANDBOX_DEFAULT_VCPUS);
 }
 
@@ -176,6 +182,9 @@ static int cli_exec_parse(int argc, char **argv, struct cli_exec_args *args)
 			if (!cli_parse_unsigned("--boot-timeout", optarg, 1, 24 * 3600, &value))
 				return CLI_EXIT_USAGE;
 			args->sandbox.boot_timeout_ms = (int)value * 1000;
+			break;
+		case CLI_EXEC_OPT_SNAPSHOT:
+			args->snapshot = optarg;
 			break;
 		case CLI_EXEC_OPT_HELP:
 			cli_exec_usage(stdout);
@@ -313,7 +322,8 @@ int cli_exec_run(const struct cli_globals *globals, int argc, char **argv)
 		goto out;
 	}
 
-	rc = sandbox_start(&args.sandbox, &sandbox, err, sizeof(err));
+	rc = cli_sandbox_start("exec", args.snapshot, &args.sandbox, false, &sandbox, err,
+			       sizeof(err));
 	if (rc < 0) {
 		fprintf(stderr, "voidbox exec: %s\n", err);
 		goto out;

@@ -46,6 +46,7 @@ enum cli_shell_option {
 	CLI_SHELL_OPT_WORKDIR,
 	CLI_SHELL_OPT_KERNEL,
 	CLI_SHELL_OPT_INITRAMFS,
+	CLI_SHELL_OPT_SNAPSHOT,
 	CLI_SHELL_OPT_HELP,
 };
 
@@ -57,6 +58,7 @@ static const struct option cli_shell_options[] = {
 	{ "workdir", required_argument, NULL, CLI_SHELL_OPT_WORKDIR },
 	{ "kernel", required_argument, NULL, CLI_SHELL_OPT_KERNEL },
 	{ "initramfs", required_argument, NULL, CLI_SHELL_OPT_INITRAMFS },
+	{ "snapshot", required_argument, NULL, CLI_SHELL_OPT_SNAPSHOT },
 	{ "help", no_argument, NULL, CLI_SHELL_OPT_HELP },
 	{ NULL, 0, NULL, 0 },
 };
@@ -71,6 +73,7 @@ struct cli_shell_session {
 	int read_error;
 	bool raw;
 	struct termios saved;
+	const char *snapshot; /* --snapshot; NULL: cold boot */
 };
 
 /* SIGWINCH's self-pipe: the handler may only write(). */
@@ -80,9 +83,11 @@ static void cli_shell_usage(FILE *out)
 {
 	fprintf(out,
 		"usage: voidbox shell [--program P] [--memory MB] [--vcpus N] [--env K=V]...\n"
-		"                     [--workdir DIR (default: the sandbox user's home)] [--kernel PATH] [--initramfs PATH] [-- ARGS...]\n\n"
+		"                     [--workdir DIR (default: the sandbox user's home)] [--kernel PATH] [--initramfs PATH] [--snapshot ID] [-- ARGS...]\n\n"
 		"Boots a micro-VM and opens an interactive terminal running P (default %s) in it;\n"
-		"exits with P's exit code. The VM console and voidbox's own log go to files.\n",
+		"exits with P's exit code. The VM console and voidbox's own log go to files.\n"
+		"--snapshot ID restores the VM from a snapshot (id prefix, else a snapshot directory)\n"
+		"instead of booting it; one that is not found warns and cold-boots.\n",
 		SHELL_DEFAULT_PROGRAM);
 }
 
@@ -154,6 +159,9 @@ static int cli_shell_parse(int argc, char **argv, struct cli_shell_session *s)
 			break;
 		case CLI_SHELL_OPT_INITRAMFS:
 			s->sandbox.initramfs_path = optarg;
+			break;
+		case CLI_SHELL_OPT_SNAPSHOT:
+			s->snapshot = optarg;
 			break;
 		case CLI_SHELL_OPT_HELP:
 			cli_shell_usage(stdout);
@@ -380,7 +388,7 @@ int cli_shell_run(const struct cli_globals *globals, int argc, char **argv)
 		goto out;
 	}
 	log_stream = cli_shell_quiet_log(log_path, sizeof(log_path));
-	rc = sandbox_start(&s.sandbox, &sandbox, err, sizeof(err));
+	rc = cli_sandbox_start("shell", s.snapshot, &s.sandbox, false, &sandbox, err, sizeof(err));
 	if (rc < 0) {
 		fprintf(stderr, "voidbox shell: %s\n", err);
 		goto out;

@@ -12,11 +12,13 @@
 
 static const struct cli_command cli_commands[] = {
 	{ "exec", "boot a VM, run one program in it, exit with its exit code", cli_exec_run },
+	{ "fork", "fork one warmed-up VM into N live children and run a program in each", cli_fork_run },
 	{ "image", "build, list or remove guest images (kernel + initramfs)", cli_image_run },
 	{ "inspect", "show the sandbox a spec would run in here, without booting", cli_inspect_run },
 	{ "run", "run a workflow, agent or pipeline spec and print its report", cli_run_run },
 	{ "shell", "open an interactive terminal in a fresh VM", cli_shell_run },
 	{ "skills", "list a spec's skills with their source", cli_skills_run },
+	{ "snapshot", "create, list, inspect, delete or evict VM snapshots", cli_snapshot_run },
 	{ "validate", "check a spec and list every error with a hint", cli_validate_run },
 	{ "version", "print the version", cli_version_run },
 };

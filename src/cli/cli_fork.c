@@ -1,0 +1,369 @@
+/*
+ * `voidbox fork`: boot (or restore) one parent sandbox, warm it up, fork it into N live
+ * copy-on-write children, run the same program in the parent and every child at once, print
+ * each one's output and exit code, and tear everything down.
+ *
+ * The CLI process owns its VMs, so a fork outlives nothing: the command is the whole life of
+ * the family. Each run sees VOIDBOX_FORK_INDEX (0 for the parent, 1..N for the children) so
+ * one program can branch on it, which is what forking is for: many explorations of one warmed
+ * in-memory state. Runs happen on one thread per sandbox; output is collected, then printed
+ * in index order so it never interleaves.
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <jansson.h>
+#include <limits.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "cli/cli.h"
+#include "common/log.h"
+#include "sandbox/sandbox.h"
+#include "store/guest_image.h"
+
+#define CLI_FORK_ERROR_MAX 1024
+#define CLI_FORK_MAX_CHILDREN 64u
+#define CLI_FORK_MAX_MEMORY_MB (1024u * 1024u)
+#define CLI_FORK_MAX_VCPUS 64u
+#define CLI_FORK_INDEX_ENV "VOIDBOX_FORK_INDEX"
+#define CLI_FORK_INDEX_TEXT 16
+#define CLI_FORK_MS_PER_SEC 1000
+#define CLI_FORK_NS_PER_MS 1000000
+#define CLI_FORK_SHELL "/bin/sh"
+
+enum cli_fork_option {
+	CLI_FORK_OPT_CHILDREN = 1000,
+	CLI_FORK_OPT_SNAPSHOT,
+	CLI_FORK_OPT_KERNEL,
+	CLI_FORK_OPT_INITRAMFS,
+	CLI_FORK_OPT_MEMORY,
+	CLI_FORK_OPT_VCPUS,
+	CLI_FORK_OPT_WARMUP,
+	CLI_FORK_OPT_TIMEOUT,
+	CLI_FORK_OPT_HELP,
+};
+
+static const struct option cli_fork_options[] = {
+	{ "children", required_argument, NULL, CLI_FORK_OPT_CHILDREN },
+	{ "snapshot", required_argument, NULL, CLI_FORK_OPT_SNAPSHOT },
+	{ "kernel", required_argument, NULL, CLI_FORK_OPT_KERNEL },
+	{ "initramfs", required_argument, NULL, CLI_FORK_OPT_INITRAMFS },
+	{ "memory", required_argument, NULL, CLI_FORK_OPT_MEMORY },
+	{ "vcpus", required_argument, NULL, CLI_FORK_OPT_VCPUS },
+	{ "warmup", required_argument, NULL, CLI_FORK_OPT_WARMUP },
+	{ "timeout", required_argument, NULL, CLI_FORK_OPT_TIMEOUT },
+	{ "help", no_argument, NULL, CLI_FORK_OPT_HELP },
+	{ NULL, 0, NULL, 0 },
+};
+
+struct cli_fork_args {
+	struct sandbox_config sandbox;
+	unsigned int children;
+	const char *snapshot;
+	const char *warmup;
+	unsigned int timeout_secs;
+	char **program;
+	int program_argc;
+};
+
+/* One run of PROGRAM in one member of the family. */
+struct cli_fork_run {
+	struct sandbox *sandbox;
+	const struct cli_fork_args *args;
+	unsigned int index;
+	pthread_t thread;
+	bool started;
+	int rc;
+	long ms;
+	struct proto_exec_response response;
+};
+
+static void cli_fork_usage(FILE *out)
+{
+	fprintf(out,
+		"usage: voidbox fork --children N [--snapshot ID | --kernel K --initramfs I --memory MB --vcpus V]\n"
+		"                    [--warmup 'SHELL COMMAND'] [--timeout S] -- PROGRAM [ARGS...]\n\n"
+		"Boots a parent VM (or restores it from --snapshot), runs the warm-up command in it,\n"
+		"forks it into N live copy-on-write children, then runs PROGRAM in the parent and in\n"
+		"every child at once with %s=0 (parent) or 1..N (children), prints each one's\n"
+		"output and exit code, and stops them all. Exits 0 when every run exits 0.\n\n"
+		"  --children N     children to fork (1..%u)\n"
+		"  --snapshot ID    restore the parent from a snapshot (id prefix or directory)\n"
+		"  --warmup CMD     run `sh -c CMD` in the parent before forking (must exit 0)\n"
+		"  --timeout S      kill each PROGRAM after S seconds\n",
+		CLI_FORK_INDEX_ENV, CLI_FORK_MAX_CHILDREN);
+}
+
+static long cli_fork_now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ts.tv_sec * CLI_FORK_MS_PER_SEC + ts.tv_nsec / CLI_FORK_NS_PER_MS;
+}
+
+static bool cli_fork_number(const char *flag, const char *text, unsigned long max,
+			    unsigned int *out)
+{
+	char *end;
+	unsigned long value;
+
+	errno = 0;
+	value = strtoul(text, &end, 10);
+	if (errno || end == text || *end || text[0] == '-' || value == 0 || value > max) {
+		fprintf(stderr, "voidbox fork: %s takes a whole number from 1 to %lu, not '%s'\n", flag,
+			max, text);
+		return false;
+	}
+	*out = (unsigned int)value;
+	return true;
+}
+
+static int cli_fork_parse_option(int option, struct cli_fork_args *a)
+{
+	switch (option) {
+	case CLI_FORK_OPT_CHILDREN:
+		return cli_fork_number("--children", optarg, CLI_FORK_MAX_CHILDREN, &a->children) ?
+			       0 : CLI_EXIT_USAGE;
+	case CLI_FORK_OPT_SNAPSHOT:
+		a->snapshot = optarg;
+		return 0;
+	case CLI_FORK_OPT_KERNEL:
+		a->sandbox.kernel_path = optarg;
+		return 0;
+	case CLI_FORK_OPT_INITRAMFS:
+		a->sandbox.initramfs_path = optarg;
+		return 0;
+	case CLI_FORK_OPT_MEMORY:
+		return cli_fork_number("--memory", optarg, CLI_FORK_MAX_MEMORY_MB,
+				       &a->sandbox.memory_mb) ? 0 : CLI_EXIT_USAGE;
+	case CLI_FORK_OPT_VCPUS:
+		return cli_fork_number("--vcpus", optarg, CLI_FORK_MAX_VCPUS, &a->sandbox.vcpus) ?
+			       0 : CLI_EXIT_USAGE;
+	case CLI_FORK_OPT_WARMUP:
+		a->warmup = optarg;
+		return 0;
+	case CLI_FORK_OPT_TIMEOUT:
+		return cli_fork_number("--timeout", optarg, UINT32_MAX, &a->timeout_secs) ?
+			       0 : CLI_EXIT_USAGE;
+	case CLI_FORK_OPT_HELP:
+		cli_fork_usage(stdout);
+		return -1;
+	default:
+		fprintf(stderr, "(see voidbox fork --help)\n");
+		return CLI_EXIT_USAGE;
+	}
+}
+
+static int cli_fork_parse(int argc, char **argv, struct cli_fork_args *a)
+{
+	int option, rc;
+
+	optind = 1;
+	opterr = 1;
+	while ((option = getopt_long(argc, argv, "+", cli_fork_options, NULL)) != -1) {
+		rc = cli_fork_parse_option(option, a);
+		if (rc != 0)
+			return rc;
+	}
+	if (!a->children) {
+		fprintf(stderr, "voidbox fork: say how many children: --children N\n");
+		return CLI_EXIT_USAGE;
+	}
+	if (optind >= argc) {
+		fprintf(stderr, "voidbox fork: no program given: voidbox fork --children N -- PROGRAM [ARGS...]\n");
+		return CLI_EXIT_USAGE;
+	}
+	a->program = argv + optind;
+	a->program_argc = argc - optind;
+	return 0;
+}
+
+static void *cli_fork_run_thread(void *opaque)
+{
+	struct cli_fork_run *run = opaque;
+	char index_text[CLI_FORK_INDEX_TEXT];
+	char env_key[] = CLI_FORK_INDEX_ENV;
+	struct proto_env_var env = { .key = env_key, .value = index_text };
+	struct proto_exec_request request = {
+		.program = run->args->program[0],
+		.args = run->args->program + 1,
+		.args_count = (size_t)(run->args->program_argc - 1),
+		.env = &env,
+		.env_count = 1,
+		.has_timeout = run->args->timeout_secs > 0,
+		.timeout_secs = run->args->timeout_secs,
+	};
+	long started = cli_fork_now_ms();
+
+	snprintf(index_text, sizeof(index_text), "%u", run->index);
+	run->rc = control_channel_exec(sandbox_channel(run->sandbox), &request, NULL, NULL,
+				       &run->response);
+	run->ms = cli_fork_now_ms() - started;
+	return NULL;
+}
+
+static int cli_fork_warmup(struct sandbox *parent, const char *command)
+{
+	static char shell[] = CLI_FORK_SHELL, dash_c[] = "-c";
+	char *args[] = { dash_c, (char *)command };
+	struct proto_exec_request request = { .program = shell, .args = args, .args_count = 2 };
+	struct proto_exec_response response = { 0 };
+	int rc = control_channel_exec(sandbox_channel(parent), &request, NULL, NULL, &response);
+
+	if (rc < 0)
+		fprintf(stderr, "voidbox fork: the warm-up did not run: %s\n",
+			control_channel_last_error());
+	else if (response.exit_code != 0)
+		fprintf(stderr, "voidbox fork: the warm-up exited %d: %.*s\n", response.exit_code,
+			(int)response.stderr_data.len, (const char *)response.stderr_data.data);
+	if (rc == 0 && response.exit_code != 0)
+		rc = -ECANCELED;
+	proto_exec_response_free(&response);
+	return rc;
+}
+
+static json_t *cli_fork_run_json(const struct cli_fork_run *run)
+{
+	const struct proto_exec_response *r = &run->response;
+
+	return json_pack("{s:I, s:s, s:i, s:s%, s:s%, s:I, s:s?}", "index",
+			 (json_int_t)run->index, "role", run->index ? "child" : "parent",
+			 "exit_code", run->rc < 0 ? -1 : r->exit_code, "stdout",
+			 r->stdout_data.data ? (const char *)r->stdout_data.data : "",
+			 r->stdout_data.len, "stderr",
+			 r->stderr_data.data ? (const char *)r->stderr_data.data : "",
+			 r->stderr_data.len, "ms", (json_int_t)run->ms, "error",
+			 run->rc < 0 ? "the agent did not answer" : r->error);
+}
+
+static void cli_fork_print(const struct cli_globals *globals, const struct cli_fork_run *runs,
+			   unsigned int count, long start_ms, long fork_ms)
+{
+	if (globals->output == CLI_OUTPUT_JSON) {
+		json_t *list = json_array();
+		json_t *root;
+
+		for (unsigned int i = 0; list && i < count; i++)
+			json_array_append_new(list, cli_fork_run_json(&runs[i]));
+		root = json_pack("{s:I, s:I, s:I, s:f, s:o}", "children", (json_int_t)(count - 1),
+				 "parent_start_ms", (json_int_t)start_ms, "fork_ms",
+				 (json_int_t)fork_ms, "fork_ms_per_child",
+				 (double)fork_ms / (double)(count - 1), "runs",
+				 list ? list : json_array());
+		if (root) {
+			json_dumpf(root, stdout, JSON_INDENT(2));
+			fputc('\n', stdout);
+			json_decref(root);
+		}
+		return;
+	}
+	printf("parent ready in %ld ms; forked %u children in %ld ms (%.1f ms each)\n", start_ms,
+	       count - 1, fork_ms, (double)fork_ms / (double)(count - 1));
+	for (unsigned int i = 0; i < count; i++) {
+		const struct proto_exec_response *r = &runs[i].response;
+
+		printf("== %s %u: exit %d (%ld ms) ==\n", i ? "child" : "parent", i,
+		       runs[i].rc < 0 ? -1 : r->exit_code, runs[i].ms);
+		fwrite(r->stdout_data.data, 1, r->stdout_data.len, stdout);
+		fwrite(r->stderr_data.data, 1, r->stderr_data.len, stdout);
+		if (runs[i].rc < 0 || r->error)
+			printf("(%s)\n", runs[i].rc < 0 ? "the agent did not answer" : r->error);
+	}
+}
+
+/* Runs PROGRAM in every member at once; returns the family's exit status. */
+static int cli_fork_run_all(struct cli_fork_run *runs, unsigned int count)
+{
+	int status = CLI_EXIT_OK;
+
+	for (unsigned int i = 0; i < count; i++) {
+		runs[i].started = pthread_create(&runs[i].thread, NULL, cli_fork_run_thread,
+						 &runs[i]) == 0;
+		if (!runs[i].started)
+			cli_fork_run_thread(&runs[i]);
+	}
+	for (unsigned int i = 0; i < count; i++) {
+		if (runs[i].started)
+			pthread_join(runs[i].thread, NULL);
+		if (runs[i].rc < 0 || runs[i].response.exit_code != 0)
+			status = CLI_EXIT_FAILURE;
+	}
+	return status;
+}
+
+static int cli_fork_family(const struct cli_globals *globals, const struct cli_fork_args *args,
+			   struct sandbox *parent, long start_ms)
+{
+	unsigned int count = args->children + 1;
+	struct sandbox **children = calloc(args->children, sizeof(*children));
+	struct cli_fork_run *runs = calloc(count, sizeof(*runs));
+	char err[CLI_FORK_ERROR_MAX];
+	int status = CLI_EXIT_SANDBOX_FAILURE;
+	long started, fork_ms;
+
+	if (!children || !runs) {
+		fprintf(stderr, "voidbox fork: out of memory\n");
+		goto out;
+	}
+	started = cli_fork_now_ms();
+	if (sandbox_fork(parent, args->children, children, err, sizeof(err)) < 0) {
+		fprintf(stderr, "voidbox fork: %s\n", err);
+		free(children);
+		children = NULL;
+		goto out;
+	}
+	fork_ms = cli_fork_now_ms() - started;
+	for (unsigned int i = 0; i < count; i++) {
+		runs[i].sandbox = i ? children[i - 1] : parent;
+		runs[i].args = args;
+		runs[i].index = i;
+	}
+	status = cli_fork_run_all(runs, count);
+	cli_fork_print(globals, runs, count, start_ms, fork_ms);
+out:
+	for (unsigned int i = 0; children && i < args->children; i++)
+		sandbox_destroy(children[i], status == CLI_EXIT_SANDBOX_FAILURE);
+	for (unsigned int i = 0; runs && i < count; i++)
+		proto_exec_response_free(&runs[i].response);
+	free(children);
+	free(runs);
+	return status;
+}
+
+int cli_fork_run(const struct cli_globals *globals, int argc, char **argv)
+{
+	struct cli_fork_args args = { 0 };
+	struct guest_image_paths image;
+	struct sandbox *parent = NULL;
+	char err[CLI_FORK_ERROR_MAX];
+	int status = CLI_EXIT_SANDBOX_FAILURE;
+	long started;
+	int rc = cli_fork_parse(argc, argv, &args);
+
+	if (rc != 0)
+		return rc < 0 ? CLI_EXIT_OK : rc;
+	if (guest_image_resolve(args.sandbox.kernel_path, args.sandbox.initramfs_path, &image, err,
+				sizeof(err)) < 0) {
+		fprintf(stderr, "voidbox fork: %s\n", err);
+		return CLI_EXIT_SANDBOX_FAILURE;
+	}
+	args.sandbox.kernel_path = image.kernel;
+	args.sandbox.initramfs_path = image.initramfs[0] ? image.initramfs : NULL;
+	started = cli_fork_now_ms();
+	if (cli_sandbox_start("fork", args.snapshot, &args.sandbox, false, &parent, err,
+			      sizeof(err)) < 0) {
+		fprintf(stderr, "voidbox fork: %s\n", err);
+		goto out;
+	}
+	started = cli_fork_now_ms() - started;
+	if (args.warmup && cli_fork_warmup(parent, args.warmup) < 0)
+		goto out;
+	status = cli_fork_family(globals, &args, parent, started);
+out:
+	sandbox_destroy(parent, status == CLI_EXIT_SANDBOX_FAILURE);
+	return status;
+}

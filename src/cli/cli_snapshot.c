@@ -1,0 +1,674 @@
+/*
+ * `voidbox snapshot create|list|inspect|delete|evict`, and the one place the CLI turns a
+ * user's --snapshot reference into a running sandbox (cli_sandbox_start, shared by exec, shell
+ * and fork).
+ *
+ * create is "boot, prove the agent answers by running a program, save": a base snapshot is a
+ * cold boot saved after the program (default `true`) exits 0; a diff (--diff --from BASE)
+ * restores the base with dirty-page tracking, runs the program and saves only the pages it
+ * wrote. The snapshot goes into the store through a temporary directory, so an interrupted
+ * create leaves nothing behind. The store decides names and layout (src/store/snapshot_store.h);
+ * the VMM decides the files' contents (src/vmm/snapshot.h).
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <jansson.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "cli/cli.h"
+#include "common/log.h"
+#include "runtime/spec.h"
+#include "sandbox/sandbox.h"
+#include "store/guest_image.h"
+#include "store/snapshot_store.h"
+
+#define CLI_SNAPSHOT_ERROR_MAX 1024
+#define CLI_SNAPSHOT_MAX_MEMORY_MB (1024u * 1024u)
+#define CLI_SNAPSHOT_MAX_VCPUS 64u
+#define CLI_SNAPSHOT_DEFAULT_PROGRAM "true"
+#define CLI_SNAPSHOT_MS_PER_SEC 1000
+#define CLI_SNAPSHOT_NS_PER_MS 1000000
+#define CLI_SNAPSHOT_BYTES_PER_MIB (1024.0 * 1024.0)
+#define CLI_SNAPSHOT_TIME_TEXT 32
+
+/* The device set sandbox_start gives every VM, part of the config hash. */
+static const char *const cli_snapshot_devices[] = { "serial", "vsock" };
+#define CLI_SNAPSHOT_DEVICE_COUNT (sizeof(cli_snapshot_devices) / sizeof(cli_snapshot_devices[0]))
+
+enum cli_snapshot_option {
+	CLI_SNAPSHOT_OPT_SPEC = 1000,
+	CLI_SNAPSHOT_OPT_KERNEL,
+	CLI_SNAPSHOT_OPT_INITRAMFS,
+	CLI_SNAPSHOT_OPT_MEMORY,
+	CLI_SNAPSHOT_OPT_VCPUS,
+	CLI_SNAPSHOT_OPT_DIFF,
+	CLI_SNAPSHOT_OPT_FROM,
+	CLI_SNAPSHOT_OPT_MAX_BYTES,
+	CLI_SNAPSHOT_OPT_HELP,
+};
+
+static const struct option cli_snapshot_create_options[] = {
+	{ "spec", required_argument, NULL, CLI_SNAPSHOT_OPT_SPEC },
+	{ "kernel", required_argument, NULL, CLI_SNAPSHOT_OPT_KERNEL },
+	{ "initramfs", required_argument, NULL, CLI_SNAPSHOT_OPT_INITRAMFS },
+	{ "memory", required_argument, NULL, CLI_SNAPSHOT_OPT_MEMORY },
+	{ "vcpus", required_argument, NULL, CLI_SNAPSHOT_OPT_VCPUS },
+	{ "diff", no_argument, NULL, CLI_SNAPSHOT_OPT_DIFF },
+	{ "from", required_argument, NULL, CLI_SNAPSHOT_OPT_FROM },
+	{ "help", no_argument, NULL, CLI_SNAPSHOT_OPT_HELP },
+	{ NULL, 0, NULL, 0 },
+};
+
+static const struct option cli_snapshot_evict_options[] = {
+	{ "max-bytes", required_argument, NULL, CLI_SNAPSHOT_OPT_MAX_BYTES },
+	{ "help", no_argument, NULL, CLI_SNAPSHOT_OPT_HELP },
+	{ NULL, 0, NULL, 0 },
+};
+
+struct cli_snapshot_create {
+	const char *spec_path;
+	const char *kernel;
+	const char *initramfs;
+	unsigned int memory_mb;
+	unsigned int vcpus;
+	bool diff;
+	const char *from;
+	char **program; /* NULL: CLI_SNAPSHOT_DEFAULT_PROGRAM */
+	int program_argc;
+};
+
+static void cli_snapshot_usage(FILE *out)
+{
+	fprintf(out,
+		"usage: voidbox snapshot create [--spec FILE | --kernel K --initramfs I --memory MB --vcpus N]\n"
+		"                               [--diff --from BASE] [-- PROGRAM [ARGS...]]\n"
+		"       voidbox snapshot list\n"
+		"       voidbox snapshot inspect ID\n"
+		"       voidbox snapshot delete PREFIX\n"
+		"       voidbox snapshot evict --max-bytes N\n\n"
+		"Snapshots live in $VOIDBOX_HOME/snapshots (default ~/.void-box/snapshots), named by\n"
+		"the first 16 hex digits of the config hash (kernel, initramfs, memory, vCPUs, devices).\n\n"
+		"create   cold-boots the VM, runs PROGRAM (default `true`) and saves a base snapshot once\n"
+		"         it exits 0; with --diff --from BASE it restores BASE, runs PROGRAM and saves only\n"
+		"         the pages that changed, as BASE-diff-N. --spec takes the sandbox section of a spec.\n"
+		"list     every snapshot with kind, parent, size and last use\n"
+		"inspect  one snapshot (an unambiguous id prefix): the store's record and the VMM's checks\n"
+		"delete   one snapshot by id prefix; deleting a base deletes its diffs\n"
+		"evict    deletes least recently used snapshots until the store holds at most N bytes\n"
+		"         (suffixes K, M, G)\n\n"
+		"Use one with `voidbox exec --snapshot ID`, `voidbox shell --snapshot ID`,\n"
+		"`voidbox fork --snapshot ID` or `sandbox.snapshot` in a spec.\n");
+}
+
+static long cli_snapshot_now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ts.tv_sec * CLI_SNAPSHOT_MS_PER_SEC + ts.tv_nsec / CLI_SNAPSHOT_NS_PER_MS;
+}
+
+static bool cli_snapshot_number(const char *flag, const char *text, unsigned long max,
+				unsigned int *out)
+{
+	char *end;
+	unsigned long value;
+
+	errno = 0;
+	value = strtoul(text, &end, 10);
+	if (errno || end == text || *end || text[0] == '-' || value == 0 || value > max) {
+		fprintf(stderr, "voidbox snapshot: %s takes a whole number from 1 to %lu, not '%s'\n",
+			flag, max, text);
+		return false;
+	}
+	*out = (unsigned int)value;
+	return true;
+}
+
+/* ---- starting a sandbox from a --snapshot reference ---- */
+
+int cli_sandbox_start(const char *command, const char *snapshot_ref,
+		      const struct sandbox_config *cfg, bool track_dirty_pages,
+		      struct sandbox **out, char *err, size_t errlen)
+{
+	struct sandbox_restore_config restore = { 0 };
+	enum snapshot_store_source source;
+	char dir[PATH_MAX], reason[CLI_SNAPSHOT_ERROR_MAX];
+	int rc;
+
+	if (!snapshot_ref)
+		return sandbox_start(cfg, out, err, errlen);
+	rc = snapshot_store_resolve(snapshot_ref, dir, sizeof(dir), &source, reason,
+				    sizeof(reason));
+	if (rc == -ENOENT) {
+		fprintf(stderr, "voidbox %s: warning: %s; cold-booting instead\n", command, reason);
+		return sandbox_start(cfg, out, err, errlen);
+	}
+	if (rc < 0) {
+		snprintf(err, errlen, "%s", reason);
+		return rc;
+	}
+	log_info("cli", "restoring snapshot %s (%s)", dir,
+		 source == SNAPSHOT_STORE_SOURCE_ID ? "from the store" : "a directory");
+	restore.snapshot_dir = dir;
+	restore.serial_log_path = cfg->serial_log_path;
+	restore.timeout_ms = cfg->boot_timeout_ms;
+	restore.track_dirty_pages = track_dirty_pages;
+	rc = sandbox_start_from_snapshot(&restore, out, err, errlen);
+	if (rc == 0 && source == SNAPSHOT_STORE_SOURCE_ID)
+		snapshot_store_touch(dir);
+	return rc;
+}
+
+/* ---- create ---- */
+
+static int cli_snapshot_create_parse(int argc, char **argv, struct cli_snapshot_create *c)
+{
+	int option;
+
+	optind = 1;
+	opterr = 1;
+	while ((option = getopt_long(argc, argv, "+", cli_snapshot_create_options, NULL)) != -1) {
+		switch (option) {
+		case CLI_SNAPSHOT_OPT_SPEC:
+			c->spec_path = optarg;
+			break;
+		case CLI_SNAPSHOT_OPT_KERNEL:
+			c->kernel = optarg;
+			break;
+		case CLI_SNAPSHOT_OPT_INITRAMFS:
+			c->initramfs = optarg;
+			break;
+		case CLI_SNAPSHOT_OPT_MEMORY:
+			if (!cli_snapshot_number("--memory", optarg, CLI_SNAPSHOT_MAX_MEMORY_MB,
+						 &c->memory_mb))
+				return CLI_EXIT_USAGE;
+			break;
+		case CLI_SNAPSHOT_OPT_VCPUS:
+			if (!cli_snapshot_number("--vcpus", optarg, CLI_SNAPSHOT_MAX_VCPUS, &c->vcpus))
+				return CLI_EXIT_USAGE;
+			break;
+		case CLI_SNAPSHOT_OPT_DIFF:
+			c->diff = true;
+			break;
+		case CLI_SNAPSHOT_OPT_FROM:
+			c->from = optarg;
+			break;
+		case CLI_SNAPSHOT_OPT_HELP:
+			cli_snapshot_usage(stdout);
+			return -1;
+		default:
+			fprintf(stderr, "(see voidbox snapshot --help)\n");
+			return CLI_EXIT_USAGE;
+		}
+	}
+	if (c->diff != (c->from != NULL)) {
+		fprintf(stderr, "voidbox snapshot create: --diff and --from BASE go together\n");
+		return CLI_EXIT_USAGE;
+	}
+	if (c->diff && (c->spec_path || c->kernel || c->initramfs || c->memory_mb || c->vcpus)) {
+		fprintf(stderr, "voidbox snapshot create: a diff takes its VM from BASE; drop --spec, --kernel, --initramfs, --memory and --vcpus\n");
+		return CLI_EXIT_USAGE;
+	}
+	if (optind < argc) {
+		c->program = argv + optind;
+		c->program_argc = argc - optind;
+	}
+	return 0;
+}
+
+/* Fills what --spec gives unless a flag already set it; the spec stays alive in *spec. */
+static int cli_snapshot_apply_spec(struct cli_snapshot_create *c, struct spec **spec)
+{
+	struct spec_diagnostics diag;
+
+	spec_diagnostics_init(&diag);
+	*spec = spec_load_file(c->spec_path, &diag);
+	if (!*spec) {
+		spec_diagnostics_print(&diag, stderr);
+		spec_diagnostics_free(&diag);
+		fprintf(stderr, "voidbox snapshot create: fix %s first (see voidbox validate)\n",
+			c->spec_path);
+		return -EINVAL;
+	}
+	spec_diagnostics_free(&diag);
+	if (!c->kernel)
+		c->kernel = (*spec)->sandbox.kernel;
+	if (!c->initramfs)
+		c->initramfs = (*spec)->sandbox.initramfs;
+	if (!c->memory_mb)
+		c->memory_mb = (*spec)->sandbox.memory_mb;
+	if (!c->vcpus)
+		c->vcpus = (*spec)->sandbox.vcpus;
+	return 0;
+}
+
+/* Runs the warm-up program; 0 only when it exits 0. */
+static int cli_snapshot_run_program(struct sandbox *sandbox, const struct cli_snapshot_create *c)
+{
+	static char default_program[] = CLI_SNAPSHOT_DEFAULT_PROGRAM;
+	struct proto_exec_request request = { 0 };
+	struct proto_exec_response response = { 0 };
+	int rc;
+
+	request.program = c->program ? c->program[0] : default_program;
+	request.args = c->program ? c->program + 1 : NULL;
+	request.args_count = c->program ? (size_t)(c->program_argc - 1) : 0;
+	rc = control_channel_exec(sandbox_channel(sandbox), &request, NULL, NULL, &response);
+	if (rc < 0) {
+		fprintf(stderr, "voidbox snapshot create: the agent did not run %s: %s (guest console: %s)\n",
+			request.program, control_channel_last_error(),
+			sandbox_serial_log_path(sandbox));
+	} else if (response.exit_code != 0) {
+		fprintf(stderr, "voidbox snapshot create: %s exited %d before the snapshot: %.*s\n",
+			request.program, response.exit_code, (int)response.stderr_data.len,
+			(const char *)response.stderr_data.data);
+		rc = -ECANCELED;
+	}
+	proto_exec_response_free(&response);
+	return rc;
+}
+
+static void cli_snapshot_print_created(const struct cli_globals *globals,
+				       const struct snapshot_store_txn *txn, long boot_ms,
+				       long save_ms)
+{
+	struct snapshot_store_entry entry;
+	char err[CLI_SNAPSHOT_ERROR_MAX];
+
+	if (snapshot_store_find(txn->id, &entry, err, sizeof(err)) < 0)
+		memset(&entry, 0, sizeof(entry));
+	if (globals->output == CLI_OUTPUT_JSON) {
+		json_t *root = json_pack("{s:s, s:s, s:s, s:s?, s:s, s:I, s:I, s:I}", "id", txn->id,
+					 "kind", snapshot_store_kind_name(txn->kind), "path",
+					 txn->final_path, "parent",
+					 txn->parent_id[0] ? txn->parent_id : NULL, "config_hash",
+					 txn->config_hash, "size_bytes",
+					 (json_int_t)entry.size_bytes, "start_ms", (json_int_t)boot_ms,
+					 "snapshot_ms", (json_int_t)save_ms);
+
+		if (root) {
+			json_dumpf(root, stdout, JSON_INDENT(2));
+			fputc('\n', stdout);
+			json_decref(root);
+		}
+		return;
+	}
+	printf("snapshot %s created (%s%s%s, %.1f MiB)\n  path: %s\n  %s %ld ms, snapshot %ld ms\n",
+	       txn->id, snapshot_store_kind_name(txn->kind), txn->parent_id[0] ? " of " : "",
+	       txn->parent_id, (double)entry.size_bytes / CLI_SNAPSHOT_BYTES_PER_MIB,
+	       txn->final_path, txn->kind == SNAPSHOT_STORE_KIND_DIFF ? "restore" : "cold boot",
+	       boot_ms, save_ms);
+}
+
+/* Boots (base) or restores (diff) the VM for a create; *start_ms is how long that took. */
+static int cli_snapshot_create_start(const struct cli_snapshot_create *c,
+				     const struct snapshot_store_entry *base,
+				     const struct sandbox_config *cfg, struct sandbox **sandbox,
+				     long *start_ms)
+{
+	char err[CLI_SNAPSHOT_ERROR_MAX];
+	long started = cli_snapshot_now_ms();
+	int rc;
+
+	if (c->diff) {
+		struct sandbox_restore_config restore = { .snapshot_dir = base->path,
+							  .track_dirty_pages = true };
+
+		rc = sandbox_start_from_snapshot(&restore, sandbox, err, sizeof(err));
+	} else {
+		rc = sandbox_start(cfg, sandbox, err, sizeof(err));
+	}
+	if (rc < 0)
+		fprintf(stderr, "voidbox snapshot create: %s\n", err);
+	*start_ms = cli_snapshot_now_ms() - started;
+	return rc;
+}
+
+static int cli_snapshot_create_in_store(const struct cli_globals *globals,
+					const struct cli_snapshot_create *c,
+					const struct snapshot_store_config *config,
+					const char *hash, const struct snapshot_store_entry *base)
+{
+	struct sandbox_config cfg = { .kernel_path = config->kernel_path,
+				      .initramfs_path = config->initramfs_path,
+				      .memory_mb = config->memory_mb, .vcpus = config->vcpus };
+	struct vm_snapshot_options opts = {
+		.type = c->diff ? VM_SNAPSHOT_DIFF : VM_SNAPSHOT_BASE,
+		.parent_dir = c->diff ? base->path : NULL,
+		.after = VM_SNAPSHOT_STAY_STOPPED,
+	};
+	struct snapshot_store_txn txn;
+	struct sandbox *sandbox = NULL;
+	char err[CLI_SNAPSHOT_ERROR_MAX];
+	long start_ms = 0, save_ms = 0, started;
+	int status = CLI_EXIT_FAILURE;
+
+	if (snapshot_store_begin(hash, c->diff ? base->id : NULL, &txn, err, sizeof(err)) < 0) {
+		fprintf(stderr, "voidbox snapshot create: %s\n", err);
+		return CLI_EXIT_FAILURE;
+	}
+	if (cli_snapshot_create_start(c, base, &cfg, &sandbox, &start_ms) < 0 ||
+	    cli_snapshot_run_program(sandbox, c) < 0)
+		goto out;
+	started = cli_snapshot_now_ms();
+	if (sandbox_snapshot(sandbox, txn.tmp_path, &opts, err, sizeof(err)) < 0) {
+		fprintf(stderr, "voidbox snapshot create: %s\n", err);
+		goto out;
+	}
+	save_ms = cli_snapshot_now_ms() - started;
+	if (snapshot_store_commit(&txn, config, err, sizeof(err)) < 0) {
+		fprintf(stderr, "voidbox snapshot create: %s\n", err);
+		goto out;
+	}
+	cli_snapshot_print_created(globals, &txn, start_ms, save_ms);
+	status = CLI_EXIT_OK;
+out:
+	snapshot_store_abort(&txn);
+	sandbox_destroy(sandbox, status != CLI_EXIT_OK);
+	return status;
+}
+
+static int cli_snapshot_create(const struct cli_globals *globals, int argc, char **argv)
+{
+	struct cli_snapshot_create c = { 0 };
+	struct snapshot_store_config config = { .devices = cli_snapshot_devices,
+						.device_count = CLI_SNAPSHOT_DEVICE_COUNT };
+	struct snapshot_store_entry base = { 0 };
+	struct guest_image_paths image;
+	struct spec *spec = NULL;
+	char hash[SNAPSHOT_STORE_HASH_HEX_LEN + 1], err[CLI_SNAPSHOT_ERROR_MAX];
+	int status = CLI_EXIT_FAILURE;
+	int rc = cli_snapshot_create_parse(argc, argv, &c);
+
+	if (rc != 0)
+		return rc < 0 ? CLI_EXIT_OK : rc;
+	if (c.spec_path && cli_snapshot_apply_spec(&c, &spec) < 0)
+		return CLI_EXIT_FAILURE;
+	if (c.diff) {
+		if (snapshot_store_find(c.from, &base, err, sizeof(err)) < 0 ||
+		    base.kind != SNAPSHOT_STORE_KIND_BASE || !base.config_hash[0]) {
+			fprintf(stderr, "voidbox snapshot create: %s\n",
+				base.id[0] ? "--from must name a base snapshot created by voidbox snapshot create" :
+					     err);
+			goto out;
+		}
+		snprintf(hash, sizeof(hash), "%s", base.config_hash);
+		config.kernel_path = base.kernel_path;
+		config.initramfs_path = base.initramfs_path[0] ? base.initramfs_path : NULL;
+		config.memory_mb = base.memory_mb;
+		config.vcpus = base.vcpus;
+	} else {
+		if (guest_image_resolve(c.kernel, c.initramfs, &image, err, sizeof(err)) < 0) {
+			fprintf(stderr, "voidbox snapshot create: %s\n", err);
+			goto out;
+		}
+		config.kernel_path = image.kernel;
+		config.initramfs_path = image.initramfs[0] ? image.initramfs : NULL;
+		config.memory_mb = c.memory_mb ? c.memory_mb : SANDBOX_DEFAULT_MEMORY_MB;
+		config.vcpus = c.vcpus ? c.vcpus : SANDBOX_DEFAULT_VCPUS;
+		if (snapshot_store_config_hash(&config, hash, err, sizeof(err)) < 0) {
+			fprintf(stderr, "voidbox snapshot create: %s\n", err);
+			goto out;
+		}
+	}
+	status = cli_snapshot_create_in_store(globals, &c, &config, hash, &base);
+out:
+	spec_free(spec);
+	return status;
+}
+
+/* ---- list, inspect, delete, evict ---- */
+
+static void cli_snapshot_time_text(time_t when, char *out, size_t len)
+{
+	struct tm tm;
+
+	if (!gmtime_r(&when, &tm) || strftime(out, len, "%Y-%m-%dT%H:%M:%SZ", &tm) == 0)
+		snprintf(out, len, "?");
+}
+
+static json_t *cli_snapshot_entry_json(const struct snapshot_store_entry *e)
+{
+	char used[CLI_SNAPSHOT_TIME_TEXT];
+
+	cli_snapshot_time_text(e->last_used, used, sizeof(used));
+	return json_pack("{s:s, s:s, s:s?, s:s, s:s?, s:s?, s:s?, s:I, s:I, s:I, s:s}", "id", e->id,
+			 "kind", snapshot_store_kind_name(e->kind), "parent",
+			 e->parent_id[0] ? e->parent_id : NULL, "path", e->path, "config_hash",
+			 e->config_hash[0] ? e->config_hash : NULL, "kernel",
+			 e->kernel_path[0] ? e->kernel_path : NULL, "initramfs",
+			 e->initramfs_path[0] ? e->initramfs_path : NULL, "memory_mb",
+			 (json_int_t)e->memory_mb, "vcpus", (json_int_t)e->vcpus, "size_bytes",
+			 (json_int_t)e->size_bytes, "last_used", used);
+}
+
+static void cli_snapshot_print_json(json_t *root)
+{
+	if (!root)
+		return;
+	json_dumpf(root, stdout, JSON_INDENT(2));
+	fputc('\n', stdout);
+	json_decref(root);
+}
+
+static int cli_snapshot_list(const struct cli_globals *globals)
+{
+	struct snapshot_store_entry *list = NULL;
+	char err[CLI_SNAPSHOT_ERROR_MAX], used[CLI_SNAPSHOT_TIME_TEXT], dir[PATH_MAX];
+	size_t count = 0;
+
+	if (snapshot_store_list(&list, &count, err, sizeof(err)) < 0) {
+		fprintf(stderr, "voidbox snapshot list: %s\n", err);
+		return CLI_EXIT_FAILURE;
+	}
+	if (globals->output == CLI_OUTPUT_JSON) {
+		json_t *array = json_array();
+
+		for (size_t i = 0; array && i < count; i++)
+			json_array_append_new(array, cli_snapshot_entry_json(&list[i]));
+		cli_snapshot_print_json(array);
+	} else if (count == 0) {
+		if (snapshot_store_dir(dir, sizeof(dir)) < 0)
+			snprintf(dir, sizeof(dir), "the snapshot store");
+		printf("no snapshots in %s (create one with voidbox snapshot create)\n", dir);
+	} else {
+		printf("%-32s %-5s %-18s %10s  %s\n", "ID", "KIND", "PARENT", "SIZE(MiB)",
+		       "LAST USED");
+		for (size_t i = 0; i < count; i++) {
+			cli_snapshot_time_text(list[i].last_used, used, sizeof(used));
+			printf("%-32s %-5s %-18s %10.1f  %s\n", list[i].id,
+			       snapshot_store_kind_name(list[i].kind),
+			       list[i].parent_id[0] ? list[i].parent_id : "-",
+			       (double)list[i].size_bytes / CLI_SNAPSHOT_BYTES_PER_MIB, used);
+		}
+	}
+	free(list);
+	return CLI_EXIT_OK;
+}
+
+static json_t *cli_snapshot_vm_json(const struct vm_snapshot_info *info)
+{
+	json_t *devices = json_array();
+
+	for (unsigned int i = 0; devices && i < info->device_count; i++)
+		json_array_append_new(devices, json_string(info->devices[i]));
+	return json_pack("{s:I, s:s, s:I, s:I, s:I, s:I, s:I, s:I, s:s, s:o}", "format_version",
+			 (json_int_t)info->version, "type", vm_snapshot_type_name(info->type),
+			 "memory_mb", (json_int_t)info->memory_mb, "vcpus",
+			 (json_int_t)info->vcpus, "cid", (json_int_t)info->cid, "state_bytes",
+			 (json_int_t)info->state_bytes, "memory_bytes",
+			 (json_int_t)info->memory_bytes, "diff_pages",
+			 (json_int_t)info->diff_pages, "cpu", info->cpu_signature, "devices",
+			 devices ? devices : json_array());
+}
+
+static void cli_snapshot_inspect_human(const struct snapshot_store_entry *e,
+				       const struct vm_snapshot_info *info, int vm_rc,
+				       const char *vm_err)
+{
+	char used[CLI_SNAPSHOT_TIME_TEXT];
+
+	cli_snapshot_time_text(e->last_used, used, sizeof(used));
+	printf("snapshot %s\n  kind:        %s%s%s\n  path:        %s\n  config hash: %s\n"
+	       "  kernel:      %s\n  initramfs:   %s\n  size:        %.1f MiB\n  last used:   %s\n",
+	       e->id, snapshot_store_kind_name(e->kind), e->parent_id[0] ? " of " : "",
+	       e->parent_id, e->path, e->config_hash[0] ? e->config_hash : "(not recorded)",
+	       e->kernel_path[0] ? e->kernel_path : "(not recorded)",
+	       e->initramfs_path[0] ? e->initramfs_path : "(none)",
+	       (double)e->size_bytes / CLI_SNAPSHOT_BYTES_PER_MIB, used);
+	if (vm_rc < 0) {
+		printf("  restorable:  no: %s\n", vm_err);
+		return;
+	}
+	printf("  restorable:  yes (format %u, %s)\n  memory:      %u MiB, %u vCPU, vsock cid %llu\n"
+	       "  cpu:         %s\n  devices:    ",
+	       info->version, vm_snapshot_type_name(info->type), info->memory_mb, info->vcpus,
+	       (unsigned long long)info->cid, info->cpu_signature);
+	for (unsigned int i = 0; i < info->device_count; i++)
+		printf(" %s", info->devices[i]);
+	printf("\n");
+	if (info->type == VM_SNAPSHOT_DIFF)
+		printf("  diff pages:  %llu\n", (unsigned long long)info->diff_pages);
+}
+
+static int cli_snapshot_inspect(const struct cli_globals *globals, const char *prefix)
+{
+	struct snapshot_store_entry entry;
+	struct vm_snapshot_info info;
+	char err[CLI_SNAPSHOT_ERROR_MAX], vm_err[CLI_SNAPSHOT_ERROR_MAX] = "";
+	int vm_rc;
+
+	if (snapshot_store_find(prefix, &entry, err, sizeof(err)) < 0) {
+		fprintf(stderr, "voidbox snapshot inspect: %s\n", err);
+		return CLI_EXIT_FAILURE;
+	}
+	memset(&info, 0, sizeof(info));
+	vm_rc = vm_snapshot_inspect(entry.path, &info, vm_err, sizeof(vm_err));
+	if (globals->output == CLI_OUTPUT_JSON) {
+		json_t *root = cli_snapshot_entry_json(&entry);
+
+		if (root && vm_rc == 0)
+			json_object_set_new(root, "vm", cli_snapshot_vm_json(&info));
+		if (root)
+			json_object_set_new(root, "restorable", json_boolean(vm_rc == 0));
+		if (root && vm_rc < 0)
+			json_object_set_new(root, "error", json_string(vm_err));
+		cli_snapshot_print_json(root);
+	} else {
+		cli_snapshot_inspect_human(&entry, &info, vm_rc, vm_err);
+	}
+	return vm_rc < 0 ? CLI_EXIT_FAILURE : CLI_EXIT_OK;
+}
+
+static int cli_snapshot_delete(const struct cli_globals *globals, const char *prefix)
+{
+	struct snapshot_store_entry entry;
+	char err[CLI_SNAPSHOT_ERROR_MAX];
+	size_t deleted = 0;
+
+	if (snapshot_store_find(prefix, &entry, err, sizeof(err)) < 0 ||
+	    snapshot_store_delete(entry.id, &deleted, err, sizeof(err)) < 0) {
+		fprintf(stderr, "voidbox snapshot delete: %s\n", err);
+		return CLI_EXIT_FAILURE;
+	}
+	if (globals->output == CLI_OUTPUT_JSON)
+		cli_snapshot_print_json(json_pack("{s:s, s:I}", "deleted", entry.id, "directories",
+						  (json_int_t)deleted));
+	else
+		printf("deleted snapshot %s%s\n", entry.id,
+		       deleted > 1 ? " and its diffs" : "");
+	return CLI_EXIT_OK;
+}
+
+/* "512", "64K", "300M", "2G" */
+static bool cli_snapshot_parse_bytes(const char *text, uint64_t *out)
+{
+	char *end;
+	unsigned long long value;
+	unsigned int shift = 0;
+
+	errno = 0;
+	value = strtoull(text, &end, 10);
+	if (errno || end == text || text[0] == '-')
+		return false;
+	if (*end == 'K' || *end == 'k')
+		shift = 10;
+	else if (*end == 'M' || *end == 'm')
+		shift = 20;
+	else if (*end == 'G' || *end == 'g')
+		shift = 30;
+	else if (*end)
+		return false;
+	if (shift && end[1])
+		return false;
+	if (value > (UINT64_MAX >> shift))
+		return false;
+	*out = (uint64_t)value << shift;
+	return true;
+}
+
+static int cli_snapshot_evict(const struct cli_globals *globals, int argc, char **argv)
+{
+	char err[CLI_SNAPSHOT_ERROR_MAX];
+	uint64_t max_bytes = 0, remaining = 0;
+	bool have_max = false;
+	size_t evicted = 0;
+	int option;
+
+	optind = 1;
+	opterr = 1;
+	while ((option = getopt_long(argc, argv, "+", cli_snapshot_evict_options, NULL)) != -1) {
+		if (option == CLI_SNAPSHOT_OPT_HELP) {
+			cli_snapshot_usage(stdout);
+			return CLI_EXIT_OK;
+		}
+		if (option != CLI_SNAPSHOT_OPT_MAX_BYTES || !cli_snapshot_parse_bytes(optarg, &max_bytes)) {
+			fprintf(stderr, "voidbox snapshot evict: --max-bytes takes a size such as 2G\n");
+			return CLI_EXIT_USAGE;
+		}
+		have_max = true;
+	}
+	if (!have_max) {
+		fprintf(stderr, "voidbox snapshot evict: give the budget: --max-bytes N (e.g. 2G)\n");
+		return CLI_EXIT_USAGE;
+	}
+	if (snapshot_store_evict_lru(max_bytes, &evicted, &remaining, err, sizeof(err)) < 0) {
+		fprintf(stderr, "voidbox snapshot evict: %s\n", err);
+		return CLI_EXIT_FAILURE;
+	}
+	if (globals->output == CLI_OUTPUT_JSON)
+		cli_snapshot_print_json(json_pack("{s:I, s:I}", "evicted", (json_int_t)evicted,
+						  "remaining_bytes", (json_int_t)remaining));
+	else
+		printf("evicted %zu snapshot director%s; %.1f MiB remain\n", evicted,
+		       evicted == 1 ? "y" : "ies", (double)remaining / CLI_SNAPSHOT_BYTES_PER_MIB);
+	return CLI_EXIT_OK;
+}
+
+int cli_snapshot_run(const struct cli_globals *globals, int argc, char **argv)
+{
+	const char *action = argc > 1 ? argv[1] : NULL;
+
+	if (!action || strcmp(action, "-h") == 0 || strcmp(action, "--help") == 0) {
+		cli_snapshot_usage(action ? stdout : stderr);
+		return action ? CLI_EXIT_OK : CLI_EXIT_USAGE;
+	}
+	if (strcmp(action, "create") == 0)
+		return cli_snapshot_create(globals, argc - 1, argv + 1);
+	if (strcmp(action, "evict") == 0)
+		return cli_snapshot_evict(globals, argc - 1, argv + 1);
+	if (strcmp(action, "list") == 0 && argc == 2)
+		return cli_snapshot_list(globals);
+	if (strcmp(action, "inspect") == 0 && argc == 3)
+		return cli_snapshot_inspect(globals, argv[2]);
+	if (strcmp(action, "delete") == 0 && argc == 3)
+		return cli_snapshot_delete(globals, argv[2]);
+	fprintf(stderr, "voidbox snapshot: '%s' needs other arguments (see voidbox snapshot --help)\n",
+		action);
+	return CLI_EXIT_USAGE;
+}
