@@ -103,12 +103,14 @@ void box_config_from_spec(struct box_config *cfg, const struct spec *spec,
 	cfg->memory_mb = spec->sandbox.memory_mb;
 	cfg->vcpus = spec->sandbox.vcpus;
 	cfg->env = &spec->sandbox.env;
+	cfg->snapshot = spec->sandbox.snapshot;
 	if (box && box->has_sandbox) {
 		struct spec_box_resources resources;
 
 		spec_box_resources(spec, box, &resources);
 		cfg->memory_mb = resources.memory_mb;
 		cfg->vcpus = resources.vcpus;
+		cfg->snapshot = resources.snapshot;
 		cfg->env_override = &box->sandbox.env;
 	}
 }

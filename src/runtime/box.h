@@ -80,6 +80,11 @@ struct box_config {
 	void *mock_opaque;
 	/* Where the VM console goes; NULL: a temporary file kept only when the run fails. */
 	const char *serial_log_path;
+	/*
+	 * A snapshot to restore instead of booting (store id prefix, else a snapshot directory);
+	 * NULL: cold boot. One that resolves to nothing warns and cold-boots (docs/snapshots.md).
+	 */
+	const char *snapshot;
 };
 
 /* Called for each piece of output in arrival order (mock: once per stream). */

@@ -23,7 +23,7 @@
 #include "runtime/spec.h"
 
 /* The SPEC_FEATURE_BIT set the workflow engine runs today (see docs/runtime.md). */
-#define WORKFLOW_SUPPORTED_FEATURES 0u
+#define WORKFLOW_SUPPORTED_FEATURES (SPEC_FEATURE_BIT(SPEC_FEATURE_SNAPSHOT))
 
 struct workflow_options {
 	/* stdin of every step without stdin_from (`voidbox run --input`); NULL: none */
