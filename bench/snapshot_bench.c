@@ -1,0 +1,701 @@
+/*
+ * Snapshot benchmark, all figures from one run on one machine:
+ *   - cold boot -> first exec (`true` answered) against restore -> first exec (goal: 10x);
+ *   - base snapshot create time and size, diff create time and size against the base;
+ *   - fork time per child (and each child's first exec);
+ *   - QEMU's own save/restore of the same guest for comparison: migrate to a file, then a new
+ *     QEMU with `-incoming "exec:cat FILE"` -> first exec over vhost-vsock.
+ *
+ * voidbox is measured in this process through src/sandbox (no CLI process start-up on either
+ * side of the cold/restore comparison, so the ratio is the VMM's own). QEMU is a fresh process
+ * per step, as users run it; its start-up is part of its figures, and the table says so.
+ * Runs alternate cold and restore so machine drift hits both alike.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <jansson.h>
+#include <limits.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <linux/vm_sockets.h>
+
+#include "boot_measure.h"
+#include "common/log.h"
+#include "host/control_channel.h"
+#include "proto/protocol.h"
+#include "sandbox/sandbox.h"
+#include "store/guest_image.h"
+#include "vmm/cmdline.h"
+
+/* paths live under a short mkdtemp directory; truncation cannot happen here */
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wformat-truncation"
+#endif
+
+#define SB_DEFAULT_RUNS 3u
+#define SB_DEFAULT_MEMORY_MB 256u
+#define SB_DEFAULT_CHILDREN 4u
+#define SB_DEFAULT_CID 52u
+#define SB_MAX_RUNS 100u
+#define SB_MAX_CHILDREN 64u
+#define SB_MAX_MEMORY_MB 2048u
+#define SB_ERROR_MAX 1024
+#define SB_EXIT_USAGE 2
+#define SB_EXIT_FAILED 1
+#define SB_BLOCK_BYTES 512
+#define SB_BYTES_PER_MIB (1024.0 * 1024.0)
+#define SB_EXEC_TIMEOUT_S 60
+#define SB_QEMU_TIMEOUT_MS 180000
+#define SB_PROBE_CONNECT_MS 200
+#define SB_PROBE_INTERVAL_NS 10000000L
+#define SB_QMP_POLL_MS 20
+#define SB_QMP_BUF 8192
+#define SB_REAP_WAIT_NS 10000000L
+#define SB_REAP_TRIES 500
+#define SB_NS_PER_SEC 1000000000L
+#define SB_DIFF_WORKLOAD "dd if=/dev/zero of=/tmp/bench-diff bs=1024 count=1024 2>/dev/null"
+
+struct sb_options {
+	unsigned int runs;
+	unsigned int memory_mb;
+	unsigned int children;
+	unsigned int cid;
+	const char *kernel;
+	const char *initramfs;
+	const char *qemu_path; /* NULL: skip QEMU */
+	const char *qemu_machine;
+	const char *json_path;
+};
+
+struct sb_figures {
+	double cold_ms[SB_MAX_RUNS];
+	double restore_ms[SB_MAX_RUNS];
+	double create_ms;
+	double diff_create_ms;
+	uint64_t base_bytes;	  /* allocated */
+	uint64_t base_apparent;	  /* file sizes */
+	uint64_t diff_bytes;
+	double diff_restore_ms;
+	double fork_ms;
+	double child_exec_ms;	  /* slowest child's first exec after the fork */
+	bool have_qemu;
+	double qemu_cold_ms;
+	double qemu_save_ms;
+	double qemu_restore_ms;
+	uint64_t qemu_file_bytes;
+};
+
+static void sb_usage(FILE *out)
+{
+	fprintf(out,
+		"usage: snapshot_bench [--runs N] [--memory MB] [--children N] [--kernel K]\n"
+		"                      [--initramfs I] [--qemu PATH | --no-qemu] [--qemu-machine M]\n"
+		"                      [--cid N] [--json PATH]\n\n"
+		"Cold boot -> first exec against restore -> first exec (N runs each), snapshot\n"
+		"create time, diff size against base, fork time per child, and QEMU's migrate-to-file\n"
+		"restore of the same guest. Needs a /dev/kvm that runs stock kernels (and\n"
+		"/dev/vhost-vsock for the QEMU part). Defaults: 3 runs, 256 MiB, 4 children.\n");
+}
+
+static bool sb_number(const char *flag, const char *text, unsigned long max, unsigned int *out)
+{
+	char *end;
+	unsigned long value;
+
+	errno = 0;
+	value = strtoul(text, &end, 10);
+	if (errno || end == text || *end || text[0] == '-' || value == 0 || value > max) {
+		fprintf(stderr, "snapshot_bench: %s takes 1..%lu, not '%s'\n", flag, max, text);
+		return false;
+	}
+	*out = (unsigned int)value;
+	return true;
+}
+
+enum sb_option {
+	SB_OPT_RUNS = 1000, SB_OPT_MEMORY, SB_OPT_CHILDREN, SB_OPT_KERNEL, SB_OPT_INITRAMFS,
+	SB_OPT_QEMU, SB_OPT_NO_QEMU, SB_OPT_QEMU_MACHINE, SB_OPT_CID, SB_OPT_JSON, SB_OPT_HELP,
+};
+
+static int sb_parse(int argc, char **argv, struct sb_options *o)
+{
+	static const struct option options[] = {
+		{ "runs", required_argument, NULL, SB_OPT_RUNS },
+		{ "memory", required_argument, NULL, SB_OPT_MEMORY },
+		{ "children", required_argument, NULL, SB_OPT_CHILDREN },
+		{ "kernel", required_argument, NULL, SB_OPT_KERNEL },
+		{ "initramfs", required_argument, NULL, SB_OPT_INITRAMFS },
+		{ "qemu", required_argument, NULL, SB_OPT_QEMU },
+		{ "no-qemu", no_argument, NULL, SB_OPT_NO_QEMU },
+		{ "qemu-machine", required_argument, NULL, SB_OPT_QEMU_MACHINE },
+		{ "cid", required_argument, NULL, SB_OPT_CID },
+		{ "json", required_argument, NULL, SB_OPT_JSON },
+		{ "help", no_argument, NULL, SB_OPT_HELP },
+		{ NULL, 0, NULL, 0 },
+	};
+	int c;
+
+	while ((c = getopt_long(argc, argv, "", options, NULL)) != -1) {
+		bool ok = true;
+
+		switch (c) {
+		case SB_OPT_RUNS: ok = sb_number("--runs", optarg, SB_MAX_RUNS, &o->runs); break;
+		case SB_OPT_MEMORY:
+			ok = sb_number("--memory", optarg, SB_MAX_MEMORY_MB, &o->memory_mb);
+			break;
+		case SB_OPT_CHILDREN:
+			ok = sb_number("--children", optarg, SB_MAX_CHILDREN, &o->children);
+			break;
+		case SB_OPT_KERNEL: o->kernel = optarg; break;
+		case SB_OPT_INITRAMFS: o->initramfs = optarg; break;
+		case SB_OPT_QEMU: o->qemu_path = optarg; break;
+		case SB_OPT_NO_QEMU: o->qemu_path = NULL; break;
+		case SB_OPT_QEMU_MACHINE: o->qemu_machine = optarg; break;
+		case SB_OPT_CID: ok = sb_number("--cid", optarg, UINT32_MAX - 1, &o->cid); break;
+		case SB_OPT_JSON: o->json_path = optarg; break;
+		case SB_OPT_HELP: sb_usage(stdout); return -1;
+		default: ok = false; break;
+		}
+		if (!ok)
+			return SB_EXIT_USAGE;
+	}
+	return 0;
+}
+
+static uint64_t sb_dir_bytes(const char *path, bool allocated)
+{
+	char cmd_path[PATH_MAX];
+	const char *names[] = { "state", "memory.mem", "memory.diff" };
+	uint64_t total = 0;
+
+	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+		struct stat st;
+
+		snprintf(cmd_path, sizeof(cmd_path), "%s/%s", path, names[i]);
+		if (stat(cmd_path, &st) == 0)
+			total += allocated ? (uint64_t)st.st_blocks * SB_BLOCK_BYTES :
+					     (uint64_t)st.st_size;
+	}
+	return total;
+}
+
+/* Exec `true`; 0 when it answered with exit 0. */
+static int sb_exec(struct sandbox *sandbox, const char *shell_command)
+{
+	static char sh[] = "sh", dash_c[] = "-c", tru[] = "true";
+	char *args[] = { dash_c, (char *)shell_command };
+	struct proto_exec_request req = {
+		.program = shell_command ? sh : tru, .args = shell_command ? args : NULL,
+		.args_count = shell_command ? 2 : 0, .has_timeout = true,
+		.timeout_secs = SB_EXEC_TIMEOUT_S,
+	};
+	struct proto_exec_response resp = { 0 };
+	int rc = control_channel_exec(sandbox_channel(sandbox), &req, NULL, NULL, &resp);
+
+	if (rc == 0 && resp.exit_code != 0)
+		rc = -EIO;
+	if (rc < 0)
+		fprintf(stderr, "snapshot_bench: exec failed: %s\n", control_channel_last_error());
+	proto_exec_response_free(&resp);
+	return rc;
+}
+
+static int sb_cold(const struct sandbox_config *cfg, double *ms)
+{
+	struct sandbox *sandbox = NULL;
+	char err[SB_ERROR_MAX];
+	double start = boot_now_ms();
+	int rc = sandbox_start(cfg, &sandbox, err, sizeof(err));
+
+	if (rc < 0)
+		fprintf(stderr, "snapshot_bench: cold boot: %s\n", err);
+	if (rc == 0)
+		rc = sb_exec(sandbox, NULL);
+	*ms = boot_now_ms() - start;
+	sandbox_destroy(sandbox, rc < 0);
+	return rc;
+}
+
+static int sb_restore(const char *dir, bool track, struct sandbox **out, double *ms)
+{
+	struct sandbox_restore_config restore = { .snapshot_dir = dir, .track_dirty_pages = track };
+	char err[SB_ERROR_MAX];
+	double start = boot_now_ms();
+	int rc = sandbox_start_from_snapshot(&restore, out, err, sizeof(err));
+
+	if (rc < 0)
+		fprintf(stderr, "snapshot_bench: restore of %s: %s\n", dir, err);
+	if (rc == 0)
+		rc = sb_exec(*out, NULL);
+	*ms = boot_now_ms() - start;
+	return rc;
+}
+
+static int sb_save(struct sandbox *sandbox, const char *dir, enum vm_snapshot_type type,
+		   const char *parent, double *ms)
+{
+	struct vm_snapshot_options opts = { .type = type, .parent_dir = parent,
+					    .after = VM_SNAPSHOT_STAY_STOPPED };
+	char err[SB_ERROR_MAX];
+	double start = boot_now_ms();
+	int rc = sandbox_snapshot(sandbox, dir, &opts, err, sizeof(err));
+
+	*ms = boot_now_ms() - start;
+	if (rc < 0)
+		fprintf(stderr, "snapshot_bench: snapshot into %s: %s\n", dir, err);
+	return rc;
+}
+
+static int sb_create_base(const struct sandbox_config *cfg, const char *dir,
+			  struct sb_figures *fig)
+{
+	struct sandbox *sandbox = NULL;
+	char err[SB_ERROR_MAX];
+	int rc = sandbox_start(cfg, &sandbox, err, sizeof(err));
+
+	if (rc < 0)
+		fprintf(stderr, "snapshot_bench: cold boot for the base: %s\n", err);
+	if (rc == 0)
+		rc = sb_exec(sandbox, NULL);
+	if (rc == 0)
+		rc = sb_save(sandbox, dir, VM_SNAPSHOT_BASE, NULL, &fig->create_ms);
+	sandbox_destroy(sandbox, rc < 0);
+	fig->base_bytes = sb_dir_bytes(dir, true);
+	fig->base_apparent = sb_dir_bytes(dir, false);
+	return rc;
+}
+
+static int sb_diff(const char *base, const char *dir, struct sb_figures *fig)
+{
+	struct sandbox *sandbox = NULL;
+	double ignored;
+	int rc = sb_restore(base, true, &sandbox, &ignored);
+
+	if (rc == 0)
+		rc = sb_exec(sandbox, SB_DIFF_WORKLOAD);
+	if (rc == 0)
+		rc = sb_save(sandbox, dir, VM_SNAPSHOT_DIFF, base, &fig->diff_create_ms);
+	sandbox_destroy(sandbox, rc < 0);
+	sandbox = NULL;
+	fig->diff_bytes = sb_dir_bytes(dir, true);
+	if (rc == 0)
+		rc = sb_restore(dir, false, &sandbox, &fig->diff_restore_ms);
+	sandbox_destroy(sandbox, rc < 0);
+	return rc;
+}
+
+static int sb_fork(const char *base, unsigned int n, struct sb_figures *fig)
+{
+	struct sandbox *parent = NULL, **children = calloc(n, sizeof(*children));
+	char err[SB_ERROR_MAX];
+	double ignored, start;
+	int rc = children ? sb_restore(base, false, &parent, &ignored) : -ENOMEM;
+
+	if (rc == 0) {
+		start = boot_now_ms();
+		rc = sandbox_fork(parent, n, children, err, sizeof(err));
+		fig->fork_ms = boot_now_ms() - start;
+		if (rc < 0)
+			fprintf(stderr, "snapshot_bench: fork: %s\n", err);
+		for (unsigned int i = 0; rc == 0 && i < n; i++) {
+			double exec_start = boot_now_ms(), took;
+
+			rc = sb_exec(children[i], NULL);
+			took = boot_now_ms() - exec_start;
+			if (took > fig->child_exec_ms)
+				fig->child_exec_ms = took;
+		}
+		for (unsigned int i = 0; children && i < n; i++)
+			sandbox_destroy(children[i], rc < 0);
+	}
+	sandbox_destroy(parent, rc < 0);
+	free(children);
+	return rc;
+}
+
+/* ---- QEMU: migrate to a file, restore with -incoming ---------------------------------- */
+
+static int sb_vsock_connect(unsigned int cid, int timeout_ms)
+{
+	struct sockaddr_vm addr = { .svm_family = AF_VSOCK, .svm_cid = cid,
+				    .svm_port = PROTO_GUEST_AGENT_PORT };
+	struct timeval tv = { .tv_sec = timeout_ms / 1000, .tv_usec = (timeout_ms % 1000) * 1000 };
+	int fd = socket(AF_VSOCK, SOCK_STREAM | SOCK_CLOEXEC, 0);
+
+	if (fd < 0)
+		return -errno;
+	setsockopt(fd, AF_VSOCK, SO_VM_SOCKETS_CONNECT_TIMEOUT, &tv, sizeof(tv));
+	if (connect(fd, (struct sockaddr *)&addr, sizeof(addr)) < 0) {
+		int err = errno;
+
+		close(fd);
+		return -err;
+	}
+	return fd;
+}
+
+static int sb_qemu_connector(void *opaque, int timeout_ms)
+{
+	const unsigned int *cid = opaque;
+
+	return sb_vsock_connect(*cid, timeout_ms > 0 ? timeout_ms : SB_PROBE_CONNECT_MS);
+}
+
+static pid_t sb_qemu_spawn(const struct sb_options *o, const char *cmdline, const char *qmp,
+			   const char *incoming, const char *log_path)
+{
+	char memory[16], device[64], qmp_arg[PATH_MAX + 32];
+	const char *argv[32] = {
+		o->qemu_path, "-M", o->qemu_machine, "-enable-kvm", "-cpu", "host", "-m", memory,
+		"-smp", "1", "-nodefaults", "-no-user-config", "-display", "none", "-no-reboot",
+		"-serial", "null", "-kernel", o->kernel, "-append", cmdline, "-device", device,
+		"-qmp", qmp_arg,
+	};
+	size_t argc = 25;
+	pid_t pid;
+
+	snprintf(memory, sizeof(memory), "%u", o->memory_mb);
+	snprintf(device, sizeof(device), "vhost-vsock-device,guest-cid=%u", o->cid);
+	snprintf(qmp_arg, sizeof(qmp_arg), "unix:%s,server=on,wait=off", qmp);
+	if (o->initramfs) {
+		argv[argc++] = "-initrd";
+		argv[argc++] = o->initramfs;
+	}
+	if (incoming) {
+		argv[argc++] = "-incoming";
+		argv[argc++] = incoming;
+	}
+	pid = fork();
+	if (pid != 0)
+		return pid;
+	int log = open(log_path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+
+	if (log >= 0) {
+		dup2(log, STDOUT_FILENO);
+		dup2(log, STDERR_FILENO);
+	}
+	execvp(o->qemu_path, (char *const *)argv);
+	_exit(SB_EXIT_FAILED);
+}
+
+static void sb_reap(pid_t pid)
+{
+	struct timespec wait = { .tv_nsec = SB_REAP_WAIT_NS };
+
+	if (pid <= 0)
+		return;
+	kill(pid, SIGTERM);
+	for (int i = 0; i < SB_REAP_TRIES; i++) {
+		if (waitpid(pid, NULL, WNOHANG) == pid)
+			return;
+		nanosleep(&wait, NULL);
+	}
+	kill(pid, SIGKILL);
+	waitpid(pid, NULL, 0);
+}
+
+/* Connects and runs `true` over a fresh control channel, polling until the deadline. */
+static int sb_qemu_first_exec(unsigned int *cid, const uint8_t *secret, pid_t pid,
+			      double deadline)
+{
+	struct timespec wait = { .tv_nsec = SB_PROBE_INTERVAL_NS };
+	struct control_channel_config cfg = { .connect = sb_qemu_connector, .connect_opaque = cid };
+	struct proto_exec_request req = { .program = "true", .has_timeout = true,
+					  .timeout_secs = SB_EXEC_TIMEOUT_S };
+	struct proto_exec_response resp = { 0 };
+	struct control_channel *ch;
+	int rc;
+
+	while (boot_now_ms() < deadline) {
+		int fd = sb_vsock_connect(*cid, SB_PROBE_CONNECT_MS);
+
+		if (fd >= 0) {
+			close(fd);
+			break;
+		}
+		if (waitpid(pid, NULL, WNOHANG) == pid)
+			return -ECHILD;
+		nanosleep(&wait, NULL);
+	}
+	memcpy(cfg.secret, secret, sizeof(cfg.secret));
+	ch = control_channel_create(&cfg);
+	if (!ch)
+		return -ENOMEM;
+	rc = control_channel_exec(ch, &req, NULL, NULL, &resp);
+	if (rc == 0 && resp.exit_code != 0)
+		rc = -EIO;
+	proto_exec_response_free(&resp);
+	control_channel_destroy(ch);
+	return rc;
+}
+
+/* One QMP command; reply (up to the first line with "return" or "error") in buf. */
+static int sb_qmp(int fd, const char *command, char *buf, size_t len)
+{
+	size_t used = 0;
+
+	if (command && write(fd, command, strlen(command)) != (ssize_t)strlen(command))
+		return -EIO;
+	while (used + 1 < len) {
+		struct pollfd pfd = { .fd = fd, .events = POLLIN };
+		ssize_t got;
+
+		if (poll(&pfd, 1, SB_QEMU_TIMEOUT_MS) <= 0)
+			return -ETIMEDOUT;
+		got = read(fd, buf + used, len - used - 1);
+		if (got <= 0)
+			return -EIO;
+		used += (size_t)got;
+		buf[used] = '\0';
+		if (strstr(buf, "\"return\"") || strstr(buf, "\"error\"") ||
+		    (!command && strstr(buf, "\"QMP\"")))
+			return strstr(buf, "\"error\"") ? -EIO : 0;
+	}
+	return -ENOSPC;
+}
+
+static int sb_qmp_open(const char *path, double deadline)
+{
+	struct sockaddr_un addr = { .sun_family = AF_UNIX };
+	struct timespec wait = { .tv_nsec = SB_PROBE_INTERVAL_NS };
+	char buf[SB_QMP_BUF];
+
+	snprintf(addr.sun_path, sizeof(addr.sun_path), "%s", path);
+	while (boot_now_ms() < deadline) {
+		int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+
+		if (fd >= 0 && connect(fd, (struct sockaddr *)&addr, sizeof(addr)) == 0) {
+			if (sb_qmp(fd, NULL, buf, sizeof(buf)) == 0 &&
+			    sb_qmp(fd, "{\"execute\":\"qmp_capabilities\"}\n", buf, sizeof(buf)) == 0)
+				return fd;
+		}
+		if (fd >= 0)
+			close(fd);
+		nanosleep(&wait, NULL);
+	}
+	return -ETIMEDOUT;
+}
+
+static int sb_qmp_migrate(int fd, const char *file)
+{
+	struct timespec wait = { .tv_nsec = SB_QMP_POLL_MS * 1000000L };
+	char command[PATH_MAX + 96], buf[SB_QMP_BUF];
+	int rc;
+
+	snprintf(command, sizeof(command),
+		 "{\"execute\":\"migrate\",\"arguments\":{\"uri\":\"exec:cat > %s\"}}\n", file);
+	rc = sb_qmp(fd, command, buf, sizeof(buf));
+	while (rc == 0) {
+		rc = sb_qmp(fd, "{\"execute\":\"query-migrate\"}\n", buf, sizeof(buf));
+		if (rc == 0 && strstr(buf, "\"completed\""))
+			return 0;
+		if (rc == 0 && strstr(buf, "\"failed\""))
+			return -EIO;
+		nanosleep(&wait, NULL);
+	}
+	return rc;
+}
+
+static int sb_qemu(const struct sb_options *o, const char *workdir, struct sb_figures *fig)
+{
+	uint8_t secret[CMDLINE_SECRET_LEN];
+	char cmdline[CMDLINE_MAX], qmp[PATH_MAX], file[PATH_MAX], incoming[PATH_MAX + 16];
+	char log_path[PATH_MAX];
+	unsigned int cid = o->cid;
+	struct stat st;
+	double start;
+	int rc, qmp_fd = -1;
+	pid_t pid;
+
+	if (getrandom(secret, sizeof(secret), 0) != (ssize_t)sizeof(secret))
+		return -EIO;
+	rc = cmdline_build(cmdline, sizeof(cmdline), secret, (uint64_t)time(NULL), NULL);
+	if (rc < 0)
+		return rc;
+	snprintf(qmp, sizeof(qmp), "%s/qmp.sock", workdir);
+	snprintf(file, sizeof(file), "%s/qemu-state.bin", workdir);
+	snprintf(incoming, sizeof(incoming), "exec:cat %s", file);
+	snprintf(log_path, sizeof(log_path), "%s/qemu.log", workdir);
+
+	start = boot_now_ms();
+	pid = sb_qemu_spawn(o, cmdline, qmp, NULL, log_path);
+	rc = pid < 0 ? -errno : sb_qemu_first_exec(&cid, secret, pid, start + SB_QEMU_TIMEOUT_MS);
+	fig->qemu_cold_ms = boot_now_ms() - start;
+	if (rc == 0) {
+		qmp_fd = sb_qmp_open(qmp, boot_now_ms() + SB_QEMU_TIMEOUT_MS);
+		rc = qmp_fd < 0 ? qmp_fd : 0;
+	}
+	if (rc == 0) {
+		start = boot_now_ms();
+		rc = sb_qmp_migrate(qmp_fd, file);
+		fig->qemu_save_ms = boot_now_ms() - start;
+	}
+	if (qmp_fd >= 0)
+		close(qmp_fd);
+	sb_reap(pid);
+	if (rc < 0) {
+		fprintf(stderr, "snapshot_bench: QEMU boot or migrate failed: %s (see %s)\n",
+			strerror(-rc), log_path);
+		return rc;
+	}
+	fig->qemu_file_bytes = stat(file, &st) == 0 ? (uint64_t)st.st_size : 0;
+	unlink(qmp);
+	start = boot_now_ms();
+	pid = sb_qemu_spawn(o, cmdline, qmp, incoming, log_path);
+	rc = pid < 0 ? -errno : sb_qemu_first_exec(&cid, secret, pid, start + SB_QEMU_TIMEOUT_MS);
+	fig->qemu_restore_ms = boot_now_ms() - start;
+	sb_reap(pid);
+	if (rc < 0)
+		fprintf(stderr, "snapshot_bench: QEMU -incoming restore failed: %s (see %s)\n",
+			strerror(-rc), log_path);
+	fig->have_qemu = rc == 0;
+	explicit_bzero(secret, sizeof(secret));
+	return rc;
+}
+
+/* ---- report ------------------------------------------------------------------------------ */
+
+static double sb_median(const double *values, unsigned int n)
+{
+	double copy[SB_MAX_RUNS];
+
+	memcpy(copy, values, n * sizeof(*copy));
+	return boot_percentile(copy, n, 50);
+}
+
+static void sb_print(const struct sb_options *o, const struct sb_figures *f)
+{
+	double cold = sb_median(f->cold_ms, o->runs), restore = sb_median(f->restore_ms, o->runs);
+
+	printf("snapshot_bench: %u MiB guest, %u runs, medians\n", o->memory_mb, o->runs);
+	printf("  voidbox cold boot -> first exec     %9.1f ms\n", cold);
+	printf("  voidbox restore -> first exec       %9.1f ms   (%.1fx faster)\n", restore,
+	       restore > 0 ? cold / restore : 0.0);
+	printf("  base snapshot create                %9.1f ms   (%.1f MiB on disk, %.1f MiB apparent)\n",
+	       f->create_ms, (double)f->base_bytes / SB_BYTES_PER_MIB,
+	       (double)f->base_apparent / SB_BYTES_PER_MIB);
+	printf("  diff snapshot create                %9.1f ms   (%.2f MiB, %.2f%% of the base)\n",
+	       f->diff_create_ms, (double)f->diff_bytes / SB_BYTES_PER_MIB,
+	       f->base_bytes ? 100.0 * (double)f->diff_bytes / (double)f->base_bytes : 0.0);
+	printf("  diff restore -> first exec          %9.1f ms\n", f->diff_restore_ms);
+	printf("  fork, per child (%u children)        %9.1f ms   (slowest child's first exec %.1f ms)\n",
+	       o->children, f->fork_ms / o->children, f->child_exec_ms);
+	if (f->have_qemu)
+		printf("  QEMU cold boot -> first exec        %9.1f ms\n"
+		       "  QEMU migrate to file               %9.1f ms   (%.1f MiB)\n"
+		       "  QEMU -incoming restore -> exec     %9.1f ms   (process start included)\n",
+		       f->qemu_cold_ms, f->qemu_save_ms,
+		       (double)f->qemu_file_bytes / SB_BYTES_PER_MIB, f->qemu_restore_ms);
+	else
+		printf("  QEMU comparison                     not run\n");
+}
+
+static int sb_write_json(const struct sb_options *o, const struct sb_figures *f)
+{
+	json_t *cold = json_array(), *restore = json_array(), *root;
+	int rc;
+
+	for (unsigned int i = 0; i < o->runs; i++) {
+		json_array_append_new(cold, json_real(f->cold_ms[i]));
+		json_array_append_new(restore, json_real(f->restore_ms[i]));
+	}
+	root = json_pack("{s:I, s:I, s:I, s:o, s:o, s:f, s:I, s:I, s:f, s:I, s:f, s:f, s:f}",
+			 "memory_mb", (json_int_t)o->memory_mb, "runs", (json_int_t)o->runs,
+			 "children", (json_int_t)o->children, "cold_first_exec_ms", cold,
+			 "restore_first_exec_ms", restore, "create_ms", f->create_ms,
+			 "base_bytes", (json_int_t)f->base_bytes, "diff_bytes",
+			 (json_int_t)f->diff_bytes, "diff_create_ms", f->diff_create_ms,
+			 "base_apparent_bytes", (json_int_t)f->base_apparent, "diff_restore_ms",
+			 f->diff_restore_ms, "fork_ms", f->fork_ms, "child_first_exec_ms",
+			 f->child_exec_ms);
+	if (root && f->have_qemu)
+		json_object_set_new(root, "qemu",
+				    json_pack("{s:f, s:f, s:f, s:I}", "cold_first_exec_ms",
+					      f->qemu_cold_ms, "migrate_ms", f->qemu_save_ms,
+					      "incoming_first_exec_ms", f->qemu_restore_ms,
+					      "state_bytes", (json_int_t)f->qemu_file_bytes));
+	rc = root ? json_dump_file(root, o->json_path, JSON_INDENT(2)) : -1;
+	json_decref(root);
+	return rc == 0 ? 0 : -EIO;
+}
+
+static int sb_voidbox(const struct sb_options *o, const char *workdir, struct sb_figures *fig)
+{
+	struct sandbox_config cfg = { .kernel_path = o->kernel, .initramfs_path = o->initramfs,
+				      .memory_mb = o->memory_mb, .vcpus = 1 };
+	char base[PATH_MAX], diff[PATH_MAX];
+	int rc;
+
+	snprintf(base, sizeof(base), "%s/base", workdir);
+	snprintf(diff, sizeof(diff), "%s/diff", workdir);
+	rc = sb_create_base(&cfg, base, fig);
+	for (unsigned int i = 0; rc == 0 && i < o->runs; i++) {
+		struct sandbox *sandbox = NULL;
+
+		rc = sb_cold(&cfg, &fig->cold_ms[i]);
+		if (rc == 0)
+			rc = sb_restore(base, false, &sandbox, &fig->restore_ms[i]);
+		sandbox_destroy(sandbox, rc < 0);
+		if (rc == 0)
+			fprintf(stderr, "run %u: cold %.1f ms, restore %.1f ms\n", i + 1,
+				fig->cold_ms[i], fig->restore_ms[i]);
+	}
+	if (rc == 0)
+		rc = sb_diff(base, diff, fig);
+	if (rc == 0)
+		rc = sb_fork(base, o->children, fig);
+	return rc;
+}
+
+int main(int argc, char **argv)
+{
+	struct sb_options o = { .runs = SB_DEFAULT_RUNS, .memory_mb = SB_DEFAULT_MEMORY_MB,
+				.children = SB_DEFAULT_CHILDREN, .cid = SB_DEFAULT_CID,
+				.qemu_path = "qemu-system-x86_64", .qemu_machine = "microvm,acpi=on" };
+	static struct sb_figures fig;
+	struct guest_image_paths image;
+	char err[SB_ERROR_MAX], workdir[PATH_MAX], cmd[PATH_MAX + 16];
+	const char *tmpdir = getenv("TMPDIR");
+	int rc = sb_parse(argc, argv, &o);
+
+	if (rc != 0)
+		return rc < 0 ? 0 : rc;
+	log_set_level(LOG_LEVEL_WARN);
+	log_init_from_env();
+	if (guest_image_resolve(o.kernel, o.initramfs, &image, err, sizeof(err)) < 0) {
+		fprintf(stderr, "snapshot_bench: %s\n", err);
+		return SB_EXIT_FAILED;
+	}
+	o.kernel = image.kernel;
+	o.initramfs = image.initramfs[0] ? image.initramfs : NULL;
+	snprintf(workdir, sizeof(workdir), "%s/snapbenchXXXXXX", tmpdir && *tmpdir ? tmpdir : "/tmp");
+	if (!mkdtemp(workdir)) {
+		fprintf(stderr, "snapshot_bench: cannot create a work directory: %s\n", strerror(errno));
+		return SB_EXIT_FAILED;
+	}
+	rc = sb_voidbox(&o, workdir, &fig);
+	if (rc == 0 && o.qemu_path && access("/dev/vhost-vsock", R_OK | W_OK) == 0)
+		sb_qemu(&o, workdir, &fig);
+	else if (rc == 0 && o.qemu_path)
+		fprintf(stderr, "snapshot_bench: no usable /dev/vhost-vsock; QEMU comparison skipped\n");
+	if (rc == 0)
+		sb_print(&o, &fig);
+	if (rc == 0 && o.json_path && sb_write_json(&o, &fig) < 0)
+		fprintf(stderr, "snapshot_bench: cannot write %s\n", o.json_path);
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", workdir);
+	if (system(cmd) != 0)
+		fprintf(stderr, "snapshot_bench: could not remove %s\n", workdir);
+	return rc == 0 ? 0 : SB_EXIT_FAILED;
+}

@@ -1,0 +1,341 @@
+/*
+ * Snapshots as a user drives them, through the voidbox command: two cold boots and everything
+ * else restored, because under nested KVM a cold boot costs seconds and a restore should not.
+ *
+ *   1. `exec --snapshot no-such-id` warns and cold-boots (the first cold boot, also timed);
+ *   2. `snapshot create` cold-boots and saves a base (the second);
+ *   3. `exec --snapshot <prefix>` restores, prints the same hostname, and is much faster;
+ *   4. `snapshot list` and `snapshot inspect` show it, restorable;
+ *   5. `snapshot create --diff --from <id> -- sh -c ...` leaves a marker file only the diff has;
+ *   6. a workflow spec with sandbox.snapshot runs from the diff and reads that marker;
+ *   7. `fork --children 3` gives four distinct outputs (parent and three children);
+ *   8. `snapshot delete` removes the base and its diff.
+ * Snapshots go to a temporary VOIDBOX_HOME; the guest image is passed on through
+ * VOID_BOX_KERNEL / VOID_BOX_INITRAMFS. Needs a /dev/kvm that runs standard guests and a built
+ * image (tests/vm/run-vm-suite arranges the first; without either it exits 77 and says why).
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <jansson.h>
+
+#include "common/log.h"
+#include "harness.h"
+#include "store/guest_image.h"
+#include "vmm/kvm.h"
+
+/* test paths live under a short mkdtemp directory; truncation cannot happen here */
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wformat-truncation"
+#endif
+
+#define TEST_ERR_MAX 1024
+#define TEST_OUTPUT_MAX 65536
+#define TEST_ARGS_MAX 24
+#define TEST_MEMORY_MB "256"
+#define TEST_PREFIX_LEN 8
+#define TEST_FORK_CHILDREN 3
+/* "much faster": a restore must beat a cold boot by at least this factor here */
+#define TEST_RESTORE_SPEEDUP_MIN 3.0
+#define TEST_MS_PER_SEC 1000.0
+#define TEST_NS_PER_MS 1e6
+
+struct cli_result {
+	int status; /* exit status, -1 when it did not exit */
+	double ms;
+	char out[TEST_OUTPUT_MAX];
+	char err[TEST_OUTPUT_MAX];
+};
+
+static const char *voidbox_cli;
+static char work_dir[PATH_MAX];
+static char base_id[64];
+static char diff_id[96];
+static double cold_ms;
+
+static double now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec * TEST_MS_PER_SEC + (double)ts.tv_nsec / TEST_NS_PER_MS;
+}
+
+static void read_back(int fd, char *buf, size_t len)
+{
+	ssize_t got = pread(fd, buf, len - 1, 0);
+
+	buf[got > 0 ? got : 0] = '\0';
+	close(fd);
+}
+
+/* Runs voidbox with argv (NULL-terminated); output captured, wall time measured. */
+static void run_cli(struct cli_result *r, const char *const *args)
+{
+	char out_path[PATH_MAX], err_path[PATH_MAX];
+	const char *argv[TEST_ARGS_MAX + 2] = { voidbox_cli };
+	int out_fd, err_fd, status = 0;
+	double started;
+	pid_t pid;
+
+	for (size_t i = 0; args[i] && i < TEST_ARGS_MAX; i++)
+		argv[i + 1] = args[i];
+	snprintf(out_path, sizeof(out_path), "%s/out-XXXXXX", work_dir);
+	snprintf(err_path, sizeof(err_path), "%s/err-XXXXXX", work_dir);
+	out_fd = mkstemp(out_path);
+	err_fd = mkstemp(err_path);
+	unlink(out_path);
+	unlink(err_path);
+	started = now_ms();
+	pid = fork();
+	if (pid == 0) {
+		dup2(out_fd, STDOUT_FILENO);
+		dup2(err_fd, STDERR_FILENO);
+		execv(voidbox_cli, (char *const *)argv);
+		_exit(127);
+	}
+	if (pid > 0)
+		waitpid(pid, &status, 0);
+	r->ms = now_ms() - started;
+	r->status = pid > 0 && WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+	read_back(out_fd, r->out, sizeof(r->out));
+	read_back(err_fd, r->err, sizeof(r->err));
+	if (r->status != 0)
+		fprintf(stderr, "  voidbox %s ... exited %d\n  stdout: %s\n  stderr: %s\n", args[0],
+			r->status, r->out, r->err);
+}
+
+static void test_missing_snapshot_cold_boots(void)
+{
+	static struct cli_result r;
+	const char *args[] = { "exec", "--memory", TEST_MEMORY_MB, "--snapshot", "nosuchsnapshot",
+			       "--", "cat", "/proc/sys/kernel/hostname", NULL };
+
+	run_cli(&r, args);
+	CHECK_INT_EQ(r.status, 0);
+	CHECK(strstr(r.err, "cold-booting instead") != NULL);
+	CHECK(r.out[0] != '\0');
+	cold_ms = r.ms;
+	printf("cold boot + exec: %.0f ms\n", cold_ms);
+}
+
+static void test_create_base(void)
+{
+	static struct cli_result r;
+	const char *args[] = { "--output", "json", "snapshot", "create", "--memory",
+			       TEST_MEMORY_MB, NULL };
+	json_t *json;
+
+	run_cli(&r, args);
+	CHECK_INT_EQ(r.status, 0);
+	json = json_loads(r.out, 0, NULL);
+	CHECK(json != NULL);
+	if (!json)
+		return;
+	CHECK_STR_EQ(json_string_value(json_object_get(json, "kind")), "base");
+	snprintf(base_id, sizeof(base_id), "%s",
+		 json_string_value(json_object_get(json, "id")) ?: "");
+	CHECK_INT_EQ(strlen(base_id), 16);
+	printf("snapshot create: %.0f ms (snapshot step %lld ms)\n", r.ms,
+	       (long long)json_integer_value(json_object_get(json, "snapshot_ms")));
+	json_decref(json);
+}
+
+static void test_exec_from_snapshot_is_faster(void)
+{
+	static struct cli_result r, again;
+	char prefix[TEST_PREFIX_LEN + 1];
+	const char *args[] = { "exec", "--snapshot", prefix, "--", "cat",
+			       "/proc/sys/kernel/hostname", NULL };
+
+	snprintf(prefix, sizeof(prefix), "%s", base_id);
+	run_cli(&r, args);
+	CHECK_INT_EQ(r.status, 0);
+	CHECK(r.out[0] != '\0');
+	CHECK(strstr(r.err, "cold-booting") == NULL);
+	/* a second restore of the same snapshot works as well (fresh clone each time) */
+	run_cli(&again, args);
+	CHECK_INT_EQ(again.status, 0);
+	CHECK_STR_EQ(again.out, r.out);
+	printf("restore + exec: %.0f ms, %.0f ms (cold %.0f ms)\n", r.ms, again.ms, cold_ms);
+	CHECK(r.ms * TEST_RESTORE_SPEEDUP_MIN < cold_ms);
+}
+
+static void test_list_and_inspect(void)
+{
+	static struct cli_result r;
+	const char *list[] = { "--output", "json", "snapshot", "list", NULL };
+	const char *inspect[] = { "--output", "json", "snapshot", "inspect", base_id, NULL };
+	json_t *json;
+
+	run_cli(&r, list);
+	CHECK_INT_EQ(r.status, 0);
+	json = json_loads(r.out, 0, NULL);
+	CHECK(json_is_array(json) && json_array_size(json) == 1);
+	if (json_is_array(json) && json_array_size(json) == 1)
+		CHECK_STR_EQ(json_string_value(json_object_get(json_array_get(json, 0), "id")),
+			     base_id);
+	json_decref(json);
+
+	run_cli(&r, inspect);
+	CHECK_INT_EQ(r.status, 0);
+	json = json_loads(r.out, 0, NULL);
+	CHECK(json != NULL);
+	CHECK(json_is_true(json_object_get(json, "restorable")));
+	CHECK_INT_EQ(json_integer_value(json_object_get(json_object_get(json, "vm"), "memory_mb")),
+		     atoi(TEST_MEMORY_MB));
+	json_decref(json);
+}
+
+static void test_diff_keeps_its_pages(void)
+{
+	static struct cli_result r;
+	const char *create[] = { "--output", "json", "snapshot", "create", "--diff", "--from",
+				 base_id, "--", "sh", "-c", "echo from-the-diff > /tmp/diff-marker",
+				 NULL };
+	const char *read_marker[] = { "exec", "--snapshot", diff_id, "--", "cat",
+				      "/tmp/diff-marker", NULL };
+	json_t *json;
+
+	run_cli(&r, create);
+	CHECK_INT_EQ(r.status, 0);
+	json = json_loads(r.out, 0, NULL);
+	CHECK(json != NULL);
+	snprintf(diff_id, sizeof(diff_id), "%s",
+		 json_string_value(json_object_get(json, "id")) ?: "");
+	CHECK_STR_EQ(json_string_value(json_object_get(json, "parent")), base_id);
+	json_decref(json);
+	CHECK(strstr(diff_id, "-diff-1") != NULL);
+
+	run_cli(&r, read_marker);
+	CHECK_INT_EQ(r.status, 0);
+	CHECK_STR_EQ(r.out, "from-the-diff\n");
+}
+
+static void test_spec_snapshot_runs_workflow(void)
+{
+	static struct cli_result r;
+	char spec_path[PATH_MAX], spec_text[PATH_MAX * 2];
+	const char *args[] = { "--output", "json", "--log-level", "info", "run", "--file",
+			       spec_path, "--sandbox-mode", "local", NULL };
+	json_t *json;
+	FILE *f;
+
+	snprintf(spec_path, sizeof(spec_path), "%s/from-snapshot.yaml", work_dir);
+	snprintf(spec_text, sizeof(spec_text),
+		 "kind: workflow\nname: from-snapshot\nsandbox:\n  snapshot: \"%s\"\n"
+		 "workflow:\n  steps:\n    - name: read\n"
+		 "      run: {program: cat, args: [/tmp/diff-marker]}\n  output_step: read\n",
+		 diff_id);
+	f = fopen(spec_path, "w");
+	CHECK(f != NULL);
+	if (!f)
+		return;
+	fputs(spec_text, f);
+	fclose(f);
+	run_cli(&r, args);
+	CHECK_INT_EQ(r.status, 0);
+	CHECK(strstr(r.err, "restoring snapshot") != NULL);
+	json = json_loads(r.out, 0, NULL);
+	CHECK(json_is_true(json_object_get(json, "success")));
+	CHECK_STR_EQ(json_string_value(json_object_get(json, "output")), "from-the-diff\n");
+	json_decref(json);
+}
+
+static void test_fork_children_are_distinct(void)
+{
+	static struct cli_result r;
+	const char *args[] = { "--output", "json", "fork", "--children", "3", "--snapshot",
+			       base_id, "--warmup", "echo warm > /tmp/warm", "--", "sh", "-c",
+			       "echo $(cat /tmp/warm)-$VOIDBOX_FORK_INDEX", NULL };
+	bool seen[TEST_FORK_CHILDREN + 1] = { false };
+	json_t *json, *runs;
+
+	run_cli(&r, args);
+	CHECK_INT_EQ(r.status, 0);
+	json = json_loads(r.out, 0, NULL);
+	runs = json_object_get(json, "runs");
+	CHECK_INT_EQ(json_array_size(runs), TEST_FORK_CHILDREN + 1);
+	for (size_t i = 0; i < json_array_size(runs); i++) {
+		const char *out = json_string_value(json_object_get(json_array_get(runs, i),
+								    "stdout"));
+		unsigned int index = 0;
+
+		CHECK(out && sscanf(out, "warm-%u", &index) == 1);
+		if (out && index <= TEST_FORK_CHILDREN) {
+			CHECK(!seen[index]);
+			seen[index] = true;
+		}
+	}
+	for (unsigned int i = 0; i <= TEST_FORK_CHILDREN; i++)
+		CHECK(seen[i]);
+	printf("fork: %lld ms for %d children\n",
+	       (long long)json_integer_value(json_object_get(json, "fork_ms")), TEST_FORK_CHILDREN);
+	json_decref(json);
+}
+
+static void test_delete_base_and_diff(void)
+{
+	static struct cli_result r;
+	const char *del[] = { "snapshot", "delete", base_id, NULL };
+	const char *list[] = { "--output", "json", "snapshot", "list", NULL };
+	json_t *json;
+
+	run_cli(&r, del);
+	CHECK_INT_EQ(r.status, 0);
+	CHECK(strstr(r.out, "and its diffs") != NULL);
+	run_cli(&r, list);
+	json = json_loads(r.out, 0, NULL);
+	CHECK(json_is_array(json) && json_array_size(json) == 0);
+	json_decref(json);
+}
+
+int main(int argc, char **argv)
+{
+	struct guest_image_paths image;
+	char why[TEST_ERR_MAX], home[PATH_MAX], cmd[PATH_MAX + 16];
+	const char *tmpdir = getenv("TMPDIR");
+
+	if (argc < 2) {
+		fprintf(stderr, "usage: %s PATH-TO-voidbox\n", argv[0]);
+		return 2;
+	}
+	voidbox_cli = argv[1];
+	setvbuf(stdout, NULL, _IOLBF, 0);
+	log_set_level(LOG_LEVEL_WARN);
+	if (!kvm_probe_usable(why, sizeof(why)))
+		harness_skip_all(why);
+	if (guest_image_resolve(NULL, NULL, &image, why, sizeof(why)) < 0)
+		harness_skip_all(why);
+	snprintf(work_dir, sizeof(work_dir), "%s/vbsnapvmXXXXXX", tmpdir && *tmpdir ? tmpdir : "/tmp");
+	if (!mkdtemp(work_dir))
+		harness_skip_all("cannot create a temporary directory");
+	snprintf(home, sizeof(home), "%s/home", work_dir);
+	setenv(GUEST_IMAGE_ENV_KERNEL, image.kernel, 1);
+	if (image.initramfs[0])
+		setenv(GUEST_IMAGE_ENV_INITRAMFS, image.initramfs, 1);
+	setenv(GUEST_IMAGE_ENV_HOME, home, 1);
+
+	RUN_TEST(test_missing_snapshot_cold_boots);
+	RUN_TEST(test_create_base);
+	if (base_id[0]) {
+		RUN_TEST(test_exec_from_snapshot_is_faster);
+		RUN_TEST(test_list_and_inspect);
+		RUN_TEST(test_diff_keeps_its_pages);
+		if (diff_id[0])
+			RUN_TEST(test_spec_snapshot_runs_workflow);
+		RUN_TEST(test_fork_children_are_distinct);
+		RUN_TEST(test_delete_base_and_diff);
+	}
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", work_dir);
+	if (system(cmd) != 0)
+		fprintf(stderr, "could not remove %s\n", work_dir);
+	return harness_finish();
+}
