@@ -614,3 +614,8 @@ int sandbox_fork(struct sandbox *parent, unsigned int n, struct sandbox *childre
 	free(vms);
 	return rc;
 }
+
+void sandbox_secret_hex(const struct sandbox *sandbox, char *out)
+{
+	proto_secret_to_hex(sandbox->secret, out);
+}

@@ -87,6 +87,8 @@ struct sandbox_restore_config {
 	bool track_dirty_pages;	     /* so sandbox_snapshot can later save a diff */
 };
 
+/* The session secret the host uses now, hex (2 * PROTO_SECRET_SIZE + 1 bytes). */
+void sandbox_secret_hex(const struct sandbox *sandbox, char *out);
 int sandbox_start_from_snapshot(const struct sandbox_restore_config *cfg, struct sandbox **out,
 				char *err, size_t errlen);
 /* vm_snapshot_save on the sandbox's VM; the channel reconnects by itself after a resume. */

@@ -1,0 +1,326 @@
+/*
+ * Snapshots on real VMs: one cold boot (2 vCPUs) serves every check, because restores are
+ * cheap and boots are not. The booted VM gets a file and a background process, is saved as a
+ * base, changes a little, is saved as a diff against that base; then two VMs restored from
+ * the base at once, one from the diff and three forked children are each checked for the
+ * state they must (and must not) see, their CID and their session secrets.
+ *
+ * Needs a /dev/kvm that runs standard guests (tests/vm/run-vm-suite finds one or skips).
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "harness.h"
+#include "host/control_channel.h"
+#include "host/vsock_connect.h"
+#include "sandbox/sandbox.h"
+#include "store/guest_image.h"
+#include "vmm/kvm.h"
+#include "vmm/snapshot.h"
+
+#define TEST_VM_MEMORY_MB 256
+#define TEST_VM_VCPUS 2
+#define TEST_FORK_CHILDREN 3
+#define TEST_WRONG_SECRET_DEADLINE_MS 3000
+#define TEST_CONNECT_TIMEOUT_MS 2000
+#define TEST_OUTPUT_MAX 256
+#define TEST_HEX_LEN (2 * PROTO_SECRET_SIZE + 1)
+#define TEST_DIR_TEMPLATE "/tmp/voidbox-snaptest-XXXXXX"
+
+static struct sandbox *parent_vm;
+static char work_dir[sizeof(TEST_DIR_TEMPLATE)];
+static char base_dir[PATH_MAX];
+static char diff_dir[PATH_MAX];
+static char snapshot_secret[TEST_HEX_LEN];
+static struct vm_snapshot_info base_info;
+
+static long now_ms(void)
+{
+	struct timespec now;
+
+	clock_gettime(CLOCK_MONOTONIC, &now);
+	return now.tv_sec * 1000L + now.tv_nsec / 1000000L;
+}
+
+/* Runs a shell script; returns its exit code (or -1 on RPC failure) and its trimmed stdout. */
+static int sh(struct sandbox *box, const char *script, char *out, size_t out_len)
+{
+	struct proto_exec_request req;
+	struct proto_exec_response resp;
+	char *args[] = { "-c", (char *)script };
+	int code;
+
+	memset(&req, 0, sizeof(req));
+	memset(&resp, 0, sizeof(resp));
+	req.program = "sh";
+	req.args = args;
+	req.args_count = 2;
+	if (control_channel_exec(sandbox_channel(box), &req, NULL, NULL, &resp) < 0) {
+		fprintf(stderr, "  exec '%s' failed: %s\n", script, control_channel_last_error());
+		return -1;
+	}
+	code = resp.exit_code;
+	if (out && out_len) {
+		size_t n = resp.stdout_data.len < out_len - 1 ? resp.stdout_data.len : out_len - 1;
+
+		memcpy(out, resp.stdout_data.data, n);
+		while (n > 0 && (out[n - 1] == '\n' || out[n - 1] == '\r'))
+			n--;
+		out[n] = '\0';
+	}
+	proto_exec_response_free(&resp);
+	return code;
+}
+
+struct test_connector {
+	const char *socket_path;
+};
+
+static int test_connect(void *opaque, int timeout_ms)
+{
+	const struct test_connector *connector = opaque;
+
+	return vsock_host_connect(connector->socket_path, PROTO_GUEST_AGENT_PORT,
+				  timeout_ms < TEST_CONNECT_TIMEOUT_MS ? timeout_ms
+								       : TEST_CONNECT_TIMEOUT_MS);
+}
+
+/* True when the agent of box completes a handshake with secret_hex. */
+static bool handshake_works(struct sandbox *box, const char *secret_hex)
+{
+	struct test_connector connector = { .socket_path = sandbox_vsock_socket_path(box) };
+	struct control_channel_config cfg;
+	struct control_channel *ch;
+	bool ok;
+
+	memset(&cfg, 0, sizeof(cfg));
+	cfg.connect = test_connect;
+	cfg.connect_opaque = &connector;
+	cfg.connect_deadline_ms = TEST_WRONG_SECRET_DEADLINE_MS;
+	if (proto_secret_from_hex(secret_hex, cfg.secret) != 0)
+		return false;
+	ch = control_channel_create(&cfg);
+	if (!ch)
+		return false;
+	ok = control_channel_connect(ch) == 0;
+	control_channel_destroy(ch);
+	return ok;
+}
+
+static struct sandbox *restore(const char *dir)
+{
+	struct sandbox_restore_config cfg = { .snapshot_dir = dir };
+	struct sandbox *box = NULL;
+	char err[1024];
+	long started = now_ms();
+
+	if (sandbox_start_from_snapshot(&cfg, &box, err, sizeof(err)) < 0) {
+		fprintf(stderr, "  restore of %s failed: %s\n", dir, err);
+		return NULL;
+	}
+	fprintf(stderr, "  restored %s in %ld ms\n", dir, now_ms() - started);
+	return box;
+}
+
+static void test_base_snapshot_saved(void)
+{
+	const struct vm_snapshot_options opts = { .type = VM_SNAPSHOT_BASE,
+						  .after = VM_SNAPSHOT_RESUME };
+	char out[TEST_OUTPUT_MAX], err[1024];
+	long started;
+
+	CHECK_INT_EQ(sh(parent_vm, "echo before-snapshot > /tmp/marker && "
+			"(while true; do sleep 1; done) >/dev/null 2>&1 & echo $! > /tmp/bg.pid",
+			NULL, 0), 0);
+	CHECK_INT_EQ(sh(parent_vm, "sed -n 's/.*voidbox.secret=\\([0-9a-f]*\\).*/\\1/p' "
+			"/proc/cmdline", snapshot_secret, sizeof(snapshot_secret)), 0);
+	CHECK_INT_EQ((int)strlen(snapshot_secret), 2 * PROTO_SECRET_SIZE);
+	started = now_ms();
+	CHECK_INT_EQ(sandbox_snapshot(parent_vm, base_dir, &opts, err, sizeof(err)), 0);
+	fprintf(stderr, "  base snapshot in %ld ms\n", now_ms() - started);
+	CHECK_INT_EQ(vm_snapshot_inspect(base_dir, &base_info, err, sizeof(err)), 0);
+	CHECK_INT_EQ(base_info.type, VM_SNAPSHOT_BASE);
+	CHECK_INT_EQ(base_info.vcpus, TEST_VM_VCPUS);
+	CHECK_INT_EQ(base_info.memory_mb, TEST_VM_MEMORY_MB);
+	CHECK(base_info.cid == sandbox_guest_cid(parent_vm));
+	/* the parent keeps running after a base with RESUME */
+	CHECK_INT_EQ(sh(parent_vm, "cat /tmp/marker", out, sizeof(out)), 0);
+	CHECK_STR_EQ(out, "before-snapshot");
+}
+
+static void test_diff_snapshot_is_small(void)
+{
+	const struct vm_snapshot_options opts = { .type = VM_SNAPSHOT_DIFF,
+						  .parent_dir = base_dir,
+						  .after = VM_SNAPSHOT_RESUME };
+	struct vm_snapshot_info info;
+	char err[1024];
+	long started;
+
+	CHECK_INT_EQ(sh(parent_vm, "echo after-base > /tmp/after-base", NULL, 0), 0);
+	started = now_ms();
+	CHECK_INT_EQ(sandbox_snapshot(parent_vm, diff_dir, &opts, err, sizeof(err)), 0);
+	fprintf(stderr, "  diff snapshot in %ld ms\n", now_ms() - started);
+	CHECK_INT_EQ(vm_snapshot_inspect(diff_dir, &info, err, sizeof(err)), 0);
+	CHECK_INT_EQ(info.type, VM_SNAPSHOT_DIFF);
+	CHECK(info.parent_id == base_info.id);
+	CHECK(info.diff_pages > 0);
+	fprintf(stderr, "  diff: %llu pages, %llu bytes; base: %llu bytes\n",
+		(unsigned long long)info.diff_pages, (unsigned long long)info.memory_bytes,
+		(unsigned long long)base_info.memory_bytes);
+	CHECK(info.memory_bytes * 4 < base_info.memory_bytes);
+}
+
+static void test_restore_base_twice_at_once(void)
+{
+	struct sandbox *first = restore(base_dir);
+	struct sandbox *second = restore(base_dir);
+	char out[TEST_OUTPUT_MAX], first_secret[TEST_HEX_LEN], second_secret[TEST_HEX_LEN];
+
+	CHECK(first != NULL && second != NULL);
+	if (!first || !second)
+		goto out;
+	CHECK_INT_EQ(sh(first, "cat /tmp/marker", out, sizeof(out)), 0);
+	CHECK_STR_EQ(out, "before-snapshot");
+	CHECK_INT_EQ(sh(first, "kill -0 $(cat /tmp/bg.pid) && echo alive", out, sizeof(out)), 0);
+	CHECK_STR_EQ(out, "alive");
+	CHECK_INT_EQ(sh(first, "test -e /tmp/after-base && echo yes || echo no", out,
+			sizeof(out)), 0);
+	CHECK_STR_EQ(out, "no");
+	CHECK(sandbox_guest_cid(first) == base_info.cid);
+	CHECK_INT_EQ(sh(second, "echo second > /tmp/who && cat /tmp/who", out, sizeof(out)), 0);
+	CHECK_STR_EQ(out, "second");
+	CHECK_INT_EQ(sh(first, "cat /tmp/who 2>/dev/null || echo none", out, sizeof(out)), 0);
+	CHECK_STR_EQ(out, "none");
+	sandbox_secret_hex(first, first_secret);
+	sandbox_secret_hex(second, second_secret);
+	CHECK(strcmp(first_secret, second_secret) != 0);
+	CHECK(strcmp(first_secret, snapshot_secret) != 0);
+	CHECK(!handshake_works(first, snapshot_secret));
+	CHECK(!handshake_works(second, first_secret));
+	CHECK(handshake_works(first, first_secret));
+out:
+	sandbox_destroy(first, harness_tests_failed > 0);
+	sandbox_destroy(second, harness_tests_failed > 0);
+}
+
+static void test_restore_diff(void)
+{
+	struct sandbox *box = restore(diff_dir);
+	char out[TEST_OUTPUT_MAX];
+
+	CHECK(box != NULL);
+	if (!box)
+		return;
+	CHECK_INT_EQ(sh(box, "cat /tmp/marker /tmp/after-base", out, sizeof(out)), 0);
+	CHECK_STR_EQ(out, "before-snapshot\nafter-base");
+	CHECK_INT_EQ(sh(box, "nproc", out, sizeof(out)), 0);
+	CHECK_STR_EQ(out, "2");
+	sandbox_destroy(box, harness_tests_failed > 0);
+}
+
+static void test_fork_three_children(void)
+{
+	struct sandbox *children[TEST_FORK_CHILDREN] = { 0 };
+	char out[TEST_OUTPUT_MAX], script[TEST_OUTPUT_MAX], err[1024];
+	long started = now_ms();
+	int rc = sandbox_fork(parent_vm, TEST_FORK_CHILDREN, children, err, sizeof(err));
+
+	fprintf(stderr, "  fork of %d children in %ld ms\n", TEST_FORK_CHILDREN, now_ms() - started);
+	CHECK_INT_EQ(rc, 0);
+	if (rc < 0) {
+		fprintf(stderr, "  fork failed: %s\n", err);
+		return;
+	}
+	for (int i = 0; i < TEST_FORK_CHILDREN; i++) {
+		snprintf(script, sizeof(script), "echo %d > /tmp/child-%d", i, i);
+		CHECK_INT_EQ(sh(children[i], script, NULL, 0), 0);
+	}
+	for (int i = 0; i < TEST_FORK_CHILDREN; i++) {
+		CHECK_INT_EQ(sh(children[i], "cat /tmp/child-* | tr '\\n' ' '", out, sizeof(out)), 0);
+		snprintf(script, sizeof(script), "%d ", i);
+		CHECK_STR_EQ(out, script);
+		CHECK_INT_EQ(sh(children[i], "cat /tmp/after-base", out, sizeof(out)), 0);
+		CHECK_STR_EQ(out, "after-base");
+	}
+	CHECK_INT_EQ(sh(parent_vm, "ls /tmp/child-* 2>/dev/null | wc -l", out, sizeof(out)), 0);
+	CHECK_STR_EQ(out, "0");
+	CHECK_INT_EQ(sh(parent_vm, "echo parent-alive", out, sizeof(out)), 0);
+	CHECK_STR_EQ(out, "parent-alive");
+	for (int i = 0; i < TEST_FORK_CHILDREN; i++)
+		sandbox_destroy(children[i], harness_tests_failed > 0);
+}
+
+static void test_missing_base_refused(void)
+{
+	char moved[PATH_MAX + 8], err[1024];
+	struct vm_snapshot_info info;
+
+	snprintf(moved, sizeof(moved), "%s.moved", base_dir);
+	CHECK_INT_EQ(rename(base_dir, moved), 0);
+	CHECK(vm_snapshot_inspect(diff_dir, &info, err, sizeof(err)) < 0);
+	CHECK(strstr(err, "base") != NULL);
+	CHECK(restore(diff_dir) == NULL);
+	CHECK_INT_EQ(rename(moved, base_dir), 0);
+}
+
+static void remove_snapshot_dir(const char *dir)
+{
+	static const char *const names[] = { VM_SNAPSHOT_STATE_FILE, VM_SNAPSHOT_MEMORY_FILE,
+					     VM_SNAPSHOT_DIFF_FILE };
+	char path[PATH_MAX + 32];
+
+	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+		snprintf(path, sizeof(path), "%s/%s", dir, names[i]);
+		unlink(path);
+	}
+	rmdir(dir);
+}
+
+int main(void)
+{
+	struct guest_image_paths image;
+	struct sandbox_config cfg;
+	char why[512], err[1024];
+
+	setvbuf(stdout, NULL, _IOLBF, 0);
+	if (!kvm_probe_usable(why, sizeof(why)))
+		harness_skip_all(why);
+	if (guest_image_resolve(NULL, NULL, &image, err, sizeof(err)) < 0)
+		harness_skip_all(err);
+	snprintf(work_dir, sizeof(work_dir), "%s", TEST_DIR_TEMPLATE);
+	if (!mkdtemp(work_dir)) {
+		perror("mkdtemp");
+		return 1;
+	}
+	snprintf(base_dir, sizeof(base_dir), "%s/base", work_dir);
+	snprintf(diff_dir, sizeof(diff_dir), "%s/diff", work_dir);
+	memset(&cfg, 0, sizeof(cfg));
+	cfg.kernel_path = image.kernel;
+	cfg.initramfs_path = image.initramfs;
+	cfg.memory_mb = TEST_VM_MEMORY_MB;
+	cfg.vcpus = TEST_VM_VCPUS;
+	if (sandbox_start(&cfg, &parent_vm, err, sizeof(err)) < 0) {
+		fprintf(stderr, "FAIL: the test VM did not start: %s\n", err);
+		printf("0 passed, 1 failed\n");
+		return 1;
+	}
+	fprintf(stderr, "parent VM up in %ld ms (cid %lu)\n", sandbox_boot_ms(parent_vm),
+		sandbox_guest_cid(parent_vm));
+	RUN_TEST(test_base_snapshot_saved);
+	RUN_TEST(test_diff_snapshot_is_small);
+	RUN_TEST(test_restore_base_twice_at_once);
+	RUN_TEST(test_restore_diff);
+	RUN_TEST(test_fork_three_children);
+	RUN_TEST(test_missing_base_refused);
+	sandbox_destroy(parent_vm, harness_tests_failed > 0);
+	remove_snapshot_dir(base_dir);
+	remove_snapshot_dir(diff_dir);
+	rmdir(work_dir);
+	return harness_finish();
+}
