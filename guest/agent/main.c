@@ -130,9 +130,54 @@ static void agent_init_devices(const char *cmdline_text)
 	netcfg_setup(netcfg_requested(cmdline_text));
 }
 
+/* The driver modules each kind of device needs; their dependencies come from depends=. */
+static const char *const agent_modules_for_vsock[] = { "virtio_mmio", "vmw_vsock_virtio_transport" };
+static const char *const agent_modules_for_shares[] = { "9pnet_virtio", "9p", "virtiofs" };
+static const char *const agent_modules_for_network[] = { "virtio_net" };
+static const char *const agent_modules_for_oci_root[] = { "virtio_blk", "ext4", "overlay" };
+
+#define AGENT_ARRAY_LEN(array) (sizeof(array) / sizeof((array)[0]))
+#define AGENT_MODULE_ROOTS_MAX                                                                \
+	(AGENT_ARRAY_LEN(agent_modules_for_vsock) + AGENT_ARRAY_LEN(agent_modules_for_shares) + \
+	 AGENT_ARRAY_LEN(agent_modules_for_network) + AGENT_ARRAY_LEN(agent_modules_for_oci_root) + 1)
+
+static size_t agent_roots_add(const char **roots, size_t used, const char *const *names,
+			      size_t count)
+{
+	for (size_t i = 0; i < count; i++)
+		roots[used++] = names[i];
+	return used;
+}
+
+/*
+ * Which modules this boot needs: the vsock stack always, and the drivers of the devices the
+ * command line asks for (shares, network, an OCI root disk). Modules the image carries for
+ * other features stay unloaded, which saves seconds of boot under emulation.
+ */
+static void agent_module_roots(const char *cmdline_text, const char **roots)
+{
+	struct mount_spec shares[MOUNTS_MAX];
+	char device[PATH_MAX];
+	size_t used = 0;
+
+	used = agent_roots_add(roots, used, agent_modules_for_vsock,
+			       AGENT_ARRAY_LEN(agent_modules_for_vsock));
+	if (mounts_parse(cmdline_text, shares, MOUNTS_MAX) > 0)
+		used = agent_roots_add(roots, used, agent_modules_for_shares,
+				       AGENT_ARRAY_LEN(agent_modules_for_shares));
+	if (netcfg_requested(cmdline_text))
+		used = agent_roots_add(roots, used, agent_modules_for_network,
+				       AGENT_ARRAY_LEN(agent_modules_for_network));
+	if (oci_root_requested(cmdline_text, device, sizeof(device)))
+		used = agent_roots_add(roots, used, agent_modules_for_oci_root,
+				       AGENT_ARRAY_LEN(agent_modules_for_oci_root));
+	roots[used] = NULL;
+}
+
 /* PID 1 only: system setup; returns the command line text (heap, "" when unreadable). */
 static char *agent_init_system(struct agent_cmdline *cmdline)
 {
+	const char *module_roots[AGENT_MODULE_ROOTS_MAX];
 	char *text = NULL;
 	int failed;
 
@@ -146,7 +191,9 @@ static char *agent_init_system(struct agent_cmdline *cmdline)
 	}
 	cmdline_parse(text, cmdline);
 	init_set_clock(cmdline);
-	failed = modules_load_all(AGENT_MODULES_DIR, AGENT_SYSFS_MODULES_DIR, text ? text : "");
+	agent_module_roots(text ? text : "", module_roots);
+	failed = modules_load_all(AGENT_MODULES_DIR, AGENT_SYSFS_MODULES_DIR, text ? text : "",
+				  module_roots);
 	if (failed < 0)
 		agent_error("cannot scan %s: %s", AGENT_MODULES_DIR, strerror(-failed));
 	else if (failed > 0)

@@ -32,6 +32,7 @@
 #define MODINFO_DEPENDS_KEY "depends="
 #define MODULES_SCAN_MAX_DEPTH 8
 #define MODULES_PARAMS_MAX 4096
+#define MODULES_NAME_MAX 64 /* the kernel's MODULE_NAME_LEN is 56 */
 #define MODULES_INITIAL_CAPACITY 16
 #define MODULES_MAX_FILE_SIZE (256u * 1024u * 1024u)
 
@@ -412,9 +413,65 @@ static size_t modules_load_pass(const struct module_entry *mods, const size_t *o
 	return loaded;
 }
 
-int modules_load_all(const char *modules_dir, const char *sysfs_module_dir,
-		     const char *cmdline_text)
+/* Marks index and its dependencies; false when a wanted module's dependencies are unknown. */
+static bool modules_want(const struct module_entry *mods, size_t count, size_t index,
+			 bool *wanted)
 {
+	char *depends, *cursor, *name;
+	bool known = true;
+
+	if (wanted[index])
+		return true;
+	wanted[index] = true;
+	if (!mods[index].depends)
+		return false;
+	depends = strdup(mods[index].depends);
+	if (!depends)
+		return false;
+	for (cursor = depends; (name = strsep(&cursor, ",")) != NULL;) {
+		ssize_t dep;
+
+		if (!*name)
+			continue;
+		module_name_canonicalize(name);
+		dep = modules_find(mods, count, name, strlen(name));
+		if (dep >= 0 && !modules_want(mods, count, (size_t)dep, wanted))
+			known = false;
+	}
+	free(depends);
+	return known;
+}
+
+size_t modules_mark_wanted(const struct module_entry *mods, size_t count,
+			   const char *const *roots, bool *wanted)
+{
+	bool closure_known = true;
+	size_t marked = 0;
+
+	for (size_t i = 0; i < count; i++)
+		wanted[i] = roots == NULL;
+	for (size_t r = 0; roots && roots[r]; r++) {
+		char name[MODULES_NAME_MAX];
+		ssize_t index;
+
+		snprintf(name, sizeof(name), "%s", roots[r]);
+		module_name_canonicalize(name);
+		index = modules_find(mods, count, name, strlen(name));
+		if (index >= 0 && !modules_want(mods, count, (size_t)index, wanted))
+			closure_known = false;
+	}
+	for (size_t i = 0; i < count; i++) {
+		if (!closure_known)
+			wanted[i] = true;
+		marked += wanted[i];
+	}
+	return marked;
+}
+
+int modules_load_all(const char *modules_dir, const char *sysfs_module_dir,
+		     const char *cmdline_text, const char *const *roots)
+{
+	bool *wanted = NULL;
 	struct module_entry *mods = NULL;
 	size_t count = 0, *order = NULL, pending = 0;
 	int *result = NULL, err;
@@ -428,12 +485,15 @@ int modules_load_all(const char *modules_dir, const char *sysfs_module_dir,
 		return err;
 	order = calloc(count, sizeof(*order));
 	result = calloc(count, sizeof(*result));
-	if (!order || !result || modules_order(mods, count, order) < 0) {
+	wanted = calloc(count, sizeof(*wanted));
+	if (!order || !result || !wanted || modules_order(mods, count, order) < 0) {
 		err = -ENOMEM;
 		goto out;
 	}
+	agent_info("loading %zu of the %zu modules under %s",
+		   modules_mark_wanted(mods, count, roots, wanted), count, modules_dir);
 	for (size_t i = 0; i < count; i++)
-		result[i] = -EAGAIN;
+		result[i] = wanted[i] ? -EAGAIN : 0;
 	while (modules_load_pass(mods, order, count, result, sysfs_module_dir, cmdline_text) > 0)
 		;
 	for (size_t i = 0; i < count; i++) {
@@ -447,6 +507,7 @@ int modules_load_all(const char *modules_dir, const char *sysfs_module_dir,
 out:
 	free(order);
 	free(result);
+	free(wanted);
 	modules_free(mods, count);
 	return err;
 }

@@ -43,13 +43,24 @@ int modules_scan(const char *dir, struct module_entry **mods, size_t *count);
 void modules_free(struct module_entry *mods, size_t count);
 
 /*
- * Loads every module found under modules_dir with finit_module, dependencies first. A module
+ * Marks in wanted[] the modules named in roots (NULL-terminated) and, transitively, every
+ * module they depend on. A wanted module whose dependencies cannot be read (depends NULL)
+ * makes every module wanted, since what it needs is unknown. Roots absent from the list are
+ * ignored (built in). Returns the number of wanted modules.
+ */
+size_t modules_mark_wanted(const struct module_entry *mods, size_t count,
+			   const char *const *roots, bool *wanted);
+
+/*
+ * Loads the modules under modules_dir that roots (NULL-terminated; NULL means every module)
+ * need, with finit_module, dependencies first. Loading only what the VM's devices use keeps
+ * the boot short: each module costs a relocation pass that is slow under emulation. A module
  * listed in sysfs_module_dir (/sys/module/NAME: built in or already loaded) or answering EEXIST
  * counts as loaded. Parameters come from "<name>.<param>=" tokens of cmdline_text. Returns the
  * number of modules that could not be loaded (0 when all are in), or -errno when the directory
  * cannot be scanned; a missing directory is 0 (everything built in).
  */
 int modules_load_all(const char *modules_dir, const char *sysfs_module_dir,
-		     const char *cmdline_text);
+		     const char *cmdline_text, const char *const *roots);
 
 #endif

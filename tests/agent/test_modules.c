@@ -62,6 +62,58 @@ static void test_order_debian_61_56(void)
 		CHECK(position_of(mods, order, count, mods[i].name) != (size_t)-1);
 }
 
+static bool is_wanted(const struct module_entry *mods, const bool *wanted, size_t count,
+		      const char *name)
+{
+	for (size_t i = 0; i < count; i++)
+		if (strcmp(mods[i].name, name) == 0)
+			return wanted[i];
+	return false;
+}
+
+static void test_mark_wanted_vsock_closure_only(void)
+{
+	const struct module_entry mods[] = {
+		MODULE("9p", "9pnet,fscache,netfs"),
+		MODULE("9pnet", ""),
+		MODULE("ext4", "jbd2,mbcache,crc16"),
+		MODULE("jbd2", ""),
+		MODULE("virtio", "virtio_ring"),
+		MODULE("virtio_mmio", "virtio,virtio_ring"),
+		MODULE("virtio_ring", ""),
+		MODULE("vmw_vsock_virtio_transport", "vmw_vsock_virtio_transport_common,virtio,virtio_ring,vsock"),
+		MODULE("vmw_vsock_virtio_transport_common", "vsock"),
+		MODULE("vsock", ""),
+	};
+	const char *const roots[] = { "virtio_mmio", "vmw-vsock-virtio-transport", "absent", NULL };
+	size_t count = sizeof(mods) / sizeof(mods[0]);
+	bool wanted[sizeof(mods) / sizeof(mods[0])];
+
+	CHECK_INT_EQ(modules_mark_wanted(mods, count, roots, wanted), 6);
+	CHECK(is_wanted(mods, wanted, count, "virtio_ring"));
+	CHECK(is_wanted(mods, wanted, count, "vsock"));
+	CHECK(is_wanted(mods, wanted, count, "vmw_vsock_virtio_transport_common"));
+	CHECK(!is_wanted(mods, wanted, count, "9p"));
+	CHECK(!is_wanted(mods, wanted, count, "ext4"));
+	CHECK(!is_wanted(mods, wanted, count, "jbd2"));
+	/* NULL roots: everything */
+	CHECK_INT_EQ(modules_mark_wanted(mods, count, NULL, wanted), count);
+}
+
+static void test_mark_wanted_unknown_depends_takes_all(void)
+{
+	/* a compressed module whose .modinfo could not be read: its needs are unknown */
+	const struct module_entry mods[] = {
+		MODULE("virtio_mmio", NULL),
+		MODULE("virtio", ""),
+		MODULE("ext4", ""),
+	};
+	const char *const roots[] = { "virtio_mmio", NULL };
+	bool wanted[3];
+
+	CHECK_INT_EQ(modules_mark_wanted(mods, 3, roots, wanted), 3);
+}
+
 static void test_order_previous_abi(void)
 {
 	/* 6.1.0-50: virtio depends on nothing, virtio_ring on nothing; input order is kept. */
@@ -260,6 +312,8 @@ int main(void)
 {
 	RUN_TEST(test_order_debian_61_56);
 	RUN_TEST(test_order_previous_abi);
+	RUN_TEST(test_mark_wanted_vsock_closure_only);
+	RUN_TEST(test_mark_wanted_unknown_depends_takes_all);
 	RUN_TEST(test_order_missing_and_unknown_deps);
 	RUN_TEST(test_order_dash_underscore);
 	RUN_TEST(test_order_cycle_terminates);
