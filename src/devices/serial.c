@@ -284,3 +284,29 @@ uint64_t serial_first_output_ns(struct serial *serial)
 	pthread_mutex_unlock(&serial->lock);
 	return ns;
 }
+
+void serial_state_get(struct serial *serial, struct serial_state *state)
+{
+	pthread_mutex_lock(&serial->lock);
+	*state = (struct serial_state){
+		.ier = serial->ier, .lcr = serial->lcr, .mcr = serial->mcr, .scr = serial->scr,
+		.fcr = serial->fcr, .dll = serial->dll, .dlm = serial->dlm,
+		.thre_pending = serial->thre_pending,
+	};
+	pthread_mutex_unlock(&serial->lock);
+}
+
+void serial_state_set(struct serial *serial, const struct serial_state *state)
+{
+	pthread_mutex_lock(&serial->lock);
+	serial->ier = state->ier & UART_IER_MASK;
+	serial->lcr = state->lcr;
+	serial->mcr = state->mcr & UART_MCR_MASK;
+	serial->scr = state->scr;
+	serial->fcr = state->fcr;
+	serial->dll = state->dll;
+	serial->dlm = state->dlm;
+	serial->thre_pending = state->thre_pending;
+	serial_update_irq(serial);
+	pthread_mutex_unlock(&serial->lock);
+}

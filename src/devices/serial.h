@@ -28,6 +28,15 @@ void serial_port_access(void *opaque, uint64_t offset, uint8_t *data, uint32_t l
 			bool is_write);
 /* Writes any partial line out. */
 void serial_flush(struct serial *serial);
+/* The guest-visible registers, for VM snapshots (the log position is not part of them). */
+struct serial_state {
+	uint8_t ier, lcr, mcr, scr, fcr, dll, dlm;
+	bool thre_pending;
+};
+
+void serial_state_get(struct serial *serial, struct serial_state *state);
+/* Restores the registers and the interrupt line they imply. */
+void serial_state_set(struct serial *serial, const struct serial_state *state);
 /* True once the guest printed "Kernel panic - not syncing". */
 bool serial_saw_panic(struct serial *serial);
 /* Nanoseconds (CLOCK_MONOTONIC) of the first byte written, 0 if none yet. */

@@ -32,6 +32,7 @@
 #include <unistd.h>
 
 #include "common/log.h"
+#include "devices/serial.h"
 #include "devices/virtio_mmio.h"
 #include "devices/vsock.h"
 #include "devices/vsock_snapshot.h"
@@ -374,6 +375,7 @@ static int snapshot_capture_devices_and_memory(struct snapshot_save_ctx *ctx)
 	struct vm *vm = ctx->vm;
 	int rc;
 
+	serial_state_get(vm->serial, &ctx->image->serial);
 	if (vm->vsock)
 		virtio_mmio_state_get(vsock_device_transport(vm->vsock), &ctx->image->vsock);
 	if (vm->vsock)
@@ -675,6 +677,8 @@ static int snapshot_build_vm(struct snapshot_restore_ctx *ctx)
 		rc = vm_setup_vcpus(vm, ctx->err, ctx->errlen);
 	if (rc == 0)
 		rc = snapshot_restore_kvm_state(ctx);
+	if (rc == 0) /* after the irqchip, so a pending THRE interrupt reaches the guest */
+		serial_state_set(vm->serial, &ctx->image->serial);
 	vm->restored = true;
 	return rc;
 }

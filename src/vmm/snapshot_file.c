@@ -144,7 +144,7 @@ int snapshot_encode(const struct snapshot_image *image, uint8_t **out, size_t *o
 {
 	uint32_t vcpus = image->meta.vcpus;
 	struct snapshot_writer w = { .cap = sizeof(struct snapshot_header) +
-					    (vcpus + SNAPSHOT_SECTION_VSOCK + 1) *
+					    (vcpus + SNAPSHOT_SECTION_SERIAL + 1) *
 						    sizeof(struct snapshot_section) +
 					    sizeof(*image) };
 	struct snapshot_header header = { .version = VM_SNAPSHOT_FORMAT_VERSION,
@@ -166,6 +166,7 @@ int snapshot_encode(const struct snapshot_image *image, uint8_t **out, size_t *o
 				     sizeof(image->irqchips[i]));
 	snapshot_put_section(&w, SNAPSHOT_SECTION_PIT, 0, &image->pit, sizeof(image->pit));
 	snapshot_put_section(&w, SNAPSHOT_SECTION_CLOCK, 0, &image->clock, sizeof(image->clock));
+	snapshot_put_section(&w, SNAPSHOT_SECTION_SERIAL, 0, &image->serial, sizeof(image->serial));
 	if (has_vsock)
 		snapshot_put_section(&w, SNAPSHOT_SECTION_VSOCK, 0, &image->vsock,
 				     sizeof(image->vsock));
@@ -195,6 +196,8 @@ static size_t snapshot_section_size(uint32_t tag, const struct snapshot_image *i
 		return sizeof(image->clock);
 	case SNAPSHOT_SECTION_VSOCK:
 		return sizeof(image->vsock);
+	case SNAPSHOT_SECTION_SERIAL:
+		return sizeof(image->serial);
 	default:
 		return 0;
 	}
@@ -215,6 +218,8 @@ static void *snapshot_section_dest(uint32_t tag, uint32_t index, struct snapshot
 		return index == 0 ? &image->clock : NULL;
 	case SNAPSHOT_SECTION_VSOCK:
 		return index == 0 ? &image->vsock : NULL;
+	case SNAPSHOT_SECTION_SERIAL:
+		return index == 0 ? &image->serial : NULL;
 	default:
 		return NULL;
 	}
@@ -294,7 +299,7 @@ static int snapshot_check_complete(const struct snapshot_image *image,
 {
 	const struct snapshot_meta *meta = &image->meta;
 	uint32_t needed = (1u << SNAPSHOT_SECTION_META) | (1u << SNAPSHOT_SECTION_PIT) |
-			  (1u << SNAPSHOT_SECTION_CLOCK);
+			  (1u << SNAPSHOT_SECTION_CLOCK) | (1u << SNAPSHOT_SECTION_SERIAL);
 	uint64_t vcpu_bits;
 
 	if ((seen->tags & needed) != needed || meta->vcpus == 0 || meta->vcpus > VM_MAX_VCPUS ||

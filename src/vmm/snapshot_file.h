@@ -11,6 +11,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "devices/serial.h"
 #include "devices/virtio_mmio.h"
 #include "vmm/cmdline.h"
 #include "vmm/snapshot.h"
@@ -35,6 +36,7 @@ enum snapshot_section_tag {
 	SNAPSHOT_SECTION_PIT = 4,
 	SNAPSHOT_SECTION_CLOCK = 5,
 	SNAPSHOT_SECTION_VSOCK = 6,
+	SNAPSHOT_SECTION_SERIAL = 7,
 };
 
 struct snapshot_header {
@@ -81,6 +83,7 @@ struct snapshot_image {
 	struct kvm_pit_state2 pit;
 	struct kvm_clock_data clock;
 	struct virtio_mmio_state vsock;
+	struct serial_state serial;
 };
 
 /* dir/name into out (PATH_MAX bytes); -ENAMETOOLONG when it does not fit. */

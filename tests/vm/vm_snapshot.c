@@ -28,9 +28,11 @@
 #define TEST_FORK_CHILDREN 3
 #define TEST_WRONG_SECRET_DEADLINE_MS 3000
 #define TEST_CONNECT_TIMEOUT_MS 2000
+#define TEST_RESTORE_TIMEOUT_MS 60000
 #define TEST_OUTPUT_MAX 256
 #define TEST_HEX_LEN (2 * PROTO_SECRET_SIZE + 1)
-#define TEST_DIR_TEMPLATE "/tmp/voidbox-snaptest-XXXXXX"
+/* in the working directory (the build tree), so logs survive a nested run */
+#define TEST_DIR_TEMPLATE "voidbox-snaptest-XXXXXX"
 
 static struct sandbox *parent_vm;
 static char work_dir[sizeof(TEST_DIR_TEMPLATE)];
@@ -114,10 +116,15 @@ static bool handshake_works(struct sandbox *box, const char *secret_hex)
 
 static struct sandbox *restore(const char *dir)
 {
-	struct sandbox_restore_config cfg = { .snapshot_dir = dir };
+	static int restores;
+	char serial_log[PATH_MAX];
+	struct sandbox_restore_config cfg = { .snapshot_dir = dir, .serial_log_path = serial_log,
+					       .timeout_ms = TEST_RESTORE_TIMEOUT_MS };
 	struct sandbox *box = NULL;
 	char err[1024];
 	long started = now_ms();
+
+	snprintf(serial_log, sizeof(serial_log), "%s/restore-%d.log", work_dir, restores++);
 
 	if (sandbox_start_from_snapshot(&cfg, &box, err, sizeof(err)) < 0) {
 		fprintf(stderr, "  restore of %s failed: %s\n", dir, err);
@@ -286,7 +293,7 @@ int main(void)
 {
 	struct guest_image_paths image;
 	struct sandbox_config cfg;
-	char why[512], err[1024];
+	char why[512], err[1024], parent_log[PATH_MAX];
 
 	setvbuf(stdout, NULL, _IOLBF, 0);
 	if (!kvm_probe_usable(why, sizeof(why)))
@@ -305,6 +312,8 @@ int main(void)
 	cfg.initramfs_path = image.initramfs;
 	cfg.memory_mb = TEST_VM_MEMORY_MB;
 	cfg.vcpus = TEST_VM_VCPUS;
+	snprintf(parent_log, sizeof(parent_log), "%s/parent.log", work_dir);
+	cfg.serial_log_path = parent_log;
 	if (sandbox_start(&cfg, &parent_vm, err, sizeof(err)) < 0) {
 		fprintf(stderr, "FAIL: the test VM did not start: %s\n", err);
 		printf("0 passed, 1 failed\n");
@@ -321,6 +330,14 @@ int main(void)
 	sandbox_destroy(parent_vm, harness_tests_failed > 0);
 	remove_snapshot_dir(base_dir);
 	remove_snapshot_dir(diff_dir);
-	rmdir(work_dir);
+	if (harness_tests_failed) {
+		fprintf(stderr, "guest consoles kept in %s\n", work_dir);
+	} else {
+		char cmd[sizeof(work_dir) + 16];
+
+		snprintf(cmd, sizeof(cmd), "rm -rf %s", work_dir);
+		if (system(cmd) != 0)
+			fprintf(stderr, "could not remove %s\n", work_dir);
+	}
 	return harness_finish();
 }
