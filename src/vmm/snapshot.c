@@ -95,6 +95,7 @@ static int snapshot_resume(struct vm *vm)
 		return -ECHILD;
 	atomic_store(&vm->stop, false);
 	for (unsigned int i = 0; i < vm->vcpus_created; i++) {
+		vcpu_state_clock_paused(vm->vcpus[i].fd);
 		pthread_mutex_lock(&vm->kick_lock);
 		int rc = vcpu_start(&vm->vcpus[i]);
 
@@ -595,8 +596,24 @@ static int snapshot_restore_devices(struct snapshot_restore_ctx *ctx)
 	rc = vm_setup_devices(vm, &cfg, ctx->err, ctx->errlen);
 	if (rc == 0 && ctx->info.cid)
 		rc = vm_setup_vsock(vm, &cfg, ctx->err, ctx->errlen);
-	if (rc < 0 || !vm->vsock)
-		return rc;
+	return rc;
+}
+
+/*
+ * Device registers, once the irqchip holds its saved state: an interrupt a device raises
+ * now reaches the restored IOAPIC instead of being overwritten by it. The vsock line is
+ * lowered first so the IOAPIC agrees with the transport, which raises it again when its
+ * saved interrupt status says so.
+ */
+static int snapshot_restore_device_state(struct snapshot_restore_ctx *ctx)
+{
+	struct vm *vm = ctx->vm;
+	int rc;
+
+	serial_state_set(vm->serial, &ctx->image->serial);
+	if (!vm->vsock)
+		return 0;
+	kvm_set_irq_level(&vm->kvm, vm->virtio[0].gsi, false);
 	rc = virtio_mmio_state_set(vsock_device_transport(vm->vsock), &ctx->image->vsock);
 	if (rc < 0) {
 		snprintf(ctx->err, ctx->errlen, "the vsock device refused its saved state: %s",
@@ -677,8 +694,8 @@ static int snapshot_build_vm(struct snapshot_restore_ctx *ctx)
 		rc = vm_setup_vcpus(vm, ctx->err, ctx->errlen);
 	if (rc == 0)
 		rc = snapshot_restore_kvm_state(ctx);
-	if (rc == 0) /* after the irqchip, so a pending THRE interrupt reaches the guest */
-		serial_state_set(vm->serial, &ctx->image->serial);
+	if (rc == 0)
+		rc = snapshot_restore_device_state(ctx);
 	vm->restored = true;
 	return rc;
 }

@@ -33,9 +33,12 @@
 #define TEST_HEX_LEN (2 * PROTO_SECRET_SIZE + 1)
 /* in the working directory (the build tree), so logs survive a nested run */
 #define TEST_DIR_TEMPLATE "voidbox-snaptest-XXXXXX"
+/* snapshots on the local /tmp: a build tree shared into the nested L1 is slow to write */
+#define TEST_SNAP_TEMPLATE "/tmp/voidbox-snapdirs-XXXXXX"
 
 static struct sandbox *parent_vm;
 static char work_dir[sizeof(TEST_DIR_TEMPLATE)];
+static char snap_dir[sizeof(TEST_SNAP_TEMPLATE)];
 static char base_dir[PATH_MAX];
 static char diff_dir[PATH_MAX];
 static char snapshot_secret[TEST_HEX_LEN];
@@ -305,8 +308,13 @@ int main(void)
 		perror("mkdtemp");
 		return 1;
 	}
-	snprintf(base_dir, sizeof(base_dir), "%s/base", work_dir);
-	snprintf(diff_dir, sizeof(diff_dir), "%s/diff", work_dir);
+	snprintf(snap_dir, sizeof(snap_dir), "%s", TEST_SNAP_TEMPLATE);
+	if (!mkdtemp(snap_dir)) {
+		perror("mkdtemp");
+		return 1;
+	}
+	snprintf(base_dir, sizeof(base_dir), "%s/base", snap_dir);
+	snprintf(diff_dir, sizeof(diff_dir), "%s/diff", snap_dir);
 	memset(&cfg, 0, sizeof(cfg));
 	cfg.kernel_path = image.kernel;
 	cfg.initramfs_path = image.initramfs;
@@ -330,6 +338,7 @@ int main(void)
 	sandbox_destroy(parent_vm, harness_tests_failed > 0);
 	remove_snapshot_dir(base_dir);
 	remove_snapshot_dir(diff_dir);
+	rmdir(snap_dir);
 	if (harness_tests_failed) {
 		fprintf(stderr, "guest consoles kept in %s\n", work_dir);
 	} else {
