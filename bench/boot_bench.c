@@ -104,6 +104,7 @@ struct bench_options {
 	const char *json_path;
 	const char *qemu_machine;
 	const char *guest_log_dir;
+	const char *qemu_append;
 	unsigned int runs;
 	unsigned int memory_runs;
 	unsigned int memory_mb;
@@ -147,6 +148,8 @@ static void bench_usage(FILE *out)
 		"  --cid N            guest CID for QEMU's vhost-vsock device (default %u)\n"
 		"  --boot-timeout S   give up on a boot after S seconds (default %u)\n"
 		"  --qemu-machine M   QEMU -M value (default microvm,acpi=on)\n"
+		"  --qemu-append ARGS extra kernel arguments for the QEMU guest only (to try the\n"
+		"                     peer's best case; the default is the identical command line)\n"
 		"  --json PATH        also write every figure as JSON\n"
 		"  --guest-log DIR    after the timed runs, boot each VMM once more and save the\n"
 		"                     guest's uptime and dmesg (its boot timeline) in DIR\n"
@@ -183,6 +186,7 @@ enum bench_option {
 	OPT_CID,
 	OPT_BOOT_TIMEOUT,
 	OPT_QEMU_MACHINE,
+	OPT_QEMU_APPEND,
 	OPT_JSON,
 	OPT_GUEST_LOG,
 	OPT_VERBOSE,
@@ -200,6 +204,7 @@ static const struct option bench_long_options[] = {
 	{ "cid", required_argument, NULL, OPT_CID },
 	{ "boot-timeout", required_argument, NULL, OPT_BOOT_TIMEOUT },
 	{ "qemu-machine", required_argument, NULL, OPT_QEMU_MACHINE },
+	{ "qemu-append", required_argument, NULL, OPT_QEMU_APPEND },
 	{ "json", required_argument, NULL, OPT_JSON },
 	{ "guest-log", required_argument, NULL, OPT_GUEST_LOG },
 	{ "verbose", no_argument, NULL, OPT_VERBOSE },
@@ -228,6 +233,7 @@ static int bench_parse_options(int argc, char **argv, struct bench_options *opts
 		case OPT_JSON: opts->json_path = optarg; break;
 		case OPT_GUEST_LOG: opts->guest_log_dir = optarg; break;
 		case OPT_QEMU_MACHINE: opts->qemu_machine = optarg; break;
+		case OPT_QEMU_APPEND: opts->qemu_append = optarg; break;
 		case OPT_VERBOSE: opts->verbose = true; break;
 		case OPT_RUNS:
 			ok = parse_unsigned("--runs", optarg, 0, BENCH_MAX_RUNS, &opts->runs);
@@ -564,6 +570,8 @@ static int qemu_spawn(const struct bench_options *opts, const char *cmdline,
 /* Polls the agent port until it accepts; -ECHILD when QEMU ends first. */
 static int qemu_wait_for_agent(pid_t pid, unsigned int cid, double deadline_ms)
 {
+	int status;
+
 	while (boot_now_ms() < deadline_ms) {
 		int fd = vsock_connect_cid(cid, PROTO_GUEST_AGENT_PORT, PROBE_CONNECT_TIMEOUT_MS);
 
@@ -571,8 +579,12 @@ static int qemu_wait_for_agent(pid_t pid, unsigned int cid, double deadline_ms)
 			close(fd);
 			return 0;
 		}
-		if (waitpid(pid, NULL, WNOHANG) == pid)
+		if (waitpid(pid, &status, WNOHANG) == pid) {
+			fprintf(stderr, "boot_bench: QEMU ended before the agent answered (%s %d)\n",
+				WIFEXITED(status) ? "exit status" : "signal",
+				WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status));
 			return -ECHILD;
+		}
 		sleep_ns(PROBE_INTERVAL_NS);
 	}
 	return -ETIMEDOUT;
@@ -679,6 +691,7 @@ static int qemu_run(const struct bench_options *opts, const char *workdir,
 {
 	uint8_t secret[CMDLINE_SECRET_LEN];
 	char cmdline[CMDLINE_MAX], serial_path[PATH_MAX], log_path[PATH_MAX];
+	char extra[CMDLINE_MAX];
 	struct qemu_peer peer = { .cid = opts->cid };
 	double start, deadline;
 	pid_t pid;
@@ -687,8 +700,9 @@ static int qemu_run(const struct bench_options *opts, const char *workdir,
 	memset(run, 0, sizeof(*run));
 	if (getrandom(secret, sizeof(secret), 0) != (ssize_t)sizeof(secret))
 		return -EIO;
-	rc = cmdline_build(cmdline, sizeof(cmdline), secret, (uint64_t)time(NULL),
-			   timeline_path ? TIMELINE_CMDLINE : NULL);
+	snprintf(extra, sizeof(extra), "%s%s%s", opts->qemu_append ? opts->qemu_append : "",
+		 opts->qemu_append && timeline_path ? " " : "", timeline_path ? TIMELINE_CMDLINE : "");
+	rc = cmdline_build(cmdline, sizeof(cmdline), secret, (uint64_t)time(NULL), extra);
 	if (rc < 0)
 		return rc;
 	snprintf(serial_path, sizeof(serial_path), "%s/qemu-serial.log", workdir);
