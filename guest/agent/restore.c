@@ -182,7 +182,7 @@ static void restore_set_clock(uint64_t clock_ns)
 		agent_warn("restore: cannot set the clock: %s", strerror(errno));
 }
 
-int restore_apply(const uint8_t *json, size_t len, char **error)
+int restore_apply(const uint8_t *json, size_t len, bool in_vm, char **error)
 {
 	uint8_t secret[PROTO_SECRET_SIZE], seed[RESTORE_SEED_MAX];
 	size_t seed_len = 0;
@@ -193,8 +193,10 @@ int restore_apply(const uint8_t *json, size_t len, char **error)
 		*error = strdup(why);
 		return -EINVAL;
 	}
-	restore_add_entropy(seed, seed_len);
-	restore_set_clock(clock_ns);
+	if (in_vm) {
+		restore_add_entropy(seed, seed_len);
+		restore_set_clock(clock_ns);
+	}
 	pthread_mutex_lock(&restore_lock);
 	memcpy(restore_secret, secret, sizeof(restore_secret));
 	restore_rekeyed = true;
@@ -202,7 +204,8 @@ int restore_apply(const uint8_t *json, size_t len, char **error)
 	pthread_mutex_unlock(&restore_lock);
 	explicit_bzero(secret, sizeof(secret));
 	explicit_bzero(seed, sizeof(seed));
-	agent_info("restore: rekeyed, RNG reseeded, clock set");
+	agent_info("restore: rekeyed%s", in_vm ? ", RNG reseeded, clock set" : " (not PID 1: RNG and "
+		   "clock left alone)");
 	return 0;
 }
 

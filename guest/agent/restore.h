@@ -26,9 +26,11 @@ void restore_conn_unregister(int fd);
 bool restore_is_rekey_path(const char *path);
 /*
  * Applies a rekey document. Returns 0, or -EINVAL with *error (malloc'ed) for the host.
+ * The RNG seed and clock touch the machine, so only an agent that is PID 1 in its VM applies
+ * them (outside a VM, the host's clock is not the agent's to set); the secret always switches.
  * After answering, the caller calls restore_close_stale_connections.
  */
-int restore_apply(const uint8_t *json, size_t len, char **error);
+int restore_apply(const uint8_t *json, size_t len, bool in_vm, char **error);
 void restore_close_stale_connections(void);
 
 /* Parsing only (unit-tested): fills secret, seed (up to seed_cap bytes) and clock. */

@@ -39,7 +39,8 @@ static int rpc_write_file(struct agent_conn *conn, uint32_t request_id, const ui
 		return -EPROTO;
 	}
 	if (restore_is_rekey_path(request.path)) {
-		bool ok = restore_apply(request.content.data, request.content.len, &error) == 0;
+		bool ok = restore_apply(request.content.data, request.content.len,
+					conn->ctx->is_pid1, &error) == 0;
 
 		rpc_send_status(conn, PROTO_MSG_WRITE_FILE_RESPONSE, request_id, error);
 		free(error);
