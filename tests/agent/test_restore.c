@@ -141,6 +141,7 @@ static void test_rekey_switches_secret_and_closes_old_connections(void)
 	CHECK_INT_EQ(control_channel_file_stat(ch, REKEY_PATH, &stat_out,
 					       CONTROL_CHANNEL_TIMEOUT_DEFAULT), 0);
 	CHECK(!stat_out.exists);
+	free(stat_out.error);
 	control_channel_destroy(ch);
 }
 
