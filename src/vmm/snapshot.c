@@ -17,7 +17,6 @@
  */
 #include "vmm/snapshot.h"
 
-#include <cpuid.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -191,8 +190,8 @@ static int snapshot_write_base_memory(const struct guest_memory *mem, int fd)
 	return 0;
 }
 
-/* Pages of [addr, addr + size) that are no longer the mapped file's: bit per page. */
-static int snapshot_private_pages(int pagemap_fd, const uint8_t *addr, uint64_t size,
+/* The pagemap entry (u64 per page) of every page of [addr, addr + size). */
+static int snapshot_read_pagemap(int pagemap_fd, const uint8_t *addr, uint64_t size,
 				  uint64_t *entries)
 {
 	uint64_t pages = size / SNAP_PAGE_SIZE;
@@ -208,8 +207,9 @@ static bool snapshot_pagemap_written(uint64_t entry)
 }
 
 /*
- * memory.diff: header, the guest-physical address of each page, then the pages. Two passes
- * over pagemap (count, write) would race nothing: the vCPUs and the device are held.
+ * memory.diff: header, the guest-physical address of each page, then the pages. pagemap is
+ * read once per region and used for both the count and the writes; nothing can write guest
+ * memory in between, because the vCPUs are parked and the vsock worker is held.
  */
 static int snapshot_write_diff_memory(const struct guest_memory *mem, int fd, uint64_t *pages_out)
 {
@@ -225,7 +225,7 @@ static int snapshot_write_diff_memory(const struct guest_memory *mem, int fd, ui
 		uint64_t pages = mem->regions[r].size / SNAP_PAGE_SIZE;
 
 		entries[r] = malloc(pages * sizeof(uint64_t));
-		rc = entries[r] ? snapshot_private_pages(pagemap_fd, mem->regions[r].host_addr,
+		rc = entries[r] ? snapshot_read_pagemap(pagemap_fd, mem->regions[r].host_addr,
 							 mem->regions[r].size, entries[r])
 				: -ENOMEM;
 		for (uint64_t p = 0; rc == 0 && p < pages; p++)
