@@ -18,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "common/log.h"
@@ -26,6 +27,16 @@
 #define FORK_DIR_TEMPLATE "voidbox-fork-XXXXXX"
 #define FORK_SHM_DIR "/dev/shm"
 #define FORK_FALLBACK_DIR "/tmp"
+#define FORK_MSEC_PER_SEC 1000L
+#define FORK_NSEC_PER_MSEC 1000000L
+
+static long fork_now_ms(void)
+{
+	struct timespec now;
+
+	clock_gettime(CLOCK_MONOTONIC, &now);
+	return now.tv_sec * FORK_MSEC_PER_SEC + now.tv_nsec / FORK_NSEC_PER_MSEC;
+}
 
 static int fork_make_dir(char *dir, size_t len)
 {
@@ -77,6 +88,7 @@ int vm_fork(struct vm *parent, unsigned int n, const struct vm_restore_options *
 	const struct vm_snapshot_options save = { .type = VM_SNAPSHOT_BASE,
 						  .after = VM_SNAPSHOT_RESUME };
 	char dir[PATH_MAX];
+	long started = fork_now_ms(), saved;
 	int rc;
 
 	if (n == 0) {
@@ -92,10 +104,12 @@ int vm_fork(struct vm *parent, unsigned int n, const struct vm_restore_options *
 		return rc;
 	}
 	rc = vm_snapshot_save(parent, dir, &save, err, errlen);
+	saved = fork_now_ms();
 	if (rc == 0)
 		rc = fork_children(dir, n, child_opts, children, err, errlen);
 	fork_remove_dir(dir);
 	if (rc == 0)
-		log_info("fork", "forked %u child VM(s)", n);
+		log_info("fork", "forked %u child VM(s) in %ld ms (parent paused and base written "
+			 "in %ld ms)", n, fork_now_ms() - started, saved - started);
 	return rc;
 }
