@@ -169,6 +169,14 @@ static const struct box_ops local_ops = {
 	.close = local_close,
 };
 
+static int local_cold_boot(struct box *box, const struct sandbox_config *sandbox_cfg,
+			   struct sandbox **out, char *err, size_t errlen)
+{
+	log_info("box", "[box:%s] booting a VM (%u MiB, %u vCPU, kernel %s)", box->name,
+		 sandbox_cfg->memory_mb, sandbox_cfg->vcpus, box->kernel);
+	return sandbox_start(sandbox_cfg, out, err, errlen);
+}
+
 /*
  * Starts the box's sandbox: a cold boot, or, when the box has a snapshot reference, a restore
  * of what it resolves to (store id prefix, then directory). A reference that names nothing is
@@ -184,12 +192,12 @@ static int local_start(struct box *box, const struct box_config *cfg,
 	int rc;
 
 	if (!cfg->snapshot)
-		return sandbox_start(sandbox_cfg, out, err, errlen);
+		return local_cold_boot(box, sandbox_cfg, out, err, errlen);
 	rc = snapshot_store_resolve(cfg->snapshot, dir, sizeof(dir), &source, reason,
 				    sizeof(reason));
 	if (rc == -ENOENT) {
 		log_warn("box", "[box:%s] %s; cold-booting instead", box->name, reason);
-		return sandbox_start(sandbox_cfg, out, err, errlen);
+		return local_cold_boot(box, sandbox_cfg, out, err, errlen);
 	}
 	if (rc < 0) {
 		snprintf(err, errlen, "sandbox.snapshot: %s", reason);
@@ -220,8 +228,6 @@ int box_local_open(struct box *box, const struct box_config *cfg, char *err, siz
 		snprintf(err, errlen, "out of memory opening a sandbox");
 		return -ENOMEM;
 	}
-	log_info("box", "[box:%s] booting a VM (%u MiB, %u vCPU, kernel %s)", box->name,
-		 sandbox_cfg.memory_mb, sandbox_cfg.vcpus, box->kernel);
 	rc = local_start(box, cfg, &sandbox_cfg, &local->sandbox, err, errlen);
 	if (rc < 0) {
 		free(local);
