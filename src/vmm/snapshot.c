@@ -51,6 +51,7 @@
 #define SNAP_IOAPIC_LEVEL_BIT (1ULL << 15) /* redirection entry: trigger mode level */
 #define SNAP_IOAPIC_REMOTE_IRR_BIT (1ULL << 14)
 #define NSEC_PER_SEC_U64 1000000000ULL
+#define NSEC_PER_MSEC_U64 1000000ULL
 #define SNAP_MEMORY_TMP "." VM_SNAPSHOT_MEMORY_FILE ".tmp"
 #define SNAP_DIFF_TMP "." VM_SNAPSHOT_DIFF_FILE ".tmp"
 
@@ -64,6 +65,14 @@ const char *vm_snapshot_type_name(enum vm_snapshot_type type)
 	default:
 		return "unknown";
 	}
+}
+
+static uint64_t snapshot_now_ns(void)
+{
+	struct timespec now;
+
+	clock_gettime(CLOCK_MONOTONIC, &now);
+	return (uint64_t)now.tv_sec * NSEC_PER_SEC_U64 + (uint64_t)now.tv_nsec;
 }
 
 /* ---- pause and resume ---- */
@@ -493,6 +502,7 @@ int vm_snapshot_save(struct vm *vm, const char *dir, const struct vm_snapshot_op
 {
 	struct snapshot_save_ctx ctx = { .vm = vm, .dir = dir, .opts = opts, .err = err,
 					 .errlen = errlen };
+	uint64_t paused_ns = 0, resumed_ns = 0;
 	int rc = snapshot_validate_save(vm, dir, opts, err, errlen);
 
 	if (rc < 0)
@@ -502,6 +512,7 @@ int vm_snapshot_save(struct vm *vm, const char *dir, const struct vm_snapshot_op
 		snprintf(err, errlen, "out of memory");
 		return -ENOMEM;
 	}
+	paused_ns = snapshot_now_ns();
 	rc = snapshot_pause(vm);
 	if (rc < 0)
 		snprintf(err, errlen, "cannot pause the vCPUs: %s", strerror(-rc));
@@ -523,10 +534,13 @@ int vm_snapshot_save(struct vm *vm, const char *dir, const struct vm_snapshot_op
 			rc = resumed;
 		}
 	}
+	resumed_ns = snapshot_now_ns();
 	free(ctx.image);
 	if (rc == 0)
-		log_info(SNAP_LOG, "saved %s snapshot of %u vCPU(s) to %s",
-			 vm_snapshot_type_name(opts->type), vm->vcpus_created, dir);
+		log_info(SNAP_LOG, "saved %s snapshot of %u vCPU(s) to %s in %llu ms; the VM %s",
+			 vm_snapshot_type_name(opts->type), vm->vcpus_created, dir,
+			 (unsigned long long)((resumed_ns - paused_ns) / NSEC_PER_MSEC_U64),
+			 opts->after == VM_SNAPSHOT_RESUME ? "runs again" : "stays stopped");
 	return rc;
 }
 

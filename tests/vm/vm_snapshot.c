@@ -15,6 +15,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/log.h"
 #include "harness.h"
 #include "host/control_channel.h"
 #include "host/vsock_connect.h"
@@ -299,6 +300,7 @@ int main(void)
 	char why[512], err[1024], parent_log[PATH_MAX];
 
 	setvbuf(stdout, NULL, _IOLBF, 0);
+	log_init_from_env(); /* VOIDBOX_LOG_LEVEL=info shows pause and fork timings */
 	if (!kvm_probe_usable(why, sizeof(why)))
 		harness_skip_all(why);
 	if (guest_image_resolve(NULL, NULL, &image, err, sizeof(err)) < 0)
