@@ -677,10 +677,12 @@ static int snapshot_restore_kvm_state(struct snapshot_restore_ctx *ctx)
 	for (unsigned int i = 0; i < vm->vcpus_created; i++)
 		vcpu_state_clock_paused(vm->vcpus[i].fd);
 	return 0;
-fail:
+fail:;
+	int saved = errno;
+
 	snprintf(ctx->err, ctx->errlen, "cannot restore the irqchip, PIT or clock: %s",
-		 strerror(errno));
-	return -errno;
+		 strerror(saved));
+	return -saved;
 }
 
 static int snapshot_build_vm(struct snapshot_restore_ctx *ctx)

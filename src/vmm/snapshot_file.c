@@ -286,6 +286,13 @@ static int snapshot_decode_section(const struct snapshot_section *section, const
 		return -EPROTO;
 	}
 	memcpy(dest, payload, section->len);
+	if (section->tag == SNAPSHOT_SECTION_IRQCHIP &&
+	    image->irqchips[section->index].chip_id != section->index) {
+		snprintf(err, errlen, "irqchip section %" PRIu32 " describes chip %" PRIu32
+			 ": take the snapshot again", section->index,
+			 image->irqchips[section->index].chip_id);
+		return -EBADMSG;
+	}
 	seen->tags |= 1u << section->tag;
 	if (section->tag == SNAPSHOT_SECTION_VCPU)
 		seen->vcpus |= 1ULL << section->index;
