@@ -267,6 +267,31 @@ static void test_fork_three_children(void)
 		sandbox_destroy(children[i], harness_tests_failed > 0);
 }
 
+/* The parent is now a private mapping of the first fork's base: a second fork writes anew. */
+static void test_fork_again_from_forked_parent(void)
+{
+	struct sandbox *child = NULL;
+	char out[TEST_OUTPUT_MAX], err[1024];
+	long started = now_ms();
+	int rc;
+
+	CHECK_INT_EQ(sh(parent_vm, "echo second-generation > /tmp/generation", NULL, 0), 0);
+	rc = sandbox_fork(parent_vm, 1, &child, err, sizeof(err));
+	fprintf(stderr, "  second fork of 1 child in %ld ms\n", now_ms() - started);
+	CHECK_INT_EQ(rc, 0);
+	if (rc < 0) {
+		fprintf(stderr, "  fork failed: %s\n", err);
+		return;
+	}
+	CHECK_INT_EQ(sh(child, "cat /tmp/generation /tmp/after-base", out, sizeof(out)), 0);
+	CHECK_STR_EQ(out, "second-generation\nafter-base");
+	CHECK_INT_EQ(sh(child, "ls /tmp/child-* 2>/dev/null | wc -l", out, sizeof(out)), 0);
+	CHECK_STR_EQ(out, "0");
+	CHECK_INT_EQ(sh(parent_vm, "echo parent-alive", out, sizeof(out)), 0);
+	CHECK_STR_EQ(out, "parent-alive");
+	sandbox_destroy(child, harness_tests_failed > 0);
+}
+
 static void test_missing_base_refused(void)
 {
 	char moved[PATH_MAX + 8], err[1024];
@@ -336,6 +361,7 @@ int main(void)
 	RUN_TEST(test_restore_base_twice_at_once);
 	RUN_TEST(test_restore_diff);
 	RUN_TEST(test_fork_three_children);
+	RUN_TEST(test_fork_again_from_forked_parent);
 	RUN_TEST(test_missing_base_refused);
 	sandbox_destroy(parent_vm, harness_tests_failed > 0);
 	remove_snapshot_dir(base_dir);
