@@ -173,6 +173,33 @@ static bool snapshot_page_is_zero(const uint8_t *page)
 	return memcmp(page, zero, SNAP_PAGE_SIZE) == 0;
 }
 
+/* One region at file_offset: each run of non-zero pages in one write, zero pages as holes. */
+static int snapshot_write_region(const struct guest_memory_region *region, int fd,
+				 uint64_t file_offset)
+{
+	uint64_t run_start = 0, run_len = 0;
+
+	for (uint64_t off = 0; off <= region->size; off += SNAP_PAGE_SIZE) {
+		bool data = off < region->size && !snapshot_page_is_zero(region->host_addr + off);
+
+		if (data) {
+			if (run_len == 0)
+				run_start = off;
+			run_len += SNAP_PAGE_SIZE;
+			continue;
+		}
+		if (run_len == 0)
+			continue;
+		int rc = snapshot_pwrite_all(fd, region->host_addr + run_start, run_len,
+					     file_offset + run_start);
+
+		if (rc < 0)
+			return rc;
+		run_len = 0;
+	}
+	return 0;
+}
+
 /* All regions back to back; zero pages become holes. */
 static int snapshot_write_base_memory(const struct guest_memory *mem, int fd)
 {
@@ -181,20 +208,11 @@ static int snapshot_write_base_memory(const struct guest_memory *mem, int fd)
 	if (ftruncate(fd, (off_t)mem->total_size) < 0)
 		return -errno;
 	for (size_t r = 0; r < mem->region_count; r++) {
-		const struct guest_memory_region *region = &mem->regions[r];
+		int rc = snapshot_write_region(&mem->regions[r], fd, file_offset);
 
-		for (uint64_t off = 0; off < region->size; off += SNAP_PAGE_SIZE) {
-			const uint8_t *page = region->host_addr + off;
-
-			if (snapshot_page_is_zero(page))
-				continue;
-			int rc = snapshot_pwrite_all(fd, page, SNAP_PAGE_SIZE,
-						     file_offset + off);
-
-			if (rc < 0)
-				return rc;
-		}
-		file_offset += region->size;
+		if (rc < 0)
+			return rc;
+		file_offset += mem->regions[r].size;
 	}
 	return 0;
 }
