@@ -860,6 +860,24 @@ int control_channel_snapshot_ready(struct control_channel *ch, int timeout_ms)
 	return rc;
 }
 
+/* The guest will end the current connection on purpose: its end is then not worth a warning. */
+static void conn_expect_end(struct channel_conn *conn)
+{
+	pthread_mutex_lock(&conn->lock);
+	conn->closing = true;
+	pthread_mutex_unlock(&conn->lock);
+}
+
+void control_channel_expect_disconnect(struct control_channel *ch)
+{
+	struct channel_conn *conn = channel_current(ch);
+
+	if (!conn)
+		return;
+	conn_expect_end(conn);
+	conn_put(conn);
+}
+
 int control_channel_shutdown(struct control_channel *ch)
 {
 	struct channel_conn *conn = NULL;
@@ -868,12 +886,8 @@ int control_channel_shutdown(struct control_channel *ch)
 	if (rc < 0)
 		return rc;
 	rc = conn_send(conn, PROTO_MSG_SHUTDOWN, channel_next_request_id(ch), NULL, 0);
-	if (rc == 0) {
-		/* the guest now powers off: the connection's end is expected, not news */
-		pthread_mutex_lock(&conn->lock);
-		conn->closing = true;
-		pthread_mutex_unlock(&conn->lock);
-	}
+	if (rc == 0)
+		conn_expect_end(conn); /* the guest now powers off */
 	conn_put(conn);
 	return rc;
 }

@@ -82,6 +82,11 @@ int control_channel_file_stat(struct control_channel *ch, const char *path,
 			      struct proto_file_stat_response *out, int timeout_ms);
 /* Round trip of SnapshotReady: returns once the agent has echoed it. */
 int control_channel_snapshot_ready(struct control_channel *ch, int timeout_ms);
+/*
+ * Says the agent is about to close the current connection on purpose (after a rekey): its end
+ * is logged at debug level instead of as a warning. Calls keep failing or reconnecting as usual.
+ */
+void control_channel_expect_disconnect(struct control_channel *ch);
 /* Sends Shutdown (the agent powers the VM off); nothing answers it. */
 int control_channel_shutdown(struct control_channel *ch);
 

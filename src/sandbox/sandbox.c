@@ -471,6 +471,8 @@ static int sandbox_rekey(struct sandbox *sandbox, const uint8_t old_secret[PROTO
 	if (rc < 0)
 		return rc;
 	len = sandbox_rekey_document(sandbox, json, sizeof(json));
+	/* the agent closes this connection once it has answered */
+	control_channel_expect_disconnect(sandbox->channel);
 	rc = len < 0 ? len
 		     : control_channel_write_file(sandbox->channel, SANDBOX_REKEY_PATH, json,
 						  (size_t)len, false, CONTROL_CHANNEL_TIMEOUT_DEFAULT);
