@@ -47,6 +47,16 @@ int cli_fork_run(const struct cli_globals *globals, int argc, char **argv);
 
 struct sandbox;
 struct sandbox_config;
+struct guest_image_paths;
+
+/*
+ * Fills cfg's kernel and initramfs from the flags already in cfg, VOID_BOX_KERNEL /
+ * VOID_BOX_INITRAMFS or the built image (paths kept in *image). Without an image that is an
+ * error (printed) unless a snapshot is asked for: a restore needs none, and only the
+ * cold-boot fallback then fails, saying so.
+ */
+int cli_sandbox_resolve_image(const char *command, const char *snapshot_ref,
+			      struct sandbox_config *cfg, struct guest_image_paths *image);
 
 /*
  * Starts the sandbox for exec/shell/fork. snapshot_ref NULL: a cold boot from cfg and no

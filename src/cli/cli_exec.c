@@ -308,13 +308,8 @@ int cli_exec_run(const struct cli_globals *globals, int argc, char **argv)
 		cli_exec_args_free(&args);
 		return rc < 0 ? CLI_EXIT_OK : rc;
 	}
-	if (guest_image_resolve(args.sandbox.kernel_path, args.sandbox.initramfs_path, &image, err,
-				sizeof(err)) < 0) {
-		fprintf(stderr, "voidbox exec: %s\n", err);
+	if (cli_sandbox_resolve_image("exec", args.snapshot, &args.sandbox, &image) < 0)
 		goto out;
-	}
-	args.sandbox.kernel_path = image.kernel;
-	args.sandbox.initramfs_path = image.initramfs[0] ? image.initramfs : NULL;
 	rc = cli_exec_read_stdin(&args.request.stdin_data);
 	if (rc < 0) {
 		if (rc != -EFBIG)

@@ -346,13 +346,8 @@ int cli_fork_run(const struct cli_globals *globals, int argc, char **argv)
 
 	if (rc != 0)
 		return rc < 0 ? CLI_EXIT_OK : rc;
-	if (guest_image_resolve(args.sandbox.kernel_path, args.sandbox.initramfs_path, &image, err,
-				sizeof(err)) < 0) {
-		fprintf(stderr, "voidbox fork: %s\n", err);
+	if (cli_sandbox_resolve_image("fork", args.snapshot, &args.sandbox, &image) < 0)
 		return CLI_EXIT_SANDBOX_FAILURE;
-	}
-	args.sandbox.kernel_path = image.kernel;
-	args.sandbox.initramfs_path = image.initramfs[0] ? image.initramfs : NULL;
 	started = cli_fork_now_ms();
 	if (cli_sandbox_start("fork", args.snapshot, &args.sandbox, false, &parent, err,
 			      sizeof(err)) < 0) {

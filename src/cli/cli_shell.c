@@ -375,13 +375,8 @@ int cli_shell_run(const struct cli_globals *globals, int argc, char **argv)
 	rc = cli_shell_parse(argc, argv, &s);
 	if (rc != 0)
 		return rc < 0 ? CLI_EXIT_OK : rc;
-	if (guest_image_resolve(s.sandbox.kernel_path, s.sandbox.initramfs_path, &image, err,
-				sizeof(err)) < 0) {
-		fprintf(stderr, "voidbox shell: %s\n", err);
+	if (cli_sandbox_resolve_image("shell", s.snapshot, &s.sandbox, &image) < 0)
 		return CLI_EXIT_SANDBOX_FAILURE;
-	}
-	s.sandbox.kernel_path = image.kernel;
-	s.sandbox.initramfs_path = image.initramfs[0] ? image.initramfs : NULL;
 	if (pipe2(s.closed_pipe, O_CLOEXEC) < 0 ||
 	    pipe2(shell_winch_pipe, O_CLOEXEC | O_NONBLOCK) < 0) {
 		fprintf(stderr, "voidbox shell: cannot create pipes: %s\n", strerror(errno));

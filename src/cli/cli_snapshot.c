@@ -131,6 +131,38 @@ static bool cli_snapshot_number(const char *flag, const char *text, unsigned lon
 
 /* ---- starting a sandbox from a --snapshot reference ---- */
 
+int cli_sandbox_resolve_image(const char *command, const char *snapshot_ref,
+			      struct sandbox_config *cfg, struct guest_image_paths *image)
+{
+	char err[CLI_SNAPSHOT_ERROR_MAX];
+
+	if (guest_image_resolve(cfg->kernel_path, cfg->initramfs_path, image, err,
+				sizeof(err)) < 0) {
+		if (!snapshot_ref) {
+			fprintf(stderr, "voidbox %s: %s\n", command, err);
+			return -ENOENT;
+		}
+		/* a restore needs no image; only a cold-boot fallback would */
+		cfg->kernel_path = NULL;
+		cfg->initramfs_path = NULL;
+		return 0;
+	}
+	cfg->kernel_path = image->kernel;
+	cfg->initramfs_path = image->initramfs[0] ? image->initramfs : NULL;
+	return 0;
+}
+
+static int cli_sandbox_cold_boot(const struct sandbox_config *cfg, struct sandbox **out,
+				 char *err, size_t errlen)
+{
+	if (!cfg->kernel_path) {
+		snprintf(err, errlen,
+			 "no guest image to cold-boot: run `voidbox image build` (or pass --kernel / set VOID_BOX_KERNEL)");
+		return -ENOENT;
+	}
+	return sandbox_start(cfg, out, err, errlen);
+}
+
 int cli_sandbox_start(const char *command, const char *snapshot_ref,
 		      const struct sandbox_config *cfg, bool track_dirty_pages,
 		      struct sandbox **out, char *err, size_t errlen)
@@ -141,12 +173,12 @@ int cli_sandbox_start(const char *command, const char *snapshot_ref,
 	int rc;
 
 	if (!snapshot_ref)
-		return sandbox_start(cfg, out, err, errlen);
+		return cli_sandbox_cold_boot(cfg, out, err, errlen);
 	rc = snapshot_store_resolve(snapshot_ref, dir, sizeof(dir), &source, reason,
 				    sizeof(reason));
 	if (rc == -ENOENT) {
 		fprintf(stderr, "voidbox %s: warning: %s; cold-booting instead\n", command, reason);
-		return sandbox_start(cfg, out, err, errlen);
+		return cli_sandbox_cold_boot(cfg, out, err, errlen);
 	}
 	if (rc < 0) {
 		snprintf(err, errlen, "%s", reason);

@@ -965,7 +965,7 @@ int snapshot_store_resolve(const char *reference, char *dir_out, size_t dir_len,
 										     0;
 	}
 	snapshot_store_error(err, errlen,
-			     "snapshot '%s' is neither a stored snapshot id (see voidbox snapshot list) nor a directory holding %s",
+			     "snapshot '%s' is neither a stored snapshot id (see voidbox snapshot list) nor a snapshot directory (one holding a '%s' file)",
 			     reference, SNAPSHOT_STORE_STATE_FILE);
 	return -ENOENT;
 }
