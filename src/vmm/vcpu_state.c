@@ -11,6 +11,7 @@
 #include "vmm/vcpu_state.h"
 
 #include <errno.h>
+#include <stddef.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
@@ -86,11 +87,21 @@ static const uint32_t vcpu_state_msr_indices[] = {
 _Static_assert(sizeof(vcpu_state_msr_indices) / sizeof(vcpu_state_msr_indices[0]) <=
 		       VCPU_STATE_MAX_MSRS,
 	       "vcpu_state.msrs is too small for the captured MSR list");
+_Static_assert(sizeof(((struct kvm_xsave *)0)->region) ==
+		       sizeof(((struct vcpu_state *)0)->xsave_region),
+	       "vcpu_state.xsave_region must hold kvm_xsave.region");
 
+/* struct kvm_msrs with room for one entry, spelled out: kvm_msrs ends in a flexible array */
 struct vcpu_state_one_msr {
-	struct kvm_msrs head;
+	uint32_t nmsrs;
+	uint32_t pad;
 	struct kvm_msr_entry entry;
 };
+
+_Static_assert(offsetof(struct vcpu_state_one_msr, entry) == sizeof(struct kvm_msrs) &&
+		       offsetof(struct vcpu_state_one_msr, entry) ==
+			       offsetof(struct kvm_msrs, entries),
+	       "vcpu_state_one_msr must match the layout of struct kvm_msrs");
 
 int vcpu_state_settle(int vcpu_fd, struct kvm_run *run)
 {
@@ -106,7 +117,7 @@ int vcpu_state_settle(int vcpu_fd, struct kvm_run *run)
 
 static int vcpu_state_get_msr(int vcpu_fd, uint32_t index, uint64_t *value)
 {
-	struct vcpu_state_one_msr one = { .head = { .nmsrs = 1 }, .entry = { .index = index } };
+	struct vcpu_state_one_msr one = { .nmsrs = 1, .entry = { .index = index } };
 
 	if (ioctl(vcpu_fd, KVM_GET_MSRS, &one) != 1)
 		return -ENOENT;
@@ -117,7 +128,7 @@ static int vcpu_state_get_msr(int vcpu_fd, uint32_t index, uint64_t *value)
 static int vcpu_state_set_msr(int vcpu_fd, uint32_t index, uint64_t value)
 {
 	struct vcpu_state_one_msr one = {
-		.head = { .nmsrs = 1 }, .entry = { .index = index, .data = value },
+		.nmsrs = 1, .entry = { .index = index, .data = value },
 	};
 
 	return ioctl(vcpu_fd, KVM_SET_MSRS, &one) == 1 ? 0 : -EIO;
@@ -147,7 +158,7 @@ int vcpu_state_capture(int vcpu_fd, struct vcpu_state *state)
 	    ioctl(vcpu_fd, KVM_GET_LAPIC, &state->lapic) < 0 ||
 	    ioctl(vcpu_fd, KVM_GET_VCPU_EVENTS, &state->events) < 0 ||
 	    ioctl(vcpu_fd, KVM_GET_XCRS, &state->xcrs) < 0 ||
-	    ioctl(vcpu_fd, KVM_GET_XSAVE, &state->xsave) < 0 ||
+	    ioctl(vcpu_fd, KVM_GET_XSAVE, (struct kvm_xsave *)state->xsave_region) < 0 ||
 	    ioctl(vcpu_fd, KVM_GET_MP_STATE, &state->mp_state) < 0 ||
 	    ioctl(vcpu_fd, KVM_GET_DEBUGREGS, &state->debugregs) < 0)
 		return -errno;
@@ -222,7 +233,7 @@ int vcpu_state_restore(int vcpu_fd, const struct vcpu_state *state)
 	events.flags |= KVM_VCPUEVENT_VALID_NMI_PENDING | KVM_VCPUEVENT_VALID_SIPI_VECTOR;
 	if (ioctl(vcpu_fd, KVM_SET_VCPU_EVENTS, &events) < 0 ||
 	    ioctl(vcpu_fd, KVM_SET_XCRS, &state->xcrs) < 0 ||
-	    ioctl(vcpu_fd, KVM_SET_XSAVE, &state->xsave) < 0 ||
+	    ioctl(vcpu_fd, KVM_SET_XSAVE, (const struct kvm_xsave *)state->xsave_region) < 0 ||
 	    ioctl(vcpu_fd, KVM_SET_REGS, &state->regs) < 0 ||
 	    ioctl(vcpu_fd, KVM_SET_DEBUGREGS, &state->debugregs) < 0 ||
 	    ioctl(vcpu_fd, KVM_SET_MP_STATE, &state->mp_state) < 0)

@@ -11,6 +11,8 @@
 #include <stdint.h>
 
 #define VCPU_STATE_MAX_MSRS 64
+/* the legacy 4 KiB XSAVE area of struct kvm_xsave (its flexible tail is for AMX, unused) */
+#define VCPU_STATE_XSAVE_WORDS 1024
 
 struct vcpu_state {
 	struct kvm_regs regs;
@@ -18,7 +20,8 @@ struct vcpu_state {
 	struct kvm_lapic_state lapic;
 	struct kvm_vcpu_events events;
 	struct kvm_xcrs xcrs;
-	struct kvm_xsave xsave;
+	/* struct kvm_xsave's region[], kept as words: the struct ends in a flexible array */
+	uint32_t xsave_region[VCPU_STATE_XSAVE_WORDS];
 	struct kvm_mp_state mp_state;
 	struct kvm_debugregs debugregs;
 	uint32_t msr_count;
