@@ -1,6 +1,8 @@
 /*
  * Guest RAM: at most two anonymous mappings (below the MMIO gap and above 4 GiB). Mappings
- * use MAP_NORESERVE so a large, mostly idle guest costs only the pages it touches.
+ * use MAP_NORESERVE so a large, mostly idle guest costs only the pages it touches, and start
+ * on 2 MiB boundaries with transparent huge pages requested, so KVM's second-level tables can
+ * use 2 MiB pages (a 4 KiB-mapped guest boots measurably slower, docs/performance.md).
  */
 #include "vmm/memory.h"
 
@@ -75,12 +77,40 @@ int guest_memory_plan(struct guest_memory *mem, uint64_t memory_mb, uint64_t hos
 	return 0;
 }
 
+/*
+ * An anonymous mapping of size bytes whose start is GUEST_MEMORY_HOST_ALIGN-aligned: KVM maps
+ * guest memory with 2 MiB pages only where the host address and the guest address agree
+ * modulo 2 MiB, and guest RAM regions start on 2 MiB boundaries. Over-reserves by one
+ * alignment unit and trims both ends.
+ */
+static void *guest_memory_map_aligned(uint64_t size)
+{
+	size_t reserve = (size_t)size + GUEST_MEMORY_HOST_ALIGN;
+	uint8_t *base = mmap(NULL, reserve, PROT_READ | PROT_WRITE,
+			     MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+	uint8_t *aligned;
+	size_t head, tail;
+
+	if (base == MAP_FAILED)
+		return MAP_FAILED;
+	aligned = (uint8_t *)(((uintptr_t)base + GUEST_MEMORY_HOST_ALIGN - 1) &
+			      ~(uintptr_t)(GUEST_MEMORY_HOST_ALIGN - 1));
+	head = (size_t)(aligned - base);
+	tail = reserve - head - (size_t)size;
+	if (head)
+		munmap(base, head);
+	if (tail)
+		munmap(aligned + size, tail);
+	/* transparent huge pages where the host offers them; a refusal costs only speed */
+	madvise(aligned, (size_t)size, MADV_HUGEPAGE);
+	return aligned;
+}
+
 int guest_memory_map(struct guest_memory *mem)
 {
 	for (size_t i = 0; i < mem->region_count; i++) {
 		struct guest_memory_region *region = &mem->regions[i];
-		void *addr = mmap(NULL, region->size, PROT_READ | PROT_WRITE,
-				  MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+		void *addr = guest_memory_map_aligned(region->size);
 
 		if (addr == MAP_FAILED) {
 			int rc = -errno;

@@ -17,6 +17,8 @@
 #define GUEST_MEMORY_MIN_MB 64ULL
 #define GUEST_MEMORY_MAX_MB (1024ULL * 1024ULL) /* 1 TiB: far beyond any sandbox */
 #define GUEST_MEMORY_MIB ((uint64_t)1 << 20)
+/* host mappings start on a 2 MiB boundary so KVM can back the guest with huge pages */
+#define GUEST_MEMORY_HOST_ALIGN ((size_t)2 << 20)
 
 /*
  * Fills mem->regions for memory_mb without mapping. host_ram_bytes is the host's physical

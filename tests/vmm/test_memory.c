@@ -82,6 +82,23 @@ static void test_ptr_across_regions(void)
 	guest_memory_unmap(&mem);
 }
 
+static void test_host_mappings_are_huge_page_aligned(void)
+{
+	struct guest_memory mem;
+	char err[256];
+
+	/* two regions of odd sizes: each must still start on a 2 MiB boundary */
+	CHECK_INT_EQ(guest_memory_plan(&mem, 3328 + 66, 0, err, sizeof(err)), 0);
+	CHECK_INT_EQ(guest_memory_map(&mem), 0);
+	for (size_t i = 0; i < mem.region_count; i++) {
+		CHECK_INT_EQ((uintptr_t)mem.regions[i].host_addr % GUEST_MEMORY_HOST_ALIGN, 0);
+		/* the whole region is usable: first and last byte */
+		mem.regions[i].host_addr[0] = 1;
+		mem.regions[i].host_addr[mem.regions[i].size - 1] = 1;
+	}
+	guest_memory_unmap(&mem);
+}
+
 struct access_log {
 	uint64_t offset;
 	uint32_t len;
@@ -134,6 +151,7 @@ int main(void)
 	RUN_TEST(test_plan_layout);
 	RUN_TEST(test_ptr_bounds);
 	RUN_TEST(test_ptr_across_regions);
+	RUN_TEST(test_host_mappings_are_huge_page_aligned);
 	RUN_TEST(test_bus);
 	return harness_finish();
 }
