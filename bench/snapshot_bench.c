@@ -64,7 +64,10 @@
 #define SB_QMP_BUF 8192
 #define SB_REAP_WAIT_NS 10000000L
 #define SB_REAP_TRIES 500
-#define SB_NS_PER_SEC 1000000000L
+#define SB_MS_PER_SEC 1000
+#define SB_US_PER_MS 1000
+#define SB_NS_PER_MS 1000000L
+#define SB_QEMU_ARGV_MAX 32
 #define SB_DIFF_WORKLOAD "dd if=/dev/zero of=/tmp/bench-diff bs=1024 count=1024 2>/dev/null"
 
 struct sb_options {
@@ -331,7 +334,8 @@ static int sb_vsock_connect(unsigned int cid, int timeout_ms)
 {
 	struct sockaddr_vm addr = { .svm_family = AF_VSOCK, .svm_cid = cid,
 				    .svm_port = PROTO_GUEST_AGENT_PORT };
-	struct timeval tv = { .tv_sec = timeout_ms / 1000, .tv_usec = (timeout_ms % 1000) * 1000 };
+	struct timeval tv = { .tv_sec = timeout_ms / SB_MS_PER_SEC,
+			      .tv_usec = (timeout_ms % SB_MS_PER_SEC) * SB_US_PER_MS };
 	int fd = socket(AF_VSOCK, SOCK_STREAM | SOCK_CLOEXEC, 0);
 
 	if (fd < 0)
@@ -357,14 +361,17 @@ static pid_t sb_qemu_spawn(const struct sb_options *o, const char *cmdline, cons
 			   const char *incoming, const char *log_path)
 {
 	char memory[16], device[64], qmp_arg[PATH_MAX + 32];
-	const char *argv[32] = {
+	const char *argv[SB_QEMU_ARGV_MAX] = {
 		o->qemu_path, "-M", o->qemu_machine, "-enable-kvm", "-cpu", "host", "-m", memory,
 		"-smp", "1", "-nodefaults", "-no-user-config", "-display", "none", "-no-reboot",
 		"-serial", "null", "-kernel", o->kernel, "-append", cmdline, "-device", device,
 		"-qmp", qmp_arg,
 	};
-	size_t argc = 25;
+	size_t argc = 0;
 	pid_t pid;
+
+	while (argv[argc])
+		argc++;
 
 	snprintf(memory, sizeof(memory), "%u", o->memory_mb);
 	snprintf(device, sizeof(device), "vhost-vsock-device,guest-cid=%u", o->cid);
@@ -490,7 +497,7 @@ static int sb_qmp_open(const char *path, double deadline)
 
 static int sb_qmp_migrate(int fd, const char *file)
 {
-	struct timespec wait = { .tv_nsec = SB_QMP_POLL_MS * 1000000L };
+	struct timespec wait = { .tv_nsec = SB_QMP_POLL_MS * SB_NS_PER_MS };
 	char command[PATH_MAX + 96], buf[SB_QMP_BUF];
 	int rc;
 

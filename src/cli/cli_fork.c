@@ -210,7 +210,8 @@ static int cli_fork_warmup(struct sandbox *parent, const char *command)
 {
 	static char shell[] = CLI_FORK_SHELL, dash_c[] = "-c";
 	char *args[] = { dash_c, (char *)command };
-	struct proto_exec_request request = { .program = shell, .args = args, .args_count = 2 };
+	struct proto_exec_request request = { .program = shell, .args = args,
+					      .args_count = sizeof(args) / sizeof(args[0]) };
 	struct proto_exec_response response = { 0 };
 	int rc = control_channel_exec(sandbox_channel(parent), &request, NULL, NULL, &response);
 

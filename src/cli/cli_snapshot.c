@@ -34,6 +34,9 @@
 #define CLI_SNAPSHOT_NS_PER_MS 1000000
 #define CLI_SNAPSHOT_BYTES_PER_MIB (1024.0 * 1024.0)
 #define CLI_SNAPSHOT_TIME_TEXT 32
+#define CLI_SNAPSHOT_SHIFT_KIB 10
+#define CLI_SNAPSHOT_SHIFT_MIB 20
+#define CLI_SNAPSHOT_SHIFT_GIB 30
 
 /* The device set sandbox_start gives every VM, part of the config hash. */
 static const char *const cli_snapshot_devices[] = { "serial", "vsock" };
@@ -629,11 +632,11 @@ static bool cli_snapshot_parse_bytes(const char *text, uint64_t *out)
 	if (errno || end == text || text[0] == '-')
 		return false;
 	if (*end == 'K' || *end == 'k')
-		shift = 10;
+		shift = CLI_SNAPSHOT_SHIFT_KIB;
 	else if (*end == 'M' || *end == 'm')
-		shift = 20;
+		shift = CLI_SNAPSHOT_SHIFT_MIB;
 	else if (*end == 'G' || *end == 'g')
-		shift = 30;
+		shift = CLI_SNAPSHOT_SHIFT_GIB;
 	else if (*end)
 		return false;
 	if (shift && end[1])
