@@ -138,6 +138,41 @@ static void test_run_example_human_and_json(void)
 	json_decref(json);
 }
 
+/* The shipped agent and fan-out pipeline examples run as written (mock mode, no VM). */
+static void test_run_agent_and_pipeline_examples(void)
+{
+	static struct cli_result result;
+	char path[TEST_PATH_MAX];
+	json_t *json;
+
+	snprintf(path, sizeof(path), "%s/agent.yaml", examples_dir);
+	run_voidbox(&result, (const char *const[]){ "--output", "json", "run", "--file", path,
+						    NULL });
+	CHECK_INT_EQ(result.status, 0);
+	json = parse_json(result.out);
+	CHECK(json != NULL);
+	if (json) {
+		CHECK(json_is_true(json_object_get(json, "success")));
+		CHECK_STR_EQ(json_string_value(json_object_get(json, "kind")), "agent");
+		CHECK_INT_EQ(json_array_size(json_object_get(json, "stages")), 1);
+		CHECK(strstr(json_string_value(json_object_get(json, "output")), "haiku") != NULL);
+		json_decref(json);
+	}
+
+	snprintf(path, sizeof(path), "%s/pipeline-fanout.yaml", examples_dir);
+	run_voidbox(&result, (const char *const[]){ "--output", "json", "run", "--file", path,
+						    NULL });
+	CHECK_INT_EQ(result.status, 0);
+	json = parse_json(result.out);
+	CHECK(json != NULL);
+	if (json) {
+		CHECK(json_is_true(json_object_get(json, "success")));
+		CHECK_STR_EQ(json_string_value(json_object_get(json, "kind")), "pipeline");
+		CHECK(json_array_size(json_object_get(json, "stages")) >= 2);
+		json_decref(json);
+	}
+}
+
 static void test_run_failure_and_input(void)
 {
 	static struct cli_result result;
@@ -342,6 +377,7 @@ int main(int argc, char **argv)
 	unsetenv("VOID_BOX_INITRAMFS");
 	unsetenv("VOIDBOX_LOG_LEVEL");
 	RUN_TEST(test_run_example_human_and_json);
+	RUN_TEST(test_run_agent_and_pipeline_examples);
 	RUN_TEST(test_run_failure_and_input);
 	RUN_TEST(test_run_refuses_unsupported);
 	RUN_TEST(test_run_sandbox_kind_waits_for_signal);
