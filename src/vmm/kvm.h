@@ -32,9 +32,12 @@ void kvm_set_irq_level(void *opaque, uint32_t gsi, bool asserted);
 void kvm_close(struct kvm *kvm);
 
 /*
- * Runs a tiny real-mode loop as a guest and times it. Returns true when this host's KVM runs
- * standard guests at hardware speed; false with the reason and the remedy in why otherwise.
+ * Whether this host's KVM runs standard guests at hardware speed: true, or false with the
+ * reason and the remedy in why. The loaded backend module decides (kvm_intel/kvm_amd: yes;
+ * kvm_pvm: no); for any other backend a tiny real-mode guest loop is timed.
  */
 bool kvm_probe_usable(char *why, size_t why_len);
+/* The timed guest loop alone, whatever the backend (diagnostics, tests). */
+bool kvm_probe_guest_loop(char *why, size_t why_len);
 
 #endif
