@@ -57,12 +57,19 @@ void reaper_block_signals(void)
 	pthread_sigmask(SIG_BLOCK, &set, NULL);
 }
 
+/*
+ * A command starts with every signal at its default action and none blocked: whatever the
+ * agent ignores or blocks for itself (SIGPIPE, SIGCHLD), and whatever its own parent left
+ * ignored (nohup's SIGHUP when the agent runs on a host), must not leak into sandboxed
+ * programs, or `yes | head` never ends and a hung-up PTY session ignores SIGHUP.
+ */
 void reaper_child_reset_signals(void)
 {
 	sigset_t empty;
 
-	signal(SIGCHLD, SIG_DFL);
-	signal(SIGPIPE, SIG_DFL);
+	for (int signo = 1; signo < NSIG; signo++)
+		if (signo != SIGKILL && signo != SIGSTOP)
+			signal(signo, SIG_DFL);
 	sigemptyset(&empty);
 	sigprocmask(SIG_SETMASK, &empty, NULL);
 }
