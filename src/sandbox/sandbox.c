@@ -10,6 +10,7 @@
 #include "sandbox/sandbox.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -30,6 +31,8 @@
 #define SANDBOX_SOCKET_NAME "vsock.sock"
 #define SANDBOX_SERIAL_NAME "serial.log"
 #define SANDBOX_KERNEL_CACHE_SUBDIR "cache/kernels"
+/* how much of the guest console an early-exit error quotes */
+#define SANDBOX_CONSOLE_TAIL_BYTES 240
 #define SANDBOX_PATH_MAX 256
 /* one vsock connect attempt while the guest boots */
 #define SANDBOX_PROBE_CONNECT_TIMEOUT_MS 1000
@@ -137,6 +140,37 @@ int sandbox_kernel_cache_dir(char *out, size_t len)
 	return 0;
 }
 
+/*
+ * The last bytes of the guest console on one line (control characters become spaces), so an error
+ * shows why the guest stopped even where the log file itself does not survive (a CI VM).
+ */
+static void sandbox_console_tail(const char *path, char *out, size_t len)
+{
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	off_t size;
+	ssize_t got;
+	size_t used = 0;
+
+	out[0] = '\0';
+	if (fd < 0)
+		return;
+	size = lseek(fd, 0, SEEK_END);
+	if (size > 0 && lseek(fd, size > (off_t)(len - 1) ? size - (off_t)(len - 1) : 0, SEEK_SET) >= 0) {
+		got = read(fd, out, len - 1);
+		if (got > 0) {
+			for (ssize_t i = 0; i < got; i++) {
+				char c = out[i];
+
+				if (c == '\r')
+					continue;
+				out[used++] = (c == '\n' || (unsigned char)c < 0x20) ? ' ' : c;
+			}
+		}
+	}
+	out[used] = '\0';
+	close(fd);
+}
+
 static bool sandbox_vm_ended(struct sandbox *sandbox)
 {
 	if (!sandbox->exited && vm_wait(sandbox->vm, 0, &sandbox->exit_reason) == 0)
@@ -160,10 +194,13 @@ static int sandbox_wait_for_agent_port(struct sandbox *sandbox, int timeout_ms, 
 		int fd;
 
 		if (sandbox_vm_ended(sandbox)) {
+			char tail[SANDBOX_CONSOLE_TAIL_BYTES + 1];
+
+			sandbox_console_tail(sandbox->serial_log_path, tail, sizeof(tail));
 			snprintf(err, errlen,
-				 "the VM stopped (%s) before its guest agent answered; the guest console is in %s",
+				 "the VM stopped (%s) before its guest agent answered; the guest console is in %s%s%s",
 				 vm_exit_reason_name(sandbox->exit_reason),
-				 sandbox->serial_log_path);
+				 sandbox->serial_log_path, tail[0] ? ", ending: " : "", tail);
 			return -ECHILD;
 		}
 		fd = vsock_host_connect(sandbox->socket_path, PROTO_GUEST_AGENT_PORT,
