@@ -275,6 +275,34 @@ static int sandbox_check_kvm(char *err, size_t errlen)
 	return -ENODEV;
 }
 
+/* A sandbox with its runtime directory and console path, no VM yet. */
+static int sandbox_prepare(const char *serial_log_path, struct sandbox **out, char *err,
+			   size_t errlen)
+{
+	struct sandbox *sandbox = calloc(1, sizeof(*sandbox));
+	int rc;
+
+	if (!sandbox) {
+		snprintf(err, errlen, "out of memory");
+		return -ENOMEM;
+	}
+	rc = sandbox_make_runtime_dir(sandbox, err, errlen);
+	if (rc < 0) {
+		free(sandbox);
+		return rc;
+	}
+	if (serial_log_path) {
+		snprintf(sandbox->serial_log_path, sizeof(sandbox->serial_log_path), "%s",
+			 serial_log_path);
+	} else {
+		snprintf(sandbox->serial_log_path, sizeof(sandbox->serial_log_path), "%s/%s",
+			 sandbox->runtime_dir, SANDBOX_SERIAL_NAME);
+		sandbox->serial_log_is_ours = true;
+	}
+	*out = sandbox;
+	return 0;
+}
+
 int sandbox_start(const struct sandbox_config *cfg, struct sandbox **out, char *err,
 		  size_t errlen)
 {
@@ -287,24 +315,9 @@ int sandbox_start(const struct sandbox_config *cfg, struct sandbox **out, char *
 	rc = sandbox_check_kvm(err, errlen);
 	if (rc < 0)
 		return rc;
-	sandbox = calloc(1, sizeof(*sandbox));
-	if (!sandbox) {
-		snprintf(err, errlen, "out of memory");
-		return -ENOMEM;
-	}
-	rc = sandbox_make_runtime_dir(sandbox, err, errlen);
-	if (rc < 0) {
-		free(sandbox);
+	rc = sandbox_prepare(cfg->serial_log_path, &sandbox, err, errlen);
+	if (rc < 0)
 		return rc;
-	}
-	if (cfg->serial_log_path) {
-		snprintf(sandbox->serial_log_path, sizeof(sandbox->serial_log_path), "%s",
-			 cfg->serial_log_path);
-	} else {
-		snprintf(sandbox->serial_log_path, sizeof(sandbox->serial_log_path), "%s/%s",
-			 sandbox->runtime_dir, SANDBOX_SERIAL_NAME);
-		sandbox->serial_log_is_ours = true;
-	}
 	if (getrandom(sandbox->secret, sizeof(sandbox->secret), 0) != sizeof(sandbox->secret)) {
 		rc = -errno;
 		snprintf(err, errlen, "cannot draw a session secret: %s", strerror(errno));
@@ -524,34 +537,6 @@ static int sandbox_rekey(struct sandbox *sandbox, const uint8_t old_secret[PROTO
 	}
 	vm_snapshot_set_secret(sandbox->vm, sandbox->secret);
 	return sandbox_open_channel(sandbox, err, errlen);
-}
-
-/* A sandbox with its runtime directory and console path, no VM yet. */
-static int sandbox_prepare(const char *serial_log_path, struct sandbox **out, char *err,
-			   size_t errlen)
-{
-	struct sandbox *sandbox = calloc(1, sizeof(*sandbox));
-	int rc;
-
-	if (!sandbox) {
-		snprintf(err, errlen, "out of memory");
-		return -ENOMEM;
-	}
-	rc = sandbox_make_runtime_dir(sandbox, err, errlen);
-	if (rc < 0) {
-		free(sandbox);
-		return rc;
-	}
-	if (serial_log_path) {
-		snprintf(sandbox->serial_log_path, sizeof(sandbox->serial_log_path), "%s",
-			 serial_log_path);
-	} else {
-		snprintf(sandbox->serial_log_path, sizeof(sandbox->serial_log_path), "%s/%s",
-			 sandbox->runtime_dir, SANDBOX_SERIAL_NAME);
-		sandbox->serial_log_is_ours = true;
-	}
-	*out = sandbox;
-	return 0;
 }
 
 int sandbox_start_from_snapshot(const struct sandbox_restore_config *cfg, struct sandbox **out,
