@@ -1025,6 +1025,34 @@ static int image_write_manifest(struct image_build *build, const char *initramfs
 
 /* ---- publish ------------------------------------------------------------------------- */
 
+/*
+ * For filesystems without renameat2 flags (9p answers EINVAL): a plain rename publishes a new
+ * image (it cannot replace a populated directory), and a rebuild moves the old image aside
+ * first, so there is a moment without an image instead of an atomic swap. The old image ends
+ * up at the staging path, as after RENAME_EXCHANGE.
+ */
+static int image_publish_without_rename_flags(struct image_build *build)
+{
+	char old_dir[sizeof(build->staging_dir) + sizeof(".old")];
+
+	if (rename(build->staging_dir, build->final_dir) == 0) {
+		build->staging_dir[0] = '\0';
+		return 0;
+	}
+	if (errno != ENOTEMPTY && errno != EEXIST)
+		return -errno;
+	snprintf(old_dir, sizeof(old_dir), "%s.old", build->staging_dir);
+	if (rename(build->final_dir, old_dir) < 0)
+		return -errno;
+	if (rename(build->staging_dir, build->final_dir) < 0) {
+		int saved = errno;
+
+		rename(old_dir, build->final_dir);
+		return -saved;
+	}
+	return rename(old_dir, build->staging_dir) < 0 ? -errno : 0;
+}
+
 static int image_publish(struct image_build *build)
 {
 	int rc = guest_image_remove_tree(build->unpack_dir);
@@ -1036,6 +1064,8 @@ static int image_publish(struct image_build *build)
 		build->staging_dir[0] = '\0';
 		return 0;
 	}
+	if (errno == EINVAL)
+		return image_publish_without_rename_flags(build);
 	if (errno != EEXIST)
 		return -errno;
 	/* swap old and new in one step; the staging path then holds the old image */

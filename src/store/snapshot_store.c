@@ -868,17 +868,33 @@ static int snapshot_store_fsync_dir_tree(const char *path)
 	return rc;
 }
 
+/*
+ * Renames a directory without replacing one that exists. Filesystems without
+ * RENAME_NOREPLACE (9p, some network filesystems) answer EINVAL; there a plain rename does the
+ * same for what the store holds, because rename(2) replaces only an empty directory and a
+ * published snapshot never is one: its populated directory makes it fail with ENOTEMPTY.
+ */
+static int snapshot_store_rename_noreplace(const char *from, const char *to)
+{
+	if (renameat2(AT_FDCWD, from, AT_FDCWD, to, RENAME_NOREPLACE) == 0)
+		return 0;
+	if (errno != EINVAL)
+		return -errno;
+	if (rename(from, to) == 0)
+		return 0;
+	return errno == ENOTEMPTY ? -EEXIST : -errno;
+}
+
 /* Renames without replacing; a diff whose number was taken meanwhile moves to the next one. */
 static int snapshot_store_publish(struct snapshot_store_txn *txn, const char *store)
 {
 	for (;;) {
-		int rc;
+		int rc = snapshot_store_rename_noreplace(txn->tmp_path, txn->final_path);
 
-		if (renameat2(AT_FDCWD, txn->tmp_path, AT_FDCWD, txn->final_path,
-			      RENAME_NOREPLACE) == 0)
+		if (rc == 0)
 			return 0;
-		if (errno != EEXIST || txn->kind != SNAPSHOT_STORE_KIND_DIFF)
-			return -errno;
+		if (rc != -EEXIST || txn->kind != SNAPSHOT_STORE_KIND_DIFF)
+			return rc;
 		rc = snapshot_store_next_diff_id(store, txn->parent_id, txn->id, sizeof(txn->id));
 		if (rc == 0)
 			rc = snapshot_store_join(txn->final_path, sizeof(txn->final_path), store,
