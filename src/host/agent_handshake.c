@@ -167,6 +167,10 @@ int agent_connect(const struct control_channel_config *cfg, int deadline_ms,
 			break;
 		attempts++;
 		fd = cfg->connect(cfg->connect_opaque, (int)remaining);
+		if (fd == -ECHILD) {
+			snprintf(reason, reason_len, "the VM has stopped");
+			return fd;
+		}
 		if (fd < 0) {
 			last_err = fd;
 			snprintf(last_reason, sizeof(last_reason), "connect failed: %s",

@@ -178,6 +178,19 @@ static bool sandbox_vm_ended(struct sandbox *sandbox)
 	return sandbox->exited;
 }
 
+/* The error for a VM that ended before its agent answered: why, and the console's end. */
+static int sandbox_describe_stop(struct sandbox *sandbox, char *err, size_t errlen)
+{
+	char tail[SANDBOX_CONSOLE_TAIL_BYTES + 1];
+
+	sandbox_console_tail(sandbox->serial_log_path, tail, sizeof(tail));
+	snprintf(err, errlen,
+		 "the VM stopped (%s) before its guest agent answered; the guest console is in %s%s%s",
+		 vm_exit_reason_name(sandbox->exit_reason), sandbox->serial_log_path,
+		 tail[0] ? ", ending: " : "", tail);
+	return -ECHILD;
+}
+
 /*
  * Polls port 1234 until the guest accepts, the VM ends or the deadline passes. The probe
  * connection is closed at once: the agent serves any number of connections and treats one
@@ -193,16 +206,8 @@ static int sandbox_wait_for_agent_port(struct sandbox *sandbox, int timeout_ms, 
 	for (;;) {
 		int fd;
 
-		if (sandbox_vm_ended(sandbox)) {
-			char tail[SANDBOX_CONSOLE_TAIL_BYTES + 1];
-
-			sandbox_console_tail(sandbox->serial_log_path, tail, sizeof(tail));
-			snprintf(err, errlen,
-				 "the VM stopped (%s) before its guest agent answered; the guest console is in %s%s%s",
-				 vm_exit_reason_name(sandbox->exit_reason),
-				 sandbox->serial_log_path, tail[0] ? ", ending: " : "", tail);
-			return -ECHILD;
-		}
+		if (sandbox_vm_ended(sandbox))
+			return sandbox_describe_stop(sandbox, err, errlen);
 		fd = vsock_host_connect(sandbox->socket_path, PROTO_GUEST_AGENT_PORT,
 					SANDBOX_PROBE_CONNECT_TIMEOUT_MS);
 		if (fd >= 0) {
@@ -247,6 +252,8 @@ static int sandbox_open_channel(struct sandbox *sandbox, char *err, size_t errle
 		return -ENOMEM;
 	}
 	rc = control_channel_connect(sandbox->channel);
+	if (rc == -ECHILD && sandbox_vm_ended(sandbox))
+		return sandbox_describe_stop(sandbox, err, errlen);
 	if (rc < 0)
 		snprintf(err, errlen, "the guest agent refused the handshake: %s (guest console: %s)",
 			 control_channel_last_error(), sandbox->serial_log_path);

@@ -162,7 +162,7 @@ static enum vm_exit_reason vcpu_handle_exit(struct vcpu *vcpu)
 		return VM_EXIT_NONE;
 	case KVM_EXIT_SHUTDOWN:
 		log_debug("vcpu", "vcpu %u: triple fault (guest reset)", vcpu->index);
-		return VM_EXIT_GUEST_REBOOT;
+		return VM_EXIT_GUEST_TRIPLE_FAULT;
 	case KVM_EXIT_SYSTEM_EVENT:
 		return vcpu_system_event_reason(run->system_event.type);
 	case KVM_EXIT_FAIL_ENTRY:

@@ -52,6 +52,7 @@ static const char *const exit_reason_names[] = {
 	[VM_EXIT_GUEST_PANIC] = "guest panic",
 	[VM_EXIT_HOST_STOP] = "host stop",
 	[VM_EXIT_INTERNAL_ERROR] = "internal error",
+	[VM_EXIT_GUEST_TRIPLE_FAULT] = "guest crash (triple fault)",
 };
 
 const char *vm_exit_reason_name(enum vm_exit_reason reason)
@@ -92,7 +93,8 @@ void vm_join_vcpu(struct vm *vm, struct vcpu *vcpu)
 /* Records the first reason, stops every vCPU. Called from vCPU threads and the host. */
 static void vm_end(struct vm *vm, enum vm_exit_reason reason)
 {
-	if (reason == VM_EXIT_GUEST_REBOOT && vm->serial && serial_saw_panic(vm->serial))
+	if ((reason == VM_EXIT_GUEST_REBOOT || reason == VM_EXIT_GUEST_TRIPLE_FAULT) &&
+	    vm->serial && serial_saw_panic(vm->serial))
 		reason = VM_EXIT_GUEST_PANIC;
 	pthread_mutex_lock(&vm->lock);
 	if (vm->reason == VM_EXIT_NONE) {

@@ -6,7 +6,9 @@
  * Exit reasons: the guest ends a VM by powering off (ACPI S5) or by resetting (i8042 pulse,
  * ACPI reset register, triple fault). voidbox never restarts a guest, so a reset is the end
  * of the VM. The kernel runs with panic=-1, so a panic becomes a reset; when the serial log
- * showed "Kernel panic" before the reset, the reason is VM_EXIT_GUEST_PANIC.
+ * showed "Kernel panic" before the reset, the reason is VM_EXIT_GUEST_PANIC. A triple fault
+ * without a panic first is a crash the kernel could not even report, so it has its own
+ * reason (VM_EXIT_GUEST_TRIPLE_FAULT) rather than passing for a reboot.
  */
 #ifndef VOIDBOX_VMM_VM_H
 #define VOIDBOX_VMM_VM_H
@@ -36,6 +38,7 @@ enum vm_exit_reason {
 	VM_EXIT_GUEST_PANIC,	/* kernel panic (then reset, panic=-1) */
 	VM_EXIT_HOST_STOP,	/* vm_request_stop() */
 	VM_EXIT_INTERNAL_ERROR, /* KVM or VMM failure: see the log */
+	VM_EXIT_GUEST_TRIPLE_FAULT, /* the CPU could not deliver an exception: a guest crash */
 };
 
 struct vm_config {

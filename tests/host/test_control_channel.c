@@ -478,6 +478,27 @@ static void test_connect_deadline(void)
 	CHECK(control_channel_create(NULL) == NULL);
 }
 
+static int vm_ended_connect(void *opaque, int timeout_ms)
+{
+	atomic_fetch_add((atomic_int *)opaque, 1);
+	return -ECHILD;
+}
+
+/* A connector that says the VM has ended stops the handshake at once: no retry can help. */
+static void test_connect_stops_when_vm_ended(void)
+{
+	atomic_int attempts = 0;
+	struct control_channel_config cfg = { .connect = vm_ended_connect,
+					      .connect_opaque = &attempts,
+					      .connect_deadline_ms = 30000 };
+	struct control_channel *ch = control_channel_create(&cfg);
+
+	CHECK_INT_EQ(control_channel_connect(ch), -ECHILD);
+	CHECK_INT_EQ(atomic_load(&attempts), 1);
+	CHECK(strstr(control_channel_last_error(), "the VM has stopped") != NULL);
+	control_channel_destroy(ch);
+}
+
 int main(void)
 {
 	RUN_TEST(test_exec_and_files);
@@ -488,5 +509,6 @@ int main(void)
 	RUN_TEST(test_connection_loss_and_reconnect);
 	RUN_TEST(test_call_timeout);
 	RUN_TEST(test_connect_deadline);
+	RUN_TEST(test_connect_stops_when_vm_ended);
 	return harness_finish();
 }
