@@ -12,6 +12,8 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <pthread.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -455,6 +457,7 @@ void sandbox_destroy(struct sandbox *sandbox, bool keep_serial_log)
 #define SANDBOX_RNG_SEED_BYTES 64
 #define SANDBOX_BASE64_LEN(n) ((((n) + 2) / 3) * 4 + 1)
 #define SANDBOX_REKEY_JSON_MAX 512
+#define SANDBOX_REKEY_ERR_MAX 1024
 #define SANDBOX_NSEC_PER_SEC 1000000000ULL
 #define BASE64_GROUP_BYTES 3
 #define BASE64_SHIFT_HIGH 18
@@ -604,6 +607,59 @@ int sandbox_snapshot(struct sandbox *sandbox, const char *dir,
 	return rc;
 }
 
+struct sandbox_rekey_job {
+	struct sandbox *child;
+	const uint8_t *old_secret;
+	pthread_t thread;
+	bool started;
+	int rc;
+	char err[SANDBOX_REKEY_ERR_MAX];
+};
+
+static void *sandbox_rekey_job_run(void *arg)
+{
+	struct sandbox_rekey_job *job = arg;
+
+	job->rc = sandbox_rekey(job->child, job->old_secret, SANDBOX_DEFAULT_BOOT_TIMEOUT_MS,
+				job->err, sizeof(job->err));
+	return NULL;
+}
+
+/*
+ * The children of a fork are rekeyed at the same time, each on a thread of its own: every
+ * rekey is a few round trips to a guest that has just resumed, so one after another they
+ * would make a fork of n cost n of them. A child whose thread cannot start is rekeyed here.
+ */
+static int sandbox_rekey_children(struct sandbox *parent, struct sandbox *children[],
+				  unsigned int n, char *err, size_t errlen)
+{
+	struct sandbox_rekey_job *jobs = calloc(n, sizeof(*jobs));
+	int rc = 0;
+
+	if (!jobs) {
+		snprintf(err, errlen, "out of memory");
+		return -ENOMEM;
+	}
+	for (unsigned int i = 0; i < n; i++) {
+		jobs[i] = (struct sandbox_rekey_job){ .child = children[i],
+						      .old_secret = parent->secret };
+		jobs[i].started =
+			pthread_create(&jobs[i].thread, NULL, sandbox_rekey_job_run, &jobs[i]) == 0;
+	}
+	for (unsigned int i = 0; i < n; i++) {
+		if (jobs[i].started)
+			pthread_join(jobs[i].thread, NULL);
+		else
+			sandbox_rekey_job_run(&jobs[i]);
+		if (jobs[i].rc < 0 && rc == 0) {
+			rc = jobs[i].rc;
+			snprintf(err, errlen, "child %u: %s", i, jobs[i].err);
+		}
+	}
+	free(jobs);
+	return rc;
+}
+
 int sandbox_fork(struct sandbox *parent, unsigned int n, struct sandbox *children[], char *err,
 		 size_t errlen)
 {
@@ -631,9 +687,8 @@ int sandbox_fork(struct sandbox *parent, unsigned int n, struct sandbox *childre
 		rc = vm_fork(parent->vm, n, opts_ptrs, vms, err, errlen);
 	for (unsigned int i = 0; rc == 0 && i < n; i++)
 		children[i]->vm = vms[i];
-	for (unsigned int i = 0; rc == 0 && i < n; i++)
-		rc = sandbox_rekey(children[i], parent->secret, SANDBOX_DEFAULT_BOOT_TIMEOUT_MS,
-				   err, errlen);
+	if (rc == 0)
+		rc = sandbox_rekey_children(parent, children, n, err, errlen);
 	if (rc < 0) {
 		for (unsigned int i = 0; i < n; i++) {
 			sandbox_destroy(children[i], false);

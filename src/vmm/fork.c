@@ -1,20 +1,26 @@
 /*
  * Fork: a running VM becomes the shared copy-on-write base of n children. The parent is
- * paused once, saved as a base snapshot into a private directory on tmpfs (/dev/shm) and
- * remapped MAP_PRIVATE over that memory file before it resumes; each child is restored from
- * the same directory, so parent and children all read the one tmpfs copy and each writes to
- * its own private pages. The directory is removed once the children exist: their mappings
- * keep the memory file alive until the last of them is gone.
+ * paused once and saved into a private directory on tmpfs (/dev/shm); each child is restored
+ * from that directory, so parent and children read the same files and each writes to its own
+ * private pages. Mappings keep the files alive however long the directory lasts.
  *
- * Cost: one pass over the parent's non-zero pages into tmpfs (the only copy), then a restore
- * per child (no memory copied). A parent that was forked before is already a private
- * mapping of an older base; a new fork writes a new base (a copy of its current memory), and
- * the old one is freed when the VMs that map it end. docs/snapshot-format.md has measurements.
+ * What is saved depends on the parent's memory:
+ *   - a parent whose memory is a copy-on-write mapping of a base that still exists (restored
+ *     from a snapshot, or saved as a base before) is saved as a diff against that base: only
+ *     the pages it wrote since, found in /proc/self/pagemap. Children map the same base and
+ *     copy in those pages. The parent keeps its mapping and runs on.
+ *     The diff's directory is removed once the children exist.
+ *   - any other parent (cold-booted) is saved as a base: one pass over its non-zero pages into
+ *     tmpfs, after which the parent is remapped MAP_PRIVATE over that file like the children.
+ *     That directory stays until the parent is destroyed, so its next fork is a diff.
+ * The first costs milliseconds per megabyte written; the second reads all of guest memory.
+ * docs/snapshot-format.md has measurements.
  */
 #include "vmm/snapshot.h"
 
 #include <errno.h>
 #include <limits.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,12 +29,14 @@
 
 #include "common/log.h"
 #include "vmm/snapshot_file.h"
+#include "vmm/vm_internal.h"
 
 #define FORK_DIR_TEMPLATE "voidbox-fork-XXXXXX"
 #define FORK_SHM_DIR "/dev/shm"
 #define FORK_FALLBACK_DIR "/tmp"
 #define FORK_MSEC_PER_SEC 1000L
 #define FORK_NSEC_PER_MSEC 1000000L
+#define FORK_ERR_MAX 512
 
 static long fork_now_ms(void)
 {
@@ -48,7 +56,8 @@ static int fork_make_dir(char *dir, size_t len)
 
 static void fork_remove_dir(const char *dir)
 {
-	static const char *const names[] = { VM_SNAPSHOT_STATE_FILE, VM_SNAPSHOT_MEMORY_FILE };
+	static const char *const names[] = { VM_SNAPSHOT_STATE_FILE, VM_SNAPSHOT_MEMORY_FILE,
+					     VM_SNAPSHOT_DIFF_FILE };
 	char path[PATH_MAX];
 
 	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
@@ -82,11 +91,46 @@ static int fork_children(const char *dir, unsigned int n,
 	return rc;
 }
 
+/*
+ * A base written for a fork stays while the parent lives: the parent maps it, so keeping the
+ * files costs no memory, and the parent's next fork (or its children's) can be a diff.
+ */
+static void fork_keep_base(struct vm *parent, const char *dir)
+{
+	char *copy = strdup(dir);
+
+	if (!copy) {
+		fork_remove_dir(dir); /* the fork worked; only the next one writes a base again */
+		return;
+	}
+	vm_fork_release_base(parent);
+	parent->fork_base_dir = copy;
+}
+
+void vm_fork_release_base(struct vm *vm)
+{
+	if (!vm->fork_base_dir)
+		return;
+	fork_remove_dir(vm->fork_base_dir);
+	free(vm->fork_base_dir);
+	vm->fork_base_dir = NULL;
+}
+
+/* True when the base the parent's memory maps is still there, unchanged: a diff can use it. */
+static bool fork_base_still_there(const struct vm *parent)
+{
+	struct vm_snapshot_info base;
+	char why[FORK_ERR_MAX];
+
+	return parent->dirty_base_dir &&
+	       vm_snapshot_inspect(parent->dirty_base_dir, &base, why, sizeof(why)) == 0 &&
+	       base.type == VM_SNAPSHOT_BASE && base.id == parent->dirty_base_id;
+}
+
 int vm_fork(struct vm *parent, unsigned int n, const struct vm_restore_options *const child_opts[],
 	    struct vm *children[], char *err, size_t errlen)
 {
-	const struct vm_snapshot_options save = { .type = VM_SNAPSHOT_BASE,
-						  .after = VM_SNAPSHOT_RESUME };
+	struct vm_snapshot_options save = { .type = VM_SNAPSHOT_BASE, .after = VM_SNAPSHOT_RESUME };
 	char dir[PATH_MAX];
 	long started = fork_now_ms(), saved;
 	int rc;
@@ -103,13 +147,21 @@ int vm_fork(struct vm *parent, unsigned int n, const struct vm_restore_options *
 			 strerror(-rc));
 		return rc;
 	}
+	if (fork_base_still_there(parent)) {
+		save.type = VM_SNAPSHOT_DIFF;
+		save.parent_dir = parent->dirty_base_dir;
+	}
 	rc = vm_snapshot_save(parent, dir, &save, err, errlen);
 	saved = fork_now_ms();
 	if (rc == 0)
 		rc = fork_children(dir, n, child_opts, children, err, errlen);
-	fork_remove_dir(dir);
+	if (rc == 0 && save.type == VM_SNAPSHOT_BASE)
+		fork_keep_base(parent, dir);
+	else
+		fork_remove_dir(dir);
 	if (rc == 0)
-		log_info("fork", "forked %u child VM(s) in %ld ms (parent paused and base written "
-			 "in %ld ms)", n, fork_now_ms() - started, saved - started);
+		log_info("fork", "forked %u child VM(s) in %ld ms (parent paused and %s written "
+			 "in %ld ms)", n, fork_now_ms() - started,
+			 save.type == VM_SNAPSHOT_DIFF ? "a diff" : "a base", saved - started);
 	return rc;
 }

@@ -619,6 +619,7 @@ void vm_destroy(struct vm *vm)
 		close(vm->serial_fd);
 	kvm_close(&vm->kvm);
 	guest_memory_unmap(&vm->mem);
+	vm_fork_release_base(vm);
 	vm_snapshot_release(vm);
 	pthread_cond_destroy(&vm->cond);
 	pthread_mutex_destroy(&vm->lock);

@@ -53,6 +53,7 @@ struct vm {
 	bool dirty_logging;	/* memslots carry KVM_MEM_LOG_DIRTY_PAGES */
 	char *dirty_base_dir;	/* the base a diff of this VM counts from; NULL: none */
 	uint64_t dirty_base_id;
+	char *fork_base_dir;	/* a base vm_fork wrote for this VM into tmpfs; removed with it */
 };
 
 struct vm *vm_alloc(void);
@@ -63,5 +64,6 @@ int vm_setup_vsock(struct vm *vm, const struct vm_config *cfg, char *err, size_t
 int vm_setup_vcpus(struct vm *vm, char *err, size_t errlen);
 /* Frees what snapshot.c attached to the VM; called by vm_destroy. */
 void vm_snapshot_release(struct vm *vm);
+void vm_fork_release_base(struct vm *vm);
 
 #endif

@@ -2,8 +2,9 @@
  * Snapshots on real VMs: one cold boot (2 vCPUs) serves every check, because restores are
  * cheap and boots are not. The booted VM gets a file and a background process, is saved as a
  * base, changes a little, is saved as a diff against that base; then two VMs restored from
- * the base at once, one from the diff and three forked children are each checked for the
- * state they must (and must not) see, their CID and their session secrets.
+ * the base at once, one from the diff and forked children (of the cold-booted parent, then
+ * twice of the parent mapping the base) are each checked for the state they must (and must
+ * not) see, their CID and their session secrets.
  *
  * Needs a /dev/kvm that runs standard guests (tests/vm/run-vm-suite finds one or skips).
  */
@@ -235,6 +236,33 @@ static void test_restore_diff(void)
 	sandbox_destroy(box, harness_tests_failed > 0);
 }
 
+/*
+ * A cold-booted parent has no base to count from, so its fork writes its whole memory as one
+ * (the other forks here are diffs against the base the parent maps by then).
+ */
+static void test_fork_cold_parent(void)
+{
+	struct sandbox *child = NULL;
+	char out[TEST_OUTPUT_MAX], err[1024];
+	long started = now_ms();
+	int rc;
+
+	CHECK_INT_EQ(sh(parent_vm, "echo cold > /tmp/cold-parent", NULL, 0), 0);
+	rc = sandbox_fork(parent_vm, 1, &child, err, sizeof(err));
+	fprintf(stderr, "  fork of a cold-booted parent in %ld ms\n", now_ms() - started);
+	CHECK_INT_EQ(rc, 0);
+	if (rc < 0) {
+		fprintf(stderr, "  fork failed: %s\n", err);
+		return;
+	}
+	CHECK_INT_EQ(sh(child, "cat /tmp/cold-parent; echo child > /tmp/cold-child", out,
+			sizeof(out)), 0);
+	CHECK_STR_EQ(out, "cold");
+	CHECK_INT_EQ(sh(parent_vm, "ls /tmp/cold-child 2>/dev/null | wc -l", out, sizeof(out)), 0);
+	CHECK_STR_EQ(out, "0");
+	sandbox_destroy(child, harness_tests_failed > 0);
+}
+
 static void test_fork_three_children(void)
 {
 	struct sandbox *children[TEST_FORK_CHILDREN] = { 0 };
@@ -267,7 +295,7 @@ static void test_fork_three_children(void)
 		sandbox_destroy(children[i], harness_tests_failed > 0);
 }
 
-/* The parent is now a private mapping of the first fork's base: a second fork writes anew. */
+/* A second fork of the same parent: a new diff, with what the parent wrote since the first. */
 static void test_fork_again_from_forked_parent(void)
 {
 	struct sandbox *child = NULL;
@@ -356,6 +384,7 @@ int main(void)
 	}
 	fprintf(stderr, "parent VM up in %ld ms (cid %lu)\n", sandbox_boot_ms(parent_vm),
 		sandbox_guest_cid(parent_vm));
+	RUN_TEST(test_fork_cold_parent);
 	RUN_TEST(test_base_snapshot_saved);
 	RUN_TEST(test_diff_snapshot_is_small);
 	RUN_TEST(test_restore_base_twice_at_once);
