@@ -1,6 +1,7 @@
 /*
  * Levelled logger: "LEVEL module: message" lines on one stream, serialised by a mutex so
- * lines from vCPU, device and channel threads never interleave mid-line.
+ * lines from vCPU, device and channel threads never interleave mid-line. At debug and trace
+ * level each line also carries the seconds since the first line ("debug 1.234 vm: ...").
  */
 #include "common/log.h"
 
@@ -8,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <time.h>
 
 static const char *const level_names[] = {
 	[LOG_LEVEL_TRACE] = "trace", [LOG_LEVEL_DEBUG] = "debug", [LOG_LEVEL_INFO] = "info",
@@ -55,6 +57,18 @@ void log_set_stream(FILE *stream)
 	pthread_mutex_unlock(&log_lock);
 }
 
+/* Seconds since the first call: debug logs carry it, to show where the time goes. */
+static double log_seconds_since_start(void)
+{
+	static struct timespec start;
+	struct timespec now;
+
+	clock_gettime(CLOCK_MONOTONIC, &now);
+	if (start.tv_sec == 0 && start.tv_nsec == 0)
+		start = now;
+	return (double)(now.tv_sec - start.tv_sec) + (double)(now.tv_nsec - start.tv_nsec) / 1e9;
+}
+
 void log_message(enum log_level level, const char *module, const char *fmt, ...)
 {
 	va_list args;
@@ -65,7 +79,10 @@ void log_message(enum log_level level, const char *module, const char *fmt, ...)
 	pthread_mutex_lock(&log_lock);
 	out = log_stream_set ? log_stream : stderr;
 	if (out) {
-		fprintf(out, "%s %s: ", level_names[level], module);
+		fprintf(out, "%s ", level_names[level]);
+		if (current_level <= LOG_LEVEL_DEBUG)
+			fprintf(out, "%.3f ", log_seconds_since_start());
+		fprintf(out, "%s: ", module);
 		va_start(args, fmt);
 		vfprintf(out, fmt, args);
 		va_end(args);
