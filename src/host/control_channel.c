@@ -42,6 +42,10 @@
 #define TIMEOUT_SNAPSHOT_READY_MS 10000
 #define TIMEOUT_EXEC_UNSET_MS (1200LL * 1000)
 #define EXEC_REPLY_GRACE_MS 30000LL
+#define LIVENESS_ENV "VOID_BOX_LIVENESS_SECS"
+#define LIVENESS_INTERVAL_MS 20000LL
+#define LIVENESS_TIMEOUT_DEFAULT_MS 60000LL
+#define LIVENESS_MAX_SECS 3600
 #define MS_PER_SEC 1000
 #define NS_PER_MS 1000000L
 #define NS_PER_SEC 1000000000L
@@ -657,6 +661,82 @@ static void exec_deliver_chunk(struct proto_frame *frame,
 	proto_exec_output_chunk_free(&chunk);
 }
 
+/* VOID_BOX_LIVENESS_SECS: the liveness check's answer time, 0 turns the check off. */
+static long long exec_liveness_timeout_ms(void)
+{
+	const char *env = getenv(LIVENESS_ENV);
+	char *end;
+	long secs;
+
+	if (!env || !*env)
+		return LIVENESS_TIMEOUT_DEFAULT_MS;
+	secs = strtol(env, &end, 10);
+	if (*end || secs < 0 || secs > LIVENESS_MAX_SECS) {
+		log_warn(LOG_MODULE, "ignoring %s=\"%s\": expected 0 to %d seconds", LIVENESS_ENV,
+			 env, LIVENESS_MAX_SECS);
+		return LIVENESS_TIMEOUT_DEFAULT_MS;
+	}
+	return (long long)secs * MS_PER_SEC;
+}
+
+/* The earlier of the call's deadline (if any) and now + interval_ms. */
+static struct timespec exec_next_wake(const struct timespec *deadline, long long interval_ms)
+{
+	struct timespec wake;
+
+	deadline_after(interval_ms, &wake);
+	if (deadline && (deadline->tv_sec < wake.tv_sec ||
+			 (deadline->tv_sec == wake.tv_sec && deadline->tv_nsec < wake.tv_nsec)))
+		return *deadline;
+	return wake;
+}
+
+static bool exec_deadline_passed(const struct timespec *deadline)
+{
+	struct timespec now;
+
+	if (!deadline)
+		return false;
+	clock_gettime(CLOCK_MONOTONIC, &now);
+	return now.tv_sec > deadline->tv_sec ||
+	       (now.tv_sec == deadline->tv_sec && now.tv_nsec >= deadline->tv_nsec);
+}
+
+/*
+ * Waits for the exec's next frame like call_wait, but a guest that has stopped altogether (a
+ * wedged kernel answers nothing, however long the command may run) is found within about
+ * twice the liveness timeout (at most LIVENESS_INTERVAL_MS + it) instead of at the exec's own
+ * deadline: after
+ * each quiet interval a SnapshotReady round trip, which the agent answers from its connection
+ * reader whatever its commands are doing, must come back.
+ */
+static int exec_wait_alive(struct channel_call *call, const struct timespec *deadline,
+			   long long timeout_ms, struct proto_frame *frame)
+{
+	long long liveness_ms = exec_liveness_timeout_ms();
+
+	for (;;) {
+		struct timespec wake = exec_next_wake(deadline, liveness_ms < LIVENESS_INTERVAL_MS
+									? liveness_ms
+									: LIVENESS_INTERVAL_MS);
+		int rc = call_wait(call, liveness_ms > 0 ? &wake : deadline, "Exec", timeout_ms,
+				   frame);
+
+		if (rc != -ETIMEDOUT || liveness_ms == 0 || exec_deadline_passed(deadline))
+			return rc;
+		rc = control_channel_snapshot_ready(call->ch, (int)liveness_ms);
+		if (rc < 0) {
+			char why[CONTROL_CHANNEL_ERROR_MAX];
+
+			snprintf(why, sizeof(why), "%s", control_channel_last_error());
+			return control_channel_fail(-ETIMEDOUT, "Exec: the guest stopped answering "
+						    "(a liveness check failed: %s); the VM is "
+						    "wedged, see its console", why);
+		}
+		log_debug(LOG_MODULE, "Exec still running; the guest answered a liveness check");
+	}
+}
+
 int control_channel_exec(struct control_channel *ch, const struct proto_exec_request *req,
 			 void (*on_chunk)(const struct proto_exec_output_chunk *chunk,
 					  void *opaque),
@@ -682,7 +762,7 @@ int control_channel_exec(struct control_channel *ch, const struct proto_exec_req
 		rc = call_send(&call, PROTO_MSG_EXEC_REQUEST, body, len);
 	free(body);
 	while (rc == 0) {
-		rc = call_wait(&call, bounded ? &deadline : NULL, "Exec", timeout_ms, &frame);
+		rc = exec_wait_alive(&call, bounded ? &deadline : NULL, timeout_ms, &frame);
 		if (rc != 1)
 			break;
 		exec_deliver_chunk(&frame, on_chunk, opaque);

@@ -18,6 +18,8 @@
 #define FAKE_MAX_CONNECTIONS 64
 #define FAKE_CONCURRENT_CALLS 16
 #define FAKE_SHORT_DEADLINE_MS 400
+#define FAKE_SLOW_EXEC_MS 2500
+#define FAKE_POLL_MS 50
 
 enum fake_mode {
 	FAKE_NORMAL,        /* answers every request at once */
@@ -27,6 +29,7 @@ enum fake_mode {
 	FAKE_DIE_ON_EXEC,   /* closes the connection when an exec arrives */
 	FAKE_SILENT,        /* handshakes, then never answers */
 	FAKE_STRAY_ID,      /* precedes every reply with one for an id never issued */
+	FAKE_SLOW_EXEC,     /* answers an exec FAKE_SLOW_EXEC_MS late, everything else at once */
 };
 
 struct fake_agent {
@@ -44,6 +47,14 @@ struct fake_conn {
 	struct fake_agent *agent;
 	int fd;
 };
+
+static long long now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ts.tv_sec * 1000LL + ts.tv_nsec / 1000000;
+}
 
 static void fake_send_json(int fd, uint8_t type, uint32_t id, uint8_t *body, size_t len)
 {
@@ -163,10 +174,32 @@ static void *fake_serve(void *arg)
 	struct proto_frame held = { 0 }, frame;
 	bool holding = false;
 
+	struct proto_frame slow_exec = { 0 };
+	long long slow_exec_due = 0;
+	int rc;
+
 	if (!fake_handshake(fc))
 		goto out;
-	while (proto_frame_read(fc->fd, true, &frame) == 0) {
+	if (fc->agent->mode == FAKE_SLOW_EXEC) {
+		struct timeval poll = { .tv_usec = FAKE_POLL_MS * 1000 };
+
+		setsockopt(fc->fd, SOL_SOCKET, SO_RCVTIMEO, &poll, sizeof(poll));
+	}
+	while ((rc = proto_frame_read(fc->fd, true, &frame)) == 0 || rc == -ETIMEDOUT ||
+	       rc == -EAGAIN) {
+		if (slow_exec_due && now_ms() >= slow_exec_due) {
+			fake_reply(fc, &slow_exec);
+			proto_frame_free(&slow_exec);
+			slow_exec_due = 0;
+		}
+		if (rc != 0)
+			continue;
 		atomic_fetch_add(&fc->agent->requests, 1);
+		if (fc->agent->mode == FAKE_SLOW_EXEC && frame.type == PROTO_MSG_EXEC_REQUEST) {
+			slow_exec = frame;
+			slow_exec_due = now_ms() + FAKE_SLOW_EXEC_MS;
+			continue;
+		}
 		if (fc->agent->mode == FAKE_SILENT) {
 			proto_frame_free(&frame);
 			continue;
@@ -191,6 +224,8 @@ static void *fake_serve(void *arg)
 out:
 	if (holding)
 		proto_frame_free(&held);
+	if (slow_exec_due)
+		proto_frame_free(&slow_exec);
 	shutdown(fc->fd, SHUT_RDWR);
 	free(fc);
 	return NULL;
@@ -249,14 +284,6 @@ static struct control_channel *channel_for(struct fake_agent *agent, int deadlin
 
 	memcpy(cfg.secret, agent->secret, PROTO_SECRET_SIZE);
 	return control_channel_create(&cfg);
-}
-
-static long long now_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return ts.tv_sec * 1000LL + ts.tv_nsec / 1000000;
 }
 
 /* ---- tests -------------------------------------------------------------------------------- */
@@ -478,6 +505,59 @@ static void test_connect_deadline(void)
 	CHECK(control_channel_create(NULL) == NULL);
 }
 
+static void run_true(struct control_channel *ch, struct proto_exec_response *resp, int *rc)
+{
+	struct proto_exec_request req = { .program = "true" };
+
+	*rc = control_channel_exec(ch, &req, NULL, NULL, resp);
+}
+
+/* A guest that answers nothing fails a long exec at the liveness check, not at its end. */
+static void test_exec_wedged_guest_found_by_liveness(void)
+{
+	struct fake_agent agent;
+	struct control_channel *ch;
+	struct proto_exec_response resp;
+	long long start;
+	int rc;
+
+	setenv("VOID_BOX_LIVENESS_SECS", "1", 1);
+	fake_init(&agent, FAKE_SILENT);
+	ch = channel_for(&agent, 0);
+	start = now_ms();
+	run_true(ch, &resp, &rc);
+	CHECK_INT_EQ(rc, -ETIMEDOUT);
+	/* one quiet second, one unanswered liveness second: far from the exec's 20 minutes */
+	CHECK(now_ms() - start < 10000);
+	CHECK(strstr(control_channel_last_error(), "the guest stopped answering") != NULL);
+	proto_exec_response_free(&resp);
+	control_channel_destroy(ch);
+	fake_finish(&agent);
+	unsetenv("VOID_BOX_LIVENESS_SECS");
+}
+
+/* A command that runs longer than the liveness interval is fine while the agent answers. */
+static void test_exec_outlives_liveness_checks(void)
+{
+	struct fake_agent agent;
+	struct control_channel *ch;
+	struct proto_exec_response resp;
+	int rc;
+
+	setenv("VOID_BOX_LIVENESS_SECS", "1", 1);
+	fake_init(&agent, FAKE_SLOW_EXEC);
+	ch = channel_for(&agent, 0);
+	run_true(ch, &resp, &rc);
+	CHECK_INT_EQ(rc, 0);
+	CHECK_INT_EQ(resp.exit_code, 0);
+	/* the exec and at least one liveness check reached the agent */
+	CHECK(atomic_load(&agent.requests) >= 2);
+	proto_exec_response_free(&resp);
+	control_channel_destroy(ch);
+	fake_finish(&agent);
+	unsetenv("VOID_BOX_LIVENESS_SECS");
+}
+
 static int vm_ended_connect(void *opaque, int timeout_ms)
 {
 	atomic_fetch_add((atomic_int *)opaque, 1);
@@ -510,5 +590,7 @@ int main(void)
 	RUN_TEST(test_call_timeout);
 	RUN_TEST(test_connect_deadline);
 	RUN_TEST(test_connect_stops_when_vm_ended);
+	RUN_TEST(test_exec_wedged_guest_found_by_liveness);
+	RUN_TEST(test_exec_outlives_liveness_checks);
 	return harness_finish();
 }
