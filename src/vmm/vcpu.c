@@ -146,6 +146,28 @@ static enum vm_exit_reason vcpu_system_event_reason(uint32_t type)
 }
 
 /* Returns VM_EXIT_NONE to keep running, or why the VM ends. */
+/*
+ * A triple fault leaves nothing on the guest console, so the registers at that moment are
+ * the only account of where the guest was: logged as a warning for the bug report.
+ */
+static void vcpu_log_triple_fault(const struct vcpu *vcpu)
+{
+	struct kvm_regs regs;
+	struct kvm_sregs sregs;
+
+	if (ioctl(vcpu->fd, KVM_GET_REGS, &regs) < 0 || ioctl(vcpu->fd, KVM_GET_SREGS, &sregs) < 0) {
+		log_warn("vcpu", "vcpu %u: triple fault (registers unreadable)", vcpu->index);
+		return;
+	}
+	log_warn("vcpu", "vcpu %u: triple fault at rip 0x%llx rsp 0x%llx rflags 0x%llx cr0 0x%llx "
+		 "cr2 0x%llx cr3 0x%llx cr4 0x%llx efer 0x%llx idt 0x%llx/%u cs 0x%x",
+		 vcpu->index, (unsigned long long)regs.rip, (unsigned long long)regs.rsp,
+		 (unsigned long long)regs.rflags, (unsigned long long)sregs.cr0,
+		 (unsigned long long)sregs.cr2, (unsigned long long)sregs.cr3,
+		 (unsigned long long)sregs.cr4, (unsigned long long)sregs.efer,
+		 (unsigned long long)sregs.idt.base, sregs.idt.limit, sregs.cs.selector);
+}
+
 static enum vm_exit_reason vcpu_handle_exit(struct vcpu *vcpu)
 {
 	struct kvm_run *run = vcpu->run;
@@ -161,7 +183,7 @@ static enum vm_exit_reason vcpu_handle_exit(struct vcpu *vcpu)
 	case KVM_EXIT_HLT:
 		return VM_EXIT_NONE;
 	case KVM_EXIT_SHUTDOWN:
-		log_debug("vcpu", "vcpu %u: triple fault (guest reset)", vcpu->index);
+		vcpu_log_triple_fault(vcpu);
 		return VM_EXIT_GUEST_TRIPLE_FAULT;
 	case KVM_EXIT_SYSTEM_EVENT:
 		return vcpu_system_event_reason(run->system_event.type);
