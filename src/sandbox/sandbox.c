@@ -239,7 +239,9 @@ static int sandbox_vsock_connector(void *opaque, int timeout_ms)
 	return vsock_host_connect(sandbox->socket_path, PROTO_GUEST_AGENT_PORT, timeout_ms);
 }
 
-static int sandbox_open_channel(struct sandbox *sandbox, char *err, size_t errlen)
+/* connect_deadline_ms: how long the handshake may retry; 0 is the channel's default. */
+static int sandbox_open_channel(struct sandbox *sandbox, int connect_deadline_ms, char *err,
+				size_t errlen)
 {
 	struct control_channel_config channel_cfg;
 	int rc;
@@ -247,6 +249,7 @@ static int sandbox_open_channel(struct sandbox *sandbox, char *err, size_t errle
 	memset(&channel_cfg, 0, sizeof(channel_cfg));
 	channel_cfg.connect = sandbox_vsock_connector;
 	channel_cfg.connect_opaque = sandbox;
+	channel_cfg.connect_deadline_ms = connect_deadline_ms;
 	memcpy(channel_cfg.secret, sandbox->secret, sizeof(channel_cfg.secret));
 	sandbox->channel = control_channel_create(&channel_cfg);
 	if (!sandbox->channel) {
@@ -361,7 +364,7 @@ int sandbox_start(const struct sandbox_config *cfg, struct sandbox **out, char *
 	rc = sandbox_wait_for_agent_port(sandbox, sandbox_boot_timeout_ms(cfg), err, errlen);
 	if (rc < 0)
 		goto fail;
-	rc = sandbox_open_channel(sandbox, err, errlen);
+	rc = sandbox_open_channel(sandbox, 0, err, errlen);
 	if (rc < 0)
 		goto fail;
 	sandbox->boot_ms = monotonic_ms() - started_ms;
@@ -516,6 +519,8 @@ static int sandbox_rekey_document(struct sandbox *sandbox, char *json, size_t le
 /*
  * Connects with the secret the guest answers to now (old_secret), sends the rekey, and
  * reconnects with the new secret. The agent closes the old connection after answering.
+ * A restored agent is already listening, so there is no port probe as after a cold boot:
+ * the handshake itself retries until timeout_ms, and stops at once if the VM ends.
  */
 static int sandbox_rekey(struct sandbox *sandbox, const uint8_t old_secret[PROTO_SECRET_SIZE],
 			 int timeout_ms, char *err, size_t errlen)
@@ -523,11 +528,8 @@ static int sandbox_rekey(struct sandbox *sandbox, const uint8_t old_secret[PROTO
 	char json[SANDBOX_REKEY_JSON_MAX];
 	int len, rc;
 
-	rc = sandbox_wait_for_agent_port(sandbox, timeout_ms, err, errlen);
-	if (rc < 0)
-		return rc;
 	memcpy(sandbox->secret, old_secret, sizeof(sandbox->secret));
-	rc = sandbox_open_channel(sandbox, err, errlen);
+	rc = sandbox_open_channel(sandbox, timeout_ms, err, errlen);
 	if (rc < 0)
 		return rc;
 	len = sandbox_rekey_document(sandbox, json, sizeof(json));
@@ -546,7 +548,7 @@ static int sandbox_rekey(struct sandbox *sandbox, const uint8_t old_secret[PROTO
 		return rc;
 	}
 	vm_snapshot_set_secret(sandbox->vm, sandbox->secret);
-	return sandbox_open_channel(sandbox, err, errlen);
+	return sandbox_open_channel(sandbox, timeout_ms, err, errlen);
 }
 
 int sandbox_start_from_snapshot(const struct sandbox_restore_config *cfg, struct sandbox **out,
