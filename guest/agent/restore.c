@@ -209,11 +209,29 @@ int restore_apply(const uint8_t *json, size_t len, bool in_vm, char **error)
 	return 0;
 }
 
-void restore_close_stale_connections(void)
+void restore_close_stale_connections_except(int keep_fd)
 {
 	pthread_mutex_lock(&restore_lock);
 	for (size_t i = 0; i < restore_conn_count; i++)
-		if (restore_conns[i].generation < restore_generation)
+		if (restore_conns[i].generation < restore_generation &&
+		    restore_conns[i].fd != keep_fd)
 			shutdown(restore_conns[i].fd, SHUT_RDWR);
 	pthread_mutex_unlock(&restore_lock);
+}
+
+void restore_close_stale_connections(void)
+{
+	restore_close_stale_connections_except(-1);
+}
+
+bool restore_conn_is_stale(int fd)
+{
+	bool stale = false;
+
+	pthread_mutex_lock(&restore_lock);
+	for (size_t i = 0; i < restore_conn_count; i++)
+		if (restore_conns[i].fd == fd)
+			stale = restore_conns[i].generation < restore_generation;
+	pthread_mutex_unlock(&restore_lock);
+	return stale;
 }

@@ -2,8 +2,11 @@
  * Clone hygiene after a snapshot restore or fork. The host rekeys a restored guest with one
  * WriteFile to the reserved path RESTORE_REKEY_PATH carrying {"secret_hex", "rng_seed_b64",
  * "clock_ns"}; the agent never writes that file. It mixes the seed into the kernel's pool,
- * steps CLOCK_REALTIME, switches the session secret for new connections, answers, and then
- * closes every connection that authenticated before the switch. The secret therefore lives
+ * steps CLOCK_REALTIME, switches the session secret for new connections, closes every other
+ * connection that authenticated before the switch, answers, and then closes the rekeying
+ * connection too. So once the host has the answer, no old connection can be served: and a
+ * request an old connection's reader had already taken in is dropped, not run (readers check
+ * restore_conn_is_stale before each dispatch). The secret therefore lives
  * here (mutable, locked) instead of in the read-only agent_context once a rekey happened.
  * Protocol: docs/protocol.md and docs/snapshot-format.md.
  */
@@ -28,10 +31,14 @@ bool restore_is_rekey_path(const char *path);
  * Applies a rekey document. Returns 0, or -EINVAL with *error (malloc'ed) for the host.
  * The RNG seed and clock touch the machine, so only an agent that is PID 1 in its VM applies
  * them (outside a VM, the host's clock is not the agent's to set); the secret always switches.
- * After answering, the caller calls restore_close_stale_connections.
+ * On success the caller calls restore_close_stale_connections_except(its own fd) before
+ * answering and restore_close_stale_connections after.
  */
 int restore_apply(const uint8_t *json, size_t len, bool in_vm, char **error);
+void restore_close_stale_connections_except(int keep_fd);
 void restore_close_stale_connections(void);
+/* True when fd authenticated before the latest rekey: its requests must not be served. */
+bool restore_conn_is_stale(int fd);
 
 /* Parsing only (unit-tested): fills secret, seed (up to seed_cap bytes) and clock. */
 int restore_parse(const uint8_t *json, size_t len, uint8_t secret[32], uint8_t *seed,

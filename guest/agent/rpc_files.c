@@ -42,6 +42,9 @@ static int rpc_write_file(struct agent_conn *conn, uint32_t request_id, const ui
 		bool ok = restore_apply(request.content.data, request.content.len,
 					conn->ctx->is_pid1, &error) == 0;
 
+		/* every other old connection is gone before the host hears of the switch */
+		if (ok)
+			restore_close_stale_connections_except(conn->fd);
 		rpc_send_status(conn, PROTO_MSG_WRITE_FILE_RESPONSE, request_id, error);
 		free(error);
 		proto_write_file_free(&request);

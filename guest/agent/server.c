@@ -274,6 +274,12 @@ static void server_serve(struct agent_conn *conn)
 				agent_warn("closing connection: %s", why);
 			break;
 		}
+		if (restore_conn_is_stale(conn->fd)) {
+			agent_info("dropping %s on a connection from before the rekey",
+				   proto_msg_type_name(frame.type));
+			free(frame.storage);
+			break;
+		}
 		err = server_dispatch(conn, &frame);
 		free(frame.storage);
 		if (err) {
