@@ -97,6 +97,14 @@ struct run_stage *run_report_add_stage(struct run_report *report, const char *na
 	return stage;
 }
 
+const struct run_stage *run_report_find_stage(const struct run_report *report, const char *name)
+{
+	for (size_t i = 0; i < report->stage_count; i++)
+		if (strcmp(report->stages[i].name, name) == 0)
+			return &report->stages[i];
+	return NULL;
+}
+
 int run_report_set_output(struct run_report *report, const char *text, size_t len)
 {
 	return run_replace_text(&report->output, text, len);

@@ -60,6 +60,8 @@ void run_report_free(struct run_report *report);
 
 /* Appends a stage named name (success false, exit_code 0, output ""); NULL on -ENOMEM. */
 struct run_stage *run_report_add_stage(struct run_report *report, const char *name);
+/* The stage called name, or NULL. */
+const struct run_stage *run_report_find_stage(const struct run_report *report, const char *name);
 /* Replace the text fields (copies; len may be SIZE_MAX for a C string). 0 or -ENOMEM. */
 int run_report_set_output(struct run_report *report, const char *text, size_t len);
 int run_report_set_error(struct run_report *report, const char *fmt, ...)

@@ -54,14 +54,6 @@ static int run_mock(const struct spec *spec, const struct workflow_options *extr
 	return workflow_run(spec, &options, report);
 }
 
-static const struct run_stage *find_stage(const struct run_report *report, const char *name)
-{
-	for (size_t i = 0; i < report->stage_count; i++)
-		if (strcmp(report->stages[i].name, name) == 0)
-			return &report->stages[i];
-	return NULL;
-}
-
 static void test_example_workflow(void)
 {
 	char path[TEST_PATH_MAX];
@@ -119,8 +111,8 @@ static void test_diamond_runs_middle_level_in_parallel(void)
 	CHECK_INT_EQ(run_mock(spec, NULL, &report), 0);
 	CHECK(report.success);
 	/* both barrier steps passed: they were inside the box at the same time */
-	CHECK_STR_EQ(find_stage(&report, "b")->output, "middle: all arrived\n");
-	CHECK_STR_EQ(find_stage(&report, "c")->output, "middle: all arrived\n");
+	CHECK_STR_EQ(run_report_find_stage(&report, "b")->output, "middle: all arrived\n");
+	CHECK_STR_EQ(run_report_find_stage(&report, "c")->output, "middle: all arrived\n");
 	CHECK_STR_EQ(report.output, "end\n");
 	run_report_free(&report);
 	spec_free(spec);
@@ -143,7 +135,7 @@ static void test_barrier_fails_across_levels(void)
 	CHECK_INT_EQ(run_mock(spec, NULL, &report), -ECANCELED);
 	CHECK(!report.success);
 	CHECK(report.error && strstr(report.error, "step \"b\" failed with exit code 1"));
-	CHECK(!find_stage(&report, "c")->ran);
+	CHECK(!run_report_find_stage(&report, "c")->ran);
 	run_report_free(&report);
 	spec_free(spec);
 }
@@ -168,14 +160,14 @@ static void test_failing_step_stops_the_run(void)
 	CHECK_INT_EQ(run_mock(spec, NULL, &report), -ECANCELED);
 	CHECK(!report.success);
 	CHECK_STR_EQ(report.error, "step \"build\" failed with exit code 3: compiler exploded");
-	CHECK_STR_EQ(find_stage(&report, "build")->error, "exited with code 3: compiler exploded");
-	build = find_stage(&report, "build");
-	publish = find_stage(&report, "publish");
+	CHECK_STR_EQ(run_report_find_stage(&report, "build")->error, "exited with code 3: compiler exploded");
+	build = run_report_find_stage(&report, "build");
+	publish = run_report_find_stage(&report, "publish");
 	CHECK(build->ran && !build->success && build->is_error);
 	CHECK_INT_EQ(build->exit_code, 3);
 	/* the failing step's level finishes, the next level never starts */
-	CHECK(find_stage(&report, "sibling")->ran);
-	CHECK(find_stage(&report, "sibling")->success);
+	CHECK(run_report_find_stage(&report, "sibling")->ran);
+	CHECK(run_report_find_stage(&report, "sibling")->success);
 	CHECK(!publish->ran && !publish->success);
 	CHECK_STR_EQ(report.output, "");
 	run_report_free(&report);
@@ -201,8 +193,8 @@ static void test_stdin_from_chain(void)
 		return;
 	CHECK_INT_EQ(run_mock(spec, NULL, &report), 0);
 	CHECK_STR_EQ(report.output, "ABC XYZ\n");
-	CHECK_STR_EQ(find_stage(&report, "squash")->output, "xxx xxx\n");
-	CHECK_STR_EQ(find_stage(&report, "copy")->output, "ABC XYZ\n");
+	CHECK_STR_EQ(run_report_find_stage(&report, "squash")->output, "xxx xxx\n");
+	CHECK_STR_EQ(run_report_find_stage(&report, "copy")->output, "ABC XYZ\n");
 	run_report_free(&report);
 	spec_free(spec);
 }
@@ -224,8 +216,8 @@ static void test_timeouts(void)
 	if (!spec)
 		return;
 	CHECK_INT_EQ(run_mock(spec, NULL, &report), -ECANCELED);
-	CHECK(find_stage(&report, "quick")->success);
-	stuck = find_stage(&report, "stuck");
+	CHECK(run_report_find_stage(&report, "quick")->success);
+	stuck = run_report_find_stage(&report, "stuck");
 	CHECK(stuck->ran && !stuck->success);
 	CHECK_INT_EQ(stuck->exit_code, BOX_EXIT_NOT_RUN);
 	CHECK_STR_EQ(stuck->error, "timed out after 1s");
@@ -259,7 +251,7 @@ static void test_input_and_default_output(void)
 	if (!spec)
 		return;
 	CHECK_INT_EQ(run_mock(spec, &options, &report), 0);
-	CHECK_STR_EQ(find_stage(&report, "shout")->output, "QUIET WORDS");
+	CHECK_STR_EQ(run_report_find_stage(&report, "shout")->output, "QUIET WORDS");
 	/* no output_step: the last declared step is the output; it got --input too */
 	CHECK_STR_EQ(report.output, "quiet words");
 	run_report_free(&report);

@@ -51,14 +51,6 @@ static struct spec *load_text(const char *text)
 	return spec;
 }
 
-static const struct run_stage *find_stage(const struct run_report *report, const char *name)
-{
-	for (size_t i = 0; i < report->stage_count; i++)
-		if (strcmp(report->stages[i].name, name) == 0)
-			return &report->stages[i];
-	return NULL;
-}
-
 static int run_in_box(const struct spec *spec, struct run_report *report)
 {
 	run_report_init(report, spec->name, spec->kind);
@@ -115,8 +107,8 @@ static void test_diamond_parallel_in_vm(void)
 	CHECK(report.success);
 	if (report.error)
 		fprintf(stderr, "  error: %s\n", report.error);
-	CHECK_STR_EQ(find_stage(&report, "b")->output, "b-saw-c\n");
-	CHECK_STR_EQ(find_stage(&report, "c")->output, "c-saw-b\n");
+	CHECK_STR_EQ(run_report_find_stage(&report, "b")->output, "b-saw-c\n");
+	CHECK_STR_EQ(run_report_find_stage(&report, "c")->output, "c-saw-b\n");
 	CHECK_STR_EQ(report.output, "b-saw-c\n");
 	run_report_free(&report);
 	spec_free(spec);
@@ -138,8 +130,8 @@ static void test_failing_step_in_vm(void)
 	CHECK_INT_EQ(run_in_box(spec, &report), -ECANCELED);
 	CHECK(!report.success);
 	CHECK_STR_EQ(report.error, "step \"check\" failed with exit code 5: bad input");
-	CHECK_STR_EQ(find_stage(&report, "check")->output, "checking\n");
-	CHECK(!find_stage(&report, "after")->ran);
+	CHECK_STR_EQ(run_report_find_stage(&report, "check")->output, "checking\n");
+	CHECK(!run_report_find_stage(&report, "after")->ran);
 	run_report_free(&report);
 	spec_free(spec);
 }
@@ -157,7 +149,7 @@ static void test_timeout_in_vm(void)
 	if (!spec)
 		return;
 	CHECK_INT_EQ(run_in_box(spec, &report), -ECANCELED);
-	stuck = find_stage(&report, "stuck");
+	stuck = run_report_find_stage(&report, "stuck");
 	CHECK(stuck->ran && !stuck->success);
 	CHECK_STR_EQ(stuck->error, "timed out after 2s");
 	CHECK(report.error && strstr(report.error, "step \"stuck\" timed out after 2s"));
