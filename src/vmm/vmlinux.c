@@ -6,6 +6,7 @@
  */
 #include "vmm/vmlinux.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -14,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "vmm/boot.h"
@@ -29,6 +31,8 @@
 #define LZMA_MEMLIMIT UINT64_MAX
 #define TMP_SUFFIX ".tmp"
 #define FILE_MODE 0644
+#define VMLINUX_CACHE_PREFIX "vmlinux-"
+#define VMLINUX_CACHE_KEEP 4 /* kernels kept in the cache, most recently used first */
 
 static uint32_t read32(const uint8_t *p)
 {
@@ -235,13 +239,75 @@ static int vmlinux_mkdir_parents(const char *path)
 	}
 }
 
+struct vmlinux_cache_entry {
+	char name[NAME_MAX + 1];
+	struct timespec used;
+};
+
+static int vmlinux_cache_newest_first(const void *a, const void *b)
+{
+	const struct timespec *x = &((const struct vmlinux_cache_entry *)a)->used;
+	const struct timespec *y = &((const struct vmlinux_cache_entry *)b)->used;
+
+	if (x->tv_sec != y->tv_sec)
+		return x->tv_sec < y->tv_sec ? 1 : -1;
+	if (x->tv_nsec != y->tv_nsec)
+		return x->tv_nsec < y->tv_nsec ? 1 : -1;
+	return 0;
+}
+
+/*
+ * Keeps the keep most recently used kernels of the cache and removes the rest. Entries are
+ * named after their bzImage's size and mtime, so every rebuilt image (same kernel, new mtime)
+ * adds one of ~60 MB; without pruning they piled up forever. A cache hit refreshes an
+ * entry's mtime, so the kernels in use are the ones kept.
+ */
+static void vmlinux_cache_prune(const char *cache_dir, size_t keep)
+{
+	struct vmlinux_cache_entry *entries = NULL;
+	size_t count = 0, cap = 0;
+	struct dirent *ent;
+	DIR *dir = opendir(cache_dir);
+
+	if (!dir)
+		return;
+	while ((ent = readdir(dir))) {
+		struct stat st;
+
+		if (strncmp(ent->d_name, VMLINUX_CACHE_PREFIX, strlen(VMLINUX_CACHE_PREFIX)) != 0 ||
+		    strstr(ent->d_name, TMP_SUFFIX) ||
+		    fstatat(dirfd(dir), ent->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0 ||
+		    !S_ISREG(st.st_mode))
+			continue;
+		if (count == cap) {
+			size_t grown = cap ? cap * 2 : VMLINUX_CACHE_KEEP * 2;
+			struct vmlinux_cache_entry *more = realloc(entries, grown * sizeof(*more));
+
+			if (!more)
+				break;
+			entries = more;
+			cap = grown;
+		}
+		snprintf(entries[count].name, sizeof(entries[count].name), "%s", ent->d_name);
+		entries[count++].used = st.st_mtim;
+	}
+	if (count > keep) {
+		qsort(entries, count, sizeof(*entries), vmlinux_cache_newest_first);
+		for (size_t i = keep; i < count; i++)
+			(void)unlinkat(dirfd(dir), entries[i].name, 0);
+	}
+	closedir(dir);
+	free(entries);
+}
+
 int vmlinux_cache_path(const char *cache_dir, const char *kernel_path, char *out, size_t len)
 {
 	struct stat st;
 
 	if (stat(kernel_path, &st) < 0)
 		return -errno;
-	if ((size_t)snprintf(out, len, "%s/vmlinux-%jd-%jd.%09ld", cache_dir, (intmax_t)st.st_size,
+	if ((size_t)snprintf(out, len, "%s/" VMLINUX_CACHE_PREFIX "%jd-%jd.%09ld", cache_dir,
+			     (intmax_t)st.st_size,
 			     (intmax_t)st.st_mtim.tv_sec, st.st_mtim.tv_nsec) >= len)
 		return -ENAMETOOLONG;
 	return 0;
@@ -256,13 +322,19 @@ int vmlinux_cache_prepare(const char *cache_dir, const char *kernel_path, char *
 		snprintf(err, errlen, "cannot use kernel %s: %s", kernel_path, strerror(-rc));
 		return rc;
 	}
-	if (access(out, R_OK) == 0)
+	if (access(out, R_OK) == 0) {
+		/* the use time the pruning below goes by; a read-only cache just stays as it is */
+		(void)utimensat(AT_FDCWD, out, NULL, 0);
 		return 0;
+	}
 	rc = vmlinux_mkdir_parents(cache_dir);
 	if (rc < 0) {
 		snprintf(err, errlen, "cannot create the kernel cache %s: %s", cache_dir,
 			 strerror(-rc));
 		return rc;
 	}
-	return vmlinux_extract_file(kernel_path, out, err, errlen);
+	rc = vmlinux_extract_file(kernel_path, out, err, errlen);
+	if (rc == 0)
+		vmlinux_cache_prune(cache_dir, VMLINUX_CACHE_KEEP);
+	return rc;
 }

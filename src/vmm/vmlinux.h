@@ -30,6 +30,8 @@ int vmlinux_cache_path(const char *cache_dir, const char *kernel_path, char *out
 /*
  * Makes sure the cache holds the vmlinux of kernel_path (creating cache_dir when missing) and
  * puts its path in out. -ENOEXEC when the kernel is not an XZ bzImage (boot it as given).
+ * A hit marks the entry used (its mtime); adding an entry removes all but the four most
+ * recently used.
  */
 int vmlinux_cache_prepare(const char *cache_dir, const char *kernel_path, char *out, size_t len,
 			  char *err, size_t errlen);

@@ -5,11 +5,17 @@
  */
 #include <elf.h>
 #include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
 #include <linux/kvm.h>
 #include <lzma.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <stdint.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "harness.h"
 #include "vmm/boot.h"
@@ -433,9 +439,79 @@ static void test_vmlinux_extract(void)
 				     sizeof(err)), -ENOEXEC);
 }
 
+/* Writes a bzImage of elf_image to path with the given mtime (the cache keys on it). */
+static void write_kernel(const char *path, time_t mtime)
+{
+	static uint8_t xz[16384], bz[32768];
+	size_t xz_len = 0, bz_len;
+	struct timespec times[2] = { { .tv_sec = mtime }, { .tv_sec = mtime } };
+	FILE *f;
+
+	make_elf(ELF_LOAD_ADDR, ELF_LOAD_ADDR);
+	CHECK_INT_EQ(lzma_easy_buffer_encode(6, LZMA_CHECK_CRC32, NULL, elf_image,
+					     sizeof(elf_image), xz, &xz_len, sizeof(xz)), LZMA_OK);
+	bz_len = make_bzimage_with_payload(bz, sizeof(bz), xz, xz_len);
+	f = fopen(path, "wb");
+	CHECK(f && fwrite(bz, 1, bz_len, f) == bz_len);
+	if (f)
+		fclose(f);
+	CHECK_INT_EQ(utimensat(AT_FDCWD, path, times, 0), 0);
+}
+
+static int count_cache_entries(const char *dir)
+{
+	char cmd[PATH_MAX + 64];
+	FILE *p;
+	int count = -1;
+
+	snprintf(cmd, sizeof(cmd), "ls '%s' | grep -c '^vmlinux-'", dir);
+	p = popen(cmd, "r");
+	if (p && fscanf(p, "%d", &count) != 1)
+		count = -1;
+	if (p)
+		pclose(p);
+	return count;
+}
+
+/* The cache keeps the four most recently used kernels: a hit counts as a use. */
+static void test_vmlinux_cache_keeps_recent(void)
+{
+	char dir[] = "/tmp/voidbox-vmlinux-cache-XXXXXX";
+	char kernels[5][PATH_MAX], cached[5][PATH_MAX], cache_dir[PATH_MAX + 8], err[256];
+	time_t now = time(NULL);
+
+	CHECK(mkdtemp(dir) != NULL);
+	snprintf(cache_dir, sizeof(cache_dir), "%s/cache", dir);
+	for (int i = 0; i < 4; i++) {
+		struct timespec used[2] = { { .tv_sec = now - 100 + i }, { .tv_sec = now - 100 + i } };
+
+		snprintf(kernels[i], sizeof(kernels[i]), "%s/bzImage-%d", dir, i);
+		write_kernel(kernels[i], now - 1000 + i);
+		CHECK_INT_EQ(vmlinux_cache_prepare(cache_dir, kernels[i], cached[i],
+						   sizeof(cached[i]), err, sizeof(err)), 0);
+		utimensat(AT_FDCWD, cached[i], used, 0);
+	}
+	CHECK_INT_EQ(count_cache_entries(cache_dir), 4);
+	/* kernel 0 is used again, so kernel 1 is now the least recently used */
+	CHECK_INT_EQ(vmlinux_cache_prepare(cache_dir, kernels[0], cached[0], sizeof(cached[0]),
+					   err, sizeof(err)), 0);
+	snprintf(kernels[4], sizeof(kernels[4]), "%s/bzImage-4", dir);
+	write_kernel(kernels[4], now - 500);
+	CHECK_INT_EQ(vmlinux_cache_prepare(cache_dir, kernels[4], cached[4], sizeof(cached[4]),
+					   err, sizeof(err)), 0);
+	CHECK_INT_EQ(count_cache_entries(cache_dir), 4);
+	CHECK(access(cached[0], R_OK) == 0);
+	CHECK(access(cached[1], F_OK) != 0);
+	CHECK(access(cached[2], R_OK) == 0 && access(cached[3], R_OK) == 0);
+	CHECK(access(cached[4], R_OK) == 0);
+	snprintf(cache_dir, sizeof(cache_dir), "rm -rf '%s'", dir);
+	CHECK_INT_EQ(system(cache_dir), 0);
+}
+
 int main(void)
 {
 	RUN_TEST(test_load_elf);
+	RUN_TEST(test_vmlinux_cache_keeps_recent);
 	RUN_TEST(test_load_elf_refusals);
 	RUN_TEST(test_vmlinux_extract);
 	RUN_TEST(test_bzimage_valid);
