@@ -1,9 +1,9 @@
 /*
  * The rekey of a restored guest (see restore.h). The registry of authenticated connections
  * is a small fixed table under one lock: a rekey shuts down (SHUT_RDWR) every entry older
- * than the new secret, which makes each connection's reader see EOF and end the way a host
- * close would; unregistering happens under the same lock before the fd can be closed, so a
- * reused fd number is never shut down by mistake.
+ * than the new secret but the one that carried it, which makes each connection's reader see
+ * EOF and end the way a host close would; unregistering happens under the same lock before
+ * the fd can be closed, so a reused fd number is never shut down by mistake.
  */
 #include "restore.h"
 
@@ -43,27 +43,28 @@ static uint8_t restore_secret[PROTO_SECRET_SIZE];
 static struct restore_conn_entry restore_conns[RESTORE_MAX_CONNS];
 static size_t restore_conn_count;
 
-bool restore_secret_matches(const struct agent_context *ctx, const uint8_t secret[32])
+/* Caller holds restore_lock. */
+static bool restore_secret_matches_locked(const struct agent_context *ctx,
+					  const uint8_t secret[PROTO_SECRET_SIZE])
+{
+	if (restore_rekeyed)
+		return proto_secret_equal(secret, restore_secret);
+	return ctx->has_secret && proto_secret_equal(secret, ctx->secret);
+}
+
+bool restore_authenticate(const struct agent_context *ctx, const uint8_t secret[PROTO_SECRET_SIZE],
+			  int fd)
 {
 	bool match;
 
 	pthread_mutex_lock(&restore_lock);
-	if (restore_rekeyed)
-		match = proto_secret_equal(secret, restore_secret);
-	else
-		match = ctx->has_secret && proto_secret_equal(secret, ctx->secret);
-	pthread_mutex_unlock(&restore_lock);
-	return match;
-}
-
-void restore_conn_register(int fd)
-{
-	pthread_mutex_lock(&restore_lock);
-	if (restore_conn_count < RESTORE_MAX_CONNS)
+	match = restore_secret_matches_locked(ctx, secret);
+	if (match && restore_conn_count < RESTORE_MAX_CONNS)
 		restore_conns[restore_conn_count++] = (struct restore_conn_entry){
 			.fd = fd, .generation = restore_generation,
 		};
 	pthread_mutex_unlock(&restore_lock);
+	return match;
 }
 
 void restore_conn_unregister(int fd)
@@ -219,9 +220,13 @@ void restore_close_stale_connections_except(int keep_fd)
 	pthread_mutex_unlock(&restore_lock);
 }
 
-void restore_close_stale_connections(void)
+void restore_conn_adopt(int fd)
 {
-	restore_close_stale_connections_except(-1);
+	pthread_mutex_lock(&restore_lock);
+	for (size_t i = 0; i < restore_conn_count; i++)
+		if (restore_conns[i].fd == fd)
+			restore_conns[i].generation = restore_generation;
+	pthread_mutex_unlock(&restore_lock);
 }
 
 bool restore_conn_is_stale(int fd)

@@ -3,10 +3,12 @@
  * WriteFile to the reserved path RESTORE_REKEY_PATH carrying {"secret_hex", "rng_seed_b64",
  * "clock_ns"}; the agent never writes that file. It mixes the seed into the kernel's pool,
  * steps CLOCK_REALTIME, switches the session secret for new connections, closes every other
- * connection that authenticated before the switch, answers, and then closes the rekeying
- * connection too. So once the host has the answer, no old connection can be served: and a
- * request an old connection's reader had already taken in is dropped, not run (readers check
- * restore_conn_is_stale before each dispatch). The secret therefore lives
+ * connection that authenticated before the switch, and answers on the rekeying connection,
+ * which stays open: it is the host's (only the host reaches the guest's vsock), and keeping
+ * it saves the restored guest a reconnect. So once the host has the answer, no other old
+ * connection can be served, and a request an old connection's reader had already taken in is
+ * dropped, not run (readers check restore_conn_is_stale before each dispatch). The secret
+ * therefore lives
  * here (mutable, locked) instead of in the read-only agent_context once a rekey happened.
  * Protocol: docs/protocol.md and docs/snapshot-format.md.
  */
@@ -21,22 +23,26 @@
 
 #define RESTORE_REKEY_PATH "/etc/voidbox/restore.json"
 
-/* True when secret is the current session secret (the rekeyed one, or ctx's before that). */
-bool restore_secret_matches(const struct agent_context *ctx, const uint8_t secret[32]);
-/* Authenticated connections, so a rekey can close the ones that predate it. */
-void restore_conn_register(int fd);
+/*
+ * True when secret is the current session secret (the rekeyed one, or ctx's before that);
+ * fd is then registered as authenticated under that secret, in the same step, so a rekey
+ * cannot fall between the check and the registration and leave fd counted as newer than
+ * the secret it used. Every fd passed here is unregistered when its connection ends.
+ */
+bool restore_authenticate(const struct agent_context *ctx, const uint8_t secret[32], int fd);
 void restore_conn_unregister(int fd);
 bool restore_is_rekey_path(const char *path);
 /*
  * Applies a rekey document. Returns 0, or -EINVAL with *error (malloc'ed) for the host.
  * The RNG seed and clock touch the machine, so only an agent that is PID 1 in its VM applies
  * them (outside a VM, the host's clock is not the agent's to set); the secret always switches.
- * On success the caller calls restore_close_stale_connections_except(its own fd) before
- * answering and restore_close_stale_connections after.
+ * On success the caller calls restore_close_stale_connections_except(its own fd) and
+ * restore_conn_adopt(its own fd) before answering.
  */
 int restore_apply(const uint8_t *json, size_t len, bool in_vm, char **error);
 void restore_close_stale_connections_except(int keep_fd);
-void restore_close_stale_connections(void);
+/* Moves fd to the current secret's generation: the rekeying connection stays usable. */
+void restore_conn_adopt(int fd);
 /* True when fd authenticated before the latest rekey: its requests must not be served. */
 bool restore_conn_is_stale(int fd);
 

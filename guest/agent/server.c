@@ -186,7 +186,7 @@ static int server_handshake(struct agent_conn *conn)
 		agent_warn("handshake: closing: malformed Ping");
 		goto out;
 	}
-	if (!restore_secret_matches(ctx, ping.secret)) {
+	if (!restore_authenticate(ctx, ping.secret, conn->fd)) {
 		agent_warn("handshake: closing: %s", ctx->has_secret ? "wrong session secret" :
 					"the agent has no session secret (voidbox.secret missing)");
 		goto out;
@@ -296,10 +296,9 @@ static void *server_conn_main(void *arg)
 
 	if (server_handshake(conn) == 0) {
 		agent_info("connection authenticated");
-		restore_conn_register(conn->fd);
 		server_serve(conn);
-		restore_conn_unregister(conn->fd);
 	}
+	restore_conn_unregister(conn->fd);
 	pty_conn_closed(conn);
 	conn_shutdown(conn);
 	conn_put(conn);

@@ -958,6 +958,14 @@ void control_channel_expect_disconnect(struct control_channel *ch)
 	conn_put(conn);
 }
 
+void control_channel_set_secret(struct control_channel *ch,
+				const uint8_t secret[PROTO_SECRET_SIZE])
+{
+	pthread_mutex_lock(&ch->establish_lock);
+	memcpy(ch->cfg.secret, secret, sizeof(ch->cfg.secret));
+	pthread_mutex_unlock(&ch->establish_lock);
+}
+
 int control_channel_shutdown(struct control_channel *ch)
 {
 	struct channel_conn *conn = NULL;

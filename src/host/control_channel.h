@@ -87,6 +87,9 @@ int control_channel_snapshot_ready(struct control_channel *ch, int timeout_ms);
  * is logged at debug level instead of as a warning. Calls keep failing or reconnecting as usual.
  */
 void control_channel_expect_disconnect(struct control_channel *ch);
+/* The secret later connections authenticate with (after a rekey); the current one stays. */
+void control_channel_set_secret(struct control_channel *ch,
+				const uint8_t secret[PROTO_SECRET_SIZE]);
 /* Sends Shutdown (the agent powers the VM off); nothing answers it. */
 int control_channel_shutdown(struct control_channel *ch);
 

@@ -517,8 +517,10 @@ static int sandbox_rekey_document(struct sandbox *sandbox, char *json, size_t le
 }
 
 /*
- * Connects with the secret the guest answers to now (old_secret), sends the rekey, and
- * reconnects with the new secret. The agent closes the old connection after answering.
+ * Connects with the secret the guest answers to now (old_secret) and sends the rekey on that
+ * connection, which the agent keeps (it closes every other connection from before the
+ * switch); later connections use the new secret. An agent from before that rule closes this
+ * connection too, and the channel's next call then reconnects with the new secret.
  * A restored agent is already listening, so there is no port probe as after a cold boot:
  * the handshake itself retries until timeout_ms, and stops at once if the VM ends.
  */
@@ -533,22 +535,19 @@ static int sandbox_rekey(struct sandbox *sandbox, const uint8_t old_secret[PROTO
 	if (rc < 0)
 		return rc;
 	len = sandbox_rekey_document(sandbox, json, sizeof(json));
-	/* the agent closes this connection once it has answered */
-	control_channel_expect_disconnect(sandbox->channel);
 	rc = len < 0 ? len
 		     : control_channel_write_file(sandbox->channel, SANDBOX_REKEY_PATH, json,
 						  (size_t)len, false, CONTROL_CHANNEL_TIMEOUT_DEFAULT);
 	explicit_bzero(json, sizeof(json));
-	control_channel_destroy(sandbox->channel);
-	sandbox->channel = NULL;
 	if (rc < 0) {
 		snprintf(err, errlen, "the restored guest agent refused the new session secret "
 			 "(%s): rebuild the image with this voidbox's agent and take the snapshot "
 			 "again", control_channel_last_error());
 		return rc;
 	}
+	control_channel_set_secret(sandbox->channel, sandbox->secret);
 	vm_snapshot_set_secret(sandbox->vm, sandbox->secret);
-	return sandbox_open_channel(sandbox, timeout_ms, err, errlen);
+	return 0;
 }
 
 int sandbox_start_from_snapshot(const struct sandbox_restore_config *cfg, struct sandbox **out,

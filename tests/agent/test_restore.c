@@ -107,7 +107,7 @@ static void test_malformed_rekey_changes_nothing(void)
 	CHECK(handshake_works(BOOT_SECRET_HEX));
 }
 
-static void test_rekey_switches_secret_and_closes_old_connections(void)
+static void test_rekey_switches_secret_and_closes_other_old_connections(void)
 {
 	struct control_channel *rekeyer = channel_with(BOOT_SECRET_HEX);
 	struct control_channel *bystander = channel_with(BOOT_SECRET_HEX);
@@ -128,6 +128,14 @@ static void test_rekey_switches_secret_and_closes_old_connections(void)
 	memset(&stat_out, 0, sizeof(stat_out));
 	CHECK(control_channel_file_stat(bystander, REKEY_PATH, &stat_out,
 					CONTROL_CHANNEL_TIMEOUT_DEFAULT) < 0);
+	/*
+	 * The rekeying connection itself stays: this RPC can only succeed on it, because a
+	 * reconnect with the boot secret it still holds would be refused.
+	 */
+	memset(&stat_out, 0, sizeof(stat_out));
+	CHECK_INT_EQ(control_channel_file_stat(rekeyer, REKEY_PATH, &stat_out,
+					       CONTROL_CHANNEL_TIMEOUT_DEFAULT), 0);
+	free(stat_out.error);
 	control_channel_destroy(rekeyer);
 	control_channel_destroy(bystander);
 	CHECK(!handshake_works(BOOT_SECRET_HEX));
@@ -159,7 +167,7 @@ int main(int argc, char **argv)
 	}
 	start_agent(argv[1]);
 	RUN_TEST(test_malformed_rekey_changes_nothing);
-	RUN_TEST(test_rekey_switches_secret_and_closes_old_connections);
+	RUN_TEST(test_rekey_switches_secret_and_closes_other_old_connections);
 	kill(agent_pid, SIGTERM);
 	waitpid(agent_pid, NULL, 0);
 	snprintf(cmd, sizeof(cmd), "rm -rf %s", tree);
