@@ -14,12 +14,14 @@
  *     tmpfs, after which the parent is remapped MAP_PRIVATE over that file like the children.
  *     That directory stays until the parent is destroyed, so its next fork is a diff.
  * The first costs milliseconds per megabyte written; the second reads all of guest memory.
+ * The children are then restored and started in parallel.
  * docs/snapshot-format.md has measurements.
  */
 #include "vmm/snapshot.h"
 
 #include <errno.h>
 #include <limits.h>
+#include <pthread.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -67,27 +69,74 @@ static void fork_remove_dir(const char *dir)
 	rmdir(dir);
 }
 
+struct fork_child_job {
+	const char *dir;
+	const struct vm_restore_options *opts;
+	unsigned int index;
+	struct vm *vm;
+	pthread_t thread;
+	bool thread_started;
+	int rc;
+	char err[FORK_ERR_MAX];
+};
+
+static void *fork_child_run(void *arg)
+{
+	struct fork_child_job *job = arg;
+
+	job->rc = vm_create_from_snapshot(job->dir, job->opts, &job->vm, job->err,
+					  sizeof(job->err));
+	if (job->rc == 0) {
+		job->rc = vm_start(job->vm);
+		if (job->rc < 0)
+			snprintf(job->err, sizeof(job->err), "child %u did not start: %s",
+				 job->index, strerror(-job->rc));
+	}
+	return NULL;
+}
+
+/*
+ * Restores and starts the n children at the same time, one thread each: every restore is a
+ * VM of its own (KVM VM, memory mapping, devices), so they share nothing but the files. A
+ * child whose thread cannot start is made here. All or none: on any failure every child made
+ * is destroyed and the first error is returned.
+ */
 static int fork_children(const char *dir, unsigned int n,
 			 const struct vm_restore_options *const child_opts[], struct vm *children[],
 			 char *err, size_t errlen)
 {
-	unsigned int made = 0;
+	struct fork_child_job *jobs = calloc(n, sizeof(*jobs));
 	int rc = 0;
 
-	for (; made < n && rc == 0; made++) {
-		rc = vm_create_from_snapshot(dir, child_opts[made], &children[made], err, errlen);
-		if (rc < 0)
-			break;
-		rc = vm_start(children[made]);
-		if (rc < 0)
-			snprintf(err, errlen, "child %u did not start: %s", made, strerror(-rc));
+	if (!jobs) {
+		snprintf(err, errlen, "out of memory");
+		return -ENOMEM;
 	}
-	if (rc == 0)
-		return 0;
-	for (unsigned int i = 0; i <= made && i < n; i++) {
-		vm_destroy(children[i]);
-		children[i] = NULL;
+	for (unsigned int i = 0; i < n; i++) {
+		jobs[i].dir = dir;
+		jobs[i].opts = child_opts[i];
+		jobs[i].index = i;
+		jobs[i].thread_started =
+			pthread_create(&jobs[i].thread, NULL, fork_child_run, &jobs[i]) == 0;
 	}
+	for (unsigned int i = 0; i < n; i++) {
+		if (jobs[i].thread_started)
+			pthread_join(jobs[i].thread, NULL);
+		else
+			fork_child_run(&jobs[i]);
+		if (jobs[i].rc < 0 && rc == 0) {
+			rc = jobs[i].rc;
+			snprintf(err, errlen, "%s", jobs[i].err);
+		}
+	}
+	for (unsigned int i = 0; i < n; i++) {
+		if (rc < 0) {
+			vm_destroy(jobs[i].vm);
+			jobs[i].vm = NULL;
+		}
+		children[i] = jobs[i].vm;
+	}
+	free(jobs);
 	return rc;
 }
 
