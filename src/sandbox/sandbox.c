@@ -12,7 +12,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
-#include <pthread.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,6 +22,7 @@
 #include <unistd.h>
 
 #include "common/log.h"
+#include "common/parallel.h"
 #include "devices/vsock.h"
 #include "host/vsock_connect.h"
 #include "store/guest_image.h"
@@ -611,25 +611,22 @@ int sandbox_snapshot(struct sandbox *sandbox, const char *dir,
 struct sandbox_rekey_job {
 	struct sandbox *child;
 	const uint8_t *old_secret;
-	pthread_t thread;
-	bool started;
 	int rc;
 	char err[SANDBOX_REKEY_ERR_MAX];
 };
 
-static void *sandbox_rekey_job_run(void *arg)
+static void sandbox_rekey_job_run(void *item)
 {
-	struct sandbox_rekey_job *job = arg;
+	struct sandbox_rekey_job *job = item;
 
 	job->rc = sandbox_rekey(job->child, job->old_secret, SANDBOX_DEFAULT_BOOT_TIMEOUT_MS,
 				job->err, sizeof(job->err));
-	return NULL;
 }
 
 /*
- * The children of a fork are rekeyed at the same time, each on a thread of its own: every
- * rekey is a few round trips to a guest that has just resumed, so one after another they
- * would make a fork of n cost n of them. A child whose thread cannot start is rekeyed here.
+ * The children of a fork are rekeyed at the same time: every rekey is a few round trips to a
+ * guest that has just resumed, so one after another they would make a fork of n cost n of
+ * them.
  */
 static int sandbox_rekey_children(struct sandbox *parent, struct sandbox *children[],
 				  unsigned int n, char *err, size_t errlen)
@@ -641,18 +638,12 @@ static int sandbox_rekey_children(struct sandbox *parent, struct sandbox *childr
 		snprintf(err, errlen, "out of memory");
 		return -ENOMEM;
 	}
-	for (unsigned int i = 0; i < n; i++) {
+	for (unsigned int i = 0; i < n; i++)
 		jobs[i] = (struct sandbox_rekey_job){ .child = children[i],
 						      .old_secret = parent->secret };
-		jobs[i].started =
-			pthread_create(&jobs[i].thread, NULL, sandbox_rekey_job_run, &jobs[i]) == 0;
-	}
-	for (unsigned int i = 0; i < n; i++) {
-		if (jobs[i].started)
-			pthread_join(jobs[i].thread, NULL);
-		else
-			sandbox_rekey_job_run(&jobs[i]);
-		if (jobs[i].rc < 0 && rc == 0) {
+	parallel_for_each(jobs, n, sizeof(*jobs), sandbox_rekey_job_run);
+	for (unsigned int i = 0; i < n && rc == 0; i++) {
+		if (jobs[i].rc < 0) {
 			rc = jobs[i].rc;
 			snprintf(err, errlen, "child %u: %s", i, jobs[i].err);
 		}

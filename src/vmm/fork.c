@@ -21,7 +21,6 @@
 
 #include <errno.h>
 #include <limits.h>
-#include <pthread.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -30,6 +29,7 @@
 #include <unistd.h>
 
 #include "common/log.h"
+#include "common/parallel.h"
 #include "vmm/snapshot_file.h"
 #include "vmm/vm_internal.h"
 
@@ -74,15 +74,13 @@ struct fork_child_job {
 	const struct vm_restore_options *opts;
 	unsigned int index;
 	struct vm *vm;
-	pthread_t thread;
-	bool thread_started;
 	int rc;
 	char err[FORK_ERR_MAX];
 };
 
-static void *fork_child_run(void *arg)
+static void fork_child_run(void *item)
 {
-	struct fork_child_job *job = arg;
+	struct fork_child_job *job = item;
 
 	job->rc = vm_create_from_snapshot(job->dir, job->opts, &job->vm, job->err,
 					  sizeof(job->err));
@@ -92,14 +90,12 @@ static void *fork_child_run(void *arg)
 			snprintf(job->err, sizeof(job->err), "child %u did not start: %s",
 				 job->index, strerror(-job->rc));
 	}
-	return NULL;
 }
 
 /*
- * Restores and starts the n children at the same time, one thread each: every restore is a
- * VM of its own (KVM VM, memory mapping, devices), so they share nothing but the files. A
- * child whose thread cannot start is made here. All or none: on any failure every child made
- * is destroyed and the first error is returned.
+ * Restores and starts the n children at the same time: every restore is a VM of its own (KVM
+ * VM, memory mapping, devices), so they share nothing but the files. All or none: on any
+ * failure every child made is destroyed and the first error is returned.
  */
 static int fork_children(const char *dir, unsigned int n,
 			 const struct vm_restore_options *const child_opts[], struct vm *children[],
@@ -112,19 +108,11 @@ static int fork_children(const char *dir, unsigned int n,
 		snprintf(err, errlen, "out of memory");
 		return -ENOMEM;
 	}
-	for (unsigned int i = 0; i < n; i++) {
-		jobs[i].dir = dir;
-		jobs[i].opts = child_opts[i];
-		jobs[i].index = i;
-		jobs[i].thread_started =
-			pthread_create(&jobs[i].thread, NULL, fork_child_run, &jobs[i]) == 0;
-	}
-	for (unsigned int i = 0; i < n; i++) {
-		if (jobs[i].thread_started)
-			pthread_join(jobs[i].thread, NULL);
-		else
-			fork_child_run(&jobs[i]);
-		if (jobs[i].rc < 0 && rc == 0) {
+	for (unsigned int i = 0; i < n; i++)
+		jobs[i] = (struct fork_child_job){ .dir = dir, .opts = child_opts[i], .index = i };
+	parallel_for_each(jobs, n, sizeof(*jobs), fork_child_run);
+	for (unsigned int i = 0; i < n && rc == 0; i++) {
+		if (jobs[i].rc < 0) {
 			rc = jobs[i].rc;
 			snprintf(err, errlen, "%s", jobs[i].err);
 		}
