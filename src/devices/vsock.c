@@ -518,6 +518,13 @@ int vsock_device_reset_transport(struct vsock_device *dev)
 	return 0;
 }
 
+void vsock_device_guest_stopped(struct vsock_device *dev)
+{
+	pthread_mutex_lock(&dev->lock);
+	vsock_conn_close_all(dev);
+	pthread_mutex_unlock(&dev->lock);
+}
+
 int vsock_device_kick_fd(const struct vsock_device *dev)
 {
 	return dev->kick_fd;

@@ -74,6 +74,11 @@ const char *vsock_device_uds_path(const struct vsock_device *dev);
  * the guest closes its sockets (used after a snapshot restore). Returns 0 or -errno.
  */
 int vsock_device_reset_transport(struct vsock_device *dev);
+/*
+ * The guest has stopped for good: every host connection is closed, so whoever holds one reads
+ * EOF at once instead of waiting for a guest that will never answer.
+ */
+void vsock_device_guest_stopped(struct vsock_device *dev);
 
 /* VSOCK_WORKER_CALLER only: runs one loop iteration, waiting up to timeout_ms for events. */
 int vsock_device_poll(struct vsock_device *dev, int timeout_ms);

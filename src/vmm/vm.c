@@ -107,6 +107,9 @@ static void vm_end(struct vm *vm, enum vm_exit_reason reason)
 	pthread_mutex_unlock(&vm->lock);
 	if (first)
 		vm_kick_all(vm);
+	/* a guest that is gone answers nothing: its host connections end now, not at timeouts */
+	if (first && vm->vsock)
+		vsock_device_guest_stopped(vm->vsock);
 }
 
 static void vm_vcpu_exit(void *opaque, enum vm_exit_reason reason)

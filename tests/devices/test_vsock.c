@@ -944,6 +944,28 @@ static void test_guest_close_gives_host_clean_eof(void)
 	peer_stop(&p);
 }
 
+/* A guest that stopped for good: the host's open connection reads EOF at once. */
+static void test_guest_stopped_ends_host_connections(void)
+{
+	struct peer p;
+	char buf[16];
+	ssize_t n;
+	int fd;
+
+	CHECK_INT_EQ(peer_start(&p, VSOCK_WORKER_CALLER), 0);
+	fd = connect_with_guest(&p, GUEST_LISTEN_PORT, CONNECT_TIMEOUT_MS);
+	CHECK(fd >= 0);
+	CHECK_INT_EQ(vsock_device_connection_count(p.dev), 1);
+	vsock_device_guest_stopped(p.dev);
+	CHECK_INT_EQ(vsock_device_connection_count(p.dev), 0);
+	if (fd >= 0) {
+		n = recv(fd, buf, sizeof(buf), 0);
+		CHECK_INT_EQ(n, 0);
+		close(fd);
+	}
+	peer_stop(&p);
+}
+
 static void test_transport_reset_event(void)
 {
 	struct peer p;
@@ -1081,6 +1103,7 @@ int main(void)
 	RUN_TEST(test_host_backlog_is_bounded);
 	RUN_TEST(test_guest_close_gives_host_clean_eof);
 	RUN_TEST(test_transport_reset_event);
+	RUN_TEST(test_guest_stopped_ends_host_connections);
 	RUN_TEST(test_hostile_tx_ring_needs_reset_then_recovers);
 	return harness_finish();
 }
