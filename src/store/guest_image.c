@@ -10,7 +10,6 @@
 
 #include <dirent.h>
 #include <errno.h>
-#include <ftw.h>
 #include <jansson.h>
 #include <stdarg.h>
 #include <stdbool.h>
@@ -21,9 +20,9 @@
 #include <unistd.h>
 
 #include "store/guest_image_internal.h"
+#include "store/store_fs.h"
 
 #define GUEST_IMAGE_HOME_DIR_NAME ".void-box"
-#define GUEST_IMAGE_REMOVE_FD_LIMIT 32
 #define GUEST_IMAGE_LIST_INITIAL 8
 
 void guest_image_set_error(char *err, size_t errlen, const char *fmt, ...)
@@ -88,20 +87,6 @@ int guest_image_dir(const char *name, char *out, size_t out_len)
 	if (rc < 0)
 		return rc;
 	return guest_image_format(out, out_len, "%s/%s/%s", home, GUEST_IMAGE_IMAGES_DIR, name);
-}
-
-static int guest_image_remove_visit(const char *path, const struct stat *st, int type,
-				    struct FTW *ftw)
-{
-	return remove(path) < 0 && errno != ENOENT ? -1 : 0;
-}
-
-int guest_image_remove_tree(const char *path)
-{
-	if (nftw(path, guest_image_remove_visit, GUEST_IMAGE_REMOVE_FD_LIMIT,
-		 FTW_DEPTH | FTW_PHYS) < 0)
-		return errno == ENOENT ? 0 : -errno;
-	return 0;
 }
 
 static uint64_t guest_image_dir_size(const char *dir)
@@ -226,7 +211,7 @@ static int guest_image_clean_one(const char *name, char *err, size_t errlen)
 				      name);
 		return -ENOENT;
 	}
-	rc = guest_image_remove_tree(dir);
+	rc = store_remove_tree(dir);
 	if (rc < 0)
 		guest_image_set_error(err, errlen, "cannot remove %s: %s", dir, strerror(-rc));
 	return rc;
@@ -246,7 +231,7 @@ int guest_image_clean(const char *name, char *err, size_t errlen)
 		return rc;
 	}
 	guest_image_format(images_dir, sizeof(images_dir), "%s/%s", home, GUEST_IMAGE_IMAGES_DIR);
-	rc = guest_image_remove_tree(images_dir);
+	rc = store_remove_tree(images_dir);
 	if (rc < 0)
 		guest_image_set_error(err, errlen, "cannot remove %s: %s", images_dir,
 				      strerror(-rc));

@@ -31,6 +31,7 @@
 #include "store/cpio_newc.h"
 #include "store/guest_image_internal.h"
 #include "store/kmod_deps.h"
+#include "store/store_fs.h"
 
 #define LOG_MODULE "image"
 #define IMAGE_KERNEL_META_PACKAGE "linux-image-amd64"
@@ -1026,21 +1027,14 @@ static int image_write_manifest(struct image_build *build, const char *initramfs
 /* ---- publish ------------------------------------------------------------------------- */
 
 /*
- * For filesystems without renameat2 flags (9p answers EINVAL): a plain rename publishes a new
- * image (it cannot replace a populated directory), and a rebuild moves the old image aside
- * first, so there is a moment without an image instead of an atomic swap. The old image ends
- * up at the staging path, as after RENAME_EXCHANGE.
+ * Replaces the published image with the staged one where RENAME_EXCHANGE is unsupported (9p
+ * answers EINVAL): the old image is moved aside first, so there is a moment without an image
+ * instead of an atomic swap. The old image ends up at the staging path, as after the exchange.
  */
-static int image_publish_without_rename_flags(struct image_build *build)
+static int image_replace_without_exchange(struct image_build *build)
 {
 	char old_dir[sizeof(build->staging_dir) + sizeof(".old")];
 
-	if (rename(build->staging_dir, build->final_dir) == 0) {
-		build->staging_dir[0] = '\0';
-		return 0;
-	}
-	if (errno != ENOTEMPTY && errno != EEXIST)
-		return -errno;
 	snprintf(old_dir, sizeof(old_dir), "%s.old", build->staging_dir);
 	if (rename(build->final_dir, old_dir) < 0)
 		return -errno;
@@ -1055,24 +1049,22 @@ static int image_publish_without_rename_flags(struct image_build *build)
 
 static int image_publish(struct image_build *build)
 {
-	int rc = guest_image_remove_tree(build->unpack_dir);
+	int rc = store_remove_tree(build->unpack_dir);
 
 	if (rc < 0)
 		return rc;
-	if (renameat2(AT_FDCWD, build->staging_dir, AT_FDCWD, build->final_dir,
-		      RENAME_NOREPLACE) == 0) {
+	rc = store_rename_noreplace(build->staging_dir, build->final_dir);
+	if (rc == 0) {
 		build->staging_dir[0] = '\0';
 		return 0;
 	}
-	if (errno == EINVAL)
-		return image_publish_without_rename_flags(build);
-	if (errno != EEXIST)
-		return -errno;
+	if (rc != -EEXIST)
+		return rc;
 	/* swap old and new in one step; the staging path then holds the old image */
 	if (renameat2(AT_FDCWD, build->staging_dir, AT_FDCWD, build->final_dir,
-		      RENAME_EXCHANGE) < 0)
-		return -errno;
-	return 0;
+		      RENAME_EXCHANGE) == 0)
+		return 0;
+	return errno == EINVAL ? image_replace_without_exchange(build) : -errno;
 }
 
 static int image_check_options(const struct guest_image_build_options *options, char *err,
@@ -1161,7 +1153,7 @@ int guest_image_build(const struct guest_image_build_options *options, char *err
 		log_info(LOG_MODULE, "guest image '%s' ready in %s", build->name, build->final_dir);
 
 	if (build->staging_dir[0])
-		guest_image_remove_tree(build->staging_dir);
+		store_remove_tree(build->staging_dir);
 	image_entries_free(&build->entries);
 	kmod_load_order_free(&build->module_order);
 	kmod_index_free(&build->module_index);

@@ -21,6 +21,5 @@ void guest_image_set_error(char *err, size_t errlen, const char *fmt, ...)
 int guest_image_format(char *out, size_t out_len, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
 bool guest_image_name_valid(const char *name);
-int guest_image_remove_tree(const char *path);
 
 #endif

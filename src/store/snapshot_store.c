@@ -12,7 +12,6 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <ftw.h>
 #include <jansson.h>
 #include <openssl/evp.h>
 #include <signal.h>
@@ -26,11 +25,11 @@
 
 #include "common/log.h"
 #include "store/guest_image.h"
+#include "store/store_fs.h"
 
 #define SNAPSHOT_STORE_HASH_CHUNK (1u << 16)
 #define SNAPSHOT_STORE_DIR_MODE 0755
 #define SNAPSHOT_STORE_FILE_MODE 0644
-#define SNAPSHOT_STORE_REMOVE_FD_LIMIT 16
 #define SNAPSHOT_STORE_LIST_INITIAL 8
 #define SNAPSHOT_STORE_BLOCK_BYTES 512
 #define SNAPSHOT_STORE_DIFF_MAX 100000
@@ -208,23 +207,6 @@ int snapshot_store_config_hash(const struct snapshot_store_config *config,
 
 /* ---- removal and temporary directories ---- */
 
-static int snapshot_store_remove_one(const char *path, const struct stat *st, int type,
-				     struct FTW *ftw)
-{
-	(void)st;
-	(void)type;
-	(void)ftw;
-	return remove(path) < 0 && errno != ENOENT ? -1 : 0;
-}
-
-static int snapshot_store_remove_tree(const char *path)
-{
-	if (nftw(path, snapshot_store_remove_one, SNAPSHOT_STORE_REMOVE_FD_LIMIT,
-		 FTW_DEPTH | FTW_PHYS) < 0 && errno != ENOENT)
-		return -errno;
-	return 0;
-}
-
 static int snapshot_store_tmp_path(const char *store, const char *label, char *out, size_t len)
 {
 	int n = snprintf(out, len, "%s/%s%ld-%u-%s", store, SNAPSHOT_STORE_TMP_PREFIX,
@@ -246,7 +228,7 @@ static int snapshot_store_remove_snapshot(const char *store, const char *id)
 		return rc;
 	if (rename(path, doomed) < 0)
 		return -errno;
-	return snapshot_store_remove_tree(doomed);
+	return store_remove_tree(doomed);
 }
 
 /* A .tmp-<pid>-... directory whose pid no longer runs belongs to a writer that died. */
@@ -279,7 +261,7 @@ static void snapshot_store_sweep(const char *store)
 		    snapshot_store_join(path, sizeof(path), store, ent->d_name) < 0)
 			continue;
 		log_info("snapshot", "removing %s, left by a writer that stopped", path);
-		snapshot_store_remove_tree(path);
+		store_remove_tree(path);
 	}
 	closedir(dir);
 }
@@ -868,28 +850,11 @@ static int snapshot_store_fsync_dir_tree(const char *path)
 	return rc;
 }
 
-/*
- * Renames a directory without replacing one that exists. Filesystems without
- * RENAME_NOREPLACE (9p, some network filesystems) answer EINVAL; there a plain rename does the
- * same for what the store holds, because rename(2) replaces only an empty directory and a
- * published snapshot never is one: its populated directory makes it fail with ENOTEMPTY.
- */
-static int snapshot_store_rename_noreplace(const char *from, const char *to)
-{
-	if (renameat2(AT_FDCWD, from, AT_FDCWD, to, RENAME_NOREPLACE) == 0)
-		return 0;
-	if (errno != EINVAL)
-		return -errno;
-	if (rename(from, to) == 0)
-		return 0;
-	return errno == ENOTEMPTY ? -EEXIST : -errno;
-}
-
 /* Renames without replacing; a diff whose number was taken meanwhile moves to the next one. */
 static int snapshot_store_publish(struct snapshot_store_txn *txn, const char *store)
 {
 	for (;;) {
-		int rc = snapshot_store_rename_noreplace(txn->tmp_path, txn->final_path);
+		int rc = store_rename_noreplace(txn->tmp_path, txn->final_path);
 
 		if (rc == 0)
 			return 0;
@@ -945,7 +910,7 @@ void snapshot_store_abort(struct snapshot_store_txn *txn)
 {
 	if (!txn || !txn->open)
 		return;
-	snapshot_store_remove_tree(txn->tmp_path);
+	store_remove_tree(txn->tmp_path);
 	txn->open = false;
 }
 

@@ -1,0 +1,75 @@
+/*
+ * store_fs: the tree removal and the no-replace rename both stores publish with. The rename's
+ * EINVAL fallback (filesystems without RENAME_NOREPLACE) answers the same way, so what is
+ * checked here holds for it too: a new name is taken, a populated one is refused as -EEXIST.
+ */
+#include "store/store_fs.h"
+#include "harness.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+static char root[] = "/tmp/voidbox-store-fs-XXXXXX";
+
+static void make_dir_with_file(const char *dir, const char *content)
+{
+	char file[PATH_MAX + 8];
+	FILE *f;
+
+	CHECK_INT_EQ(mkdir(dir, 0700), 0);
+	snprintf(file, sizeof(file), "%s/state", dir);
+	f = fopen(file, "w");
+	CHECK(f != NULL);
+	if (f) {
+		fputs(content, f);
+		fclose(f);
+	}
+}
+
+static void test_rename_noreplace(void)
+{
+	char a[PATH_MAX], b[PATH_MAX], c[PATH_MAX], file[PATH_MAX + 8];
+
+	snprintf(a, sizeof(a), "%s/a", root);
+	snprintf(b, sizeof(b), "%s/b", root);
+	snprintf(c, sizeof(c), "%s/c", root);
+	make_dir_with_file(a, "first");
+	CHECK_INT_EQ(store_rename_noreplace(a, b), 0);
+	CHECK(access(a, F_OK) != 0);
+	make_dir_with_file(a, "second");
+	/* b is published and populated: it stays, and so does a */
+	CHECK_INT_EQ(store_rename_noreplace(a, b), -EEXIST);
+	snprintf(file, sizeof(file), "%s/state", a);
+	CHECK(access(file, F_OK) == 0);
+	CHECK_INT_EQ(store_rename_noreplace(c, b), -ENOENT);
+}
+
+static void test_remove_tree(void)
+{
+	char dir[PATH_MAX], sub[PATH_MAX + 8];
+
+	snprintf(dir, sizeof(dir), "%s/tree", root);
+	make_dir_with_file(dir, "x");
+	snprintf(sub, sizeof(sub), "%s/sub", dir);
+	make_dir_with_file(sub, "y");
+	CHECK_INT_EQ(store_remove_tree(dir), 0);
+	CHECK(access(dir, F_OK) != 0);
+	/* an absent tree is already removed */
+	CHECK_INT_EQ(store_remove_tree(dir), 0);
+}
+
+int main(void)
+{
+	if (!mkdtemp(root)) {
+		perror("mkdtemp");
+		return 1;
+	}
+	RUN_TEST(test_rename_noreplace);
+	RUN_TEST(test_remove_tree);
+	CHECK_INT_EQ(store_remove_tree(root), 0);
+	return harness_finish();
+}
