@@ -679,16 +679,18 @@ static long long exec_liveness_timeout_ms(void)
 	return (long long)secs * MS_PER_SEC;
 }
 
+static bool timespec_before(const struct timespec *a, const struct timespec *b)
+{
+	return a->tv_sec < b->tv_sec || (a->tv_sec == b->tv_sec && a->tv_nsec < b->tv_nsec);
+}
+
 /* The earlier of the call's deadline (if any) and now + interval_ms. */
 static struct timespec exec_next_wake(const struct timespec *deadline, long long interval_ms)
 {
 	struct timespec wake;
 
 	deadline_after(interval_ms, &wake);
-	if (deadline && (deadline->tv_sec < wake.tv_sec ||
-			 (deadline->tv_sec == wake.tv_sec && deadline->tv_nsec < wake.tv_nsec)))
-		return *deadline;
-	return wake;
+	return deadline && timespec_before(deadline, &wake) ? *deadline : wake;
 }
 
 static bool exec_deadline_passed(const struct timespec *deadline)
@@ -698,17 +700,15 @@ static bool exec_deadline_passed(const struct timespec *deadline)
 	if (!deadline)
 		return false;
 	clock_gettime(CLOCK_MONOTONIC, &now);
-	return now.tv_sec > deadline->tv_sec ||
-	       (now.tv_sec == deadline->tv_sec && now.tv_nsec >= deadline->tv_nsec);
+	return !timespec_before(&now, deadline);
 }
 
 /*
  * Waits for the exec's next frame like call_wait, but a guest that has stopped altogether (a
  * wedged kernel answers nothing, however long the command may run) is found within about
  * twice the liveness timeout (at most LIVENESS_INTERVAL_MS + it) instead of at the exec's own
- * deadline: after
- * each quiet interval a SnapshotReady round trip, which the agent answers from its connection
- * reader whatever its commands are doing, must come back.
+ * deadline: after each quiet interval a SnapshotReady round trip, which the agent answers from
+ * its connection reader whatever its commands are doing, must come back.
  */
 static int exec_wait_alive(struct channel_call *call, const struct timespec *deadline,
 			   long long timeout_ms, struct proto_frame *frame)
@@ -946,16 +946,6 @@ static void conn_expect_end(struct channel_conn *conn)
 	pthread_mutex_lock(&conn->lock);
 	conn->closing = true;
 	pthread_mutex_unlock(&conn->lock);
-}
-
-void control_channel_expect_disconnect(struct control_channel *ch)
-{
-	struct channel_conn *conn = channel_current(ch);
-
-	if (!conn)
-		return;
-	conn_expect_end(conn);
-	conn_put(conn);
 }
 
 void control_channel_set_secret(struct control_channel *ch,

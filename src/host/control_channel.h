@@ -82,11 +82,6 @@ int control_channel_file_stat(struct control_channel *ch, const char *path,
 			      struct proto_file_stat_response *out, int timeout_ms);
 /* Round trip of SnapshotReady: returns once the agent has echoed it. */
 int control_channel_snapshot_ready(struct control_channel *ch, int timeout_ms);
-/*
- * Says the agent is about to close the current connection on purpose (after a rekey): its end
- * is logged at debug level instead of as a warning. Calls keep failing or reconnecting as usual.
- */
-void control_channel_expect_disconnect(struct control_channel *ch);
 /* The secret later connections authenticate with (after a rekey); the current one stays. */
 void control_channel_set_secret(struct control_channel *ch,
 				const uint8_t secret[PROTO_SECRET_SIZE]);

@@ -145,7 +145,6 @@ static enum vm_exit_reason vcpu_system_event_reason(uint32_t type)
 	}
 }
 
-/* Returns VM_EXIT_NONE to keep running, or why the VM ends. */
 /*
  * A triple fault leaves nothing on the guest console, so the registers at that moment are
  * the only account of where the guest was: logged as a warning for the bug report.
@@ -168,6 +167,7 @@ static void vcpu_log_triple_fault(const struct vcpu *vcpu)
 		 (unsigned long long)sregs.idt.base, sregs.idt.limit, sregs.cs.selector);
 }
 
+/* Returns VM_EXIT_NONE to keep running, or why the VM ends. */
 static enum vm_exit_reason vcpu_handle_exit(struct vcpu *vcpu)
 {
 	struct kvm_run *run = vcpu->run;
