@@ -294,11 +294,6 @@ bool kvm_probe_usable(char *why, size_t why_len)
 	return kvm_probe_timed(why, why_len);
 }
 
-bool kvm_probe_guest_loop(char *why, size_t why_len)
-{
-	return kvm_probe_timed(why, why_len);
-}
-
 static bool kvm_probe_timed(char *why, size_t why_len)
 {
 	struct kvm kvm;

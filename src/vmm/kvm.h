@@ -37,7 +37,5 @@ void kvm_close(struct kvm *kvm);
  * kvm_pvm: no); for any other backend a tiny real-mode guest loop is timed.
  */
 bool kvm_probe_usable(char *why, size_t why_len);
-/* The timed guest loop alone, whatever the backend (diagnostics, tests). */
-bool kvm_probe_guest_loop(char *why, size_t why_len);
 
 #endif
