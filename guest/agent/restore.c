@@ -67,15 +67,22 @@ bool restore_authenticate(const struct agent_context *ctx, const uint8_t secret[
 	return match;
 }
 
+/* fd's registry entry, or NULL. Caller holds restore_lock. */
+static struct restore_conn_entry *restore_conn_find_locked(int fd)
+{
+	for (size_t i = 0; i < restore_conn_count; i++)
+		if (restore_conns[i].fd == fd)
+			return &restore_conns[i];
+	return NULL;
+}
+
 void restore_conn_unregister(int fd)
 {
 	pthread_mutex_lock(&restore_lock);
-	for (size_t i = 0; i < restore_conn_count; i++) {
-		if (restore_conns[i].fd != fd)
-			continue;
-		restore_conns[i] = restore_conns[--restore_conn_count];
-		break;
-	}
+	struct restore_conn_entry *entry = restore_conn_find_locked(fd);
+
+	if (entry)
+		*entry = restore_conns[--restore_conn_count];
 	pthread_mutex_unlock(&restore_lock);
 }
 
@@ -210,33 +217,25 @@ int restore_apply(const uint8_t *json, size_t len, bool in_vm, char **error)
 	return 0;
 }
 
-void restore_close_stale_connections_except(int keep_fd)
+void restore_retire_stale_connections(int rekeying_fd)
 {
 	pthread_mutex_lock(&restore_lock);
-	for (size_t i = 0; i < restore_conn_count; i++)
-		if (restore_conns[i].generation < restore_generation &&
-		    restore_conns[i].fd != keep_fd)
-			shutdown(restore_conns[i].fd, SHUT_RDWR);
-	pthread_mutex_unlock(&restore_lock);
-}
+	struct restore_conn_entry *rekeying = restore_conn_find_locked(rekeying_fd);
 
-void restore_conn_adopt(int fd)
-{
-	pthread_mutex_lock(&restore_lock);
+	if (rekeying)
+		rekeying->generation = restore_generation;
 	for (size_t i = 0; i < restore_conn_count; i++)
-		if (restore_conns[i].fd == fd)
-			restore_conns[i].generation = restore_generation;
+		if (restore_conns[i].generation < restore_generation)
+			shutdown(restore_conns[i].fd, SHUT_RDWR);
 	pthread_mutex_unlock(&restore_lock);
 }
 
 bool restore_conn_is_stale(int fd)
 {
-	bool stale = false;
-
 	pthread_mutex_lock(&restore_lock);
-	for (size_t i = 0; i < restore_conn_count; i++)
-		if (restore_conns[i].fd == fd)
-			stale = restore_conns[i].generation < restore_generation;
+	const struct restore_conn_entry *entry = restore_conn_find_locked(fd);
+	bool stale = entry && entry->generation < restore_generation;
+
 	pthread_mutex_unlock(&restore_lock);
 	return stale;
 }

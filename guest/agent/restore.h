@@ -8,8 +8,8 @@
  * it saves the restored guest a reconnect. So once the host has the answer, no other old
  * connection can be served, and a request an old connection's reader had already taken in is
  * dropped, not run (readers check restore_conn_is_stale before each dispatch). The secret
- * therefore lives
- * here (mutable, locked) instead of in the read-only agent_context once a rekey happened.
+ * therefore lives here (mutable, locked) instead of in the read-only agent_context once a
+ * rekey happened.
  * Protocol: docs/protocol.md and docs/snapshot-format.md.
  */
 #ifndef VOIDBOX_AGENT_RESTORE_H
@@ -36,13 +36,14 @@ bool restore_is_rekey_path(const char *path);
  * Applies a rekey document. Returns 0, or -EINVAL with *error (malloc'ed) for the host.
  * The RNG seed and clock touch the machine, so only an agent that is PID 1 in its VM applies
  * them (outside a VM, the host's clock is not the agent's to set); the secret always switches.
- * On success the caller calls restore_close_stale_connections_except(its own fd) and
- * restore_conn_adopt(its own fd) before answering.
+ * On success the caller calls restore_retire_stale_connections(its own fd) before answering.
  */
 int restore_apply(const uint8_t *json, size_t len, bool in_vm, char **error);
-void restore_close_stale_connections_except(int keep_fd);
-/* Moves fd to the current secret's generation: the rekeying connection stays usable. */
-void restore_conn_adopt(int fd);
+/*
+ * Shuts down every connection authenticated before the latest rekey except rekeying_fd, which
+ * moves to the new secret's generation and stays usable. One locked step.
+ */
+void restore_retire_stale_connections(int rekeying_fd);
 /* True when fd authenticated before the latest rekey: its requests must not be served. */
 bool restore_conn_is_stale(int fd);
 

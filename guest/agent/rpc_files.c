@@ -43,10 +43,8 @@ static int rpc_write_file(struct agent_conn *conn, uint32_t request_id, const ui
 					conn->ctx->is_pid1, &error) == 0;
 
 		/* every other old connection is gone before the host hears of the switch */
-		if (ok) {
-			restore_close_stale_connections_except(conn->fd);
-			restore_conn_adopt(conn->fd);
-		}
+		if (ok)
+			restore_retire_stale_connections(conn->fd);
 		rpc_send_status(conn, PROTO_MSG_WRITE_FILE_RESPONSE, request_id, error);
 		free(error);
 		proto_write_file_free(&request);
