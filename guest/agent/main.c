@@ -26,6 +26,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #define AGENT_CMDLINE_PATH "/proc/cmdline"
@@ -37,6 +38,8 @@
 #define AGENT_LISTEN_VSOCK "vsock"
 #define AGENT_EXIT_USAGE 2
 #define AGENT_DECIMAL_BASE 10
+#define AGENT_HWRNG_PATH "/dev/hwrng"
+#define AGENT_HWRNG_MODE 0444
 
 struct agent_options {
 	const char *listen;
@@ -117,6 +120,16 @@ static void agent_apply_log_level(const char *name)
 }
 
 /* PID 1 only: the OCI root when asked for, host shares, loopback and (when asked for) eth0. */
+/*
+ * The entropy device's node is root-only as the kernel makes it; sandboxed programs may read
+ * it like /dev/urandom (each read is a request the host fills from its own getrandom()).
+ */
+static void agent_open_hwrng(void)
+{
+	if (chmod(AGENT_HWRNG_PATH, AGENT_HWRNG_MODE) < 0 && errno != ENOENT)
+		agent_error("cannot make %s readable: %s", AGENT_HWRNG_PATH, strerror(errno));
+}
+
 static void agent_init_devices(const char *cmdline_text)
 {
 	struct mount_spec shares[MOUNTS_MAX];
@@ -128,10 +141,13 @@ static void agent_init_devices(const char *cmdline_text)
 		init_sandbox_dirs();
 	mounts_setup(shares, count);
 	netcfg_setup(netcfg_requested(cmdline_text));
+	agent_open_hwrng();
 }
 
 /* The driver modules each kind of device needs; their dependencies come from depends=. */
-static const char *const agent_modules_for_vsock[] = { "virtio_mmio", "vmw_vsock_virtio_transport" };
+/* Every boot: the host's channel, and the entropy device that seeds the guest's RNG. */
+static const char *const agent_modules_for_vsock[] = { "virtio_mmio", "vmw_vsock_virtio_transport",
+						       "virtio_rng" };
 static const char *const agent_modules_for_shares[] = { "9pnet_virtio", "9p", "virtiofs" };
 static const char *const agent_modules_for_network[] = { "virtio_net" };
 static const char *const agent_modules_for_oci_root[] = { "virtio_blk", "ext4", "overlay" };
@@ -150,9 +166,10 @@ static size_t agent_roots_add(const char **roots, size_t used, const char *const
 }
 
 /*
- * Which modules this boot needs: the vsock stack always, and the drivers of the devices the
- * command line asks for (shares, network, an OCI root disk). Modules the image carries for
- * other features stay unloaded, which saves seconds of boot under emulation.
+ * Which modules this boot needs: the vsock stack and virtio-rng always, and the drivers of
+ * the devices the command line asks for (shares, network, an OCI root disk). Modules the
+ * image carries for other features stay unloaded, which saves seconds of boot under
+ * emulation.
  */
 static void agent_module_roots(const char *cmdline_text, const char **roots)
 {

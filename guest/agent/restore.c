@@ -25,6 +25,9 @@
 #define RESTORE_MAX_CONNS 256
 #define RESTORE_SEED_MAX 256
 #define RESTORE_URANDOM "/dev/urandom"
+#define RESTORE_HWRNG "/dev/hwrng"
+/* More than the hwrng core and the virtio-rng driver hold between them (64 bytes each). */
+#define RESTORE_HWRNG_DRAIN_MAX 1024
 #define RESTORE_NSEC_PER_SEC 1000000000ULL
 #define RESTORE_BITS_PER_BYTE 8
 #define BASE64_PAD '='
@@ -181,6 +184,31 @@ static void restore_add_entropy(const uint8_t *seed, size_t len)
 	close(fd);
 }
 
+/*
+ * The hw_random core and the virtio-rng driver keep bytes they fetched from the host before
+ * the snapshot; every clone of it would hand the same ones to its first reader of
+ * /dev/hwrng. A non-blocking read returns exactly those cached bytes (then EAGAIN until the
+ * host answers a new request), so reading until it stops throws them away.
+ */
+static void restore_drain_hwrng(void)
+{
+	uint8_t stale[RESTORE_HWRNG_DRAIN_MAX];
+	size_t drained = 0;
+	int fd = open(RESTORE_HWRNG, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+
+	if (fd < 0)
+		return; /* no entropy device: nothing cached */
+	while (drained < sizeof(stale)) {
+		ssize_t n = read(fd, stale, sizeof(stale) - drained);
+
+		if (n <= 0)
+			break;
+		drained += (size_t)n;
+	}
+	explicit_bzero(stale, sizeof(stale));
+	close(fd);
+}
+
 static void restore_set_clock(uint64_t clock_ns)
 {
 	struct timespec ts = { .tv_sec = (time_t)(clock_ns / RESTORE_NSEC_PER_SEC),
@@ -202,6 +230,7 @@ int restore_apply(const uint8_t *json, size_t len, bool in_vm, char **error)
 		return -EINVAL;
 	}
 	if (in_vm) {
+		restore_drain_hwrng();
 		restore_add_entropy(seed, seed_len);
 		restore_set_clock(clock_ns);
 	}

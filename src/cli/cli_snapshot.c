@@ -25,6 +25,7 @@
 #include "sandbox/sandbox.h"
 #include "store/guest_image.h"
 #include "store/snapshot_store.h"
+#include "vmm/device.h"
 
 #define CLI_SNAPSHOT_ERROR_MAX 1024
 #define CLI_SNAPSHOT_MAX_MEMORY_MB (1024u * 1024u)
@@ -38,9 +39,15 @@
 #define CLI_SNAPSHOT_SHIFT_MIB 20
 #define CLI_SNAPSHOT_SHIFT_GIB 30
 
-/* The device set sandbox_start gives every VM, part of the config hash. */
-static const char *const cli_snapshot_devices[] = { "serial", "vsock" };
-#define CLI_SNAPSHOT_DEVICE_COUNT (sizeof(cli_snapshot_devices) / sizeof(cli_snapshot_devices[0]))
+/* The device kinds a sandbox's VM may have (the VMM's registry), part of the config hash. */
+static size_t cli_snapshot_device_names(const char *names[VM_MAX_DEVICES])
+{
+	size_t count = 0;
+
+	for (size_t i = 0; vm_device_types[i] && count < VM_MAX_DEVICES; i++)
+		names[count++] = vm_device_types[i]->name;
+	return count;
+}
 
 enum cli_snapshot_option {
 	CLI_SNAPSHOT_OPT_SPEC = 1000,
@@ -411,8 +418,10 @@ out:
 static int cli_snapshot_create(const struct cli_globals *globals, int argc, char **argv)
 {
 	struct cli_snapshot_create c = { 0 };
-	struct snapshot_store_config config = { .devices = cli_snapshot_devices,
-						.device_count = CLI_SNAPSHOT_DEVICE_COUNT };
+	const char *device_names[VM_MAX_DEVICES];
+	struct snapshot_store_config config = {
+		.devices = device_names, .device_count = cli_snapshot_device_names(device_names),
+	};
 	struct snapshot_store_entry base = { 0 };
 	struct guest_image_paths image;
 	struct spec *spec = NULL;

@@ -4,14 +4,23 @@
  * (pending after a THR write or when IER.ETBEI is enabled, cleared by reading IIR while it is
  * the reported cause or by writing THR) so the 8250 driver's interrupt-driven transmit works.
  * One mutex serializes vCPUs writing at once.
+ *
+ * As a VM device ("serial") it is the console: it owns the log file it writes, its section of
+ * a snapshot holds the guest-visible registers (not the log position), and it tells the VM
+ * when the guest printed a kernel panic so a reset after it is reported as a panic.
  */
 #include "devices/serial.h"
 
+#include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
+
+#include "vmm/device.h"
 
 /* Register offsets. */
 #define UART_RX_TX 0 /* RBR/THR, or DLL when LCR.DLAB */
@@ -50,10 +59,13 @@
 #define SERIAL_TRUNCATED_NOTE "\n[voidbox: serial log truncated at 16 MiB]\n"
 #define SERIAL_PANIC_MARKER "Kernel panic - not syncing"
 #define NSEC_PER_SEC 1000000000ULL
+#define SERIAL_LOG_MODE 0600
+#define SERIAL_STATE_VERSION 1u
 
 struct serial {
 	pthread_mutex_t lock;
 	int out_fd;
+	int owned_fd; /* the log file a VM's console opened; closed with it, -1: none */
 	struct irq_line irq;
 	bool irq_level;
 	uint8_t ier, lcr, mcr, scr, fcr, dll, dlm;
@@ -73,6 +85,7 @@ struct serial *serial_create(int out_fd, struct irq_line irq)
 		return NULL;
 	pthread_mutex_init(&serial->lock, NULL);
 	serial->out_fd = out_fd;
+	serial->owned_fd = -1;
 	serial->irq = irq;
 	serial->mcr = UART_MCR_OUT2;
 	return serial;
@@ -122,6 +135,8 @@ void serial_destroy(struct serial *serial)
 	if (!serial)
 		return;
 	serial_flush(serial);
+	if (serial->owned_fd >= 0)
+		close(serial->owned_fd);
 	pthread_mutex_destroy(&serial->lock);
 	free(serial);
 }
@@ -310,3 +325,125 @@ void serial_state_set(struct serial *serial, const struct serial_state *state)
 	serial_update_irq(serial);
 	pthread_mutex_unlock(&serial->lock);
 }
+
+/* ---- the VM's console device ---- */
+
+static int serial_device_save(void *dev, struct byte_writer *out)
+{
+	struct serial_state state;
+
+	serial_state_get(dev, &state);
+	byte_writer_u8(out, state.ier);
+	byte_writer_u8(out, state.lcr);
+	byte_writer_u8(out, state.mcr);
+	byte_writer_u8(out, state.scr);
+	byte_writer_u8(out, state.fcr);
+	byte_writer_u8(out, state.dll);
+	byte_writer_u8(out, state.dlm);
+	byte_writer_u8(out, state.thre_pending);
+	return 0;
+}
+
+static int serial_device_restore(void *dev, struct byte_reader *in, uint32_t version, char *err,
+				 size_t errlen)
+{
+	struct serial_state state = {
+		.ier = byte_reader_u8(in), .lcr = byte_reader_u8(in), .mcr = byte_reader_u8(in),
+		.scr = byte_reader_u8(in), .fcr = byte_reader_u8(in), .dll = byte_reader_u8(in),
+		.dlm = byte_reader_u8(in),
+	};
+	uint8_t thre_pending = byte_reader_u8(in);
+
+	(void)version;
+	if (thre_pending > 1)
+		byte_reader_fail(in);
+	if (byte_reader_finish(in) < 0) {
+		snprintf(err, errlen, "the serial port's saved state is malformed: take the "
+			 "snapshot again");
+		return -EBADMSG;
+	}
+	state.thre_pending = thre_pending;
+	serial_state_set(dev, &state);
+	return 0;
+}
+
+static bool serial_device_saw_panic(void *dev)
+{
+	return serial_saw_panic(dev);
+}
+
+static uint64_t serial_device_first_output_ns(void *dev)
+{
+	return serial_first_output_ns(dev);
+}
+
+static void serial_device_destroy(void *dev)
+{
+	serial_destroy(dev);
+}
+
+extern const struct vm_device_type serial_device_type;
+
+static const struct vm_device_ops serial_device_ops = {
+	.state_version = SERIAL_STATE_VERSION,
+	.save = serial_device_save,
+	.restore = serial_device_restore,
+	.saw_guest_panic = serial_device_saw_panic,
+	.first_output_ns = serial_device_first_output_ns,
+	.destroy = serial_device_destroy,
+};
+
+static int serial_device_open_log(const struct vm_config *cfg, int *fd, char *err, size_t errlen)
+{
+	*fd = -1;
+	if (cfg->serial_to_stdout)
+		*fd = dup(STDOUT_FILENO);
+	else if (cfg->serial_log_path)
+		*fd = open(cfg->serial_log_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC,
+			   SERIAL_LOG_MODE);
+	else
+		return 0;
+	if (*fd < 0) {
+		int rc = -errno;
+
+		snprintf(err, errlen, "cannot create serial log %s: %s: check the directory "
+			 "exists and is writable", cfg->serial_to_stdout ? "(stdout)" :
+			 cfg->serial_log_path, strerror(-rc));
+		return rc;
+	}
+	return 0;
+}
+
+/* Every VM has the console, cold-booted or restored. */
+static int serial_device_create(struct vm *vm, const struct vm_config *cfg,
+				const struct vm_device_section *saved, char *err, size_t errlen)
+{
+	struct serial *serial;
+	int fd, rc = serial_device_open_log(cfg, &fd, err, errlen);
+
+	(void)saved;
+	if (rc < 0)
+		return rc;
+	serial = serial_create(fd, vm_irq_line(vm, SERIAL_COM1_IRQ));
+	if (!serial) {
+		if (fd >= 0)
+			close(fd);
+		snprintf(err, errlen, "out of memory creating the serial port");
+		return -ENOMEM;
+	}
+	serial->owned_fd = fd;
+	rc = vm_pio_register(vm, SERIAL_COM1_BASE, SERIAL_PORT_COUNT, serial_port_access, serial);
+	if (rc == 0)
+		rc = vm_device_attach(vm, &serial_device_type, serial);
+	if (rc < 0) {
+		serial_destroy(serial);
+		snprintf(err, errlen, "cannot attach the serial port: %s", strerror(-rc));
+	}
+	return rc;
+}
+
+const struct vm_device_type serial_device_type = {
+	.name = "serial",
+	.ops = &serial_device_ops,
+	.create = serial_device_create,
+};

@@ -540,3 +540,63 @@ int virtio_mmio_state_set(struct virtio_mmio *t, const struct virtio_mmio_state 
 		virtio_mmio_raise(t, state->interrupt_status);
 	return rc;
 }
+
+void virtio_mmio_state_write(struct byte_writer *out, const struct virtio_mmio_state *state)
+{
+	byte_writer_u64(out, state->device_features);
+	byte_writer_u64(out, state->driver_features);
+	byte_writer_u32(out, state->device_features_sel);
+	byte_writer_u32(out, state->driver_features_sel);
+	byte_writer_u32(out, state->queue_sel);
+	byte_writer_u32(out, state->status);
+	byte_writer_u32(out, state->interrupt_status);
+	byte_writer_u32(out, state->config_generation);
+	byte_writer_u32(out, state->queue_count);
+	for (unsigned int i = 0; i < state->queue_count && i < VIRTIO_MMIO_MAX_QUEUES; i++) {
+		const struct virtio_mmio_queue_state *queue = &state->queues[i];
+
+		byte_writer_u16(out, queue->num_max);
+		byte_writer_u16(out, queue->num);
+		byte_writer_u8(out, queue->ready);
+		byte_writer_u64(out, queue->desc_addr);
+		byte_writer_u64(out, queue->driver_addr);
+		byte_writer_u64(out, queue->device_addr);
+		byte_writer_u16(out, queue->last_avail_idx);
+		byte_writer_u16(out, queue->used_idx);
+	}
+}
+
+void virtio_mmio_state_read(struct byte_reader *in, struct virtio_mmio_state *state)
+{
+	memset(state, 0, sizeof(*state));
+	state->device_features = byte_reader_u64(in);
+	state->driver_features = byte_reader_u64(in);
+	state->device_features_sel = byte_reader_u32(in);
+	state->driver_features_sel = byte_reader_u32(in);
+	state->queue_sel = byte_reader_u32(in);
+	state->status = byte_reader_u32(in);
+	state->interrupt_status = byte_reader_u32(in);
+	state->config_generation = byte_reader_u32(in);
+	state->queue_count = byte_reader_u32(in);
+	if (state->queue_count > VIRTIO_MMIO_MAX_QUEUES) {
+		byte_reader_fail(in);
+		state->queue_count = 0;
+		return;
+	}
+	for (unsigned int i = 0; i < state->queue_count; i++) {
+		struct virtio_mmio_queue_state *queue = &state->queues[i];
+		uint8_t ready;
+
+		queue->num_max = byte_reader_u16(in);
+		queue->num = byte_reader_u16(in);
+		ready = byte_reader_u8(in);
+		queue->desc_addr = byte_reader_u64(in);
+		queue->driver_addr = byte_reader_u64(in);
+		queue->device_addr = byte_reader_u64(in);
+		queue->last_avail_idx = byte_reader_u16(in);
+		queue->used_idx = byte_reader_u16(in);
+		if (ready > 1)
+			byte_reader_fail(in);
+		queue->ready = ready;
+	}
+}

@@ -17,6 +17,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "common/byte_buffer.h"
 #include "devices/virtqueue.h"
 #include "vmm/bus.h"
 #include "vmm/guest_memory.h"
@@ -159,5 +160,9 @@ bool virtio_mmio_is_broken(struct virtio_mmio *transport);
 /* Snapshot support: call with the vCPUs stopped. set re-activates the device if DRIVER_OK. */
 void virtio_mmio_state_get(struct virtio_mmio *transport, struct virtio_mmio_state *state);
 int virtio_mmio_state_set(struct virtio_mmio *transport, const struct virtio_mmio_state *state);
+/* The transport's part of a device's snapshot section, field by field (little-endian). */
+void virtio_mmio_state_write(struct byte_writer *out, const struct virtio_mmio_state *state);
+/* Reads what virtio_mmio_state_write wrote; a queue count above the maximum fails the reader. */
+void virtio_mmio_state_read(struct byte_reader *in, struct virtio_mmio_state *state);
 
 #endif

@@ -31,10 +31,7 @@
 #include <unistd.h>
 
 #include "common/log.h"
-#include "devices/serial.h"
-#include "devices/virtio_mmio.h"
-#include "devices/vsock.h"
-#include "devices/vsock_snapshot.h"
+#include "vmm/device.h"
 #include "vmm/memory.h"
 #include "vmm/snapshot_file.h"
 #include "vmm/vcpu_state.h"
@@ -149,19 +146,11 @@ static void snapshot_fill_meta(struct vm *vm, struct snapshot_image *image,
 	meta->type = opts->type;
 	meta->memory_mb = (uint32_t)(vm->mem.total_size / GUEST_MEMORY_MIB);
 	meta->vcpus = vm->vcpus_created;
-	meta->cid = vm->vsock ? vsock_device_guest_cid(vm->vsock) : 0;
+	meta->cid = vm->vsock_cid;
 	meta->created_unix_ns = (uint64_t)now.tv_sec * NSEC_PER_SEC_U64 + (uint64_t)now.tv_nsec;
 	snapshot_cpu_signature(meta->cpu_signature);
 	memcpy(meta->secret, vm->secret, sizeof(meta->secret));
 	snprintf(meta->cmdline, sizeof(meta->cmdline), "%s", vm->cmdline);
-	meta->device_count = 0;
-	snprintf(meta->devices[meta->device_count++], SNAPSHOT_DEVICE_NAME_LEN, "%s",
-		 SNAPSHOT_DEVICE_SERIAL);
-	snprintf(meta->devices[meta->device_count++], SNAPSHOT_DEVICE_NAME_LEN, "%s",
-		 SNAPSHOT_DEVICE_I8042);
-	if (vm->vsock)
-		snprintf(meta->devices[meta->device_count++], SNAPSHOT_DEVICE_NAME_LEN, "%s",
-			 SNAPSHOT_DEVICE_VSOCK);
 }
 
 /* ---- memory files ---- */
@@ -289,15 +278,24 @@ out:
 	return rc;
 }
 
-/* Maps every region of mem MAP_PRIVATE from path (MAP_FIXED over the old mapping if any). */
+/*
+ * Maps every region of mem MAP_PRIVATE from path (MAP_FIXED over the old mapping if any). The
+ * size is checked on the descriptor that is mapped: a file cut short after an earlier check
+ * would otherwise kill the VMM with SIGBUS at the first touch of a missing page.
+ */
 static int snapshot_map_memory_file(struct guest_memory *mem, const char *path)
 {
 	uint64_t file_offset = 0;
+	struct stat st;
 	int rc = 0;
 	int fd = open(path, O_RDONLY | O_CLOEXEC);
 
 	if (fd < 0)
 		return -errno;
+	if (fstat(fd, &st) < 0 || (uint64_t)st.st_size != mem->total_size) {
+		close(fd);
+		return -EBADMSG;
+	}
 	for (size_t r = 0; r < mem->region_count; r++) {
 		struct guest_memory_region *region = &mem->regions[r];
 		int flags = MAP_PRIVATE | MAP_NORESERVE | (region->host_addr ? MAP_FIXED : 0);
@@ -397,20 +395,35 @@ static int snapshot_write_memory_file(struct snapshot_save_ctx *ctx)
 	return rc;
 }
 
-/* Memory and vsock ring indices under the device hold, so they agree. */
+/*
+ * Every device's section, then the memory file, while the devices stay quiet (save leaves a
+ * device quiet until resume), so what the devices recorded agrees with the memory written.
+ */
 static int snapshot_capture_devices_and_memory(struct snapshot_save_ctx *ctx)
 {
 	struct vm *vm = ctx->vm;
-	int rc;
+	size_t quiet = 0;
+	int rc = 0;
 
-	serial_state_get(vm->serial, &ctx->image->serial);
-	if (vm->vsock)
-		virtio_mmio_state_get(vsock_device_transport(vm->vsock), &ctx->image->vsock);
-	if (vm->vsock)
-		vsock_snapshot_hold(vm->vsock);
-	if (vm->vsock)
-		vsock_snapshot_update_indices(vm->vsock, &ctx->image->vsock);
-	rc = snapshot_write_memory_file(ctx);
+	for (; rc == 0 && quiet < vm->device_count; quiet++) {
+		const struct vm_device_entry *entry = &vm->devices[quiet];
+		struct byte_writer state;
+
+		byte_writer_init(&state);
+		rc = entry->type->ops->save ? entry->type->ops->save(entry->dev, &state) : 0;
+		if (rc == 0 && byte_writer_failed(&state))
+			rc = -ENOMEM;
+		if (rc == 0)
+			rc = snapshot_image_add_device(ctx->image, entry->type->name,
+						       entry->type->ops->state_version, state.data,
+						       state.len);
+		byte_writer_free(&state);
+		if (rc < 0)
+			snprintf(ctx->err, ctx->errlen, "cannot save the %s device's state: %s",
+				 entry->type->name, strerror(-rc));
+	}
+	if (rc == 0)
+		rc = snapshot_write_memory_file(ctx);
 	if (rc == 0 && ctx->opts->type == VM_SNAPSHOT_BASE &&
 	    ctx->opts->after == VM_SNAPSHOT_RESUME) {
 		char path[PATH_MAX];
@@ -422,8 +435,12 @@ static int snapshot_capture_devices_and_memory(struct snapshot_save_ctx *ctx)
 			snprintf(ctx->err, ctx->errlen, "cannot remap guest memory over %s: %s",
 				 path, strerror(-rc));
 	}
-	if (vm->vsock)
-		vsock_snapshot_release(vm->vsock);
+	while (quiet-- > 0) {
+		const struct vm_device_entry *entry = &vm->devices[quiet];
+
+		if (entry->type->ops->resume)
+			entry->type->ops->resume(entry->dev);
+	}
 	return rc;
 }
 
@@ -553,6 +570,7 @@ int vm_snapshot_save(struct vm *vm, const char *dir, const struct vm_snapshot_op
 		}
 	}
 	resumed_ns = snapshot_now_ns();
+	snapshot_image_release(ctx.image);
 	free(ctx.image);
 	if (rc == 0)
 		log_info(SNAP_LOG, "saved %s snapshot of %u vCPU(s) to %s in %llu ms; the VM %s",
@@ -609,6 +627,7 @@ static int snapshot_restore_memory(struct snapshot_restore_ctx *ctx)
 								      : ctx->info.id);
 }
 
+/* The saved devices, in their saved order, so each gets its saved virtio-mmio slot. */
 static int snapshot_restore_devices(struct snapshot_restore_ctx *ctx)
 {
 	struct vm *vm = ctx->vm;
@@ -616,43 +635,62 @@ static int snapshot_restore_devices(struct snapshot_restore_ctx *ctx)
 		.serial_log_path = ctx->opts->serial_log_path,
 		.serial_to_stdout = ctx->opts->serial_to_stdout,
 		.vsock_socket_path = ctx->opts->vsock_socket_path,
-		.vsock_cid = ctx->info.cid,
 	};
-	int rc;
+	int rc = vm_setup_platform(vm, ctx->err, ctx->errlen);
 
-	if (ctx->info.cid && !ctx->opts->vsock_socket_path) {
-		snprintf(ctx->err, ctx->errlen, "the snapshot has a vsock device: give the "
-			 "restored VM a vsock socket path");
-		return -EINVAL;
+	for (size_t i = 0; rc == 0 && i < ctx->image->device_count; i++) {
+		const struct snapshot_device_state *saved = &ctx->image->devices[i];
+		const struct vm_device_type *type = vm_device_type_find(saved->name);
+		struct vm_device_section section = { .version = saved->version,
+						     .state = saved->state,
+						     .state_len = saved->state_len };
+
+		snprintf(section.name, sizeof(section.name), "%s", saved->name);
+		if (!type) { /* snapshot_decode refuses these; kept for the invariant */
+			snprintf(ctx->err, ctx->errlen, "unknown device '%s' in the snapshot",
+				 saved->name);
+			return -EOPNOTSUPP;
+		}
+		rc = type->create(vm, &cfg, &section, ctx->err, ctx->errlen);
+		if (rc == 0 && (vm->device_count != i + 1 || vm->devices[i].type != type)) {
+			snprintf(ctx->err, ctx->errlen, "internal error: the %s device did not "
+				 "attach in its saved place", saved->name);
+			rc = -EPROTO;
+		}
 	}
-	rc = vm_setup_devices(vm, &cfg, ctx->err, ctx->errlen);
-	if (rc == 0 && ctx->info.cid)
-		rc = vm_setup_vsock(vm, &cfg, ctx->err, ctx->errlen);
 	return rc;
 }
 
 /*
- * Device registers, once the irqchip holds its saved state: an interrupt a device raises
- * now reaches the restored IOAPIC instead of being overwritten by it. The vsock line is
- * lowered first so the IOAPIC agrees with the transport, which raises it again when its
+ * Device state, once the irqchip holds its saved state: an interrupt a device raises now
+ * reaches the restored IOAPIC instead of being overwritten by it. The virtio lines are
+ * lowered first so the IOAPIC agrees with the transports, which raise them again when their
  * saved interrupt status says so.
  */
 static int snapshot_restore_device_state(struct snapshot_restore_ctx *ctx)
 {
 	struct vm *vm = ctx->vm;
-	int rc;
 
-	serial_state_set(vm->serial, &ctx->image->serial);
-	if (!vm->vsock)
-		return 0;
-	kvm_set_irq_level(&vm->kvm, vm->virtio[0].gsi, false);
-	rc = virtio_mmio_state_set(vsock_device_transport(vm->vsock), &ctx->image->vsock);
-	if (rc < 0) {
-		snprintf(ctx->err, ctx->errlen, "the vsock device refused its saved state: %s",
-			 strerror(-rc));
-		return rc;
+	vm_lower_virtio_lines(vm);
+	for (size_t i = 0; i < vm->device_count; i++) {
+		const struct vm_device_ops *ops = vm->devices[i].type->ops;
+		const struct snapshot_device_state *saved = &ctx->image->devices[i];
+		struct byte_reader in;
+		int rc;
+
+		if (!ops->restore) {
+			if (saved->state_len == 0)
+				continue;
+			snprintf(ctx->err, ctx->errlen, "the %s device has no state, but the "
+				 "snapshot holds some: take the snapshot again", saved->name);
+			return -EBADMSG;
+		}
+		byte_reader_init(&in, saved->state, saved->state_len);
+		rc = ops->restore(vm->devices[i].dev, &in, saved->version, ctx->err, ctx->errlen);
+		if (rc < 0)
+			return rc;
 	}
-	return vsock_device_reset_transport(vm->vsock);
+	return 0;
 }
 
 /* Level-triggered pins left waiting for an EOI that will never come on this host. */
@@ -763,7 +801,7 @@ int vm_create_from_snapshot(const char *dir, const struct vm_restore_options *op
 	}
 	*out = ctx.vm;
 out:
-	explicit_bzero(ctx.image->meta.secret, sizeof(ctx.image->meta.secret));
+	snapshot_image_release(ctx.image);
 	free(ctx.image);
 	return rc;
 }
@@ -779,7 +817,7 @@ int vm_snapshot_inspect(const char *dir, struct vm_snapshot_info *info, char *er
 		return -ENOMEM;
 	}
 	rc = snapshot_file_read(dir, image, info, err, errlen);
-	explicit_bzero(image->meta.secret, sizeof(image->meta.secret));
+	snapshot_image_release(image);
 	free(image);
 	return rc;
 }

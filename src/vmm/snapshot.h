@@ -31,7 +31,7 @@
 #define VM_SNAPSHOT_STATE_FILE "state"
 #define VM_SNAPSHOT_MEMORY_FILE "memory.mem"
 #define VM_SNAPSHOT_DIFF_FILE "memory.diff"
-#define VM_SNAPSHOT_FORMAT_VERSION 1u
+#define VM_SNAPSHOT_FORMAT_VERSION 2u
 #define VM_SNAPSHOT_CPU_SIGNATURE_LEN 64
 #define VM_SNAPSHOT_MAX_DEVICES 16
 #define VM_SNAPSHOT_DEVICE_NAME_LEN 16
@@ -72,7 +72,7 @@ struct vm_snapshot_info {
 	uint64_t created_unix_ns; /* wall clock at save */
 	char cpu_signature[VM_SNAPSHOT_CPU_SIGNATURE_LEN]; /* "vendor family-model-stepping" */
 	unsigned int device_count;
-	char devices[VM_SNAPSHOT_MAX_DEVICES][VM_SNAPSHOT_DEVICE_NAME_LEN]; /* "serial", "vsock" */
+	char devices[VM_SNAPSHOT_MAX_DEVICES][VM_SNAPSHOT_DEVICE_NAME_LEN]; /* "serial", "rng" */
 };
 
 struct vm_restore_options {

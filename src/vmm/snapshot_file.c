@@ -1,7 +1,9 @@
 /*
  * Encoding, decoding and checking of the state file. Decoding trusts nothing: the header,
- * the total length and the checksum are checked before any section is read, and every
- * section's tag, index and length are checked before it is copied. Every refusal names what
+ * the total length and the checksum are checked before any section is read; every section's
+ * name, version, instance, length and checksum are checked before its payload is used, a
+ * section seen twice is refused, and a diff's base is read without following any parent of
+ * its own (a base never has one), so no chain of files can recurse. Every refusal names what
  * is wrong and what to do, because the usual remedy (take the snapshot again, on this host)
  * is the same for most of them but the user needs to know which file is at fault.
  */
@@ -35,10 +37,8 @@
 #define CPUID_FAMILY_INTEL_EXT_MODEL 0x6u
 #define SNAP_PAGE_BYTES 4096u
 #define MIB (1024ULL * 1024ULL)
-
-static const char *const snapshot_known_devices[] = {
-	SNAPSHOT_DEVICE_SERIAL, SNAPSHOT_DEVICE_I8042, SNAPSHOT_DEVICE_VSOCK,
-};
+/* A diff of more pages than a 1 TiB guest has is not one of ours. */
+#define SNAPSHOT_MAX_DIFF_PAGES (1ULL << 28)
 
 int snapshot_path(char *out, const char *dir, const char *name)
 {
@@ -117,142 +117,183 @@ int snapshot_pread_all(int fd, void *data, size_t len, uint64_t offset)
 	return 0;
 }
 
-/* ---- encode ---- */
+/* ---- images ---- */
 
-struct snapshot_writer {
-	uint8_t *buf;
-	size_t len;
-	size_t cap;
-};
-
-static void snapshot_put(struct snapshot_writer *w, const void *data, size_t len)
+int snapshot_image_add_device(struct snapshot_image *image, const char *name, uint32_t version,
+			      const uint8_t *state, size_t state_len)
 {
-	memcpy(w->buf + w->len, data, len);
-	w->len += len;
+	struct snapshot_device_state *device;
+
+	if (image->device_count >= VM_MAX_DEVICES || strlen(name) >= VM_DEVICE_NAME_MAX)
+		return -ENOSPC;
+	device = &image->devices[image->device_count];
+	device->state = malloc(state_len ? state_len : 1);
+	if (!device->state)
+		return -ENOMEM;
+	if (state_len)
+		memcpy(device->state, state, state_len);
+	device->state_len = state_len;
+	device->version = version;
+	snprintf(device->name, sizeof(device->name), "%s", name);
+	image->device_count++;
+	return 0;
 }
 
-static void snapshot_put_section(struct snapshot_writer *w, uint32_t tag, uint32_t index,
-				 const void *data, size_t len)
+void snapshot_image_release(struct snapshot_image *image)
 {
-	struct snapshot_section section = { .tag = tag, .index = index, .len = len };
+	for (size_t i = 0; i < image->device_count && i < VM_MAX_DEVICES; i++)
+		free(image->devices[i].state);
+	image->device_count = 0;
+	memset(image->devices, 0, sizeof(image->devices));
+	explicit_bzero(image->meta.secret, sizeof(image->meta.secret));
+}
 
-	snapshot_put(w, &section, sizeof(section));
-	snapshot_put(w, data, len);
+/* ---- encode ---- */
+
+static void snapshot_encode_meta(struct byte_writer *w, const struct snapshot_meta *meta)
+{
+	byte_writer_u32(w, meta->type);
+	byte_writer_u32(w, meta->memory_mb);
+	byte_writer_u32(w, meta->vcpus);
+	byte_writer_u64(w, meta->cid);
+	byte_writer_u64(w, meta->created_unix_ns);
+	byte_writer_u64(w, meta->parent_id);
+	byte_writer_u64(w, meta->memory_bytes);
+	byte_writer_u64(w, meta->diff_pages);
+	byte_writer_string(w, meta->cpu_signature);
+	byte_writer_string(w, meta->parent_dir);
+	byte_writer_bytes(w, meta->secret, sizeof(meta->secret));
+	byte_writer_string(w, meta->cmdline);
+}
+
+/* One section: name, version, instance, payload length and checksum, payload. */
+static void snapshot_put_section(struct byte_writer *w, const char *name, uint32_t version,
+				 uint32_t instance, const void *payload, size_t len)
+{
+	size_t name_len = strlen(name);
+
+	byte_writer_u8(w, (uint8_t)name_len);
+	byte_writer_bytes(w, name, name_len);
+	byte_writer_u32(w, version);
+	byte_writer_u32(w, instance);
+	byte_writer_u64(w, len);
+	byte_writer_u64(w, snapshot_checksum(payload, len));
+	byte_writer_bytes(w, payload, len);
+}
+
+static void snapshot_put_header(struct byte_writer *w, uint64_t body_len, uint64_t checksum)
+{
+	byte_writer_bytes(w, SNAPSHOT_MAGIC, SNAPSHOT_MAGIC_LEN);
+	byte_writer_u32(w, VM_SNAPSHOT_FORMAT_VERSION);
+	byte_writer_u32(w, SNAPSHOT_HEADER_SIZE);
+	byte_writer_u64(w, body_len);
+	byte_writer_u64(w, checksum);
+}
+
+static void snapshot_encode_body(struct byte_writer *body, const struct snapshot_image *image)
+{
+	struct byte_writer meta;
+
+	byte_writer_init(&meta);
+	snapshot_encode_meta(&meta, &image->meta);
+	if (byte_writer_failed(&meta))
+		body->failed = true;
+	else
+		snapshot_put_section(body, SNAPSHOT_SECTION_META, SNAPSHOT_VM_SECTION_VERSION, 0,
+				     meta.data, meta.len);
+	explicit_bzero(meta.data, meta.len);
+	byte_writer_free(&meta);
+	for (uint32_t i = 0; i < image->meta.vcpus; i++)
+		snapshot_put_section(body, SNAPSHOT_SECTION_VCPU, SNAPSHOT_VM_SECTION_VERSION, i,
+				     &image->vcpus[i], sizeof(image->vcpus[i]));
+	for (uint32_t i = 0; i < SNAPSHOT_IRQCHIP_COUNT; i++)
+		snapshot_put_section(body, SNAPSHOT_SECTION_IRQCHIP, SNAPSHOT_VM_SECTION_VERSION, i,
+				     &image->irqchips[i], sizeof(image->irqchips[i]));
+	snapshot_put_section(body, SNAPSHOT_SECTION_PIT, SNAPSHOT_VM_SECTION_VERSION, 0,
+			     &image->pit, sizeof(image->pit));
+	snapshot_put_section(body, SNAPSHOT_SECTION_CLOCK, SNAPSHOT_VM_SECTION_VERSION, 0,
+			     &image->clock, sizeof(image->clock));
+	for (size_t i = 0; i < image->device_count; i++)
+		snapshot_put_section(body, image->devices[i].name, image->devices[i].version,
+				     (uint32_t)i, image->devices[i].state,
+				     image->devices[i].state_len);
 }
 
 int snapshot_encode(const struct snapshot_image *image, uint8_t **out, size_t *out_len)
 {
-	uint32_t vcpus = image->meta.vcpus;
-	struct snapshot_writer w = { .cap = sizeof(struct snapshot_header) +
-					    (vcpus + SNAPSHOT_SECTION_SERIAL + 1) *
-						    sizeof(struct snapshot_section) +
-					    sizeof(*image) };
-	struct snapshot_header header = { .version = VM_SNAPSHOT_FORMAT_VERSION,
-					  .header_size = sizeof(header) };
-	bool has_vsock = image->meta.cid != 0;
+	struct byte_writer body, file;
+	int rc = 0;
 
-	if (vcpus == 0 || vcpus > VM_MAX_VCPUS)
+	if (image->meta.vcpus == 0 || image->meta.vcpus > VM_MAX_VCPUS ||
+	    image->device_count > VM_MAX_DEVICES)
 		return -EINVAL;
-	w.buf = calloc(1, w.cap);
-	if (!w.buf)
-		return -ENOMEM;
-	w.len = sizeof(header);
-	snapshot_put_section(&w, SNAPSHOT_SECTION_META, 0, &image->meta, sizeof(image->meta));
-	for (uint32_t i = 0; i < vcpus; i++)
-		snapshot_put_section(&w, SNAPSHOT_SECTION_VCPU, i, &image->vcpus[i],
-				     sizeof(image->vcpus[i]));
-	for (uint32_t i = 0; i < SNAPSHOT_IRQCHIP_COUNT; i++)
-		snapshot_put_section(&w, SNAPSHOT_SECTION_IRQCHIP, i, &image->irqchips[i],
-				     sizeof(image->irqchips[i]));
-	snapshot_put_section(&w, SNAPSHOT_SECTION_PIT, 0, &image->pit, sizeof(image->pit));
-	snapshot_put_section(&w, SNAPSHOT_SECTION_CLOCK, 0, &image->clock, sizeof(image->clock));
-	snapshot_put_section(&w, SNAPSHOT_SECTION_SERIAL, 0, &image->serial, sizeof(image->serial));
-	if (has_vsock)
-		snapshot_put_section(&w, SNAPSHOT_SECTION_VSOCK, 0, &image->vsock,
-				     sizeof(image->vsock));
-	memcpy(header.magic, SNAPSHOT_MAGIC, SNAPSHOT_MAGIC_LEN);
-	header.body_len = w.len - sizeof(header);
-	header.body_checksum = snapshot_checksum(w.buf + sizeof(header), header.body_len);
-	memcpy(w.buf, &header, sizeof(header));
-	*out = w.buf;
-	*out_len = w.len;
-	return 0;
+	byte_writer_init(&body);
+	byte_writer_init(&file);
+	snapshot_encode_body(&body, image);
+	if (!byte_writer_failed(&body)) {
+		snapshot_put_header(&file, body.len, snapshot_checksum(body.data, body.len));
+		byte_writer_bytes(&file, body.data, body.len);
+	}
+	if (byte_writer_failed(&body) || byte_writer_failed(&file)) {
+		rc = -ENOMEM;
+		byte_writer_free(&file);
+	} else {
+		*out = file.data;
+		*out_len = file.len;
+	}
+	if (body.data)
+		explicit_bzero(body.data, body.len);
+	byte_writer_free(&body);
+	return rc;
 }
 
 /* ---- decode ---- */
 
-static size_t snapshot_section_size(uint32_t tag, const struct snapshot_image *image)
-{
-	switch (tag) {
-	case SNAPSHOT_SECTION_META:
-		return sizeof(image->meta);
-	case SNAPSHOT_SECTION_VCPU:
-		return sizeof(image->vcpus[0]);
-	case SNAPSHOT_SECTION_IRQCHIP:
-		return sizeof(image->irqchips[0]);
-	case SNAPSHOT_SECTION_PIT:
-		return sizeof(image->pit);
-	case SNAPSHOT_SECTION_CLOCK:
-		return sizeof(image->clock);
-	case SNAPSHOT_SECTION_VSOCK:
-		return sizeof(image->vsock);
-	case SNAPSHOT_SECTION_SERIAL:
-		return sizeof(image->serial);
-	default:
-		return 0;
-	}
-}
+struct snapshot_header {
+	char magic[SNAPSHOT_MAGIC_LEN];
+	uint32_t version;
+	uint32_t header_size;
+	uint64_t body_len;
+	uint64_t body_checksum; /* FNV-1a 64 of the body; also the snapshot's id */
+};
 
-static void *snapshot_section_dest(uint32_t tag, uint32_t index, struct snapshot_image *image)
+static int snapshot_decode_header(const uint8_t *data, size_t len, enum snapshot_decode_mode mode,
+				  struct snapshot_header *header, char *err, size_t errlen)
 {
-	switch (tag) {
-	case SNAPSHOT_SECTION_META:
-		return index == 0 ? &image->meta : NULL;
-	case SNAPSHOT_SECTION_VCPU:
-		return index < VM_MAX_VCPUS ? &image->vcpus[index] : NULL;
-	case SNAPSHOT_SECTION_IRQCHIP:
-		return index < SNAPSHOT_IRQCHIP_COUNT ? &image->irqchips[index] : NULL;
-	case SNAPSHOT_SECTION_PIT:
-		return index == 0 ? &image->pit : NULL;
-	case SNAPSHOT_SECTION_CLOCK:
-		return index == 0 ? &image->clock : NULL;
-	case SNAPSHOT_SECTION_VSOCK:
-		return index == 0 ? &image->vsock : NULL;
-	case SNAPSHOT_SECTION_SERIAL:
-		return index == 0 ? &image->serial : NULL;
-	default:
-		return NULL;
-	}
-}
+	struct byte_reader r;
 
-static int snapshot_decode_header(const uint8_t *data, size_t len, struct snapshot_header *header,
-				  char *err, size_t errlen)
-{
-	if (len < sizeof(*header)) {
+	if (len < SNAPSHOT_HEADER_SIZE) {
 		snprintf(err, errlen, "the state file is truncated (%zu bytes): take the snapshot "
 			 "again", len);
 		return -EBADMSG;
 	}
-	memcpy(header, data, sizeof(*header));
+	byte_reader_init(&r, data, SNAPSHOT_HEADER_SIZE);
+	byte_reader_bytes(&r, header->magic, SNAPSHOT_MAGIC_LEN);
+	header->version = byte_reader_u32(&r);
+	header->header_size = byte_reader_u32(&r);
+	header->body_len = byte_reader_u64(&r);
+	header->body_checksum = byte_reader_u64(&r);
 	if (memcmp(header->magic, SNAPSHOT_MAGIC, SNAPSHOT_MAGIC_LEN) != 0) {
 		snprintf(err, errlen, "the state file is not a voidbox snapshot (bad magic)");
 		return -EBADMSG;
 	}
 	if (header->version != VM_SNAPSHOT_FORMAT_VERSION ||
-	    header->header_size != sizeof(*header)) {
+	    header->header_size != SNAPSHOT_HEADER_SIZE) {
 		snprintf(err, errlen, "the snapshot has format version %" PRIu32 ", this voidbox "
-			 "reads version %u: take the snapshot again with this voidbox",
+			 "reads version %u: re-create this snapshot with this voidbox",
 			 header->version, VM_SNAPSHOT_FORMAT_VERSION);
 		return -EPROTO;
 	}
-	if (header->body_len != len - sizeof(*header)) {
+	if (header->body_len != len - SNAPSHOT_HEADER_SIZE) {
 		snprintf(err, errlen, "the state file is %s (%zu of %" PRIu64 " body bytes): take "
-			 "the snapshot again", header->body_len > len - sizeof(*header) ?
-			 "truncated" : "longer than recorded", len - sizeof(*header),
+			 "the snapshot again", header->body_len > len - SNAPSHOT_HEADER_SIZE ?
+			 "truncated" : "longer than recorded", len - SNAPSHOT_HEADER_SIZE,
 			 header->body_len);
 		return -EBADMSG;
 	}
-	if (snapshot_checksum(data + sizeof(*header), header->body_len) != header->body_checksum) {
+	if (mode == SNAPSHOT_DECODE_CHECKED &&
+	    snapshot_checksum(data + SNAPSHOT_HEADER_SIZE, header->body_len) !=
+		    header->body_checksum) {
 		snprintf(err, errlen, "the state file is corrupted (checksum mismatch): take the "
 			 "snapshot again");
 		return -EBADMSG;
@@ -260,44 +301,196 @@ static int snapshot_decode_header(const uint8_t *data, size_t len, struct snapsh
 	return 0;
 }
 
-/* Which sections must appear exactly once (bit per tag / vCPU index). */
+struct snapshot_section {
+	char name[VM_DEVICE_NAME_MAX];
+	uint32_t version;
+	uint32_t instance;
+	const uint8_t *payload;
+	size_t len;
+};
+
+/* Which of the VM's own sections were seen (each exactly once). */
 struct snapshot_seen {
-	uint32_t tags;
+	bool meta, pit, clock;
 	uint64_t vcpus;
 	uint32_t irqchips;
 };
 
-static int snapshot_decode_section(const struct snapshot_section *section, const uint8_t *payload,
-				   struct snapshot_image *image, struct snapshot_seen *seen,
-				   char *err, size_t errlen)
+static int snapshot_next_section(struct byte_reader *r, enum snapshot_decode_mode mode,
+				 struct snapshot_section *section, char *err, size_t errlen)
 {
-	void *dest = snapshot_section_dest(section->tag, section->index, image);
+	uint8_t name_len = byte_reader_u8(r);
+	uint64_t len, checksum;
 
-	if (!dest) {
-		snprintf(err, errlen, "the snapshot has a section this voidbox cannot restore "
-			 "(tag %" PRIu32 ", index %" PRIu32 "): restore it with the voidbox that "
-			 "took it", section->tag, section->index);
-		return -EPROTO;
-	}
-	if (section->len != snapshot_section_size(section->tag, image)) {
-		snprintf(err, errlen, "snapshot section %" PRIu32 " has %" PRIu64 " bytes, "
-			 "expected %zu: take the snapshot again with this voidbox", section->tag,
-			 section->len, snapshot_section_size(section->tag, image));
-		return -EPROTO;
-	}
-	memcpy(dest, payload, section->len);
-	if (section->tag == SNAPSHOT_SECTION_IRQCHIP &&
-	    image->irqchips[section->index].chip_id != section->index) {
-		snprintf(err, errlen, "irqchip section %" PRIu32 " describes chip %" PRIu32
-			 ": take the snapshot again", section->index,
-			 image->irqchips[section->index].chip_id);
+	if (name_len == 0 || name_len >= VM_DEVICE_NAME_MAX) {
+		snprintf(err, errlen, "a state file section has a %u-byte name: take the snapshot "
+			 "again", name_len);
 		return -EBADMSG;
 	}
-	seen->tags |= 1u << section->tag;
-	if (section->tag == SNAPSHOT_SECTION_VCPU)
-		seen->vcpus |= 1ULL << section->index;
-	if (section->tag == SNAPSHOT_SECTION_IRQCHIP)
-		seen->irqchips |= 1u << section->index;
+	byte_reader_bytes(r, section->name, name_len);
+	section->name[name_len] = '\0';
+	section->version = byte_reader_u32(r);
+	section->instance = byte_reader_u32(r);
+	len = byte_reader_u64(r);
+	checksum = byte_reader_u64(r);
+	section->payload = len <= byte_reader_remaining(r) ? byte_reader_view(r, (size_t)len) : NULL;
+	section->len = (size_t)len;
+	if (!section->payload) {
+		snprintf(err, errlen, "a state file section runs past the end of the file");
+		return -EBADMSG;
+	}
+	if (strlen(section->name) != name_len) {
+		snprintf(err, errlen, "a state file section's name holds a NUL byte");
+		return -EBADMSG;
+	}
+	if (mode == SNAPSHOT_DECODE_CHECKED &&
+	    snapshot_checksum(section->payload, section->len) != checksum) {
+		snprintf(err, errlen, "snapshot section '%s' is corrupted (checksum mismatch): take "
+			 "the snapshot again", section->name);
+		return -EBADMSG;
+	}
+	return 0;
+}
+
+static int snapshot_decode_meta(const struct snapshot_section *section,
+				struct snapshot_meta *meta)
+{
+	struct byte_reader r;
+
+	byte_reader_init(&r, section->payload, section->len);
+	meta->type = byte_reader_u32(&r);
+	meta->memory_mb = byte_reader_u32(&r);
+	meta->vcpus = byte_reader_u32(&r);
+	meta->cid = byte_reader_u64(&r);
+	meta->created_unix_ns = byte_reader_u64(&r);
+	meta->parent_id = byte_reader_u64(&r);
+	meta->memory_bytes = byte_reader_u64(&r);
+	meta->diff_pages = byte_reader_u64(&r);
+	byte_reader_string(&r, meta->cpu_signature, sizeof(meta->cpu_signature));
+	byte_reader_string(&r, meta->parent_dir, sizeof(meta->parent_dir));
+	byte_reader_bytes(&r, meta->secret, sizeof(meta->secret));
+	byte_reader_string(&r, meta->cmdline, sizeof(meta->cmdline));
+	return byte_reader_finish(&r);
+}
+
+/*
+ * One of the VM's own sections: its fixed-size payload goes to dest (KVM's own structures,
+ * whose layout is the KVM ABI), once per instance.
+ */
+static int snapshot_take_fixed(const struct snapshot_section *section, void *dest,
+			       size_t size, char *err, size_t errlen)
+{
+	if (section->len != size) {
+		snprintf(err, errlen, "snapshot section '%s' has %zu bytes, expected %zu: "
+			 "re-create this snapshot with this voidbox", section->name, section->len,
+			 size);
+		return -EPROTO;
+	}
+	memcpy(dest, section->payload, size);
+	return 0;
+}
+
+static int snapshot_refuse_duplicate(const struct snapshot_section *section, char *err,
+				     size_t errlen)
+{
+	snprintf(err, errlen, "snapshot section '%s' (instance %" PRIu32 ") appears twice or out "
+		 "of range: take the snapshot again", section->name, section->instance);
+	return -EBADMSG;
+}
+
+static int snapshot_decode_vm_section(const struct snapshot_section *section,
+				      struct snapshot_image *image, struct snapshot_seen *seen,
+				      char *err, size_t errlen)
+{
+	const char *name = section->name;
+	uint32_t index = section->instance;
+	int rc;
+
+	if (strcmp(name, SNAPSHOT_SECTION_META) == 0) {
+		if (seen->meta || index != 0)
+			return snapshot_refuse_duplicate(section, err, errlen);
+		seen->meta = true;
+		if (snapshot_decode_meta(section, &image->meta) < 0) {
+			snprintf(err, errlen, "the snapshot's metadata is malformed: take the "
+				 "snapshot again");
+			return -EBADMSG;
+		}
+		return 0;
+	}
+	if (strcmp(name, SNAPSHOT_SECTION_VCPU) == 0) {
+		if (index >= VM_MAX_VCPUS || (seen->vcpus & (1ULL << index)))
+			return snapshot_refuse_duplicate(section, err, errlen);
+		seen->vcpus |= 1ULL << index;
+		rc = snapshot_take_fixed(section, &image->vcpus[index], sizeof(image->vcpus[0]),
+					 err, errlen);
+		if (rc == 0 && image->vcpus[index].msr_count > VCPU_STATE_MAX_MSRS) {
+			snprintf(err, errlen, "vCPU %" PRIu32 " lists %" PRIu32 " MSRs, at most %d "
+				 "fit: take the snapshot again", index,
+				 image->vcpus[index].msr_count, VCPU_STATE_MAX_MSRS);
+			rc = -EBADMSG;
+		}
+		return rc;
+	}
+	if (strcmp(name, SNAPSHOT_SECTION_IRQCHIP) == 0) {
+		if (index >= SNAPSHOT_IRQCHIP_COUNT || (seen->irqchips & (1u << index)))
+			return snapshot_refuse_duplicate(section, err, errlen);
+		seen->irqchips |= 1u << index;
+		rc = snapshot_take_fixed(section, &image->irqchips[index],
+					 sizeof(image->irqchips[0]), err, errlen);
+		if (rc == 0 && image->irqchips[index].chip_id != index) {
+			snprintf(err, errlen, "irqchip section %" PRIu32 " describes chip %" PRIu32
+				 ": take the snapshot again", index,
+				 image->irqchips[index].chip_id);
+			rc = -EBADMSG;
+		}
+		return rc;
+	}
+	bool pit = strcmp(name, SNAPSHOT_SECTION_PIT) == 0;
+	bool *seen_flag = pit ? &seen->pit : &seen->clock;
+
+	if (*seen_flag || index != 0)
+		return snapshot_refuse_duplicate(section, err, errlen);
+	*seen_flag = true;
+	return pit ? snapshot_take_fixed(section, &image->pit, sizeof(image->pit), err, errlen)
+		   : snapshot_take_fixed(section, &image->clock, sizeof(image->clock), err,
+					 errlen);
+}
+
+static bool snapshot_is_vm_section(const char *name)
+{
+	return strcmp(name, SNAPSHOT_SECTION_META) == 0 ||
+	       strcmp(name, SNAPSHOT_SECTION_VCPU) == 0 ||
+	       strcmp(name, SNAPSHOT_SECTION_IRQCHIP) == 0 ||
+	       strcmp(name, SNAPSHOT_SECTION_PIT) == 0 || strcmp(name, SNAPSHOT_SECTION_CLOCK) == 0;
+}
+
+/* A device section: a device kind this build knows, no newer than it writes, in order. */
+static int snapshot_decode_device_section(const struct snapshot_section *section,
+					  struct snapshot_image *image, char *err,
+					  size_t errlen)
+{
+	const struct vm_device_type *type = vm_device_type_find(section->name);
+
+	if (!type) {
+		snprintf(err, errlen, "the snapshot has a '%s' device, which this voidbox does not "
+			 "know: restore it with the voidbox that took it, or re-create it",
+			 section->name);
+		return -EOPNOTSUPP;
+	}
+	if (section->version > type->ops->state_version || section->version == 0) {
+		snprintf(err, errlen, "the snapshot's '%s' device state has version %" PRIu32
+			 ", this voidbox reads up to %" PRIu32 ": restore it with the voidbox that "
+			 "took it", section->name, section->version, type->ops->state_version);
+		return -EPROTO;
+	}
+	if (section->instance != image->device_count)
+		return snapshot_refuse_duplicate(section, err, errlen);
+	if (snapshot_image_add_device(image, section->name, section->version, section->payload,
+				      section->len) < 0) {
+		snprintf(err, errlen, "the snapshot has more than %d devices: take it again",
+			 VM_MAX_DEVICES);
+		return -EBADMSG;
+	}
 	return 0;
 }
 
@@ -305,21 +498,18 @@ static int snapshot_check_complete(const struct snapshot_image *image,
 				   const struct snapshot_seen *seen, char *err, size_t errlen)
 {
 	const struct snapshot_meta *meta = &image->meta;
-	uint32_t needed = (1u << SNAPSHOT_SECTION_META) | (1u << SNAPSHOT_SECTION_PIT) |
-			  (1u << SNAPSHOT_SECTION_CLOCK) | (1u << SNAPSHOT_SECTION_SERIAL);
 	uint64_t vcpu_bits;
 
-	if ((seen->tags & needed) != needed || meta->vcpus == 0 || meta->vcpus > VM_MAX_VCPUS ||
-	    seen->irqchips != (1u << SNAPSHOT_IRQCHIP_COUNT) - 1u) {
+	if (!seen->meta || !seen->pit || !seen->clock || meta->vcpus == 0 ||
+	    meta->vcpus > VM_MAX_VCPUS || seen->irqchips != (1u << SNAPSHOT_IRQCHIP_COUNT) - 1u) {
 		snprintf(err, errlen, "the state file lacks required sections: take the "
 			 "snapshot again");
 		return -EBADMSG;
 	}
 	vcpu_bits = meta->vcpus == 64 ? UINT64_MAX : (1ULL << meta->vcpus) - 1;
-	if (seen->vcpus != vcpu_bits || (meta->cid != 0) !=
-	    ((seen->tags & (1u << SNAPSHOT_SECTION_VSOCK)) != 0)) {
-		snprintf(err, errlen, "the state file's vCPU or device sections do not match its "
-			 "header: take the snapshot again");
+	if (seen->vcpus != vcpu_bits) {
+		snprintf(err, errlen, "the state file's vCPU sections do not match its header: "
+			 "take the snapshot again");
 		return -EBADMSG;
 	}
 	if (meta->type != VM_SNAPSHOT_BASE && meta->type != VM_SNAPSHOT_DIFF) {
@@ -330,41 +520,54 @@ static int snapshot_check_complete(const struct snapshot_image *image,
 	return 0;
 }
 
-int snapshot_decode(const uint8_t *data, size_t len, struct snapshot_image *image,
-		    uint64_t *id, char *err, size_t errlen)
+static int snapshot_decode_sections(const uint8_t *data, size_t len,
+				    enum snapshot_decode_mode mode, struct snapshot_image *image,
+				    char *err, size_t errlen)
 {
-	struct snapshot_header header;
 	struct snapshot_seen seen = { 0 };
-	int rc = snapshot_decode_header(data, len, &header, err, errlen);
+	struct byte_reader r;
+	int rc = 0;
 
-	if (rc < 0)
-		return rc;
-	memset(image, 0, sizeof(*image));
-	for (size_t pos = sizeof(header); pos < len;) {
+	byte_reader_init(&r, data, len);
+	while (rc == 0 && byte_reader_remaining(&r) > 0) {
 		struct snapshot_section section;
 
-		if (len - pos < sizeof(section)) {
-			snprintf(err, errlen, "the state file ends inside a section header");
-			return -EBADMSG;
+		rc = snapshot_next_section(&r, mode, &section, err, errlen);
+		if (rc == 0 && snapshot_is_vm_section(section.name)) {
+			if (section.version != SNAPSHOT_VM_SECTION_VERSION) {
+				snprintf(err, errlen, "snapshot section '%s' has version %" PRIu32
+					 ": re-create this snapshot with this voidbox",
+					 section.name, section.version);
+				rc = -EPROTO;
+			} else {
+				rc = snapshot_decode_vm_section(&section, image, &seen, err,
+								errlen);
+			}
+		} else if (rc == 0) {
+			rc = snapshot_decode_device_section(&section, image, err, errlen);
 		}
-		memcpy(&section, data + pos, sizeof(section));
-		pos += sizeof(section);
-		if (section.len > len - pos) {
-			snprintf(err, errlen, "a state file section runs past the end of the file");
-			return -EBADMSG;
-		}
-		rc = snapshot_decode_section(&section, data + pos, image, &seen, err, errlen);
-		if (rc < 0)
-			return rc;
-		pos += section.len;
 	}
-	image->meta.cpu_signature[sizeof(image->meta.cpu_signature) - 1] = '\0';
-	image->meta.parent_dir[sizeof(image->meta.parent_dir) - 1] = '\0';
-	image->meta.cmdline[sizeof(image->meta.cmdline) - 1] = '\0';
-	for (size_t i = 0; i < VM_SNAPSHOT_MAX_DEVICES; i++)
-		image->meta.devices[i][SNAPSHOT_DEVICE_NAME_LEN - 1] = '\0';
+	return rc == 0 ? snapshot_check_complete(image, &seen, err, errlen) : rc;
+}
+
+int snapshot_decode(const uint8_t *data, size_t len, enum snapshot_decode_mode mode,
+		    struct snapshot_image *image, uint64_t *id, char *err, size_t errlen)
+{
+	struct snapshot_header header;
+	int rc;
+
+	snapshot_image_release(image);
+	memset(image, 0, sizeof(*image));
+	rc = snapshot_decode_header(data, len, mode, &header, err, errlen);
+	if (rc == 0)
+		rc = snapshot_decode_sections(data + SNAPSHOT_HEADER_SIZE, header.body_len, mode,
+					      image, err, errlen);
+	if (rc < 0) {
+		snapshot_image_release(image);
+		return rc;
+	}
 	*id = header.body_checksum;
-	return snapshot_check_complete(image, &seen, err, errlen);
+	return 0;
 }
 
 /* ---- files ---- */
@@ -415,7 +618,10 @@ int snapshot_file_write(const char *dir, const struct snapshot_image *image, uin
 		snprintf(err, errlen, "cannot write %s: %s: check the directory is writable and "
 			 "has space", final, strerror(-rc));
 	} else {
-		memcpy(id, data + offsetof(struct snapshot_header, body_checksum), sizeof(*id));
+		struct byte_reader header;
+
+		byte_reader_init(&header, data + SNAPSHOT_HEADER_SIZE - sizeof(*id), sizeof(*id));
+		*id = byte_reader_u64(&header);
 	}
 	explicit_bzero(data, len);
 	free(data);
@@ -471,23 +677,17 @@ static int snapshot_check_host(const struct snapshot_meta *meta, char *err, size
 			 meta->cpu_signature, here);
 		return -EXDEV;
 	}
-	for (uint32_t i = 0; i < meta->device_count && i < VM_SNAPSHOT_MAX_DEVICES; i++) {
-		bool known = false;
-
-		for (size_t k = 0; k < sizeof(snapshot_known_devices) / sizeof(char *); k++)
-			known |= strcmp(meta->devices[i], snapshot_known_devices[k]) == 0;
-		if (!known) {
-			snprintf(err, errlen, "the snapshot has a '%s' device, which this VMM cannot "
-				 "restore yet: boot the VM instead of restoring it", meta->devices[i]);
-			return -EOPNOTSUPP;
-		}
-	}
-	if (meta->device_count > VM_SNAPSHOT_MAX_DEVICES) {
-		snprintf(err, errlen, "the snapshot lists %" PRIu32 " devices: take it again",
-			 meta->device_count);
-		return -EBADMSG;
-	}
 	return 0;
+}
+
+uint64_t snapshot_memory_file_size(const struct snapshot_meta *meta)
+{
+	if (meta->type == VM_SNAPSHOT_BASE)
+		return (uint64_t)meta->memory_mb * MIB;
+	if (meta->diff_pages > SNAPSHOT_MAX_DIFF_PAGES)
+		return 0;
+	return sizeof(struct snapshot_diff_header) +
+	       meta->diff_pages * (sizeof(uint64_t) + SNAP_PAGE_BYTES);
 }
 
 static int snapshot_check_memory_file(const char *dir, const struct snapshot_meta *meta,
@@ -496,9 +696,7 @@ static int snapshot_check_memory_file(const char *dir, const struct snapshot_met
 	bool base = meta->type == VM_SNAPSHOT_BASE;
 	char path[PATH_MAX];
 	struct stat st;
-	uint64_t expected = base ? (uint64_t)meta->memory_mb * MIB
-				 : sizeof(struct snapshot_diff_header) +
-					   meta->diff_pages * (sizeof(uint64_t) + SNAP_PAGE_BYTES);
+	uint64_t expected = snapshot_memory_file_size(meta);
 
 	if (snapshot_path(path, dir, base ? VM_SNAPSHOT_MEMORY_FILE : VM_SNAPSHOT_DIFF_FILE) < 0) {
 		snprintf(err, errlen, "snapshot directory path %s is too long", dir);
@@ -509,7 +707,7 @@ static int snapshot_check_memory_file(const char *dir, const struct snapshot_met
 			 "snapshot again", path);
 		return -ENOENT;
 	}
-	if ((uint64_t)st.st_size != expected || meta->memory_bytes != expected) {
+	if (expected == 0 || (uint64_t)st.st_size != expected || meta->memory_bytes != expected) {
 		snprintf(err, errlen, "the memory file %s has %jd bytes, the state says %" PRIu64
 			 ": it is truncated or belongs to another snapshot; take the snapshot again",
 			 path, (intmax_t)st.st_size, expected);
@@ -537,56 +735,70 @@ static void snapshot_fill_info(const struct snapshot_image *image, uint64_t id, 
 	info->diff_pages = meta->diff_pages;
 	info->created_unix_ns = meta->created_unix_ns;
 	snprintf(info->cpu_signature, sizeof(info->cpu_signature), "%s", meta->cpu_signature);
-	info->device_count = meta->device_count;
-	memcpy(info->devices, meta->devices, sizeof(info->devices));
+	info->device_count = (unsigned int)image->device_count;
+	for (size_t i = 0; i < image->device_count && i < VM_SNAPSHOT_MAX_DEVICES; i++)
+		snprintf(info->devices[i], sizeof(info->devices[i]), "%s", image->devices[i].name);
 }
 
+/* Reads and checks one snapshot directory without looking at any parent it names. */
+static int snapshot_read_one(const char *dir, struct snapshot_image *image, uint64_t *id,
+			     size_t *state_len, char *err, size_t errlen)
+{
+	uint8_t *data = NULL;
+	size_t len = 0;
+	int rc = snapshot_read_state(dir, &data, &len, err, errlen);
+
+	if (rc < 0)
+		return rc;
+	rc = snapshot_decode(data, len, SNAPSHOT_DECODE_CHECKED, image, id, err, errlen);
+	if (rc == 0)
+		rc = snapshot_check_host(&image->meta, err, errlen);
+	if (rc == 0)
+		rc = snapshot_check_memory_file(dir, &image->meta, err, errlen);
+	*state_len = len;
+	explicit_bzero(data, len);
+	free(data);
+	return rc;
+}
+
+/* A diff's parent must be the very base it was taken against: a base, never another diff. */
 static int snapshot_check_parent(const struct snapshot_meta *meta, char *err, size_t errlen)
 {
 	struct snapshot_image *parent = calloc(1, sizeof(*parent));
-	struct vm_snapshot_info info;
 	char parent_err[512];
+	uint64_t id = 0;
+	size_t len = 0;
 	int rc;
 
 	if (!parent)
 		return -ENOMEM;
-	rc = snapshot_file_read(meta->parent_dir, parent, &info, parent_err, sizeof(parent_err));
-	explicit_bzero(parent->meta.secret, sizeof(parent->meta.secret));
-	free(parent);
+	rc = snapshot_read_one(meta->parent_dir, parent, &id, &len, parent_err,
+			       sizeof(parent_err));
 	if (rc < 0) {
 		snprintf(err, errlen, "the diff's base snapshot %s is unusable (%s): restore the "
 			 "base there or take a new base and diff", meta->parent_dir, parent_err);
-		return rc == -ENOENT ? -ENOENT : rc;
-	}
-	if (info.type != VM_SNAPSHOT_BASE || info.id != meta->parent_id ||
-	    info.memory_mb != meta->memory_mb) {
+	} else if (parent->meta.type != VM_SNAPSHOT_BASE || id != meta->parent_id ||
+		   parent->meta.memory_mb != meta->memory_mb) {
 		snprintf(err, errlen, "the snapshot in %s is not the base this diff was taken "
-			 "against (it was replaced): take a new base and diff", meta->parent_dir);
-		return -ESTALE;
+			 "against (it was replaced, or is itself a diff): take a new base and diff",
+			 meta->parent_dir);
+		rc = -ESTALE;
 	}
-	return 0;
+	snapshot_image_release(parent);
+	free(parent);
+	return rc;
 }
 
 int snapshot_file_read(const char *dir, struct snapshot_image *image,
 		       struct vm_snapshot_info *info, char *err, size_t errlen)
 {
-	uint8_t *data = NULL;
-	size_t len = 0;
 	uint64_t id = 0;
-	int rc = snapshot_read_state(dir, &data, &len, err, errlen);
+	size_t len = 0;
+	int rc = snapshot_read_one(dir, image, &id, &len, err, errlen);
 
-	if (rc < 0)
-		return rc;
-	rc = snapshot_decode(data, len, image, &id, err, errlen);
-	if (rc == 0)
-		rc = snapshot_check_host(&image->meta, err, errlen);
-	if (rc == 0)
-		rc = snapshot_check_memory_file(dir, &image->meta, err, errlen);
 	if (rc == 0 && image->meta.type == VM_SNAPSHOT_DIFF)
 		rc = snapshot_check_parent(&image->meta, err, errlen);
 	if (rc == 0)
 		snapshot_fill_info(image, id, len, info);
-	explicit_bzero(data, len);
-	free(data);
 	return rc;
 }

@@ -1,63 +1,45 @@
 /*
- * The snapshot state file as bytes: a fixed header and tagged sections (layout in
- * docs/snapshot-format.md). Split from snapshot.c so the parser, the part a corrupted or
- * hostile file reaches, is unit-tested and fuzzed without KVM.
+ * The snapshot state file as bytes: a fixed header and a list of tagged sections, each
+ * written field by field in little-endian (layout in docs/snapshot-format.md). The VM's own
+ * sections (meta, vCPUs, irqchip, PIT, clock) are decoded here; each device's section is
+ * kept as bytes with its name and version and handed to that device on restore. Split from
+ * snapshot.c so the parser, the part a corrupted or hostile file reaches, is unit-tested and
+ * fuzzed without KVM.
  */
 #ifndef VOIDBOX_VMM_SNAPSHOT_FILE_H
 #define VOIDBOX_VMM_SNAPSHOT_FILE_H
 
 #include <limits.h>
 #include <linux/kvm.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
-#include "devices/serial.h"
-#include "devices/virtio_mmio.h"
 #include "vmm/cmdline.h"
+#include "vmm/device.h"
 #include "vmm/snapshot.h"
 #include "vmm/vcpu_state.h"
 #include "vmm/vm.h"
 
 #define SNAPSHOT_MAGIC "VBOXSNAP"
 #define SNAPSHOT_MAGIC_LEN 8
+#define SNAPSHOT_HEADER_SIZE 32u
 #define SNAPSHOT_DIFF_MAGIC 0x3146464944584f42ULL /* "BOXDIFF1" little-endian */
 #define SNAPSHOT_IRQCHIP_COUNT 3
-#define SNAPSHOT_DEVICE_NAME_LEN VM_SNAPSHOT_DEVICE_NAME_LEN
-#define SNAPSHOT_DEVICE_SERIAL "serial"
-#define SNAPSHOT_DEVICE_I8042 "i8042"
-#define SNAPSHOT_DEVICE_VSOCK "vsock"
 /* A state file is a few KiB per vCPU; anything far larger is not one of ours. */
 #define SNAPSHOT_STATE_MAX_BYTES (64u * 1024u * 1024u)
-
-enum snapshot_section_tag {
-	SNAPSHOT_SECTION_META = 1,
-	SNAPSHOT_SECTION_VCPU = 2,
-	SNAPSHOT_SECTION_IRQCHIP = 3,
-	SNAPSHOT_SECTION_PIT = 4,
-	SNAPSHOT_SECTION_CLOCK = 5,
-	SNAPSHOT_SECTION_VSOCK = 6,
-	SNAPSHOT_SECTION_SERIAL = 7,
-};
-
-struct snapshot_header {
-	char magic[SNAPSHOT_MAGIC_LEN];
-	uint32_t version;
-	uint32_t header_size;
-	uint64_t body_len;
-	uint64_t body_checksum; /* FNV-1a 64 of the body; also the snapshot's id */
-};
-
-struct snapshot_section {
-	uint32_t tag;
-	uint32_t index;
-	uint64_t len;
-};
+/* The VM's own sections; a device's section carries the device's name. */
+#define SNAPSHOT_SECTION_META "vm.meta"
+#define SNAPSHOT_SECTION_VCPU "vm.vcpu"
+#define SNAPSHOT_SECTION_IRQCHIP "vm.irqchip"
+#define SNAPSHOT_SECTION_PIT "vm.pit"
+#define SNAPSHOT_SECTION_CLOCK "vm.clock"
+#define SNAPSHOT_VM_SECTION_VERSION 1u
 
 struct snapshot_meta {
 	uint32_t type;
 	uint32_t memory_mb;
 	uint32_t vcpus;
-	uint32_t device_count;
 	uint64_t cid;
 	uint64_t created_unix_ns;
 	uint64_t parent_id;
@@ -67,7 +49,14 @@ struct snapshot_meta {
 	char parent_dir[PATH_MAX];
 	uint8_t secret[VM_SECRET_LEN];
 	char cmdline[CMDLINE_MAX];
-	char devices[VM_SNAPSHOT_MAX_DEVICES][SNAPSHOT_DEVICE_NAME_LEN];
+};
+
+/* One device's section: its bytes are the device's own (malloc'ed, freed with the image). */
+struct snapshot_device_state {
+	char name[VM_DEVICE_NAME_MAX];
+	uint32_t version;
+	uint8_t *state;
+	size_t state_len;
 };
 
 struct snapshot_diff_header {
@@ -75,15 +64,21 @@ struct snapshot_diff_header {
 	uint64_t page_count;
 };
 
-/* Everything a state file holds, decoded. */
+/* Everything a state file holds, decoded. Release with snapshot_image_release. */
 struct snapshot_image {
 	struct snapshot_meta meta;
 	struct vcpu_state vcpus[VM_MAX_VCPUS];
 	struct kvm_irqchip irqchips[SNAPSHOT_IRQCHIP_COUNT];
 	struct kvm_pit_state2 pit;
 	struct kvm_clock_data clock;
-	struct virtio_mmio_state vsock;
-	struct serial_state serial;
+	size_t device_count;
+	struct snapshot_device_state devices[VM_MAX_DEVICES];
+};
+
+/* How strictly snapshot_decode reads. */
+enum snapshot_decode_mode {
+	SNAPSHOT_DECODE_CHECKED,	  /* every checksum must match: all real reads */
+	SNAPSHOT_DECODE_IGNORE_CHECKSUMS, /* fuzzing only: reach the section parser */
 };
 
 /* dir/name into out (PATH_MAX bytes); -ENAMETOOLONG when it does not fit. */
@@ -94,19 +89,31 @@ void snapshot_cpu_signature(char out[VM_SNAPSHOT_CPU_SIGNATURE_LEN]);
 int snapshot_pwrite_all(int fd, const void *data, size_t len, uint64_t offset);
 int snapshot_pread_all(int fd, void *data, size_t len, uint64_t offset);
 
-/* Encodes image into a malloc'ed buffer (header included). Returns 0 or -ENOMEM. */
+/* Appends a copy of a device's section to image. 0, -ENOSPC or -ENOMEM. */
+int snapshot_image_add_device(struct snapshot_image *image, const char *name, uint32_t version,
+			      const uint8_t *state, size_t state_len);
+/* Frees the device sections and wipes the secret; the image can be reused. */
+void snapshot_image_release(struct snapshot_image *image);
+
+/* Encodes image into a malloc'ed buffer (header included). Returns 0, -EINVAL or -ENOMEM. */
 int snapshot_encode(const struct snapshot_image *image, uint8_t **out, size_t *out_len);
-/* Decodes and checks a state file's bytes. Returns 0 or -EBADMSG/-EPROTO with err. */
-int snapshot_decode(const uint8_t *data, size_t len, struct snapshot_image *image,
-		    uint64_t *id, char *err, size_t errlen);
+/*
+ * Decodes and checks a state file's bytes into image (released first). Returns 0, or
+ * -EBADMSG/-EPROTO with a sentence in err; on failure image holds nothing to free.
+ */
+int snapshot_decode(const uint8_t *data, size_t len, enum snapshot_decode_mode mode,
+		    struct snapshot_image *image, uint64_t *id, char *err, size_t errlen);
 /* Writes dir/state (temporary name, fsync, rename, directory fsync); *id is its checksum. */
 int snapshot_file_write(const char *dir, const struct snapshot_image *image, uint64_t *id,
 			char *err, size_t errlen);
 /*
  * Reads dir/state and checks it and its surroundings (host CPU, devices, memory file size,
- * a diff's base). Fills image and info. Returns 0 or -errno with err.
+ * a diff's base, which must itself be a base). Fills image and info. Returns 0 or -errno
+ * with err; release the image either way.
  */
 int snapshot_file_read(const char *dir, struct snapshot_image *image,
 		       struct vm_snapshot_info *info, char *err, size_t errlen);
+/* The memory file's expected size for meta (a base's RAM, or a diff's header and pages). */
+uint64_t snapshot_memory_file_size(const struct snapshot_meta *meta);
 
 #endif

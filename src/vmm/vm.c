@@ -23,10 +23,6 @@
 #include <unistd.h>
 
 #include "common/log.h"
-#include "devices/i8042.h"
-#include "devices/serial.h"
-#include "devices/virtio_mmio.h"
-#include "devices/vsock.h"
 #include "vmm/acpi.h"
 #include "vmm/boot.h"
 #include "vmm/cmdline.h"
@@ -37,13 +33,11 @@
 #include "vmm/vm_internal.h"
 #include "vmm/vmlinux.h"
 
-#define VM_SERIAL_LOG_MODE 0600
 #define VM_ERR_LEN 512
 #define NSEC_PER_MSEC 1000000ULL
 #define MSEC_PER_SEC 1000L
 #define NSEC_PER_SEC 1000000000L
 #define VM_FILE_MAX_BYTES (1ULL << 32) /* a kernel or initramfs above 4 GiB is a mistake */
-#define VM_CID_RANGE (UINT32_MAX - VSOCK_MIN_GUEST_CID) /* 32-bit CIDs from 3, below -1 */
 
 static const char *const exit_reason_names[] = {
 	[VM_EXIT_NONE] = "running",
@@ -90,11 +84,22 @@ void vm_join_vcpu(struct vm *vm, struct vcpu *vcpu)
 		pthread_join(vcpu->thread, NULL);
 }
 
+static bool vm_devices_saw_panic(struct vm *vm)
+{
+	for (size_t i = 0; i < vm->device_count; i++) {
+		const struct vm_device_entry *entry = &vm->devices[i];
+
+		if (entry->type->ops->saw_guest_panic && entry->type->ops->saw_guest_panic(entry->dev))
+			return true;
+	}
+	return false;
+}
+
 /* Records the first reason, stops every vCPU. Called from vCPU threads and the host. */
 static void vm_end(struct vm *vm, enum vm_exit_reason reason)
 {
 	if ((reason == VM_EXIT_GUEST_REBOOT || reason == VM_EXIT_GUEST_TRIPLE_FAULT) &&
-	    vm->serial && serial_saw_panic(vm->serial))
+	    vm_devices_saw_panic(vm))
 		reason = VM_EXIT_GUEST_PANIC;
 	pthread_mutex_lock(&vm->lock);
 	if (vm->reason == VM_EXIT_NONE) {
@@ -108,8 +113,12 @@ static void vm_end(struct vm *vm, enum vm_exit_reason reason)
 	if (first)
 		vm_kick_all(vm);
 	/* a guest that is gone answers nothing: its host connections end now, not at timeouts */
-	if (first && vm->vsock)
-		vsock_device_guest_stopped(vm->vsock);
+	for (size_t i = 0; first && i < vm->device_count; i++) {
+		const struct vm_device_entry *entry = &vm->devices[i];
+
+		if (entry->type->ops->guest_stopped)
+			entry->type->ops->guest_stopped(entry->dev);
+	}
 }
 
 static void vm_vcpu_exit(void *opaque, enum vm_exit_reason reason)
@@ -117,9 +126,9 @@ static void vm_vcpu_exit(void *opaque, enum vm_exit_reason reason)
 	vm_end(opaque, reason);
 }
 
-static void vm_i8042_reset(void *opaque)
+void vm_guest_requested_reset(struct vm *vm)
 {
-	vm_end(opaque, VM_EXIT_GUEST_REBOOT);
+	vm_end(vm, VM_EXIT_GUEST_REBOOT);
 }
 
 /* ACPI hardware-reduced registers: sleep control (S5 = poweroff), sleep status, reset. */
@@ -266,89 +275,66 @@ static int vm_setup_cmdline(struct vm *vm, const struct vm_config *cfg, char *er
 	return 0;
 }
 
-int vm_setup_devices(struct vm *vm, const struct vm_config *cfg, char *err,
-		     size_t errlen)
+int vm_setup_platform(struct vm *vm, char *err, size_t errlen)
 {
-	struct irq_line serial_irq = {
-		.set_level = kvm_set_irq_level, .opaque = &vm->kvm, .gsi = SERIAL_COM1_IRQ,
-	};
-
-	if (cfg->serial_to_stdout) {
-		vm->serial_fd = dup(STDOUT_FILENO);
-	} else if (cfg->serial_log_path) {
-		vm->serial_fd = open(cfg->serial_log_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC,
-				     VM_SERIAL_LOG_MODE);
-		if (vm->serial_fd < 0) {
-			int rc = -errno;
-
-			snprintf(err, errlen, "cannot create serial log %s: %s: check the "
-				 "directory exists and is writable", cfg->serial_log_path,
-				 strerror(-rc));
-			return rc;
-		}
-	}
-	vm->serial = serial_create(vm->serial_fd, serial_irq);
-	if (!vm->serial) {
-		snprintf(err, errlen, "out of memory creating the serial port");
-		return -ENOMEM;
-	}
-	vm->i8042 = (struct i8042){ .on_reset = vm_i8042_reset, .opaque = vm };
-	if (bus_register(&vm->pio, SERIAL_COM1_BASE, SERIAL_PORT_COUNT, serial_port_access,
-			 vm->serial) < 0 ||
-	    bus_register(&vm->pio, I8042_DATA_PORT, 1, i8042_data_access, &vm->i8042) < 0 ||
-	    bus_register(&vm->pio, I8042_COMMAND_PORT, 1, i8042_command_access, &vm->i8042) < 0 ||
-	    bus_register(&vm->pio, ACPI_SLEEP_CONTROL_PORT, ACPI_PM_PORT_COUNT, vm_acpi_pm_access,
+	if (bus_register(&vm->pio, ACPI_SLEEP_CONTROL_PORT, ACPI_PM_PORT_COUNT, vm_acpi_pm_access,
 			 vm) < 0) {
-		snprintf(err, errlen, "internal error: legacy device ports overlap");
+		snprintf(err, errlen, "internal error: the ACPI power ports overlap a device");
 		return -EEXIST;
 	}
 	return 0;
 }
 
-static uint64_t vm_random_cid(void)
+int vm_create_devices(struct vm *vm, const struct vm_config *cfg, char *err, size_t errlen)
 {
-	uint32_t value = 0;
+	for (size_t i = 0; vm_device_types[i]; i++) {
+		int rc = vm_device_types[i]->create(vm, cfg, NULL, err, errlen);
 
-	if (getrandom(&value, sizeof(value), 0) != sizeof(value))
-		value = (uint32_t)vm_now_ns();
-	return VSOCK_MIN_GUEST_CID + value % VM_CID_RANGE;
+		if (rc < 0)
+			return rc;
+	}
+	return 0;
 }
 
-int vm_setup_vsock(struct vm *vm, const struct vm_config *cfg, char *err, size_t errlen)
+const struct vm_device_type *vm_device_type_find(const char *name)
 {
-	struct vm_virtio_mmio_slot slot;
-	int rc;
+	for (size_t i = 0; vm_device_types[i]; i++)
+		if (strcmp(vm_device_types[i]->name, name) == 0)
+			return vm_device_types[i];
+	return NULL;
+}
 
-	if (!cfg->vsock_socket_path)
-		return 0;
-	if (cfg->vsock_cid &&
-	    (cfg->vsock_cid < VSOCK_MIN_GUEST_CID || cfg->vsock_cid >= UINT32_MAX)) {
-		snprintf(err, errlen, "vsock CID %" PRIu64 " is reserved: use 3 or more",
-			 cfg->vsock_cid);
-		return -EINVAL;
-	}
-	rc = vm_virtio_mmio_slot_reserve(vm, &slot);
-	if (rc < 0) {
-		snprintf(err, errlen, "no virtio-mmio slot left for vsock");
-		return rc;
-	}
-	struct vsock_device_config vsock_cfg = {
-		.guest_cid = cfg->vsock_cid ? cfg->vsock_cid : vm_random_cid(),
-		.uds_path = cfg->vsock_socket_path,
-		.mem = &vm->mem,
-		.irq = slot.irq,
-		.worker_mode = VSOCK_WORKER_THREAD,
-	};
+int vm_device_attach(struct vm *vm, const struct vm_device_type *type, void *dev)
+{
+	if (vm->started)
+		return -EBUSY;
+	if (vm->device_count >= VM_MAX_DEVICES)
+		return -ENOSPC;
+	vm->devices[vm->device_count++] = (struct vm_device_entry){ .type = type, .dev = dev };
+	return 0;
+}
 
-	vm->vsock = vsock_device_create(&vsock_cfg, err, errlen);
-	if (!vm->vsock)
-		return -EIO;
-	rc = vm_virtio_mmio_slot_attach(vm, &slot, virtio_mmio_access,
-					vsock_device_transport(vm->vsock));
-	if (rc < 0)
-		snprintf(err, errlen, "cannot attach vsock at 0x%" PRIx64 ": %s", slot.base,
-			 strerror(-rc));
-	return rc;
+int vm_pio_register(struct vm *vm, uint64_t base, uint64_t len, bus_access_fn access,
+		    void *opaque)
+{
+	return vm->started ? -EBUSY : bus_register(&vm->pio, base, len, access, opaque);
+}
+
+struct irq_line vm_irq_line(struct vm *vm, uint32_t gsi)
+{
+	return (struct irq_line){ .set_level = kvm_set_irq_level, .opaque = &vm->kvm,
+				  .gsi = gsi };
+}
+
+void vm_set_vsock_cid(struct vm *vm, uint64_t cid)
+{
+	vm->vsock_cid = cid;
+}
+
+void vm_lower_virtio_lines(struct vm *vm)
+{
+	for (size_t i = 0; i < vm->virtio_count; i++)
+		kvm_set_irq_level(&vm->kvm, vm->virtio[i].gsi, false);
 }
 
 int vm_setup_vcpus(struct vm *vm, char *err, size_t errlen)
@@ -408,7 +394,6 @@ struct vm *vm_alloc(void)
 		return NULL;
 	vm->kvm.sys_fd = -1;
 	vm->kvm.vm_fd = -1;
-	vm->serial_fd = -1;
 	pthread_mutex_init(&vm->lock, NULL);
 	pthread_mutex_init(&vm->kick_lock, NULL);
 	pthread_condattr_t attr;
@@ -462,10 +447,10 @@ int vm_create(const struct vm_config *cfg, struct vm **out, char *err, size_t er
 	rc = vm_load_guest(vm, cfg, err, errlen);
 	if (rc < 0)
 		goto fail;
-	rc = vm_setup_devices(vm, cfg, err, errlen);
+	rc = vm_setup_platform(vm, err, errlen);
 	if (rc < 0)
 		goto fail;
-	rc = vm_setup_vsock(vm, cfg, err, errlen);
+	rc = vm_create_devices(vm, cfg, err, errlen);
 	if (rc < 0)
 		goto fail;
 	rc = vm_setup_vcpus(vm, err, errlen);
@@ -615,11 +600,8 @@ void vm_destroy(struct vm *vm)
 		vm_join_vcpu(vm, &vm->vcpus[i]);
 		vcpu_destroy(&vm->vcpus[i]);
 	}
-	if (vm->vsock)
-		vsock_device_destroy(vm->vsock);
-	serial_destroy(vm->serial);
-	if (vm->serial_fd >= 0)
-		close(vm->serial_fd);
+	for (size_t i = vm->device_count; i-- > 0;)
+		vm->devices[i].type->ops->destroy(vm->devices[i].dev);
 	kvm_close(&vm->kvm);
 	guest_memory_unmap(&vm->mem);
 	vm_fork_release_base(vm);
@@ -642,12 +624,16 @@ const char *vm_kernel_cmdline(const struct vm *vm)
 
 uint64_t vm_vsock_cid(const struct vm *vm)
 {
-	return vm->vsock ? vsock_device_guest_cid(vm->vsock) : 0;
+	return vm->vsock_cid;
 }
 
 long vm_first_output_ms(struct vm *vm)
 {
-	uint64_t first = vm->serial ? serial_first_output_ns(vm->serial) : 0;
+	uint64_t first = 0;
+
+	for (size_t i = 0; !first && i < vm->device_count; i++)
+		if (vm->devices[i].type->ops->first_output_ns)
+			first = vm->devices[i].type->ops->first_output_ns(vm->devices[i].dev);
 
 	if (!first || !vm->started)
 		return -1;

@@ -60,6 +60,8 @@ struct vm_config {
 	/* virtio-vsock: the host side listens on this AF_UNIX path; NULL: no vsock device. */
 	const char *vsock_socket_path;
 	uint64_t vsock_cid; /* guest CID (>= 3); 0: a random one */
+	/* Leaves out the virtio-rng entropy device every VM otherwise has. */
+	bool no_entropy_device;
 };
 
 struct vm;

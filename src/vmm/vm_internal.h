@@ -11,17 +11,20 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "devices/i8042.h"
 #include "vmm/acpi.h"
 #include "vmm/bus.h"
 #include "vmm/cmdline.h"
+#include "vmm/device.h"
 #include "vmm/guest_memory.h"
 #include "vmm/kvm.h"
 #include "vmm/vcpu.h"
 #include "vmm/vm.h"
 
-struct serial;
-struct vsock_device;
+/* One attached device: its kind (name, ops) and the instance. */
+struct vm_device_entry {
+	const struct vm_device_type *type;
+	void *dev;
+};
 
 struct vm {
 	struct kvm kvm;
@@ -31,10 +34,9 @@ struct vm {
 	struct vcpu vcpus[VM_MAX_VCPUS];
 	unsigned int vcpu_count;
 	unsigned int vcpus_created;
-	struct serial *serial;
-	int serial_fd;
-	struct vsock_device *vsock;
-	struct i8042 i8042;
+	struct vm_device_entry devices[VM_MAX_DEVICES];
+	size_t device_count;
+	uint64_t vsock_cid; /* set by the vsock device; 0: none */
 	struct acpi_virtio_device virtio[VM_VIRTIO_MMIO_MAX_SLOTS];
 	bool virtio_attached[VM_VIRTIO_MMIO_MAX_SLOTS];
 	size_t virtio_count;
@@ -59,8 +61,12 @@ struct vm {
 struct vm *vm_alloc(void);
 void vm_kick_all(struct vm *vm);
 void vm_join_vcpu(struct vm *vm, struct vcpu *vcpu);
-int vm_setup_devices(struct vm *vm, const struct vm_config *cfg, char *err, size_t errlen);
-int vm_setup_vsock(struct vm *vm, const struct vm_config *cfg, char *err, size_t errlen);
+/* The machine's own ports (ACPI power management), which every VM has. */
+int vm_setup_platform(struct vm *vm, char *err, size_t errlen);
+/* Cold boot: creates every device kind cfg asks for, in registry order. */
+int vm_create_devices(struct vm *vm, const struct vm_config *cfg, char *err, size_t errlen);
+/* Lowers every virtio-mmio interrupt line (a restore, before devices restore their state). */
+void vm_lower_virtio_lines(struct vm *vm);
 int vm_setup_vcpus(struct vm *vm, char *err, size_t errlen);
 /* Frees what snapshot.c attached to the VM; called by vm_destroy. */
 void vm_snapshot_release(struct vm *vm);

@@ -119,6 +119,27 @@ static bool handshake_works(struct sandbox *box, const char *secret_hex)
 	return ok;
 }
 
+/*
+ * The guest's entropy device works in box: the kernel chose virtio-rng as its hardware RNG,
+ * /dev/hwrng gives 64 bytes, and a second read gives other bytes. The hex of the first read
+ * goes to sample (TEST_OUTPUT_MAX bytes) for comparisons between VMs.
+ */
+static void check_entropy_device(struct sandbox *box, char *sample)
+{
+	char out[TEST_OUTPUT_MAX], again[TEST_OUTPUT_MAX];
+
+	CHECK_INT_EQ(sh(box, "cat /sys/class/misc/hw_random/rng_current", out, sizeof(out)), 0);
+	CHECK_STR_EQ(out, "virtio_rng.0");
+	CHECK_INT_EQ(sh(box, "head -c 64 /dev/hwrng | od -An -tx1 | tr -d ' \\n'", out,
+			sizeof(out)), 0);
+	CHECK_INT_EQ((int)strlen(out), 128);
+	CHECK_INT_EQ(sh(box, "head -c 64 /dev/hwrng | od -An -tx1 | tr -d ' \\n'", again,
+			sizeof(again)), 0);
+	CHECK(strcmp(out, again) != 0);
+	if (sample)
+		snprintf(sample, TEST_OUTPUT_MAX, "%s", out);
+}
+
 static struct sandbox *restore(const char *dir)
 {
 	static int restores;
@@ -233,6 +254,7 @@ static void test_restore_diff(void)
 	CHECK_STR_EQ(out, "before-snapshot\nafter-base");
 	CHECK_INT_EQ(sh(box, "nproc", out, sizeof(out)), 0);
 	CHECK_STR_EQ(out, "2");
+	check_entropy_device(box, NULL);
 	sandbox_destroy(box, harness_tests_failed > 0);
 }
 
@@ -263,9 +285,16 @@ static void test_fork_cold_parent(void)
 	sandbox_destroy(child, harness_tests_failed > 0);
 }
 
+/* The cold-booted VM has its entropy device (the restores and forks below check theirs). */
+static void test_entropy_device(void)
+{
+	check_entropy_device(parent_vm, NULL);
+}
+
 static void test_fork_three_children(void)
 {
 	struct sandbox *children[TEST_FORK_CHILDREN] = { 0 };
+	char samples[TEST_FORK_CHILDREN][TEST_OUTPUT_MAX];
 	char out[TEST_OUTPUT_MAX], script[TEST_OUTPUT_MAX], err[1024];
 	long started = now_ms();
 	int rc = sandbox_fork(parent_vm, TEST_FORK_CHILDREN, children, err, sizeof(err));
@@ -286,7 +315,11 @@ static void test_fork_three_children(void)
 		CHECK_STR_EQ(out, script);
 		CHECK_INT_EQ(sh(children[i], "cat /tmp/after-base", out, sizeof(out)), 0);
 		CHECK_STR_EQ(out, "after-base");
+		check_entropy_device(children[i], samples[i]);
 	}
+	/* each child draws its own bytes from the host, not a replay of the parent's */
+	for (int i = 1; i < TEST_FORK_CHILDREN; i++)
+		CHECK(strcmp(samples[0], samples[i]) != 0);
 	CHECK_INT_EQ(sh(parent_vm, "ls /tmp/child-* 2>/dev/null | wc -l", out, sizeof(out)), 0);
 	CHECK_STR_EQ(out, "0");
 	CHECK_INT_EQ(sh(parent_vm, "echo parent-alive", out, sizeof(out)), 0);
@@ -384,6 +417,7 @@ int main(void)
 	}
 	fprintf(stderr, "parent VM up in %ld ms (cid %lu)\n", sandbox_boot_ms(parent_vm),
 		sandbox_guest_cid(parent_vm));
+	RUN_TEST(test_entropy_device);
 	RUN_TEST(test_fork_cold_parent);
 	RUN_TEST(test_base_snapshot_saved);
 	RUN_TEST(test_diff_snapshot_is_small);
