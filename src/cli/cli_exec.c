@@ -323,11 +323,10 @@ int cli_exec_run(const struct cli_globals *globals, int argc, char **argv)
 		fprintf(stderr, "voidbox exec: %s\n", err);
 		goto out;
 	}
-	rc = control_channel_exec(sandbox_channel(sandbox), &args.request, cli_exec_on_chunk,
-				  &streamed_any, &response);
+	rc = sandbox_exec(sandbox, &args.request, cli_exec_on_chunk, &streamed_any, &response,
+			  err, sizeof(err));
 	if (rc < 0) {
-		fprintf(stderr, "voidbox exec: %s (guest console: %s)\n",
-			control_channel_last_error(), sandbox_serial_log_path(sandbox));
+		fprintf(stderr, "voidbox exec: %s\n", err);
 		goto out;
 	}
 	/* an agent that streams nothing still returns the full output in the response */

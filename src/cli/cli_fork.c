@@ -79,6 +79,7 @@ struct cli_fork_run {
 	int rc;
 	long ms;
 	struct proto_exec_response response;
+	char error[CLI_FORK_ERROR_MAX];
 };
 
 static void cli_fork_usage(FILE *out)
@@ -200,8 +201,8 @@ static void *cli_fork_run_thread(void *opaque)
 	long started = cli_fork_now_ms();
 
 	snprintf(index_text, sizeof(index_text), "%u", run->index);
-	run->rc = control_channel_exec(sandbox_channel(run->sandbox), &request, NULL, NULL,
-				       &run->response);
+	run->rc = sandbox_exec(run->sandbox, &request, NULL, NULL, &run->response, run->error,
+			       sizeof(run->error));
 	run->ms = cli_fork_now_ms() - started;
 	return NULL;
 }
@@ -213,11 +214,11 @@ static int cli_fork_warmup(struct sandbox *parent, const char *command)
 	struct proto_exec_request request = { .program = shell, .args = args,
 					      .args_count = sizeof(args) / sizeof(args[0]) };
 	struct proto_exec_response response = { 0 };
-	int rc = control_channel_exec(sandbox_channel(parent), &request, NULL, NULL, &response);
+	char err[CLI_FORK_ERROR_MAX];
+	int rc = sandbox_exec(parent, &request, NULL, NULL, &response, err, sizeof(err));
 
 	if (rc < 0)
-		fprintf(stderr, "voidbox fork: the warm-up did not run: %s\n",
-			control_channel_last_error());
+		fprintf(stderr, "voidbox fork: the warm-up did not run: %s\n", err);
 	else if (response.exit_code != 0)
 		fprintf(stderr, "voidbox fork: the warm-up exited %d: %.*s\n", response.exit_code,
 			(int)response.stderr_data.len, (const char *)response.stderr_data.data);
@@ -238,7 +239,7 @@ static json_t *cli_fork_run_json(const struct cli_fork_run *run)
 			 r->stdout_data.len, "stderr",
 			 r->stderr_data.data ? (const char *)r->stderr_data.data : "",
 			 r->stderr_data.len, "ms", (json_int_t)run->ms, "error",
-			 run->rc < 0 ? "the agent did not answer" : r->error);
+			 run->rc < 0 ? run->error : r->error);
 }
 
 static void cli_fork_print(const struct cli_globals *globals, const struct cli_fork_run *runs,

@@ -308,13 +308,13 @@ static int cli_shell_session_run(struct cli_shell_session *s, struct sandbox *sa
 {
 	struct sigaction action = { .sa_handler = cli_shell_on_winch };
 	pthread_t reader;
-	int err = 0;
+	char err[SHELL_ERROR_MAX];
 
 	cli_shell_window(&s->open.cols, &s->open.rows);
-	s->pty = control_channel_pty_open(sandbox_channel(sandbox), &s->open, &err);
+	s->pty = sandbox_pty_open(sandbox, &s->open, err, sizeof(err));
 	if (!s->pty) {
 		fprintf(stderr, "voidbox shell: cannot open a terminal for %s: %s\n",
-			s->open.program, control_channel_last_error());
+			s->open.program, err);
 		return CLI_EXIT_SANDBOX_FAILURE;
 	}
 	sigemptyset(&action.sa_mask);

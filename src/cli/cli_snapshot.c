@@ -162,47 +162,15 @@ int cli_sandbox_resolve_image(const char *command, const char *snapshot_ref,
 	return 0;
 }
 
-static int cli_sandbox_cold_boot(const struct sandbox_config *cfg, struct sandbox **out,
-				 char *err, size_t errlen)
-{
-	if (!cfg->kernel_path) {
-		snprintf(err, errlen,
-			 "no guest image to cold-boot: run `voidbox image build` (or pass --kernel / set VOID_BOX_KERNEL)");
-		return -ENOENT;
-	}
-	return sandbox_start(cfg, out, err, errlen);
-}
-
 int cli_sandbox_start(const char *command, const char *snapshot_ref,
 		      const struct sandbox_config *cfg, bool track_dirty_pages,
 		      struct sandbox **out, char *err, size_t errlen)
 {
-	struct sandbox_restore_config restore = { 0 };
-	enum snapshot_store_source source;
-	char dir[PATH_MAX], reason[CLI_SNAPSHOT_ERROR_MAX];
-	int rc;
+	struct sandbox_open_info info;
+	int rc = sandbox_open(cfg, snapshot_ref, track_dirty_pages, out, &info, err, errlen);
 
-	if (!snapshot_ref)
-		return cli_sandbox_cold_boot(cfg, out, err, errlen);
-	rc = snapshot_store_resolve(snapshot_ref, dir, sizeof(dir), &source, reason,
-				    sizeof(reason));
-	if (rc == -ENOENT) {
-		fprintf(stderr, "voidbox %s: warning: %s; cold-booting instead\n", command, reason);
-		return cli_sandbox_cold_boot(cfg, out, err, errlen);
-	}
-	if (rc < 0) {
-		snprintf(err, errlen, "%s", reason);
-		return rc;
-	}
-	log_info("cli", "restoring snapshot %s (%s)", dir,
-		 source == SNAPSHOT_STORE_SOURCE_ID ? "from the store" : "a directory");
-	restore.snapshot_dir = dir;
-	restore.serial_log_path = cfg->serial_log_path;
-	restore.timeout_ms = cfg->boot_timeout_ms;
-	restore.track_dirty_pages = track_dirty_pages;
-	rc = sandbox_start_from_snapshot(&restore, out, err, errlen);
-	if (rc == 0 && source == SNAPSHOT_STORE_SOURCE_ID)
-		snapshot_store_touch(dir);
+	if (info.fell_back_to_cold_boot)
+		fprintf(stderr, "voidbox %s: warning: %s\n", command, info.warning);
 	return rc;
 }
 
@@ -295,16 +263,16 @@ static int cli_snapshot_run_program(struct sandbox *sandbox, const struct cli_sn
 	static char default_program[] = CLI_SNAPSHOT_DEFAULT_PROGRAM;
 	struct proto_exec_request request = { 0 };
 	struct proto_exec_response response = { 0 };
+	char err[CLI_SNAPSHOT_ERROR_MAX];
 	int rc;
 
 	request.program = c->program ? c->program[0] : default_program;
 	request.args = c->program ? c->program + 1 : NULL;
 	request.args_count = c->program ? (size_t)(c->program_argc - 1) : 0;
-	rc = control_channel_exec(sandbox_channel(sandbox), &request, NULL, NULL, &response);
+	rc = sandbox_exec(sandbox, &request, NULL, NULL, &response, err, sizeof(err));
 	if (rc < 0) {
-		fprintf(stderr, "voidbox snapshot create: the agent did not run %s: %s (guest console: %s)\n",
-			request.program, control_channel_last_error(),
-			sandbox_serial_log_path(sandbox));
+		fprintf(stderr, "voidbox snapshot create: the agent did not run %s: %s\n",
+			request.program, err);
 	} else if (response.exit_code != 0) {
 		fprintf(stderr, "voidbox snapshot create: %s exited %d before the snapshot: %.*s\n",
 			request.program, response.exit_code, (int)response.stderr_data.len,

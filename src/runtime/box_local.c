@@ -16,12 +16,11 @@
 #include "common/log.h"
 #include "runtime/box_internal.h"
 #include "sandbox/sandbox.h"
-#include "store/snapshot_store.h"
 
 #define LOCAL_FILE_TIMEOUT_MS CONTROL_CHANNEL_TIMEOUT_DEFAULT
 /* the agent's wording when its watchdog killed a program (guest/agent/exec.c) */
 #define LOCAL_TIMEOUT_MARKER "timeout"
-#define LOCAL_SNAPSHOT_ERROR_MAX 512
+#define LOCAL_ERROR_MAX 1024
 
 struct local_box {
 	struct sandbox *sandbox;
@@ -97,14 +96,14 @@ static int local_exec(struct box *box, const struct box_exec_request *req,
 			wire.env[i].value = (char *)env[i].value;
 		}
 	}
-	rc = control_channel_exec(local_channel(box), &wire, req->on_chunk ? local_on_chunk : NULL,
-				  &relay, &response);
+	struct local_box *local = box->backend;
+	char err[LOCAL_ERROR_MAX];
+
+	rc = sandbox_exec(local->sandbox, &wire, req->on_chunk ? local_on_chunk : NULL, &relay,
+			  &response, err, sizeof(err));
 	free(wire.env);
 	if (rc < 0) {
-		struct local_box *local = box->backend;
-
-		box_set_error("%s (guest console: %s)", control_channel_last_error(),
-			      sandbox_serial_log_path(local->sandbox));
+		box_set_error("%s", err);
 		return rc;
 	}
 	rc = local_fill_result(req, &response, out);
@@ -169,45 +168,26 @@ static const struct box_ops local_ops = {
 	.close = local_close,
 };
 
-static int local_cold_boot(struct box *box, const struct sandbox_config *sandbox_cfg,
-			   struct sandbox **out, char *err, size_t errlen)
-{
-	log_info("box", "[box:%s] booting a VM (%u MiB, %u vCPU, kernel %s)", box->name,
-		 sandbox_cfg->memory_mb, sandbox_cfg->vcpus, box->kernel);
-	return sandbox_start(sandbox_cfg, out, err, errlen);
-}
-
-/*
- * Starts the box's sandbox: a cold boot, or, when the box has a snapshot reference, a restore
- * of what it resolves to (store id prefix, then directory). A reference that names nothing is
- * a warning and a cold boot, as the seed documents ask; an ambiguous prefix is an error.
- */
+/* The box's sandbox: a cold boot, or a restore of its snapshot reference (sandbox_open). */
 static int local_start(struct box *box, const struct box_config *cfg,
 		       const struct sandbox_config *sandbox_cfg, struct sandbox **out, char *err,
 		       size_t errlen)
 {
-	struct sandbox_restore_config restore = { .serial_log_path = cfg->serial_log_path };
-	enum snapshot_store_source source;
-	char dir[PATH_MAX], reason[LOCAL_SNAPSHOT_ERROR_MAX];
+	struct sandbox_open_info info;
 	int rc;
 
 	if (!cfg->snapshot)
-		return local_cold_boot(box, sandbox_cfg, out, err, errlen);
-	rc = snapshot_store_resolve(cfg->snapshot, dir, sizeof(dir), &source, reason,
-				    sizeof(reason));
-	if (rc == -ENOENT) {
-		log_warn("box", "[box:%s] %s; cold-booting instead", box->name, reason);
-		return local_cold_boot(box, sandbox_cfg, out, err, errlen);
-	}
-	if (rc < 0) {
+		log_info("box", "[box:%s] booting a VM (%u MiB, %u vCPU, kernel %s)", box->name,
+			 sandbox_cfg->memory_mb, sandbox_cfg->vcpus, box->kernel);
+	rc = sandbox_open(sandbox_cfg, cfg->snapshot, false, out, &info, err, errlen);
+	if (info.fell_back_to_cold_boot)
+		log_warn("box", "[box:%s] %s", box->name, info.warning);
+	if (rc < 0 && cfg->snapshot && !info.fell_back_to_cold_boot) {
+		char reason[LOCAL_ERROR_MAX];
+
+		snprintf(reason, sizeof(reason), "%s", err);
 		snprintf(err, errlen, "sandbox.snapshot: %s", reason);
-		return rc;
 	}
-	log_info("box", "[box:%s] restoring snapshot %s", box->name, dir);
-	restore.snapshot_dir = dir;
-	rc = sandbox_start_from_snapshot(&restore, out, err, errlen);
-	if (rc == 0 && source == SNAPSHOT_STORE_SOURCE_ID)
-		snapshot_store_touch(dir);
 	return rc;
 }
 

@@ -697,3 +697,28 @@ void sandbox_secret_hex(const struct sandbox *sandbox, char *out)
 {
 	proto_secret_to_hex(sandbox->secret, out);
 }
+
+int sandbox_exec(struct sandbox *sandbox, const struct proto_exec_request *req,
+		 void (*on_chunk)(const struct proto_exec_output_chunk *chunk, void *opaque),
+		 void *opaque, struct proto_exec_response *out, char *err, size_t errlen)
+{
+	int rc = control_channel_exec(sandbox->channel, req, on_chunk, opaque, out);
+
+	if (rc < 0)
+		snprintf(err, errlen, "%s (guest console: %s)", control_channel_last_error(),
+			 sandbox_serial_log_path(sandbox));
+	return rc;
+}
+
+struct control_channel_pty *sandbox_pty_open(struct sandbox *sandbox,
+					     const struct proto_pty_open *req, char *err,
+					     size_t errlen)
+{
+	int code = 0;
+	struct control_channel_pty *pty = control_channel_pty_open(sandbox->channel, req, &code);
+
+	if (!pty)
+		snprintf(err, errlen, "%s (guest console: %s)", control_channel_last_error(),
+			 sandbox_serial_log_path(sandbox));
+	return pty;
+}

@@ -11,6 +11,7 @@
 #ifndef VOIDBOX_SANDBOX_SANDBOX_H
 #define VOIDBOX_SANDBOX_SANDBOX_H
 
+#include <limits.h>
 #include <stdbool.h>
 #include <stddef.h>
 
@@ -53,8 +54,21 @@ struct sandbox;
 int sandbox_start(const struct sandbox_config *cfg, struct sandbox **out, char *err,
 		  size_t errlen);
 
-/* The agent's RPC channel; owned by the sandbox. */
+/* The agent's RPC channel; owned by the sandbox. Callers above src/sandbox use the calls below. */
 struct control_channel *sandbox_channel(struct sandbox *sandbox);
+
+/*
+ * Runs req in the guest (output chunks to on_chunk as they come, may be NULL). Returns 0 with
+ * out filled (free with proto_exec_response_free), or -errno with a sentence in err that
+ * names the guest console.
+ */
+int sandbox_exec(struct sandbox *sandbox, const struct proto_exec_request *req,
+		 void (*on_chunk)(const struct proto_exec_output_chunk *chunk, void *opaque),
+		 void *opaque, struct proto_exec_response *out, char *err, size_t errlen);
+/* Opens a terminal session in the guest; NULL with a sentence in err. */
+struct control_channel_pty *sandbox_pty_open(struct sandbox *sandbox,
+					     const struct proto_pty_open *req, char *err,
+					     size_t errlen);
 const char *sandbox_serial_log_path(const struct sandbox *sandbox);
 const char *sandbox_vsock_socket_path(const struct sandbox *sandbox);
 unsigned long sandbox_guest_cid(const struct sandbox *sandbox);
@@ -86,6 +100,26 @@ struct sandbox_restore_config {
 	int timeout_ms;		     /* agent answer + rekey; 0: SANDBOX_DEFAULT_BOOT_TIMEOUT_MS */
 	bool track_dirty_pages;	     /* so sandbox_snapshot can later save a diff */
 };
+
+/* What sandbox_open did, for the caller to report. */
+struct sandbox_open_info {
+	bool restored;		       /* from snapshot_dir */
+	bool fell_back_to_cold_boot;   /* the reference named nothing: warning says so */
+	char snapshot_dir[PATH_MAX];
+	char warning[PATH_MAX + 256];
+};
+
+/*
+ * Starts a sandbox the way a user asked: a cold boot of cfg when snapshot_ref is NULL, else a
+ * restore of what the reference resolves to (a store id prefix, then a directory). A
+ * reference that names nothing cold-boots cfg with info->warning set; an ambiguous
+ * reference, or a restore that fails for any reason, is an error (a restore's -ENOENT, such
+ * as a missing base, is returned as -ESTALE so it is never mistaken for "names nothing").
+ * The serial log path and boot timeout of cfg apply to a restore too.
+ */
+int sandbox_open(const struct sandbox_config *cfg, const char *snapshot_ref,
+		 bool track_dirty_pages, struct sandbox **out, struct sandbox_open_info *info,
+		 char *err, size_t errlen);
 
 /* The session secret the host uses now, hex (2 * PROTO_SECRET_SIZE + 1 bytes). */
 void sandbox_secret_hex(const struct sandbox *sandbox, char *out);
