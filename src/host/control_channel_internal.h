@@ -11,6 +11,15 @@
 
 const struct control_channel_config *control_channel_config_of(const struct control_channel *ch);
 
+/*
+ * Reads one frame from the guest: the whole frame within timeout_ms, or with
+ * PROTO_READ_NO_DEADLINE its first byte whenever it comes (shutdown() wakes the wait) and the
+ * rest within CHANNEL_FRAME_TRANSFER_MS. Returns proto_frame_read_timed's codes: -ETIMEDOUT
+ * when nothing came (the stream is intact), -ETIME when the guest stopped mid-frame (it is not).
+ */
+#define CHANNEL_FRAME_TRANSFER_MS 60000
+int channel_read_frame(int fd, int timeout_ms, struct proto_frame *frame);
+
 /* Records the sentence for control_channel_last_error() and returns err. */
 int control_channel_fail(int err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 

@@ -7,7 +7,9 @@
  * type and numeric range and know the field's default, so hostile JSON (wrong types, missing
  * fields, out-of-range integers, huge arrays) ends in -EPROTO with a reason and never in a
  * crash or an unchecked allocation. Bulk bytes are written as base64 strings; readers also
- * take upstream's arrays of integers 0..255.
+ * take upstream's arrays of integers 0..255. Before jansson sees a body, its values are
+ * counted and a body over PROTO_JSON_VALUES_MAX is refused, so what a peer's JSON costs once
+ * parsed stays within a small multiple of the limit rather than of the frame size.
  *
  * Reasons are formatted into a thread-local buffer: *why stays valid until the next decode
  * on the same thread.
@@ -416,6 +418,37 @@ static json_t *json_from_env(const struct proto_env_var *env, size_t count)
 
 enum body_empty_policy { BODY_EMPTY_INVALID, BODY_EMPTY_IS_DEFAULTS };
 
+/*
+ * How many members jansson would build from body: one for the root and one per member of an
+ * array or object, each of which follows a '[', '{' or ',' outside strings. jansson spends tens of bytes on each value, so a
+ * body of small integers (the upstream byte-array form) costs twenty times its size once
+ * parsed; counting first lets codec_parse refuse such a body before anything is built.
+ */
+static size_t codec_value_count(const uint8_t *body, size_t len)
+{
+	size_t count = 1;
+	bool in_string = false, escaped = false;
+
+	for (size_t i = 0; i < len; i++) {
+		uint8_t c = body[i];
+
+		if (in_string) {
+			if (escaped)
+				escaped = false;
+			else if (c == '\\')
+				escaped = true;
+			else if (c == '"')
+				in_string = false;
+			continue;
+		}
+		if (c == '"')
+			in_string = true;
+		else if (c == '[' || c == '{' || c == ',')
+			count++;
+	}
+	return count;
+}
+
 static int codec_parse(const uint8_t *body, size_t len, enum body_empty_policy empty,
 		       json_t **root, const char **why)
 {
@@ -427,6 +460,9 @@ static int codec_parse(const uint8_t *body, size_t len, enum body_empty_policy e
 	}
 	if (!body || len == 0)
 		return codec_fail(why, "empty body where a JSON object is required");
+	if (codec_value_count(body, len) > PROTO_JSON_VALUES_MAX)
+		return codec_fail(why, "the body holds more than %u JSON values, the limit; bulk "
+				  "bytes must be base64 strings", PROTO_JSON_VALUES_MAX);
 	*root = json_loadb((const char *)body, len, JSON_REJECT_DUPLICATES, &error);
 	if (!*root)
 		return codec_fail(why, "invalid JSON at byte %d: %s", error.position, error.text);

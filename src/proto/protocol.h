@@ -17,6 +17,13 @@
 
 #define PROTO_HEADER_SIZE 5
 #define PROTO_MAX_PAYLOAD (64u * 1024u * 1024u)
+/*
+ * Most JSON values (numbers, strings, arrays, objects, keys) one control body may hold: a
+ * parsed value costs tens of bytes, so this bounds a body's parsed cost (about 16 MiB) where
+ * the frame limit cannot. Byte fields in the upstream integer-array form fit only below it;
+ * base64 strings are one value whatever their length.
+ */
+#define PROTO_JSON_VALUES_MAX (256u * 1024u)
 #define PROTO_REQUEST_ID_SIZE 4
 #define PROTO_VERSION 2u
 #define PROTO_FLAG_SUPPORTS_MULTIPLEX 0x01u
@@ -93,12 +100,20 @@ void proto_header_build(uint8_t header[PROTO_HEADER_SIZE], uint32_t payload_len,
 long proto_frame_decode(const uint8_t *data, size_t len, bool multiplexed,
 			struct proto_frame *out);
 
+#define PROTO_READ_NO_DEADLINE (-1)
+
 /*
- * Blocking read of one frame from fd (handles EINTR and short reads). Returns 0, -ECONNRESET on
- * clean EOF before a header, -EPIPE on EOF mid-frame, -EMSGSIZE, -EPROTO, -ETIMEDOUT (socket
- * receive timeout with nothing read), or another -errno. On -EPROTO for an unknown type the
- * payload has been consumed, so the caller may drop the frame and continue.
+ * Reads one frame from fd (handles EINTR and short reads); the whole frame must arrive within
+ * timeout_ms (PROTO_READ_NO_DEADLINE: wait as long as it takes). Returns 0, -ECONNRESET on
+ * clean EOF before a header, -EPIPE on EOF mid-frame, -EMSGSIZE, -EPROTO, -ETIMEDOUT when
+ * nothing of a frame arrived in time (the stream is intact: the caller may read again),
+ * -ETIME when the deadline passed mid-frame (the stream is no longer aligned: close it), or
+ * another -errno. A socket receive timeout (SO_RCVTIMEO) ends the read the same way. On
+ * -EPROTO for an unknown type the payload has been consumed, so the caller may drop the frame
+ * and continue.
  */
+int proto_frame_read_timed(int fd, bool multiplexed, int timeout_ms, struct proto_frame *out);
+/* proto_frame_read_timed without a deadline (a reader woken by shutdown() when it must stop). */
 int proto_frame_read(int fd, bool multiplexed, struct proto_frame *out);
 
 /*

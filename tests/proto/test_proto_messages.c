@@ -438,6 +438,54 @@ static void test_big_byte_array_cap(void)
 	free(text);
 }
 
+/* Builds {"success":true,"content":[7,7,...]} with count items. */
+static char *int_array_reply(size_t count)
+{
+	const char head[] = "{\"success\":true,\"content\":[";
+	size_t len = strlen(head) + 2 * count + 2;
+	char *text = malloc(len + 1);
+	char *p = text + strlen(head);
+
+	memcpy(text, head, strlen(head));
+	for (size_t i = 0; i < count; i++) {
+		*p++ = '7';
+		*p++ = ',';
+	}
+	p[-1] = ']';
+	*p++ = '}';
+	*p = '\0';
+	return text;
+}
+
+/*
+ * The integer-array byte form costs jansson tens of bytes per byte: a body with more values
+ * than PROTO_JSON_VALUES_MAX is refused by name before it is parsed, while one under the
+ * limit still decodes.
+ */
+static void test_json_value_cap(void)
+{
+	struct proto_read_file_response resp;
+	const char *why = NULL;
+	char *text = int_array_reply(PROTO_JSON_VALUES_MAX + 1);
+
+	CHECK_INT_EQ(proto_read_file_response_decode(BODY(text), &resp, &why), -EPROTO);
+	CHECK(why && strstr(why, "JSON values") != NULL);
+	free(text);
+
+	text = int_array_reply(PROTO_JSON_VALUES_MAX / 2);
+	CHECK_INT_EQ(proto_read_file_response_decode(BODY(text), &resp, &why), 0);
+	CHECK_INT_EQ(resp.content.len, PROTO_JSON_VALUES_MAX / 2);
+	proto_read_file_response_free(&resp);
+	free(text);
+
+	/* separators inside strings are not values */
+	CHECK_INT_EQ(proto_read_file_response_decode(
+			     BODY("{\"success\":false,\"error\":\"a,b[c{\\\"d,\"}"), &resp, &why),
+		     0);
+	CHECK_STR_EQ(resp.error, "a,b[c{\"d,");
+	proto_read_file_response_free(&resp);
+}
+
 int main(void)
 {
 	RUN_TEST(test_exec_request_roundtrip);
@@ -452,5 +500,6 @@ int main(void)
 	RUN_TEST(test_telemetry_batch);
 	RUN_TEST(test_pty_messages);
 	RUN_TEST(test_big_byte_array_cap);
+	RUN_TEST(test_json_value_cap);
 	return harness_finish();
 }
