@@ -100,7 +100,8 @@ static void seed_files(struct seed *seed)
 {
 	struct proto_write_file wf = { .path = "/workspace/a.txt",
 				       .content = { (uint8_t *)"abc", 3 }, .create_parents = true };
-	struct proto_status_response st = { .success = false, .error = "Refusing write" };
+	struct proto_status_response st = { .success = false, .error = "Refusing write",
+					    .code = PROTO_ERROR_DENIED };
 	struct proto_path_request pr = { .path = "/workspace/a.txt" };
 	struct proto_read_file_response rf = { .success = true,
 					       .content = { (uint8_t *)"abc", 3 } };

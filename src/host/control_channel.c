@@ -61,8 +61,6 @@
 #define MS_PER_SEC 1000
 #define NS_PER_MS 1000000L
 #define NS_PER_SEC 1000000000L
-#define AGENT_REFUSAL_WORD "Refusing"
-#define AGENT_MISSING_WORDS "No such file"
 
 static __thread char channel_error[CONTROL_CHANNEL_ERROR_MAX];
 
@@ -871,16 +869,32 @@ int control_channel_exec(struct control_channel *ch, const struct proto_exec_req
 
 /* ---- public: files ------------------------------------------------------------------------ */
 
-static int agent_failure(const char *what, const char *path, const char *error)
+int channel_errno_for_code(enum proto_error_code code)
+{
+	switch (code) {
+	case PROTO_ERROR_DENIED:
+		return -EPERM;
+	case PROTO_ERROR_NOT_FOUND:
+		return -ENOENT;
+	case PROTO_ERROR_INVALID:
+		return -EINVAL;
+	case PROTO_ERROR_TIMED_OUT:
+		return -ETIMEDOUT;
+	case PROTO_ERROR_BUSY:
+		return -EBUSY;
+	default:
+		return -EIO;
+	}
+}
+
+/* The errno comes from the reply's code; the agent's sentence goes to last_error for people. */
+static int agent_failure(const char *what, const char *path, enum proto_error_code code,
+			 const char *error)
 {
 	const char *text = error ? error : "no reason given";
-	int err = -EIO;
 
-	if (strstr(text, AGENT_REFUSAL_WORD))
-		err = -EPERM;
-	else if (strstr(text, AGENT_MISSING_WORDS))
-		err = -ENOENT;
-	return control_channel_fail(err, "%s %s: the guest agent reported: %s", what, path, text);
+	return control_channel_fail(channel_errno_for_code(code),
+				    "%s %s: the guest agent reported: %s", what, path, text);
 }
 
 static int path_body(const char *path, uint8_t **body, size_t *len)
@@ -911,7 +925,7 @@ static int status_call(struct control_channel *ch, const char *what, const char 
 			rc = control_channel_fail(rc, "malformed %s: %s",
 						  proto_msg_type_name(reply_type), why ? why : "?");
 		else if (!status.success)
-			rc = agent_failure(what, path, status.error);
+			rc = agent_failure(what, path, status.code, status.error);
 		proto_status_response_free(&status);
 	}
 	call_end(&call);
@@ -979,7 +993,7 @@ int control_channel_read_file(struct control_channel *ch, const char *path,
 			rc = control_channel_fail(rc, "malformed ReadFileResponse: %s",
 						  why ? why : "?");
 		} else if (!resp.success) {
-			rc = agent_failure("reading", path, resp.error);
+			rc = agent_failure("reading", path, resp.code, resp.error);
 		} else {
 			*out = resp.content;
 			resp.content.data = NULL;

@@ -81,8 +81,10 @@ int control_channel_exec(struct control_channel *ch, const struct proto_exec_req
 			 void *opaque, struct proto_exec_response *out);
 
 /*
- * File RPCs. An agent-side refusal ("Refusing ... outside allowed roots") is -EPERM, a missing
- * file -ENOENT, any other agent-reported failure -EIO; the agent's text is in last_error.
+ * File RPCs. The reply's error code decides the errno: a refusal ("denied": outside the allowed
+ * roots, through a symbolic link) is -EPERM, a missing file ("not_found") -ENOENT, a request
+ * that cannot be done as asked ("invalid") -EINVAL, any other failure -EIO; the agent's
+ * sentence is in last_error.
  */
 int control_channel_write_file(struct control_channel *ch, const char *path, const void *data,
 			       size_t len, bool create_parents, int timeout_ms);

@@ -20,6 +20,12 @@ const struct control_channel_config *control_channel_config_of(const struct cont
 #define CHANNEL_FRAME_TRANSFER_MS 60000
 int channel_read_frame(int fd, int timeout_ms, struct proto_frame *frame);
 
+/*
+ * The errno a failed reply's code stands for: denied -EPERM, not_found -ENOENT, invalid
+ * -EINVAL, timed_out -ETIMEDOUT, busy -EBUSY, anything else (or no code) -EIO.
+ */
+int channel_errno_for_code(enum proto_error_code code);
+
 /* Records the sentence for control_channel_last_error() and returns err. */
 int control_channel_fail(int err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 

@@ -88,7 +88,8 @@ static int pty_await_opened(struct control_channel_pty *pty)
 	if (rc < 0)
 		return control_channel_fail(rc, "malformed PtyOpened: %s", why ? why : "?");
 	if (!opened.success)
-		rc = control_channel_fail(-EPERM, "the guest agent refused the PTY session: %s",
+		rc = control_channel_fail(channel_errno_for_code(opened.code),
+					  "the guest agent refused the PTY session: %s",
 					  opened.error ? opened.error : "no reason given");
 	proto_status_response_free(&opened);
 	return rc;

@@ -187,6 +187,74 @@ static int field_bool(json_t *obj, const char *key, enum field_presence presence
 	return 0;
 }
 
+static const char *const error_code_names[] = {
+	[PROTO_ERROR_DENIED] = "denied",
+	[PROTO_ERROR_NOT_FOUND] = "not_found",
+	[PROTO_ERROR_INVALID] = "invalid",
+	[PROTO_ERROR_TIMED_OUT] = "timed_out",
+	[PROTO_ERROR_KILLED] = "killed",
+	[PROTO_ERROR_BUSY] = "busy",
+	[PROTO_ERROR_FAILED] = "failed",
+	[PROTO_ERROR_UNKNOWN] = "unknown",
+};
+
+const char *proto_error_code_name(enum proto_error_code code)
+{
+	if (code <= PROTO_ERROR_NONE || code > PROTO_ERROR_UNKNOWN)
+		return NULL;
+	return error_code_names[code];
+}
+
+enum proto_error_code proto_error_code_from_errno(int err)
+{
+	switch (err < 0 ? -err : err) {
+	case 0:
+		return PROTO_ERROR_NONE;
+	case EPERM:
+	case EACCES:
+	case EXDEV:
+	case ELOOP:
+		return PROTO_ERROR_DENIED;
+	case ENOENT:
+	case ENOTDIR:
+		return PROTO_ERROR_NOT_FOUND;
+	case EINVAL:
+	case EISDIR:
+	case ENAMETOOLONG:
+	case EFBIG:
+		return PROTO_ERROR_INVALID;
+	case ETIMEDOUT:
+		return PROTO_ERROR_TIMED_OUT;
+	case EBUSY:
+	case EAGAIN:
+		return PROTO_ERROR_BUSY;
+	default:
+		return PROTO_ERROR_FAILED;
+	}
+}
+
+/*
+ * The "error" sentence and its "code". An absent or null code is PROTO_ERROR_NONE and a code
+ * this side does not know is PROTO_ERROR_UNKNOWN, so a reply from an agent with fewer or more
+ * codes still decodes; only a code that is not a string is malformed.
+ */
+static int field_error(json_t *obj, char **error, enum proto_error_code *code, const char **why)
+{
+	json_t *value = field_get(obj, "code");
+	int rc = field_string(obj, "error", FIELD_OPTIONAL, error, why);
+
+	*code = PROTO_ERROR_NONE;
+	if (rc < 0 || !value)
+		return rc;
+	if (!json_is_string(value))
+		return codec_fail(why, "field 'code' must be a string");
+	*code = PROTO_ERROR_UNKNOWN;
+	for (size_t i = PROTO_ERROR_NONE + 1; i < PROTO_ERROR_UNKNOWN; i++)
+		if (strcmp(json_string_value(value), error_code_names[i]) == 0)
+			*code = (enum proto_error_code)i;
+	return 0;
+}
+
 static int bytes_from_int_array(json_t *array, const char *key, struct proto_bytes *out,
 				const char **why)
 {
@@ -414,6 +482,16 @@ static json_t *json_from_env(const struct proto_env_var *env, size_t count)
 	return array;
 }
 
+/* "error" as a string or null, and "code" beside it when there is one. */
+static void put_error(json_t *root, const char *error, enum proto_error_code code, int *err)
+{
+	const char *name = proto_error_code_name(code);
+
+	put(root, "error", json_from_optional_string(error), err);
+	if (name)
+		put(root, "code", json_string(name), err);
+}
+
 /* ---- shared encode/decode ladders ----------------------------------------------------------- */
 
 enum body_empty_policy { BODY_EMPTY_INVALID, BODY_EMPTY_IS_DEFAULTS };
@@ -578,7 +656,7 @@ static void exec_response_to_json(const struct proto_exec_response *msg, json_t 
 	put(root, "stdout", json_from_bytes(&msg->stdout_data), err);
 	put(root, "stderr", json_from_bytes(&msg->stderr_data), err);
 	put(root, "exit_code", json_integer(msg->exit_code), err);
-	put(root, "error", json_from_optional_string(msg->error), err);
+	put_error(root, msg->error, msg->code, err);
 	put(root, "duration_ms", msg->has_duration ? json_from_uint(msg->duration_ms) : json_null(),
 	    err);
 }
@@ -591,7 +669,7 @@ static int exec_response_from_json(json_t *root, struct proto_exec_response *out
 	if ((rc = field_bytes(root, "stdout", FIELD_REQUIRED, &out->stdout_data, why)) ||
 	    (rc = field_bytes(root, "stderr", FIELD_REQUIRED, &out->stderr_data, why)) ||
 	    (rc = field_i32(root, "exit_code", &out->exit_code, why)) ||
-	    (rc = field_string(root, "error", FIELD_OPTIONAL, &out->error, why)))
+	    (rc = field_error(root, &out->error, &out->code, why)))
 		return rc;
 	return field_uint(root, "duration_ms", FIELD_OPTIONAL, INT64_MAX, &out->duration_ms,
 			  &out->has_duration, why);
@@ -692,7 +770,7 @@ static void status_response_to_json(const struct proto_status_response *msg, jso
 				    int *err)
 {
 	put(root, "success", json_boolean(msg->success), err);
-	put(root, "error", json_from_optional_string(msg->error), err);
+	put_error(root, msg->error, msg->code, err);
 }
 
 static int status_response_from_json(json_t *root, struct proto_status_response *out,
@@ -702,7 +780,7 @@ static int status_response_from_json(json_t *root, struct proto_status_response 
 
 	if (rc < 0)
 		return rc;
-	return field_string(root, "error", FIELD_OPTIONAL, &out->error, why);
+	return field_error(root, &out->error, &out->code, why);
 }
 
 void proto_status_response_free(struct proto_status_response *msg)
@@ -745,7 +823,7 @@ static void read_file_response_to_json(const struct proto_read_file_response *ms
 {
 	put(root, "success", json_boolean(msg->success), err);
 	put(root, "content", json_from_bytes(&msg->content), err);
-	put(root, "error", json_from_optional_string(msg->error), err);
+	put_error(root, msg->error, msg->code, err);
 }
 
 /* content is optional on read: a failed read carries only success=false and the error. */
@@ -757,7 +835,7 @@ static int read_file_response_from_json(json_t *root, struct proto_read_file_res
 	if ((rc = field_bool(root, "success", FIELD_REQUIRED, &out->success, why)) ||
 	    (rc = field_bytes(root, "content", FIELD_OPTIONAL, &out->content, why)))
 		return rc;
-	return field_string(root, "error", FIELD_OPTIONAL, &out->error, why);
+	return field_error(root, &out->error, &out->code, why);
 }
 
 void proto_read_file_response_free(struct proto_read_file_response *msg)
@@ -778,7 +856,7 @@ static void file_stat_response_to_json(const struct proto_file_stat_response *ms
 {
 	put(root, "exists", json_boolean(msg->exists), err);
 	put(root, "size", msg->has_size ? json_from_uint(msg->size) : json_null(), err);
-	put(root, "error", json_from_optional_string(msg->error), err);
+	put_error(root, msg->error, msg->code, err);
 }
 
 static int file_stat_response_from_json(json_t *root, struct proto_file_stat_response *out,
@@ -790,7 +868,7 @@ static int file_stat_response_from_json(json_t *root, struct proto_file_stat_res
 	    (rc = field_uint(root, "size", FIELD_OPTIONAL, INT64_MAX, &out->size, &out->has_size,
 			     why)))
 		return rc;
-	return field_string(root, "error", FIELD_OPTIONAL, &out->error, why);
+	return field_error(root, &out->error, &out->code, why);
 }
 
 void proto_file_stat_response_free(struct proto_file_stat_response *msg)

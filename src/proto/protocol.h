@@ -149,6 +149,27 @@ void proto_secret_to_hex(const uint8_t secret[PROTO_SECRET_SIZE], char out[2 * P
 
 /* ---- message bodies ---------------------------------------------------------------------- */
 
+/*
+ * Why a reply failed, for programs: the "code" field beside the "error" sentence (which stays
+ * for people). Hosts decide on the code, never on the sentence's words.
+ */
+enum proto_error_code {
+	PROTO_ERROR_NONE,       /* no code: success, or a reply that carries none */
+	PROTO_ERROR_DENIED,     /* "denied": the agent's rules refuse it (roots, allowlist, links) */
+	PROTO_ERROR_NOT_FOUND,  /* "not_found": the path or program does not exist */
+	PROTO_ERROR_INVALID,    /* "invalid": the request cannot be carried out as asked */
+	PROTO_ERROR_TIMED_OUT,  /* "timed_out": the command outlived its timeout and was killed */
+	PROTO_ERROR_KILLED,     /* "killed": the command died by a signal */
+	PROTO_ERROR_BUSY,       /* "busy": a limit on concurrent work was reached */
+	PROTO_ERROR_FAILED,     /* "failed": any other failure */
+	PROTO_ERROR_UNKNOWN,    /* "unknown": a code this side does not know */
+};
+
+/* The wire name of code; NULL for PROTO_ERROR_NONE (no "code" field is sent). */
+const char *proto_error_code_name(enum proto_error_code code);
+/* The code for a failure reported as an errno value (either sign); 0 is PROTO_ERROR_NONE. */
+enum proto_error_code proto_error_code_from_errno(int err);
+
 struct proto_bytes {
 	uint8_t *data; /* heap, may be NULL when len == 0 */
 	size_t len;
@@ -176,6 +197,7 @@ struct proto_exec_response {
 	struct proto_bytes stderr_data;
 	int32_t exit_code;
 	char *error;                     /* NULL when absent */
+	enum proto_error_code code;      /* "code"; PROTO_ERROR_NONE when absent */
 	bool has_duration;
 	uint64_t duration_ms;
 };
@@ -198,6 +220,7 @@ struct proto_write_file {
 struct proto_status_response {
 	bool success;
 	char *error;
+	enum proto_error_code code;
 };
 
 /* MkdirP, ReadFile, FileStat */
@@ -209,6 +232,7 @@ struct proto_read_file_response {
 	bool success;
 	struct proto_bytes content;
 	char *error;
+	enum proto_error_code code;
 };
 
 struct proto_file_stat_response {
@@ -216,6 +240,7 @@ struct proto_file_stat_response {
 	bool has_size;
 	uint64_t size;
 	char *error;
+	enum proto_error_code code;
 };
 
 struct proto_subscribe_telemetry {

@@ -170,9 +170,15 @@ static void fake_reply(struct fake_conn *fc, struct proto_frame *req)
 		break;
 	case PROTO_MSG_READ_FILE:
 		proto_path_request_decode(req->body, req->body_len, &path, &why);
+		/* the sentences avoid the agent's usual words: the host must go by the code */
 		if (strcmp(path.path, "/missing") == 0) {
 			read.success = false;
-			read.error = "No such file or directory";
+			read.error = "gone";
+			read.code = PROTO_ERROR_NOT_FOUND;
+		}
+		if (strcmp(path.path, "/uncoded") == 0) {
+			read.success = false;
+			read.error = "Refusing: No such file";
 		}
 		read.content.data = (uint8_t *)path.path;
 		read.content.len = strlen(path.path);
@@ -185,7 +191,8 @@ static void fake_reply(struct fake_conn *fc, struct proto_frame *req)
 		proto_path_request_decode(req->body, req->body_len, &path, &why);
 		if (!path.path || strncmp(path.path, "/workspace", 10) != 0) {
 			status.success = false;
-			status.error = "Refusing write outside allowed roots";
+			status.error = "outside the roots";
+			status.code = PROTO_ERROR_DENIED;
 		}
 		proto_path_request_free(&path);
 		proto_status_response_encode(&status, &body, &len);
@@ -388,10 +395,12 @@ static void test_exec_and_files(void)
 	CHECK(content.len == 12 && memcmp(content.data, "/workspace/r", 12) == 0);
 	free(content.data);
 	CHECK_INT_EQ(control_channel_read_file(ch, "/missing", &content, 0), -ENOENT);
-	CHECK(strstr(control_channel_last_error(), "No such file") != NULL);
+	CHECK(strstr(control_channel_last_error(), "gone") != NULL);
+	/* no code: a failure like any other, whatever the sentence says */
+	CHECK_INT_EQ(control_channel_read_file(ch, "/uncoded", &content, 0), -EIO);
 	CHECK_INT_EQ(control_channel_write_file(ch, "/workspace/w", "x", 1, true, 0), 0);
 	CHECK_INT_EQ(control_channel_write_file(ch, "/etc/passwd", "x", 1, true, 0), -EPERM);
-	CHECK(strstr(control_channel_last_error(), "Refusing") != NULL);
+	CHECK(strstr(control_channel_last_error(), "outside the roots") != NULL);
 	CHECK_INT_EQ(control_channel_mkdir_p(ch, "/workspace/d/e", 0), 0);
 	CHECK_INT_EQ(control_channel_snapshot_ready(ch, 0), 0);
 	CHECK_INT_EQ(atomic_load(&agent.connections), 1);

@@ -486,6 +486,55 @@ static void test_json_value_cap(void)
 	proto_read_file_response_free(&resp);
 }
 
+/* The code beside the error: named on the wire, absent when none, unknown names tolerated. */
+static void test_error_codes(void)
+{
+	struct proto_status_response status = { .success = false, .error = "refused",
+						.code = PROTO_ERROR_DENIED };
+	struct proto_status_response got;
+	struct proto_exec_response exec;
+	const char *why = NULL;
+	uint8_t *body;
+	size_t len;
+
+	CHECK_INT_EQ(proto_status_response_encode(&status, &body, &len), 0);
+	CHECK(memmem(body, len, "\"code\":\"denied\"", 15) != NULL);
+	CHECK_INT_EQ(proto_status_response_decode(body, len, &got, &why), 0);
+	CHECK_INT_EQ(got.code, PROTO_ERROR_DENIED);
+	CHECK_STR_EQ(got.error, "refused");
+	proto_status_response_free(&got);
+	free(body);
+
+	status = (struct proto_status_response){ .success = true };
+	CHECK_INT_EQ(proto_status_response_encode(&status, &body, &len), 0);
+	CHECK(memmem(body, len, "code", 4) == NULL);
+	free(body);
+
+	CHECK_INT_EQ(proto_status_response_decode(BODY("{\"success\":false,\"error\":\"x\"}"),
+						  &got, &why), 0);
+	CHECK_INT_EQ(got.code, PROTO_ERROR_NONE);
+	proto_status_response_free(&got);
+	CHECK_INT_EQ(proto_status_response_decode(
+			     BODY("{\"success\":false,\"code\":\"on_fire\"}"), &got, &why), 0);
+	CHECK_INT_EQ(got.code, PROTO_ERROR_UNKNOWN);
+	proto_status_response_free(&got);
+	CHECK_INT_EQ(proto_status_response_decode(BODY("{\"success\":false,\"code\":3}"), &got,
+						  &why), -EPROTO);
+	CHECK(why && strstr(why, "'code'") != NULL);
+	CHECK_INT_EQ(proto_exec_response_decode(
+			     BODY("{\"stdout\":\"\",\"stderr\":\"\",\"exit_code\":-1,"
+				  "\"error\":\"Process killed after 2s timeout\","
+				  "\"code\":\"timed_out\"}"), &exec, &why), 0);
+	CHECK_INT_EQ(exec.code, PROTO_ERROR_TIMED_OUT);
+	proto_exec_response_free(&exec);
+
+	CHECK_INT_EQ(proto_error_code_from_errno(-EXDEV), PROTO_ERROR_DENIED);
+	CHECK_INT_EQ(proto_error_code_from_errno(ENOENT), PROTO_ERROR_NOT_FOUND);
+	CHECK_INT_EQ(proto_error_code_from_errno(-EIO), PROTO_ERROR_FAILED);
+	CHECK_INT_EQ(proto_error_code_from_errno(0), PROTO_ERROR_NONE);
+	CHECK(proto_error_code_name(PROTO_ERROR_NONE) == NULL);
+}
+
 int main(void)
 {
 	RUN_TEST(test_exec_request_roundtrip);
@@ -501,5 +550,6 @@ int main(void)
 	RUN_TEST(test_pty_messages);
 	RUN_TEST(test_big_byte_array_cap);
 	RUN_TEST(test_json_value_cap);
+	RUN_TEST(test_error_codes);
 	return harness_finish();
 }
