@@ -758,6 +758,7 @@ static void test_pty_stall_mid_frame(void)
 
 struct flood_log {
 	struct fake_agent *agent;
+	struct control_channel *cancel_at_first_chunk;  /* NULL: just read on */
 	int chunks;
 	size_t bytes;
 	int sent_at_first_chunk;
@@ -778,6 +779,8 @@ static void flood_chunk(const struct proto_exec_output_chunk *chunk, void *opaqu
 		       now_ms() < until)
 			usleep(FAKE_POLL_MS * 1000);
 		log->sent_at_first_chunk = atomic_load(&log->agent->chunks_sent);
+		if (log->cancel_at_first_chunk)
+			control_channel_cancel(log->cancel_at_first_chunk);
 	}
 	log->bytes += chunk->data.len;
 }
@@ -803,6 +806,52 @@ static void test_stream_backpressure(void)
 	fake_finish(&agent);
 }
 
+static void *destroy_run(void *arg)
+{
+	struct bounded_call *call = arg;
+
+	control_channel_destroy(call->ch);
+	return NULL;
+}
+
+/* Cancelling wakes a reader paused by back-pressure, so the exec ends and destroy returns. */
+static void test_cancel_wakes_paused_reader(void)
+{
+	struct fake_agent agent;
+	struct proto_exec_request req = { .program = "flood" };
+	struct proto_exec_response resp;
+	struct bounded_call call = { 0 };
+	struct flood_log log = { .agent = &agent };
+
+	fake_init(&agent, FAKE_FLOOD);
+	call.ch = channel_for(&agent, 0);
+	log.cancel_at_first_chunk = call.ch;
+	CHECK_INT_EQ(control_channel_exec(call.ch, &req, flood_chunk, &log, &resp), -ECANCELED);
+	CHECK(log.chunks < FAKE_FLOOD_CHUNKS);
+	proto_exec_response_free(&resp);
+	if (!finishes(destroy_run, &call)) {
+		CHECK(!"destroy hung on a reader paused by back-pressure");
+		return;
+	}
+	fake_finish(&agent);
+}
+
+/* Shutdown goes over a live connection only: with none it neither connects nor waits. */
+static void test_shutdown_never_reconnects(void)
+{
+	struct fake_agent agent;
+	struct control_channel *ch;
+
+	fake_init(&agent, FAKE_NORMAL);
+	ch = channel_for(&agent, 0);
+	CHECK_INT_EQ(control_channel_shutdown(ch), -ENOTCONN);
+	CHECK_INT_EQ(atomic_load(&agent.connections), 0);
+	CHECK_INT_EQ(control_channel_connect(ch), 0);
+	CHECK_INT_EQ(control_channel_shutdown(ch), 0);
+	control_channel_destroy(ch);
+	fake_finish(&agent);
+}
+
 int main(void)
 {
 	RUN_TEST(test_exec_and_files);
@@ -820,5 +869,7 @@ int main(void)
 	RUN_TEST(test_cancel_ends_stalled_connect);
 	RUN_TEST(test_pty_stall_mid_frame);
 	RUN_TEST(test_stream_backpressure);
+	RUN_TEST(test_cancel_wakes_paused_reader);
+	RUN_TEST(test_shutdown_never_reconnects);
 	return harness_finish();
 }
