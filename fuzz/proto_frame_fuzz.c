@@ -3,8 +3,10 @@
  * memory and through the blocking fd reader), the Ping/Pong bodies, base64, and every JSON
  * message codec.
  *
- * The first input byte chooses multiplexed framing (bit 0); the rest is a byte stream cut
- * into frames until one is incomplete or refused. Every codec runs on every frame body, not
+ * The first input byte chooses multiplexed framing (bit 0) and whether the fd reader runs
+ * with a deadline (bit 1: proto_frame_read_timed, whose poll-before-read path must agree with
+ * the plain reader); the rest is a byte stream cut into frames until one is incomplete or
+ * refused. Every codec runs on every frame body, not
  * only the one its type names, because a hostile peer picks the type. Each accepted message
  * is re-encoded and decoded again, and a failure there aborts: whatever a decoder accepts, the
  * encoders must be able to send.
@@ -21,6 +23,9 @@
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 #define FUZZ_FLAG_MULTIPLEXED 0x01u
+#define FUZZ_FLAG_TIMED_READ 0x02u
+/* a memfd is always readable: the deadline only has to be long enough never to pass */
+#define FUZZ_READ_TIMEOUT_MS 10000
 
 #define FUZZ_ROUND_TRIP(name, body, len)                                                       \
 	do {                                                                                   \
@@ -82,7 +87,7 @@ static void fuzz_memory_frames(const uint8_t *data, size_t size, bool multiplexe
 }
 
 /* The same stream through proto_frame_read: it must agree with the in-memory decoder. */
-static void fuzz_fd_frames(const uint8_t *data, size_t size, bool multiplexed)
+static void fuzz_fd_frames(const uint8_t *data, size_t size, bool multiplexed, bool timed)
 {
 	int fd = memfd_create("proto_frame_fuzz", MFD_CLOEXEC);
 	size_t offset = 0;
@@ -96,7 +101,9 @@ static void fuzz_fd_frames(const uint8_t *data, size_t size, bool multiplexed)
 		struct proto_frame from_fd, from_memory;
 		long used = proto_frame_decode(data + offset, size - offset, multiplexed,
 					       &from_memory);
-		int rc = proto_frame_read(fd, multiplexed, &from_fd);
+		int rc = timed ? proto_frame_read_timed(fd, multiplexed, FUZZ_READ_TIMEOUT_MS,
+							&from_fd)
+			       : proto_frame_read(fd, multiplexed, &from_fd);
 
 		if (used > 0 && rc != 0)
 			abort();
@@ -124,6 +131,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		return 0;
 	multiplexed = data[0] & FUZZ_FLAG_MULTIPLEXED;
 	fuzz_memory_frames(data + 1, size - 1, multiplexed);
-	fuzz_fd_frames(data + 1, size - 1, multiplexed);
+	fuzz_fd_frames(data + 1, size - 1, multiplexed, data[0] & FUZZ_FLAG_TIMED_READ);
 	return 0;
 }

@@ -13,6 +13,10 @@
 
 #define SEED_MAX (64 * 1024)
 #define SEED_MULTIPLEXED 0x01u
+#define SEED_TIMED_READ 0x02u
+#define SEED_INT_ARRAY_ITEMS 2000
+#define SEED_STALLED_LENGTH 1000
+#define SEED_STALLED_SENT 10
 
 struct seed {
 	uint8_t data[SEED_MAX];
@@ -96,7 +100,8 @@ static void seed_files(struct seed *seed)
 {
 	struct proto_write_file wf = { .path = "/workspace/a.txt",
 				       .content = { (uint8_t *)"abc", 3 }, .create_parents = true };
-	struct proto_status_response st = { .success = false, .error = "Refusing write" };
+	struct proto_status_response st = { .success = false, .error = "Refusing write",
+					    .code = PROTO_ERROR_DENIED };
 	struct proto_path_request pr = { .path = "/workspace/a.txt" };
 	struct proto_read_file_response rf = { .success = true,
 					       .content = { (uint8_t *)"abc", 3 } };
@@ -188,6 +193,29 @@ static void seed_upstream_json(struct seed *seed)
 	seed_frame(seed, PROTO_MSG_EXEC_RESPONSE, 9, resp, strlen(resp));
 }
 
+/*
+ * For the JSON value count and the timed fd reader: separators inside strings (escaped quotes
+ * too), a byte array of a few thousand values, then a frame announcing more than follows.
+ */
+static void seed_json_values(struct seed *seed)
+{
+	static const char error[] = "{\"success\":false,\"error\":\"a,[b{\\\"c,]\"}";
+	static char array[8 * SEED_INT_ARRAY_ITEMS];
+	size_t len = (size_t)snprintf(array, sizeof(array), "{\"success\":true,\"content\":[");
+	uint8_t stalled[PROTO_HEADER_SIZE + SEED_STALLED_SENT] = { 0 };
+
+	for (int i = 0; i < SEED_INT_ARRAY_ITEMS; i++)
+		len += (size_t)snprintf(array + len, sizeof(array) - len, "%d,", i % 256);
+	snprintf(array + len - 1, sizeof(array) - len + 1, "]}");
+	seed_begin(seed, true);
+	seed->data[0] |= SEED_TIMED_READ;
+	seed_frame(seed, PROTO_MSG_READ_FILE_RESPONSE, 4, error, strlen(error));
+	seed_frame(seed, PROTO_MSG_READ_FILE_RESPONSE, 5, array, strlen(array));
+	proto_header_build(stalled, SEED_STALLED_LENGTH, PROTO_MSG_EXEC_OUTPUT_CHUNK);
+	memcpy(seed->data + seed->len, stalled, sizeof(stalled));
+	seed->len += sizeof(stalled);
+}
+
 int main(int argc, char **argv)
 {
 	static struct seed seed;
@@ -198,6 +226,7 @@ int main(int argc, char **argv)
 		{ "exec", seed_exec },           { "files", seed_files },
 		{ "telemetry", seed_telemetry }, { "pty", seed_pty },
 		{ "handshake", seed_handshake }, { "upstream-json", seed_upstream_json },
+		{ "json-values", seed_json_values },
 	};
 
 	if (argc != 2) {

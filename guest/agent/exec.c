@@ -97,11 +97,13 @@ static void exec_send_response(struct exec_job *job, struct proto_exec_response 
 }
 
 /* Sends a response for an exec that never ran (policy refusal, spawn failure). */
-static void exec_send_failure(struct exec_job *job, const char *error, const char *stderr_text)
+static void exec_send_failure(struct exec_job *job, const char *error, const char *stderr_text,
+			      enum proto_error_code code)
 {
 	struct proto_exec_response response = {
 		.exit_code = PROTO_EXIT_CODE_SIGNALED,
 		.error = (char *)error,
+		.code = code,
 		.has_duration = true,
 	};
 
@@ -286,6 +288,7 @@ static void exec_finish(struct exec_run *run)
 		response.exit_code = WEXITSTATUS(run->status);
 	} else {
 		response.exit_code = PROTO_EXIT_CODE_SIGNALED;
+		response.code = run->timed_out ? PROTO_ERROR_TIMED_OUT : PROTO_ERROR_KILLED;
 		if (run->timed_out) {
 			if (asprintf(&run->error, "Process killed after %llus timeout",
 				     (unsigned long long)timeout_secs) < 0)
@@ -396,7 +399,8 @@ static int exec_spawn(struct exec_run *run, struct spawn_plan *plan)
 	reaper_child_wait(run->child, EXEC_KILL_REAP_WAIT_MS, &status);
 	err = -failure.err;
 	run->error = spawn_failure_message(run->job->request.program, &failure);
-	exec_send_failure(run->job, run->error, run->error);
+	exec_send_failure(run->job, run->error, run->error,
+			  proto_error_code_from_errno(err ? err : -EIO));
 	return err ? err : -EIO;
 }
 
@@ -431,14 +435,14 @@ static void exec_execute(struct exec_job *job)
 		if (asprintf(&message, "Command '%s' is not allowed", job->request.program) >= 0 &&
 		    asprintf(&detail, "Command '%s' is not in the allowed commands list",
 			     job->request.program) >= 0)
-			exec_send_failure(job, message, detail);
+			exec_send_failure(job, message, detail, PROTO_ERROR_DENIED);
 		free(message);
 		free(detail);
 		return;
 	}
 	err = spawn_plan_build(&plan, &request, &limits, ctx->drop_privileges, &error);
 	if (err) {
-		exec_send_failure(job, error, error);
+		exec_send_failure(job, error, error, proto_error_code_from_errno(err));
 		free(error);
 		return;
 	}
@@ -446,7 +450,8 @@ static void exec_execute(struct exec_job *job)
 	if (!err)
 		err = exec_spawn(&run, &plan);
 	else
-		exec_send_failure(job, "Failed to spawn: cannot create pipes", NULL);
+		exec_send_failure(job, "Failed to spawn: cannot create pipes", NULL,
+				  PROTO_ERROR_FAILED);
 	if (!err) {
 		agent_debug("exec %u: started '%s' as pid %d", job->request_id, plan.path,
 			    (int)reaper_child_pid(run.child));
@@ -496,7 +501,8 @@ int exec_start(struct agent_conn *conn, uint32_t request_id, const uint8_t *body
 	err = pthread_create(&thread, &attr, exec_thread_main, job);
 	pthread_attr_destroy(&attr);
 	if (err) {
-		exec_send_failure(job, "Failed to start an exec thread in the guest agent", NULL);
+		exec_send_failure(job, "Failed to start an exec thread in the guest agent", NULL,
+				  PROTO_ERROR_FAILED);
 		conn_put(conn);
 		proto_exec_request_free(&job->request);
 		free(job);

@@ -97,9 +97,15 @@ static void pty_request_close(struct pty_session *session)
 	pty_session_wake(session);
 }
 
-static int pty_send_opened(struct agent_conn *conn, uint32_t request_id, const char *error)
+static int pty_send_opened(struct agent_conn *conn, uint32_t request_id, const char *error,
+			   int failure)
 {
-	struct proto_status_response opened = { .success = !error, .error = (char *)error };
+	struct proto_status_response opened = {
+		.success = !error,
+		.error = (char *)error,
+		.code = error ? proto_error_code_from_errno(failure ? failure : -EIO)
+			      : PROTO_ERROR_NONE,
+	};
 	uint8_t *body;
 	size_t len;
 	int err;
@@ -346,7 +352,7 @@ static int pty_open_session(struct agent_conn *conn, uint32_t request_id,
 	session->next = conn->ptys;
 	conn->ptys = session;
 	pthread_mutex_unlock(&conn->pty_lock);
-	pty_send_opened(conn, request_id, NULL);
+	pty_send_opened(conn, request_id, NULL, 0);
 	agent_info("pty %u: '%s' started as pid %d", request_id, open_msg->program,
 		   (int)reaper_child_pid(session->child));
 	err = pthread_create(&thread, NULL, pty_thread_main, session);
@@ -385,7 +391,7 @@ int pty_open(struct agent_conn *conn, uint32_t request_id, const uint8_t *body, 
 	}
 	if (err) {
 		agent_warn("pty %u: open failed: %s", request_id, error ? error : strerror(-err));
-		pty_send_opened(conn, request_id, error ? error : "Failed to open PTY session");
+		pty_send_opened(conn, request_id, error ? error : "Failed to open PTY session", err);
 	}
 	free(error);
 	proto_pty_open_free(&open_msg);

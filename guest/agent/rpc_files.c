@@ -1,7 +1,7 @@
 /*
  * One small function per RPC, each: decode, operate, encode, send, free. Operation failures are
- * answered with success=false and the guard's message; only undecodable bodies are protocol
- * errors.
+ * answered with success=false, the guard's message and the code of its errno (the host acts
+ * on the code); only undecodable bodies are protocol errors.
  */
 #include "rpc_files.h"
 
@@ -15,9 +15,13 @@
 #include <string.h>
 
 static void rpc_send_status(struct agent_conn *conn, uint8_t type, uint32_t request_id,
-			    const char *error)
+			    const char *error, int err)
 {
-	struct proto_status_response response = { .success = !error, .error = (char *)error };
+	struct proto_status_response response = {
+		.success = !error,
+		.error = (char *)error,
+		.code = error ? proto_error_code_from_errno(err ? err : -EIO) : PROTO_ERROR_NONE,
+	};
 	uint8_t *body;
 	size_t len;
 
@@ -33,29 +37,31 @@ static int rpc_write_file(struct agent_conn *conn, uint32_t request_id, const ui
 	struct proto_write_file request = { 0 };
 	const char *why = NULL;
 	char *error = NULL;
+	int err;
 
 	if (proto_write_file_decode(body, len, &request, &why) != 0) {
 		agent_warn("WriteFile %u malformed: %s", request_id, why ? why : "?");
 		return -EPROTO;
 	}
 	if (restore_is_rekey_path(request.path)) {
-		bool ok = restore_apply(request.content.data, request.content.len,
-					conn->ctx->is_pid1, &error) == 0;
+		err = restore_apply(request.content.data, request.content.len, conn->ctx->is_pid1,
+				    &error);
 
 		/* every other old connection is gone before the host hears of the switch */
-		if (ok)
+		if (err == 0)
 			restore_retire_stale_connections(conn->fd);
-		rpc_send_status(conn, PROTO_MSG_WRITE_FILE_RESPONSE, request_id, error);
+		rpc_send_status(conn, PROTO_MSG_WRITE_FILE_RESPONSE, request_id, error, err);
 		free(error);
 		proto_write_file_free(&request);
 		return 0;
 	}
-	if (files_write(&conn->ctx->roots, request.path, request.content.data,
-			request.content.len, request.create_parents, &error) != 0 && !error)
+	err = files_write(&conn->ctx->roots, request.path, request.content.data,
+			  request.content.len, request.create_parents, &error);
+	if (err != 0 && !error)
 		error = strdup("WriteFile failed");
 	if (error)
 		agent_info("WriteFile %u: %s", request_id, error);
-	rpc_send_status(conn, PROTO_MSG_WRITE_FILE_RESPONSE, request_id, error);
+	rpc_send_status(conn, PROTO_MSG_WRITE_FILE_RESPONSE, request_id, error, err);
 	free(error);
 	proto_write_file_free(&request);
 	return 0;
@@ -67,14 +73,16 @@ static int rpc_mkdir_p(struct agent_conn *conn, uint32_t request_id, const uint8
 	struct proto_path_request request = { 0 };
 	const char *why = NULL;
 	char *error = NULL;
+	int err;
 
 	if (proto_path_request_decode(body, len, &request, &why) != 0) {
 		agent_warn("MkdirP %u malformed: %s", request_id, why ? why : "?");
 		return -EPROTO;
 	}
-	if (files_mkdir_p(&conn->ctx->roots, request.path, &error) != 0 && !error)
+	err = files_mkdir_p(&conn->ctx->roots, request.path, &error);
+	if (err != 0 && !error)
 		error = strdup("MkdirP failed");
-	rpc_send_status(conn, PROTO_MSG_MKDIR_P_RESPONSE, request_id, error);
+	rpc_send_status(conn, PROTO_MSG_MKDIR_P_RESPONSE, request_id, error, err);
 	free(error);
 	proto_path_request_free(&request);
 	return 0;
@@ -88,15 +96,19 @@ static int rpc_read_file(struct agent_conn *conn, uint32_t request_id, const uin
 	const char *why = NULL;
 	uint8_t *out;
 	size_t out_len;
+	int err;
 
 	if (proto_path_request_decode(body, len, &request, &why) != 0) {
 		agent_warn("ReadFile %u malformed: %s", request_id, why ? why : "?");
 		return -EPROTO;
 	}
-	if (files_read(&conn->ctx->roots, request.path, &response.content.data,
-		       &response.content.len, &response.error) != 0 && !response.error)
+	err = files_read(&conn->ctx->roots, request.path, &response.content.data,
+			 &response.content.len, &response.error);
+	if (err != 0 && !response.error)
 		response.error = strdup("ReadFile failed");
 	response.success = !response.error;
+	if (response.error)
+		response.code = proto_error_code_from_errno(err ? err : -EIO);
 	if (proto_read_file_response_encode(&response, &out, &out_len) == 0) {
 		conn_send(conn, PROTO_MSG_READ_FILE_RESPONSE, request_id, out, out_len);
 		free(out);
@@ -114,13 +126,16 @@ static int rpc_file_stat(struct agent_conn *conn, uint32_t request_id, const uin
 	const char *why = NULL;
 	uint8_t *out;
 	size_t out_len;
+	int err;
 
 	if (proto_path_request_decode(body, len, &request, &why) != 0) {
 		agent_warn("FileStat %u malformed: %s", request_id, why ? why : "?");
 		return -EPROTO;
 	}
-	files_stat(&conn->ctx->roots, request.path, &response.exists, &response.size,
-		   &response.error);
+	err = files_stat(&conn->ctx->roots, request.path, &response.exists, &response.size,
+			 &response.error);
+	if (response.error)
+		response.code = proto_error_code_from_errno(err ? err : -EIO);
 	response.has_size = response.exists;
 	if (proto_file_stat_response_encode(&response, &out, &out_len) == 0) {
 		conn_send(conn, PROTO_MSG_FILE_STAT_RESPONSE, request_id, out, out_len);

@@ -274,7 +274,7 @@ static int cli_exec_status_from_response(const struct proto_exec_response *respo
 		return response->exit_code;
 	if (response->error)
 		fprintf(stderr, "voidbox exec: %s\n", response->error);
-	if (response->error && strstr(response->error, "timeout"))
+	if (response->code == PROTO_ERROR_TIMED_OUT)
 		return CLI_EXEC_EXIT_TIMED_OUT;
 	return CLI_EXEC_EXIT_KILLED;
 }

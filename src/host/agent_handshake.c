@@ -4,6 +4,12 @@
  * until the deadline, while a Pong that proves the agent speaks another protocol ends the loop
  * at once: retrying cannot fix a version mismatch, and the user must hear about it.
  *
+ * Every wait is bounded: a connect attempt gets at most CONNECT_ATTEMPT_MAX_MS, and the Pong
+ * read polls with the time left, so a guest that sends half a frame and stops costs one
+ * attempt, never the caller's thread. The connection under handshake is registered in the
+ * caller's agent_connect_cancel, so whoever tears the channel down can shut it down and end
+ * the loop within one connect attempt, whatever the guest does.
+ *
  * The per-attempt Pong wait also doubles. Upstream caps it at 150 ms, tuned for hardware KVM;
  * here it grows to the caller's cap (2 s for the control channel) because agents in nested,
  * software-emulated guests answer slower, and a cap that is always too short never connects.
@@ -11,6 +17,7 @@
 #include "host/agent_handshake.h"
 
 #include <errno.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,6 +35,7 @@
 #define CONNECT_ENV_MAX_SECS 3600
 #define CONNECT_BACKOFF_START_MS 25
 #define CONNECT_BACKOFF_MAX_MS 250
+#define CONNECT_ATTEMPT_MAX_MS 2000
 #define PONG_TIMEOUT_START_MS 1000
 #define SEND_TIMEOUT_MS 10000
 #define MS_PER_SEC 1000
@@ -101,9 +109,7 @@ static int handshake_run(const struct control_channel_config *cfg, int fd, int p
 	*kind = HANDSHAKE_RETRY;
 	memcpy(ping.secret, cfg->secret, PROTO_SECRET_SIZE);
 	proto_ping_encode(&ping, ping_body);
-	rc = set_socket_timeout(fd, SO_RCVTIMEO, pong_timeout_ms);
-	if (rc == 0)
-		rc = set_socket_timeout(fd, SO_SNDTIMEO, SEND_TIMEOUT_MS);
+	rc = set_socket_timeout(fd, SO_SNDTIMEO, SEND_TIMEOUT_MS);
 	if (rc == 0)
 		rc = proto_frame_write(fd, PROTO_MSG_PING, false, 0, ping_body, sizeof(ping_body));
 	memset(ping_body, 0, sizeof(ping_body));
@@ -112,7 +118,7 @@ static int handshake_run(const struct control_channel_config *cfg, int fd, int p
 		snprintf(reason, reason_len, "sending Ping failed: %s", strerror(-rc));
 		return rc;
 	}
-	rc = proto_frame_read(fd, false, &frame);
+	rc = proto_frame_read_timed(fd, false, pong_timeout_ms, &frame);
 	if (rc == -ECONNRESET || rc == -EPIPE) {
 		snprintf(reason, reason_len,
 			 "the agent closed the connection after Ping (wrong session secret?)");
@@ -121,6 +127,11 @@ static int handshake_run(const struct control_channel_config *cfg, int fd, int p
 	if (rc == -ETIMEDOUT) {
 		snprintf(reason, reason_len, "no Pong within %d ms", pong_timeout_ms);
 		return rc;
+	}
+	if (rc == -ETIME) {
+		snprintf(reason, reason_len, "the agent sent part of a Pong and then nothing for "
+			 "%d ms", pong_timeout_ms);
+		return -ETIMEDOUT;
 	}
 	if (rc < 0) {
 		snprintf(reason, reason_len, "reading Pong failed: %s", strerror(-rc));
@@ -145,11 +156,47 @@ static int handshake_run(const struct control_channel_config *cfg, int fd, int p
 		*kind = HANDSHAKE_FATAL;
 		return -EPROTONOSUPPORT;
 	}
-	return set_socket_timeout(fd, SO_RCVTIMEO, 0);
+	return 0;
+}
+
+void agent_connect_cancel_init(struct agent_connect_cancel *cancel)
+{
+	pthread_mutex_init(&cancel->lock, NULL);
+	cancel->cancelled = false;
+	cancel->fd = -1;
+}
+
+void agent_connect_cancel_destroy(struct agent_connect_cancel *cancel)
+{
+	pthread_mutex_destroy(&cancel->lock);
+}
+
+void agent_connect_cancel(struct agent_connect_cancel *cancel)
+{
+	pthread_mutex_lock(&cancel->lock);
+	cancel->cancelled = true;
+	if (cancel->fd >= 0)
+		shutdown(cancel->fd, SHUT_RDWR);
+	pthread_mutex_unlock(&cancel->lock);
+}
+
+/* Publishes fd (or -1) as the connection under handshake; false once cancelled. */
+static bool connect_track(struct agent_connect_cancel *cancel, int fd)
+{
+	bool live;
+
+	if (!cancel)
+		return true;
+	pthread_mutex_lock(&cancel->lock);
+	live = !cancel->cancelled;
+	cancel->fd = live ? fd : -1;
+	pthread_mutex_unlock(&cancel->lock);
+	return live;
 }
 
 int agent_connect(const struct control_channel_config *cfg, int deadline_ms,
-		  int pong_timeout_max_ms, char *reason, size_t reason_len)
+		  int pong_timeout_max_ms, struct agent_connect_cancel *cancel, char *reason,
+		  size_t reason_len)
 {
 	long long deadline = monotonic_ms() + deadline_ms;
 	int backoff = CONNECT_BACKOFF_START_MS;
@@ -165,8 +212,12 @@ int agent_connect(const struct control_channel_config *cfg, int deadline_ms,
 
 		if (remaining <= 0)
 			break;
+		if (!connect_track(cancel, -1))
+			goto cancelled;
 		attempts++;
-		fd = cfg->connect(cfg->connect_opaque, (int)remaining);
+		fd = cfg->connect(cfg->connect_opaque, remaining < CONNECT_ATTEMPT_MAX_MS
+								? (int)remaining
+								: CONNECT_ATTEMPT_MAX_MS);
 		if (fd == -ECHILD) {
 			snprintf(reason, reason_len, "the VM has stopped");
 			return fd;
@@ -178,7 +229,15 @@ int agent_connect(const struct control_channel_config *cfg, int deadline_ms,
 		} else {
 			int wait = pong_timeout < remaining ? pong_timeout : (int)remaining;
 
+			if (!connect_track(cancel, fd)) {
+				close(fd);
+				goto cancelled;
+			}
 			rc = handshake_run(cfg, fd, wait, &kind, last_reason, sizeof(last_reason));
+			if (!connect_track(cancel, -1)) {
+				close(fd);
+				goto cancelled;
+			}
 			if (rc == 0)
 				return fd;
 			close(fd);
@@ -202,4 +261,8 @@ int agent_connect(const struct control_channel_config *cfg, int deadline_ms,
 		 "check that the VM booted, or set %s to wait longer on slow hosts",
 		 deadline_ms, attempts, last_reason, CONNECT_ENV_DEADLINE);
 	return last_err == -EACCES ? -EACCES : -ETIMEDOUT;
+
+cancelled:
+	snprintf(reason, reason_len, "the control channel was closed while connecting");
+	return -ECANCELED;
 }

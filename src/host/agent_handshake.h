@@ -6,6 +6,8 @@
 #ifndef VOIDBOX_HOST_AGENT_HANDSHAKE_H
 #define VOIDBOX_HOST_AGENT_HANDSHAKE_H
 
+#include <pthread.h>
+#include <stdbool.h>
 #include <stddef.h>
 
 #include "host/control_channel.h"
@@ -14,13 +16,30 @@
 int agent_connect_deadline_ms(const struct control_channel_config *cfg);
 
 /*
+ * Lets another thread stop agent_connect: cancelling shuts down the connection under
+ * handshake (waking its read) and makes the loop return -ECANCELED before its next step.
+ */
+struct agent_connect_cancel {
+	pthread_mutex_t lock;
+	bool cancelled;
+	int fd;  /* the connection under handshake, -1 when none */
+};
+
+void agent_connect_cancel_init(struct agent_connect_cancel *cancel);
+void agent_connect_cancel_destroy(struct agent_connect_cancel *cancel);
+void agent_connect_cancel(struct agent_connect_cancel *cancel);
+
+/*
  * Connects and completes the handshake before deadline_ms passes, retrying connect failures,
  * handshake timeouts and early EOFs with backoff. pong_timeout_max_ms caps the per-attempt
- * wait for Pong. Returns the fd (blocking, send timeout set) or -errno with a sentence in
- * reason: -ETIMEDOUT (nothing answered), -EACCES (the agent hung up after every Ping: wrong
- * secret), -EPROTONOSUPPORT (the agent is not protocol v2 with multiplexing).
+ * wait for Pong; each connect attempt gets at most a couple of seconds. cancel may be NULL.
+ * Returns the fd (blocking, send timeout set) or -errno with a sentence in reason:
+ * -ETIMEDOUT (nothing answered), -EACCES (the agent hung up after every Ping: wrong secret),
+ * -EPROTONOSUPPORT (the agent is not protocol v2 with multiplexing), -ECHILD (the connector
+ * says the VM has stopped), -ECANCELED (cancel was triggered).
  */
 int agent_connect(const struct control_channel_config *cfg, int deadline_ms,
-		  int pong_timeout_max_ms, char *reason, size_t reason_len);
+		  int pong_timeout_max_ms, struct agent_connect_cancel *cancel, char *reason,
+		  size_t reason_len);
 
 #endif

@@ -13,10 +13,21 @@
  * output, telemetry) until their terminal frame; the queue is drained on the calling thread so
  * user callbacks never run on the reader and may themselves call into the channel. Frames for
  * ids without a slot are dropped. When the connection dies, every slot fails with the reason.
+ *
+ * The guest is hostile, so nothing it sends may cost the host without bound. Queued stream
+ * frames are counted in bytes per connection; once STREAM_QUEUE_BYTES_MAX is queued the reader
+ * stops reading the socket until a caller drains its queue (back-pressure: the guest's writes
+ * then block in its own vsock queue instead of host memory growing). The reader waits for a
+ * frame's first byte as long as it takes (shutdown() wakes it) but then gives the rest of the
+ * frame CHANNEL_FRAME_TRANSFER_MS, so a guest that stops mid-frame loses the connection instead
+ * of wedging it. Establishing a connection can be cancelled (agent_connect_cancel), and no
+ * lock that control_channel_destroy needs is held across a read that only the guest can end:
+ * destroy cancels the handshake, shuts the socket down and joins the reader, all bounded.
  */
 #include "host/control_channel.h"
 
 #include <errno.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -34,7 +45,8 @@
 
 #define LOG_MODULE "channel"
 #define CHANNEL_PONG_TIMEOUT_MAX_MS 2000
-#define STREAM_QUEUE_MAX 1024
+/* bytes of undelivered stream frames one connection may hold before the reader pauses */
+#define STREAM_QUEUE_BYTES_MAX (8u * 1024u * 1024u)
 #define TIMEOUT_WRITE_FILE_MS 30000
 #define TIMEOUT_READ_FILE_MS 30000
 #define TIMEOUT_MKDIR_P_MS 10000
@@ -49,8 +61,6 @@
 #define MS_PER_SEC 1000
 #define NS_PER_MS 1000000L
 #define NS_PER_SEC 1000000000L
-#define AGENT_REFUSAL_WORD "Refusing"
-#define AGENT_MISSING_WORDS "No such file"
 
 static __thread char channel_error[CONTROL_CHANNEL_ERROR_MAX];
 
@@ -64,6 +74,12 @@ struct slot_frame {
 	struct proto_frame frame;
 };
 
+/* What one queued frame costs in host memory, for the queue's byte bound. */
+static size_t slot_frame_cost(const struct proto_frame *frame)
+{
+	return sizeof(struct slot_frame) + frame->body_len;
+}
+
 struct channel_slot {
 	struct channel_slot *next;
 	uint32_t request_id;
@@ -71,8 +87,7 @@ struct channel_slot {
 	uint8_t terminal_type;  /* 0 for a stream that only ends with the connection */
 	pthread_cond_t cond;
 	struct slot_frame *queue_head, *queue_tail;
-	size_t queued;
-	size_t dropped;
+	size_t queued_bytes;
 	bool done;
 	int error;
 	char reason[CONTROL_CHANNEL_ERROR_MAX];
@@ -84,8 +99,10 @@ struct channel_conn {
 	int fd;
 	pthread_t reader;
 	bool reader_started;
-	pthread_mutex_t lock;        /* slots, dead, reason */
+	pthread_mutex_t lock;        /* slots, dead, reason, queued_bytes */
 	pthread_mutex_t write_lock;  /* one frame at a time on the socket */
+	pthread_cond_t queue_space;  /* the reader waits here while the stream queues are full */
+	size_t queued_bytes;         /* sum over this connection's slot queues */
 	bool dead;
 	bool closing;                /* retired on purpose: its end is not worth a warning */
 	int dead_error;
@@ -97,6 +114,7 @@ struct control_channel {
 	struct control_channel_config cfg;
 	pthread_mutex_t lock;            /* conn pointer */
 	pthread_mutex_t establish_lock;  /* one reconnect at a time */
+	struct agent_connect_cancel cancel;  /* destroy stops a handshake under way */
 	struct channel_conn *conn;
 	atomic_uint next_request_id;
 };
@@ -164,20 +182,20 @@ static void conn_put(struct channel_conn *conn)
 	close(conn->fd);
 	pthread_mutex_destroy(&conn->lock);
 	pthread_mutex_destroy(&conn->write_lock);
+	pthread_cond_destroy(&conn->queue_space);
 	free(conn);
 }
 
-static void slot_queue_clear(struct channel_slot *slot)
+/* Frees a queue already detached from its connection (the slot is off the list). */
+static void slot_queue_free(struct slot_frame *item)
 {
-	while (slot->queue_head) {
-		struct slot_frame *item = slot->queue_head;
+	while (item) {
+		struct slot_frame *next = item->next;
 
-		slot->queue_head = item->next;
 		proto_frame_free(&item->frame);
 		free(item);
+		item = next;
 	}
-	slot->queue_tail = NULL;
-	slot->queued = 0;
 }
 
 /* Marks the connection dead and fails every waiting call; the first reason wins. */
@@ -199,6 +217,7 @@ static void conn_kill(struct channel_conn *conn, int err, const char *reason)
 		snprintf(slot->reason, sizeof(slot->reason), "%s", conn->dead_reason);
 		pthread_cond_signal(&slot->cond);
 	}
+	pthread_cond_broadcast(&conn->queue_space);
 	pthread_mutex_unlock(&conn->lock);
 	shutdown(conn->fd, SHUT_RDWR);
 }
@@ -221,14 +240,15 @@ static struct channel_slot *conn_find_slot(struct channel_conn *conn, uint32_t r
 	return NULL;
 }
 
-static void slot_enqueue(struct channel_slot *slot, struct proto_frame *frame)
+/* Queues a stream frame (conn->lock held); takes ownership of the frame. */
+static int slot_enqueue(struct channel_conn *conn, struct channel_slot *slot,
+			struct proto_frame *frame)
 {
-	struct slot_frame *item;
+	struct slot_frame *item = calloc(1, sizeof(*item));
 
-	if (slot->queued >= STREAM_QUEUE_MAX || !(item = calloc(1, sizeof(*item)))) {
-		slot->dropped++;
+	if (!item) {
 		proto_frame_free(frame);
-		return;
+		return -ENOMEM;
 	}
 	item->frame = *frame;
 	if (slot->queue_tail)
@@ -236,13 +256,20 @@ static void slot_enqueue(struct channel_slot *slot, struct proto_frame *frame)
 	else
 		slot->queue_head = item;
 	slot->queue_tail = item;
-	slot->queued++;
+	slot->queued_bytes += slot_frame_cost(frame);
+	conn->queued_bytes += slot_frame_cost(frame);
+	return 0;
 }
 
-/* Hands a frame to its slot; takes ownership of the frame. */
-static void conn_route(struct channel_conn *conn, struct proto_frame *frame)
+/*
+ * Hands a frame to its slot; takes ownership of the frame. Returns once the connection's
+ * stream queues are under their byte bound again (or the connection is dead), so the reader
+ * reads nothing more from the guest while callers are behind.
+ */
+static int conn_route(struct channel_conn *conn, struct proto_frame *frame)
 {
 	struct channel_slot *slot;
+	int rc = 0;
 
 	pthread_mutex_lock(&conn->lock);
 	slot = frame->has_request_id ? conn_find_slot(conn, frame->request_id) : NULL;
@@ -251,16 +278,36 @@ static void conn_route(struct channel_conn *conn, struct proto_frame *frame)
 		log_debug(LOG_MODULE, "dropping %s for request id %u: no call is waiting for it",
 			  proto_msg_type_name(frame->type), frame->request_id);
 		proto_frame_free(frame);
-		return;
+		return 0;
 	}
 	if (slot->kind == SLOT_ONESHOT || frame->type == slot->terminal_type) {
 		slot->reply = *frame;
 		slot->done = true;
 	} else {
-		slot_enqueue(slot, frame);
+		rc = slot_enqueue(conn, slot, frame);
 	}
 	pthread_cond_signal(&slot->cond);
+	while (rc == 0 && !conn->dead && conn->queued_bytes >= STREAM_QUEUE_BYTES_MAX)
+		pthread_cond_wait(&conn->queue_space, &conn->lock);
 	pthread_mutex_unlock(&conn->lock);
+	return rc;
+}
+
+int channel_read_frame(int fd, int timeout_ms, struct proto_frame *frame)
+{
+	struct pollfd pfd = { .fd = fd, .events = POLLIN };
+	int rc;
+
+	if (timeout_ms >= 0)
+		return proto_frame_read_timed(fd, true, timeout_ms, frame);
+	do
+		rc = poll(&pfd, 1, PROTO_READ_NO_DEADLINE);
+	while (rc < 0 && errno == EINTR);
+	if (rc < 0)
+		return -errno;
+	if (rc == 0)
+		return -ETIMEDOUT;
+	return proto_frame_read_timed(fd, true, CHANNEL_FRAME_TRANSFER_MS, frame);
 }
 
 static const char *read_error_reason(int err)
@@ -270,6 +317,10 @@ static const char *read_error_reason(int err)
 		return "the guest agent closed the connection";
 	case -EPIPE:
 		return "the guest agent closed the connection in the middle of a frame";
+	case -ETIME:
+		return "the guest agent stopped sending in the middle of a frame";
+	case -ENOMEM:
+		return "the host ran out of memory queueing the guest agent's output";
 	case -EMSGSIZE:
 		return "the guest agent sent a frame over the 64 MiB limit";
 	case -EPROTO:
@@ -286,8 +337,10 @@ static void *conn_reader_run(void *arg)
 	for (;;) {
 		struct proto_frame frame;
 		char reason[CONTROL_CHANNEL_ERROR_MAX];
-		int rc = proto_frame_read(conn->fd, true, &frame);
+		int rc = channel_read_frame(conn->fd, PROTO_READ_NO_DEADLINE, &frame);
 
+		if (rc == 0)
+			rc = conn_route(conn, &frame);
 		if (rc == -ETIMEDOUT || rc == -EINTR)
 			continue;
 		if (rc < 0) {
@@ -297,7 +350,6 @@ static void *conn_reader_run(void *arg)
 				  reason);
 			return NULL;
 		}
-		conn_route(conn, &frame);
 	}
 }
 
@@ -314,6 +366,7 @@ static int conn_start(int fd, struct channel_conn **out)
 	conn->fd = fd;
 	pthread_mutex_init(&conn->lock, NULL);
 	pthread_mutex_init(&conn->write_lock, NULL);
+	pthread_cond_init(&conn->queue_space, NULL);
 	rc = pthread_create(&conn->reader, NULL, conn_reader_run, conn);
 	if (rc) {
 		conn_put(conn);
@@ -324,15 +377,21 @@ static int conn_start(int fd, struct channel_conn **out)
 	return 0;
 }
 
+/* Ends the connection on purpose: every call on it fails with err. */
+static void conn_close(struct channel_conn *conn, int err)
+{
+	pthread_mutex_lock(&conn->lock);
+	conn->closing = true;
+	pthread_mutex_unlock(&conn->lock);
+	conn_kill(conn, err, "the control channel was closed");
+}
+
 /* Stops the reader and drops the channel's reference. */
 static void conn_retire(struct channel_conn *conn)
 {
 	if (!conn)
 		return;
-	pthread_mutex_lock(&conn->lock);
-	conn->closing = true;
-	pthread_mutex_unlock(&conn->lock);
-	conn_kill(conn, -ECONNRESET, "the control channel was closed");
+	conn_close(conn, -ECONNRESET);
 	if (conn->reader_started)
 		pthread_join(conn->reader, NULL);
 	conn_put(conn);
@@ -375,7 +434,7 @@ static int channel_acquire(struct control_channel *ch, struct channel_conn **out
 	conn_retire(old);
 
 	fd = agent_connect(&ch->cfg, agent_connect_deadline_ms(&ch->cfg),
-			   CHANNEL_PONG_TIMEOUT_MAX_MS, reason, sizeof(reason));
+			   CHANNEL_PONG_TIMEOUT_MAX_MS, &ch->cancel, reason, sizeof(reason));
 	if (fd < 0) {
 		pthread_mutex_unlock(&ch->establish_lock);
 		return control_channel_fail(fd, "%s", reason);
@@ -470,6 +529,7 @@ static void call_end(struct channel_call *call)
 {
 	struct channel_conn *conn = call->conn;
 	struct channel_slot **link;
+	struct slot_frame *queue;
 
 	if (!conn)
 		return;
@@ -480,12 +540,13 @@ static void call_end(struct channel_call *call)
 			break;
 		}
 	}
+	queue = call->slot.queue_head;
+	call->slot.queue_head = call->slot.queue_tail = NULL;
+	conn->queued_bytes -= call->slot.queued_bytes;
+	call->slot.queued_bytes = 0;
+	pthread_cond_broadcast(&conn->queue_space);
 	pthread_mutex_unlock(&conn->lock);
-	if (call->slot.dropped)
-		log_warn(LOG_MODULE, "request %u: %zu streamed frames dropped (queue full); the "
-			 "final response still carries the full output", call->slot.request_id,
-			 call->slot.dropped);
-	slot_queue_clear(&call->slot);
+	slot_queue_free(queue);
 	proto_frame_free(&call->slot.reply);
 	pthread_cond_destroy(&call->slot.cond);
 	conn_put(conn);
@@ -518,7 +579,9 @@ static int call_wait(struct channel_call *call, const struct timespec *deadline,
 		slot->queue_head = item->next;
 		if (!slot->queue_head)
 			slot->queue_tail = NULL;
-		slot->queued--;
+		slot->queued_bytes -= slot_frame_cost(&item->frame);
+		call->conn->queued_bytes -= slot_frame_cost(&item->frame);
+		pthread_cond_broadcast(&call->conn->queue_space);
 		pthread_mutex_unlock(&call->conn->lock);
 		*frame = item->frame;
 		free(item);
@@ -574,18 +637,42 @@ struct control_channel *control_channel_create(const struct control_channel_conf
 	ch->cfg = *cfg;
 	pthread_mutex_init(&ch->lock, NULL);
 	pthread_mutex_init(&ch->establish_lock, NULL);
+	agent_connect_cancel_init(&ch->cancel);
 	atomic_init(&ch->next_request_id, 1);
 	return ch;
 }
 
+void control_channel_cancel(struct control_channel *ch)
+{
+	struct channel_conn *conn;
+
+	agent_connect_cancel(&ch->cancel);
+	pthread_mutex_lock(&ch->lock);
+	conn = ch->conn;
+	if (conn)
+		conn_get(conn);
+	pthread_mutex_unlock(&ch->lock);
+	if (!conn)
+		return;
+	conn_close(conn, -ECANCELED);
+	conn_put(conn);
+}
+
+/*
+ * Cancelling first frees establish_lock within one connect attempt whatever the guest does,
+ * and shuts the connection down, which wakes its reader wherever it waits (a read, or the
+ * queue's back-pressure); then the reader is joined.
+ */
 void control_channel_destroy(struct control_channel *ch)
 {
 	if (!ch)
 		return;
+	control_channel_cancel(ch);
 	pthread_mutex_lock(&ch->establish_lock);
 	conn_retire(ch->conn);
 	ch->conn = NULL;
 	pthread_mutex_unlock(&ch->establish_lock);
+	agent_connect_cancel_destroy(&ch->cancel);
 	pthread_mutex_destroy(&ch->lock);
 	pthread_mutex_destroy(&ch->establish_lock);
 	memset(ch->cfg.secret, 0, sizeof(ch->cfg.secret));
@@ -782,16 +869,32 @@ int control_channel_exec(struct control_channel *ch, const struct proto_exec_req
 
 /* ---- public: files ------------------------------------------------------------------------ */
 
-static int agent_failure(const char *what, const char *path, const char *error)
+int channel_errno_for_code(enum proto_error_code code)
+{
+	switch (code) {
+	case PROTO_ERROR_DENIED:
+		return -EPERM;
+	case PROTO_ERROR_NOT_FOUND:
+		return -ENOENT;
+	case PROTO_ERROR_INVALID:
+		return -EINVAL;
+	case PROTO_ERROR_TIMED_OUT:
+		return -ETIMEDOUT;
+	case PROTO_ERROR_BUSY:
+		return -EBUSY;
+	default:
+		return -EIO;
+	}
+}
+
+/* The errno comes from the reply's code; the agent's sentence goes to last_error for people. */
+static int agent_failure(const char *what, const char *path, enum proto_error_code code,
+			 const char *error)
 {
 	const char *text = error ? error : "no reason given";
-	int err = -EIO;
 
-	if (strstr(text, AGENT_REFUSAL_WORD))
-		err = -EPERM;
-	else if (strstr(text, AGENT_MISSING_WORDS))
-		err = -ENOENT;
-	return control_channel_fail(err, "%s %s: the guest agent reported: %s", what, path, text);
+	return control_channel_fail(channel_errno_for_code(code),
+				    "%s %s: the guest agent reported: %s", what, path, text);
 }
 
 static int path_body(const char *path, uint8_t **body, size_t *len)
@@ -822,7 +925,7 @@ static int status_call(struct control_channel *ch, const char *what, const char 
 			rc = control_channel_fail(rc, "malformed %s: %s",
 						  proto_msg_type_name(reply_type), why ? why : "?");
 		else if (!status.success)
-			rc = agent_failure(what, path, status.error);
+			rc = agent_failure(what, path, status.code, status.error);
 		proto_status_response_free(&status);
 	}
 	call_end(&call);
@@ -890,7 +993,7 @@ int control_channel_read_file(struct control_channel *ch, const char *path,
 			rc = control_channel_fail(rc, "malformed ReadFileResponse: %s",
 						  why ? why : "?");
 		} else if (!resp.success) {
-			rc = agent_failure("reading", path, resp.error);
+			rc = agent_failure("reading", path, resp.code, resp.error);
 		} else {
 			*out = resp.content;
 			resp.content.data = NULL;
@@ -956,13 +1059,15 @@ void control_channel_set_secret(struct control_channel *ch,
 	pthread_mutex_unlock(&ch->establish_lock);
 }
 
+/* Only over a live connection: a teardown never waits for a reconnect to a dead guest. */
 int control_channel_shutdown(struct control_channel *ch)
 {
-	struct channel_conn *conn = NULL;
-	int rc = channel_acquire(ch, &conn);
+	struct channel_conn *conn = channel_current(ch);
+	int rc;
 
-	if (rc < 0)
-		return rc;
+	if (!conn)
+		return control_channel_fail(-ENOTCONN, "no live control connection to send "
+					    "Shutdown on; the VM is stopped instead");
 	rc = conn_send(conn, PROTO_MSG_SHUTDOWN, channel_next_request_id(ch), NULL, 0);
 	if (rc == 0)
 		conn_expect_end(conn); /* the guest now powers off */

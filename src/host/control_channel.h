@@ -8,6 +8,9 @@
  * Ping/Pong handshake that insists on protocol v2 with multiplexing, one reader thread that
  * routes replies by request id, one mutex-held writer so frames never interleave, per-call
  * timeouts from the digest's table, and a lazy, serialised reconnect after the connection dies.
+ * Every read from the guest is bounded (a deadline, or a shutdown() that wakes it) and what
+ * the guest may make the host queue is bounded in bytes, so a hostile guest can neither hang
+ * the host's calls nor exhaust its memory.
  *
  * Calls return 0 or a negative errno. The sentence explaining the last failure on the calling
  * thread (what happened and what to do) is control_channel_last_error().
@@ -42,7 +45,16 @@ struct control_channel;
 
 /* Copies cfg; connects lazily on the first call. NULL on bad config or out of memory. */
 struct control_channel *control_channel_create(const struct control_channel_config *cfg);
-/* Fails calls still in flight with -ECONNRESET, joins the reader, closes and frees. */
+/*
+ * Safe from any thread while calls are in flight: stops a handshake under way and fails every
+ * call with -ECANCELED within one connect attempt (about 2 s) whatever the guest does; later
+ * calls fail with -ECANCELED too. Call it before joining threads that use the channel.
+ */
+void control_channel_cancel(struct control_channel *ch);
+/*
+ * Cancels (as above), joins the reader, closes and frees; returns within a bounded time
+ * whatever the guest does. No call may still be running on another thread.
+ */
 void control_channel_destroy(struct control_channel *ch);
 
 /* Connects a stream socket to path; returns the fd or -errno. */
@@ -69,8 +81,10 @@ int control_channel_exec(struct control_channel *ch, const struct proto_exec_req
 			 void *opaque, struct proto_exec_response *out);
 
 /*
- * File RPCs. An agent-side refusal ("Refusing ... outside allowed roots") is -EPERM, a missing
- * file -ENOENT, any other agent-reported failure -EIO; the agent's text is in last_error.
+ * File RPCs. The reply's error code decides the errno: a refusal ("denied": outside the allowed
+ * roots, through a symbolic link) is -EPERM, a missing file ("not_found") -ENOENT, a request
+ * that cannot be done as asked ("invalid") -EINVAL, any other failure -EIO; the agent's
+ * sentence is in last_error.
  */
 int control_channel_write_file(struct control_channel *ch, const char *path, const void *data,
 			       size_t len, bool create_parents, int timeout_ms);

@@ -1,14 +1,14 @@
 /*
  * PTY sessions. Each session owns a dedicated connection (the agent hands the whole connection
  * to its PTY handler), so there is no reader thread and no demultiplexing: the caller reads
- * frames directly, with poll() giving the read a timeout, and every frame carries request id 1.
+ * frames directly, every read bounded (channel_read_frame: a wait for the first byte, then a
+ * deadline for the rest), and every frame carries request id 1.
  * Writes (input, resize, close) may come from another thread than the reader and are
  * serialised by a mutex so frames never interleave.
  */
 #include "host/control_channel.h"
 
 #include <errno.h>
-#include <poll.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -43,23 +43,22 @@ static int pty_send(struct control_channel_pty *pty, uint8_t type, const void *b
 	return 0;
 }
 
-/* Next frame within timeout_ms (negative: forever). */
+/*
+ * Next frame within timeout_ms (negative: its first byte whenever it comes, the rest within
+ * CHANNEL_FRAME_TRANSFER_MS), so a guest that stops mid-frame ends the session.
+ */
 static int pty_next_frame(struct control_channel_pty *pty, int timeout_ms,
 			  struct proto_frame *frame)
 {
-	struct pollfd pfd = { .fd = pty->fd, .events = POLLIN };
-	int rc;
+	int rc = channel_read_frame(pty->fd, timeout_ms < 0 ? PROTO_READ_NO_DEADLINE : timeout_ms,
+				    frame);
 
-	do
-		rc = poll(&pfd, 1, timeout_ms);
-	while (rc < 0 && errno == EINTR);
-	if (rc < 0)
-		return control_channel_fail(-errno, "waiting for the PTY session failed: %s",
-					    strerror(errno));
-	if (rc == 0)
+	if (rc == -ETIMEDOUT)
 		return control_channel_fail(-ETIMEDOUT, "the PTY session sent nothing within %d ms",
 					    timeout_ms);
-	rc = proto_frame_read(pty->fd, true, frame);
+	if (rc == -ETIME)
+		return control_channel_fail(-ECONNRESET, "the PTY session stopped in the middle "
+					    "of a frame; the session is lost");
 	if (rc < 0)
 		return control_channel_fail(rc == -EPROTO ? -EPROTO : -ECONNRESET,
 					    "the PTY session's connection ended (%s) before "
@@ -89,7 +88,8 @@ static int pty_await_opened(struct control_channel_pty *pty)
 	if (rc < 0)
 		return control_channel_fail(rc, "malformed PtyOpened: %s", why ? why : "?");
 	if (!opened.success)
-		rc = control_channel_fail(-EPERM, "the guest agent refused the PTY session: %s",
+		rc = control_channel_fail(channel_errno_for_code(opened.code),
+					  "the guest agent refused the PTY session: %s",
 					  opened.error ? opened.error : "no reason given");
 	proto_status_response_free(&opened);
 	return rc;
@@ -118,7 +118,7 @@ struct control_channel_pty *control_channel_pty_open(struct control_channel *ch,
 		goto fail;
 	}
 	pty->fd = agent_connect(cfg, agent_connect_deadline_ms(cfg), PTY_HANDSHAKE_TIMEOUT_MS,
-				reason, sizeof(reason));
+				NULL, reason, sizeof(reason));
 	if (pty->fd < 0) {
 		rc = control_channel_fail(pty->fd, "%s", reason);
 		goto fail;

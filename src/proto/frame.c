@@ -4,23 +4,33 @@
  *
  * Decoding from memory and reading from an fd share one header/prefix validator so the fuzz
  * target exercises exactly what the host and the guest run. The declared length is checked
- * against PROTO_MAX_PAYLOAD before anything is allocated; the body always lives in its own
- * heap block (never NULL, even when empty) so callers free one pointer and never special-case
- * empty payloads.
+ * against PROTO_MAX_PAYLOAD before anything is allocated, and a body read from an fd grows
+ * with the bytes that actually arrive, so a peer that announces a large frame and stops costs
+ * no more than what it sent. The body always lives in its own heap block (never NULL, even
+ * when empty) so callers free one pointer and never special-case empty payloads. A read with
+ * a deadline polls with the time left before every read(), so a peer that sends part of a
+ * frame and stops cannot hold the reader past it.
  */
 #include "proto/protocol.h"
 
 #include <errno.h>
+#include <limits.h>
+#include <poll.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
+#include <time.h>
 #include <unistd.h>
 
 #define FRAME_PREFIX_MAX (PROTO_HEADER_SIZE + PROTO_REQUEST_ID_SIZE)
 #define FRAME_TYPE_OFFSET 4          /* after the u32 length */
 #define HANDSHAKE_VERSION_SIZE 4     /* u32 version in Ping and Pong */
 #define FRAME_DISCARD_CHUNK 4096
+#define FRAME_BODY_FIRST_BLOCK (64u * 1024u)
+#define FRAME_MS_PER_SEC 1000
+#define FRAME_NS_PER_MS 1000000L
+#define FRAME_NS_PER_SEC 1000000000L
 #define HEX_DIGITS_PER_BYTE 2
 #define HEX_NIBBLE_BITS 4
 #define HEX_NIBBLE_MASK 0x0fu
@@ -161,43 +171,96 @@ long proto_frame_decode(const uint8_t *data, size_t len, bool multiplexed,
 }
 
 /*
- * Reads exactly len bytes. A receive timeout with nothing read yet reports -ETIMEDOUT; once a
- * frame has started, timeouts are retried because abandoning it would desynchronise the stream.
+ * One frame being read from an fd: the absolute deadline (or none) and whether any byte of
+ * the frame has arrived, which decides between -ETIMEDOUT (nothing read, the stream is still
+ * aligned) and -ETIME (stopped mid-frame, the stream is lost).
  */
-static int fd_read_exact(int fd, void *buf, size_t len, bool frame_started)
+struct frame_reader {
+	int fd;
+	bool bounded;
+	struct timespec deadline;
+	bool started;
+};
+
+static int frame_reader_remaining_ms(const struct frame_reader *reader)
+{
+	struct timespec now;
+	long long left;
+
+	clock_gettime(CLOCK_MONOTONIC, &now);
+	left = (long long)(reader->deadline.tv_sec - now.tv_sec) * FRAME_MS_PER_SEC +
+	       (reader->deadline.tv_nsec - now.tv_nsec) / FRAME_NS_PER_MS;
+	if (left <= 0)
+		return 0;
+	return left > INT_MAX ? INT_MAX : (int)left;
+}
+
+static int frame_reader_timeout(const struct frame_reader *reader)
+{
+	return reader->started ? -ETIME : -ETIMEDOUT;
+}
+
+/* Waits until the fd is readable or the deadline passes. */
+static int frame_reader_wait(const struct frame_reader *reader)
+{
+	for (;;) {
+		struct pollfd pfd = { .fd = reader->fd, .events = POLLIN };
+		int left = frame_reader_remaining_ms(reader);
+		int rc;
+
+		if (left == 0)
+			return frame_reader_timeout(reader);
+		rc = poll(&pfd, 1, left);
+		if (rc > 0)
+			return 0;
+		if (rc < 0 && errno != EINTR)
+			return -errno;
+	}
+}
+
+/*
+ * Reads exactly len bytes before the reader's deadline. A socket receive timeout (SO_RCVTIMEO)
+ * counts as the deadline passing, so no read waits longer than the caller allowed, whichever
+ * way the wait was bounded.
+ */
+static int fd_read_exact(struct frame_reader *reader, void *buf, size_t len)
 {
 	uint8_t *p = buf;
 	size_t done = 0;
 
 	while (done < len) {
-		ssize_t n = read(fd, p + done, len - done);
+		ssize_t n;
 
+		if (reader->bounded) {
+			int rc = frame_reader_wait(reader);
+
+			if (rc < 0)
+				return rc;
+		}
+		n = read(reader->fd, p + done, len - done);
 		if (n > 0) {
 			done += (size_t)n;
-			frame_started = true;
+			reader->started = true;
 			continue;
 		}
 		if (n == 0)
-			return frame_started ? -EPIPE : -ECONNRESET;
+			return reader->started ? -EPIPE : -ECONNRESET;
 		if (errno == EINTR)
 			continue;
-		if (errno == EAGAIN || errno == EWOULDBLOCK) {
-			if (!frame_started)
-				return -ETIMEDOUT;
-			continue;
-		}
+		if (errno == EAGAIN || errno == EWOULDBLOCK)
+			return frame_reader_timeout(reader);
 		return -errno;
 	}
 	return 0;
 }
 
-static int fd_discard(int fd, size_t len)
+static int fd_discard(struct frame_reader *reader, size_t len)
 {
 	uint8_t scratch[FRAME_DISCARD_CHUNK];
 
 	while (len > 0) {
 		size_t step = len < sizeof(scratch) ? len : sizeof(scratch);
-		int rc = fd_read_exact(fd, scratch, step, true);
+		int rc = fd_read_exact(reader, scratch, step);
 
 		if (rc < 0)
 			return rc;
@@ -206,8 +269,46 @@ static int fd_discard(int fd, size_t len)
 	return 0;
 }
 
-int proto_frame_read(int fd, bool multiplexed, struct proto_frame *out)
+/*
+ * Reads the body into a block that grows with what has arrived (doubling, from
+ * FRAME_BODY_FIRST_BLOCK), so a header that announces 64 MiB costs memory only as the bytes
+ * come, not up front.
+ */
+static int frame_read_body(struct frame_reader *reader, struct proto_frame *out, size_t body_len)
 {
+	size_t capacity = 0, done = 0;
+	uint8_t *body = NULL;
+	int rc;
+
+	do {
+		size_t want = capacity ? capacity * 2 : FRAME_BODY_FIRST_BLOCK;
+		uint8_t *grown;
+
+		if (want > body_len)
+			want = body_len;
+		grown = realloc(body, want + 1);
+		if (!grown) {
+			free(body);
+			return -ENOMEM;
+		}
+		body = grown;
+		capacity = want;
+		rc = fd_read_exact(reader, body + done, capacity - done);
+		if (rc < 0) {
+			free(body);
+			return rc;
+		}
+		done = capacity;
+	} while (done < body_len);
+	body[body_len] = 0;
+	out->body = body;
+	out->body_len = body_len;
+	return 0;
+}
+
+int proto_frame_read_timed(int fd, bool multiplexed, int timeout_ms, struct proto_frame *out)
+{
+	struct frame_reader reader = { .fd = fd, .bounded = timeout_ms >= 0 };
 	uint8_t header[PROTO_HEADER_SIZE];
 	uint8_t id_bytes[PROTO_REQUEST_ID_SIZE];
 	uint32_t payload_len;
@@ -216,41 +317,50 @@ int proto_frame_read(int fd, bool multiplexed, struct proto_frame *out)
 	int rc;
 
 	memset(out, 0, sizeof(*out));
-	rc = fd_read_exact(fd, header, sizeof(header), false);
+	if (reader.bounded) {
+		clock_gettime(CLOCK_MONOTONIC, &reader.deadline);
+		reader.deadline.tv_sec += timeout_ms / FRAME_MS_PER_SEC;
+		reader.deadline.tv_nsec += (long)(timeout_ms % FRAME_MS_PER_SEC) * FRAME_NS_PER_MS;
+		if (reader.deadline.tv_nsec >= FRAME_NS_PER_SEC) {
+			reader.deadline.tv_sec++;
+			reader.deadline.tv_nsec -= FRAME_NS_PER_SEC;
+		}
+	}
+	rc = fd_read_exact(&reader, header, sizeof(header));
 	if (rc < 0)
 		return rc;
 	rc = proto_header_parse(header, &payload_len, &type);
 	if (rc == -EPROTO) {
-		rc = fd_discard(fd, payload_len);
+		rc = fd_discard(&reader, payload_len);
 		return rc < 0 ? rc : -EPROTO;
 	}
 	if (rc < 0)
 		return rc;
 	if (frame_carries_request_id(type, multiplexed)) {
 		if (payload_len < PROTO_REQUEST_ID_SIZE) {
-			rc = fd_discard(fd, payload_len);
+			rc = fd_discard(&reader, payload_len);
 			return rc < 0 ? rc : -EPROTO;
 		}
-		rc = fd_read_exact(fd, id_bytes, sizeof(id_bytes), true);
+		rc = fd_read_exact(&reader, id_bytes, sizeof(id_bytes));
 		if (rc < 0)
 			return rc;
 		prefix = PROTO_REQUEST_ID_SIZE;
 	}
 
-	rc = frame_alloc_body(out, payload_len - prefix);
+	rc = frame_read_body(&reader, out, payload_len - prefix);
 	if (rc < 0)
 		return rc;
-	rc = fd_read_exact(fd, out->body, out->body_len, true);
-	if (rc < 0) {
-		proto_frame_free(out);
-		return rc;
-	}
 	out->type = type;
 	if (prefix) {
 		out->has_request_id = true;
 		out->request_id = le32_load(id_bytes);
 	}
 	return 0;
+}
+
+int proto_frame_read(int fd, bool multiplexed, struct proto_frame *out)
+{
+	return proto_frame_read_timed(fd, multiplexed, PROTO_READ_NO_DEADLINE, out);
 }
 
 /* sendmsg with MSG_NOSIGNAL on sockets so a dead peer is -EPIPE, not SIGPIPE; writev otherwise. */

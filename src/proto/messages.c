@@ -7,7 +7,9 @@
  * type and numeric range and know the field's default, so hostile JSON (wrong types, missing
  * fields, out-of-range integers, huge arrays) ends in -EPROTO with a reason and never in a
  * crash or an unchecked allocation. Bulk bytes are written as base64 strings; readers also
- * take upstream's arrays of integers 0..255.
+ * take upstream's arrays of integers 0..255. Before jansson sees a body, its values are
+ * counted and a body over PROTO_JSON_VALUES_MAX is refused, so what a peer's JSON costs once
+ * parsed stays within a small multiple of the limit rather than of the frame size.
  *
  * Reasons are formatted into a thread-local buffer: *why stays valid until the next decode
  * on the same thread.
@@ -182,6 +184,74 @@ static int field_bool(json_t *obj, const char *key, enum field_presence presence
 	if (!json_is_boolean(value))
 		return codec_fail(why, "field '%s' must be true or false", key);
 	*out = json_is_true(value);
+	return 0;
+}
+
+static const char *const error_code_names[] = {
+	[PROTO_ERROR_DENIED] = "denied",
+	[PROTO_ERROR_NOT_FOUND] = "not_found",
+	[PROTO_ERROR_INVALID] = "invalid",
+	[PROTO_ERROR_TIMED_OUT] = "timed_out",
+	[PROTO_ERROR_KILLED] = "killed",
+	[PROTO_ERROR_BUSY] = "busy",
+	[PROTO_ERROR_FAILED] = "failed",
+	[PROTO_ERROR_UNKNOWN] = "unknown",
+};
+
+const char *proto_error_code_name(enum proto_error_code code)
+{
+	if (code <= PROTO_ERROR_NONE || code > PROTO_ERROR_UNKNOWN)
+		return NULL;
+	return error_code_names[code];
+}
+
+enum proto_error_code proto_error_code_from_errno(int err)
+{
+	switch (err < 0 ? -err : err) {
+	case 0:
+		return PROTO_ERROR_NONE;
+	case EPERM:
+	case EACCES:
+	case EXDEV:
+	case ELOOP:
+		return PROTO_ERROR_DENIED;
+	case ENOENT:
+	case ENOTDIR:
+		return PROTO_ERROR_NOT_FOUND;
+	case EINVAL:
+	case EISDIR:
+	case ENAMETOOLONG:
+	case EFBIG:
+		return PROTO_ERROR_INVALID;
+	case ETIMEDOUT:
+		return PROTO_ERROR_TIMED_OUT;
+	case EBUSY:
+	case EAGAIN:
+		return PROTO_ERROR_BUSY;
+	default:
+		return PROTO_ERROR_FAILED;
+	}
+}
+
+/*
+ * The "error" sentence and its "code". An absent or null code is PROTO_ERROR_NONE and a code
+ * this side does not know is PROTO_ERROR_UNKNOWN, so a reply from an agent with fewer or more
+ * codes still decodes; only a code that is not a string is malformed.
+ */
+static int field_error(json_t *obj, char **error, enum proto_error_code *code, const char **why)
+{
+	json_t *value = field_get(obj, "code");
+	int rc = field_string(obj, "error", FIELD_OPTIONAL, error, why);
+
+	*code = PROTO_ERROR_NONE;
+	if (rc < 0 || !value)
+		return rc;
+	if (!json_is_string(value))
+		return codec_fail(why, "field 'code' must be a string");
+	*code = PROTO_ERROR_UNKNOWN;
+	for (size_t i = PROTO_ERROR_NONE + 1; i < PROTO_ERROR_UNKNOWN; i++)
+		if (strcmp(json_string_value(value), error_code_names[i]) == 0)
+			*code = (enum proto_error_code)i;
 	return 0;
 }
 
@@ -412,9 +482,50 @@ static json_t *json_from_env(const struct proto_env_var *env, size_t count)
 	return array;
 }
 
+/* "error" as a string or null, and "code" beside it when there is one. */
+static void put_error(json_t *root, const char *error, enum proto_error_code code, int *err)
+{
+	const char *name = proto_error_code_name(code);
+
+	put(root, "error", json_from_optional_string(error), err);
+	if (name)
+		put(root, "code", json_string(name), err);
+}
+
 /* ---- shared encode/decode ladders ----------------------------------------------------------- */
 
 enum body_empty_policy { BODY_EMPTY_INVALID, BODY_EMPTY_IS_DEFAULTS };
+
+/*
+ * How many members jansson would build from body: one for the root and one per member of an
+ * array or object, each of which follows a '[', '{' or ',' outside strings. jansson spends tens of bytes on each value, so a
+ * body of small integers (the upstream byte-array form) costs twenty times its size once
+ * parsed; counting first lets codec_parse refuse such a body before anything is built.
+ */
+static size_t codec_value_count(const uint8_t *body, size_t len)
+{
+	size_t count = 1;
+	bool in_string = false, escaped = false;
+
+	for (size_t i = 0; i < len; i++) {
+		uint8_t c = body[i];
+
+		if (in_string) {
+			if (escaped)
+				escaped = false;
+			else if (c == '\\')
+				escaped = true;
+			else if (c == '"')
+				in_string = false;
+			continue;
+		}
+		if (c == '"')
+			in_string = true;
+		else if (c == '[' || c == '{' || c == ',')
+			count++;
+	}
+	return count;
+}
 
 static int codec_parse(const uint8_t *body, size_t len, enum body_empty_policy empty,
 		       json_t **root, const char **why)
@@ -427,6 +538,9 @@ static int codec_parse(const uint8_t *body, size_t len, enum body_empty_policy e
 	}
 	if (!body || len == 0)
 		return codec_fail(why, "empty body where a JSON object is required");
+	if (codec_value_count(body, len) > PROTO_JSON_VALUES_MAX)
+		return codec_fail(why, "the body holds more than %u JSON values, the limit; bulk "
+				  "bytes must be base64 strings", PROTO_JSON_VALUES_MAX);
 	*root = json_loadb((const char *)body, len, JSON_REJECT_DUPLICATES, &error);
 	if (!*root)
 		return codec_fail(why, "invalid JSON at byte %d: %s", error.position, error.text);
@@ -542,7 +656,7 @@ static void exec_response_to_json(const struct proto_exec_response *msg, json_t 
 	put(root, "stdout", json_from_bytes(&msg->stdout_data), err);
 	put(root, "stderr", json_from_bytes(&msg->stderr_data), err);
 	put(root, "exit_code", json_integer(msg->exit_code), err);
-	put(root, "error", json_from_optional_string(msg->error), err);
+	put_error(root, msg->error, msg->code, err);
 	put(root, "duration_ms", msg->has_duration ? json_from_uint(msg->duration_ms) : json_null(),
 	    err);
 }
@@ -555,7 +669,7 @@ static int exec_response_from_json(json_t *root, struct proto_exec_response *out
 	if ((rc = field_bytes(root, "stdout", FIELD_REQUIRED, &out->stdout_data, why)) ||
 	    (rc = field_bytes(root, "stderr", FIELD_REQUIRED, &out->stderr_data, why)) ||
 	    (rc = field_i32(root, "exit_code", &out->exit_code, why)) ||
-	    (rc = field_string(root, "error", FIELD_OPTIONAL, &out->error, why)))
+	    (rc = field_error(root, &out->error, &out->code, why)))
 		return rc;
 	return field_uint(root, "duration_ms", FIELD_OPTIONAL, INT64_MAX, &out->duration_ms,
 			  &out->has_duration, why);
@@ -656,7 +770,7 @@ static void status_response_to_json(const struct proto_status_response *msg, jso
 				    int *err)
 {
 	put(root, "success", json_boolean(msg->success), err);
-	put(root, "error", json_from_optional_string(msg->error), err);
+	put_error(root, msg->error, msg->code, err);
 }
 
 static int status_response_from_json(json_t *root, struct proto_status_response *out,
@@ -666,7 +780,7 @@ static int status_response_from_json(json_t *root, struct proto_status_response 
 
 	if (rc < 0)
 		return rc;
-	return field_string(root, "error", FIELD_OPTIONAL, &out->error, why);
+	return field_error(root, &out->error, &out->code, why);
 }
 
 void proto_status_response_free(struct proto_status_response *msg)
@@ -709,7 +823,7 @@ static void read_file_response_to_json(const struct proto_read_file_response *ms
 {
 	put(root, "success", json_boolean(msg->success), err);
 	put(root, "content", json_from_bytes(&msg->content), err);
-	put(root, "error", json_from_optional_string(msg->error), err);
+	put_error(root, msg->error, msg->code, err);
 }
 
 /* content is optional on read: a failed read carries only success=false and the error. */
@@ -721,7 +835,7 @@ static int read_file_response_from_json(json_t *root, struct proto_read_file_res
 	if ((rc = field_bool(root, "success", FIELD_REQUIRED, &out->success, why)) ||
 	    (rc = field_bytes(root, "content", FIELD_OPTIONAL, &out->content, why)))
 		return rc;
-	return field_string(root, "error", FIELD_OPTIONAL, &out->error, why);
+	return field_error(root, &out->error, &out->code, why);
 }
 
 void proto_read_file_response_free(struct proto_read_file_response *msg)
@@ -742,7 +856,7 @@ static void file_stat_response_to_json(const struct proto_file_stat_response *ms
 {
 	put(root, "exists", json_boolean(msg->exists), err);
 	put(root, "size", msg->has_size ? json_from_uint(msg->size) : json_null(), err);
-	put(root, "error", json_from_optional_string(msg->error), err);
+	put_error(root, msg->error, msg->code, err);
 }
 
 static int file_stat_response_from_json(json_t *root, struct proto_file_stat_response *out,
@@ -754,7 +868,7 @@ static int file_stat_response_from_json(json_t *root, struct proto_file_stat_res
 	    (rc = field_uint(root, "size", FIELD_OPTIONAL, INT64_MAX, &out->size, &out->has_size,
 			     why)))
 		return rc;
-	return field_string(root, "error", FIELD_OPTIONAL, &out->error, why);
+	return field_error(root, &out->error, &out->code, why);
 }
 
 void proto_file_stat_response_free(struct proto_file_stat_response *msg)

@@ -17,6 +17,13 @@
 
 #define PROTO_HEADER_SIZE 5
 #define PROTO_MAX_PAYLOAD (64u * 1024u * 1024u)
+/*
+ * Most JSON values (numbers, strings, arrays, objects, keys) one control body may hold: a
+ * parsed value costs tens of bytes, so this bounds a body's parsed cost (about 16 MiB) where
+ * the frame limit cannot. Byte fields in the upstream integer-array form fit only below it;
+ * base64 strings are one value whatever their length.
+ */
+#define PROTO_JSON_VALUES_MAX (256u * 1024u)
 #define PROTO_REQUEST_ID_SIZE 4
 #define PROTO_VERSION 2u
 #define PROTO_FLAG_SUPPORTS_MULTIPLEX 0x01u
@@ -93,12 +100,20 @@ void proto_header_build(uint8_t header[PROTO_HEADER_SIZE], uint32_t payload_len,
 long proto_frame_decode(const uint8_t *data, size_t len, bool multiplexed,
 			struct proto_frame *out);
 
+#define PROTO_READ_NO_DEADLINE (-1)
+
 /*
- * Blocking read of one frame from fd (handles EINTR and short reads). Returns 0, -ECONNRESET on
- * clean EOF before a header, -EPIPE on EOF mid-frame, -EMSGSIZE, -EPROTO, -ETIMEDOUT (socket
- * receive timeout with nothing read), or another -errno. On -EPROTO for an unknown type the
- * payload has been consumed, so the caller may drop the frame and continue.
+ * Reads one frame from fd (handles EINTR and short reads); the whole frame must arrive within
+ * timeout_ms (PROTO_READ_NO_DEADLINE: wait as long as it takes). Returns 0, -ECONNRESET on
+ * clean EOF before a header, -EPIPE on EOF mid-frame, -EMSGSIZE, -EPROTO, -ETIMEDOUT when
+ * nothing of a frame arrived in time (the stream is intact: the caller may read again),
+ * -ETIME when the deadline passed mid-frame (the stream is no longer aligned: close it), or
+ * another -errno. A socket receive timeout (SO_RCVTIMEO) ends the read the same way. On
+ * -EPROTO for an unknown type the payload has been consumed, so the caller may drop the frame
+ * and continue.
  */
+int proto_frame_read_timed(int fd, bool multiplexed, int timeout_ms, struct proto_frame *out);
+/* proto_frame_read_timed without a deadline (a reader woken by shutdown() when it must stop). */
 int proto_frame_read(int fd, bool multiplexed, struct proto_frame *out);
 
 /*
@@ -134,6 +149,27 @@ void proto_secret_to_hex(const uint8_t secret[PROTO_SECRET_SIZE], char out[2 * P
 
 /* ---- message bodies ---------------------------------------------------------------------- */
 
+/*
+ * Why a reply failed, for programs: the "code" field beside the "error" sentence (which stays
+ * for people). Hosts decide on the code, never on the sentence's words.
+ */
+enum proto_error_code {
+	PROTO_ERROR_NONE,       /* no code: success, or a reply that carries none */
+	PROTO_ERROR_DENIED,     /* "denied": the agent's rules refuse it (roots, allowlist, links) */
+	PROTO_ERROR_NOT_FOUND,  /* "not_found": the path or program does not exist */
+	PROTO_ERROR_INVALID,    /* "invalid": the request cannot be carried out as asked */
+	PROTO_ERROR_TIMED_OUT,  /* "timed_out": the command outlived its timeout and was killed */
+	PROTO_ERROR_KILLED,     /* "killed": the command died by a signal */
+	PROTO_ERROR_BUSY,       /* "busy": a limit on concurrent work was reached */
+	PROTO_ERROR_FAILED,     /* "failed": any other failure */
+	PROTO_ERROR_UNKNOWN,    /* "unknown": a code this side does not know */
+};
+
+/* The wire name of code; NULL for PROTO_ERROR_NONE (no "code" field is sent). */
+const char *proto_error_code_name(enum proto_error_code code);
+/* The code for a failure reported as an errno value (either sign); 0 is PROTO_ERROR_NONE. */
+enum proto_error_code proto_error_code_from_errno(int err);
+
 struct proto_bytes {
 	uint8_t *data; /* heap, may be NULL when len == 0 */
 	size_t len;
@@ -161,6 +197,7 @@ struct proto_exec_response {
 	struct proto_bytes stderr_data;
 	int32_t exit_code;
 	char *error;                     /* NULL when absent */
+	enum proto_error_code code;      /* "code"; PROTO_ERROR_NONE when absent */
 	bool has_duration;
 	uint64_t duration_ms;
 };
@@ -183,6 +220,7 @@ struct proto_write_file {
 struct proto_status_response {
 	bool success;
 	char *error;
+	enum proto_error_code code;
 };
 
 /* MkdirP, ReadFile, FileStat */
@@ -194,6 +232,7 @@ struct proto_read_file_response {
 	bool success;
 	struct proto_bytes content;
 	char *error;
+	enum proto_error_code code;
 };
 
 struct proto_file_stat_response {
@@ -201,6 +240,7 @@ struct proto_file_stat_response {
 	bool has_size;
 	uint64_t size;
 	char *error;
+	enum proto_error_code code;
 };
 
 struct proto_subscribe_telemetry {

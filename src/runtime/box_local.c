@@ -18,8 +18,6 @@
 #include "sandbox/sandbox.h"
 
 #define LOCAL_FILE_TIMEOUT_MS CONTROL_CHANNEL_TIMEOUT_DEFAULT
-/* the agent's wording when its watchdog killed a program (guest/agent/exec.c) */
-#define LOCAL_TIMEOUT_MARKER "timeout"
 #define LOCAL_ERROR_MAX 1024
 
 struct local_box {
@@ -58,8 +56,7 @@ static int local_fill_result(const struct box_exec_request *req,
 		return -ENOMEM;
 	if (!out->stdout_data || !out->stderr_data)
 		return -ENOMEM;
-	out->timed_out = req->timeout_secs > 0 && response->error &&
-			 strstr(response->error, LOCAL_TIMEOUT_MARKER) != NULL;
+	out->timed_out = req->timeout_secs > 0 && response->code == PROTO_ERROR_TIMED_OUT;
 	if (response->has_duration)
 		out->duration_ms = response->duration_ms;
 	return 0;

@@ -2,10 +2,12 @@
  * Sandbox lifecycle: runtime directory -> VM (with its vsock device on a socket in that
  * directory) -> start -> wait for the agent -> control channel. Teardown runs the same ladder backwards.
  *
- * Waiting for the agent is a loop of short vsock connects to port 1234 that also watches the
- * VM: the moment the VM ends (panic, bad initramfs, poweroff) the loop stops and reports it,
- * instead of letting the channel's own 30 s connect deadline run out. Only after the guest
- * accepts the port is the control channel asked to handshake.
+ * Waiting for the agent is the control channel's own connect loop (short vsock connects to
+ * port 1234, each followed by the Ping/Pong handshake, with backoff) run against the boot
+ * timeout, after a cold boot and after a restore alike. Its connector watches the VM: the
+ * moment the VM ends (panic, bad initramfs, poweroff) the loop stops and the error quotes the
+ * console's end, instead of waiting for the deadline. There is no separate port probe, so the
+ * agent sees exactly one connection per boot.
  */
 #include "sandbox/sandbox.h"
 
@@ -36,10 +38,6 @@
 /* how much of the guest console an early-exit error quotes */
 #define SANDBOX_CONSOLE_TAIL_BYTES 240
 #define SANDBOX_PATH_MAX 256
-/* one vsock connect attempt while the guest boots */
-#define SANDBOX_PROBE_CONNECT_TIMEOUT_MS 1000
-#define SANDBOX_PROBE_BACKOFF_FIRST_MS 10
-#define SANDBOX_PROBE_BACKOFF_MAX_MS 200
 /* how long a guest gets to power off after the Shutdown RPC before the VM is stopped */
 #define SANDBOX_SHUTDOWN_GRACE_MS 2000
 #define SANDBOX_BOOT_TIMEOUT_ENV "VOIDBOX_BOOT_TIMEOUT_SECS"
@@ -67,15 +65,6 @@ static long monotonic_ms(void)
 
 	clock_gettime(CLOCK_MONOTONIC, &now);
 	return now.tv_sec * SANDBOX_MS_PER_SEC + now.tv_nsec / 1000000L;
-}
-
-static void sleep_ms(long ms)
-{
-	struct timespec pause = { .tv_sec = ms / SANDBOX_MS_PER_SEC,
-				  .tv_nsec = (ms % SANDBOX_MS_PER_SEC) * 1000000L };
-
-	while (nanosleep(&pause, &pause) < 0 && errno == EINTR)
-		;
 }
 
 static int sandbox_boot_timeout_ms(const struct sandbox_config *cfg)
@@ -193,43 +182,6 @@ static int sandbox_describe_stop(struct sandbox *sandbox, char *err, size_t errl
 	return -ECHILD;
 }
 
-/*
- * Polls port 1234 until the guest accepts, the VM ends or the deadline passes. The probe
- * connection is closed at once: the agent serves any number of connections and treats one
- * that closes before its Ping as nothing.
- */
-static int sandbox_wait_for_agent_port(struct sandbox *sandbox, int timeout_ms, char *err,
-				       size_t errlen)
-{
-	long deadline = monotonic_ms() + timeout_ms;
-	long backoff = SANDBOX_PROBE_BACKOFF_FIRST_MS;
-	int last_error = -ETIMEDOUT;
-
-	for (;;) {
-		int fd;
-
-		if (sandbox_vm_ended(sandbox))
-			return sandbox_describe_stop(sandbox, err, errlen);
-		fd = vsock_host_connect(sandbox->socket_path, PROTO_GUEST_AGENT_PORT,
-					SANDBOX_PROBE_CONNECT_TIMEOUT_MS);
-		if (fd >= 0) {
-			close(fd);
-			return 0;
-		}
-		last_error = fd;
-		if (monotonic_ms() >= deadline)
-			break;
-		sleep_ms(backoff);
-		backoff = backoff * 2 > SANDBOX_PROBE_BACKOFF_MAX_MS ? SANDBOX_PROBE_BACKOFF_MAX_MS
-								     : backoff * 2;
-	}
-	snprintf(err, errlen,
-		 "the guest agent did not answer within %d s (%s); the guest console is in %s",
-		 timeout_ms / SANDBOX_MS_PER_SEC, vsock_host_connect_describe(last_error),
-		 sandbox->serial_log_path);
-	return -ETIMEDOUT;
-}
-
 static int sandbox_vsock_connector(void *opaque, int timeout_ms)
 {
 	struct sandbox *sandbox = opaque;
@@ -259,7 +211,10 @@ static int sandbox_open_channel(struct sandbox *sandbox, int connect_deadline_ms
 	rc = control_channel_connect(sandbox->channel);
 	if (rc == -ECHILD && sandbox_vm_ended(sandbox))
 		return sandbox_describe_stop(sandbox, err, errlen);
-	if (rc < 0)
+	if (rc == -ETIMEDOUT)
+		snprintf(err, errlen, "the guest agent did not answer: %s (guest console: %s)",
+			 control_channel_last_error(), sandbox->serial_log_path);
+	else if (rc < 0)
 		snprintf(err, errlen, "the guest agent refused the handshake: %s (guest console: %s)",
 			 control_channel_last_error(), sandbox->serial_log_path);
 	return rc;
@@ -361,10 +316,7 @@ int sandbox_start(const struct sandbox_config *cfg, struct sandbox **out, char *
 		snprintf(err, errlen, "the VM did not start: %s", strerror(-rc));
 		goto fail;
 	}
-	rc = sandbox_wait_for_agent_port(sandbox, sandbox_boot_timeout_ms(cfg), err, errlen);
-	if (rc < 0)
-		goto fail;
-	rc = sandbox_open_channel(sandbox, 0, err, errlen);
+	rc = sandbox_open_channel(sandbox, sandbox_boot_timeout_ms(cfg), err, errlen);
 	if (rc < 0)
 		goto fail;
 	sandbox->boot_ms = monotonic_ms() - started_ms;
@@ -521,8 +473,8 @@ static int sandbox_rekey_document(struct sandbox *sandbox, char *json, size_t le
  * connection, which the agent keeps (it closes every other connection from before the
  * switch); later connections use the new secret. An agent from before that rule closes this
  * connection too, and the channel's next call then reconnects with the new secret.
- * A restored agent is already listening, so there is no port probe as after a cold boot:
- * the handshake itself retries until timeout_ms, and stops at once if the VM ends.
+ * As after a cold boot, the handshake itself retries until timeout_ms and stops at once if
+ * the VM ends.
  */
 static int sandbox_rekey(struct sandbox *sandbox, const uint8_t old_secret[PROTO_SECRET_SIZE],
 			 int timeout_ms, char *err, size_t errlen)

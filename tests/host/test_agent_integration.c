@@ -283,6 +283,7 @@ static void test_timeout_kills_process_group(void)
 	CHECK(now_ms() - start < 15000);
 	CHECK(resp.exit_code != 0 || (resp.error && strstr(resp.error, "timed out")));
 	CHECK(resp.error != NULL);
+	CHECK_INT_EQ(resp.code, PROTO_ERROR_TIMED_OUT);
 	if (resp.error)
 		fprintf(stderr, "  timeout error: %s\n", resp.error);
 	proto_exec_response_free(&resp);
@@ -528,6 +529,7 @@ static void test_allowlist(void)
 	CHECK_INT_EQ(run_exec(&refused, &resp), 0);
 	CHECK(resp.exit_code != 0);
 	CHECK(resp.error && strstr(resp.error, "not allowed"));
+	CHECK_INT_EQ(resp.code, PROTO_ERROR_DENIED);
 	if (!resp.error || !strstr(resp.error, "not allowed"))
 		print_response(&resp);
 	proto_exec_response_free(&resp);

@@ -20,7 +20,17 @@
 #define FAKE_SHORT_DEADLINE_MS 400
 #define FAKE_SLOW_EXEC_MS 2500
 #define FAKE_POLL_MS 50
-
+#define FAKE_FLOOD_CHUNKS 48
+#define FAKE_FLOOD_CHUNK_BYTES (1024 * 1024)
+#define FAKE_STALL_BYTES 2
+/*
+ * Chunks the flood may get out while its caller sleeps: 8 MiB of queue (six encoded chunks),
+ * the chunk that crossed the bound, the one being read and the socket buffers.
+ */
+#define FAKE_FLOOD_HELD_MAX 12
+/* how long a test waits for a call that must end before calling it hung */
+#define HANG_LIMIT_SECS 20
+#define CONTROL_CHANNEL_ERROR_TEXT_MAX 512
 enum fake_mode {
 	FAKE_NORMAL,        /* answers every request at once */
 	FAKE_PONG_V1,       /* Pong version 1 */
@@ -30,6 +40,9 @@ enum fake_mode {
 	FAKE_SILENT,        /* handshakes, then never answers */
 	FAKE_STRAY_ID,      /* precedes every reply with one for an id never issued */
 	FAKE_SLOW_EXEC,     /* answers an exec FAKE_SLOW_EXEC_MS late, everything else at once */
+	FAKE_HALF_PONG,     /* answers Ping with two bytes of a header, then nothing */
+	FAKE_FLOOD,         /* answers an exec with FAKE_FLOOD_CHUNKS large output chunks */
+	FAKE_PTY_STALL,     /* opens a PTY, then sends two bytes of a frame and stops */
 };
 
 struct fake_agent {
@@ -37,6 +50,7 @@ struct fake_agent {
 	uint8_t secret[PROTO_SECRET_SIZE];
 	atomic_int connections;
 	atomic_int requests;
+	atomic_int chunks_sent;
 	pthread_mutex_t lock;
 	pthread_t threads[FAKE_MAX_CONNECTIONS];
 	int fds[FAKE_MAX_CONNECTIONS];
@@ -60,6 +74,41 @@ static void fake_send_json(int fd, uint8_t type, uint32_t id, uint8_t *body, siz
 {
 	proto_frame_write(fd, type, true, id, body, len);
 	free(body);
+}
+
+/* Sends the first bytes of a frame header and then nothing, until the host hangs up. */
+static void fake_stall_until_eof(int fd)
+{
+	uint8_t header[PROTO_HEADER_SIZE], scratch[256];
+
+	proto_header_build(header, 64, PROTO_MSG_PTY_DATA);
+	if (write(fd, header, FAKE_STALL_BYTES) != FAKE_STALL_BYTES)
+		return;
+	while (read(fd, scratch, sizeof(scratch)) > 0)
+		;
+}
+
+/* FAKE_FLOOD_CHUNKS chunks of FAKE_FLOOD_CHUNK_BYTES as fast as the host takes them. */
+static void fake_flood_exec(struct fake_agent *agent, int fd, uint32_t request_id)
+{
+	struct proto_exec_output_chunk chunk = { .stream = PROTO_STREAM_STDOUT };
+	struct proto_exec_response resp = { .exit_code = 0 };
+	uint8_t *body;
+	size_t len;
+
+	chunk.data.data = calloc(1, FAKE_FLOOD_CHUNK_BYTES);
+	chunk.data.len = FAKE_FLOOD_CHUNK_BYTES;
+	proto_exec_output_chunk_encode(&chunk, &body, &len);
+	free(chunk.data.data);
+	for (int i = 0; i < FAKE_FLOOD_CHUNKS; i++) {
+		if (proto_frame_write(fd, PROTO_MSG_EXEC_OUTPUT_CHUNK, true, request_id, body,
+				      len) < 0)
+			break;
+		atomic_fetch_add(&agent->chunks_sent, 1);
+	}
+	free(body);
+	proto_exec_response_encode(&resp, &body, &len);
+	fake_send_json(fd, PROTO_MSG_EXEC_RESPONSE, request_id, body, len);
 }
 
 static void fake_reply_exec(int fd, struct proto_frame *req)
@@ -106,7 +155,16 @@ static void fake_reply(struct fake_conn *fc, struct proto_frame *req)
 		proto_frame_write(fc->fd, PROTO_MSG_SNAPSHOT_READY, true, 0xdeadbeef, NULL, 0);
 	switch (req->type) {
 	case PROTO_MSG_EXEC_REQUEST:
-		fake_reply_exec(fc->fd, req);
+		if (fc->agent->mode == FAKE_FLOOD)
+			fake_flood_exec(fc->agent, fc->fd, req->request_id);
+		else
+			fake_reply_exec(fc->fd, req);
+		break;
+	case PROTO_MSG_PTY_OPEN:
+		proto_status_response_encode(&status, &body, &len);
+		fake_send_json(fc->fd, PROTO_MSG_PTY_OPENED, req->request_id, body, len);
+		if (fc->agent->mode == FAKE_PTY_STALL)
+			fake_stall_until_eof(fc->fd);
 		break;
 	case PROTO_MSG_FILE_STAT:
 		proto_path_request_decode(req->body, req->body_len, &path, &why);
@@ -117,9 +175,15 @@ static void fake_reply(struct fake_conn *fc, struct proto_frame *req)
 		break;
 	case PROTO_MSG_READ_FILE:
 		proto_path_request_decode(req->body, req->body_len, &path, &why);
+		/* the sentences avoid the agent's usual words: the host must go by the code */
 		if (strcmp(path.path, "/missing") == 0) {
 			read.success = false;
-			read.error = "No such file or directory";
+			read.error = "gone";
+			read.code = PROTO_ERROR_NOT_FOUND;
+		}
+		if (strcmp(path.path, "/uncoded") == 0) {
+			read.success = false;
+			read.error = "Refusing: No such file";
 		}
 		read.content.data = (uint8_t *)path.path;
 		read.content.len = strlen(path.path);
@@ -132,7 +196,8 @@ static void fake_reply(struct fake_conn *fc, struct proto_frame *req)
 		proto_path_request_decode(req->body, req->body_len, &path, &why);
 		if (!path.path || strncmp(path.path, "/workspace", 10) != 0) {
 			status.success = false;
-			status.error = "Refusing write outside allowed roots";
+			status.error = "outside the roots";
+			status.code = PROTO_ERROR_DENIED;
 		}
 		proto_path_request_free(&path);
 		proto_status_response_encode(&status, &body, &len);
@@ -160,6 +225,10 @@ static bool fake_handshake(struct fake_conn *fc)
 	if (!proto_secret_equal(ping.secret, fc->agent->secret) ||
 	    !(ping.flags & PROTO_FLAG_SUPPORTS_MULTIPLEX))
 		return false;
+	if (fc->agent->mode == FAKE_HALF_PONG) {
+		fake_stall_until_eof(fc->fd);
+		return false;
+	}
 	if (fc->agent->mode == FAKE_PONG_V1)
 		pong.version = 1;
 	if (fc->agent->mode == FAKE_PONG_NO_MUX)
@@ -331,10 +400,12 @@ static void test_exec_and_files(void)
 	CHECK(content.len == 12 && memcmp(content.data, "/workspace/r", 12) == 0);
 	free(content.data);
 	CHECK_INT_EQ(control_channel_read_file(ch, "/missing", &content, 0), -ENOENT);
-	CHECK(strstr(control_channel_last_error(), "No such file") != NULL);
+	CHECK(strstr(control_channel_last_error(), "gone") != NULL);
+	/* no code: a failure like any other, whatever the sentence says */
+	CHECK_INT_EQ(control_channel_read_file(ch, "/uncoded", &content, 0), -EIO);
 	CHECK_INT_EQ(control_channel_write_file(ch, "/workspace/w", "x", 1, true, 0), 0);
 	CHECK_INT_EQ(control_channel_write_file(ch, "/etc/passwd", "x", 1, true, 0), -EPERM);
-	CHECK(strstr(control_channel_last_error(), "Refusing") != NULL);
+	CHECK(strstr(control_channel_last_error(), "outside the roots") != NULL);
 	CHECK_INT_EQ(control_channel_mkdir_p(ch, "/workspace/d/e", 0), 0);
 	CHECK_INT_EQ(control_channel_snapshot_ready(ch, 0), 0);
 	CHECK_INT_EQ(atomic_load(&agent.connections), 1);
@@ -579,6 +650,212 @@ static void test_connect_stops_when_vm_ended(void)
 	control_channel_destroy(ch);
 }
 
+/* ---- a hostile guest ---------------------------------------------------------------------- */
+
+struct bounded_call {
+	struct control_channel *ch;
+	struct control_channel_pty *pty;
+	int rc;
+	char error[CONTROL_CHANNEL_ERROR_TEXT_MAX];  /* last_error is per thread: copied here */
+};
+
+static void *connect_run(void *arg)
+{
+	struct bounded_call *call = arg;
+
+	call->rc = control_channel_connect(call->ch);
+	snprintf(call->error, sizeof(call->error), "%s", control_channel_last_error());
+	return NULL;
+}
+
+static void *pty_read_run(void *arg)
+{
+	struct bounded_call *call = arg;
+	struct control_channel_pty_event event;
+
+	call->rc = control_channel_pty_read(call->pty, &event, FAKE_SHORT_DEADLINE_MS);
+	if (call->rc == 0)
+		control_channel_pty_event_free(&event);
+	snprintf(call->error, sizeof(call->error), "%s", control_channel_last_error());
+	return NULL;
+}
+
+/* Runs fn on a thread; false when it is still running after HANG_LIMIT_SECS (it is left). */
+static bool finishes(void *(*fn)(void *), struct bounded_call *call)
+{
+	struct timespec limit;
+	pthread_t thread;
+
+	clock_gettime(CLOCK_REALTIME, &limit);
+	limit.tv_sec += HANG_LIMIT_SECS;
+	if (pthread_create(&thread, NULL, fn, call) != 0)
+		return false;
+	if (pthread_timedjoin_np(thread, NULL, &limit) != 0) {
+		pthread_detach(thread);
+		return false;
+	}
+	return true;
+}
+
+/* Half a Pong and then silence: the handshake gives up at its deadline instead of hanging. */
+static void test_handshake_stall_mid_frame(void)
+{
+	struct fake_agent agent;
+	struct bounded_call call = { 0 };
+
+	fake_init(&agent, FAKE_HALF_PONG);
+	call.ch = channel_for(&agent, FAKE_SHORT_DEADLINE_MS);
+	if (!finishes(connect_run, &call)) {
+		CHECK(!"the handshake hung on half a Pong");
+		return; /* the channel is stuck: leak it rather than hang the test program */
+	}
+	CHECK_INT_EQ(call.rc, -ETIMEDOUT);
+	CHECK(strstr(call.error, "part of a Pong") != NULL);
+	control_channel_destroy(call.ch);
+	fake_finish(&agent);
+}
+
+/* A connect stuck on a stalled guest ends at once when the channel is cancelled. */
+static void test_cancel_ends_stalled_connect(void)
+{
+	struct fake_agent agent;
+	struct bounded_call call = { 0 };
+	pthread_t thread;
+
+	fake_init(&agent, FAKE_HALF_PONG);
+	call.ch = channel_for(&agent, HANG_LIMIT_SECS * 1000 * 4);
+	pthread_create(&thread, NULL, connect_run, &call);
+	while (atomic_load(&agent.connections) == 0)
+		usleep(FAKE_POLL_MS * 1000);
+	control_channel_cancel(call.ch);
+	pthread_join(thread, NULL);
+	CHECK_INT_EQ(call.rc, -ECANCELED);
+	/* a cancelled channel stays cancelled: no call reconnects */
+	CHECK_INT_EQ(control_channel_snapshot_ready(call.ch, 0), -ECANCELED);
+	control_channel_destroy(call.ch);
+	fake_finish(&agent);
+}
+
+/* Half a PtyData frame and then silence: the PTY read honours its timeout. */
+static void test_pty_stall_mid_frame(void)
+{
+	struct fake_agent agent;
+	struct proto_pty_open open = { .cols = 80, .rows = 24, .program = "/bin/sh" };
+	struct bounded_call call = { 0 };
+	int err = 0;
+
+	fake_init(&agent, FAKE_PTY_STALL);
+	call.ch = channel_for(&agent, 0);
+	call.pty = control_channel_pty_open(call.ch, &open, &err);
+	CHECK(call.pty != NULL);
+	if (!call.pty)
+		return;
+	if (!finishes(pty_read_run, &call)) {
+		CHECK(!"the PTY read hung on half a frame");
+		return;
+	}
+	CHECK_INT_EQ(call.rc, -ECONNRESET);
+	CHECK(strstr(call.error, "middle of a frame") != NULL);
+	control_channel_pty_free(call.pty);
+	control_channel_destroy(call.ch);
+	fake_finish(&agent);
+}
+
+struct flood_log {
+	struct fake_agent *agent;
+	struct control_channel *cancel_at_first_chunk;  /* NULL: just read on */
+	int chunks;
+	size_t bytes;
+	int sent_at_first_chunk;
+};
+
+/*
+ * The first chunk waits until the agent has sent everything or has been held back for a
+ * while: with back-pressure the host stops reading, so the agent cannot get far ahead.
+ */
+static void flood_chunk(const struct proto_exec_output_chunk *chunk, void *opaque)
+{
+	struct flood_log *log = opaque;
+
+	if (log->chunks++ == 0) {
+		long long until = now_ms() + FAKE_SLOW_EXEC_MS;
+
+		while (atomic_load(&log->agent->chunks_sent) < FAKE_FLOOD_CHUNKS &&
+		       now_ms() < until)
+			usleep(FAKE_POLL_MS * 1000);
+		log->sent_at_first_chunk = atomic_load(&log->agent->chunks_sent);
+		if (log->cancel_at_first_chunk)
+			control_channel_cancel(log->cancel_at_first_chunk);
+	}
+	log->bytes += chunk->data.len;
+}
+
+/* A guest that streams faster than the caller reads is held back, and nothing is dropped. */
+static void test_stream_backpressure(void)
+{
+	struct fake_agent agent;
+	struct control_channel *ch;
+	struct proto_exec_request req = { .program = "flood" };
+	struct proto_exec_response resp;
+	struct flood_log log = { .agent = &agent };
+
+	fake_init(&agent, FAKE_FLOOD);
+	ch = channel_for(&agent, 0);
+	CHECK_INT_EQ(control_channel_exec(ch, &req, flood_chunk, &log, &resp), 0);
+	CHECK(log.sent_at_first_chunk <= FAKE_FLOOD_HELD_MAX);
+	CHECK_INT_EQ(log.chunks, FAKE_FLOOD_CHUNKS);
+	CHECK_INT_EQ(log.bytes, (size_t)FAKE_FLOOD_CHUNKS * FAKE_FLOOD_CHUNK_BYTES);
+	proto_exec_response_free(&resp);
+	control_channel_destroy(ch);
+	fake_finish(&agent);
+}
+
+static void *destroy_run(void *arg)
+{
+	struct bounded_call *call = arg;
+
+	control_channel_destroy(call->ch);
+	return NULL;
+}
+
+/* Cancelling wakes a reader paused by back-pressure, so the exec ends and destroy returns. */
+static void test_cancel_wakes_paused_reader(void)
+{
+	struct fake_agent agent;
+	struct proto_exec_request req = { .program = "flood" };
+	struct proto_exec_response resp;
+	struct bounded_call call = { 0 };
+	struct flood_log log = { .agent = &agent };
+
+	fake_init(&agent, FAKE_FLOOD);
+	call.ch = channel_for(&agent, 0);
+	log.cancel_at_first_chunk = call.ch;
+	CHECK_INT_EQ(control_channel_exec(call.ch, &req, flood_chunk, &log, &resp), -ECANCELED);
+	CHECK(log.chunks < FAKE_FLOOD_CHUNKS);
+	proto_exec_response_free(&resp);
+	if (!finishes(destroy_run, &call)) {
+		CHECK(!"destroy hung on a reader paused by back-pressure");
+		return;
+	}
+	fake_finish(&agent);
+}
+
+/* Shutdown goes over a live connection only: with none it neither connects nor waits. */
+static void test_shutdown_never_reconnects(void)
+{
+	struct fake_agent agent;
+	struct control_channel *ch;
+
+	fake_init(&agent, FAKE_NORMAL);
+	ch = channel_for(&agent, 0);
+	CHECK_INT_EQ(control_channel_shutdown(ch), -ENOTCONN);
+	CHECK_INT_EQ(atomic_load(&agent.connections), 0);
+	CHECK_INT_EQ(control_channel_connect(ch), 0);
+	CHECK_INT_EQ(control_channel_shutdown(ch), 0);
+	control_channel_destroy(ch);
+	fake_finish(&agent);
+}
+
 int main(void)
 {
 	RUN_TEST(test_exec_and_files);
@@ -592,5 +869,11 @@ int main(void)
 	RUN_TEST(test_connect_stops_when_vm_ended);
 	RUN_TEST(test_exec_wedged_guest_found_by_liveness);
 	RUN_TEST(test_exec_outlives_liveness_checks);
+	RUN_TEST(test_handshake_stall_mid_frame);
+	RUN_TEST(test_cancel_ends_stalled_connect);
+	RUN_TEST(test_pty_stall_mid_frame);
+	RUN_TEST(test_stream_backpressure);
+	RUN_TEST(test_cancel_wakes_paused_reader);
+	RUN_TEST(test_shutdown_never_reconnects);
 	return harness_finish();
 }

@@ -11,6 +11,7 @@
 #include <pthread.h>
 #include <sys/socket.h>
 #include <sys/time.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #define TEST_REQUEST_ID 0xa1b2c3d4u
@@ -270,6 +271,72 @@ static void test_fd_timeout(void)
 	close(sv[1]);
 }
 
+#define STALL_TEST_TIMEOUT_MS 50
+/* a hang here is the bug under test: end the test program rather than wait forever */
+#define STALL_TEST_ALARM_SECS 20
+
+/*
+ * A peer that sends part of a frame and stops: the read ends at the deadline with -ETIME (the
+ * stream is lost), whether the deadline is the caller's or the socket's receive timeout,
+ * while a peer that sends nothing yields -ETIMEDOUT (the stream is intact).
+ */
+static void test_fd_stall_mid_frame(void)
+{
+	struct timeval tv = { .tv_sec = 0, .tv_usec = 20000 };
+	uint8_t header[PROTO_HEADER_SIZE];
+	struct proto_frame frame;
+	int sv[2];
+
+	alarm(STALL_TEST_ALARM_SECS);
+	proto_header_build(header, 16, PROTO_MSG_EXEC_RESPONSE);
+	make_pair(sv);
+	CHECK_INT_EQ(proto_frame_read_timed(sv[1], true, STALL_TEST_TIMEOUT_MS, &frame),
+		     -ETIMEDOUT);
+	CHECK(write(sv[0], header, 2) == 2);
+	CHECK_INT_EQ(proto_frame_read_timed(sv[1], true, STALL_TEST_TIMEOUT_MS, &frame), -ETIME);
+	close(sv[0]);
+	close(sv[1]);
+
+	/* the socket's receive timeout bounds a started frame too */
+	make_pair(sv);
+	setsockopt(sv[1], SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+	CHECK(write(sv[0], header, sizeof(header)) == sizeof(header));
+	CHECK_INT_EQ(proto_frame_read(sv[1], true, &frame), -ETIME);
+	close(sv[0]);
+	close(sv[1]);
+	alarm(0);
+}
+
+/* A complete frame read with a deadline arrives whole, its body grown past the first block. */
+static void test_timed_read_large_body(void)
+{
+	size_t body_len = 300 * 1024;
+	size_t total = PROTO_HEADER_SIZE + PROTO_REQUEST_ID_SIZE + body_len;
+	uint8_t *buf = malloc(total);
+	struct proto_frame frame;
+	int sv[2];
+
+	proto_header_build(buf, (uint32_t)(body_len + PROTO_REQUEST_ID_SIZE), PROTO_MSG_PTY_DATA);
+	memset(buf + PROTO_HEADER_SIZE, 0, PROTO_REQUEST_ID_SIZE);
+	for (size_t i = 0; i < body_len; i++)
+		buf[PROTO_HEADER_SIZE + PROTO_REQUEST_ID_SIZE + i] = (uint8_t)(i * 7);
+	make_pair(sv);
+	if (fork() == 0) {
+		ssize_t written = write(sv[0], buf, total);
+
+		_exit(written == (ssize_t)total ? 0 : 1);
+	}
+	CHECK_INT_EQ(proto_frame_read_timed(sv[1], true, 10000, &frame), 0);
+	CHECK_INT_EQ(frame.body_len, body_len);
+	CHECK(frame.body_len == body_len &&
+	      memcmp(frame.body, buf + PROTO_HEADER_SIZE + PROTO_REQUEST_ID_SIZE, body_len) == 0);
+	proto_frame_free(&frame);
+	wait(NULL);
+	close(sv[0]);
+	close(sv[1]);
+	free(buf);
+}
+
 static void test_write_to_closed_peer(void)
 {
 	int sv[2];
@@ -398,6 +465,8 @@ int main(void)
 	RUN_TEST(test_fd_large_frame);
 	RUN_TEST(test_fd_hostile);
 	RUN_TEST(test_fd_timeout);
+	RUN_TEST(test_fd_stall_mid_frame);
+	RUN_TEST(test_timed_read_large_body);
 	RUN_TEST(test_write_to_closed_peer);
 	RUN_TEST(test_ping_pong);
 	RUN_TEST(test_secret);

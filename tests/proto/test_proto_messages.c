@@ -438,6 +438,103 @@ static void test_big_byte_array_cap(void)
 	free(text);
 }
 
+/* Builds {"success":true,"content":[7,7,...]} with count items. */
+static char *int_array_reply(size_t count)
+{
+	const char head[] = "{\"success\":true,\"content\":[";
+	size_t len = strlen(head) + 2 * count + 2;
+	char *text = malloc(len + 1);
+	char *p = text + strlen(head);
+
+	memcpy(text, head, strlen(head));
+	for (size_t i = 0; i < count; i++) {
+		*p++ = '7';
+		*p++ = ',';
+	}
+	p[-1] = ']';
+	*p++ = '}';
+	*p = '\0';
+	return text;
+}
+
+/*
+ * The integer-array byte form costs jansson tens of bytes per byte: a body with more values
+ * than PROTO_JSON_VALUES_MAX is refused by name before it is parsed, while one under the
+ * limit still decodes.
+ */
+static void test_json_value_cap(void)
+{
+	struct proto_read_file_response resp;
+	const char *why = NULL;
+	char *text = int_array_reply(PROTO_JSON_VALUES_MAX + 1);
+
+	CHECK_INT_EQ(proto_read_file_response_decode(BODY(text), &resp, &why), -EPROTO);
+	CHECK(why && strstr(why, "JSON values") != NULL);
+	free(text);
+
+	text = int_array_reply(PROTO_JSON_VALUES_MAX / 2);
+	CHECK_INT_EQ(proto_read_file_response_decode(BODY(text), &resp, &why), 0);
+	CHECK_INT_EQ(resp.content.len, PROTO_JSON_VALUES_MAX / 2);
+	proto_read_file_response_free(&resp);
+	free(text);
+
+	/* separators inside strings are not values */
+	CHECK_INT_EQ(proto_read_file_response_decode(
+			     BODY("{\"success\":false,\"error\":\"a,b[c{\\\"d,\"}"), &resp, &why),
+		     0);
+	CHECK_STR_EQ(resp.error, "a,b[c{\"d,");
+	proto_read_file_response_free(&resp);
+}
+
+/* The code beside the error: named on the wire, absent when none, unknown names tolerated. */
+static void test_error_codes(void)
+{
+	struct proto_status_response status = { .success = false, .error = "refused",
+						.code = PROTO_ERROR_DENIED };
+	struct proto_status_response got;
+	struct proto_exec_response exec;
+	const char *why = NULL;
+	uint8_t *body;
+	size_t len;
+
+	CHECK_INT_EQ(proto_status_response_encode(&status, &body, &len), 0);
+	CHECK(memmem(body, len, "\"code\":\"denied\"", 15) != NULL);
+	CHECK_INT_EQ(proto_status_response_decode(body, len, &got, &why), 0);
+	CHECK_INT_EQ(got.code, PROTO_ERROR_DENIED);
+	CHECK_STR_EQ(got.error, "refused");
+	proto_status_response_free(&got);
+	free(body);
+
+	status = (struct proto_status_response){ .success = true };
+	CHECK_INT_EQ(proto_status_response_encode(&status, &body, &len), 0);
+	CHECK(memmem(body, len, "code", 4) == NULL);
+	free(body);
+
+	CHECK_INT_EQ(proto_status_response_decode(BODY("{\"success\":false,\"error\":\"x\"}"),
+						  &got, &why), 0);
+	CHECK_INT_EQ(got.code, PROTO_ERROR_NONE);
+	proto_status_response_free(&got);
+	CHECK_INT_EQ(proto_status_response_decode(
+			     BODY("{\"success\":false,\"code\":\"on_fire\"}"), &got, &why), 0);
+	CHECK_INT_EQ(got.code, PROTO_ERROR_UNKNOWN);
+	proto_status_response_free(&got);
+	CHECK_INT_EQ(proto_status_response_decode(BODY("{\"success\":false,\"code\":3}"), &got,
+						  &why), -EPROTO);
+	CHECK(why && strstr(why, "'code'") != NULL);
+	CHECK_INT_EQ(proto_exec_response_decode(
+			     BODY("{\"stdout\":\"\",\"stderr\":\"\",\"exit_code\":-1,"
+				  "\"error\":\"Process killed after 2s timeout\","
+				  "\"code\":\"timed_out\"}"), &exec, &why), 0);
+	CHECK_INT_EQ(exec.code, PROTO_ERROR_TIMED_OUT);
+	proto_exec_response_free(&exec);
+
+	CHECK_INT_EQ(proto_error_code_from_errno(-EXDEV), PROTO_ERROR_DENIED);
+	CHECK_INT_EQ(proto_error_code_from_errno(ENOENT), PROTO_ERROR_NOT_FOUND);
+	CHECK_INT_EQ(proto_error_code_from_errno(-EIO), PROTO_ERROR_FAILED);
+	CHECK_INT_EQ(proto_error_code_from_errno(0), PROTO_ERROR_NONE);
+	CHECK(proto_error_code_name(PROTO_ERROR_NONE) == NULL);
+}
+
 int main(void)
 {
 	RUN_TEST(test_exec_request_roundtrip);
@@ -452,5 +549,7 @@ int main(void)
 	RUN_TEST(test_telemetry_batch);
 	RUN_TEST(test_pty_messages);
 	RUN_TEST(test_big_byte_array_cap);
+	RUN_TEST(test_json_value_cap);
+	RUN_TEST(test_error_codes);
 	return harness_finish();
 }
