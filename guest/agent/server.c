@@ -186,11 +186,18 @@ static int server_handshake(struct agent_conn *conn)
 		agent_warn("handshake: closing: malformed Ping");
 		goto out;
 	}
-	if (!restore_authenticate(ctx, ping.secret, conn->fd)) {
+	err = restore_authenticate(ctx, ping.secret, conn->fd);
+	if (err == -EMFILE) {
+		agent_warn("handshake: closing: %d connections are open already; close one first",
+			   RESTORE_MAX_CONNS);
+		goto out;
+	}
+	if (err) {
 		agent_warn("handshake: closing: %s", ctx->has_secret ? "wrong session secret" :
 					"the agent has no session secret (voidbox.secret missing)");
 		goto out;
 	}
+	err = -EACCES;
 	if (!(ping.flags & PROTO_FLAG_SUPPORTS_MULTIPLEX)) {
 		agent_warn("handshake: closing: peer (version %u) lacks multiplexing, which v2 "
 			   "requires", ping.version);

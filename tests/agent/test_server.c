@@ -29,6 +29,8 @@
 #define OVERALL_TIMEOUT_SECS 100
 #define PTY_LIMIT 4
 #define PTY_SLOT_WAIT_MS 8000
+#define REGISTRY_SIZE 256 /* the agent's RESTORE_MAX_CONNS */
+#define REGISTRY_PROBE_CONNS (REGISTRY_SIZE + 8)
 
 static char tree[] = "/tmp/voidbox-agent-test-XXXXXX";
 static char socket_path[PATH_MAX];
@@ -267,6 +269,38 @@ static void test_handshake_rejections(void)
 	fd = client_open();
 	CHECK(fd >= 0);
 	close(fd);
+}
+
+/*
+ * The agent counts authenticated connections so a rekey can close every old one; a
+ * connection it could not count would outlive the rekey, so past the registry's size it
+ * refuses the handshake. Closing one makes room again.
+ */
+static void test_connection_registry_full_refuses(void)
+{
+	static int fds[REGISTRY_PROBE_CONNS];
+	size_t opened = 0;
+	uint64_t deadline;
+	int fd = -1;
+
+	while (opened < REGISTRY_PROBE_CONNS && (fds[opened] = client_open()) >= 0)
+		opened++;
+	CHECK(opened > 0);
+	CHECK(opened <= REGISTRY_SIZE);
+	CHECK(opened < REGISTRY_PROBE_CONNS);
+	if (opened > 0)
+		close(fds[--opened]);
+	deadline = now_ms() + READ_TIMEOUT_MS;
+	while (fd < 0 && now_ms() < deadline) {
+		fd = client_open();
+		if (fd < 0)
+			sleep_ms(20);
+	}
+	CHECK(fd >= 0);
+	if (fd >= 0)
+		close(fd);
+	while (opened > 0)
+		close(fds[--opened]);
 }
 
 static void test_exec_basic(void)
@@ -802,6 +836,7 @@ int main(int argc, char **argv)
 	make_tree();
 	start_agent(argv[1]);
 	RUN_TEST(test_handshake_rejections);
+	RUN_TEST(test_connection_registry_full_refuses);
 	RUN_TEST(test_exec_basic);
 	RUN_TEST(test_exec_stdin_large);
 	RUN_TEST(test_exec_does_not_block_other_rpcs);
