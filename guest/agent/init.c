@@ -41,6 +41,15 @@ static const struct init_mount init_mounts[] = {
 	{ "tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777" },
 };
 
+/*
+ * Where the sandbox user can write outside /tmp (mounted nosuid above): each is bind-mounted
+ * onto itself nosuid,nodev, so a setuid file or a device node it plants there is inert.
+ */
+static const char *const init_sandbox_writable_trees[] = {
+	"/workspace",
+	"/home",
+};
+
 static const char *const init_sandbox_owned_dirs[] = {
 	"/workspace",
 	"/home/sandbox",
@@ -133,6 +142,16 @@ void init_sandbox_dirs(void)
 	}
 	if (symlink(INIT_CLAUDE_TARGET, INIT_CLAUDE_LINK) < 0 && errno != EEXIST)
 		agent_warn("symlink %s: %s", INIT_CLAUDE_LINK, strerror(errno));
+	for (size_t i = 0;
+	     i < sizeof(init_sandbox_writable_trees) / sizeof(init_sandbox_writable_trees[0]); i++) {
+		const char *tree = init_sandbox_writable_trees[i];
+
+		if (mount(tree, tree, NULL, MS_BIND, NULL) < 0 ||
+		    mount(NULL, tree, NULL, MS_REMOUNT | MS_BIND | MS_NOSUID | MS_NODEV, NULL) < 0)
+			agent_error("cannot make %s nosuid,nodev: %s; setuid files planted there "
+				    "stay harmless only through no_new_privs", tree,
+				    strerror(errno));
+	}
 }
 
 void init_kernel_settings(void)

@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -30,6 +31,7 @@ static const char *const spawn_stage_names[] = {
 	[SPAWN_STAGE_CHDIR] = "chdir",
 	[SPAWN_STAGE_RLIMIT] = "setrlimit",
 	[SPAWN_STAGE_CREDENTIALS] = "dropping to uid 1000",
+	[SPAWN_STAGE_NO_NEW_PRIVS] = "setting no_new_privs",
 	[SPAWN_STAGE_EXEC] = "exec",
 	[SPAWN_STAGE_STDIO] = "stdio setup",
 };
@@ -283,6 +285,21 @@ static int spawn_set_limit(int resource, uint64_t value)
 	return setrlimit(resource, &limit);
 }
 
+/*
+ * Empties the capability bounding set, so nothing the child execs can regain a capability
+ * (file capabilities, or a setuid-root binary should no_new_privs ever be lifted). Needs
+ * CAP_SETPCAP, which only a root agent has; the loop ends at the first number the kernel does
+ * not know (EINVAL), so it needs no cap_last_cap read in the async-signal-safe child.
+ */
+static int spawn_drop_bounding_set(void)
+{
+	for (int cap = 0;; cap++) {
+		if (prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) == 0)
+			continue;
+		return errno == EINVAL && cap > 0 ? 0 : -1;
+	}
+}
+
 void spawn_child_exec(const struct spawn_plan *plan, int report_fd)
 {
 	static const gid_t sandbox_groups[] = { AGENT_SANDBOX_GID };
@@ -301,9 +318,12 @@ void spawn_child_exec(const struct spawn_plan *plan, int report_fd)
 	     spawn_set_limit(RLIMIT_FSIZE, plan->limits.max_file_size) < 0))
 		spawn_child_fail(report_fd, SPAWN_STAGE_RLIMIT);
 	if (plan->drop_privileges &&
-	    (setgroups(1, sandbox_groups) < 0 || setgid(AGENT_SANDBOX_GID) < 0 ||
-	     setuid(AGENT_SANDBOX_UID) < 0))
+	    (spawn_drop_bounding_set() < 0 || setgroups(1, sandbox_groups) < 0 ||
+	     setgid(AGENT_SANDBOX_GID) < 0 || setuid(AGENT_SANDBOX_UID) < 0))
 		spawn_child_fail(report_fd, SPAWN_STAGE_CREDENTIALS);
+	/* A setuid binary or file capabilities would otherwise undo the uid drop at exec. */
+	if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0)
+		spawn_child_fail(report_fd, SPAWN_STAGE_NO_NEW_PRIVS);
 	/* After the drop, so the sandbox user's own permissions decide where it may start. */
 	if (plan->working_dir && chdir(plan->working_dir) < 0)
 		spawn_child_fail(report_fd, SPAWN_STAGE_CHDIR);

@@ -1,7 +1,8 @@
 /*
  * Building and starting a sandboxed child, shared by exec and PTY sessions so both apply the
  * same rules: PATH lookup done in the parent with the child's final environment, uid/gid 1000
- * with supplementary groups reset, rlimits from policy, the working directory, and exec errors
+ * with supplementary groups reset and an empty capability bounding set, no_new_privs (so no
+ * setuid binary undoes the drop), rlimits from policy, the working directory, and exec errors
  * reported back through a close-on-exec pipe. Everything that allocates happens before fork.
  */
 #ifndef VOIDBOX_AGENT_SPAWN_H
@@ -50,6 +51,7 @@ enum spawn_stage {
 	SPAWN_STAGE_CREDENTIALS,
 	SPAWN_STAGE_EXEC,
 	SPAWN_STAGE_STDIO,
+	SPAWN_STAGE_NO_NEW_PRIVS,
 };
 
 struct spawn_failure {

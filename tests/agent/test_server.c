@@ -413,6 +413,30 @@ static void test_exec_drops_privileges(void)
 	close(fd);
 }
 
+/*
+ * Every child runs with no_new_privs, so a setuid binary cannot undo the uid drop; a root
+ * agent also empties the capability bounding set.
+ */
+static void test_exec_no_new_privs_and_no_bounding_caps(void)
+{
+	char *args[] = { "-c", "grep -E '^(NoNewPrivs|CapBnd):' /proc/self/status" };
+	struct exec_result result;
+	int fd = client_open();
+
+	CHECK_INT_EQ(run_exec(fd, 17, "sh", args, 2, 0, &result), 0);
+	CHECK_INT_EQ(result.response.exit_code, 0);
+	CHECK(memmem(result.response.stdout_data.data, result.response.stdout_data.len,
+		     "NoNewPrivs:\t1", strlen("NoNewPrivs:\t1")) != NULL);
+	if (geteuid() == 0)
+		CHECK(memmem(result.response.stdout_data.data, result.response.stdout_data.len,
+			     "CapBnd:\t0000000000000000",
+			     strlen("CapBnd:\t0000000000000000")) != NULL);
+	else
+		fprintf(stderr, "  (not root: bounding set drop not exercised)\n");
+	proto_exec_response_free(&result.response);
+	close(fd);
+}
+
 static void test_exec_signal_and_spawn_failure(void)
 {
 	char *args[] = { "-c", "kill -TERM $$" };
@@ -842,6 +866,7 @@ int main(int argc, char **argv)
 	RUN_TEST(test_exec_does_not_block_other_rpcs);
 	RUN_TEST(test_exec_timeout_kills_group);
 	RUN_TEST(test_exec_drops_privileges);
+	RUN_TEST(test_exec_no_new_privs_and_no_bounding_caps);
 	RUN_TEST(test_exec_signal_and_spawn_failure);
 	RUN_TEST(test_exec_env_and_working_dir);
 	RUN_TEST(test_allowlist_reloaded);
