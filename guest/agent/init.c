@@ -24,6 +24,13 @@
 #define INIT_PTMX_TARGET "pts/ptmx"
 #define INIT_CLAUDE_LINK AGENT_SANDBOX_HOME "/.local/bin/claude"
 #define INIT_CLAUDE_TARGET "/usr/local/bin/claude-code"
+/*
+ * The agent's own configuration (host overrides such as /etc/voidbox/hosts): readable by the
+ * sandbox, writable only by root, whatever the image shipped.
+ */
+#define INIT_AGENT_CONFIG_DIR "/etc/voidbox"
+#define INIT_ROOT_UID 0
+#define INIT_ROOT_GID 0
 
 struct init_mount {
 	const char *source;
@@ -55,8 +62,8 @@ static const char *const init_sandbox_owned_dirs[] = {
 	"/home/sandbox",
 	"/home/sandbox/.local",
 	"/home/sandbox/.local/bin",
-	"/etc/voidbox",
 };
+
 
 /* Best-effort kernel knobs: path and the value written. */
 static const char *const init_sysctls[][2] = {
@@ -140,6 +147,11 @@ void init_sandbox_dirs(void)
 		if (chown(dir, AGENT_SANDBOX_UID, AGENT_SANDBOX_GID) < 0)
 			agent_warn("chown %s: %s", dir, strerror(errno));
 	}
+	init_mkdir_parents(INIT_AGENT_CONFIG_DIR);
+	if (chown(INIT_AGENT_CONFIG_DIR, INIT_ROOT_UID, INIT_ROOT_GID) < 0 ||
+	    chmod(INIT_AGENT_CONFIG_DIR, INIT_DIR_MODE) < 0)
+		agent_warn("cannot make %s root-owned 0755: %s", INIT_AGENT_CONFIG_DIR,
+			   strerror(errno));
 	if (symlink(INIT_CLAUDE_TARGET, INIT_CLAUDE_LINK) < 0 && errno != EEXIST)
 		agent_warn("symlink %s: %s", INIT_CLAUDE_LINK, strerror(errno));
 	for (size_t i = 0;

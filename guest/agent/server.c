@@ -239,6 +239,8 @@ static int server_dispatch(struct agent_conn *conn, const struct server_frame *f
 	case PROTO_MSG_FILE_STAT:
 		return rpc_files_handle(conn, frame->type, frame->request_id, frame->payload,
 					frame->len);
+	case PROTO_MSG_SET_POLICY:
+		return rpc_policy_handle(conn, frame->request_id, frame->payload, frame->len);
 	case PROTO_MSG_SUBSCRIBE_TELEMETRY:
 		return telemetry_start(conn, frame->request_id, frame->payload, frame->len) ==
 				       -EPROTO ? -EPROTO : 0;

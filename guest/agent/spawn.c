@@ -1,6 +1,8 @@
 /*
  * The environment is assembled as a small key=value vector: the agent's own environment, then
- * the sandbox defaults, then the request's variables, each replacing an earlier key. The child
+ * the sandbox defaults, then the request's variables, each replacing an earlier key. The
+ * child's PATH is the request's business (it decides what the child itself runs later); the
+ * program the agent execs is looked up through a fixed path instead. The child
  * side is strictly async-signal-safe (no malloc, no stdio) because the agent is multithreaded.
  */
 #include "spawn.h"
@@ -24,6 +26,9 @@
 #define SPAWN_PTY_TERM "xterm-256color"
 #define SPAWN_PTY_PATH_PREFIX AGENT_SANDBOX_HOME "/.local/bin:/usr/local/bin"
 #define SPAWN_REQUIRED_PATH_DIR "/usr/local/bin"
+/* Where a program name is looked up; fixed, so a request's PATH cannot redirect the lookup. */
+#define SPAWN_EXEC_LOOKUP_PATH AGENT_DEFAULT_PATH
+#define SPAWN_PTY_LOOKUP_PATH SPAWN_PTY_PATH_PREFIX ":" AGENT_DEFAULT_PATH
 
 extern char **environ;
 
@@ -158,25 +163,37 @@ static bool path_is_executable(const char *path)
 	return stat(path, &st) == 0 && S_ISREG(st.st_mode) && access(path, X_OK) == 0;
 }
 
-/* Looks program up in search_path (the child's PATH); *resolved is heap. */
-static int spawn_resolve(const char *program, const char *search_path, char **resolved)
+/*
+ * Looks program up the way the agent will exec it: a name without '/' through the fixed
+ * lookup_path, a path as given (relative ones from working_dir, where the child starts).
+ * *resolved (heap) is the canonical path policy_store_check decides on and execve runs, so
+ * nothing can change between the decision and the exec but root-owned directories.
+ */
+static int spawn_resolve(const char *program, const char *lookup_path, const char *working_dir,
+			 char **resolved)
 {
-	const char *p = search_path;
+	char canonical[PATH_MAX];
+	const char *p = lookup_path;
+	int err;
 
 	if (strchr(program, '/')) {
-		*resolved = strdup(program);
+		err = policy_canonical_path(program, working_dir, canonical, sizeof(canonical));
+		if (err)
+			return err;
+		*resolved = strdup(canonical);
 		return *resolved ? 0 : -ENOMEM;
 	}
 	while (p && *p) {
 		const char *end = strchrnul(p, ':');
 		char *candidate;
 
-		if (asprintf(&candidate, "%.*s/%s", (int)(end - p), end == p ? "." : p,
-			     program) < 0)
+		if (asprintf(&candidate, "%.*s/%s", (int)(end - p), p, program) < 0)
 			return -ENOMEM;
-		if (path_is_executable(candidate)) {
-			*resolved = candidate;
-			return 0;
+		if (end > p && path_is_executable(candidate) &&
+		    policy_canonical_path(candidate, NULL, canonical, sizeof(canonical)) == 0) {
+			free(candidate);
+			*resolved = strdup(canonical);
+			return *resolved ? 0 : -ENOMEM;
 		}
 		free(candidate);
 		p = *end ? end + 1 : NULL;
@@ -201,15 +218,17 @@ static int spawn_build_argv(struct spawn_plan *plan, const struct spawn_request 
 }
 
 int spawn_plan_build(struct spawn_plan *plan, const struct spawn_request *request,
-		     const struct policy_limits *limits, bool drop_privileges, char **error)
+		     bool drop_privileges, char **error)
 {
+	const char *lookup_path = request->kind == SPAWN_KIND_PTY ? SPAWN_PTY_LOOKUP_PATH :
+								    SPAWN_EXEC_LOOKUP_PATH;
 	struct env_vector env = { 0 };
 	int err;
 
 	memset(plan, 0, sizeof(*plan));
 	*error = NULL;
 	plan->kind = request->kind;
-	plan->limits = *limits;
+	policy_limits_default(&plan->limits);
 	plan->apply_fsize_limit = !(request->kind == SPAWN_KIND_PTY && request->interactive);
 	plan->drop_privileges = drop_privileges;
 	plan->stdio[0] = plan->stdio[1] = plan->stdio[2] = -1;
@@ -227,9 +246,11 @@ int spawn_plan_build(struct spawn_plan *plan, const struct spawn_request *reques
 			err = -ENOMEM;
 	}
 	if (!err) {
-		err = spawn_resolve(request->program, env_get(&env, "PATH"), &plan->path);
-		if (err == -ENOENT && asprintf(error, "Failed to spawn '%s': not found in PATH (%s)",
-					       request->program, env_get(&env, "PATH")) < 0)
+		err = spawn_resolve(request->program, lookup_path, request->working_dir,
+				    &plan->path);
+		if (err == -ENOENT && asprintf(error, "Failed to spawn '%s': not found in %s",
+					       request->program, strchr(request->program, '/') ?
+					       "the filesystem" : lookup_path) < 0)
 			*error = NULL;
 	}
 	plan->envp = env.items;
