@@ -346,8 +346,8 @@ static void test_memtotal_matches_memory(void)
  * The sandbox cannot change its own policy: /etc/voidbox and what the host writes there are
  * root's, the sandbox user's rm and writes there fail, and afterwards a command off the
  * allowlist (the VM runs with TEST_VM_ALLOWED) is still refused, because the policy lives in
- * the agent's memory. A copy of sh planted in /workspace is refused by its path, and the
- * sandboxed shell runs with no_new_privs.
+ * the agent's memory. A copy of sh planted in /workspace is refused by its path, the
+ * sandboxed shell runs with no_new_privs, and /workspace and /home are mounted nosuid.
  */
 static void test_sandbox_cannot_change_policy(void)
 {
@@ -357,9 +357,11 @@ static void test_sandbox_cannot_change_policy(void)
 		"rm -f /etc/voidbox/* 2>/dev/null; "
 		"echo '[]' > /etc/voidbox/allowed_commands.json 2>/dev/null && echo wrote; "
 		"cat /etc/voidbox/hosts; grep NoNewPrivs /proc/self/status; "
-		"mkdir -p /workspace/x && cp /bin/busybox /workspace/x/sh && echo planted";
+		"mkdir -p /workspace/x && cp /bin/busybox /workspace/x/sh && echo planted; "
+		"awk '$2 == \"/workspace\" || $2 == \"/home\" { print $2, $4 ~ /(^|,)nosuid(,|$)/ }' "
+		"/proc/mounts";
 	static const char expected[] = "1000\n0 755\n0 644\n127.0.0.1 conformance-host\n"
-				       "NoNewPrivs:\t1\nplanted\n";
+				       "NoNewPrivs:\t1\nplanted\n/workspace 1\n/home 1\n";
 	char *echo_args[] = { "-c", "echo pwned" };
 	struct proto_exec_response out;
 
