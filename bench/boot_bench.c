@@ -648,6 +648,13 @@ static int qemu_talk_to_agent(struct qemu_peer *peer, const uint8_t *secret, dou
 		goto out;
 	}
 	run->first_answer_ms = boot_now_ms() - start_ms;
+	/* the agent runs nothing before the session's policy; sandbox_start sends the same */
+	rc = control_channel_set_policy(ch, sandbox_default_policy(), 0);
+	if (rc < 0) {
+		fprintf(stderr, "boot_bench: the QEMU guest agent refused the policy: %s\n",
+			control_channel_last_error());
+		goto out;
+	}
 	memset(&resp, 0, sizeof(resp));
 	rc = control_channel_exec(ch, &req, NULL, NULL, &resp);
 	if (rc < 0) {

@@ -440,6 +440,11 @@ static int sb_qemu_first_exec(unsigned int *cid, const uint8_t *secret, pid_t pi
 	ch = control_channel_create(&cfg);
 	if (!ch)
 		return -ENOMEM;
+	/*
+	 * The agent runs nothing before the session's policy. A guest restored from a QEMU
+	 * snapshot may hold one already and refuse this one; the exec then tells.
+	 */
+	control_channel_set_policy(ch, sandbox_default_policy(), 0);
 	rc = control_channel_exec(ch, &req, NULL, NULL, &resp);
 	if (rc == 0 && resp.exit_code != 0)
 		rc = -EIO;

@@ -69,6 +69,7 @@ static void fuzz_body(const uint8_t *body, size_t len)
 	FUZZ_ROUND_TRIP(pty_open, body, len);
 	FUZZ_ROUND_TRIP(pty_resize, body, len);
 	FUZZ_ROUND_TRIP(pty_closed, body, len);
+	FUZZ_ROUND_TRIP(set_policy, body, len);
 }
 
 static void fuzz_memory_frames(const uint8_t *data, size_t size, bool multiplexed)

@@ -21,7 +21,7 @@ struct agent_context {
 	bool is_pid1;
 	bool drop_privileges;        /* running as root: children become uid/gid 1000 */
 	struct files_roots roots;
-	struct policy_cache *policy;
+	struct policy_store *policy;  /* mutable through its own lock */
 	bool has_secret;
 	uint8_t secret[32];
 };

@@ -427,25 +427,27 @@ static void exec_execute(struct exec_job *job)
 	int err;
 
 	run.start_ms = exec_now_ms();
-	if (policy_cache_check(ctx->policy, job->request.program, &limits) != 0) {
+	err = spawn_plan_build(&plan, &request, ctx->drop_privileges, &error);
+	if (err) {
+		exec_send_failure(job, error, error, proto_error_code_from_errno(err));
+		free(error);
+		return;
+	}
+	if (policy_store_check(ctx->policy, plan.path, &limits) != 0) {
 		char *message = NULL, *detail = NULL;
 
-		agent_warn("exec %u: '%s' refused by the allowlist", job->request_id,
-			   job->request.program);
+		agent_warn("exec %u: '%s' (%s) refused by the allowlist", job->request_id,
+			   job->request.program, plan.path);
 		if (asprintf(&message, "Command '%s' is not allowed", job->request.program) >= 0 &&
 		    asprintf(&detail, "Command '%s' is not in the allowed commands list",
 			     job->request.program) >= 0)
 			exec_send_failure(job, message, detail, PROTO_ERROR_DENIED);
 		free(message);
 		free(detail);
+		spawn_plan_free(&plan);
 		return;
 	}
-	err = spawn_plan_build(&plan, &request, &limits, ctx->drop_privileges, &error);
-	if (err) {
-		exec_send_failure(job, error, error, proto_error_code_from_errno(err));
-		free(error);
-		return;
-	}
+	plan.limits = limits;
 	err = exec_open_stdio(&run, &plan);
 	if (!err)
 		err = exec_spawn(&run, &plan);

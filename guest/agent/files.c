@@ -30,7 +30,25 @@
 #define FILES_ROOTS_TEXT "[/workspace, /home, /etc/voidbox]"
 #define FILES_RESOLVE_FLAGS (RESOLVE_IN_ROOT | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS)
 
+/* Who owns what the host creates under a root (as a root agent; otherwise the agent). */
+enum files_root_owner {
+	FILES_OWNER_SANDBOX, /* the sandbox's own places: uid/gid 1000 */
+	FILES_OWNER_ROOT,    /* agent configuration the sandbox may read but never change */
+};
+
 static const char *const files_root_paths[] = { "/workspace", "/home", "/etc/voidbox" };
+static const enum files_root_owner files_root_owners[] = {
+	FILES_OWNER_SANDBOX, FILES_OWNER_SANDBOX, FILES_OWNER_ROOT,
+};
+
+/*
+ * Policy is never a file (docs/protocol.md §8): a write to where it used to live is refused
+ * so a host that still provisions it that way fails loudly instead of running unconfined.
+ */
+static const char *const files_retired_policy_paths[] = {
+	"/etc/voidbox/allowed_commands.json",
+	"/etc/voidbox/resource_limits.json",
+};
 
 static const char *const files_op_verbs[] = {
 	[FILES_OP_WRITE] = "write",
@@ -121,6 +139,23 @@ const char *files_match_root(const char *normalized, const char **rest)
 	return best;
 }
 
+static enum files_root_owner files_root_owner_of(const char *root)
+{
+	for (size_t i = 0; i < sizeof(files_root_paths) / sizeof(files_root_paths[0]); i++)
+		if (strcmp(files_root_paths[i], root) == 0)
+			return files_root_owners[i];
+	return FILES_OWNER_ROOT;
+}
+
+static bool files_is_retired_policy_path(const char *normalized)
+{
+	for (size_t i = 0;
+	     i < sizeof(files_retired_policy_paths) / sizeof(files_retired_policy_paths[0]); i++)
+		if (strcmp(files_retired_policy_paths[i], normalized) == 0)
+			return true;
+	return false;
+}
+
 static long files_openat2(int dirfd, const char *path, uint64_t flags, mode_t mode)
 {
 	struct open_how how = { .flags = flags, .mode = mode, .resolve = FILES_RESOLVE_FLAGS };
@@ -149,6 +184,7 @@ static int files_resolve_error(enum files_op op, const char *path, int err, char
 
 struct files_target {
 	int root_fd;
+	bool give_to_sandbox; /* chown what is created to uid/gid 1000 */
 	char normalized[PATH_MAX];
 	const char *rest;  /* points into normalized */
 };
@@ -169,6 +205,8 @@ static int files_open_root(const struct files_roots *roots, enum files_op op, co
 	if (!root)
 		return files_fail(error, -EPERM, "Refusing %s outside allowed roots %s: %s",
 				  files_op_verbs[op], FILES_ROOTS_TEXT, path);
+	target->give_to_sandbox = roots->chown_to_sandbox &&
+				  files_root_owner_of(root) == FILES_OWNER_SANDBOX;
 	if (snprintf(root_path, sizeof(root_path), "%s%s", roots->prefix, root) >=
 	    (int)sizeof(root_path))
 		return files_fail(error, -ENAMETOOLONG, "Cannot %s '%s': root path too long",
@@ -188,7 +226,7 @@ static void files_target_close(struct files_target *target)
 }
 
 /* Opens (creating if needed) each directory of rel below dirfd; returns an O_PATH fd. */
-static int files_walk_mkdir(const struct files_roots *roots, int dirfd, const char *rel,
+static int files_walk_mkdir(bool give_to_sandbox, int dirfd, const char *rel,
 			    enum files_op op, const char *path, char **error)
 {
 	char component[NAME_MAX + 1];
@@ -229,7 +267,7 @@ static int files_walk_mkdir(const struct files_roots *roots, int dirfd, const ch
 		if (next < 0)
 			return files_resolve_error(op, path, errno, error);
 		cur = (int)next;
-		if (created && roots->chown_to_sandbox)
+		if (created && give_to_sandbox)
 			fchownat(cur, "", AGENT_SANDBOX_UID, AGENT_SANDBOX_GID, AT_EMPTY_PATH);
 		p = *end ? end + 1 : end;
 	}
@@ -270,7 +308,7 @@ static int files_write_all(int fd, const uint8_t *data, size_t len)
 }
 
 /* Writes into an already opened leaf after checking it is a plain single-link file. */
-static int files_write_leaf(const struct files_roots *roots, int fd, const uint8_t *data,
+static int files_write_leaf(bool give_to_sandbox, int fd, const uint8_t *data,
 			    size_t len, const char *path, char **error)
 {
 	struct stat st;
@@ -289,7 +327,7 @@ static int files_write_leaf(const struct files_roots *roots, int fd, const uint8
 	err = files_write_all(fd, data, len);
 	if (err)
 		return files_fail(error, err, "Cannot write '%s': %s", path, strerror(-err));
-	if (roots->chown_to_sandbox && fchown(fd, AGENT_SANDBOX_UID, AGENT_SANDBOX_GID) < 0)
+	if (give_to_sandbox && fchown(fd, AGENT_SANDBOX_UID, AGENT_SANDBOX_GID) < 0)
 		return files_fail(error, -errno, "Cannot chown '%s': %s", path, strerror(errno));
 	if (fchmod(fd, FILES_FILE_MODE) < 0)
 		return files_fail(error, -errno, "Cannot chmod '%s': %s", path, strerror(errno));
@@ -329,6 +367,11 @@ int files_write(const struct files_roots *roots, const char *path, const uint8_t
 	err = files_open_root(roots, FILES_OP_WRITE, path, &target, error);
 	if (err)
 		goto out;
+	if (files_is_retired_policy_path(target.normalized)) {
+		err = files_fail(error, -EPERM, "Refusing write of '%s': the exec policy is set "
+				 "with SetPolicy, never through a file", path);
+		goto out;
+	}
 	if (strcmp(target.rest, ".") == 0 ||
 	    files_split_leaf(target.rest, parent, sizeof(parent), &leaf) < 0) {
 		err = files_fail(error, -EISDIR, "Refusing write of '%s': it names a root directory",
@@ -336,7 +379,8 @@ int files_write(const struct files_roots *roots, const char *path, const uint8_t
 		goto out;
 	}
 	if (create_parents)
-		parent_fd = files_walk_mkdir(roots, target.root_fd, parent, FILES_OP_WRITE, path,
+		parent_fd = files_walk_mkdir(target.give_to_sandbox, target.root_fd, parent,
+					     FILES_OP_WRITE, path,
 					     error);
 	else if ((parent_fd = files_openat2(target.root_fd, parent,
 					    O_PATH | O_DIRECTORY | O_CLOEXEC, 0)) < 0)
@@ -351,7 +395,7 @@ int files_write(const struct files_roots *roots, const char *path, const uint8_t
 		err = files_resolve_error(FILES_OP_WRITE, path, errno, error);
 		goto out_parent;
 	}
-	err = files_write_leaf(roots, fd, data, len, path, error);
+	err = files_write_leaf(target.give_to_sandbox, fd, data, len, path, error);
 	close(fd);
 	if (!err && strcmp(target.normalized, FILES_HOSTS_SOURCE) == 0)
 		err = files_mirror_hosts(roots, data, len, error);
@@ -459,7 +503,8 @@ int files_mkdir_p(const struct files_roots *roots, const char *path, char **erro
 	err = files_open_root(roots, FILES_OP_MKDIR, path, &target, error);
 	if (err)
 		goto out;
-	fd = files_walk_mkdir(roots, target.root_fd, target.rest, FILES_OP_MKDIR, path, error);
+	fd = files_walk_mkdir(target.give_to_sandbox, target.root_fd, target.rest, FILES_OP_MKDIR,
+			      path, error);
 	if (fd < 0)
 		err = fd;
 	else

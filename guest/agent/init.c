@@ -24,6 +24,13 @@
 #define INIT_PTMX_TARGET "pts/ptmx"
 #define INIT_CLAUDE_LINK AGENT_SANDBOX_HOME "/.local/bin/claude"
 #define INIT_CLAUDE_TARGET "/usr/local/bin/claude-code"
+/*
+ * The agent's own configuration (host overrides such as /etc/voidbox/hosts): readable by the
+ * sandbox, writable only by root, whatever the image shipped.
+ */
+#define INIT_AGENT_CONFIG_DIR "/etc/voidbox"
+#define INIT_ROOT_UID 0
+#define INIT_ROOT_GID 0
 
 struct init_mount {
 	const char *source;
@@ -41,13 +48,22 @@ static const struct init_mount init_mounts[] = {
 	{ "tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777" },
 };
 
+/*
+ * Where the sandbox user can write outside /tmp (mounted nosuid above): each is bind-mounted
+ * onto itself nosuid,nodev, so a setuid file or a device node it plants there is inert.
+ */
+static const char *const init_sandbox_writable_trees[] = {
+	"/workspace",
+	"/home",
+};
+
 static const char *const init_sandbox_owned_dirs[] = {
 	"/workspace",
 	"/home/sandbox",
 	"/home/sandbox/.local",
 	"/home/sandbox/.local/bin",
-	"/etc/voidbox",
 };
+
 
 /* Best-effort kernel knobs: path and the value written. */
 static const char *const init_sysctls[][2] = {
@@ -131,8 +147,23 @@ void init_sandbox_dirs(void)
 		if (chown(dir, AGENT_SANDBOX_UID, AGENT_SANDBOX_GID) < 0)
 			agent_warn("chown %s: %s", dir, strerror(errno));
 	}
+	init_mkdir_parents(INIT_AGENT_CONFIG_DIR);
+	if (chown(INIT_AGENT_CONFIG_DIR, INIT_ROOT_UID, INIT_ROOT_GID) < 0 ||
+	    chmod(INIT_AGENT_CONFIG_DIR, INIT_DIR_MODE) < 0)
+		agent_warn("cannot make %s root-owned 0755: %s", INIT_AGENT_CONFIG_DIR,
+			   strerror(errno));
 	if (symlink(INIT_CLAUDE_TARGET, INIT_CLAUDE_LINK) < 0 && errno != EEXIST)
 		agent_warn("symlink %s: %s", INIT_CLAUDE_LINK, strerror(errno));
+	for (size_t i = 0;
+	     i < sizeof(init_sandbox_writable_trees) / sizeof(init_sandbox_writable_trees[0]); i++) {
+		const char *tree = init_sandbox_writable_trees[i];
+
+		if (mount(tree, tree, NULL, MS_BIND, NULL) < 0 ||
+		    mount(NULL, tree, NULL, MS_REMOUNT | MS_BIND | MS_NOSUID | MS_NODEV, NULL) < 0)
+			agent_error("cannot make %s nosuid,nodev: %s; setuid files planted there "
+				    "stay harmless only through no_new_privs", tree,
+				    strerror(errno));
+	}
 }
 
 void init_kernel_settings(void)

@@ -12,7 +12,10 @@
 void init_environment(void);
 /* Mounts /proc /sys /dev /dev/pts /tmp and makes sure fds 0-2 are open. */
 void init_mount_filesystems(void);
-/* Creates /workspace, /home/sandbox(/.local/bin), /etc/voidbox owned by 1000:1000. */
+/*
+ * Creates /workspace and /home/sandbox(/.local/bin) owned by 1000:1000 and mounted
+ * nosuid,nodev, and /etc/voidbox owned by root, mode 0755.
+ */
 void init_sandbox_dirs(void);
 /* Hardens link following (protected_hardlinks/symlinks); best effort. */
 void init_kernel_settings(void);

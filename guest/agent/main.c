@@ -32,7 +32,6 @@
 #define AGENT_CMDLINE_PATH "/proc/cmdline"
 #define AGENT_MODULES_DIR "/lib/modules"
 #define AGENT_SYSFS_MODULES_DIR "/sys/module"
-#define AGENT_POLICY_DIR "/etc/voidbox"
 #define AGENT_SECRET_ENV "VOIDBOX_SECRET"
 #define AGENT_LISTEN_UNIX_PREFIX "unix:"
 #define AGENT_LISTEN_VSOCK "vsock"
@@ -258,18 +257,13 @@ static int agent_listen(const struct agent_options *options, bool is_pid1)
 
 static int agent_build_context(const struct agent_options *options, struct agent_context *ctx)
 {
-	char policy_dir[PATH_MAX];
-
 	ctx->roots.prefix = options->root_prefix ? options->root_prefix : "";
 	ctx->drop_privileges = geteuid() == 0;
 	ctx->roots.chown_to_sandbox = ctx->drop_privileges;
 	if (!ctx->drop_privileges)
 		agent_info("not running as root: children keep uid %d and files keep their owner",
 			   (int)geteuid());
-	if (snprintf(policy_dir, sizeof(policy_dir), "%s%s", ctx->roots.prefix,
-		     AGENT_POLICY_DIR) >= (int)sizeof(policy_dir))
-		return -ENAMETOOLONG;
-	ctx->policy = policy_cache_new(policy_dir);
+	ctx->policy = policy_store_new();
 	return ctx->policy ? 0 : -ENOMEM;
 }
 

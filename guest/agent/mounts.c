@@ -155,6 +155,12 @@ static void mounts_ensure_writable(const struct mount_spec *spec)
 		    "directory's permissions", spec->guest_path);
 }
 
+/* Shares are the sandbox's to write or read: never a source of setuid files or devices. */
+static unsigned long mounts_flags(const struct mount_spec *spec)
+{
+	return MS_NOSUID | MS_NODEV | (spec->read_only ? MS_RDONLY : 0);
+}
+
 static int mounts_try_9p(const struct mount_spec *spec)
 {
 	char options[sizeof(MOUNTS_9P_BASE_OPTIONS) + 32];
@@ -165,8 +171,7 @@ static int mounts_try_9p(const struct mount_spec *spec)
 	for (size_t i = 0; i < attempts; i++) {
 		snprintf(options, sizeof(options), "%s%s", MOUNTS_9P_BASE_OPTIONS,
 			 spec->read_only ? "" : mounts_rw_access_options[i]);
-		if (mount(spec->tag, spec->guest_path, "9p", spec->read_only ? MS_RDONLY : 0,
-			  options) == 0)
+		if (mount(spec->tag, spec->guest_path, "9p", mounts_flags(spec), options) == 0)
 			return 0;
 		err = -errno;
 	}
@@ -175,7 +180,7 @@ static int mounts_try_9p(const struct mount_spec *spec)
 
 static void mounts_setup_one(const struct mount_spec *spec)
 {
-	unsigned long flags = spec->read_only ? MS_RDONLY : 0;
+	unsigned long flags = mounts_flags(spec);
 	const char *kind = "virtiofs";
 	int err = 0;
 

@@ -1,41 +1,33 @@
 /*
- * One mutex guards the cached policy; a check stats both files, re-parses only those whose
- * (dev, inode, size, mtime) stamp changed, and answers from memory. A malformed allowlist fails
- * closed (nothing runs, and the log says why) because an attacker who can corrupt the file must
- * not thereby widen it; malformed limits fall back to the defaults, which are safe.
+ * One mutex guards the policy in memory. The store starts refusing everything and becomes
+ * usable only through policy_store_set, which the SetPolicy handler calls; a second set in the
+ * same session is refused, so a connection that somehow learned the secret later cannot
+ * widen what the host decided at boot. Trusted directories are re-checked (canonical path,
+ * root owner, no group or other write bit) on every match rather than cached: the check is a
+ * few stats, and it then holds for the filesystem as it is when the command runs.
  */
 #include "policy.h"
 
 #include "agent_log.h"
 
 #include <errno.h>
-#include <fcntl.h>
-#include <jansson.h>
 #include <limits.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <unistd.h>
 
-#define POLICY_FILE_MAX (1024 * 1024)
+#define POLICY_ROOT_UID 0
 
-struct policy_file_stamp {
-	bool present;
-	dev_t dev;
-	ino_t ino;
-	off_t size;
-	struct timespec mtime;
+/* Where a bare allowlist entry may be found: the system's own binaries, owned by root. */
+static const char *const policy_trusted_dirs[] = {
+	"/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin",
 };
 
-struct policy_cache {
+struct policy_store {
 	pthread_mutex_t lock;
-	char allowlist_path[PATH_MAX];
-	char limits_path[PATH_MAX];
-	struct policy_file_stamp allowlist_stamp;
-	struct policy_file_stamp limits_stamp;
-	bool loaded;
+	bool accepting;              /* this session's SetPolicy has not arrived yet */
 	struct policy_allowlist allowlist;
 	struct policy_limits limits;
 };
@@ -47,40 +39,6 @@ void policy_limits_default(struct policy_limits *out)
 	out->max_file_size = POLICY_DEFAULT_MAX_FILE_SIZE;
 }
 
-static int limits_take(json_t *root, const char *key, uint64_t *out)
-{
-	json_t *value = json_object_get(root, key);
-
-	if (!value)
-		return 0;
-	if (!json_is_integer(value) || json_integer_value(value) <= 0)
-		return -EINVAL;
-	*out = (uint64_t)json_integer_value(value);
-	return 0;
-}
-
-int policy_parse_limits(const char *json, size_t len, struct policy_limits *out)
-{
-	struct policy_limits parsed;
-	json_t *root;
-	int err = -EINVAL;
-
-	policy_limits_default(out);
-	policy_limits_default(&parsed);
-	root = json_loadb(json, len, JSON_REJECT_DUPLICATES, NULL);
-	if (!root || !json_is_object(root))
-		goto out;
-	if (limits_take(root, "max_open_files", &parsed.max_open_files) ||
-	    limits_take(root, "max_processes", &parsed.max_processes) ||
-	    limits_take(root, "max_file_size", &parsed.max_file_size))
-		goto out;
-	*out = parsed;
-	err = 0;
-out:
-	json_decref(root);
-	return err;
-}
-
 void policy_allowlist_free(struct policy_allowlist *list)
 {
 	for (size_t i = 0; i < list->count; i++)
@@ -89,218 +47,191 @@ void policy_allowlist_free(struct policy_allowlist *list)
 	memset(list, 0, sizeof(*list));
 }
 
-int policy_parse_allowlist(const char *json, size_t len, struct policy_allowlist *out)
+static bool policy_entry_is_valid(const char *name)
 {
-	json_t *root, *item;
-	size_t index;
-	int err = -EINVAL;
+	return name && *name && (name[0] == '/' || !strchr(name, '/'));
+}
 
+int policy_allowlist_build(struct policy_allowlist *out, bool allow_all, char *const *names,
+			   size_t count, const char **why)
+{
 	memset(out, 0, sizeof(*out));
-	root = json_loadb(json, len, 0, NULL);
-	if (!root || !json_is_array(root))
-		goto out;
-	if (json_array_size(root) == 0) {
-		err = 0;
-		goto out;
-	}
-	out->names = calloc(json_array_size(root), sizeof(*out->names));
-	if (!out->names) {
-		err = -ENOMEM;
-		goto out;
-	}
-	json_array_foreach(root, index, item) {
-		if (!json_is_string(item) || json_string_length(item) == 0) {
+	out->mode = allow_all ? POLICY_COMMANDS_ANY : POLICY_COMMANDS_LISTED;
+	if (count == 0)
+		return 0;
+	out->names = calloc(count, sizeof(*out->names));
+	if (!out->names)
+		return -ENOMEM;
+	for (size_t i = 0; i < count; i++) {
+		if (!policy_entry_is_valid(names[i])) {
+			*why = "an allowlist entry must be a bare command name or an absolute path";
 			policy_allowlist_free(out);
-			goto out;
+			return -EINVAL;
 		}
-		out->names[out->count] = strdup(json_string_value(item));
-		if (!out->names[out->count]) {
+		out->names[i] = strdup(names[i]);
+		if (!out->names[i]) {
 			policy_allowlist_free(out);
-			err = -ENOMEM;
-			goto out;
+			return -ENOMEM;
 		}
 		out->count++;
 	}
-	err = 0;
-out:
-	json_decref(root);
-	return err;
+	return 0;
 }
 
-bool policy_allowlist_permits(const struct policy_allowlist *list, const char *program)
+int policy_canonical_path(const char *path, const char *base_dir, char *out, size_t size)
 {
-	const char *base;
+	char joined[PATH_MAX], dir[PATH_MAX];
+	const char *slash, *leaf;
+	size_t dir_len;
 
-	if (list->deny_all)
+	if (path[0] != '/' && base_dir && *base_dir) {
+		if (snprintf(joined, sizeof(joined), "%s/%s", base_dir, path) >= (int)sizeof(joined))
+			return -ENAMETOOLONG;
+		path = joined;
+	}
+	slash = strrchr(path, '/');
+	leaf = slash ? slash + 1 : path;
+	if (!*leaf || strcmp(leaf, ".") == 0 || strcmp(leaf, "..") == 0)
+		return -EINVAL;
+	if (!slash) {
+		dir_len = 1;
+		memcpy(joined, ".", 2);
+	} else {
+		dir_len = slash == path ? 1 : (size_t)(slash - path);
+		if (dir_len >= sizeof(joined))
+			return -ENAMETOOLONG;
+		memmove(joined, path, dir_len);
+		joined[dir_len] = '\0';
+	}
+	if (!realpath(joined, dir))
+		return -errno;
+	if (snprintf(out, size, "%s/%s", strcmp(dir, "/") == 0 ? "" : dir, leaf) >= (int)size)
+		return -ENAMETOOLONG;
+	return 0;
+}
+
+/* dir (canonical) is one of the trusted directories and nobody but root can change it. */
+static bool policy_dir_is_trusted(const char *dir)
+{
+	char canonical[PATH_MAX];
+	struct stat st;
+	bool listed = false;
+
+	for (size_t i = 0; i < sizeof(policy_trusted_dirs) / sizeof(policy_trusted_dirs[0]) &&
+			   !listed; i++)
+		listed = realpath(policy_trusted_dirs[i], canonical) &&
+			 strcmp(canonical, dir) == 0;
+	return listed && stat(dir, &st) == 0 && st.st_uid == POLICY_ROOT_UID &&
+	       !(st.st_mode & (S_IWGRP | S_IWOTH));
+}
+
+static bool policy_entry_matches(const char *entry, const char *resolved)
+{
+	char canonical[PATH_MAX];
+	const char *slash = strrchr(resolved, '/');
+	size_t dir_len;
+
+	if (entry[0] == '/')
+		return policy_canonical_path(entry, NULL, canonical, sizeof(canonical)) == 0 &&
+		       strcmp(canonical, resolved) == 0;
+	if (!slash || strcmp(slash + 1, entry) != 0)
 		return false;
-	if (list->count == 0)
+	dir_len = slash == resolved ? 1 : (size_t)(slash - resolved);
+	if (dir_len >= sizeof(canonical))
+		return false;
+	memcpy(canonical, resolved, dir_len);
+	canonical[dir_len] = '\0';
+	return policy_dir_is_trusted(canonical);
+}
+
+bool policy_allowlist_permits(const struct policy_allowlist *list, const char *resolved)
+{
+	if (list->mode == POLICY_COMMANDS_ANY)
 		return true;
-	base = strrchr(program, '/');
-	base = base ? base + 1 : program;
+	if (list->mode != POLICY_COMMANDS_LISTED || !resolved || resolved[0] != '/')
+		return false;
 	for (size_t i = 0; i < list->count; i++)
-		if (strcmp(list->names[i], base) == 0)
+		if (policy_entry_matches(list->names[i], resolved))
 			return true;
 	return false;
 }
 
-struct policy_cache *policy_cache_new(const char *dir)
+struct policy_store *policy_store_new(void)
 {
-	struct policy_cache *cache = calloc(1, sizeof(*cache));
+	struct policy_store *store = calloc(1, sizeof(*store));
 
-	if (!cache)
+	if (!store)
 		return NULL;
-	if (snprintf(cache->allowlist_path, sizeof(cache->allowlist_path), "%s/%s", dir,
-		     POLICY_ALLOWLIST_FILE) >= (int)sizeof(cache->allowlist_path) ||
-	    snprintf(cache->limits_path, sizeof(cache->limits_path), "%s/%s", dir,
-		     POLICY_LIMITS_FILE) >= (int)sizeof(cache->limits_path)) {
-		free(cache);
-		return NULL;
-	}
-	pthread_mutex_init(&cache->lock, NULL);
-	policy_limits_default(&cache->limits);
-	return cache;
+	pthread_mutex_init(&store->lock, NULL);
+	store->accepting = true;
+	store->allowlist.mode = POLICY_COMMANDS_NONE;
+	policy_limits_default(&store->limits);
+	return store;
 }
 
-void policy_cache_free(struct policy_cache *cache)
+void policy_store_free(struct policy_store *store)
 {
-	if (!cache)
+	if (!store)
 		return;
-	policy_allowlist_free(&cache->allowlist);
-	pthread_mutex_destroy(&cache->lock);
-	free(cache);
+	policy_allowlist_free(&store->allowlist);
+	pthread_mutex_destroy(&store->lock);
+	free(store);
 }
 
-static void policy_stamp_read(const char *path, struct policy_file_stamp *stamp)
+int policy_store_set(struct policy_store *store, struct policy_allowlist *list,
+		     const struct policy_limits *limits, const char **why)
 {
-	struct stat st;
+	enum policy_commands mode = list->mode;
+	int err = 0;
 
-	memset(stamp, 0, sizeof(*stamp));
-	if (stat(path, &st) < 0)
-		return;
-	stamp->present = true;
-	stamp->dev = st.st_dev;
-	stamp->ino = st.st_ino;
-	stamp->size = st.st_size;
-	stamp->mtime = st.st_mtim;
-}
-
-static bool policy_stamp_equal(const struct policy_file_stamp *a,
-			       const struct policy_file_stamp *b)
-{
-	if (a->present != b->present)
-		return false;
-	if (!a->present)
-		return true;
-	return a->dev == b->dev && a->ino == b->ino && a->size == b->size &&
-	       a->mtime.tv_sec == b->mtime.tv_sec && a->mtime.tv_nsec == b->mtime.tv_nsec;
-}
-
-static int policy_read_file(const char *path, char **text, size_t *len)
-{
-	char *buf;
-	size_t used = 0;
-	int fd, err = 0;
-
-	fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-	if (fd < 0)
-		return -errno;
-	buf = malloc(POLICY_FILE_MAX);
-	if (!buf) {
-		close(fd);
-		return -ENOMEM;
+	if (!limits->max_open_files || !limits->max_processes || !limits->max_file_size) {
+		*why = "every resource limit must be a positive integer";
+		policy_allowlist_free(list);
+		return -EINVAL;
 	}
-	for (;;) {
-		ssize_t n = read(fd, buf + used, POLICY_FILE_MAX - used);
-
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n < 0) {
-			err = -errno;
-			break;
-		}
-		if (n == 0)
-			break;
-		used += (size_t)n;
-		if (used == POLICY_FILE_MAX) {
-			err = -EFBIG;
-			break;
-		}
+	pthread_mutex_lock(&store->lock);
+	if (!store->accepting) {
+		*why = "the session's policy is set already; it cannot be changed from inside the "
+		       "session";
+		err = -EBUSY;
+	} else {
+		policy_allowlist_free(&store->allowlist);
+		store->allowlist = *list;
+		memset(list, 0, sizeof(*list));
+		store->limits = *limits;
+		store->accepting = false;
 	}
-	close(fd);
+	pthread_mutex_unlock(&store->lock);
 	if (err) {
-		free(buf);
+		policy_allowlist_free(list);
 		return err;
 	}
-	*text = buf;
-	*len = used;
+	agent_info("policy set: %s, limits nofile %llu nproc %llu fsize %llu",
+		   mode == POLICY_COMMANDS_ANY ? "every command allowed" : "allowlist only",
+		   (unsigned long long)limits->max_open_files,
+		   (unsigned long long)limits->max_processes,
+		   (unsigned long long)limits->max_file_size);
 	return 0;
 }
 
-static void policy_reload_allowlist(struct policy_cache *cache)
+void policy_store_reopen(struct policy_store *store)
 {
-	char *text;
-	size_t len;
-	int err;
-
-	policy_allowlist_free(&cache->allowlist);
-	if (!cache->allowlist_stamp.present) {
-		agent_info("no %s: every command is allowed", cache->allowlist_path);
-		return;
-	}
-	err = policy_read_file(cache->allowlist_path, &text, &len);
-	if (!err) {
-		err = policy_parse_allowlist(text, len, &cache->allowlist);
-		free(text);
-	}
-	if (err) {
-		cache->allowlist.deny_all = true;
-		agent_error("%s is unreadable or not a JSON array of strings (%s): refusing every "
-			    "command until it is fixed", cache->allowlist_path, strerror(-err));
-		return;
-	}
-	agent_info("allowlist %s: %zu command(s)%s", cache->allowlist_path,
-		   cache->allowlist.count, cache->allowlist.count ? "" : " (allow all)");
+	pthread_mutex_lock(&store->lock);
+	store->accepting = true;
+	pthread_mutex_unlock(&store->lock);
 }
 
-static void policy_reload_limits(struct policy_cache *cache)
-{
-	char *text;
-	size_t len;
-	int err;
-
-	policy_limits_default(&cache->limits);
-	if (!cache->limits_stamp.present)
-		return;
-	err = policy_read_file(cache->limits_path, &text, &len);
-	if (!err) {
-		err = policy_parse_limits(text, len, &cache->limits);
-		free(text);
-	}
-	if (err)
-		agent_warn("%s is unreadable or malformed (%s): using default limits",
-			   cache->limits_path, strerror(-err));
-}
-
-int policy_cache_check(struct policy_cache *cache, const char *program,
+int policy_store_check(struct policy_store *store, const char *resolved,
 		       struct policy_limits *limits)
 {
-	struct policy_file_stamp allow_now, limits_now;
 	int verdict;
 
-	policy_stamp_read(cache->allowlist_path, &allow_now);
-	policy_stamp_read(cache->limits_path, &limits_now);
-	pthread_mutex_lock(&cache->lock);
-	if (!cache->loaded || !policy_stamp_equal(&allow_now, &cache->allowlist_stamp)) {
-		cache->allowlist_stamp = allow_now;
-		policy_reload_allowlist(cache);
-	}
-	if (!cache->loaded || !policy_stamp_equal(&limits_now, &cache->limits_stamp)) {
-		cache->limits_stamp = limits_now;
-		policy_reload_limits(cache);
-	}
-	cache->loaded = true;
-	verdict = policy_allowlist_permits(&cache->allowlist, program) ? 0 : -EACCES;
-	*limits = cache->limits;
-	pthread_mutex_unlock(&cache->lock);
+	pthread_mutex_lock(&store->lock);
+	verdict = policy_allowlist_permits(&store->allowlist, resolved) ? 0 : -EACCES;
+	if (verdict && store->allowlist.mode == POLICY_COMMANDS_NONE)
+		agent_warn("refusing '%s': the host has not sent the session's policy yet",
+			   resolved ? resolved : "?");
+	*limits = store->limits;
+	pthread_mutex_unlock(&store->lock);
 	return verdict;
 }

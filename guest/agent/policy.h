@@ -1,8 +1,17 @@
 /*
- * Exec policy: the command allowlist and the child resource limits, read from
- * <dir>/allowed_commands.json and <dir>/resource_limits.json. The host writes these files after
- * boot, so the cache re-reads a file whenever its identity, size or mtime changes and every exec
- * or PTY open sees the current policy. Parsing is separate from the cache so tests feed strings.
+ * Exec policy: the command allowlist and the child resource limits. The host sends them with
+ * one SetPolicy request right after the handshake (docs/protocol.md §8) and the agent keeps
+ * them in memory only, so nothing the sandbox user can write (no file, no directory) can
+ * change them. Until a policy arrives nothing runs: the built-in default refuses every
+ * command, and "allow every command" exists only as the host's explicit choice.
+ *
+ * Commands are matched on the path the agent will exec, never on the name a request used:
+ * spawn resolves the program through a fixed PATH (the request's env has no say) and
+ * policy_canonical_path turns the result into a canonical directory plus the file name. A
+ * bare allowlist entry ("sh") matches that name only in one of the trusted system directories
+ * (root-owned, writable by nobody else); an absolute entry matches its own canonical path.
+ * The file name itself is not resolved, so a multi-call binary (busybox) that dispatches on
+ * its name is matched by the name it is run as.
  */
 #ifndef VOIDBOX_AGENT_POLICY_H
 #define VOIDBOX_AGENT_POLICY_H
@@ -11,8 +20,6 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define POLICY_ALLOWLIST_FILE "allowed_commands.json"
-#define POLICY_LIMITS_FILE "resource_limits.json"
 #define POLICY_DEFAULT_MAX_OPEN_FILES 1024u
 #define POLICY_DEFAULT_MAX_PROCESSES 512u
 #define POLICY_DEFAULT_MAX_FILE_SIZE (100u * 1024u * 1024u)
@@ -23,39 +30,63 @@ struct policy_limits {
 	uint64_t max_file_size;
 };
 
-/* count == 0 and !deny_all means "allow everything" (absent or empty list). */
+/* Which commands run: a closed set, so "empty list" never silently means "everything". */
+enum policy_commands {
+	POLICY_COMMANDS_NONE,    /* no policy yet: nothing runs */
+	POLICY_COMMANDS_LISTED,  /* only the listed names and paths */
+	POLICY_COMMANDS_ANY,     /* the host said so explicitly */
+};
+
 struct policy_allowlist {
+	enum policy_commands mode;
 	char **names;
 	size_t count;
-	bool deny_all; /* the file exists but is unreadable or malformed: fail closed */
 };
 
 void policy_limits_default(struct policy_limits *out);
 
 /*
- * Parses {"max_open_files":N,"max_processes":N,"max_file_size":N}; missing keys keep the
- * defaults, other keys are ignored. Returns 0, or -EINVAL (out holds the defaults) when the
- * text is not a JSON object or a known key is not a positive integer.
+ * Builds an allowlist from the host's SetPolicy fields. Entries must be non-empty and either
+ * a bare name (no '/') or an absolute path; anything else is -EINVAL with *why set.
  */
-int policy_parse_limits(const char *json, size_t len, struct policy_limits *out);
-
-/* Parses a JSON array of basenames. Returns 0 or -EINVAL (out is then empty). */
-int policy_parse_allowlist(const char *json, size_t len, struct policy_allowlist *out);
+int policy_allowlist_build(struct policy_allowlist *out, bool allow_all, char *const *names,
+			   size_t count, const char **why);
 void policy_allowlist_free(struct policy_allowlist *list);
-/* True when the basename of program is listed, or the list allows everything. */
-bool policy_allowlist_permits(const struct policy_allowlist *list, const char *program);
-
-struct policy_cache;
-
-/* dir is where the two policy files live (normally /etc/voidbox). */
-struct policy_cache *policy_cache_new(const char *dir);
-void policy_cache_free(struct policy_cache *cache);
 
 /*
- * Refreshes the cache from disk if a file changed, then decides for program. Fills *limits with
- * the limits to apply. Returns 0 when allowed, -EACCES when the allowlist refuses it.
+ * realpath() of path's directory joined with its last component, into out. A relative path
+ * is taken relative to base_dir (NULL: the current directory). -ENOENT when the directory
+ * does not exist, -EINVAL when the last component is empty, "." or "..".
  */
-int policy_cache_check(struct policy_cache *cache, const char *program,
+int policy_canonical_path(const char *path, const char *base_dir, char *out, size_t size);
+
+/* True when the allowlist lets the program at canonical path resolved run. */
+bool policy_allowlist_permits(const struct policy_allowlist *list, const char *resolved);
+
+struct policy_store;
+
+/* A store with no policy yet: every check is refused, limits are the defaults. */
+struct policy_store *policy_store_new(void);
+void policy_store_free(struct policy_store *store);
+
+/*
+ * Installs the session's policy, taking ownership of *list (emptied on return either way).
+ * Accepted once per session: -EBUSY when a policy is set already and policy_store_reopen was
+ * not called since, -EINVAL when a limit is zero. *why says what was wrong.
+ */
+int policy_store_set(struct policy_store *store, struct policy_allowlist *list,
+		     const struct policy_limits *limits, const char **why);
+/*
+ * A rekey starts a new session: the policy in force stays, and the host may send the new
+ * session's SetPolicy once.
+ */
+void policy_store_reopen(struct policy_store *store);
+
+/*
+ * Decides for the program at canonical path resolved (from policy_canonical_path) and fills
+ * *limits. Returns 0 when allowed, -EACCES when refused.
+ */
+int policy_store_check(struct policy_store *store, const char *resolved,
 		       struct policy_limits *limits);
 
 #endif

@@ -278,12 +278,15 @@ static int pty_spawn(struct pty_session *session, const struct proto_pty_open *o
 	int report[2], err, status;
 	pid_t pid;
 
-	if (policy_cache_check(ctx->policy, open_msg->program, &limits) != 0)
-		return asprintf(error, "Command '%s' is not in the allowed commands list",
-				open_msg->program) < 0 ? -ENOMEM : -EACCES;
-	err = spawn_plan_build(&plan, &request, &limits, ctx->drop_privileges, error);
+	err = spawn_plan_build(&plan, &request, ctx->drop_privileges, error);
 	if (err)
 		return err;
+	if (policy_store_check(ctx->policy, plan.path, &limits) != 0) {
+		spawn_plan_free(&plan);
+		return asprintf(error, "Command '%s' is not in the allowed commands list",
+				open_msg->program) < 0 ? -ENOMEM : -EACCES;
+	}
+	plan.limits = limits;
 	if (pipe2(report, O_CLOEXEC) < 0) {
 		err = -errno;
 		goto out_plan;

@@ -22,7 +22,6 @@
 #include "agent_log.h"
 #include "proto/protocol.h"
 
-#define RESTORE_MAX_CONNS 256
 #define RESTORE_SEED_MAX 256
 #define RESTORE_URANDOM "/dev/urandom"
 #define RESTORE_HWRNG "/dev/hwrng"
@@ -55,19 +54,22 @@ static bool restore_secret_matches_locked(const struct agent_context *ctx,
 	return ctx->has_secret && proto_secret_equal(secret, ctx->secret);
 }
 
-bool restore_authenticate(const struct agent_context *ctx, const uint8_t secret[PROTO_SECRET_SIZE],
-			  int fd)
+int restore_authenticate(const struct agent_context *ctx, const uint8_t secret[PROTO_SECRET_SIZE],
+			 int fd)
 {
-	bool match;
+	int verdict = 0;
 
 	pthread_mutex_lock(&restore_lock);
-	match = restore_secret_matches_locked(ctx, secret);
-	if (match && restore_conn_count < RESTORE_MAX_CONNS)
+	if (!restore_secret_matches_locked(ctx, secret))
+		verdict = -EACCES;
+	else if (restore_conn_count >= RESTORE_MAX_CONNS)
+		verdict = -EMFILE;
+	else
 		restore_conns[restore_conn_count++] = (struct restore_conn_entry){
 			.fd = fd, .generation = restore_generation,
 		};
 	pthread_mutex_unlock(&restore_lock);
-	return match;
+	return verdict;
 }
 
 /* fd's registry entry, or NULL. Caller holds restore_lock. */
@@ -161,7 +163,12 @@ out:
 	return rc;
 }
 
-/* RNDADDENTROPY credits the seed; a plain write (no credit) is the fallback. */
+/*
+ * RNDADDENTROPY credits the seed; a plain write (no credit) is the fallback. Neither changes
+ * what the CRNG hands out next: it keeps the key it had when the snapshot was taken until its
+ * next scheduled reseed, so every clone of one snapshot would draw the same bytes until then.
+ * RNDRESEEDCRNG forces the reseed from the pool that now holds the seed.
+ */
 static void restore_add_entropy(const uint8_t *seed, size_t len)
 {
 	/* rand_pool_info ends in a flexible array: the seed follows it in the same buffer. */
@@ -179,7 +186,11 @@ static void restore_add_entropy(const uint8_t *seed, size_t len)
 	pool.info.buf_size = (int)len;
 	memcpy(pool.bytes + sizeof(struct rand_pool_info), seed, len);
 	if (ioctl(fd, RNDADDENTROPY, &pool) < 0 && write(fd, seed, len) < 0)
-		agent_warn("restore: cannot reseed the RNG: %s", strerror(errno));
+		agent_warn("restore: cannot add the seed to the RNG: %s", strerror(errno));
+	if (ioctl(fd, RNDRESEEDCRNG) < 0)
+		agent_warn("restore: cannot force an RNG reseed (RNDRESEEDCRNG): %s; clones of "
+			   "this snapshot may share random output until the kernel reseeds",
+			   strerror(errno));
 	explicit_bzero(&pool, sizeof(pool));
 	close(fd);
 }

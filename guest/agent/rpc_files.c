@@ -1,7 +1,7 @@
 /*
- * One small function per RPC, each: decode, operate, encode, send, free. Operation failures are
- * answered with success=false, the guard's message and the code of its errno (the host acts
- * on the code); only undecodable bodies are protocol errors.
+ * One small function per RPC (the file RPCs and SetPolicy), each: decode, operate, encode,
+ * send, free. Operation failures are answered with success=false, the guard's message and the
+ * code of its errno (the host acts on the code); only undecodable bodies are protocol errors.
  */
 #include "rpc_files.h"
 
@@ -11,11 +11,12 @@
 #include "proto/protocol.h"
 
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-static void rpc_send_status(struct agent_conn *conn, uint8_t type, uint32_t request_id,
-			    const char *error, int err)
+void rpc_send_status(struct agent_conn *conn, uint8_t type, uint32_t request_id,
+		     const char *error, int err)
 {
 	struct proto_status_response response = {
 		.success = !error,
@@ -47,9 +48,14 @@ static int rpc_write_file(struct agent_conn *conn, uint32_t request_id, const ui
 		err = restore_apply(request.content.data, request.content.len, conn->ctx->is_pid1,
 				    &error);
 
-		/* every other old connection is gone before the host hears of the switch */
-		if (err == 0)
+		/*
+		 * every other old connection is gone before the host hears of the switch, and
+		 * the new session may set its policy once
+		 */
+		if (err == 0) {
 			restore_retire_stale_connections(conn->fd);
+			policy_store_reopen(conn->ctx->policy);
+		}
 		rpc_send_status(conn, PROTO_MSG_WRITE_FILE_RESPONSE, request_id, error, err);
 		free(error);
 		proto_write_file_free(&request);
@@ -143,6 +149,39 @@ static int rpc_file_stat(struct agent_conn *conn, uint32_t request_id, const uin
 	}
 	proto_file_stat_response_free(&response);
 	proto_path_request_free(&request);
+	return 0;
+}
+
+int rpc_policy_handle(struct agent_conn *conn, uint32_t request_id, const uint8_t *body,
+		      size_t len)
+{
+	struct proto_set_policy request = { 0 };
+	struct policy_allowlist list;
+	struct policy_limits limits;
+	const char *why = NULL;
+	char *error = NULL;
+	int err;
+
+	if (proto_set_policy_decode(body, len, &request, &why) != 0) {
+		agent_warn("SetPolicy %u malformed: %s", request_id, why ? why : "?");
+		return -EPROTO;
+	}
+	limits = (struct policy_limits){ .max_open_files = request.max_open_files,
+					 .max_processes = request.max_processes,
+					 .max_file_size = request.max_file_size };
+	err = policy_allowlist_build(&list, request.allow_all_commands, request.commands,
+				     request.commands_count, &why);
+	if (!err)
+		err = policy_store_set(conn->ctx->policy, &list, &limits, &why);
+	if (err && asprintf(&error, "Refusing SetPolicy: %s", err == -ENOMEM ?
+			    "out of memory" : why) < 0)
+		error = NULL;
+	if (err)
+		agent_warn("SetPolicy %u: %s", request_id, error ? error : "refused");
+	rpc_send_status(conn, PROTO_MSG_SET_POLICY_RESPONSE, request_id,
+			err && !error ? "Refusing SetPolicy" : error, err);
+	free(error);
+	proto_set_policy_free(&request);
 	return 0;
 }
 

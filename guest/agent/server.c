@@ -186,11 +186,18 @@ static int server_handshake(struct agent_conn *conn)
 		agent_warn("handshake: closing: malformed Ping");
 		goto out;
 	}
-	if (!restore_authenticate(ctx, ping.secret, conn->fd)) {
+	err = restore_authenticate(ctx, ping.secret, conn->fd);
+	if (err == -EMFILE) {
+		agent_warn("handshake: closing: %d connections are open already; close one first",
+			   RESTORE_MAX_CONNS);
+		goto out;
+	}
+	if (err) {
 		agent_warn("handshake: closing: %s", ctx->has_secret ? "wrong session secret" :
 					"the agent has no session secret (voidbox.secret missing)");
 		goto out;
 	}
+	err = -EACCES;
 	if (!(ping.flags & PROTO_FLAG_SUPPORTS_MULTIPLEX)) {
 		agent_warn("handshake: closing: peer (version %u) lacks multiplexing, which v2 "
 			   "requires", ping.version);
@@ -232,6 +239,8 @@ static int server_dispatch(struct agent_conn *conn, const struct server_frame *f
 	case PROTO_MSG_FILE_STAT:
 		return rpc_files_handle(conn, frame->type, frame->request_id, frame->payload,
 					frame->len);
+	case PROTO_MSG_SET_POLICY:
+		return rpc_policy_handle(conn, frame->request_id, frame->payload, frame->len);
 	case PROTO_MSG_SUBSCRIBE_TELEMETRY:
 		return telemetry_start(conn, frame->request_id, frame->payload, frame->len) ==
 				       -EPROTO ? -EPROTO : 0;

@@ -1,6 +1,8 @@
 /*
  * The environment is assembled as a small key=value vector: the agent's own environment, then
- * the sandbox defaults, then the request's variables, each replacing an earlier key. The child
+ * the sandbox defaults, then the request's variables, each replacing an earlier key. The
+ * child's PATH is the request's business (it decides what the child itself runs later); the
+ * program the agent execs is looked up through a fixed path instead. The child
  * side is strictly async-signal-safe (no malloc, no stdio) because the agent is multithreaded.
  */
 #include "spawn.h"
@@ -14,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -23,6 +26,9 @@
 #define SPAWN_PTY_TERM "xterm-256color"
 #define SPAWN_PTY_PATH_PREFIX AGENT_SANDBOX_HOME "/.local/bin:/usr/local/bin"
 #define SPAWN_REQUIRED_PATH_DIR "/usr/local/bin"
+/* Where a program name is looked up; fixed, so a request's PATH cannot redirect the lookup. */
+#define SPAWN_EXEC_LOOKUP_PATH AGENT_DEFAULT_PATH
+#define SPAWN_PTY_LOOKUP_PATH SPAWN_PTY_PATH_PREFIX ":" AGENT_DEFAULT_PATH
 
 extern char **environ;
 
@@ -30,6 +36,7 @@ static const char *const spawn_stage_names[] = {
 	[SPAWN_STAGE_CHDIR] = "chdir",
 	[SPAWN_STAGE_RLIMIT] = "setrlimit",
 	[SPAWN_STAGE_CREDENTIALS] = "dropping to uid 1000",
+	[SPAWN_STAGE_NO_NEW_PRIVS] = "setting no_new_privs",
 	[SPAWN_STAGE_EXEC] = "exec",
 	[SPAWN_STAGE_STDIO] = "stdio setup",
 };
@@ -156,25 +163,37 @@ static bool path_is_executable(const char *path)
 	return stat(path, &st) == 0 && S_ISREG(st.st_mode) && access(path, X_OK) == 0;
 }
 
-/* Looks program up in search_path (the child's PATH); *resolved is heap. */
-static int spawn_resolve(const char *program, const char *search_path, char **resolved)
+/*
+ * Looks program up the way the agent will exec it: a name without '/' through the fixed
+ * lookup_path, a path as given (relative ones from working_dir, where the child starts).
+ * *resolved (heap) is the canonical path policy_store_check decides on and execve runs, so
+ * nothing can change between the decision and the exec but root-owned directories.
+ */
+static int spawn_resolve(const char *program, const char *lookup_path, const char *working_dir,
+			 char **resolved)
 {
-	const char *p = search_path;
+	char canonical[PATH_MAX];
+	const char *p = lookup_path;
+	int err;
 
 	if (strchr(program, '/')) {
-		*resolved = strdup(program);
+		err = policy_canonical_path(program, working_dir, canonical, sizeof(canonical));
+		if (err)
+			return err;
+		*resolved = strdup(canonical);
 		return *resolved ? 0 : -ENOMEM;
 	}
 	while (p && *p) {
 		const char *end = strchrnul(p, ':');
 		char *candidate;
 
-		if (asprintf(&candidate, "%.*s/%s", (int)(end - p), end == p ? "." : p,
-			     program) < 0)
+		if (asprintf(&candidate, "%.*s/%s", (int)(end - p), p, program) < 0)
 			return -ENOMEM;
-		if (path_is_executable(candidate)) {
-			*resolved = candidate;
-			return 0;
+		if (end > p && path_is_executable(candidate) &&
+		    policy_canonical_path(candidate, NULL, canonical, sizeof(canonical)) == 0) {
+			free(candidate);
+			*resolved = strdup(canonical);
+			return *resolved ? 0 : -ENOMEM;
 		}
 		free(candidate);
 		p = *end ? end + 1 : NULL;
@@ -199,15 +218,17 @@ static int spawn_build_argv(struct spawn_plan *plan, const struct spawn_request 
 }
 
 int spawn_plan_build(struct spawn_plan *plan, const struct spawn_request *request,
-		     const struct policy_limits *limits, bool drop_privileges, char **error)
+		     bool drop_privileges, char **error)
 {
+	const char *lookup_path = request->kind == SPAWN_KIND_PTY ? SPAWN_PTY_LOOKUP_PATH :
+								    SPAWN_EXEC_LOOKUP_PATH;
 	struct env_vector env = { 0 };
 	int err;
 
 	memset(plan, 0, sizeof(*plan));
 	*error = NULL;
 	plan->kind = request->kind;
-	plan->limits = *limits;
+	policy_limits_default(&plan->limits);
 	plan->apply_fsize_limit = !(request->kind == SPAWN_KIND_PTY && request->interactive);
 	plan->drop_privileges = drop_privileges;
 	plan->stdio[0] = plan->stdio[1] = plan->stdio[2] = -1;
@@ -225,9 +246,11 @@ int spawn_plan_build(struct spawn_plan *plan, const struct spawn_request *reques
 			err = -ENOMEM;
 	}
 	if (!err) {
-		err = spawn_resolve(request->program, env_get(&env, "PATH"), &plan->path);
-		if (err == -ENOENT && asprintf(error, "Failed to spawn '%s': not found in PATH (%s)",
-					       request->program, env_get(&env, "PATH")) < 0)
+		err = spawn_resolve(request->program, lookup_path, request->working_dir,
+				    &plan->path);
+		if (err == -ENOENT && asprintf(error, "Failed to spawn '%s': not found in %s",
+					       request->program, strchr(request->program, '/') ?
+					       "the filesystem" : lookup_path) < 0)
 			*error = NULL;
 	}
 	plan->envp = env.items;
@@ -283,6 +306,21 @@ static int spawn_set_limit(int resource, uint64_t value)
 	return setrlimit(resource, &limit);
 }
 
+/*
+ * Empties the capability bounding set, so nothing the child execs can regain a capability
+ * (file capabilities, or a setuid-root binary should no_new_privs ever be lifted). Needs
+ * CAP_SETPCAP, which only a root agent has; the loop ends at the first number the kernel does
+ * not know (EINVAL), so it needs no cap_last_cap read in the async-signal-safe child.
+ */
+static int spawn_drop_bounding_set(void)
+{
+	for (int cap = 0;; cap++) {
+		if (prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) == 0)
+			continue;
+		return errno == EINVAL && cap > 0 ? 0 : -1;
+	}
+}
+
 void spawn_child_exec(const struct spawn_plan *plan, int report_fd)
 {
 	static const gid_t sandbox_groups[] = { AGENT_SANDBOX_GID };
@@ -301,9 +339,12 @@ void spawn_child_exec(const struct spawn_plan *plan, int report_fd)
 	     spawn_set_limit(RLIMIT_FSIZE, plan->limits.max_file_size) < 0))
 		spawn_child_fail(report_fd, SPAWN_STAGE_RLIMIT);
 	if (plan->drop_privileges &&
-	    (setgroups(1, sandbox_groups) < 0 || setgid(AGENT_SANDBOX_GID) < 0 ||
-	     setuid(AGENT_SANDBOX_UID) < 0))
+	    (spawn_drop_bounding_set() < 0 || setgroups(1, sandbox_groups) < 0 ||
+	     setgid(AGENT_SANDBOX_GID) < 0 || setuid(AGENT_SANDBOX_UID) < 0))
 		spawn_child_fail(report_fd, SPAWN_STAGE_CREDENTIALS);
+	/* A setuid binary or file capabilities would otherwise undo the uid drop at exec. */
+	if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0)
+		spawn_child_fail(report_fd, SPAWN_STAGE_NO_NEW_PRIVS);
 	/* After the drop, so the sandbox user's own permissions decide where it may start. */
 	if (plan->working_dir && chdir(plan->working_dir) < 0)
 		spawn_child_fail(report_fd, SPAWN_STAGE_CHDIR);

@@ -1,7 +1,9 @@
 /*
  * Building and starting a sandboxed child, shared by exec and PTY sessions so both apply the
- * same rules: PATH lookup done in the parent with the child's final environment, uid/gid 1000
- * with supplementary groups reset, rlimits from policy, the working directory, and exec errors
+ * same rules: the program looked up in the parent through a fixed PATH (never the request's)
+ * and canonicalized so the allowlist decides on what execve runs, uid/gid 1000
+ * with supplementary groups reset and an empty capability bounding set, no_new_privs (so no
+ * setuid binary undoes the drop), rlimits from policy, the working directory, and exec errors
  * reported back through a close-on-exec pipe. Everything that allocates happens before fork.
  */
 #ifndef VOIDBOX_AGENT_SPAWN_H
@@ -50,6 +52,7 @@ enum spawn_stage {
 	SPAWN_STAGE_CREDENTIALS,
 	SPAWN_STAGE_EXEC,
 	SPAWN_STAGE_STDIO,
+	SPAWN_STAGE_NO_NEW_PRIVS,
 };
 
 struct spawn_failure {
@@ -58,11 +61,13 @@ struct spawn_failure {
 };
 
 /*
- * Resolves the program and builds argv/envp. Returns 0, or -errno with *error set to a
- * user-facing message (e.g. the program is not on PATH).
+ * Resolves the program (plan->path: the canonical path to check with policy_store_check and
+ * exec) and builds argv/envp; plan->limits are the defaults until the caller sets the
+ * policy's. Returns 0, or -errno with *error set to a user-facing message (e.g. the program
+ * is not found).
  */
 int spawn_plan_build(struct spawn_plan *plan, const struct spawn_request *request,
-		     const struct policy_limits *limits, bool drop_privileges, char **error);
+		     bool drop_privileges, char **error);
 void spawn_plan_free(struct spawn_plan *plan);
 
 /* Runs in the forked child; never returns. report_fd is the close-on-exec error pipe. */

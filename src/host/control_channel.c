@@ -954,6 +954,22 @@ int control_channel_write_file(struct control_channel *ch, const char *path, con
 	return rc;
 }
 
+int control_channel_set_policy(struct control_channel *ch, const struct proto_set_policy *policy,
+			       int timeout_ms)
+{
+	uint8_t *body;
+	size_t body_len;
+	int rc = proto_set_policy_encode(policy, &body, &body_len);
+
+	if (rc < 0)
+		return control_channel_fail(rc, "cannot encode SetPolicy (%s)", strerror(-rc));
+	rc = status_call(ch, "setting", "the exec policy", PROTO_MSG_SET_POLICY, body, body_len,
+			 PROTO_MSG_SET_POLICY_RESPONSE,
+			 resolve_timeout(timeout_ms, TIMEOUT_WRITE_FILE_MS));
+	free(body);
+	return rc;
+}
+
 int control_channel_mkdir_p(struct control_channel *ch, const char *path, int timeout_ms)
 {
 	uint8_t *body;

@@ -90,6 +90,13 @@ int control_channel_write_file(struct control_channel *ch, const char *path, con
 			       size_t len, bool create_parents, int timeout_ms);
 int control_channel_read_file(struct control_channel *ch, const char *path,
 			      struct proto_bytes *out, int timeout_ms);
+/*
+ * SetPolicy: the session's allowlist and limits (docs/protocol.md §8). The agent refuses
+ * every command until it has one and accepts one per session: -EPERM (agent's text in
+ * last_error) when it refuses this one.
+ */
+int control_channel_set_policy(struct control_channel *ch, const struct proto_set_policy *policy,
+			       int timeout_ms);
 int control_channel_mkdir_p(struct control_channel *ch, const char *path, int timeout_ms);
 /* A missing file is success with out->exists == false. */
 int control_channel_file_stat(struct control_channel *ch, const char *path,

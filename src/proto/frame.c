@@ -63,6 +63,8 @@ static const char *const proto_type_names[] = {
 	[PROTO_MSG_PTY_RESIZE] = "PtyResize",
 	[PROTO_MSG_PTY_CLOSE] = "PtyClose",
 	[PROTO_MSG_PTY_CLOSED] = "PtyClosed",
+	[PROTO_MSG_SET_POLICY] = "SetPolicy",
+	[PROTO_MSG_SET_POLICY_RESPONSE] = "SetPolicyResponse",
 };
 
 bool proto_msg_type_is_valid(uint8_t type)

@@ -1160,3 +1160,42 @@ void proto_pty_closed_free(struct proto_pty_closed *msg)
 }
 
 PROTO_DEFINE_CODEC(pty_closed, "PtyClosed", BODY_EMPTY_INVALID)
+
+/* ---- SetPolicy ---------------------------------------------------------------------------- */
+
+static void set_policy_to_json(const struct proto_set_policy *msg, json_t *root, int *err)
+{
+	put(root, "allow_all_commands", json_boolean(msg->allow_all_commands), err);
+	put(root, "commands", json_from_string_array(msg->commands, msg->commands_count), err);
+	put(root, "max_open_files", json_from_uint(msg->max_open_files), err);
+	put(root, "max_processes", json_from_uint(msg->max_processes), err);
+	put(root, "max_file_size", json_from_uint(msg->max_file_size), err);
+}
+
+/* Every field is required: a policy is the host's explicit decision, never a default. */
+static int set_policy_from_json(json_t *root, struct proto_set_policy *out, const char **why)
+{
+	int rc;
+
+	if ((rc = field_bool(root, "allow_all_commands", FIELD_REQUIRED, &out->allow_all_commands,
+			     why)))
+		return rc;
+	if (!field_get(root, "commands"))
+		return field_missing("commands", FIELD_REQUIRED, why);
+	if ((rc = field_string_array(root, "commands", &out->commands, &out->commands_count,
+				     why)) ||
+	    (rc = field_u64(root, "max_open_files", &out->max_open_files, why)) ||
+	    (rc = field_u64(root, "max_processes", &out->max_processes, why)))
+		return rc;
+	return field_u64(root, "max_file_size", &out->max_file_size, why);
+}
+
+void proto_set_policy_free(struct proto_set_policy *msg)
+{
+	if (!msg)
+		return;
+	string_array_free(msg->commands, msg->commands_count);
+	memset(msg, 0, sizeof(*msg));
+}
+
+PROTO_DEFINE_CODEC(set_policy, "SetPolicy", BODY_EMPTY_INVALID)

@@ -62,7 +62,9 @@ enum proto_msg_type {
 	PROTO_MSG_PTY_RESIZE = 25,
 	PROTO_MSG_PTY_CLOSE = 26,
 	PROTO_MSG_PTY_CLOSED = 27,
-	PROTO_MSG_TYPE_LAST = PROTO_MSG_PTY_CLOSED,
+	PROTO_MSG_SET_POLICY = 28,
+	PROTO_MSG_SET_POLICY_RESPONSE = 29,
+	PROTO_MSG_TYPE_LAST = PROTO_MSG_SET_POLICY_RESPONSE,
 };
 
 bool proto_msg_type_is_valid(uint8_t type);
@@ -288,6 +290,20 @@ struct proto_pty_open {
 	bool interactive;                /* default false */
 };
 
+/*
+ * SetPolicy: the exec policy of the session, sent by the host right after the handshake and
+ * held by the agent in memory (docs/protocol.md §8). allow_all_commands is the host's explicit
+ * choice; with it false only the listed commands run (bare names or absolute paths).
+ */
+struct proto_set_policy {
+	bool allow_all_commands;
+	char **commands;                 /* commands_count entries */
+	size_t commands_count;
+	uint64_t max_open_files;
+	uint64_t max_processes;
+	uint64_t max_file_size;
+};
+
 struct proto_pty_resize {
 	uint16_t cols;
 	uint16_t rows;
@@ -325,6 +341,7 @@ PROTO_DECLARE_CODEC(telemetry_batch);
 PROTO_DECLARE_CODEC(pty_open);
 PROTO_DECLARE_CODEC(pty_resize);
 PROTO_DECLARE_CODEC(pty_closed);
+PROTO_DECLARE_CODEC(set_policy);
 
 /* Base64 helpers (RFC 4648, padded) used by the codecs and by tests. */
 char *proto_base64_encode(const uint8_t *data, size_t len);

@@ -45,6 +45,19 @@
 /* set to 1 to boot even where the KVM probe finds standard guests emulated (PVM) */
 #define SANDBOX_ALLOW_SLOW_KVM_ENV "VOIDBOX_ALLOW_SLOW_KVM"
 
+/* The host's default when the caller configured no policy: explicit, never inferred. */
+static const struct proto_set_policy sandbox_default_policy_value = {
+	.allow_all_commands = true,
+	.max_open_files = SANDBOX_DEFAULT_MAX_OPEN_FILES,
+	.max_processes = SANDBOX_DEFAULT_MAX_PROCESSES,
+	.max_file_size = SANDBOX_DEFAULT_MAX_FILE_SIZE,
+};
+
+const struct proto_set_policy *sandbox_default_policy(void)
+{
+	return &sandbox_default_policy_value;
+}
+
 struct sandbox {
 	struct vm *vm;
 	struct control_channel *channel;
@@ -57,6 +70,9 @@ struct sandbox {
 	long boot_ms;
 	bool exited;
 	enum vm_exit_reason exit_reason;
+	/* what the agent was told (deep copy), so a fork can tell its children the same */
+	struct proto_set_policy policy;
+	bool has_policy;
 };
 
 static long monotonic_ms(void)
@@ -224,6 +240,62 @@ static int sandbox_open_channel(struct sandbox *sandbox, int connect_deadline_ms
  * A KVM that emulates standard guests (PVM hosts) boots a stock kernel a thousand times
  * slower: say so with the remedy up front instead of letting the boot timeout run out.
  */
+static void sandbox_policy_clear(struct sandbox *sandbox)
+{
+	proto_set_policy_free(&sandbox->policy);
+	sandbox->has_policy = false;
+}
+
+static int sandbox_policy_keep(struct sandbox *sandbox, const struct proto_set_policy *policy)
+{
+	struct proto_set_policy *kept = &sandbox->policy;
+
+	sandbox_policy_clear(sandbox);
+	*kept = *policy;
+	kept->commands = NULL;
+	kept->commands_count = 0;
+	if (policy->commands_count) {
+		kept->commands = calloc(policy->commands_count, sizeof(*kept->commands));
+		if (!kept->commands)
+			return -ENOMEM;
+	}
+	for (size_t i = 0; i < policy->commands_count; i++) {
+		kept->commands[i] = strdup(policy->commands[i]);
+		if (!kept->commands[i]) {
+			sandbox_policy_clear(sandbox);
+			return -ENOMEM;
+		}
+		kept->commands_count++;
+	}
+	sandbox->has_policy = true;
+	return 0;
+}
+
+/*
+ * Sends the session's policy (NULL: nothing, the agent keeps what it has) and remembers it.
+ * A guest that cannot take it must not be used: with no policy it would refuse every command,
+ * and with an old one it would not enforce what the caller asked for.
+ */
+static int sandbox_send_policy(struct sandbox *sandbox, const struct proto_set_policy *policy,
+			       char *err, size_t errlen)
+{
+	int rc;
+
+	if (!policy)
+		return 0;
+	rc = control_channel_set_policy(sandbox->channel, policy, CONTROL_CHANNEL_TIMEOUT_DEFAULT);
+	if (rc < 0) {
+		snprintf(err, errlen, "the guest agent did not take the exec policy (%s): rebuild "
+			 "the image with this voidbox's agent (voidbox image build)",
+			 control_channel_last_error());
+		return rc;
+	}
+	rc = sandbox_policy_keep(sandbox, policy);
+	if (rc < 0)
+		snprintf(err, errlen, "out of memory");
+	return rc;
+}
+
 static int sandbox_check_kvm(char *err, size_t errlen)
 {
 	const char *allow_slow = getenv(SANDBOX_ALLOW_SLOW_KVM_ENV);
@@ -319,6 +391,15 @@ int sandbox_start(const struct sandbox_config *cfg, struct sandbox **out, char *
 	rc = sandbox_open_channel(sandbox, sandbox_boot_timeout_ms(cfg), err, errlen);
 	if (rc < 0)
 		goto fail;
+	if (!cfg->policy)
+		log_info(SANDBOX_LOG, "no command allowlist configured: the guest runs every "
+			 "command (limits: %u open files, %u processes, %u-byte files)",
+			 SANDBOX_DEFAULT_MAX_OPEN_FILES, SANDBOX_DEFAULT_MAX_PROCESSES,
+			 SANDBOX_DEFAULT_MAX_FILE_SIZE);
+	rc = sandbox_send_policy(sandbox, cfg->policy ? cfg->policy : &sandbox_default_policy_value,
+				 err, errlen);
+	if (rc < 0)
+		goto fail;
 	sandbox->boot_ms = monotonic_ms() - started_ms;
 	log_info(SANDBOX_LOG, "guest agent answered after %ld ms", sandbox->boot_ms);
 	*out = sandbox;
@@ -402,6 +483,7 @@ void sandbox_destroy(struct sandbox *sandbox, bool keep_serial_log)
 		vm_request_stop(sandbox->vm);
 	vm_destroy(sandbox->vm);
 	sandbox_remove_runtime_dir(sandbox, keep_serial_log);
+	sandbox_policy_clear(sandbox);
 	explicit_bzero(sandbox->secret, sizeof(sandbox->secret));
 	free(sandbox);
 }
@@ -477,7 +559,8 @@ static int sandbox_rekey_document(struct sandbox *sandbox, char *json, size_t le
  * the VM ends.
  */
 static int sandbox_rekey(struct sandbox *sandbox, const uint8_t old_secret[PROTO_SECRET_SIZE],
-			 int timeout_ms, char *err, size_t errlen)
+			 const struct proto_set_policy *policy, int timeout_ms, char *err,
+			 size_t errlen)
 {
 	char json[SANDBOX_REKEY_JSON_MAX];
 	int len, rc;
@@ -499,7 +582,8 @@ static int sandbox_rekey(struct sandbox *sandbox, const uint8_t old_secret[PROTO
 	}
 	control_channel_set_secret(sandbox->channel, sandbox->secret);
 	vm_snapshot_set_secret(sandbox->vm, sandbox->secret);
-	return 0;
+	/* the rekey opened the new session; its policy goes first, on the same connection */
+	return sandbox_send_policy(sandbox, policy, err, errlen);
 }
 
 int sandbox_start_from_snapshot(const struct sandbox_restore_config *cfg, struct sandbox **out,
@@ -534,7 +618,7 @@ int sandbox_start_from_snapshot(const struct sandbox_restore_config *cfg, struct
 	}
 	vm_secret_hex(sandbox->vm, old_hex);
 	proto_secret_from_hex(old_hex, old_secret);
-	rc = sandbox_rekey(sandbox, old_secret, timeout_ms, err, errlen);
+	rc = sandbox_rekey(sandbox, old_secret, cfg->policy, timeout_ms, err, errlen);
 	explicit_bzero(old_secret, sizeof(old_secret));
 	explicit_bzero(old_hex, sizeof(old_hex));
 	if (rc < 0)
@@ -563,6 +647,7 @@ int sandbox_snapshot(struct sandbox *sandbox, const char *dir,
 struct sandbox_rekey_job {
 	struct sandbox *child;
 	const uint8_t *old_secret;
+	const struct proto_set_policy *policy;
 	int rc;
 	char err[SANDBOX_REKEY_ERR_MAX];
 };
@@ -571,8 +656,8 @@ static void sandbox_rekey_job_run(void *item)
 {
 	struct sandbox_rekey_job *job = item;
 
-	job->rc = sandbox_rekey(job->child, job->old_secret, SANDBOX_DEFAULT_BOOT_TIMEOUT_MS,
-				job->err, sizeof(job->err));
+	job->rc = sandbox_rekey(job->child, job->old_secret, job->policy,
+				SANDBOX_DEFAULT_BOOT_TIMEOUT_MS, job->err, sizeof(job->err));
 }
 
 /*
@@ -591,8 +676,10 @@ static int sandbox_rekey_children(struct sandbox *parent, struct sandbox *childr
 		return -ENOMEM;
 	}
 	for (unsigned int i = 0; i < n; i++)
-		jobs[i] = (struct sandbox_rekey_job){ .child = children[i],
-						      .old_secret = parent->secret };
+		jobs[i] = (struct sandbox_rekey_job){
+			.child = children[i], .old_secret = parent->secret,
+			.policy = parent->has_policy ? &parent->policy : NULL,
+		};
 	parallel_for_each(jobs, n, sizeof(*jobs), sandbox_rekey_job_run);
 	for (unsigned int i = 0; i < n && rc == 0; i++) {
 		if (jobs[i].rc < 0) {

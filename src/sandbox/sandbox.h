@@ -4,9 +4,10 @@
  * Everything above this layer (the CLI, specs, workflows) talks to a sandbox and never to KVM,
  * devices or sockets directly.
  *
- * Start is "boot and wait until the agent answers": a VM that stops before that, or an agent
- * that never answers within the boot timeout, fails with a sentence that names the serial log,
- * so a broken kernel or initramfs is never a hang.
+ * Start is "boot, wait until the agent answers, hand it the exec policy": a VM that stops
+ * before that, or an agent that never answers within the boot timeout, fails with a sentence
+ * that names the serial log, so a broken kernel or initramfs is never a hang. The policy goes
+ * over the authenticated control connection, never through a file the sandbox could touch.
  */
 #ifndef VOIDBOX_SANDBOX_SANDBOX_H
 #define VOIDBOX_SANDBOX_SANDBOX_H
@@ -22,6 +23,10 @@
 #define SANDBOX_DEFAULT_MEMORY_MB 512
 #define SANDBOX_DEFAULT_VCPUS 1
 #define SANDBOX_DEFAULT_BOOT_TIMEOUT_MS 120000
+/* The limits of the host's default policy (applied as RLIMIT_NOFILE, _NPROC, _FSIZE). */
+#define SANDBOX_DEFAULT_MAX_OPEN_FILES 1024u
+#define SANDBOX_DEFAULT_MAX_PROCESSES 512u
+#define SANDBOX_DEFAULT_MAX_FILE_SIZE (100u * 1024u * 1024u)
 
 struct sandbox_config {
 	const char *kernel_path;
@@ -39,7 +44,17 @@ struct sandbox_config {
 	 * boot; true boots the bzImage as given, keeping the decompressor's KASLR.
 	 */
 	bool boot_compressed_kernel;
+	/*
+	 * The exec policy the agent enforces (docs/protocol.md §8), sent right after the
+	 * handshake, before anything can run. NULL: the host's default, every command allowed
+	 * with the SANDBOX_DEFAULT_* limits; the agent is told so explicitly, it never assumes
+	 * it (without a policy it refuses every command).
+	 */
+	const struct proto_set_policy *policy;
 };
+
+/* The host's default policy: every command, the SANDBOX_DEFAULT_* limits. */
+const struct proto_set_policy *sandbox_default_policy(void);
 
 /* $VOIDBOX_HOME/cache/kernels: where extracted kernels are kept. */
 int sandbox_kernel_cache_dir(char *out, size_t len);
@@ -99,6 +114,11 @@ struct sandbox_restore_config {
 	const char *serial_log_path; /* NULL: a file in the sandbox's runtime directory */
 	int timeout_ms;		     /* agent answer + rekey; 0: SANDBOX_DEFAULT_BOOT_TIMEOUT_MS */
 	bool track_dirty_pages;	     /* so sandbox_snapshot can later save a diff */
+	/*
+	 * Sent after the rekey. NULL: the restored agent keeps the policy it held when the
+	 * snapshot was taken (it lives in guest memory), which is never widened by a restore.
+	 */
+	const struct proto_set_policy *policy;
 };
 
 /* What sandbox_open did, for the caller to report. */
@@ -130,7 +150,8 @@ int sandbox_snapshot(struct sandbox *sandbox, const char *dir,
 		     const struct vm_snapshot_options *opts, char *err, size_t errlen);
 /*
  * n live copy-on-write children of a running sandbox, each with its own runtime directory,
- * vsock socket and secret; the parent keeps running. children[] is filled only on success.
+ * vsock socket and secret, and the parent's policy sent again after its rekey; the parent
+ * keeps running. children[] is filled only on success.
  */
 int sandbox_fork(struct sandbox *parent, unsigned int n, struct sandbox *children[], char *err,
 		 size_t errlen);

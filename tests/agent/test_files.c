@@ -4,6 +4,7 @@
  * (directory and leaf), hard links, the longest-root rule and FileStat confinement.
  */
 #include "files.h"
+#include "sandbox_user.h"
 
 #include "harness.h"
 
@@ -231,14 +232,62 @@ static void test_longest_root_and_hosts(void)
 {
 	char *error = NULL;
 
-	CHECK_INT_EQ(files_write(&roots, "/etc/voidbox/allowed_commands.json",
-				 (const uint8_t *)"[]", 2, true, &error), 0);
-	CHECK_STR_EQ(read_tree_file("/etc/voidbox/allowed_commands.json"), "[]");
 	CHECK_INT_EQ(files_write(&roots, "/etc/voidbox/hosts", (const uint8_t *)"1.2.3.4 x\n", 10,
 				 true, &error), 0);
 	CHECK_STR_EQ(read_tree_file("/etc/hosts"), "1.2.3.4 x\n");
 	CHECK(files_write(&roots, "/workspace", (const uint8_t *)"x", 1, true, &error) < 0);
 	free(error);
+}
+
+/* The exec policy is never a file: writing where it used to live is refused. */
+static void test_retired_policy_files_refused(void)
+{
+	char *error = NULL;
+
+	CHECK_INT_EQ(files_write(&roots, "/etc/voidbox/allowed_commands.json",
+				 (const uint8_t *)"[]", 2, true, &error), -EPERM);
+	CHECK(error && strstr(error, "SetPolicy") != NULL);
+	free(error);
+	error = NULL;
+	CHECK_INT_EQ(files_write(&roots, "/etc/voidbox/../voidbox/resource_limits.json",
+				 (const uint8_t *)"{}", 2, true, &error), -EPERM);
+	free(error);
+	CHECK(read_tree_file("/etc/voidbox/allowed_commands.json") == NULL);
+}
+
+static uid_t owner_of(const char *guest_path)
+{
+	char path[PATH_MAX];
+	struct stat st;
+
+	snprintf(path, sizeof(path), "%s%s", tree, guest_path);
+	return stat(path, &st) == 0 ? st.st_uid : (uid_t)-1;
+}
+
+/*
+ * A root agent gives what it creates in the sandbox's places to uid 1000, but what it creates
+ * in /etc/voidbox stays root's, so the sandbox user can read it and never change it.
+ */
+static void test_etc_voidbox_stays_root_owned(void)
+{
+	char *error = NULL;
+
+	if (geteuid() != 0) {
+		fprintf(stderr, "  (not root: ownership not exercised)\n");
+		return;
+	}
+	roots.chown_to_sandbox = true;
+	CHECK_INT_EQ(files_write(&roots, "/etc/voidbox/sub/hosts-extra", (const uint8_t *)"x", 1,
+				 true, &error), 0);
+	CHECK_INT_EQ(owner_of("/etc/voidbox/sub"), 0);
+	CHECK_INT_EQ(owner_of("/etc/voidbox/sub/hosts-extra"), 0);
+	CHECK_INT_EQ(files_mkdir_p(&roots, "/etc/voidbox/dir", &error), 0);
+	CHECK_INT_EQ(owner_of("/etc/voidbox/dir"), 0);
+	CHECK_INT_EQ(files_write(&roots, "/workspace/mine/file", (const uint8_t *)"x", 1, true,
+				 &error), 0);
+	CHECK_INT_EQ(owner_of("/workspace/mine"), AGENT_SANDBOX_UID);
+	CHECK_INT_EQ(owner_of("/workspace/mine/file"), AGENT_SANDBOX_UID);
+	roots.chown_to_sandbox = false;
 }
 
 int main(void)
@@ -254,6 +303,8 @@ int main(void)
 	RUN_TEST(test_hard_link_refused);
 	RUN_TEST(test_mkdir_and_stat);
 	RUN_TEST(test_longest_root_and_hosts);
+	RUN_TEST(test_retired_policy_files_refused);
+	RUN_TEST(test_etc_voidbox_stays_root_owned);
 	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", tree);
 	if (system(cmd) != 0)
 		fprintf(stderr, "could not remove %s\n", tree);

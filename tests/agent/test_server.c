@@ -2,8 +2,11 @@
  * The real voidbox-agent binary, run on the host with --listen unix:PATH --root-prefix DIR,
  * driven by a raw protocol client. Raw frames (not the host control channel) so the test can
  * send what a correct host never sends: wrong secrets, frames before the Ping, unknown types,
- * over-cap lengths. Covers exec concurrency, timeouts, signals, stdin, the allowlist reloaded
- * after boot, file RPCs, telemetry, PTY sessions and orphan reaping.
+ * over-cap lengths. Covers the connection registry's limit, the session policy (nothing runs
+ * before SetPolicy, one per session, matched on the resolved path), no_new_privs, exec
+ * concurrency, timeouts, signals, stdin, file RPCs, telemetry, PTY sessions and orphan
+ * reaping. A test that narrows the policy rekeys to a new session to set it, and ends with
+ * another that allows everything again.
  */
 #include "proto/protocol.h"
 
@@ -29,6 +32,13 @@
 #define OVERALL_TIMEOUT_SECS 100
 #define PTY_LIMIT 4
 #define PTY_SLOT_WAIT_MS 8000
+#define REGISTRY_SIZE 256 /* the agent's RESTORE_MAX_CONNS */
+#define REGISTRY_PROBE_CONNS (REGISTRY_SIZE + 8)
+#define REKEY_PATH "/etc/voidbox/restore.json"
+#define REKEY_DOC_MAX 256
+#define DEFAULT_MAX_OPEN_FILES 1024
+#define DEFAULT_MAX_PROCESSES 512
+#define DEFAULT_MAX_FILE_SIZE (100 * 1024 * 1024)
 
 static char tree[] = "/tmp/voidbox-agent-test-XXXXXX";
 static char socket_path[PATH_MAX];
@@ -141,6 +151,20 @@ static void start_agent(const char *agent)
 	deadline = now_ms() + AGENT_START_WAIT_MS;
 	while (stat(socket_path, &st) != 0 && now_ms() < deadline)
 		sleep_ms(20);
+}
+
+static int write_text_file(const char *path, const char *text)
+{
+	FILE *f = fopen(path, "w");
+	int err = 0;
+
+	if (!f)
+		return -errno;
+	if (fputs(text, f) < 0)
+		err = -EIO;
+	if (fclose(f) != 0 && !err)
+		err = -EIO;
+	return err;
 }
 
 static void make_tree(void)
@@ -269,6 +293,38 @@ static void test_handshake_rejections(void)
 	close(fd);
 }
 
+/*
+ * The agent counts authenticated connections so a rekey can close every old one; a
+ * connection it could not count would outlive the rekey, so past the registry's size it
+ * refuses the handshake. Closing one makes room again.
+ */
+static void test_connection_registry_full_refuses(void)
+{
+	static int fds[REGISTRY_PROBE_CONNS];
+	size_t opened = 0;
+	uint64_t deadline;
+	int fd = -1;
+
+	while (opened < REGISTRY_PROBE_CONNS && (fds[opened] = client_open()) >= 0)
+		opened++;
+	CHECK(opened > 0);
+	CHECK(opened <= REGISTRY_SIZE);
+	CHECK(opened < REGISTRY_PROBE_CONNS);
+	if (opened > 0)
+		close(fds[--opened]);
+	deadline = now_ms() + READ_TIMEOUT_MS;
+	while (fd < 0 && now_ms() < deadline) {
+		fd = client_open();
+		if (fd < 0)
+			sleep_ms(20);
+	}
+	CHECK(fd >= 0);
+	if (fd >= 0)
+		close(fd);
+	while (opened > 0)
+		close(fds[--opened]);
+}
+
 static void test_exec_basic(void)
 {
 	char *args[] = { "-c", "echo hello; echo err >&2; exit 3" };
@@ -379,6 +435,30 @@ static void test_exec_drops_privileges(void)
 	close(fd);
 }
 
+/*
+ * Every child runs with no_new_privs, so a setuid binary cannot undo the uid drop; a root
+ * agent also empties the capability bounding set.
+ */
+static void test_exec_no_new_privs_and_no_bounding_caps(void)
+{
+	char *args[] = { "-c", "grep -E '^(NoNewPrivs|CapBnd):' /proc/self/status" };
+	struct exec_result result;
+	int fd = client_open();
+
+	CHECK_INT_EQ(run_exec(fd, 17, "sh", args, 2, 0, &result), 0);
+	CHECK_INT_EQ(result.response.exit_code, 0);
+	CHECK(memmem(result.response.stdout_data.data, result.response.stdout_data.len,
+		     "NoNewPrivs:\t1", strlen("NoNewPrivs:\t1")) != NULL);
+	if (geteuid() == 0)
+		CHECK(memmem(result.response.stdout_data.data, result.response.stdout_data.len,
+			     "CapBnd:\t0000000000000000",
+			     strlen("CapBnd:\t0000000000000000")) != NULL);
+	else
+		fprintf(stderr, "  (not root: bounding set drop not exercised)\n");
+	proto_exec_response_free(&result.response);
+	close(fd);
+}
+
 static void test_exec_signal_and_spawn_failure(void)
 {
 	char *args[] = { "-c", "kill -TERM $$" };
@@ -421,6 +501,24 @@ static void test_exec_env_and_working_dir(void)
 	close(fd);
 }
 
+/* Sends one request body and decodes the status reply of reply_type on the same id. */
+static int status_rpc(int fd, uint32_t id, uint8_t type, uint8_t reply_type, uint8_t *body,
+		      size_t len, struct proto_status_response *status)
+{
+	struct proto_frame frame;
+	int err = proto_frame_write(fd, type, true, id, body, len);
+
+	free(body);
+	if (err || (err = client_read(fd, &frame)) != 0)
+		return err;
+	if (frame.type != reply_type || frame.request_id != id)
+		err = -EPROTO;
+	else
+		err = proto_status_response_decode(frame.body, frame.body_len, status, NULL);
+	proto_frame_free(&frame);
+	return err;
+}
+
 static int write_file_rpc(int fd, uint32_t id, const char *path, const char *text,
 			  struct proto_status_response *status)
 {
@@ -429,68 +527,194 @@ static int write_file_rpc(int fd, uint32_t id, const char *path, const char *tex
 		.content = { .data = (uint8_t *)text, .len = strlen(text) },
 		.create_parents = true,
 	};
-	struct proto_frame frame;
 	uint8_t *body;
 	size_t len;
 	int err = proto_write_file_encode(&request, &body, &len);
 
 	if (err)
 		return err;
-	err = proto_frame_write(fd, PROTO_MSG_WRITE_FILE, true, id, body, len);
-	free(body);
-	if (err || (err = client_read(fd, &frame)) != 0)
-		return err;
-	if (frame.type != PROTO_MSG_WRITE_FILE_RESPONSE || frame.request_id != id)
-		err = -EPROTO;
-	else
-		err = proto_status_response_decode(frame.body, frame.body_len, status, NULL);
-	proto_frame_free(&frame);
-	return err;
+	return status_rpc(fd, id, PROTO_MSG_WRITE_FILE, PROTO_MSG_WRITE_FILE_RESPONSE, body, len,
+			  status);
 }
 
-static void test_allowlist_reloaded(void)
+/* SetPolicy with the default limits but max_open_files; returns the agent's verdict. */
+static bool set_policy_rpc(int fd, uint32_t id, bool allow_all, char **commands, size_t count,
+			   uint64_t max_open_files, char **error)
+{
+	struct proto_set_policy policy = {
+		.allow_all_commands = allow_all, .commands = commands, .commands_count = count,
+		.max_open_files = max_open_files, .max_processes = DEFAULT_MAX_PROCESSES,
+		.max_file_size = DEFAULT_MAX_FILE_SIZE,
+	};
+	struct proto_status_response status = { 0 };
+	uint8_t *body;
+	size_t len;
+	bool ok;
+
+	if (proto_set_policy_encode(&policy, &body, &len) != 0 ||
+	    status_rpc(fd, id, PROTO_MSG_SET_POLICY, PROTO_MSG_SET_POLICY_RESPONSE, body, len,
+		       &status) != 0)
+		return false;
+	ok = status.success;
+	if (error) {
+		*error = status.error;
+		status.error = NULL;
+	}
+	proto_status_response_free(&status);
+	return ok;
+}
+
+/*
+ * Starts a new session on fd the way the host does after a restore (a rekey to a fresh
+ * secret), which is the only way a policy can be set again; fd stays usable.
+ */
+static void new_session(int fd, uint32_t id)
+{
+	struct proto_status_response status = { 0 };
+	char hex[2 * PROTO_SECRET_SIZE + 1], doc[REKEY_DOC_MAX];
+
+	secret[0]++;
+	proto_secret_to_hex(secret, hex);
+	snprintf(doc, sizeof(doc), "{\"secret_hex\": \"%s\", \"rng_seed_b64\": \"c2VlZA==\", "
+		 "\"clock_ns\": 1}", hex);
+	CHECK_INT_EQ(write_file_rpc(fd, id, REKEY_PATH, doc, &status), 0);
+	CHECK(status.success);
+	proto_status_response_free(&status);
+}
+
+/* Ends a test that narrowed the policy: a new session that allows everything again. */
+static void reopen_everything(int fd, uint32_t id)
+{
+	new_session(fd, id);
+	CHECK(set_policy_rpc(fd, id + 1, true, NULL, 0, DEFAULT_MAX_OPEN_FILES, NULL));
+}
+
+/*
+ * Nothing runs before the host's SetPolicy; the first one is taken and a second one in the
+ * same session is refused, so nothing connected later can widen (or narrow) it.
+ */
+static void test_policy_required_and_set_once(void)
 {
 	char *args[] = { "-c", "true" };
+	char *echo_only[] = { "echo" };
+	struct exec_result result;
+	char *error = NULL;
+	int fd = client_open();
+
+	CHECK_INT_EQ(run_exec(fd, 2, "sh", args, 2, 0, &result), 0);
+	CHECK_INT_EQ(result.response.exit_code, -1);
+	CHECK_STR_EQ(result.response.error, "Command 'sh' is not allowed");
+	proto_exec_response_free(&result.response);
+	CHECK(set_policy_rpc(fd, 3, true, NULL, 0, DEFAULT_MAX_OPEN_FILES, NULL));
+	CHECK(!set_policy_rpc(fd, 4, false, echo_only, 1, DEFAULT_MAX_OPEN_FILES, &error));
+	CHECK(error && strstr(error, "set already") != NULL);
+	free(error);
+	close(fd);
+	fd = client_open();
+	CHECK(!set_policy_rpc(fd, 5, false, echo_only, 1, DEFAULT_MAX_OPEN_FILES, NULL));
+	CHECK_INT_EQ(run_exec(fd, 6, "sh", args, 2, 0, &result), 0);
+	CHECK_INT_EQ(result.response.exit_code, 0);
+	proto_exec_response_free(&result.response);
+	close(fd);
+}
+
+static int exec_with(int fd, uint32_t id, const char *program, char **args, size_t nargs,
+		     struct proto_env_var *env, size_t nenv, const char *working_dir,
+		     struct exec_result *result)
+{
+	struct proto_exec_request request = {
+		.program = (char *)program, .args = args, .args_count = nargs, .env = env,
+		.env_count = nenv, .working_dir = (char *)working_dir,
+	};
+	uint8_t *body;
+	size_t len;
+	int err = proto_exec_request_encode(&request, &body, &len);
+
+	if (err)
+		return err;
+	err = proto_frame_write(fd, PROTO_MSG_EXEC_REQUEST, true, id, body, len);
+	free(body);
+	return err ? err : wait_exec(fd, id, result);
+}
+
+/*
+ * The allowlist decides on the program the agent execs: a bare entry matches only in a
+ * root-owned system directory, so a planted "sh" under /workspace is refused by path, by
+ * relative path, and cannot be reached through the request's PATH either (the lookup PATH is
+ * fixed). Removing /etc/voidbox changes nothing: the policy is not a file.
+ */
+static void test_allowlist_on_resolved_path(void)
+{
+	char *allowed[] = { "echo", "sh" };
+	char *args[] = { "-c", "echo real" };
 	char *echo_args[] = { "ok" };
-	struct proto_status_response status = { 0 };
+	char workspace[PATH_MAX], dir[PATH_MAX + 8], planted[2 * PATH_MAX], path_env[2 * PATH_MAX];
+	char cmd[2 * PATH_MAX];
+	struct proto_env_var env[] = { { .key = "PATH", .value = path_env } };
 	struct exec_result result;
 	int fd = client_open();
 
-	CHECK_INT_EQ(write_file_rpc(fd, 20, "/etc/voidbox/allowed_commands.json", "[\"echo\"]",
-				    &status), 0);
-	CHECK(status.success);
-	proto_status_response_free(&status);
-	CHECK_INT_EQ(run_exec(fd, 21, "sh", args, 2, 0, &result), 0);
-	CHECK_INT_EQ(result.response.exit_code, -1);
-	CHECK_STR_EQ(result.response.error, "Command 'sh' is not allowed");
+	snprintf(workspace, sizeof(workspace), "%s/workspace", tree);
+	snprintf(dir, sizeof(dir), "%s/x", workspace);
+	snprintf(planted, sizeof(planted), "%s/sh", dir);
+	snprintf(path_env, sizeof(path_env), "%s", dir);
+	mkdir(dir, 0755);
+	CHECK(write_text_file(planted, "#!/bin/sh\necho planted\n") == 0);
+	chmod(planted, 0755);
+	new_session(fd, 20);
+	CHECK(set_policy_rpc(fd, 21, false, allowed, 2, DEFAULT_MAX_OPEN_FILES, NULL));
+
+	CHECK_INT_EQ(run_exec(fd, 22, "cat", NULL, 0, 0, &result), 0);
+	CHECK_STR_EQ(result.response.error, "Command 'cat' is not allowed");
 	CHECK(output_is(&result.response.stderr_data,
-			"Command 'sh' is not in the allowed commands list"));
+			"Command 'cat' is not in the allowed commands list"));
 	proto_exec_response_free(&result.response);
-	CHECK_INT_EQ(run_exec(fd, 22, "/bin/echo", echo_args, 1, 0, &result), 0);
+	CHECK_INT_EQ(run_exec(fd, 23, "/bin/echo", echo_args, 1, 0, &result), 0);
 	CHECK_INT_EQ(result.response.exit_code, 0);
 	proto_exec_response_free(&result.response);
-	CHECK_INT_EQ(write_file_rpc(fd, 23, "/etc/voidbox/allowed_commands.json", "[]",
-				    &status), 0);
-	proto_status_response_free(&status);
-	CHECK_INT_EQ(run_exec(fd, 24, "sh", args, 2, 0, &result), 0);
-	CHECK_INT_EQ(result.response.exit_code, 0);
+
+	CHECK_INT_EQ(run_exec(fd, 24, planted, NULL, 0, 0, &result), 0);
+	CHECK_INT_EQ(result.response.exit_code, -1);
+	CHECK(!output_is(&result.response.stdout_data, "planted\n"));
+	CHECK(result.response.error && strstr(result.response.error, "is not allowed") != NULL);
 	proto_exec_response_free(&result.response);
+	CHECK_INT_EQ(exec_with(fd, 25, "./x/sh", NULL, 0, NULL, 0, workspace, &result), 0);
+	CHECK_STR_EQ(result.response.error, "Command './x/sh' is not allowed");
+	proto_exec_response_free(&result.response);
+	CHECK_INT_EQ(exec_with(fd, 26, "x/../x/sh", NULL, 0, NULL, 0, workspace, &result), 0);
+	CHECK_STR_EQ(result.response.error, "Command 'x/../x/sh' is not allowed");
+	proto_exec_response_free(&result.response);
+
+	/* the request's PATH reaches the child, not the agent's lookup */
+	CHECK_INT_EQ(exec_with(fd, 27, "sh", args, 2, env, 1, NULL, &result), 0);
+	CHECK_INT_EQ(result.response.exit_code, 0);
+	CHECK(output_is(&result.response.stdout_data, "real\n"));
+	proto_exec_response_free(&result.response);
+
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s/etc/voidbox'", tree);
+	CHECK_INT_EQ(system(cmd), 0);
+	CHECK_INT_EQ(run_exec(fd, 28, "cat", NULL, 0, 0, &result), 0);
+	CHECK_STR_EQ(result.response.error, "Command 'cat' is not allowed");
+	proto_exec_response_free(&result.response);
+	snprintf(cmd, sizeof(cmd), "%s/etc/voidbox", tree);
+	mkdir(cmd, 0755);
+
+	reopen_everything(fd, 29);
 	close(fd);
 }
 
 static void test_limits_applied(void)
 {
 	char *args[] = { "-c", "ulimit -n" };
-	struct proto_status_response status = { 0 };
 	struct exec_result result;
 	int fd = client_open();
 
-	CHECK_INT_EQ(write_file_rpc(fd, 25, "/etc/voidbox/resource_limits.json",
-				    "{\"max_open_files\": 77}", &status), 0);
-	proto_status_response_free(&status);
-	CHECK_INT_EQ(run_exec(fd, 26, "sh", args, 2, 0, &result), 0);
+	new_session(fd, 35);
+	CHECK(set_policy_rpc(fd, 36, true, NULL, 0, 77, NULL));
+	CHECK_INT_EQ(run_exec(fd, 37, "sh", args, 2, 0, &result), 0);
 	CHECK(output_is(&result.response.stdout_data, "77\n"));
 	proto_exec_response_free(&result.response);
+	reopen_everything(fd, 38);
 	close(fd);
 }
 
@@ -680,19 +904,17 @@ static void test_pty_sessions(void)
 
 static void test_pty_allowlist(void)
 {
-	struct proto_status_response status = { 0 }, opened = { 0 };
+	char *echo_only[] = { "echo" };
+	struct proto_status_response opened = { 0 };
 	int fd = client_open();
 
-	CHECK_INT_EQ(write_file_rpc(fd, 60, "/etc/voidbox/allowed_commands.json", "[\"echo\"]",
-				    &status), 0);
-	proto_status_response_free(&status);
+	new_session(fd, 60);
+	CHECK(set_policy_rpc(fd, 61, false, echo_only, 1, DEFAULT_MAX_OPEN_FILES, NULL));
 	CHECK_INT_EQ(pty_open_rpc(fd, "sh", NULL, 0, false, &opened), 0);
 	CHECK(!opened.success);
 	CHECK(opened.error && strstr(opened.error, "not in the allowed commands list"));
 	proto_status_response_free(&opened);
-	CHECK_INT_EQ(write_file_rpc(fd, 61, "/etc/voidbox/allowed_commands.json", "[]", &status),
-		     0);
-	proto_status_response_free(&status);
+	reopen_everything(fd, 62);
 	close(fd);
 }
 
@@ -802,14 +1024,17 @@ int main(int argc, char **argv)
 	make_tree();
 	start_agent(argv[1]);
 	RUN_TEST(test_handshake_rejections);
+	RUN_TEST(test_connection_registry_full_refuses);
+	RUN_TEST(test_policy_required_and_set_once);
 	RUN_TEST(test_exec_basic);
 	RUN_TEST(test_exec_stdin_large);
 	RUN_TEST(test_exec_does_not_block_other_rpcs);
 	RUN_TEST(test_exec_timeout_kills_group);
 	RUN_TEST(test_exec_drops_privileges);
+	RUN_TEST(test_exec_no_new_privs_and_no_bounding_caps);
 	RUN_TEST(test_exec_signal_and_spawn_failure);
 	RUN_TEST(test_exec_env_and_working_dir);
-	RUN_TEST(test_allowlist_reloaded);
+	RUN_TEST(test_allowlist_on_resolved_path);
 	RUN_TEST(test_limits_applied);
 	RUN_TEST(test_file_rpcs);
 	RUN_TEST(test_unknown_type_dropped_and_oversize_closes);

@@ -2,7 +2,8 @@
  * The control channel against the real guest agent binary, run on the host with
  * `--listen unix:PATH --root-prefix DIR`, so every protocol path (exec, streaming, files,
  * policy, PTY, hostile peers) is exercised end to end without booting a VM. One agent serves
- * the whole file; the tests run in order and the allowlist test restores the open policy.
+ * the whole file; the tests run in order, and a test that narrows the policy ends with a new
+ * session (rekey + SetPolicy) that allows everything again.
  * Hostile peers use raw sockets next to the channel and then prove the agent still serves it.
  *
  * The agent path comes from VOIDBOX_AGENT_BIN (set by meson); without it the test skips.
@@ -32,6 +33,11 @@
 #define NFTW_FDS 16
 #define ROOT_DIR_MAX 128
 #define LARGE_FILE_BYTES (8 * 1024 * 1024)
+#define REKEY_PATH "/etc/voidbox/restore.json"
+#define REKEY_DOC_MAX 256
+#define POLICY_MAX_OPEN_FILES 1024
+#define POLICY_MAX_PROCESSES 512
+#define POLICY_MAX_FILE_SIZE (100 * 1024 * 1024)
 
 static char root_dir[ROOT_DIR_MAX];
 static char socket_path[PATH_MAX];
@@ -516,16 +522,51 @@ static void test_path_escapes_refused(void)
 
 /* ---- policy ------------------------------------------------------------------------------- */
 
+static int set_policy(bool allow_all, char **commands, size_t count)
+{
+	struct proto_set_policy policy = {
+		.allow_all_commands = allow_all, .commands = commands, .commands_count = count,
+		.max_open_files = POLICY_MAX_OPEN_FILES, .max_processes = POLICY_MAX_PROCESSES,
+		.max_file_size = POLICY_MAX_FILE_SIZE,
+	};
+
+	return control_channel_set_policy(channel, &policy, 0);
+}
+
+/*
+ * A policy is set once per session, so changing it takes a new session: the rekey the host
+ * gives a restored guest, then SetPolicy, as sandbox_start_from_snapshot does.
+ */
+static void policy_session(bool allow_all, char **commands, size_t count)
+{
+	char hex[2 * PROTO_SECRET_SIZE + 1], doc[REKEY_DOC_MAX];
+
+	for (int i = 0; i < PROTO_SECRET_SIZE; i++)
+		secret[i] = (uint8_t)(rand() & 0xff);
+	proto_secret_to_hex(secret, hex);
+	snprintf(doc, sizeof(doc), "{\"secret_hex\": \"%s\", \"rng_seed_b64\": \"c2VlZA==\", "
+		 "\"clock_ns\": 1}", hex);
+	CHECK_INT_EQ(control_channel_write_file(channel, REKEY_PATH, doc, strlen(doc), false, 0),
+		     0);
+	control_channel_set_secret(channel, secret);
+	CHECK_INT_EQ(set_policy(allow_all, commands, count), 0);
+}
+
 static void test_allowlist(void)
 {
-	static const char policy[] = "[\"echo\", \"sh\"]";
-	static const char open_policy[] = "[]";
+	char *listed[] = { "echo", "sh" };
 	struct exec_spec allowed = { .program = "echo", .args = { "ok" }, .timeout_secs = 30 };
 	struct exec_spec refused = { .program = "cat", .timeout_secs = 30 };
 	struct proto_exec_response resp;
 
+	/* the session's policy (allow everything) is set: a second one is refused (code busy) */
+	CHECK_INT_EQ(set_policy(false, listed, 2), -EBUSY);
+	CHECK(strstr(control_channel_last_error(), "set already") != NULL);
+	/* policy files are not a way around it */
 	CHECK_INT_EQ(control_channel_write_file(channel, "/etc/voidbox/allowed_commands.json",
-						policy, strlen(policy), true, 0), 0);
+						"[]", 2, true, 0), -EPERM);
+
+	policy_session(false, listed, 2);
 	CHECK_INT_EQ(run_exec(&refused, &resp), 0);
 	CHECK(resp.exit_code != 0);
 	CHECK(resp.error && strstr(resp.error, "not allowed"));
@@ -537,8 +578,7 @@ static void test_allowlist(void)
 	CHECK(stdout_is(&resp, "ok\n"));
 	proto_exec_response_free(&resp);
 
-	CHECK_INT_EQ(control_channel_write_file(channel, "/etc/voidbox/allowed_commands.json",
-						open_policy, strlen(open_policy), true, 0), 0);
+	policy_session(true, NULL, 0);
 	CHECK_INT_EQ(run_exec(&refused, &resp), 0);
 	CHECK_INT_EQ(resp.exit_code, 0);
 	proto_exec_response_free(&resp);
@@ -632,20 +672,18 @@ static void test_pty_session(void)
 
 static void test_pty_refused_command(void)
 {
-	static const char policy[] = "[\"sh\"]";
-	struct proto_pty_open req = { .cols = 80, .rows = 24, .program = "forbidden-binary" };
+	char *listed[] = { "sh" };
+	struct proto_pty_open req = { .cols = 80, .rows = 24, .program = "cat" };
 	struct control_channel_pty *pty;
 	int err = 0;
 
-	CHECK_INT_EQ(control_channel_write_file(channel, "/etc/voidbox/allowed_commands.json",
-						policy, strlen(policy), true, 0), 0);
+	policy_session(false, listed, 1);
 	pty = control_channel_pty_open(channel, &req, &err);
 	CHECK(pty == NULL);
 	CHECK_INT_EQ(err, -EPERM);
 	CHECK(strstr(control_channel_last_error(), "not") != NULL);
 	control_channel_pty_free(pty);
-	CHECK_INT_EQ(control_channel_write_file(channel, "/etc/voidbox/allowed_commands.json",
-						"[]", 2, true, 0), 0);
+	policy_session(true, NULL, 0);
 }
 
 /* ---- hostile peers ------------------------------------------------------------------------ */
@@ -799,6 +837,14 @@ int main(void)
 	channel = control_channel_create(&cfg);
 	if (control_channel_connect(channel) < 0) {
 		fprintf(stderr, "cannot reach the agent: %s\n", control_channel_last_error());
+		agent_dump_log();
+		control_channel_destroy(channel);
+		agent_stop();
+		return 1;
+	}
+	if (set_policy(true, NULL, 0) < 0) {
+		fprintf(stderr, "the agent refused the session's policy: %s\n",
+			control_channel_last_error());
 		agent_dump_log();
 		control_channel_destroy(channel);
 		agent_stop();

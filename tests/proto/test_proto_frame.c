@@ -15,20 +15,23 @@
 #include <unistd.h>
 
 #define TEST_REQUEST_ID 0xa1b2c3d4u
+#define TEST_FIRST_INVALID_TYPE 30
 #define TEST_BIG_BODY_LEN (256u * 1024u)
 
 static void test_type_table(void)
 {
 	CHECK(!proto_msg_type_is_valid(0));
-	CHECK(!proto_msg_type_is_valid(28));
+	CHECK(!proto_msg_type_is_valid(TEST_FIRST_INVALID_TYPE));
 	CHECK(!proto_msg_type_is_valid(255));
-	for (unsigned t = 1; t <= 27; t++)
+	for (unsigned t = 1; t < TEST_FIRST_INVALID_TYPE; t++)
 		CHECK(proto_msg_type_is_valid((uint8_t)t));
 	CHECK_STR_EQ(proto_msg_type_name(PROTO_MSG_EXEC_REQUEST), "ExecRequest");
 	CHECK_STR_EQ(proto_msg_type_name(PROTO_MSG_PTY_CLOSED), "PtyClosed");
 	CHECK_STR_EQ(proto_msg_type_name(PROTO_MSG_SNAPSHOT_READY), "SnapshotReady");
 	CHECK_STR_EQ(proto_msg_type_name(0), "Invalid");
-	CHECK_STR_EQ(proto_msg_type_name(28), "Invalid");
+	CHECK_STR_EQ(proto_msg_type_name(PROTO_MSG_SET_POLICY), "SetPolicy");
+	CHECK_STR_EQ(proto_msg_type_name(PROTO_MSG_SET_POLICY_RESPONSE), "SetPolicyResponse");
+	CHECK_STR_EQ(proto_msg_type_name(TEST_FIRST_INVALID_TYPE), "Invalid");
 	CHECK_INT_EQ(PROTO_PING_SIZE, 37);
 	CHECK_INT_EQ(PROTO_PONG_SIZE, 5);
 }
@@ -51,7 +54,7 @@ static void test_header(void)
 	CHECK_INT_EQ(proto_header_parse(header, &len, &type), -EMSGSIZE);
 	proto_header_build(header, PROTO_MAX_PAYLOAD, PROTO_MSG_EXEC_REQUEST);
 	CHECK_INT_EQ(proto_header_parse(header, &len, &type), 0);
-	proto_header_build(header, 7, 28);
+	proto_header_build(header, 7, TEST_FIRST_INVALID_TYPE);
 	CHECK_INT_EQ(proto_header_parse(header, &len, &type), -EPROTO);
 	CHECK_INT_EQ(len, 7);
 	proto_header_build(header, 7, 0);
@@ -124,7 +127,7 @@ static void test_decode_hostile(void)
 	n = build_frame(buf, PROTO_MSG_EXEC_REQUEST, false, 0, "ab", 2);
 	CHECK_INT_EQ(proto_frame_decode(buf, n, true, &frame), -EPROTO);
 	/* unknown types */
-	n = build_frame(buf, 28, false, 0, "ab", 2);
+	n = build_frame(buf, TEST_FIRST_INVALID_TYPE, false, 0, "ab", 2);
 	CHECK_INT_EQ(proto_frame_decode(buf, n, false, &frame), -EPROTO);
 	n = build_frame(buf, 0, false, 0, "ab", 2);
 	CHECK_INT_EQ(proto_frame_decode(buf, n, false, &frame), -EPROTO);
@@ -169,7 +172,7 @@ static void test_fd_roundtrip(void)
 	proto_frame_free(&frame);
 
 	/* invalid type on write is refused locally */
-	CHECK_INT_EQ(proto_frame_write(sv[0], 28, true, 1, NULL, 0), -EINVAL);
+	CHECK_INT_EQ(proto_frame_write(sv[0], TEST_FIRST_INVALID_TYPE, true, 1, NULL, 0), -EINVAL);
 	CHECK_INT_EQ(proto_frame_write(sv[0], PROTO_MSG_EXEC_REQUEST, true, 1, "",
 				       PROTO_MAX_PAYLOAD), -EMSGSIZE);
 

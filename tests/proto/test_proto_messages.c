@@ -271,6 +271,51 @@ static void test_status_and_path(void)
 	CHECK_INT_EQ(proto_path_request_decode(BODY("{\"path\":null}"), &pr_got, &why), -EPROTO);
 }
 
+/* Every SetPolicy field is required: a policy the host did not spell out is not a policy. */
+static void test_set_policy(void)
+{
+	char *commands[] = { "sh", "/usr/bin/python3" };
+	struct proto_set_policy policy = {
+		.allow_all_commands = false, .commands = commands, .commands_count = 2,
+		.max_open_files = 64, .max_processes = 32, .max_file_size = 4096,
+	};
+	struct proto_set_policy got;
+	uint8_t *body;
+	size_t len;
+	const char *why;
+
+	CHECK_INT_EQ(proto_set_policy_encode(&policy, &body, &len), 0);
+	CHECK_INT_EQ(proto_set_policy_decode(body, len, &got, &why), 0);
+	CHECK(!got.allow_all_commands);
+	CHECK_INT_EQ(got.commands_count, 2);
+	if (got.commands_count == 2) {
+		CHECK_STR_EQ(got.commands[0], "sh");
+		CHECK_STR_EQ(got.commands[1], "/usr/bin/python3");
+	}
+	CHECK_INT_EQ(got.max_open_files, 64);
+	CHECK_INT_EQ(got.max_processes, 32);
+	CHECK_INT_EQ(got.max_file_size, 4096);
+	proto_set_policy_free(&got);
+	free(body);
+	CHECK_INT_EQ(proto_set_policy_decode(BODY("{\"allow_all_commands\":true,\"commands\":[],"
+						  "\"max_open_files\":1,\"max_processes\":1,"
+						  "\"max_file_size\":1}"), &got, &why), 0);
+	CHECK(got.allow_all_commands && got.commands_count == 0);
+	proto_set_policy_free(&got);
+	CHECK_INT_EQ(proto_set_policy_decode(BODY("{\"commands\":[],\"max_open_files\":1,"
+						  "\"max_processes\":1,\"max_file_size\":1}"),
+					     &got, &why), -EPROTO);
+	CHECK_INT_EQ(proto_set_policy_decode(BODY("{\"allow_all_commands\":false,"
+						  "\"max_open_files\":1,\"max_processes\":1,"
+						  "\"max_file_size\":1}"), &got, &why), -EPROTO);
+	CHECK_INT_EQ(proto_set_policy_decode(BODY("{\"allow_all_commands\":false,\"commands\":[1],"
+						  "\"max_open_files\":1,\"max_processes\":1,"
+						  "\"max_file_size\":1}"), &got, &why), -EPROTO);
+	CHECK_INT_EQ(proto_set_policy_decode(BODY("{\"allow_all_commands\":false,\"commands\":[],"
+						  "\"max_open_files\":1,\"max_processes\":1}"),
+					     &got, &why), -EPROTO);
+}
+
 static void test_read_file_and_stat(void)
 {
 	struct proto_read_file_response rf = { .success = true, .content = bytes_of("abc", 3) };
@@ -545,6 +590,7 @@ int main(void)
 	RUN_TEST(test_write_file);
 	RUN_TEST(test_status_and_path);
 	RUN_TEST(test_read_file_and_stat);
+	RUN_TEST(test_set_policy);
 	RUN_TEST(test_subscribe_telemetry);
 	RUN_TEST(test_telemetry_batch);
 	RUN_TEST(test_pty_messages);

@@ -1,7 +1,8 @@
 /*
  * VM conformance: boots real micro-VMs under our VMM and checks the backend contract through
  * the control channel. Boots are the expensive part (seconds each under nested KVM), so one VM
- * runs every RPC check in turn and ends with a guest-initiated poweroff; the CLI checks
+ * runs every RPC check in turn (under an allowlist of the commands they use) and ends with a
+ * guest-initiated poweroff; the CLI checks
  * (exit status, streaming, a kernel that cannot boot) use `voidbox exec` as a user would.
  *
  * Needs a /dev/kvm that runs standard guests: run natively, or through scripts/with-nested-kvm
@@ -26,6 +27,8 @@
 
 #define TEST_VM_MEMORY_MB 512
 #define TEST_VM_VCPUS 2
+/* The test VM's allowlist: the commands the checks run, and nothing else. */
+#define TEST_VM_ALLOWED "sh", "echo", "cat", "test", "nproc"
 #define TEST_SEQUENTIAL_EXECS 100
 #define TEST_CONCURRENT_EXECS 16
 #define TEST_STDIN_BYTES (256 * 64)
@@ -339,6 +342,49 @@ static void test_memtotal_matches_memory(void)
 	proto_exec_response_free(&out);
 }
 
+/*
+ * The sandbox cannot change its own policy: /etc/voidbox and what the host writes there are
+ * root's, the sandbox user's rm and writes there fail, and afterwards a command off the
+ * allowlist (the VM runs with TEST_VM_ALLOWED) is still refused, because the policy lives in
+ * the agent's memory. A copy of sh planted in /workspace is refused by its path, the
+ * sandboxed shell runs with no_new_privs, and /workspace and /home are mounted nosuid.
+ */
+static void test_sandbox_cannot_change_policy(void)
+{
+	static const char hosts[] = "127.0.0.1 conformance-host\n";
+	static const char script[] =
+		"id -u; stat -c '%u %a' /etc/voidbox /etc/voidbox/hosts; "
+		"rm -f /etc/voidbox/* 2>/dev/null; "
+		"echo '[]' > /etc/voidbox/allowed_commands.json 2>/dev/null && echo wrote; "
+		"cat /etc/voidbox/hosts; grep NoNewPrivs /proc/self/status; "
+		"mkdir -p /workspace/x && cp /bin/busybox /workspace/x/sh && echo planted; "
+		"awk '$2 == \"/workspace\" || $2 == \"/home\" { print $2, $4 ~ /(^|,)nosuid(,|$)/ }' "
+		"/proc/mounts";
+	static const char expected[] = "1000\n0 755\n0 644\n127.0.0.1 conformance-host\n"
+				       "NoNewPrivs:\t1\nplanted\n/workspace 1\n/home 1\n";
+	char *echo_args[] = { "-c", "echo pwned" };
+	struct proto_exec_response out;
+
+	CHECK_INT_EQ(control_channel_write_file(sandbox_channel(test_vm), "/etc/voidbox/hosts",
+						hosts, strlen(hosts), true, TEST_RPC_TIMEOUT_MS),
+		     0);
+	CHECK_INT_EQ(vm_sh(&out, script), 0);
+	CHECK(output_is(&out.stdout_data, expected));
+	if (!output_is(&out.stdout_data, expected))
+		fprintf(stderr, "  got: %.*s\n", (int)out.stdout_data.len,
+			(const char *)out.stdout_data.data);
+	proto_exec_response_free(&out);
+
+	CHECK_INT_EQ(vm_exec(&out, NULL, 0, 0, "uname", NULL, 0), 0);
+	CHECK_INT_EQ(out.exit_code, -1);
+	CHECK(out.error && strcmp(out.error, "Command 'uname' is not allowed") == 0);
+	proto_exec_response_free(&out);
+	CHECK_INT_EQ(vm_exec(&out, NULL, 0, 0, "/workspace/x/sh", echo_args, 2), 0);
+	CHECK_INT_EQ(out.exit_code, -1);
+	CHECK(!output_is(&out.stdout_data, "pwned\n"));
+	proto_exec_response_free(&out);
+}
+
 static void test_guest_poweroff_ends_vm(void)
 {
 	enum vm_exit_reason reason = VM_EXIT_NONE;
@@ -444,6 +490,13 @@ static void test_cli_unbootable_initramfs_names_serial_log(void)
 
 int main(int argc, char **argv)
 {
+	static char *allowed[] = { TEST_VM_ALLOWED };
+	const struct proto_set_policy policy = {
+		.commands = allowed, .commands_count = sizeof(allowed) / sizeof(allowed[0]),
+		.max_open_files = SANDBOX_DEFAULT_MAX_OPEN_FILES,
+		.max_processes = SANDBOX_DEFAULT_MAX_PROCESSES,
+		.max_file_size = SANDBOX_DEFAULT_MAX_FILE_SIZE,
+	};
 	struct sandbox_config cfg;
 	char why[512], err[1024];
 	int rc;
@@ -464,6 +517,7 @@ int main(int argc, char **argv)
 	cfg.initramfs_path = test_image.initramfs;
 	cfg.memory_mb = TEST_VM_MEMORY_MB;
 	cfg.vcpus = TEST_VM_VCPUS;
+	cfg.policy = &policy;
 	rc = sandbox_start(&cfg, &test_vm, err, sizeof(err));
 	if (rc < 0) {
 		fprintf(stderr, "FAIL: the test VM did not start: %s\n", err);
@@ -485,6 +539,7 @@ int main(int argc, char **argv)
 	RUN_TEST(test_concurrent_execs_get_own_output);
 	RUN_TEST(test_nproc_matches_vcpus);
 	RUN_TEST(test_memtotal_matches_memory);
+	RUN_TEST(test_sandbox_cannot_change_policy);
 	RUN_TEST(test_guest_poweroff_ends_vm);
 	sandbox_destroy(test_vm, harness_tests_failed > 0);
 	if (harness_tests_failed)
