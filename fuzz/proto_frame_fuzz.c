@@ -46,6 +46,25 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 		proto_##name##_free(&msg);                                                     \
 	} while (0)
 
+/* The rekey document: an accepted one re-encodes to a document that decodes the same. */
+static void fuzz_rekey(const uint8_t *body, size_t len)
+{
+	struct proto_rekey rekey, again;
+	const char *why = NULL;
+	char *encoded = NULL;
+
+	if (proto_rekey_decode(body, len, &rekey, &why) != 0) {
+		if (!why)
+			abort();
+		return;
+	}
+	if (proto_rekey_encode(&rekey, &encoded) != 0 ||
+	    proto_rekey_decode((const uint8_t *)encoded, strlen(encoded), &again, &why) != 0 ||
+	    memcmp(&rekey, &again, sizeof(rekey)) != 0)
+		abort();
+	free(encoded);
+}
+
 static void fuzz_body(const uint8_t *body, size_t len)
 {
 	struct proto_ping ping;
@@ -70,6 +89,7 @@ static void fuzz_body(const uint8_t *body, size_t len)
 	FUZZ_ROUND_TRIP(pty_resize, body, len);
 	FUZZ_ROUND_TRIP(pty_closed, body, len);
 	FUZZ_ROUND_TRIP(set_policy, body, len);
+	fuzz_rekey(body, len);
 }
 
 static void fuzz_memory_frames(const uint8_t *data, size_t size, bool multiplexed)

@@ -122,6 +122,20 @@ static void seed_files(struct seed *seed)
 	seed_owned(seed, PROTO_MSG_FILE_STAT_RESPONSE, 4, body, len);
 }
 
+/* The rekey document a restored guest receives, as a frame body the fuzzer decodes. */
+static void seed_rekey(struct seed *seed)
+{
+	struct proto_rekey rekey = { .seed_len = 64, .clock_ns = 1767225600000000000ULL };
+	char *json = NULL;
+
+	memset(rekey.secret, 0x5a, sizeof(rekey.secret));
+	memset(rekey.seed, 0xa5, rekey.seed_len);
+	seed_begin(seed, true);
+	if (proto_rekey_encode(&rekey, &json) == 0)
+		seed_frame(seed, PROTO_MSG_WRITE_FILE, 6, json, strlen(json));
+	free(json);
+}
+
 static void seed_telemetry(struct seed *seed)
 {
 	struct proto_process_metrics proc = { .pid = 1, .comm = "init", .rss_bytes = 4096,
@@ -226,7 +240,7 @@ int main(int argc, char **argv)
 		{ "exec", seed_exec },           { "files", seed_files },
 		{ "telemetry", seed_telemetry }, { "pty", seed_pty },
 		{ "handshake", seed_handshake }, { "upstream-json", seed_upstream_json },
-		{ "json-values", seed_json_values },
+		{ "json-values", seed_json_values }, { "rekey", seed_rekey },
 	};
 
 	if (argc != 2) {

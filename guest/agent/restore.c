@@ -9,7 +9,6 @@
 
 #include <errno.h>
 #include <fcntl.h>
-#include <jansson.h>
 #include <linux/random.h>
 #include <pthread.h>
 #include <stdlib.h>
@@ -22,16 +21,12 @@
 #include "agent_log.h"
 #include "proto/protocol.h"
 
-#define RESTORE_SEED_MAX 256
 #define RESTORE_URANDOM "/dev/urandom"
 #define RESTORE_HWRNG "/dev/hwrng"
 /* More than the hwrng core and the virtio-rng driver hold between them (64 bytes each). */
 #define RESTORE_HWRNG_DRAIN_MAX 1024
 #define RESTORE_NSEC_PER_SEC 1000000000ULL
 #define RESTORE_BITS_PER_BYTE 8
-#define BASE64_PAD '='
-#define BASE64_BITS 6
-#define BASE64_BYTE_MASK 0xffu
 
 struct restore_conn_entry {
 	int fd;
@@ -96,73 +91,6 @@ bool restore_is_rekey_path(const char *path)
 	return path && strcmp(path, RESTORE_REKEY_PATH) == 0;
 }
 
-static int base64_value(char c)
-{
-	static const char alphabet[] =
-		"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-	const char *hit = c ? strchr(alphabet, c) : NULL;
-
-	return hit ? (int)(hit - alphabet) : -1;
-}
-
-static int base64_decode(const char *in, uint8_t *out, size_t cap, size_t *out_len)
-{
-	uint32_t acc = 0;
-	int bits = 0;
-	size_t len = 0;
-
-	for (; *in && *in != BASE64_PAD; in++) {
-		int value = base64_value(*in);
-
-		if (value < 0)
-			return -EINVAL;
-		acc = (acc << BASE64_BITS) | (uint32_t)value;
-		bits += BASE64_BITS;
-		if (bits >= RESTORE_BITS_PER_BYTE) {
-			bits -= RESTORE_BITS_PER_BYTE;
-			if (len >= cap)
-				return -EINVAL;
-			out[len++] = (uint8_t)((acc >> bits) & BASE64_BYTE_MASK);
-		}
-	}
-	*out_len = len;
-	return 0;
-}
-
-int restore_parse(const uint8_t *json, size_t len, uint8_t secret[32], uint8_t *seed,
-		  size_t seed_cap, size_t *seed_len, uint64_t *clock_ns, const char **why)
-{
-	json_error_t error;
-	json_t *root = json_loadb((const char *)json, len, 0, &error);
-	int rc = -EINVAL;
-
-	if (!json_is_object(root)) {
-		*why = "restore.json is not a JSON object";
-		goto out;
-	}
-	const char *hex = json_string_value(json_object_get(root, "secret_hex"));
-	const char *b64 = json_string_value(json_object_get(root, "rng_seed_b64"));
-	json_t *clock = json_object_get(root, "clock_ns");
-
-	if (!hex || proto_secret_from_hex(hex, secret) != 0) {
-		*why = "secret_hex must be 64 hex digits";
-		goto out;
-	}
-	if (!b64 || base64_decode(b64, seed, seed_cap, seed_len) < 0 || *seed_len == 0) {
-		*why = "rng_seed_b64 must be non-empty base64";
-		goto out;
-	}
-	if (!json_is_integer(clock) || json_integer_value(clock) <= 0) {
-		*why = "clock_ns must be a positive integer";
-		goto out;
-	}
-	*clock_ns = (uint64_t)json_integer_value(clock);
-	rc = 0;
-out:
-	json_decref(root);
-	return rc;
-}
-
 /*
  * RNDADDENTROPY credits the seed; a plain write (no credit) is the fallback. Neither changes
  * what the CRNG hands out next: it keeps the key it had when the snapshot was taken until its
@@ -174,7 +102,7 @@ static void restore_add_entropy(const uint8_t *seed, size_t len)
 	/* rand_pool_info ends in a flexible array: the seed follows it in the same buffer. */
 	union {
 		struct rand_pool_info info;
-		uint8_t bytes[sizeof(struct rand_pool_info) + RESTORE_SEED_MAX];
+		uint8_t bytes[sizeof(struct rand_pool_info) + PROTO_REKEY_SEED_MAX];
 	} pool;
 	int fd = open(RESTORE_URANDOM, O_WRONLY | O_CLOEXEC);
 
@@ -231,27 +159,24 @@ static void restore_set_clock(uint64_t clock_ns)
 
 int restore_apply(const uint8_t *json, size_t len, bool in_vm, char **error)
 {
-	uint8_t secret[PROTO_SECRET_SIZE], seed[RESTORE_SEED_MAX];
-	size_t seed_len = 0;
-	uint64_t clock_ns = 0;
+	struct proto_rekey rekey;
 	const char *why = "?";
 
-	if (restore_parse(json, len, secret, seed, sizeof(seed), &seed_len, &clock_ns, &why) < 0) {
+	if (proto_rekey_decode(json, len, &rekey, &why) < 0) {
 		*error = strdup(why);
 		return -EINVAL;
 	}
 	if (in_vm) {
 		restore_drain_hwrng();
-		restore_add_entropy(seed, seed_len);
-		restore_set_clock(clock_ns);
+		restore_add_entropy(rekey.seed, rekey.seed_len);
+		restore_set_clock(rekey.clock_ns);
 	}
 	pthread_mutex_lock(&restore_lock);
-	memcpy(restore_secret, secret, sizeof(restore_secret));
+	memcpy(restore_secret, rekey.secret, sizeof(restore_secret));
 	restore_rekeyed = true;
 	restore_generation++;
 	pthread_mutex_unlock(&restore_lock);
-	explicit_bzero(secret, sizeof(secret));
-	explicit_bzero(seed, sizeof(seed));
+	explicit_bzero(&rekey, sizeof(rekey));
 	agent_info("restore: rekeyed%s", in_vm ? ", RNG reseeded, clock set" : " (not PID 1: RNG and "
 		   "clock left alone)");
 	return 0;

@@ -50,8 +50,4 @@ void restore_retire_stale_connections(int rekeying_fd);
 /* True when fd authenticated before the latest rekey: its requests must not be served. */
 bool restore_conn_is_stale(int fd);
 
-/* Parsing only (unit-tested): fills secret, seed (up to seed_cap bytes) and clock. */
-int restore_parse(const uint8_t *json, size_t len, uint8_t secret[32], uint8_t *seed,
-		  size_t seed_cap, size_t *seed_len, uint64_t *clock_ns, const char **why);
-
 #endif

@@ -347,4 +347,22 @@ PROTO_DECLARE_CODEC(set_policy);
 char *proto_base64_encode(const uint8_t *data, size_t len);
 int proto_base64_decode(const char *text, size_t text_len, struct proto_bytes *out);
 
+/*
+ * The rekey document (§4.2): what a restored guest's agent needs to stop being a copy of the
+ * snapshot. Encoded as {"secret_hex", "rng_seed_b64", "clock_ns"} JSON.
+ */
+#define PROTO_REKEY_SEED_MAX 256
+struct proto_rekey {
+	uint8_t secret[PROTO_SECRET_SIZE];
+	uint8_t seed[PROTO_REKEY_SEED_MAX];
+	size_t seed_len;   /* 1..PROTO_REKEY_SEED_MAX */
+	uint64_t clock_ns; /* host CLOCK_REALTIME, > 0 */
+};
+
+/* malloc'ed JSON text in *json_out; 0, -EINVAL (a field out of range) or -ENOMEM. */
+int proto_rekey_encode(const struct proto_rekey *rekey, char **json_out);
+/* 0, or -EINVAL with *why naming the bad field; out is zeroed on failure. */
+int proto_rekey_decode(const uint8_t *json, size_t len, struct proto_rekey *out,
+		       const char **why);
+
 #endif

@@ -492,62 +492,25 @@ void sandbox_destroy(struct sandbox *sandbox, bool keep_serial_log)
 
 #define SANDBOX_REKEY_PATH "/etc/voidbox/restore.json"
 #define SANDBOX_RNG_SEED_BYTES 64
-#define SANDBOX_BASE64_LEN(n) ((((n) + 2) / 3) * 4 + 1)
-#define SANDBOX_REKEY_JSON_MAX 512
 #define SANDBOX_REKEY_ERR_MAX 1024
 #define SANDBOX_NSEC_PER_SEC 1000000000ULL
-#define BASE64_GROUP_BYTES 3
-#define BASE64_SHIFT_HIGH 18
-#define BASE64_SHIFT_MID 12
-#define BASE64_SHIFT_LOW 6
-#define BASE64_SEXTET_MASK 0x3fu
-#define BASE64_BYTE_SHIFT 8
-
-static void sandbox_base64(const uint8_t *in, size_t len, char *out)
-{
-	static const char alphabet[] =
-		"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-	size_t o = 0;
-
-	for (size_t i = 0; i < len; i += BASE64_GROUP_BYTES) {
-		uint32_t group = (uint32_t)in[i] << (2 * BASE64_BYTE_SHIFT);
-		size_t left = len - i;
-
-		if (left > 1)
-			group |= (uint32_t)in[i + 1] << BASE64_BYTE_SHIFT;
-		if (left > 2)
-			group |= in[i + 2];
-		out[o++] = alphabet[(group >> BASE64_SHIFT_HIGH) & BASE64_SEXTET_MASK];
-		out[o++] = alphabet[(group >> BASE64_SHIFT_MID) & BASE64_SEXTET_MASK];
-		out[o++] = left > 1 ? alphabet[(group >> BASE64_SHIFT_LOW) & BASE64_SEXTET_MASK] : '=';
-		out[o++] = left > 2 ? alphabet[group & BASE64_SEXTET_MASK] : '=';
-	}
-	out[o] = '\0';
-}
 
 /* The rekey document: a fresh secret (also stored in sandbox->secret), seed and clock. */
-static int sandbox_rekey_document(struct sandbox *sandbox, char *json, size_t len)
+static int sandbox_rekey_document(struct sandbox *sandbox, char **json)
 {
-	uint8_t seed[SANDBOX_RNG_SEED_BYTES];
-	char seed_b64[SANDBOX_BASE64_LEN(SANDBOX_RNG_SEED_BYTES)];
-	char hex[2 * PROTO_SECRET_SIZE + 1];
+	struct proto_rekey rekey = { .seed_len = SANDBOX_RNG_SEED_BYTES };
 	struct timespec now;
-	int written;
+	int rc;
 
 	if (getrandom(sandbox->secret, sizeof(sandbox->secret), 0) != sizeof(sandbox->secret) ||
-	    getrandom(seed, sizeof(seed), 0) != sizeof(seed))
+	    getrandom(rekey.seed, rekey.seed_len, 0) != (ssize_t)rekey.seed_len)
 		return -EIO;
 	clock_gettime(CLOCK_REALTIME, &now);
-	proto_secret_to_hex(sandbox->secret, hex);
-	sandbox_base64(seed, sizeof(seed), seed_b64);
-	written = snprintf(json, len,
-			   "{\"secret_hex\": \"%s\", \"rng_seed_b64\": \"%s\", \"clock_ns\": %llu}",
-			   hex, seed_b64,
-			   (unsigned long long)now.tv_sec * SANDBOX_NSEC_PER_SEC +
-				   (unsigned long long)now.tv_nsec);
-	explicit_bzero(seed, sizeof(seed));
-	explicit_bzero(hex, sizeof(hex));
-	return written < 0 || (size_t)written >= len ? -E2BIG : written;
+	memcpy(rekey.secret, sandbox->secret, sizeof(rekey.secret));
+	rekey.clock_ns = (uint64_t)now.tv_sec * SANDBOX_NSEC_PER_SEC + (uint64_t)now.tv_nsec;
+	rc = proto_rekey_encode(&rekey, json);
+	explicit_bzero(&rekey, sizeof(rekey));
+	return rc;
 }
 
 /*
@@ -562,18 +525,20 @@ static int sandbox_rekey(struct sandbox *sandbox, const uint8_t old_secret[PROTO
 			 const struct proto_set_policy *policy, int timeout_ms, char *err,
 			 size_t errlen)
 {
-	char json[SANDBOX_REKEY_JSON_MAX];
-	int len, rc;
+	char *json = NULL;
+	int rc;
 
 	memcpy(sandbox->secret, old_secret, sizeof(sandbox->secret));
 	rc = sandbox_open_channel(sandbox, timeout_ms, err, errlen);
 	if (rc < 0)
 		return rc;
-	len = sandbox_rekey_document(sandbox, json, sizeof(json));
-	rc = len < 0 ? len
-		     : control_channel_write_file(sandbox->channel, SANDBOX_REKEY_PATH, json,
-						  (size_t)len, false, CONTROL_CHANNEL_TIMEOUT_DEFAULT);
-	explicit_bzero(json, sizeof(json));
+	rc = sandbox_rekey_document(sandbox, &json);
+	if (rc == 0)
+		rc = control_channel_write_file(sandbox->channel, SANDBOX_REKEY_PATH, json,
+						strlen(json), false, CONTROL_CHANNEL_TIMEOUT_DEFAULT);
+	if (json)
+		explicit_bzero(json, strlen(json));
+	free(json);
 	if (rc < 0) {
 		snprintf(err, errlen, "the restored guest agent refused the new session secret "
 			 "(%s): rebuild the image with this voidbox's agent and take the snapshot "

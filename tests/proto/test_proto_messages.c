@@ -580,6 +580,44 @@ static void test_error_codes(void)
 	CHECK(proto_error_code_name(PROTO_ERROR_NONE) == NULL);
 }
 
+/* The rekey document: host and agent share this codec; every field is checked. */
+static void test_rekey_document(void)
+{
+	struct proto_rekey rekey = { .seed_len = 64, .clock_ns = 1767225600123456789ULL }, back;
+	const char *why = NULL;
+	char *json = NULL;
+	static const char *const refused[] = {
+		"[]",
+		"{\"secret_hex\":\"00\",\"rng_seed_b64\":\"AAAA\",\"clock_ns\":1}",
+		"{\"secret_hex\":\"" "0000000000000000000000000000000000000000000000000000000000000000"
+		"\",\"rng_seed_b64\":\"\",\"clock_ns\":1}",
+		"{\"secret_hex\":\"" "0000000000000000000000000000000000000000000000000000000000000000"
+		"\",\"rng_seed_b64\":\"AAAA\",\"clock_ns\":0}",
+		"{\"secret_hex\":\"" "0000000000000000000000000000000000000000000000000000000000000000"
+		"\",\"rng_seed_b64\":\"AAAA\",\"clock_ns\":\"1\"}",
+		"{\"secret_hex\":\"" "0000000000000000000000000000000000000000000000000000000000000000"
+		"\",\"rng_seed_b64\":\"!!!!\",\"clock_ns\":1}",
+	};
+
+	for (size_t i = 0; i < sizeof(rekey.secret); i++)
+		rekey.secret[i] = (uint8_t)i;
+	memset(rekey.seed, 0x42, rekey.seed_len);
+	CHECK_INT_EQ(proto_rekey_encode(&rekey, &json), 0);
+	CHECK(json != NULL);
+	CHECK_INT_EQ(proto_rekey_decode((const uint8_t *)json, strlen(json), &back, &why), 0);
+	CHECK(memcmp(&rekey, &back, sizeof(rekey)) == 0);
+	free(json);
+	for (size_t i = 0; i < sizeof(refused) / sizeof(refused[0]); i++) {
+		why = NULL;
+		CHECK_INT_EQ(proto_rekey_decode((const uint8_t *)refused[i], strlen(refused[i]), &back,
+						&why), -EINVAL);
+		CHECK(why != NULL);
+	}
+	/* a seed longer than 256 bytes is refused on both sides */
+	rekey.seed_len = PROTO_REKEY_SEED_MAX + 1;
+	CHECK_INT_EQ(proto_rekey_encode(&rekey, &json), -EINVAL);
+}
+
 int main(void)
 {
 	RUN_TEST(test_exec_request_roundtrip);
@@ -597,5 +635,6 @@ int main(void)
 	RUN_TEST(test_big_byte_array_cap);
 	RUN_TEST(test_json_value_cap);
 	RUN_TEST(test_error_codes);
+	RUN_TEST(test_rekey_document);
 	return harness_finish();
 }
