@@ -455,9 +455,9 @@ int main(int argc, char **argv)
 	voidbox_cli = argv[1];
 	setvbuf(stdout, NULL, _IOLBF, 0);
 	if (!kvm_probe_usable(why, sizeof(why)))
-		harness_skip_all(why);
+		harness_skip_vm(why);
 	if (guest_image_resolve(NULL, NULL, &test_image, err, sizeof(err)) < 0)
-		harness_skip_all(err);
+		harness_skip_vm(err);
 
 	memset(&cfg, 0, sizeof(cfg));
 	cfg.kernel_path = test_image.kernel;

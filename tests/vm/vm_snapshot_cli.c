@@ -364,9 +364,9 @@ int main(int argc, char **argv)
 	setvbuf(stdout, NULL, _IOLBF, 0);
 	log_set_level(LOG_LEVEL_WARN);
 	if (!kvm_probe_usable(why, sizeof(why)))
-		harness_skip_all(why);
+		harness_skip_vm(why);
 	if (guest_image_resolve(NULL, NULL, &image, why, sizeof(why)) < 0)
-		harness_skip_all(why);
+		harness_skip_vm(why);
 	snprintf(work_dir, sizeof(work_dir), "%s/vbsnapvmXXXXXX", tmpdir && *tmpdir ? tmpdir : "/tmp");
 	if (!mkdtemp(work_dir))
 		harness_skip_all("cannot create a temporary directory");

@@ -235,9 +235,9 @@ int main(int argc, char **argv)
 	setvbuf(stdout, NULL, _IOLBF, 0);
 	log_set_level(LOG_LEVEL_INFO);
 	if (!kvm_probe_usable(why, sizeof(why)))
-		harness_skip_all(why);
+		harness_skip_vm(why);
 	if (guest_image_resolve(NULL, NULL, &image, err, sizeof(err)) < 0)
-		harness_skip_all(err);
+		harness_skip_vm(err);
 
 	if (box_open(&cfg, &test_box, err, sizeof(err)) < 0) {
 		fprintf(stderr, "FAIL: the test VM did not start: %s\n", err);
