@@ -365,11 +365,11 @@ int main(int argc, char **argv)
 	int status;
 
 	if (argc < 3)
-		harness_skip_all("usage: test_workflow_cli VOIDBOX EXAMPLES_DIR");
+		harness_fail_setup("usage: test_workflow_cli VOIDBOX EXAMPLES_DIR");
 	voidbox_path = argv[1];
 	examples_dir = argv[2];
 	if (!mkdtemp(temp_dir))
-		harness_skip_all("cannot create a temporary directory");
+		harness_fail_setup("cannot create a temporary directory");
 	snprintf(path, sizeof(path), "%s/home", temp_dir);
 	mkdir(path, 0700);
 	setenv("VOIDBOX_HOME", path, 1);

@@ -369,7 +369,7 @@ int main(int argc, char **argv)
 		harness_skip_vm(why);
 	snprintf(work_dir, sizeof(work_dir), "%s/vbsnapvmXXXXXX", tmpdir && *tmpdir ? tmpdir : "/tmp");
 	if (!mkdtemp(work_dir))
-		harness_skip_all("cannot create a temporary directory");
+		harness_fail_setup("cannot create a temporary directory");
 	snprintf(home, sizeof(home), "%s/home", work_dir);
 	setenv(GUEST_IMAGE_ENV_KERNEL, image.kernel, 1);
 	if (image.initramfs[0])
