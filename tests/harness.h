@@ -11,6 +11,11 @@
  *   VOIDBOX_REQUIRE_VM=1 (CI) it is a failure: CI may not pass without booting a VM.
  * - harness_fail_setup: the test's own setup broke (a temporary directory, a socketpair, a
  *   missing argument); that is a failure, never a skip.
+ *
+ * A test that needs what a machine may lack (a tool, root, a real kernel tree) is registered
+ * with RUN_SEPARATE_TEST and given its own meson test that runs the program with
+ * --only=NAME (harness_select reads it): there it may skip with a reason while the program's
+ * other tests, run without --only, still count. --only naming no such test is a failure.
  */
 #ifndef VOIDBOX_TESTS_HARNESS_H
 #define VOIDBOX_TESTS_HARNESS_H
@@ -24,12 +29,25 @@
 #define HARNESS_SKIP_EXIT_CODE 77
 #define HARNESS_FAIL_EXIT_CODE 1
 #define HARNESS_REQUIRE_VM_ENV "VOIDBOX_REQUIRE_VM"
+#define HARNESS_ONLY_OPTION "--only="
 
 static int harness_checks_failed_in_test;
 static int harness_checks_failed_outside_tests;
 static const char *harness_current_test;
 static int harness_tests_passed;
 static int harness_tests_failed;
+static const char *harness_only_test;
+static int harness_only_test_runs;
+
+/* Reads --only=NAME from any argument: then only the RUN_SEPARATE_TEST named NAME runs. */
+static inline void harness_select(int argc, char **argv)
+{
+	size_t prefix_len = strlen(HARNESS_ONLY_OPTION);
+
+	for (int i = 1; i < argc; i++)
+		if (strncmp(argv[i], HARNESS_ONLY_OPTION, prefix_len) == 0)
+			harness_only_test = argv[i] + prefix_len;
+}
 
 /* Counts one failed check against the running test, or against the program when none runs. */
 static inline void harness_check_failed(void)
@@ -69,7 +87,7 @@ static inline void harness_check_failed(void)
 		}                                                                            \
 	} while (0)
 
-#define RUN_TEST(fn)                                                                         \
+#define HARNESS_RUN(fn)                                                                      \
 	do {                                                                                 \
 		harness_checks_failed_in_test = 0;                                           \
 		harness_current_test = #fn;                                                  \
@@ -84,9 +102,31 @@ static inline void harness_check_failed(void)
 		}                                                                            \
 	} while (0)
 
+/* One of the program's own tests: runs unless --only picked a separate one. */
+#define RUN_TEST(fn)                                                                         \
+	do {                                                                                 \
+		if (!harness_only_test)                                                      \
+			HARNESS_RUN(fn);                                                     \
+	} while (0)
+
+/* A test with a meson test of its own: runs only under --only=fn. */
+#define RUN_SEPARATE_TEST(fn)                                                                \
+	do {                                                                                 \
+		if (harness_only_test && strcmp(harness_only_test, #fn) == 0) {              \
+			harness_only_test_runs++;                                            \
+			HARNESS_RUN(fn);                                                     \
+		}                                                                            \
+	} while (0)
+
 static inline int harness_finish(void)
 {
 	int failed = harness_tests_failed;
+
+	if (harness_only_test && !harness_only_test_runs) {
+		fprintf(stderr, "  -> FAILED %s%s names no separate test of this program\n",
+			HARNESS_ONLY_OPTION, harness_only_test);
+		failed++;
+	}
 
 	if (harness_checks_failed_outside_tests) {
 		fprintf(stderr, "  -> FAILED %d check(s) outside any test (see FAIL lines above)\n",
