@@ -153,7 +153,6 @@ static void test_timeout_in_vm(void)
 	CHECK(stuck->ran && !stuck->success);
 	CHECK_STR_EQ(stuck->error, "timed out after 2s");
 	CHECK(report.error && strstr(report.error, "step \"stuck\" timed out after 2s"));
-	CHECK(stuck->duration_ms < 30000);
 	run_report_free(&report);
 	spec_free(spec);
 }
