@@ -8,6 +8,7 @@
 #include "proto/protocol.h"
 
 #include "harness.h"
+#include "process_probe.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -29,9 +30,8 @@
 #define OVERALL_TIMEOUT_SECS 100
 #define PTY_LIMIT 4
 #define PTY_SLOT_WAIT_MS 8000
-/* bounds the wait for killed processes to be reaped; it asserts nothing about speed */
-#define SURVIVOR_WAIT_MS 3000
-#define SURVIVOR_POLL_MS 20
+/* the shell and its background sleep, each writing its pid */
+#define GROUP_MEMBERS 2
 /* What a child of the agent reads from /proc/self/status, whitespace collapsed: the agent's
  * sandbox user (guest/agent/sandbox_user.h), with no other group. */
 #define SANDBOX_UID 1000
@@ -353,24 +353,6 @@ static void test_exec_does_not_block_other_rpcs(void)
 	close(fd);
 }
 
-/* A process is dead once it is gone or a zombie waiting for its reaper. */
-static bool process_gone(pid_t pid)
-{
-	char path[PATH_MAX], state = '?';
-	FILE *f;
-
-	if (kill(pid, 0) < 0 && errno == ESRCH)
-		return true;
-	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
-	f = fopen(path, "r");
-	if (!f)
-		return true;
-	if (fscanf(f, "%*d (%*[^)]) %c", &state) != 1)
-		state = '?';
-	fclose(f);
-	return state == 'Z' || state == 'X';
-}
-
 /*
  * The timeout kills the whole process group: the shell and the sleep it put in the
  * background, whose pid it wrote to a file first, are both gone once the exec has answered
@@ -381,9 +363,7 @@ static void test_exec_timeout_kills_group(void)
 	char pidfile[PATH_MAX], script[3 * PATH_MAX];
 	char *args[] = { "-c", script };
 	struct exec_result result;
-	int pids[2] = { 0, 0 };
 	int fd = client_open();
-	FILE *f;
 
 	snprintf(pidfile, sizeof(pidfile), "%s/workspace/group.pids", tree);
 	snprintf(script, sizeof(script),
@@ -394,26 +374,7 @@ static void test_exec_timeout_kills_group(void)
 	CHECK(result.response.stdout_data.len == 0);
 	proto_exec_response_free(&result.response);
 	close(fd);
-
-	f = fopen(pidfile, "r");
-	CHECK(f != NULL);
-	if (!f)
-		return;
-	CHECK_INT_EQ(fscanf(f, "%d %d", &pids[0], &pids[1]), 2);
-	fclose(f);
-	for (int i = 0; i < 2; i++) {
-		uint64_t until = now_ms() + SURVIVOR_WAIT_MS;
-
-		CHECK(pids[i] > 0);
-		if (pids[i] <= 0)
-			continue;
-		while (!process_gone(pids[i]) && now_ms() < until)
-			sleep_ms(SURVIVOR_POLL_MS);
-		CHECK(process_gone(pids[i]));
-		if (!process_gone(pids[i]))
-			kill(pids[i], SIGKILL);
-	}
-	unlink(pidfile);
+	process_probe_check_pidfile_gone(pidfile, GROUP_MEMBERS);
 }
 
 /*

@@ -9,6 +9,7 @@
  */
 #include "host/control_channel.h"
 #include "harness.h"
+#include "process_probe.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -29,7 +30,8 @@
 #define CONCURRENT_EXECS 16
 #define STDIN_BYTES (64 * 1024)
 #define RAW_READ_TIMEOUT_MS 3000
-#define SURVIVOR_WAIT_MS 3000
+/* the shell and its background sleep, each writing its pid */
+#define GROUP_MEMBERS 2
 /* bounds an exec that waits for the test; reaching it means the test never released it */
 #define WAITING_EXEC_TIMEOUT_SECS 60
 #define NFTW_FDS 16
@@ -250,31 +252,11 @@ static void test_env_and_working_dir(void)
 	proto_exec_response_free(&resp);
 }
 
-static bool process_gone(pid_t pid)
-{
-	char path[64], state = '?';
-	FILE *f;
-
-	if (kill(pid, 0) < 0 && errno == ESRCH)
-		return true;
-	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
-	f = fopen(path, "r");
-	if (!f)
-		return true;
-	/* "pid (comm) S ...": a zombie is dead, only not yet reaped */
-	if (fscanf(f, "%*d (%*[^)]) %c", &state) != 1)
-		state = '?';
-	fclose(f);
-	return state == 'Z' || state == 'X';
-}
-
 static void test_timeout_kills_process_group(void)
 {
 	char pidfile[PATH_MAX], script[3 * PATH_MAX];
 	struct exec_spec spec = { .program = "sh", .timeout_secs = 2 };
 	struct proto_exec_response resp;
-	int pids[2] = { 0, 0 };
-	FILE *f;
 
 	path_in_root(pidfile, sizeof(pidfile), "/workspace/pids");
 	snprintf(script, sizeof(script),
@@ -285,24 +267,7 @@ static void test_timeout_kills_process_group(void)
 	CHECK_INT_EQ(resp.exit_code, PROTO_EXIT_CODE_SIGNALED);
 	CHECK_STR_EQ(resp.error, "Process killed after 2s timeout");
 	proto_exec_response_free(&resp);
-
-	f = fopen(pidfile, "r");
-	CHECK(f != NULL);
-	if (!f)
-		return;
-	CHECK(fscanf(f, "%d %d", &pids[0], &pids[1]) == 2);
-	fclose(f);
-	for (int i = 0; i < 2; i++) {
-		long long until = now_ms() + SURVIVOR_WAIT_MS;
-
-		if (pids[i] <= 0)
-			continue;
-		while (!process_gone(pids[i]) && now_ms() < until)
-			usleep(20000);
-		CHECK(process_gone(pids[i]));
-		if (!process_gone(pids[i]))
-			kill(pids[i], SIGKILL);
-	}
+	process_probe_check_pidfile_gone(pidfile, GROUP_MEMBERS);
 }
 
 static void test_sequential_execs(void)

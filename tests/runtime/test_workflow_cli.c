@@ -96,6 +96,16 @@ static void write_spec(const char *name, const char *text, char *path, size_t pa
 	fclose(file);
 }
 
+/* `voidbox COMMAND --help` succeeds and prints USAGE on stdout. */
+static void check_help(const char *command, const char *usage)
+{
+	static struct cli_result result;
+
+	run_voidbox(&result, (const char *const[]){ command, "--help", NULL });
+	CHECK_INT_EQ(result.status, 0);
+	CHECK(strstr(result.out, usage) != NULL);
+}
+
 static json_t *parse_json(const char *text)
 {
 	json_error_t error;
@@ -212,9 +222,7 @@ static void test_run_failure_and_input(void)
 	run_voidbox(&result, (const char *const[]){ "run", NULL });
 	CHECK_INT_EQ(result.status, 2);
 	CHECK(strstr(result.err, "--file SPEC is required") != NULL);
-	run_voidbox(&result, (const char *const[]){ "run", "--help", NULL });
-	CHECK_INT_EQ(result.status, 0);
-	CHECK(strstr(result.out, "usage: voidbox run --file SPEC") != NULL);
+	check_help("run", "usage: voidbox run --file SPEC");
 }
 
 static void test_run_refuses_unsupported(void)
@@ -448,9 +456,7 @@ static void test_skills_errors(void)
 	CHECK(strstr(result.err, "is not a valid spec") != NULL);
 	CHECK_STR_EQ(result.out, "");
 
-	run_voidbox(&result, (const char *const[]){ "skills", "--help", NULL });
-	CHECK_INT_EQ(result.status, 0);
-	CHECK(strstr(result.out, "usage: voidbox skills --file SPEC") != NULL);
+	check_help("skills", "usage: voidbox skills --file SPEC");
 }
 
 static void test_version_human_and_json(void)
@@ -473,9 +479,7 @@ static void test_version_human_and_json(void)
 	CHECK_INT_EQ(json_integer_value(json_object_get(json, "protocol_version")), PROTO_VERSION);
 	json_decref(json);
 
-	run_voidbox(&result, (const char *const[]){ "version", "--help", NULL });
-	CHECK_INT_EQ(result.status, 0);
-	CHECK(strstr(result.out, "usage: voidbox version") != NULL);
+	check_help("version", "usage: voidbox version");
 }
 
 int main(int argc, char **argv)

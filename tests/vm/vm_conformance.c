@@ -5,7 +5,8 @@
  * (exit status, streaming, a kernel that cannot boot) use `voidbox exec` as a user would.
  *
  * Needs a /dev/kvm that runs standard guests: run natively, or through scripts/with-nested-kvm
- * (tests/vm/run-vm-suite decides). Without one it exits 77 and prints why.
+ * (tests/vm/run-vm-suite decides). Without one it exits 77 and prints why, or fails under
+ * VOIDBOX_REQUIRE_VM=1.
  */
 #include <errno.h>
 #include <fcntl.h>

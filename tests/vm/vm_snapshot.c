@@ -6,7 +6,8 @@
  * twice of the parent mapping the base) are each checked for the state they must (and must
  * not) see, their CID and their session secrets.
  *
- * Needs a /dev/kvm that runs standard guests (tests/vm/run-vm-suite finds one or skips).
+ * Needs a /dev/kvm that runs standard guests (tests/vm/run-vm-suite finds one or skips; under
+ * VOIDBOX_REQUIRE_VM=1 a skip is a failure).
  */
 #include <errno.h>
 #include <stdio.h>

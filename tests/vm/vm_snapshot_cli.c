@@ -14,7 +14,8 @@
  *   8. `snapshot delete` removes the base and its diff.
  * Snapshots go to a temporary VOIDBOX_HOME; the guest image is passed on through
  * VOID_BOX_KERNEL / VOID_BOX_INITRAMFS. Needs a /dev/kvm that runs standard guests and a built
- * image (tests/vm/run-vm-suite arranges the first; without either it exits 77 and says why).
+ * image (tests/vm/run-vm-suite arranges the first; without either it exits 77 and says why,
+ * or fails under VOIDBOX_REQUIRE_VM=1).
  */
 #include <errno.h>
 #include <signal.h>

@@ -7,7 +7,8 @@
  * Parallelism is observed in the guest, not timed: each middle step of the diamond creates its
  * own marker and waits, in a bounded loop, for the other's; both can only succeed when they ran
  * concurrently. Needs a /dev/kvm that runs standard guests and a built guest image
- * (tests/vm/run-vm-suite arranges the first; without either it exits 77 and says why).
+ * (tests/vm/run-vm-suite arranges the first; without either it exits 77 and says why, or
+ * fails under VOIDBOX_REQUIRE_VM=1).
  */
 #include <errno.h>
 #include <fcntl.h>
