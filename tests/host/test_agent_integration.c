@@ -5,7 +5,7 @@
  * the whole file; the tests run in order and the allowlist test restores the open policy.
  * Hostile peers use raw sockets next to the channel and then prove the agent still serves it.
  *
- * The agent path comes from VOIDBOX_AGENT_BIN (set by meson); without it the test skips.
+ * The agent path comes from VOIDBOX_AGENT_BIN (set by meson); without it the test fails.
  */
 #include "host/control_channel.h"
 #include "harness.h"
