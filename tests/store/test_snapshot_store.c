@@ -424,7 +424,7 @@ int main(void)
 	log_set_level(LOG_LEVEL_WARN);
 	snprintf(root, sizeof(root), "%s/vbsnapXXXXXX", tmpdir && *tmpdir ? tmpdir : "/tmp");
 	if (!mkdtemp(root))
-		harness_skip_all("cannot create a temporary directory");
+		harness_fail_setup("cannot create a temporary directory");
 	snprintf(home, sizeof(home), "%s/home", root);
 
 	RUN_TEST(test_config_hash_layout);

@@ -62,14 +62,19 @@ static void test_remove_tree(void)
 	CHECK_INT_EQ(store_remove_tree(dir), 0);
 }
 
+/* The whole scratch tree the tests above left behind goes too, files and subdirectories. */
+static void test_remove_scratch_root(void)
+{
+	CHECK_INT_EQ(store_remove_tree(root), 0);
+	CHECK(access(root, F_OK) != 0);
+}
+
 int main(void)
 {
-	if (!mkdtemp(root)) {
-		perror("mkdtemp");
-		return 1;
-	}
+	if (!mkdtemp(root))
+		harness_fail_setup("cannot create a temporary directory (mkdtemp)");
 	RUN_TEST(test_rename_noreplace);
 	RUN_TEST(test_remove_tree);
-	CHECK_INT_EQ(store_remove_tree(root), 0);
+	RUN_TEST(test_remove_scratch_root);
 	return harness_finish();
 }

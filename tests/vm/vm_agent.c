@@ -294,9 +294,9 @@ int main(int argc, char **argv)
 	mock_agent = argv[2];
 	setvbuf(stdout, NULL, _IOLBF, 0);
 	if (!kvm_probe_usable(why, sizeof(why)))
-		harness_skip_all(why);
+		harness_skip_vm(why);
 	if (guest_image_resolve(NULL, NULL, &image, err, sizeof(err)) < 0)
-		harness_skip_all(err);
+		harness_skip_vm(err);
 	rc = build_test_initramfs();
 	if (rc < 0) {
 		fprintf(stderr, "FAIL: cannot build the test initramfs: %s\n", strerror(-rc));

@@ -14,7 +14,8 @@
  *   8. `snapshot delete` removes the base and its diff.
  * Snapshots go to a temporary VOIDBOX_HOME; the guest image is passed on through
  * VOID_BOX_KERNEL / VOID_BOX_INITRAMFS. Needs a /dev/kvm that runs standard guests and a built
- * image (tests/vm/run-vm-suite arranges the first; without either it exits 77 and says why).
+ * image (tests/vm/run-vm-suite arranges the first; without either it exits 77 and says why,
+ * or fails under VOIDBOX_REQUIRE_VM=1).
  */
 #include <errno.h>
 #include <signal.h>
@@ -364,12 +365,12 @@ int main(int argc, char **argv)
 	setvbuf(stdout, NULL, _IOLBF, 0);
 	log_set_level(LOG_LEVEL_WARN);
 	if (!kvm_probe_usable(why, sizeof(why)))
-		harness_skip_all(why);
+		harness_skip_vm(why);
 	if (guest_image_resolve(NULL, NULL, &image, why, sizeof(why)) < 0)
-		harness_skip_all(why);
+		harness_skip_vm(why);
 	snprintf(work_dir, sizeof(work_dir), "%s/vbsnapvmXXXXXX", tmpdir && *tmpdir ? tmpdir : "/tmp");
 	if (!mkdtemp(work_dir))
-		harness_skip_all("cannot create a temporary directory");
+		harness_fail_setup("cannot create a temporary directory");
 	snprintf(home, sizeof(home), "%s/home", work_dir);
 	setenv(GUEST_IMAGE_ENV_KERNEL, image.kernel, 1);
 	if (image.initramfs[0])

@@ -7,7 +7,8 @@
  * Parallelism is observed in the guest, not timed: each middle step of the diamond creates its
  * own marker and waits, in a bounded loop, for the other's; both can only succeed when they ran
  * concurrently. Needs a /dev/kvm that runs standard guests and a built guest image
- * (tests/vm/run-vm-suite arranges the first; without either it exits 77 and says why).
+ * (tests/vm/run-vm-suite arranges the first; without either it exits 77 and says why, or
+ * fails under VOIDBOX_REQUIRE_VM=1).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -153,7 +154,6 @@ static void test_timeout_in_vm(void)
 	CHECK(stuck->ran && !stuck->success);
 	CHECK_STR_EQ(stuck->error, "timed out after 2s");
 	CHECK(report.error && strstr(report.error, "step \"stuck\" timed out after 2s"));
-	CHECK(stuck->duration_ms < 30000);
 	run_report_free(&report);
 	spec_free(spec);
 }
@@ -235,9 +235,9 @@ int main(int argc, char **argv)
 	setvbuf(stdout, NULL, _IOLBF, 0);
 	log_set_level(LOG_LEVEL_INFO);
 	if (!kvm_probe_usable(why, sizeof(why)))
-		harness_skip_all(why);
+		harness_skip_vm(why);
 	if (guest_image_resolve(NULL, NULL, &image, err, sizeof(err)) < 0)
-		harness_skip_all(err);
+		harness_skip_vm(err);
 
 	if (box_open(&cfg, &test_box, err, sizeof(err)) < 0) {
 		fprintf(stderr, "FAIL: the test VM did not start: %s\n", err);
