@@ -17,6 +17,7 @@
 #include <sys/random.h>
 #include <time.h>
 
+#include "common/log.h"
 #include "devices/vsock.h"
 #include "devices/vsock_internal.h"
 #include "vmm/device.h"
@@ -174,6 +175,12 @@ static int vsock_vm_create(struct vm *vm, const struct vm_config *cfg,
 			 strerror(-rc));
 		return rc;
 	}
+	/* a notify only wakes the worker, which looks at every queue: no datamatch needed */
+	rc = vm_bind_doorbell(vm, slot.base + VIRTIO_MMIO_QUEUE_NOTIFY, sizeof(uint32_t),
+			      vsock_device_kick_fd(dev));
+	if (rc < 0)
+		log_debug("vsock", "queue notifies go through user space: KVM_IOEVENTFD: %s",
+			  strerror(-rc));
 	vm_set_vsock_cid(vm, cid);
 	return 0;
 }

@@ -373,6 +373,7 @@ int sandbox_start(const struct sandbox_config *cfg, struct sandbox **out, char *
 	vm_cfg.has_secret = true;
 	memcpy(vm_cfg.secret, sandbox->secret, sizeof(vm_cfg.secret));
 	vm_cfg.vsock_socket_path = sandbox->socket_path;
+	vm_cfg.no_doorbells = cfg->no_doorbells;
 	if (!cfg->boot_compressed_kernel &&
 	    sandbox_kernel_cache_dir(sandbox->kernel_cache_dir,
 				     sizeof(sandbox->kernel_cache_dir)) == 0)

@@ -44,6 +44,8 @@ struct sandbox_config {
 	 * boot; true boots the bzImage as given, keeping the decompressor's KASLR.
 	 */
 	bool boot_compressed_kernel;
+	/* Queue notifications exit to user space (vm_config.no_doorbells): benchmarks only. */
+	bool no_doorbells;
 	/*
 	 * The exec policy the agent enforces (docs/protocol.md §8), sent right after the
 	 * handshake, before anything can run. NULL: the host's default, every command allowed

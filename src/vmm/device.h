@@ -88,6 +88,14 @@ int vm_pio_register(struct vm *vm, uint64_t base, uint64_t len, bus_access_fn ac
 struct irq_line vm_irq_line(struct vm *vm, uint32_t gsi);
 /* The guest asked for a reset (i8042 pulse): voidbox ends the VM. Any thread. */
 void vm_guest_requested_reset(struct vm *vm);
+/*
+ * Makes a guest write of len bytes at addr (a virtio-mmio QUEUE_NOTIFY register) signal the
+ * eventfd fd inside KVM, without an exit to a vCPU thread in user space; the register's
+ * handler then never sees those writes, so only a device whose notify does nothing but wake
+ * a worker through fd may ask. Does nothing (returns 0) when the VM's config turned doorbells
+ * off. 0 or -errno (the caller keeps the slower MMIO path then).
+ */
+int vm_bind_doorbell(struct vm *vm, uint64_t addr, uint32_t len, int fd);
 /* The vsock device records the guest's CID here; the VM saves it as its identity. */
 void vm_set_vsock_cid(struct vm *vm, uint64_t cid);
 

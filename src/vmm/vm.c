@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/random.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -326,6 +327,17 @@ struct irq_line vm_irq_line(struct vm *vm, uint32_t gsi)
 				  .gsi = gsi };
 }
 
+int vm_bind_doorbell(struct vm *vm, uint64_t addr, uint32_t len, int fd)
+{
+	struct kvm_ioeventfd doorbell = { .addr = addr, .len = len, .fd = fd };
+
+	if (vm->no_doorbells)
+		return 0;
+	if (vm->started)
+		return -EBUSY;
+	return ioctl(vm->kvm.vm_fd, KVM_IOEVENTFD, &doorbell) < 0 ? -errno : 0;
+}
+
 void vm_set_vsock_cid(struct vm *vm, uint64_t cid)
 {
 	vm->vsock_cid = cid;
@@ -419,6 +431,7 @@ int vm_create(const struct vm_config *cfg, struct vm **out, char *err, size_t er
 		return -ENOMEM;
 	}
 	vm->vcpu_count = cfg->vcpus ? cfg->vcpus : 1;
+	vm->no_doorbells = cfg->no_doorbells;
 	rc = guest_memory_plan(&vm->mem, memory_mb, guest_memory_host_ram(), err, errlen);
 	if (rc < 0)
 		goto fail;

@@ -37,6 +37,7 @@ struct vm {
 	struct vm_device_entry devices[VM_MAX_DEVICES];
 	size_t device_count;
 	uint64_t vsock_cid; /* set by the vsock device; 0: none */
+	bool no_doorbells;  /* vm_config.no_doorbells */
 	struct acpi_virtio_device virtio[VM_VIRTIO_MMIO_MAX_SLOTS];
 	bool virtio_attached[VM_VIRTIO_MMIO_MAX_SLOTS];
 	size_t virtio_count;
