@@ -25,8 +25,6 @@
 /* exit statuses when the agent reports no exit code of the program's own */
 #define CLI_EXEC_EXIT_TIMED_OUT 124
 #define CLI_EXEC_EXIT_KILLED 137
-#define CLI_EXEC_MAX_MEMORY_MB (1024u * 1024u)
-#define CLI_EXEC_MAX_VCPUS 64u
 
 enum cli_exec_option {
 	CLI_EXEC_OPT_MEMORY = 1000,
@@ -147,12 +145,12 @@ static int cli_exec_parse(int argc, char **argv, struct cli_exec_args *args)
 	while ((option = getopt_long(argc, argv, "+", cli_exec_options, NULL)) != -1) {
 		switch (option) {
 		case CLI_EXEC_OPT_MEMORY:
-			if (!cli_parse_unsigned("--memory", optarg, 1, CLI_EXEC_MAX_MEMORY_MB, &value))
+			if (!cli_parse_unsigned("--memory", optarg, 1, VM_MAX_MEMORY_MB, &value))
 				return CLI_EXIT_USAGE;
 			args->sandbox.memory_mb = (unsigned int)value;
 			break;
 		case CLI_EXEC_OPT_VCPUS:
-			if (!cli_parse_unsigned("--vcpus", optarg, 1, CLI_EXEC_MAX_VCPUS, &value))
+			if (!cli_parse_unsigned("--vcpus", optarg, 1, VM_MAX_VCPUS, &value))
 				return CLI_EXIT_USAGE;
 			args->sandbox.vcpus = (unsigned int)value;
 			break;

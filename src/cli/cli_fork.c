@@ -26,8 +26,6 @@
 
 #define CLI_FORK_ERROR_MAX 1024
 #define CLI_FORK_MAX_CHILDREN 64u
-#define CLI_FORK_MAX_MEMORY_MB (1024u * 1024u)
-#define CLI_FORK_MAX_VCPUS 64u
 #define CLI_FORK_INDEX_ENV "VOIDBOX_FORK_INDEX"
 #define CLI_FORK_INDEX_TEXT 16
 #define CLI_FORK_MS_PER_SEC 1000
@@ -139,10 +137,10 @@ static int cli_fork_parse_option(int option, struct cli_fork_args *a)
 		a->sandbox.initramfs_path = optarg;
 		return 0;
 	case CLI_FORK_OPT_MEMORY:
-		return cli_fork_number("--memory", optarg, CLI_FORK_MAX_MEMORY_MB,
+		return cli_fork_number("--memory", optarg, VM_MAX_MEMORY_MB,
 				       &a->sandbox.memory_mb) ? 0 : CLI_EXIT_USAGE;
 	case CLI_FORK_OPT_VCPUS:
-		return cli_fork_number("--vcpus", optarg, CLI_FORK_MAX_VCPUS, &a->sandbox.vcpus) ?
+		return cli_fork_number("--vcpus", optarg, VM_MAX_VCPUS, &a->sandbox.vcpus) ?
 			       0 : CLI_EXIT_USAGE;
 	case CLI_FORK_OPT_WARMUP:
 		a->warmup = optarg;

@@ -32,8 +32,6 @@
 #define SHELL_DEFAULT_ROWS 24
 #define SHELL_ERROR_MAX 1024
 #define SHELL_INPUT_CHUNK 4096
-#define SHELL_MAX_MEMORY_MB (1024u * 1024u)
-#define SHELL_MAX_VCPUS 64u
 #define SHELL_MAX_ENV 256
 #define SHELL_LOG_TEMPLATE "/tmp/voidbox-shell-XXXXXX.log"
 #define SHELL_LOG_SUFFIX_LEN 4
@@ -139,12 +137,12 @@ static int cli_shell_parse(int argc, char **argv, struct cli_shell_session *s)
 			s->open.program = optarg;
 			break;
 		case CLI_SHELL_OPT_MEMORY:
-			if (!cli_shell_number("--memory", optarg, SHELL_MAX_MEMORY_MB,
+			if (!cli_shell_number("--memory", optarg, VM_MAX_MEMORY_MB,
 					      &s->sandbox.memory_mb))
 				return CLI_EXIT_USAGE;
 			break;
 		case CLI_SHELL_OPT_VCPUS:
-			if (!cli_shell_number("--vcpus", optarg, SHELL_MAX_VCPUS, &s->sandbox.vcpus))
+			if (!cli_shell_number("--vcpus", optarg, VM_MAX_VCPUS, &s->sandbox.vcpus))
 				return CLI_EXIT_USAGE;
 			break;
 		case CLI_SHELL_OPT_ENV:

@@ -28,8 +28,6 @@
 #include "vmm/device.h"
 
 #define CLI_SNAPSHOT_ERROR_MAX 1024
-#define CLI_SNAPSHOT_MAX_MEMORY_MB (1024u * 1024u)
-#define CLI_SNAPSHOT_MAX_VCPUS 64u
 #define CLI_SNAPSHOT_DEFAULT_PROGRAM "true"
 #define CLI_SNAPSHOT_MS_PER_SEC 1000
 #define CLI_SNAPSHOT_NS_PER_MS 1000000
@@ -194,12 +192,12 @@ static int cli_snapshot_create_parse(int argc, char **argv, struct cli_snapshot_
 			c->initramfs = optarg;
 			break;
 		case CLI_SNAPSHOT_OPT_MEMORY:
-			if (!cli_snapshot_number("--memory", optarg, CLI_SNAPSHOT_MAX_MEMORY_MB,
+			if (!cli_snapshot_number("--memory", optarg, VM_MAX_MEMORY_MB,
 						 &c->memory_mb))
 				return CLI_EXIT_USAGE;
 			break;
 		case CLI_SNAPSHOT_OPT_VCPUS:
-			if (!cli_snapshot_number("--vcpus", optarg, CLI_SNAPSHOT_MAX_VCPUS, &c->vcpus))
+			if (!cli_snapshot_number("--vcpus", optarg, VM_MAX_VCPUS, &c->vcpus))
 				return CLI_EXIT_USAGE;
 			break;
 		case CLI_SNAPSHOT_OPT_DIFF:
