@@ -14,6 +14,7 @@
 #include "rpc_files.h"
 #include "restore.h"
 #include "telemetry.h"
+#include "common/fd_io.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -58,35 +59,16 @@ static void server_sleep_ns(long ns)
 	nanosleep(&ts, NULL);
 }
 
-/* Reads exactly len bytes. Returns 0, -ECONNRESET at EOF before any byte, -EPIPE mid-way. */
-static int server_read_exact(int fd, void *buf, size_t len)
-{
-	size_t got = 0;
-
-	while (got < len) {
-		ssize_t n = read(fd, (uint8_t *)buf + got, len - got);
-
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n < 0)
-			return -errno;
-		if (n == 0)
-			return got == 0 ? -ECONNRESET : -EPIPE;
-		got += (size_t)n;
-	}
-	return 0;
-}
-
 static int server_discard(int fd, size_t len)
 {
 	uint8_t sink[SERVER_DISCARD_CHUNK];
 
 	while (len > 0) {
 		size_t chunk = len < sizeof(sink) ? len : sizeof(sink);
-		int err = server_read_exact(fd, sink, chunk);
+		ssize_t got = fd_read_full(fd, sink, chunk);
 
-		if (err)
-			return err;
+		if (got != (ssize_t)chunk)
+			return got < 0 ? (int)got : -EPIPE;
 		len -= chunk;
 	}
 	return 0;
@@ -106,13 +88,14 @@ static enum frame_result server_read_frame(int fd, bool multiplexed, uint32_t ma
 {
 	uint8_t header[PROTO_HEADER_SIZE];
 	uint32_t payload_len;
+	ssize_t got;
 	int err;
 
 	memset(frame, 0, sizeof(*frame));
-	err = server_read_exact(fd, header, sizeof(header));
-	if (err == -ECONNRESET)
+	got = fd_read_full(fd, header, sizeof(header));
+	if (got == 0)
 		return FRAME_EOF;
-	if (err) {
+	if (got != (ssize_t)sizeof(header)) {
 		*why = "read failed";
 		return FRAME_FATAL;
 	}
@@ -130,7 +113,7 @@ static enum frame_result server_read_frame(int fd, bool multiplexed, uint32_t ma
 		*why = "out of memory";
 		return FRAME_FATAL;
 	}
-	if (server_read_exact(fd, frame->storage, payload_len)) {
+	if (fd_read_full(fd, frame->storage, payload_len) != (ssize_t)payload_len) {
 		*why = "connection closed mid-frame";
 		goto fatal;
 	}

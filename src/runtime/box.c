@@ -11,6 +11,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "common/clock.h"
 #include "common/log.h"
 #include "runtime/box_internal.h"
 #include "store/guest_image.h"
@@ -51,14 +52,6 @@ char *box_copy_bytes(const void *data, size_t len)
 		memcpy(copy, data, len);
 	copy[len] = '\0';
 	return copy;
-}
-
-uint64_t box_now_ms(void)
-{
-	struct timespec now;
-
-	clock_gettime(CLOCK_MONOTONIC, &now);
-	return (uint64_t)now.tv_sec * BOX_MS_PER_SEC + (uint64_t)now.tv_nsec / BOX_NS_PER_MS;
 }
 
 const char *box_mode_name(enum box_mode mode)
@@ -296,7 +289,7 @@ int box_exec(struct box *box, const struct box_exec_request *req, struct box_exe
 {
 	struct box_env_var *env = NULL;
 	size_t env_count = 0;
-	uint64_t start = box_now_ms();
+	uint64_t start = clock_monotonic_ms();
 	int rc;
 
 	memset(out, 0, sizeof(*out));
@@ -322,7 +315,7 @@ fill:
 		return -ENOMEM;
 	}
 	if (!out->duration_ms)
-		out->duration_ms = box_now_ms() - start;
+		out->duration_ms = clock_monotonic_ms() - start;
 	return rc;
 }
 

@@ -23,6 +23,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/fd_io.h"
 #include "common/log.h"
 #include "store/guest_image.h"
 #include "store/store_fs.h"
@@ -771,21 +772,6 @@ static json_t *snapshot_store_meta_json(const struct snapshot_store_txn *txn,
 	return root;
 }
 
-static int snapshot_store_write_all(int fd, const char *data, size_t len)
-{
-	while (len) {
-		ssize_t n = write(fd, data, len);
-
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n < 0)
-			return -errno;
-		data += n;
-		len -= (size_t)n;
-	}
-	return 0;
-}
-
 static int snapshot_store_write_meta(const struct snapshot_store_txn *txn,
 				     const struct snapshot_store_config *config)
 {
@@ -803,7 +789,7 @@ static int snapshot_store_write_meta(const struct snapshot_store_txn *txn,
 			rc = -errno;
 	}
 	if (rc == 0)
-		rc = snapshot_store_write_all(fd, text, strlen(text));
+		rc = fd_write_full(fd, text, strlen(text));
 	if (fd >= 0)
 		close(fd);
 	free(text);
