@@ -18,6 +18,8 @@ ssize_t fd_read_full(int fd, void *data, size_t len);
 int fd_pwrite_full(int fd, const void *data, size_t len, uint64_t offset);
 /* pread of exactly len bytes at offset: 0, -EBADMSG when the file ends first, or -errno. */
 int fd_pread_full(int fd, void *data, size_t len, uint64_t offset);
+/* fsync of path opened read-only with open_flags added (O_DIRECTORY, O_NOFOLLOW...). */
+int fsync_path(const char *path, int open_flags);
 /* fsync of the directory path, so entries renamed or created in it survive a crash. */
 int fsync_dir(const char *path);
 

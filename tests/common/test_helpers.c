@@ -10,6 +10,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "common/array.h"
 #include "common/clock.h"
 #include "common/fd_io.h"
 #include "common/parse_number.h"
@@ -95,11 +96,31 @@ static void test_monotonic_deadlines(void)
 	CHECK(clock_monotonic_ns() / CLOCK_NSEC_PER_MSEC >= before);
 }
 
+static void test_array_growth(void)
+{
+	uint32_t *items = NULL;
+	size_t capacity = 0;
+
+	for (size_t used = 0; used < 1000; used++) {
+		CHECK(array_reserve_one((void **)&items, &capacity, used, sizeof(*items), 4));
+		items[used] = (uint32_t)used;
+		CHECK(capacity > used);
+	}
+	for (size_t i = 0; i < 1000; i++)
+		if (items[i] != i)
+			CHECK(!"an element changed while the array grew");
+	/* a capacity whose doubling would overflow the byte count is refused, items kept */
+	capacity = SIZE_MAX / 2 + 1;
+	CHECK(!array_reserve_one((void **)&items, &capacity, capacity, sizeof(*items), 4));
+	free(items);
+}
+
 int main(void)
 {
 	RUN_TEST(test_parse_decimal_strict);
 	RUN_TEST(test_whole_transfers);
 	RUN_TEST(test_positioned_transfers_and_short_file);
 	RUN_TEST(test_monotonic_deadlines);
+	RUN_TEST(test_array_growth);
 	return harness_finish();
 }
