@@ -170,7 +170,10 @@ static void box_free(struct box *box)
 	free(box);
 }
 
-/* Picks mock or local; for local, resolves the guest image into box->kernel/initramfs. */
+/*
+ * Picks mock (only when the spec asks for it) or local, resolving the guest image into
+ * box->kernel/initramfs; auto and local both need a real VM.
+ */
 static int box_resolve_mode(struct box *box, const struct box_config *cfg, char *err,
 			    size_t errlen)
 {
@@ -183,17 +186,11 @@ static int box_resolve_mode(struct box *box, const struct box_config *cfg, char 
 	}
 	if (guest_image_resolve(cfg->kernel, cfg->initramfs, &image, reason, sizeof(reason)) <
 	    0) {
-		if (cfg->mode == BOX_MODE_LOCAL) {
-			snprintf(err, errlen,
-				 "sandbox mode local needs a VM but %s (or set sandbox.mode: mock to run without one)",
-				 reason);
-			return -ENOENT;
-		}
-		log_warn("box",
-			 "[box:%s] sandbox mode auto: %s; falling back to the mock sandbox, so programs do not really run (build an image with `voidbox image build`)",
-			 box->name, reason);
-		box->mode = BOX_MODE_MOCK;
-		return 0;
+		/* auto never turns into the scripted mock: a run must not pass for a real one */
+		snprintf(err, errlen, "sandbox mode %s needs a VM but %s: build one with `voidbox "
+			 "image build`, or set sandbox.mode: mock to run the scripted stand-in "
+			 "instead", cfg->mode == BOX_MODE_LOCAL ? "local" : "auto", reason);
+		return -ENOENT;
 	}
 	box->mode = BOX_MODE_LOCAL;
 	snprintf(box->kernel, sizeof(box->kernel), "%s", image.kernel);
