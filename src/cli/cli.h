@@ -48,6 +48,7 @@ int cli_fork_run(const struct cli_globals *globals, int argc, char **argv);
 
 struct sandbox;
 struct sandbox_config;
+struct sandbox_host_settings;
 struct guest_image_paths;
 
 /*
@@ -73,6 +74,15 @@ bool cli_parse_number(const char *command, const char *flag, const char *text, u
 		      uint64_t max, uint64_t *out);
 bool cli_parse_uint(const char *command, const char *flag, const char *text, unsigned int min,
 		    unsigned int max, unsigned int *out);
+
+/*
+ * The host settings every sandbox of this process gets, read from the environment on first
+ * use (VOIDBOX_BOOT_TIMEOUT_SECS, XDG_RUNTIME_DIR, VOIDBOX_ALLOW_SLOW_KVM,
+ * VOID_BOX_CONNECT_DEADLINE_SECS, VOID_BOX_LIVENESS_SECS); the only place they are read.
+ */
+const struct sandbox_host_settings *cli_host_settings(void);
+/* VOIDBOX_MAX_PARALLEL_VMS (1..64): the VMs a pipeline's fan_out may run at once; 0: default. */
+unsigned cli_max_parallel_vms(void);
 
 int cli_sandbox_start(const char *command, const char *snapshot_ref,
 		      const struct sandbox_config *cfg, bool track_dirty_pages,

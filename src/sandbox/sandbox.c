@@ -41,10 +41,7 @@
 #define SANDBOX_PATH_MAX 256
 /* how long a guest gets to power off after the Shutdown RPC before the VM is stopped */
 #define SANDBOX_SHUTDOWN_GRACE_MS 2000
-#define SANDBOX_BOOT_TIMEOUT_ENV "VOIDBOX_BOOT_TIMEOUT_SECS"
-#define SANDBOX_MS_PER_SEC 1000
-/* set to 1 to boot even where the KVM probe finds standard guests emulated (PVM) */
-#define SANDBOX_ALLOW_SLOW_KVM_ENV "VOIDBOX_ALLOW_SLOW_KVM"
+#define SANDBOX_RUNTIME_FALLBACK_BASE "/tmp"
 
 /* The host's default when the caller configured no policy: explicit, never inferred. */
 static const struct proto_set_policy sandbox_default_policy_value = {
@@ -74,21 +71,14 @@ struct sandbox {
 	/* what the agent was told (deep copy), so a fork can tell its children the same */
 	struct proto_set_policy policy;
 	bool has_policy;
+	/* the host's settings it was started with; fork children inherit them */
+	struct sandbox_host_settings host;
 };
 
 static int sandbox_boot_timeout_ms(const struct sandbox_config *cfg)
 {
-	const char *env = getenv(SANDBOX_BOOT_TIMEOUT_ENV);
-
-	if (env && *env) {
-		char *end;
-		long secs = strtol(env, &end, 10);
-
-		if (*end == '\0' && secs > 0 && secs < 24 * 3600)
-			return (int)(secs * SANDBOX_MS_PER_SEC);
-		log_warn(SANDBOX_LOG, "ignoring %s='%s': expected a number of seconds",
-			 SANDBOX_BOOT_TIMEOUT_ENV, env);
-	}
+	if (cfg->host && cfg->host->boot_timeout_ms > 0)
+		return cfg->host->boot_timeout_ms;
 	return cfg->boot_timeout_ms > 0 ? cfg->boot_timeout_ms : SANDBOX_DEFAULT_BOOT_TIMEOUT_MS;
 }
 
@@ -104,11 +94,11 @@ static uint64_t sandbox_random_cid(void)
 
 static int sandbox_make_runtime_dir(struct sandbox *sandbox, char *err, size_t errlen)
 {
-	const char *base = getenv("XDG_RUNTIME_DIR");
+	const char *base = sandbox->host.runtime_base;
 	int written;
 
 	if (!base || !*base || access(base, W_OK) != 0)
-		base = "/tmp";
+		base = SANDBOX_RUNTIME_FALLBACK_BASE;
 	written = snprintf(sandbox->runtime_dir, sizeof(sandbox->runtime_dir), "%s/%s", base,
 			   SANDBOX_RUNTIME_TEMPLATE);
 	/* a unix socket path must fit in sun_path (108 bytes) */
@@ -210,7 +200,11 @@ static int sandbox_open_channel(struct sandbox *sandbox, int connect_deadline_ms
 	memset(&channel_cfg, 0, sizeof(channel_cfg));
 	channel_cfg.connect = sandbox_vsock_connector;
 	channel_cfg.connect_opaque = sandbox;
-	channel_cfg.connect_deadline_ms = connect_deadline_ms;
+	/* the host's setting can only lengthen the deadline the caller needs */
+	channel_cfg.connect_deadline_ms = connect_deadline_ms > sandbox->host.connect_deadline_ms
+						  ? connect_deadline_ms
+						  : sandbox->host.connect_deadline_ms;
+	channel_cfg.liveness_timeout_ms = sandbox->host.liveness_timeout_ms;
 	memcpy(channel_cfg.secret, sandbox->secret, sizeof(channel_cfg.secret));
 	sandbox->channel = control_channel_create(&channel_cfg);
 	if (!sandbox->channel) {
@@ -289,18 +283,17 @@ static int sandbox_send_policy(struct sandbox *sandbox, const struct proto_set_p
 	return rc;
 }
 
-static int sandbox_check_kvm(char *err, size_t errlen)
+static int sandbox_check_kvm(const struct sandbox_host_settings *host, char *err, size_t errlen)
 {
-	const char *allow_slow = getenv(SANDBOX_ALLOW_SLOW_KVM_ENV);
 	char why[512];
 
 	if (kvm_probe_usable(why, sizeof(why))) {
 		log_debug(SANDBOX_LOG, "%s", why);
 		return 0;
 	}
-	if (allow_slow && strcmp(allow_slow, "1") == 0 && strstr(why, "emulates")) {
-		log_warn(SANDBOX_LOG, "%s; booting anyway (%s=1), expect minutes", why,
-			 SANDBOX_ALLOW_SLOW_KVM_ENV);
+	if (host && host->allow_slow_kvm && strstr(why, "emulates")) {
+		log_warn(SANDBOX_LOG, "%s; booting anyway (VOIDBOX_ALLOW_SLOW_KVM=1), expect minutes",
+			 why);
 		return 0;
 	}
 	snprintf(err, errlen, "%s", why);
@@ -308,8 +301,8 @@ static int sandbox_check_kvm(char *err, size_t errlen)
 }
 
 /* A sandbox with its runtime directory and console path, no VM yet. */
-static int sandbox_prepare(const char *serial_log_path, struct sandbox **out, char *err,
-			   size_t errlen)
+static int sandbox_prepare(const char *serial_log_path, const struct sandbox_host_settings *host,
+			   struct sandbox **out, char *err, size_t errlen)
 {
 	struct sandbox *sandbox = calloc(1, sizeof(*sandbox));
 	int rc;
@@ -318,6 +311,8 @@ static int sandbox_prepare(const char *serial_log_path, struct sandbox **out, ch
 		snprintf(err, errlen, "out of memory");
 		return -ENOMEM;
 	}
+	if (host)
+		sandbox->host = *host;
 	rc = sandbox_make_runtime_dir(sandbox, err, errlen);
 	if (rc < 0) {
 		free(sandbox);
@@ -344,10 +339,10 @@ int sandbox_start(const struct sandbox_config *cfg, struct sandbox **out, char *
 	int rc;
 
 	*out = NULL;
-	rc = sandbox_check_kvm(err, errlen);
+	rc = sandbox_check_kvm(cfg->host, err, errlen);
 	if (rc < 0)
 		return rc;
-	rc = sandbox_prepare(cfg->serial_log_path, &sandbox, err, errlen);
+	rc = sandbox_prepare(cfg->serial_log_path, cfg->host, &sandbox, err, errlen);
 	if (rc < 0)
 		return rc;
 	if (getrandom(sandbox->secret, sizeof(sandbox->secret), 0) != sizeof(sandbox->secret)) {
@@ -556,9 +551,9 @@ int sandbox_start_from_snapshot(const struct sandbox_restore_config *cfg, struct
 	int rc;
 
 	*out = NULL;
-	rc = sandbox_check_kvm(err, errlen);
+	rc = sandbox_check_kvm(cfg->host, err, errlen);
 	if (rc == 0)
-		rc = sandbox_prepare(cfg->serial_log_path, &sandbox, err, errlen);
+		rc = sandbox_prepare(cfg->serial_log_path, cfg->host, &sandbox, err, errlen);
 	if (rc < 0)
 		return rc;
 	struct vm_restore_options opts = {
@@ -664,7 +659,7 @@ int sandbox_fork(struct sandbox *parent, unsigned int n, struct sandbox *childre
 	for (unsigned int i = 0; i < n; i++)
 		children[i] = NULL;
 	for (; rc == 0 && prepared < n; prepared++) {
-		rc = sandbox_prepare(NULL, &children[prepared], err, errlen);
+		rc = sandbox_prepare(NULL, &parent->host, &children[prepared], err, errlen);
 		if (rc < 0)
 			break;
 		opts[prepared] = (struct vm_restore_options){
