@@ -175,8 +175,8 @@ static void test_base_snapshot_saved(void)
 	CHECK_INT_EQ(sh(parent_vm, "echo before-snapshot > /tmp/marker && "
 			"(while true; do sleep 1; done) >/dev/null 2>&1 & echo $! > /tmp/bg.pid",
 			NULL, 0), 0);
-	CHECK_INT_EQ(sh(parent_vm, "sed -n 's/.*voidbox.secret=\\([0-9a-f]*\\).*/\\1/p' "
-			"/proc/cmdline", snapshot_secret, sizeof(snapshot_secret)), 0);
+	/* the secret the agent answers to when the snapshot is taken (the guest cannot read it) */
+	sandbox_secret_hex(parent_vm, snapshot_secret);
 	CHECK_INT_EQ((int)strlen(snapshot_secret), 2 * PROTO_SECRET_SIZE);
 	started = now_ms();
 	CHECK_INT_EQ(sandbox_snapshot(parent_vm, base_dir, &opts, err, sizeof(err)), 0);
