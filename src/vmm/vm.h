@@ -30,6 +30,8 @@
 #define VM_VIRTIO_MMIO_SIZE 0x200U
 #define VM_VIRTIO_MMIO_FIRST_GSI 10U
 #define VM_VIRTIO_MMIO_MAX_SLOTS 12
+/* virtio-blk disks one VM may have (each takes a virtio-mmio slot). */
+#define VM_MAX_DISKS 8
 
 enum vm_exit_reason {
 	VM_EXIT_NONE,		/* still running */
@@ -39,6 +41,12 @@ enum vm_exit_reason {
 	VM_EXIT_HOST_STOP,	/* vm_request_stop() */
 	VM_EXIT_INTERNAL_ERROR, /* KVM or VMM failure: see the log */
 	VM_EXIT_GUEST_TRIPLE_FAULT, /* the CPU could not deliver an exception: a guest crash */
+};
+
+/* A host file the guest sees as a virtio-blk disk. */
+struct vm_disk {
+	const char *path;
+	bool read_only; /* opened O_RDONLY and offered with VIRTIO_BLK_F_RO */
 };
 
 struct vm_config {
@@ -62,6 +70,9 @@ struct vm_config {
 	uint64_t vsock_cid; /* guest CID (>= 3); 0: a random one */
 	/* Leaves out the virtio-rng entropy device every VM otherwise has. */
 	bool no_entropy_device;
+	/* virtio-blk: the guest's /dev/vda, /dev/vdb... in this order; at most VM_MAX_DISKS. */
+	const struct vm_disk *disks;
+	unsigned int disk_count;
 };
 
 struct vm;
