@@ -39,7 +39,16 @@ struct sandbox_config {
 	 * boot; true boots the bzImage as given, keeping the decompressor's KASLR.
 	 */
 	bool boot_compressed_kernel;
+	/* Host files the guest sees as /dev/vda, /dev/vdb...; at most VM_MAX_DISKS. */
+	const struct vm_disk *disks;
+	unsigned int disk_count;
 };
+
+/*
+ * Parses a --disk argument, PATH or PATH:ro (PATH:rw is the default spelled out), into *disk.
+ * The suffix is cut off arg in place, so disk->path points into arg. 0 or -EINVAL with err.
+ */
+int sandbox_disk_parse(char *arg, struct vm_disk *disk, char *err, size_t errlen);
 
 /* $VOIDBOX_HOME/cache/kernels: where extracted kernels are kept. */
 int sandbox_kernel_cache_dir(char *out, size_t len);
