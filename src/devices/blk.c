@@ -489,9 +489,9 @@ int blk_disk_open(const char *path, bool read_only, const struct blk_identity *e
 	}
 	if (flock(fd, (read_only ? LOCK_SH : LOCK_EX) | LOCK_NB) < 0) {
 		rc = -errno;
-		snprintf(err, errlen, "the disk %s is in use by another VM%s: %s", path,
+		snprintf(err, errlen, "the disk %s is in use by another VM%s%s%s", path,
 			 read_only ? " that writes it" : " (a writable disk belongs to one VM)",
-			 strerror(-rc));
+			 rc == -EWOULDBLOCK ? "" : ": ", rc == -EWOULDBLOCK ? "" : strerror(-rc));
 		goto fail;
 	}
 	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || st.st_size < BLK_SECTOR_SIZE) {

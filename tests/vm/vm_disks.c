@@ -152,7 +152,7 @@ static void test_guest_sees_disks(void)
 {
 	char out[TEST_OUTPUT_MAX], expect[TEST_OUTPUT_MAX];
 
-	CHECK_INT_EQ(sh(first_vm, "cat /sys/block/vda/ro /sys/block/vdb/ro | tr '\\n' ' '", out,
+	CHECK_INT_EQ(sh(first_vm, "echo $(cat /sys/block/vda/ro /sys/block/vdb/ro)", out,
 			sizeof(out)), 0);
 	CHECK_STR_EQ(out, "1 0");
 	CHECK_INT_EQ(sh(first_vm, "cat /sys/block/vdb/size", out, sizeof(out)), 0);
