@@ -1,7 +1,7 @@
 /*
  * The guest side of host disks: count them from the command line, wait for their nodes
- * (devtmpfs creates them while virtio_blk probes, which may lag the module load by a moment)
- * and give each to the sandbox user, so `voidbox exec --disk` programs can use them without
+ * (devtmpfs creates them while virtio_blk probes, which may lag the module load by a moment;
+ * the OCI root waits for its disk the same way) and give each to the sandbox user, so `voidbox exec --disk` programs can use them without
  * root. Nothing is mounted: what a disk holds is the user's business.
  */
 #include "disks.h"
@@ -20,7 +20,7 @@
 #include <unistd.h>
 
 #define DISKS_WAIT_ATTEMPTS 40
-#define DISKS_WAIT_STEP_NS (50 * 1000 * 1000L)
+#define DISKS_WAIT_STEP_NS (100 * 1000 * 1000L)
 #define DISKS_NODE_MODE 0660
 #define DISKS_DECIMAL_BASE 10
 
@@ -49,7 +49,7 @@ void disks_device_path(unsigned int index, char *out, size_t size)
 	snprintf(out, size, "/dev/vd%c", 'a' + (int)(index % DISKS_MAX));
 }
 
-static bool disks_wait(const char *path)
+bool disks_wait_for_node(const char *path)
 {
 	struct timespec step = { .tv_sec = 0, .tv_nsec = DISKS_WAIT_STEP_NS };
 	struct stat st;
@@ -68,7 +68,7 @@ void disks_setup(unsigned int count)
 
 	for (unsigned int i = 0; i < count && i < DISKS_MAX; i++) {
 		disks_device_path(i, path, sizeof(path));
-		if (!disks_wait(path)) {
+		if (!disks_wait_for_node(path)) {
 			agent_error("disk %s did not appear (is virtio_blk in the image?)", path);
 			continue;
 		}

@@ -7,6 +7,7 @@
 #ifndef VOIDBOX_AGENT_DISKS_H
 #define VOIDBOX_AGENT_DISKS_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 #define DISKS_CMDLINE_KEY "voidbox.disks="
@@ -17,6 +18,11 @@
 unsigned int disks_requested(const char *cmdline);
 /* Writes /dev/vdX for disk index into out (at least sizeof "/dev/vda"). */
 void disks_device_path(unsigned int index, char *out, size_t size);
+/*
+ * Waits (a few seconds at most) for path to be a block device: devtmpfs creates a disk's node
+ * while virtio_blk probes, which may lag the module load. True when it is one.
+ */
+bool disks_wait_for_node(const char *path);
 /* Waits for each disk's node and gives it to the sandbox user. */
 void disks_setup(unsigned int count);
 

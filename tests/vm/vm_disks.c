@@ -26,6 +26,7 @@
 #include "store/guest_image.h"
 #include "vmm/kvm.h"
 #include "vmm/snapshot.h"
+#include "vm_test.h"
 
 #define TEST_VM_MEMORY_MB 256
 #define TEST_VM_VCPUS 1
@@ -51,39 +52,6 @@ static char snap_path[PATH_MAX];
 static struct guest_image_paths image;
 static struct sandbox *first_vm;
 static const char *voidbox_cli;
-
-/* Runs a shell script; returns its exit code (or -1 on RPC failure) and its trimmed stdout. */
-static int sh(struct sandbox *box, const char *script, char *out, size_t out_len)
-{
-	struct proto_exec_request req;
-	struct proto_exec_response resp;
-	char *args[] = { "-c", (char *)script };
-	int code;
-
-	memset(&req, 0, sizeof(req));
-	memset(&resp, 0, sizeof(resp));
-	req.program = "sh";
-	req.args = args;
-	req.args_count = 2;
-	if (control_channel_exec(sandbox_channel(box), &req, NULL, NULL, &resp) < 0) {
-		fprintf(stderr, "  exec '%s' failed: %s\n", script, control_channel_last_error());
-		return -1;
-	}
-	code = resp.exit_code;
-	if (out && out_len) {
-		size_t n = resp.stdout_data.len < out_len - 1 ? resp.stdout_data.len : out_len - 1;
-
-		memcpy(out, resp.stdout_data.data, n);
-		while (n > 0 && (out[n - 1] == '\n' || out[n - 1] == '\r'))
-			n--;
-		out[n] = '\0';
-	}
-	if (code != 0 && resp.stderr_data.len)
-		fprintf(stderr, "  '%s' said: %.*s\n", script, (int)resp.stderr_data.len,
-			(const char *)resp.stderr_data.data);
-	proto_exec_response_free(&resp);
-	return code;
-}
 
 static int make_disk(const char *path, const char *text, off_t offset)
 {
@@ -260,7 +228,6 @@ static void remove_work_dir(void)
 
 int main(int argc, char **argv)
 {
-	char why[512], err[TEST_ERR_MAX];
 	struct vm_disk disks[2];
 
 	if (argc != 2) {
@@ -268,12 +235,7 @@ int main(int argc, char **argv)
 		return 2;
 	}
 	voidbox_cli = argv[1];
-	setvbuf(stdout, NULL, _IOLBF, 0);
-	log_init_from_env();
-	if (!kvm_probe_usable(why, sizeof(why)))
-		harness_skip_all(why);
-	if (guest_image_resolve(NULL, NULL, &image, err, sizeof(err)) < 0)
-		harness_skip_all(err);
+	vm_test_require_vm(&image);
 	snprintf(work_dir, sizeof(work_dir), "%s", TEST_DIR_TEMPLATE);
 	if (!mkdtemp(work_dir)) {
 		perror("mkdtemp");
