@@ -1,8 +1,9 @@
 /*
  * The guest side of host disks: count them from the command line, wait for their nodes
  * (devtmpfs creates them while virtio_blk probes, which may lag the module load by a moment;
- * the OCI root waits for its disk the same way) and give each to the sandbox user, so `voidbox exec --disk` programs can use them without
- * root. Nothing is mounted: what a disk holds is the user's business.
+ * the OCI root waits for its disk the same way) and give each to the sandbox user, so
+ * `voidbox exec --disk` programs can use them without root. Nothing is mounted: what a disk
+ * holds is the user's business.
  */
 #include "disks.h"
 

@@ -155,7 +155,9 @@ static const char *const agent_modules_for_vsock[] = { "virtio_mmio", "vmw_vsock
 						       "virtio_rng" };
 static const char *const agent_modules_for_shares[] = { "9pnet_virtio", "9p", "virtiofs" };
 static const char *const agent_modules_for_network[] = { "virtio_net" };
-static const char *const agent_modules_for_oci_root[] = { "virtio_blk", "ext4", "overlay" };
+/* ext4 mounts nothing without a crc32c driver, which it asks for by an alias (no modprobe). */
+static const char *const agent_modules_for_oci_root[] = { "virtio_blk", "crc32c_generic", "ext4",
+							  "overlay" };
 static const char *const agent_modules_for_disks[] = { "virtio_blk" };
 
 #define AGENT_ARRAY_LEN(array) (sizeof(array) / sizeof((array)[0]))

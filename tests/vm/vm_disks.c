@@ -1,5 +1,5 @@
 /*
- * Disks on real VMs, with as few cold boots as the checks allow (two): the first VM gets a
+ * Disks on real VMs, with as few cold boots as the checks allow (three): the first VM gets a
  * read-only disk and a writable one and checks what the guest sees (/dev/vda and /dev/vdb,
  * their size, read-only flag and serial, the read-only disk's bytes) and that a write to the
  * read-only disk fails while one to the writable disk reaches the host file. That VM is then
@@ -7,7 +7,9 @@
  * refused while the first VM still holds the disk, succeeds once it is gone (reading the
  * host file, not its page cache, through O_DIRECT), writes again, and a second restore is
  * refused because the disk changed since the snapshot. A second cold boot, through
- * `voidbox exec --disk PATH:ro`, reads what both VMs wrote: the data outlives the VMs.
+ * `voidbox exec --disk PATH:ro`, reads what both VMs wrote: the data outlives the VMs. A
+ * third boots with a root filesystem image (oci_rootfs_build_ext4 of a busybox tree) as its
+ * root: the agent's overlay and switch-root.
  *
  * Needs a /dev/kvm that runs standard guests and a built guest image with a disk-aware agent
  * (tests/vm/run-vm-suite finds the first; without either it exits 77 and says why).
@@ -17,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "common/log.h"
@@ -24,6 +27,7 @@
 #include "host/control_channel.h"
 #include "sandbox/sandbox.h"
 #include "store/guest_image.h"
+#include "store/oci_rootfs.h"
 #include "vmm/kvm.h"
 #include "vmm/snapshot.h"
 #include "vm_test.h"
@@ -42,6 +46,13 @@
 #define TEST_RW_SECTOR 3
 #define TEST_RESTORED_TEXT "RESTORED-WROTE"
 #define TEST_RESTORED_SECTOR 4
+#define TEST_ROOT_OS_RELEASE "ID=voidbox-root-test"
+#define TEST_ROOT_CMDLINE "voidbox.oci_rootfs_dev=/dev/vda"
+/* OVERLAYFS_SUPER_MAGIC as busybox `stat -f -c %t` prints it (it has no name for it) */
+#define TEST_OVERLAYFS_MAGIC_HEX "794c7630"
+#define TEST_HOST_BUSYBOX "/bin/busybox"
+#define TEST_DIR_MODE 0755
+#define TEST_EXEC_MODE 0755
 /* disks on the local /tmp: a build tree shared into the nested L1 is slow */
 #define TEST_DIR_TEMPLATE "/tmp/voidbox-disktest-XXXXXX"
 
@@ -217,6 +228,86 @@ static void test_data_outlives_vms(void)
 	CHECK_STR_EQ(out, "1\n" TEST_RW_TEXT "\n" TEST_RESTORED_TEXT);
 }
 
+/* A root tree: busybox with the applets the checks use, and an os-release of its own. */
+static int make_root_tree(const char *tree)
+{
+	static const char *const dirs[] = { "", "/bin", "/etc" };
+	static const char *const applets[] = { "sh", "cat", "stat", "touch", "test", "echo" };
+	char path[PATH_MAX * 2], copy[PATH_MAX * 2];
+	FILE *file;
+
+	for (size_t i = 0; i < sizeof(dirs) / sizeof(dirs[0]); i++) {
+		snprintf(path, sizeof(path), "%s%s", tree, dirs[i]);
+		if (mkdir(path, TEST_DIR_MODE) < 0)
+			return -1;
+	}
+	snprintf(copy, sizeof(copy), "cp %s %s/bin/busybox", TEST_HOST_BUSYBOX, tree);
+	if (system(copy) != 0)
+		return -1;
+	for (size_t i = 0; i < sizeof(applets) / sizeof(applets[0]); i++) {
+		snprintf(path, sizeof(path), "%s/bin/%s", tree, applets[i]);
+		if (symlink("busybox", path) < 0)
+			return -1;
+	}
+	snprintf(path, sizeof(path), "%s/etc/os-release", tree);
+	file = fopen(path, "w");
+	if (!file)
+		return -1;
+	fputs(TEST_ROOT_OS_RELEASE "\n", file);
+	return fclose(file) == 0 ? 0 : -1;
+}
+
+/*
+ * A root filesystem image as the guest's root: the agent mounts the read-only ext4 disk under
+ * a tmpfs overlay, switches root, and keeps serving; the root is the image's, writable in
+ * memory, and /workspace and the sandbox user's home are there.
+ */
+static void test_image_root(void)
+{
+	char tree[PATH_MAX], image_path[PATH_MAX], log_path[PATH_MAX], err[TEST_ERR_MAX];
+	char out[TEST_OUTPUT_MAX];
+	struct sandbox_config cfg;
+	struct vm_disk disk;
+	struct sandbox *box = NULL;
+
+	snprintf(tree, sizeof(tree), "%s/root-tree", work_dir);
+	snprintf(image_path, sizeof(image_path), "%s/root.ext4", work_dir);
+	CHECK_INT_EQ(make_root_tree(tree), 0);
+	CHECK_INT_EQ(oci_rootfs_build_ext4(tree, image_path, err, sizeof(err)), 0);
+	disk = (struct vm_disk){ .path = image_path, .read_only = true };
+	memset(&cfg, 0, sizeof(cfg));
+	cfg.kernel_path = image.kernel;
+	cfg.initramfs_path = image.initramfs;
+	cfg.memory_mb = TEST_VM_MEMORY_MB;
+	cfg.vcpus = TEST_VM_VCPUS;
+	cfg.disks = &disk;
+	cfg.disk_count = 1;
+	cfg.extra_cmdline = TEST_ROOT_CMDLINE;
+	snprintf(log_path, sizeof(log_path), "%s/image-root.log", work_dir);
+	cfg.serial_log_path = log_path;
+	if (sandbox_start(&cfg, &box, err, sizeof(err)) < 0) {
+		fprintf(stderr, "  the VM did not start: %s\n", err);
+		CHECK(box != NULL);
+		return;
+	}
+	if (sh(box, "cat /etc/os-release", out, sizeof(out)) != 0) {
+		char grep[PATH_MAX * 2];
+
+		/* the console is in the nested VM's /tmp: show what the agent said about it */
+		snprintf(grep, sizeof(grep),
+			 "grep -aiE 'oci|rootfs|module|error|warn|ext4|vda|crc|fail|mount' %s >&2",
+			 log_path);
+		CHECK(system(grep) == 0 && false);
+	}
+	CHECK_STR_EQ(out, TEST_ROOT_OS_RELEASE);
+	CHECK_INT_EQ(sh(box, "stat -f -c %t /", out, sizeof(out)), 0);
+	CHECK_STR_EQ(out, TEST_OVERLAYFS_MAGIC_HEX);
+	CHECK_INT_EQ(sh(box, "test -d /workspace && touch $HOME/written && echo ok", out,
+			sizeof(out)), 0);
+	CHECK_STR_EQ(out, "ok");
+	sandbox_destroy(box, harness_tests_failed > 0);
+}
+
 static void remove_work_dir(void)
 {
 	char cmd[sizeof(work_dir) + 16];
@@ -261,6 +352,7 @@ int main(int argc, char **argv)
 	if (first_vm)
 		sandbox_destroy(first_vm, true);
 	RUN_TEST(test_data_outlives_vms);
+	RUN_TEST(test_image_root);
 	if (harness_tests_failed)
 		fprintf(stderr, "guest consoles kept in %s\n", work_dir);
 	else
