@@ -76,6 +76,9 @@ struct vm_disk;
  */
 int cli_add_disk(const char *command, char *arg, struct vm_disk *disks,
 		 struct sandbox_config *cfg);
+/* -1 after printing why when --disk and --snapshot were both given, else 0. */
+int cli_check_disks_fit_snapshot(const char *command, const char *snapshot_ref,
+				 const struct sandbox_config *cfg);
 
 /* True when argv[i] is -h or --help: every subcommand honours it. */
 bool cli_wants_help(int argc, char **argv);

@@ -27,3 +27,13 @@ int cli_add_disk(const char *command, char *arg, struct vm_disk *disks,
 	cfg->disk_count++;
 	return 0;
 }
+
+int cli_check_disks_fit_snapshot(const char *command, const char *snapshot_ref,
+				 const struct sandbox_config *cfg)
+{
+	if (!snapshot_ref || cfg->disk_count == 0)
+		return 0;
+	fprintf(stderr, "voidbox %s: --disk does not combine with --snapshot: a restored VM has the "
+		"disks it had when it was snapshotted\n", command);
+	return -1;
+}

@@ -204,6 +204,8 @@ static int cli_exec_parse(int argc, char **argv, struct cli_exec_args *args)
 			return CLI_EXIT_USAGE;
 		}
 	}
+	if (cli_check_disks_fit_snapshot("exec", args->snapshot, &args->sandbox) < 0)
+		return CLI_EXIT_USAGE;
 	if (optind >= argc) {
 		fprintf(stderr, "voidbox exec: no program given: voidbox exec [OPTIONS] -- PROGRAM [ARGS...]\n");
 		return CLI_EXIT_USAGE;

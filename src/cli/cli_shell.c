@@ -180,6 +180,8 @@ static int cli_shell_parse(int argc, char **argv, struct cli_shell_session *s)
 			return CLI_EXIT_USAGE;
 		}
 	}
+	if (cli_check_disks_fit_snapshot("shell", s->snapshot, &s->sandbox) < 0)
+		return CLI_EXIT_USAGE;
 	s->open.args = argv + optind;
 	s->open.args_count = (size_t)(argc - optind);
 	return 0;

@@ -324,7 +324,7 @@ static bool sandbox_strip_suffix(char *arg, const char *suffix)
 {
 	size_t len = strlen(arg), suffix_len = strlen(suffix);
 
-	if (len <= suffix_len || strcmp(arg + len - suffix_len, suffix) != 0)
+	if (len < suffix_len || strcmp(arg + len - suffix_len, suffix) != 0)
 		return false;
 	arg[len - suffix_len] = '\0';
 	return true;

@@ -46,7 +46,8 @@ struct sandbox_config {
 
 /*
  * Parses a --disk argument, PATH or PATH:ro (PATH:rw is the default spelled out), into *disk.
- * The suffix is cut off arg in place, so disk->path points into arg. 0 or -EINVAL with err.
+ * The suffix is cut off arg in place, so disk->path points into arg (a file named like a
+ * suffix is given as ./:ro). 0, or -EINVAL with err for an empty path.
  */
 int sandbox_disk_parse(char *arg, struct vm_disk *disk, char *err, size_t errlen);
 
