@@ -344,6 +344,14 @@ static int blk_activate(void *opaque, struct virtqueue *queues, unsigned int que
 	if (queue_count != BLK_QUEUE_COUNT || !queues[0].configured)
 		return -EINVAL;
 	dev->queue = &queues[0];
+	/*
+	 * A restored device starts with whatever the guest queued before the snapshot, and the
+	 * guest will not notify for those again: serve them now (a fresh ring is empty).
+	 */
+	if (dev->mode == BLK_WORKER_THREAD)
+		blk_kick(dev);
+	else
+		blk_serve_queue(dev);
 	return 0;
 }
 

@@ -490,6 +490,49 @@ static void test_refused_requests_keep_device_working(void)
 	fixture_free(&f);
 }
 
+/*
+ * A request queued but not yet served when the transport state was saved is served by the
+ * device the state is restored into, without another notify (the guest sends none).
+ */
+static void test_restored_device_serves_pending(void)
+{
+	struct blk_fixture f;
+	struct virtio_mmio_state saved;
+	struct blk_device *second;
+	struct blk_identity id;
+	struct blk_disk disk;
+	char err[TEST_ERR_MAX];
+	uint8_t *status;
+	uint32_t used = 0;
+
+	CHECK_INT_EQ(fixture_init(&f, true, BLK_WORKER_CALLER), 0);
+	status = fake_guest_host(&f.guest, TEST_STATUS_GPA);
+	*status = TEST_STATUS_UNTOUCHED;
+	put_header(&f, VIRTIO_BLK_T_GET_ID, 0);
+	fake_guest_set_desc(&f.guest, TEST_QUEUE, 0, TEST_HEADER_GPA, BLK_HEADER_BYTES,
+			    VIRTQ_DESC_F_NEXT, 1);
+	fake_guest_set_desc(&f.guest, TEST_QUEUE, 1, TEST_STATUS_GPA, 1, VIRTQ_DESC_F_WRITE, 0);
+	fake_guest_publish(&f.guest, TEST_QUEUE, 0); /* no notify: "the snapshot came first" */
+	virtio_mmio_state_get(blk_device_transport(f.dev), &saved);
+	CHECK_INT_EQ(*status, TEST_STATUS_UNTOUCHED);
+
+	CHECK_INT_EQ(blk_disk_open(f.path, true, NULL, &disk, &id, err, sizeof(err)), 0);
+	second = blk_device_create(&f.guest.mem, fake_guest_irq(&f.guest), &disk,
+				   BLK_WORKER_CALLER, err, sizeof(err));
+	CHECK(second != NULL);
+	if (!second) {
+		fixture_free(&f);
+		return;
+	}
+	CHECK_INT_EQ(virtio_mmio_state_set(blk_device_transport(second), &saved), 0);
+	f.guest.transport = blk_device_transport(second);
+	CHECK(wait_used(&f, &used));
+	CHECK_INT_EQ(*status, VIRTIO_BLK_S_OK);
+	CHECK(blk_device_requests(second, NULL) == 1);
+	blk_device_destroy(second);
+	fixture_free(&f);
+}
+
 /* The locks: many readers, or one writer; and a changed file is refused on "restore". */
 static void test_disk_lock_and_identity(void)
 {
@@ -539,6 +582,7 @@ int main(void)
 	RUN_TEST(test_any_layout);
 	RUN_TEST(test_get_id_and_flush);
 	RUN_TEST(test_refused_requests_keep_device_working);
+	RUN_TEST(test_restored_device_serves_pending);
 	RUN_TEST(test_disk_lock_and_identity);
 	return harness_finish();
 }
