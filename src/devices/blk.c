@@ -57,6 +57,10 @@
 /* The most data one request may move; what seg_max and size_max promise the guest. */
 #define BLK_REQUEST_MAX_BYTES ((uint64_t)BLK_SEG_MAX * BLK_SIZE_MAX)
 
+/* Where the request header keeps the sector (after u32 type and u32 reserved). */
+#define BLK_HEADER_SECTOR_OFFSET 8u
+#define BLK_BITS_PER_BYTE 8u
+
 /* Feature bits (VIRTIO 1.2 §5.2.3). */
 #define VIRTIO_BLK_F_SIZE_MAX 1
 #define VIRTIO_BLK_F_SEG_MAX 2
@@ -122,7 +126,7 @@ void blk_request_parse(const struct virtqueue_chain *chain, const struct blk_dis
 	    virtqueue_chain_read(chain, 0, header, sizeof(header)) != sizeof(header))
 		return;
 	req->type = blk_le32(header);
-	req->sector = blk_le64(header + 8);
+	req->sector = blk_le64(header + BLK_HEADER_SECTOR_OFFSET);
 	switch (req->type) {
 	case VIRTIO_BLK_T_IN:
 		req->data_len = chain->writable_len - 1;
@@ -317,7 +321,7 @@ static void blk_queue_notify(void *opaque, unsigned int queue_index)
 static void blk_put_le(uint8_t *out, uint64_t value, unsigned int bytes)
 {
 	for (unsigned int i = 0; i < bytes; i++)
-		out[i] = (uint8_t)(value >> (8 * i));
+		out[i] = (uint8_t)(value >> (BLK_BITS_PER_BYTE * i));
 }
 
 static void blk_config_read(void *opaque, uint32_t offset, uint8_t *data, uint32_t len)

@@ -20,6 +20,8 @@
 #include <unistd.h>
 
 #define OCI_ROOTFS_BLOCK 4096ull
+#define OCI_ROOTFS_BLOCK_ARG "4096" /* mkfs.ext4 -b, the same block size */
+#define OCI_ROOTFS_NUMBER_MAX 32
 #define OCI_ROOTFS_FLOOR_BYTES (16ull << 20)
 /* Symlink targets up to this long live in the inode itself. */
 #define OCI_ROOTFS_INLINE_SYMLINK 60
@@ -122,7 +124,7 @@ static int oci_rootfs_run(const char *const argv[], char *out, size_t out_size)
 
 int oci_rootfs_build_ext4(const char *tree, const char *image_path, char *err, size_t errlen)
 {
-	char tmp[PATH_MAX], inodes[32], mkfs_err[OCI_ROOTFS_STDERR_MAX];
+	char tmp[PATH_MAX], inodes[OCI_ROOTFS_NUMBER_MAX], mkfs_err[OCI_ROOTFS_STDERR_MAX];
 	struct oci_rootfs_size size;
 	const char *mkfs = oci_rootfs_mkfs();
 	uint64_t image_bytes;
@@ -158,7 +160,7 @@ int oci_rootfs_build_ext4(const char *tree, const char *image_path, char *err, s
 	}
 	close(fd);
 	const char *const argv[OCI_ROOTFS_ARG_MAX] = {
-		mkfs, "-q", "-F", "-t", "ext4", "-O", OCI_ROOTFS_FEATURES_OFF, "-b", "4096",
+		mkfs, "-q", "-F", "-t", "ext4", "-O", OCI_ROOTFS_FEATURES_OFF, "-b", OCI_ROOTFS_BLOCK_ARG,
 		"-N", inodes, "-L", OCI_ROOTFS_LABEL, "-E", "root_owner=0:0", "-d", tree, tmp,
 		NULL,
 	};
