@@ -88,6 +88,18 @@ int cli_sandbox_start(const char *command, const char *snapshot_ref,
 		      const struct sandbox_config *cfg, bool track_dirty_pages,
 		      struct sandbox **out, char *err, size_t errlen);
 
+struct vm_disk;
+
+/*
+ * Adds a --disk PATH[:ro] argument (cut in place) to cfg, whose disks point at disks (room
+ * for VM_MAX_DISKS). -1 after printing why not.
+ */
+int cli_add_disk(const char *command, char *arg, struct vm_disk *disks,
+		 struct sandbox_config *cfg);
+/* -1 after printing why when --disk and --snapshot were both given, else 0. */
+int cli_check_disks_fit_snapshot(const char *command, const char *snapshot_ref,
+				 const struct sandbox_config *cfg);
+
 /* True when argv[i] is -h or --help: every subcommand honours it. */
 bool cli_wants_help(int argc, char **argv);
 

@@ -40,6 +40,7 @@ enum cli_exec_option {
 	CLI_EXEC_OPT_SERIAL_LOG,
 	CLI_EXEC_OPT_BOOT_TIMEOUT,
 	CLI_EXEC_OPT_SNAPSHOT,
+	CLI_EXEC_OPT_DISK,
 	CLI_EXEC_OPT_HELP,
 };
 
@@ -54,6 +55,7 @@ static const struct option cli_exec_options[] = {
 	{ "serial-log", required_argument, NULL, CLI_EXEC_OPT_SERIAL_LOG },
 	{ "boot-timeout", required_argument, NULL, CLI_EXEC_OPT_BOOT_TIMEOUT },
 	{ "snapshot", required_argument, NULL, CLI_EXEC_OPT_SNAPSHOT },
+	{ "disk", required_argument, NULL, CLI_EXEC_OPT_DISK },
 	{ "help", no_argument, NULL, CLI_EXEC_OPT_HELP },
 	{ NULL, 0, NULL, 0 },
 };
@@ -63,6 +65,7 @@ struct cli_exec_args {
 	struct proto_exec_request request;
 	size_t env_capacity;
 	const char *snapshot; /* --snapshot; NULL: cold boot */
+	struct vm_disk disks[VM_MAX_DISKS]; /* --disk */
 };
 
 static void cli_exec_usage(FILE *out)
@@ -71,6 +74,7 @@ static void cli_exec_usage(FILE *out)
 		"usage: voidbox exec [--memory MB] [--vcpus N] [--env K=V]... [--timeout S]\n"
 		"                    [--kernel PATH] [--initramfs PATH] [--workdir DIR]\n"
 		"                    [--serial-log PATH] [--boot-timeout S] [--snapshot ID]\n"
+		"                    [--disk PATH[:ro]]...\n"
 		"                    -- PROGRAM [ARGS...]\n\n"
 		"Boots a micro-VM, runs PROGRAM in it as the sandbox user and exits with its exit\n"
 		"code. stdout and stderr stream live; piped stdin is delivered to the program.\n\n"
@@ -84,7 +88,9 @@ static void cli_exec_usage(FILE *out)
 		"  --serial-log PATH  write the guest console here (default: a file kept on failure)\n"
 		"  --boot-timeout S   give up when the guest agent has not answered after S seconds\n"
 		"  --snapshot ID      restore from a snapshot (id prefix, else a snapshot directory)\n"
-		"                     instead of booting; one that is not found warns and cold-boots\n",
+		"                     instead of booting; one that is not found warns and cold-boots\n"
+		"  --disk PATH[:ro]   attach a host file as /dev/vda, /dev/vdb... (repeatable; :ro\n"
+		"                     read-only); the sandbox user may read and write it\n",
 		SANDBOX_DEFAULT_MEMORY_MB, SANDBOX_DEFAULT_VCPUS);
 }
 
@@ -172,6 +178,10 @@ static int cli_exec_parse(int argc, char **argv, struct cli_exec_args *args)
 		case CLI_EXEC_OPT_SNAPSHOT:
 			args->snapshot = optarg;
 			break;
+		case CLI_EXEC_OPT_DISK:
+			if (cli_add_disk("exec", optarg, args->disks, &args->sandbox) < 0)
+				return CLI_EXIT_USAGE;
+			break;
 		case CLI_EXEC_OPT_HELP:
 			cli_exec_usage(stdout);
 			return -1;
@@ -180,6 +190,8 @@ static int cli_exec_parse(int argc, char **argv, struct cli_exec_args *args)
 			return CLI_EXIT_USAGE;
 		}
 	}
+	if (cli_check_disks_fit_snapshot("exec", args->snapshot, &args->sandbox) < 0)
+		return CLI_EXIT_USAGE;
 	if (optind >= argc) {
 		fprintf(stderr, "voidbox exec: no program given: voidbox exec [OPTIONS] -- PROGRAM [ARGS...]\n");
 		return CLI_EXIT_USAGE;

@@ -42,6 +42,11 @@
 /* how long a guest gets to power off after the Shutdown RPC before the VM is stopped */
 #define SANDBOX_SHUTDOWN_GRACE_MS 2000
 #define SANDBOX_RUNTIME_FALLBACK_BASE "/tmp"
+/* How many disks the guest agent waits for (guest/agent/disks.h reads it). */
+#define SANDBOX_DISKS_CMDLINE_KEY "voidbox.disks="
+#define SANDBOX_CMDLINE_MAX 4096
+#define SANDBOX_DISK_RO_SUFFIX ":ro"
+#define SANDBOX_DISK_RW_SUFFIX ":rw"
 
 /* The host's default when the caller configured no policy: explicit, never inferred. */
 static const struct proto_set_policy sandbox_default_policy_value = {
@@ -330,11 +335,35 @@ static int sandbox_prepare(const char *serial_log_path, const struct sandbox_hos
 	return 0;
 }
 
+static bool sandbox_strip_suffix(char *arg, const char *suffix)
+{
+	size_t len = strlen(arg), suffix_len = strlen(suffix);
+
+	if (len < suffix_len || strcmp(arg + len - suffix_len, suffix) != 0)
+		return false;
+	arg[len - suffix_len] = '\0';
+	return true;
+}
+
+int sandbox_disk_parse(char *arg, struct vm_disk *disk, char *err, size_t errlen)
+{
+	disk->read_only = sandbox_strip_suffix(arg, SANDBOX_DISK_RO_SUFFIX);
+	if (!disk->read_only)
+		sandbox_strip_suffix(arg, SANDBOX_DISK_RW_SUFFIX);
+	disk->path = arg;
+	if (arg[0] == '\0') {
+		snprintf(err, errlen, "--disk takes PATH or PATH:ro, a file on the host");
+		return -EINVAL;
+	}
+	return 0;
+}
+
 int sandbox_start(const struct sandbox_config *cfg, struct sandbox **out, char *err,
 		  size_t errlen)
 {
 	struct vm_config vm_cfg;
 	struct sandbox *sandbox;
+	char cmdline[SANDBOX_CMDLINE_MAX];
 	long started_ms = (long)clock_monotonic_ms();
 	int rc;
 
@@ -354,7 +383,16 @@ int sandbox_start(const struct sandbox_config *cfg, struct sandbox **out, char *
 	memset(&vm_cfg, 0, sizeof(vm_cfg));
 	vm_cfg.kernel_path = cfg->kernel_path;
 	vm_cfg.initramfs_path = cfg->initramfs_path;
-	vm_cfg.cmdline = cfg->extra_cmdline;
+	if (snprintf(cmdline, sizeof(cmdline), "%s%s" SANDBOX_DISKS_CMDLINE_KEY "%u",
+		     cfg->extra_cmdline ? cfg->extra_cmdline : "", cfg->extra_cmdline ? " " : "",
+		     cfg->disk_count) >= (int)sizeof(cmdline)) {
+		rc = -E2BIG;
+		snprintf(err, errlen, "the extra kernel command line is too long");
+		goto fail;
+	}
+	vm_cfg.cmdline = cfg->disk_count ? cmdline : cfg->extra_cmdline;
+	vm_cfg.disks = cfg->disks;
+	vm_cfg.disk_count = cfg->disk_count;
 	vm_cfg.memory_mb = cfg->memory_mb ? cfg->memory_mb : SANDBOX_DEFAULT_MEMORY_MB;
 	vm_cfg.vcpus = cfg->vcpus ? cfg->vcpus : SANDBOX_DEFAULT_VCPUS;
 	vm_cfg.serial_log_path = sandbox->serial_log_path;

@@ -70,10 +70,20 @@ struct sandbox_config {
 	 * it (without a policy it refuses every command).
 	 */
 	const struct proto_set_policy *policy;
+	/* Host files the guest sees as /dev/vda, /dev/vdb...; at most VM_MAX_DISKS. */
+	const struct vm_disk *disks;
+	unsigned int disk_count;
 };
 
 /* The host's default policy: every command, the SANDBOX_DEFAULT_* limits. */
 const struct proto_set_policy *sandbox_default_policy(void);
+
+/*
+ * Parses a --disk argument, PATH or PATH:ro (PATH:rw is the default spelled out), into *disk.
+ * The suffix is cut off arg in place, so disk->path points into arg (a file named like a
+ * suffix is given as ./:ro). 0, or -EINVAL with err for an empty path.
+ */
+int sandbox_disk_parse(char *arg, struct vm_disk *disk, char *err, size_t errlen);
 
 /* $VOIDBOX_HOME/cache/kernels: where extracted kernels are kept. */
 int sandbox_kernel_cache_dir(char *out, size_t len);

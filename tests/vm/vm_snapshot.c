@@ -26,6 +26,7 @@
 #include "store/guest_image.h"
 #include "vmm/kvm.h"
 #include "vmm/snapshot.h"
+#include "vm_test.h"
 
 #define TEST_VM_MEMORY_MB 256
 #define TEST_VM_VCPUS 2
@@ -57,36 +58,6 @@ static long now_ms(void)
 
 	clock_gettime(CLOCK_MONOTONIC, &now);
 	return now.tv_sec * 1000L + now.tv_nsec / 1000000L;
-}
-
-/* Runs a shell script; returns its exit code (or -1 on RPC failure) and its trimmed stdout. */
-static int sh(struct sandbox *box, const char *script, char *out, size_t out_len)
-{
-	struct proto_exec_request req;
-	struct proto_exec_response resp;
-	char *args[] = { "-c", (char *)script };
-	int code;
-
-	memset(&req, 0, sizeof(req));
-	memset(&resp, 0, sizeof(resp));
-	req.program = "sh";
-	req.args = args;
-	req.args_count = 2;
-	if (control_channel_exec(sandbox_channel(box), &req, NULL, NULL, &resp) < 0) {
-		fprintf(stderr, "  exec '%s' failed: %s\n", script, control_channel_last_error());
-		return -1;
-	}
-	code = resp.exit_code;
-	if (out && out_len) {
-		size_t n = resp.stdout_data.len < out_len - 1 ? resp.stdout_data.len : out_len - 1;
-
-		memcpy(out, resp.stdout_data.data, n);
-		while (n > 0 && (out[n - 1] == '\n' || out[n - 1] == '\r'))
-			n--;
-		out[n] = '\0';
-	}
-	proto_exec_response_free(&resp);
-	return code;
 }
 
 struct test_connector {
@@ -487,14 +458,9 @@ int main(void)
 {
 	struct guest_image_paths image;
 	struct sandbox_config cfg;
-	char why[512], err[1024], parent_log[PATH_MAX];
+	char err[1024], parent_log[PATH_MAX];
 
-	setvbuf(stdout, NULL, _IOLBF, 0);
-	log_init_from_env(); /* VOIDBOX_LOG_LEVEL=info shows pause and fork timings */
-	if (!kvm_probe_usable(why, sizeof(why)))
-		harness_skip_vm(why);
-	if (guest_image_resolve(NULL, NULL, &image, err, sizeof(err)) < 0)
-		harness_skip_vm(err);
+	vm_test_require_vm(&image); /* VOIDBOX_LOG_LEVEL=info shows pause and fork timings */
 	snprintf(work_dir, sizeof(work_dir), "%s", TEST_DIR_TEMPLATE);
 	if (!mkdtemp(work_dir)) {
 		perror("mkdtemp");
