@@ -49,6 +49,8 @@ int cli_fork_run(const struct cli_globals *globals, int argc, char **argv);
 struct sandbox;
 struct sandbox_config;
 struct sandbox_host_settings;
+struct proto_bytes;
+struct proto_exec_request;
 struct guest_image_paths;
 
 /*
@@ -83,6 +85,16 @@ bool cli_parse_uint(const char *command, const char *flag, const char *text, uns
 const struct sandbox_host_settings *cli_host_settings(void);
 /* VOIDBOX_MAX_PARALLEL_VMS (1..64): the VMs a pipeline's fan_out may run at once; 0: default. */
 unsigned cli_max_parallel_vms(void);
+
+/* Reads all of stdin when it is a pipe or file; a terminal's stdin is left alone. */
+int cli_exec_read_stdin(struct proto_bytes *out);
+/*
+ * Runs req in sandbox, streaming its output to this process's stdout and stderr; returns the
+ * exit status `voidbox exec` gives (the program's code, 124 after its timeout, 137 killed,
+ * CLI_EXIT_SANDBOX_FAILURE when the agent did not answer, said as "voidbox COMMAND: ...").
+ */
+int cli_exec_in_sandbox(const char *command, struct sandbox *sandbox,
+			const struct proto_exec_request *req);
 
 int cli_sandbox_start(const char *command, const char *snapshot_ref,
 		      const struct sandbox_config *cfg, bool track_dirty_pages,

@@ -202,8 +202,7 @@ static int cli_exec_parse(int argc, char **argv, struct cli_exec_args *args)
 	return 0;
 }
 
-/* Reads all of stdin when it is a pipe or file; a terminal's stdin is left alone. */
-static int cli_exec_read_stdin(struct proto_bytes *out)
+int cli_exec_read_stdin(struct proto_bytes *out)
 {
 	size_t capacity = 0;
 
@@ -219,7 +218,7 @@ static int cli_exec_read_stdin(struct proto_bytes *out)
 			uint8_t *grown;
 
 			if (grown_capacity > PROTO_MAX_PAYLOAD) {
-				fprintf(stderr, "voidbox exec: stdin is larger than the %u MiB a request can carry; write the data to a file in the guest instead\n",
+				fprintf(stderr, "voidbox: stdin is larger than the %u MiB a request can carry; write the data to a file in the guest instead\n",
 					PROTO_MAX_PAYLOAD >> 20);
 				return -EFBIG;
 			}
@@ -277,16 +276,13 @@ int cli_exec_run(const struct cli_globals *globals, int argc, char **argv)
 {
 	struct cli_exec_args args;
 	struct guest_image_paths image;
-	struct proto_exec_response response;
 	struct sandbox *sandbox = NULL;
 	char err[CLI_EXEC_ERROR_MAX];
-	bool streamed_any = false;
 	int status = CLI_EXIT_SANDBOX_FAILURE;
 	int rc;
 
 	(void)globals;
 	memset(&args, 0, sizeof(args));
-	memset(&response, 0, sizeof(response));
 	rc = cli_exec_parse(argc, argv, &args);
 	if (rc != 0) {
 		cli_exec_args_free(&args);
@@ -307,11 +303,28 @@ int cli_exec_run(const struct cli_globals *globals, int argc, char **argv)
 		fprintf(stderr, "voidbox exec: %s\n", err);
 		goto out;
 	}
-	rc = sandbox_exec(sandbox, &args.request, cli_exec_on_chunk, &streamed_any, &response,
-			  err, sizeof(err));
-	if (rc < 0) {
-		fprintf(stderr, "voidbox exec: %s\n", err);
-		goto out;
+	status = cli_exec_in_sandbox("exec", sandbox, &args.request);
+
+out:
+	/* the console log is worth keeping only when the sandbox itself failed */
+	sandbox_destroy(sandbox, status == CLI_EXIT_SANDBOX_FAILURE);
+	cli_exec_args_free(&args);
+	return status;
+}
+
+int cli_exec_in_sandbox(const char *command, struct sandbox *sandbox,
+			const struct proto_exec_request *req)
+{
+	struct proto_exec_response response = { 0 };
+	char err[CLI_EXEC_ERROR_MAX];
+	bool streamed_any = false;
+	int status;
+
+	if (sandbox_exec(sandbox, req, cli_exec_on_chunk, &streamed_any, &response, err,
+			 sizeof(err)) < 0) {
+		fprintf(stderr, "voidbox %s: %s\n", command, err);
+		proto_exec_response_free(&response);
+		return CLI_EXIT_SANDBOX_FAILURE;
 	}
 	/* an agent that streams nothing still returns the full output in the response */
 	if (!streamed_any) {
@@ -319,11 +332,6 @@ int cli_exec_run(const struct cli_globals *globals, int argc, char **argv)
 		(void)fd_write_full(STDERR_FILENO, response.stderr_data.data, response.stderr_data.len);
 	}
 	status = cli_exec_status_from_response(&response);
-
-out:
-	/* the console log is worth keeping only when the sandbox itself failed */
-	sandbox_destroy(sandbox, status == CLI_EXIT_SANDBOX_FAILURE);
 	proto_exec_response_free(&response);
-	cli_exec_args_free(&args);
 	return status;
 }

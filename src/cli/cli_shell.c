@@ -339,6 +339,31 @@ static FILE *cli_shell_quiet_log(char *path, size_t path_len)
 	return stream;
 }
 
+/*
+ * Without a terminal (a pipe, a file, /dev/null) there is nothing to give a PTY: the program
+ * runs as `voidbox exec` would, with stdin handed to it whole, the way `docker run -i` does,
+ * and voidbox exits with its status.
+ */
+static int cli_shell_run_piped(struct cli_shell_session *s, struct sandbox *sandbox)
+{
+	struct proto_exec_request req = {
+		.program = s->open.program, .args = s->open.args, .args_count = s->open.args_count,
+		.env = s->open.env, .env_count = s->open.env_count,
+		.working_dir = s->open.working_dir,
+	};
+	int rc = cli_exec_read_stdin(&req.stdin_data);
+	int status;
+
+	if (rc < 0) {
+		if (rc != -EFBIG)
+			fprintf(stderr, "voidbox shell: cannot read stdin: %s\n", strerror(-rc));
+		return CLI_EXIT_SANDBOX_FAILURE;
+	}
+	status = cli_exec_in_sandbox("shell", sandbox, &req);
+	free(req.stdin_data.data);
+	return status;
+}
+
 int cli_shell_run(const struct cli_globals *globals, int argc, char **argv)
 {
 	struct cli_shell_session s;
@@ -368,7 +393,8 @@ int cli_shell_run(const struct cli_globals *globals, int argc, char **argv)
 		fprintf(stderr, "voidbox shell: %s\n", err);
 		goto out;
 	}
-	status = cli_shell_session_run(&s, sandbox);
+	status = isatty(STDIN_FILENO) ? cli_shell_session_run(&s, sandbox)
+				      : cli_shell_run_piped(&s, sandbox);
 out:
 	sandbox_destroy(sandbox, status == CLI_EXIT_SANDBOX_FAILURE);
 	if (log_stream) {

@@ -553,6 +553,23 @@ static void test_cli_exec_status_streams_and_stdin(void)
 		fprintf(stderr, "  stderr: %s\n", result.err);
 }
 
+/*
+ * `voidbox shell` without a terminal (stdin a pipe here) runs the shell on that input, as
+ * `docker run -i` does, and exits with the shell's status.
+ */
+static void test_cli_shell_without_terminal(void)
+{
+	static struct cli_result result;
+	char *argv[] = { "voidbox", "shell", "--kernel", test_image.kernel, "--initramfs",
+			 test_image.initramfs, NULL };
+
+	run_cli(&result, "echo piped-$((6 * 7))\nexit 3\n", argv);
+	CHECK_INT_EQ(result.status, 3);
+	CHECK_STR_EQ(result.out, "piped-42\n");
+	if (result.status != 3)
+		fprintf(stderr, "  stderr: %s\n", result.err);
+}
+
 static void test_cli_unbootable_initramfs_names_serial_log(void)
 {
 	static struct cli_result result;
@@ -634,6 +651,7 @@ int main(int argc, char **argv)
 		fprintf(stderr, "(the guest console of the failed VM is kept in /tmp/voidbox-*/serial.log)\n");
 
 	RUN_TEST(test_cli_exec_status_streams_and_stdin);
+	RUN_TEST(test_cli_shell_without_terminal);
 	RUN_TEST(test_cli_unbootable_initramfs_names_serial_log);
 	return harness_finish();
 }
