@@ -25,6 +25,8 @@ static const int filter_common_calls[] = {
 	SCMP_SYS(exit_group), SCMP_SYS(mmap), SCMP_SYS(munmap), SCMP_SYS(mremap),
 	SCMP_SYS(mprotect), SCMP_SYS(brk), SCMP_SYS(madvise), SCMP_SYS(fstat),
 	SCMP_SYS(newfstatat), SCMP_SYS(lseek), SCMP_SYS(getrandom),
+	/* a thread's exit tears down its signal stack (sanitizer runtimes set one up) */
+	SCMP_SYS(sigaltstack),
 	/* a guest that stops makes its vCPU close the device's host connections */
 	SCMP_SYS(epoll_ctl), SCMP_SYS(shutdown),
 };
