@@ -72,6 +72,18 @@ void run_report_free(struct run_report *report)
 	memset(report, 0, sizeof(*report));
 }
 
+void run_report_stage_started(const struct run_report *report, const struct run_stage *stage)
+{
+	if (report->observer && report->observer->stage_started)
+		report->observer->stage_started(report->observer->opaque, stage);
+}
+
+void run_report_stage_finished(const struct run_report *report, const struct run_stage *stage)
+{
+	if (report->observer && report->observer->stage_finished)
+		report->observer->stage_finished(report->observer->opaque, stage);
+}
+
 struct run_stage *run_report_add_stage(struct run_report *report, const char *name)
 {
 	struct run_stage *stage;

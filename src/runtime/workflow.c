@@ -26,6 +26,7 @@ struct workflow_step_run {
 	struct box *box;
 	size_t index; /* into spec->workflow.steps and report->stages */
 	struct run_stage *stage;
+	const struct run_report *report; /* for its observer */
 	const char *stdin_data;
 	size_t stdin_len;
 	char *stdout_data; /* kept for stdin_from readers */
@@ -116,10 +117,12 @@ static void workflow_step_execute(struct workflow_step_run *run)
 
 	log_info("workflow", "[workflow:%s] step %zu/%zu: \"%s\" running...", run->spec->name,
 		 run->index + 1, run->spec->workflow.step_count, step->name);
+	run_report_stage_started(run->report, run->stage);
 	rc = box_exec(run->box, &req, &result);
 	if (rc == -ENOMEM) {
 		run->box_failed = true;
 		run_stage_set_error(run->stage, "out of memory running the step");
+		run_report_stage_finished(run->report, run->stage);
 		return;
 	}
 	run->stage->ran = true;
@@ -144,6 +147,7 @@ static void workflow_step_execute(struct workflow_step_run *run)
 		log_debug("workflow", "[workflow:%s] step \"%s\" failed: %s", run->spec->name,
 			 step->name, run->stage->error ? run->stage->error : "unknown error");
 	box_exec_result_free(&result);
+	run_report_stage_finished(run->report, run->stage);
 }
 
 static void *workflow_step_thread(void *opaque)
@@ -245,6 +249,7 @@ static int workflow_add_stages(const struct spec *spec, struct run_report *repor
 		runs[i].box = box;
 		runs[i].index = i;
 		runs[i].stage = &report->stages[first + i];
+		runs[i].report = report;
 	}
 	return 0;
 }
