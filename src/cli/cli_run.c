@@ -9,6 +9,7 @@
  * Under `voidbox serve` each run is this command with --events-fd: a JSON line per stage start
  * and finish goes to that descriptor (the runners' run_observer), so the daemon streams stage
  * events while the run goes; --input-file carries an input too large for argv.
+ * `--daemon[=URL]` instead submits the spec to a running daemon and prints the run id.
  *
  * The report goes to stdout (human or --output json) and progress to the logger on stderr,
  * so `voidbox --output json run ...` is machine-readable as a whole. The exit status is 0
@@ -53,6 +54,8 @@ enum cli_run_option {
 	CLI_RUN_OPT_SERIAL_LOG,
 	CLI_RUN_OPT_EVENTS_FD,
 	CLI_RUN_OPT_INPUT_FILE,
+	CLI_RUN_OPT_DAEMON,
+	CLI_RUN_OPT_RUN_ID,
 	CLI_RUN_OPT_HELP,
 };
 
@@ -64,6 +67,8 @@ static const struct option cli_run_options[] = {
 	{ "serial-log", required_argument, NULL, CLI_RUN_OPT_SERIAL_LOG },
 	{ "events-fd", required_argument, NULL, CLI_RUN_OPT_EVENTS_FD },
 	{ "input-file", required_argument, NULL, CLI_RUN_OPT_INPUT_FILE },
+	{ "daemon", optional_argument, NULL, CLI_RUN_OPT_DAEMON },
+	{ "run-id", required_argument, NULL, CLI_RUN_OPT_RUN_ID },
 	{ "help", no_argument, NULL, CLI_RUN_OPT_HELP },
 	{ NULL, 0, NULL, 0 },
 };
@@ -73,6 +78,9 @@ struct cli_run_args {
 	struct workflow_options workflow;
 	int events_fd; /* -1: none */
 	const char *input_file;
+	bool daemon;
+	const char *daemon_url; /* NULL: the default socket */
+	const char *run_id;
 };
 
 /* The stage events written to --events-fd; parallel steps report from their own threads. */
@@ -85,7 +93,8 @@ static void cli_run_usage(FILE *out)
 {
 	fprintf(out,
 		"usage: voidbox run --file SPEC [--input TEXT] [--sandbox-mode auto|mock|local]\n"
-		"                   [--step-timeout S] [--serial-log PATH] [--input-file PATH]\n\n"
+		"                   [--step-timeout S] [--serial-log PATH] [--input-file PATH]\n"
+		"                   [--daemon[=URL] [--run-id ID]]\n\n"
 		"Runs a workflow, agent or pipeline spec and prints its run report (docs/runtime.md);\n"
 		"a sandbox spec boots, runs `echo ready` and stays up until Ctrl-C.\n"
 		"with the global --output json the report is JSON. Exits 0 only when the run succeeded.\n\n"
@@ -96,6 +105,10 @@ static void cli_run_usage(FILE *out)
 		"  --step-timeout S     workflow steps that set no timeout_secs (default none)\n"
 		"  --serial-log PATH    write the VM console here (default: a file kept on failure)\n"
 		"  --input-file PATH    like --input, with the text read from PATH\n"
+		"  --daemon[=URL]       submit to `voidbox serve` (default socket, or unix://PATH or\n"
+		"                       tcp://HOST:PORT with --token-file in VOIDBOX_DAEMON_TOKEN_FILE)\n"
+		"                       and print the run id instead of running here\n"
+		"  --run-id ID          with --daemon: the run's id (submitting twice is idempotent)\n"
 		"  --events-fd FD       write a JSON line per stage start and finish to FD (the daemon)\n");
 }
 
@@ -162,7 +175,13 @@ static int cli_run_parse(int argc, char **argv, struct cli_run_args *args)
 		case CLI_RUN_OPT_INPUT_FILE:
 			args->input_file = optarg;
 			break;
-
+		case CLI_RUN_OPT_DAEMON:
+			args->daemon = true;
+			args->daemon_url = optarg;
+			break;
+		case CLI_RUN_OPT_RUN_ID:
+			args->run_id = optarg;
+			break;
 		case CLI_RUN_OPT_HELP:
 			cli_run_usage(stdout);
 			return -1;
@@ -182,6 +201,10 @@ static int cli_run_parse(int argc, char **argv, struct cli_run_args *args)
 	}
 	if (args->input_file && args->workflow.input) {
 		fprintf(stderr, "voidbox run: give --input or --input-file, not both\n");
+		return CLI_EXIT_USAGE;
+	}
+	if (args->run_id && !args->daemon) {
+		fprintf(stderr, "voidbox run: --run-id names a daemon run; add --daemon\n");
 		return CLI_EXIT_USAGE;
 	}
 	return 0;
@@ -438,6 +461,12 @@ int cli_run_run(const struct cli_globals *globals, int argc, char **argv)
 		return status < 0 ? CLI_EXIT_OK : status;
 	if (args.input_file && cli_run_read_input(&args, &input_text) != 0)
 		return CLI_EXIT_FAILURE;
+	if (args.daemon) {
+		status = cli_run_submit(globals, args.daemon_url, args.file, args.workflow.input,
+					args.run_id);
+		free(input_text);
+		return status;
+	}
 	spec_diagnostics_init(&diag);
 	spec = spec_load_file(args.file, &diag);
 	if (diag.count)
