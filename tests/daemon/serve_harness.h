@@ -1,6 +1,6 @@
 /*
  * Starting `voidbox serve` from a test and talking to it: shared by the daemon's contract test
- * (tests/daemon/test_daemon.c) and its VM tests. The daemon prints the
+ * (tests/daemon/test_daemon.c) and its VM test (tests/vm/vm_daemon.c). The daemon prints the
  * address it bound ("listening on URL") on stdout, so a test can ask for port 0 and learn the
  * port without racing for it. Every wait is a bounded poll that fails instead of hanging; none
  * asserts anything about time. Include after harness.h (it CHECKs).
