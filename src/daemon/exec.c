@@ -40,6 +40,7 @@
 #define EXEC_CANCEL_WAIT_SLICE_MS 500
 #define EXEC_NS_PER_MS 1000000L
 #define EXEC_OUTPUT_ARTIFACT "output"
+#define EXEC_RUN_DIR_MODE 0700
 
 enum exec_stream {
 	EXEC_STREAM_EVENTS,
@@ -238,6 +239,10 @@ static int exec_write_input(struct exec_run *run)
 	run->input_path[0] = '\0';
 	if (!run->launch.input)
 		return 0;
+	snprintf(run->input_path, sizeof(run->input_path), "%s/runs/%s", run->d->state_dir,
+		 run->id);
+	if (mkdir(run->input_path, EXEC_RUN_DIR_MODE) < 0 && errno != EEXIST)
+		return -errno;
 	snprintf(run->input_path, sizeof(run->input_path), "%s/runs/%s/input", run->d->state_dir,
 		 run->id);
 	file = fopen(run->input_path, "we");

@@ -32,6 +32,10 @@
 #define HTTP_MIME_SSE "text/event-stream"
 #define HTTP_PERSISTENCE "sqlite"
 #define HTTP_DIAGNOSTICS_SHOWN 3
+/* one thread per connection: this many at once, the rest wait in the kernel's backlog */
+#define HTTP_CONNECTION_LIMIT 256u
+/* a connection silent this long is closed (a live stream sends a keepalive well before) */
+#define HTTP_IDLE_TIMEOUT_SECS 120u
 
 /* One request's body as it arrives. */
 struct http_request {
@@ -719,14 +723,14 @@ static enum MHD_Result http_handle(void *cls, struct MHD_Connection *conn, const
 	}
 	if (*upload_data_size > 0) {
 		size_t size = *upload_data_size;
+		char *grown;
 
 		*upload_data_size = 0;
 		if (request->too_large || request->len + size > DAEMON_REQUEST_MAX_BYTES) {
 			request->too_large = true;
 			return MHD_YES;
 		}
-		char *grown = realloc(request->body, request->len + size + 1);
-
+		grown = realloc(request->body, request->len + size + 1);
 		if (!grown)
 			return MHD_NO;
 		request->body = grown;
@@ -762,6 +766,8 @@ struct MHD_Daemon *daemon_http_start(struct daemon *d, int listen_fd, char *err,
 			       0, NULL, NULL, http_handle, d,
 			       MHD_OPTION_LISTEN_SOCKET, listen_fd,
 			       MHD_OPTION_NOTIFY_COMPLETED, http_completed, d,
+			       MHD_OPTION_CONNECTION_LIMIT, HTTP_CONNECTION_LIMIT,
+			       MHD_OPTION_CONNECTION_TIMEOUT, HTTP_IDLE_TIMEOUT_SECS,
 			       MHD_OPTION_END);
 	if (!mhd)
 		snprintf(err, errlen, "libmicrohttpd could not start on the listening socket");

@@ -28,7 +28,7 @@
 #define SERVE_PATH_MAX 512
 #define SERVE_START_WAIT_MS 30000
 #define SERVE_POLL_NS (20 * 1000 * 1000L)
-#define SERVE_WAIT_ROUNDS 15000 /* x SERVE_POLL_NS: the bound on any wait for a run */
+#define SERVE_WAIT_ROUNDS 6000 /* x SERVE_POLL_NS: the bound on any wait for a run */
 #define SERVE_HTTP_OK 200
 
 struct served {

@@ -42,6 +42,7 @@ static char state_dir[TEST_PATH_MAX];
 static char socket_path[TEST_PATH_MAX / 2];
 static char quick_spec[TEST_PATH_MAX];
 static char sleep_spec[TEST_PATH_MAX];
+static char cat_spec[TEST_PATH_MAX];
 
 static const char quick_yaml[] =
 	"api_version: v1\nkind: workflow\nname: quick\nsandbox:\n  mode: mock\n"
@@ -50,6 +51,10 @@ static const char quick_yaml[] =
 	"    - name: shout\n      depends_on: [fetch]\n      run:\n        program: tr\n"
 	"        args: [\"a-z\", \"A-Z\"]\n        stdin_from: fetch\n"
 	"  output_step: shout\n";
+
+static const char cat_yaml[] =
+	"api_version: v1\nkind: workflow\nname: cat\nsandbox:\n  mode: mock\n"
+	"workflow:\n  steps:\n    - name: echo-input\n      run:\n        program: cat\n";
 
 static const char sleep_yaml[] =
 	"api_version: v1\nkind: workflow\nname: sleeper\nsandbox:\n  mode: mock\n"
@@ -289,6 +294,27 @@ static void test_inline_spec_and_list(void)
 	list = call(&unix_daemon, "GET", "/v1/runs?state=active", NULL, &status);
 	CHECK_INT_EQ(json_array_size(json_object_get(list, "runs")), 0);
 	json_decref(list);
+	json_decref(body);
+	free(text);
+}
+
+/* input reaches a spec given by file the way --input does, through a file in the run's dir */
+static void test_input_with_file_spec(void)
+{
+	json_t *body = json_pack("{s:s, s:s, s:s}", "file", cat_spec, "run_id", "input-1", "input",
+				 "piped in\n");
+	char *text = json_dumps(body, JSON_COMPACT);
+	json_t *answer, *run;
+	long status;
+
+	answer = call(&unix_daemon, "POST", "/v1/runs", text, &status);
+	CHECK_INT_EQ(status, SERVE_HTTP_OK);
+	json_decref(answer);
+	run = wait_terminal(&unix_daemon, "input-1");
+	CHECK_STR_EQ(json_string_value(json_object_get(run, "status")), "succeeded");
+	CHECK_STR_EQ(json_string_value(json_object_get(json_object_get(run, "report"), "output")),
+		     "piped in\n");
+	json_decref(run);
 	json_decref(body);
 	free(text);
 }
@@ -576,6 +602,8 @@ int main(int argc, char **argv)
 	snprintf(sleep_spec, sizeof(sleep_spec), "%s/sleep.yaml", temp_dir);
 	write_file(quick_spec, quick_yaml);
 	write_file(sleep_spec, sleep_yaml);
+	snprintf(cat_spec, sizeof(cat_spec), "%s/cat.yaml", temp_dir);
+	write_file(cat_spec, cat_yaml);
 	RUN_TEST(test_request_parsing);
 	snprintf(listen, sizeof(listen), "unix://%s", socket_path);
 	if (!serve_start(&unix_daemon, voidbox_path, state_dir, listen, NULL))
@@ -585,6 +613,7 @@ int main(int argc, char **argv)
 	RUN_TEST(test_stage_outputs);
 	RUN_TEST(test_error_shapes);
 	RUN_TEST(test_inline_spec_and_list);
+	RUN_TEST(test_input_with_file_spec);
 	RUN_TEST(test_sse_live_and_cancel);
 	RUN_TEST(test_restart_after_sigkill);
 	RUN_TEST(test_cli_clients);
