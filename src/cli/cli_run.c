@@ -6,8 +6,8 @@
  * the box up until SIGINT or SIGTERM; both signals are blocked before the box opens, so every
  * thread the box starts inherits the mask and only sigwait() here receives them.
  *
- * Under `voidbox serve` each run is this command with --events-fd: a JSON line per stage start
- * and finish goes to that descriptor (the runners' run_observer), so the daemon streams stage
+ * Under `voidbox serve` each run is this command with --events-fd: a JSON line per stage start,
+ * piece of output and finish goes to that descriptor (the runners' run_observer), so the daemon streams stage
  * events while the run goes; --input-file carries an input too large for argv.
  * `--daemon[=URL]` instead submits the spec to a running daemon and prints the run id.
  *
@@ -29,6 +29,7 @@
 
 #include "cli/cli.h"
 #include "common/log.h"
+#include "daemon/daemon.h"
 #include "runtime/agent.h"
 #include "runtime/box.h"
 #include "runtime/pipeline.h"
@@ -269,23 +270,31 @@ static void cli_run_stage_started(void *opaque, const struct run_stage *stage)
 					      stage->name));
 }
 
+static void cli_run_stage_output(void *opaque, const struct run_stage *stage, bool is_stderr,
+				 const void *data, size_t len)
+{
+	json_t *text = daemon_text_json(data, len);
+
+	if (text)
+		cli_run_event_write(opaque, json_pack("{s:s, s:s, s:s, s:o}", "type", "stage.output",
+						      "stage", stage->name, "stream",
+						      is_stderr ? "stderr" : "stdout", "data", text));
+}
+
 static void cli_run_stage_finished(void *opaque, const struct run_stage *stage)
 {
 	size_t output_len = strlen(stage->output);
-	json_t *line;
+	json_t *output;
 
 	if (output_len > CLI_RUN_EVENT_OUTPUT_MAX)
 		output_len = CLI_RUN_EVENT_OUTPUT_MAX;
-	line = json_pack("{s:s, s:s, s:b, s:i, s:I, s:s%, s:s?}", "type", "stage.finished",
-			 "stage", stage->name, "success", stage->success, "exit_code",
-			 stage->exit_code, "duration_ms", (json_int_t)stage->duration_ms,
-			 "output", stage->output, output_len, "error", stage->error);
-	if (!line) /* output that is not UTF-8 (or was cut inside a character) */
-		line = json_pack("{s:s, s:s, s:b, s:i, s:I, s:s?}", "type", "stage.finished",
-				 "stage", stage->name, "success", stage->success, "exit_code",
-				 stage->exit_code, "duration_ms", (json_int_t)stage->duration_ms,
-				 "error", stage->error);
-	cli_run_event_write(opaque, line);
+	output = daemon_text_json(stage->output, output_len);
+	cli_run_event_write(opaque,
+			    json_pack("{s:s, s:s, s:b, s:i, s:I, s:o*, s:s?}", "type",
+				      "stage.finished", "stage", stage->name, "success",
+				      stage->success, "exit_code", stage->exit_code, "duration_ms",
+				      (json_int_t)stage->duration_ms, "output", output, "error",
+				      stage->error));
 }
 
 static int cli_run_print_report(const struct cli_globals *globals,
@@ -445,6 +454,7 @@ int cli_run_run(const struct cli_globals *globals, int argc, char **argv)
 {
 	static const struct run_observer observer = {
 		.stage_started = cli_run_stage_started,
+		.stage_output = cli_run_stage_output,
 		.stage_finished = cli_run_stage_finished,
 	};
 	struct cli_run_args args = { .events_fd = -1 };

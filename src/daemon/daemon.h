@@ -10,6 +10,8 @@
 
 #include <stddef.h>
 
+#include <jansson.h>
+
 enum daemon_listen_kind {
 	DAEMON_LISTEN_UNIX,
 	DAEMON_LISTEN_TCP,
@@ -48,5 +50,12 @@ int daemon_default_token_file(char *out, size_t out_len);
  * when the daemon could not start.
  */
 int daemon_serve(const struct daemon_config *config, char *err, size_t errlen);
+
+/*
+ * Output text as a JSON string for run events: bytes that are not UTF-8 (or a character cut
+ * at a chunk's edge) become '?', so a line is never dropped for its encoding. NULL only when
+ * out of memory. `voidbox run --events-fd` and the daemon both use it.
+ */
+json_t *daemon_text_json(const char *data, size_t len);
 
 #endif

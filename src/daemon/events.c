@@ -52,8 +52,7 @@ int64_t daemon_event_emit(struct daemon *d, const char *run_id, const char *type
 	return event_id;
 }
 
-/* A log line as a JSON string; bytes that are not UTF-8 become '?' rather than dropping it. */
-static json_t *event_line_string(const char *text, size_t len)
+json_t *daemon_text_json(const char *text, size_t len)
 {
 	json_t *line = json_stringn(text, len);
 	char *copy;
@@ -78,7 +77,7 @@ void daemon_event_emit_lines(struct daemon *d, const char *run_id, const char *s
 	while (start < len) {
 		const char *newline = memchr(text + start, '\n', len - start);
 		size_t end = newline ? (size_t)(newline - text) : len;
-		json_t *line = event_line_string(text + start, end - start);
+		json_t *line = daemon_text_json(text + start, end - start);
 
 		if (line)
 			daemon_event_emit(d, run_id, "log.chunk", "info", json_string_value(line),

@@ -1,8 +1,8 @@
 /*
  * Running and cancelling runs. Each run is one child process, `voidbox --output json run
  * --file SPEC --events-fd 3`, in a process group of its own, watched by one daemon thread:
- * - fd 3 carries one JSON line per stage start and finish (src/cli/cli_run.c writes them),
- *   which become stage.* events and the stage's output artifact;
+ * - fd 3 carries one JSON line per stage start, piece of output and finish (src/cli/cli_run.c
+ *   writes them), which become stage.* and log.chunk events and the stage's output artifact;
  * - stderr is the run's progress log, streamed line by line as log.chunk events;
  * - stdout is the final run report (JSON), kept on the run when it ends.
  * The VMM lives inside that process, so cancelling is signalling the group: SIGTERM, then
@@ -63,6 +63,7 @@ struct exec_run {
 	struct daemon_run_launch launch;
 	uint32_t attempt;
 	char input_path[DAEMON_PATH_MAX];
+	json_t *streamed; /* {stage: true} for stages whose output came as stage.output lines */
 };
 
 /* How one attempt ended. */
@@ -122,7 +123,24 @@ static const char *exec_media_type(const char *data, size_t len)
 	return parsed ? "application/json" : "application/octet-stream";
 }
 
-/* A stage line from fd 3: {"type":"stage.started"|"stage.finished","stage":NAME,...}. */
+/* A running stage's output: log.chunk events now, and not again when the stage finishes. */
+static void exec_stage_output(struct exec_run *run, const char *stage, json_t *event)
+{
+	const char *stream = json_string_value(json_object_get(event, "stream"));
+	json_t *data = json_object_get(event, "data");
+
+	if (!json_is_string(data) || !stream)
+		return;
+	json_object_set_new(run->streamed, stage, json_true());
+	daemon_event_emit_lines(run->d, run->id, stage,
+				strcmp(stream, "stderr") == 0 ? "stderr" : "stdout",
+				json_string_value(data), json_string_length(data));
+}
+
+/*
+ * A stage line from fd 3: {"type":"stage.started"|"stage.output"|"stage.finished",
+ * "stage":NAME,...}.
+ */
 static void exec_stage_event(struct exec_run *run, const char *line, size_t len)
 {
 	json_t *event = json_loadb(line, len, 0, NULL);
@@ -135,7 +153,9 @@ static void exec_stage_event(struct exec_run *run, const char *line, size_t len)
 		json_decref(event);
 		return;
 	}
-	if (strcmp(type, "stage.started") == 0) {
+	if (strcmp(type, "stage.output") == 0) {
+		exec_stage_output(run, stage, event);
+	} else if (strcmp(type, "stage.started") == 0) {
 		pthread_mutex_lock(&d->lock);
 		daemon_store_stage_update(d->store, run->id, stage, "running", run->attempt, 0, 0);
 		daemon_event_emit_locked(d, run->id, "stage.started", "info", "stage started", stage,
@@ -154,7 +174,7 @@ static void exec_stage_event(struct exec_run *run, const char *line, size_t len)
 
 		if (payload && !success)
 			json_object_set_new(payload, "error", json_string(error ? error : "failed"));
-		if (output && output_len)
+		if (output && output_len && !json_object_get(run->streamed, stage))
 			daemon_event_emit_lines(d, run->id, stage, "stdout", output, output_len);
 		pthread_mutex_lock(&d->lock);
 		if (output && daemon_name_valid(stage, DAEMON_NAME_MAX))
@@ -579,6 +599,10 @@ static void *exec_thread(void *opaque)
 	struct exec_outcome outcome = { 0 };
 	int rc = exec_write_input(run);
 
+	run->streamed = json_object();
+	if (!run->streamed)
+		rc = -ENOMEM;
+
 	for (run->attempt = 1; rc == 0; run->attempt++) {
 		char error[DAEMON_ERROR_MESSAGE_MAX];
 
@@ -604,6 +628,7 @@ static void *exec_thread(void *opaque)
 		unlink(run->input_path);
 	exec_forget(run->d, run->id);
 	daemon_run_launch_free(&run->launch);
+	json_decref(run->streamed);
 	free(run);
 	return NULL;
 }

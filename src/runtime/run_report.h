@@ -45,6 +45,9 @@ struct run_stage {
  */
 struct run_observer {
 	void (*stage_started)(void *opaque, const struct run_stage *stage);
+	/* a piece of a running stage's output as the program prints it (workflow steps) */
+	void (*stage_output)(void *opaque, const struct run_stage *stage, bool is_stderr,
+			     const void *data, size_t len);
 	void (*stage_finished)(void *opaque, const struct run_stage *stage);
 	void *opaque;
 };
@@ -85,6 +88,8 @@ int run_stage_set_error(struct run_stage *stage, const char *fmt, ...)
 /* Tell the report's observer, if any, that stage started or reached its final state. */
 void run_report_stage_started(const struct run_report *report, const struct run_stage *stage);
 void run_report_stage_finished(const struct run_report *report, const struct run_stage *stage);
+void run_report_stage_output(const struct run_report *report, const struct run_stage *stage,
+			     bool is_stderr, const void *data, size_t len);
 /* Sums the stages' tokens and costs into the report's totals. */
 void run_report_sum_usage(struct run_report *report);
 

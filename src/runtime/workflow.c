@@ -101,6 +101,14 @@ static int workflow_record_failure(struct workflow_step_run *run,
 	return run_stage_set_error(run->stage, "exited with code %d", result->exit_code);
 }
 
+/* box_exec's chunk callback: a step's output, as it prints it, to the report's observer. */
+static void workflow_step_chunk(void *opaque, bool is_stderr, const void *data, size_t len)
+{
+	struct workflow_step_run *run = opaque;
+
+	run_report_stage_output(run->report, run->stage, is_stderr, data, len);
+}
+
 static void workflow_step_execute(struct workflow_step_run *run)
 {
 	const struct spec_step *step = &run->spec->workflow.steps[run->index];
@@ -111,6 +119,8 @@ static void workflow_step_execute(struct workflow_step_run *run)
 		.stdin_data = run->stdin_data,
 		.stdin_len = run->stdin_len,
 		.timeout_secs = run->timeout_secs,
+		.on_chunk = run->report->observer ? workflow_step_chunk : NULL,
+		.chunk_opaque = run,
 	};
 	struct box_exec_result result;
 	int rc;

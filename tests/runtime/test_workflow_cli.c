@@ -180,14 +180,19 @@ static int run_voidbox_with_events(const char *const *args, char *events, size_t
 	return status;
 }
 
-/* --events-fd: one JSON line per stage start and finish, in the run's order; --input-file. */
+/*
+ * --events-fd: one JSON line per stage start, piece of output and finish, in the run's order;
+ * --input-file.
+ */
 static void test_run_stage_events(void)
 {
 	static char events[TEST_OUTPUT_MAX];
 	static const char *const expected[][2] = {
-		{ "stage.started", "fetch" }, { "stage.finished", "fetch" },
-		{ "stage.started", "transform" }, { "stage.finished", "transform" },
+		{ "stage.started", "fetch" }, { "stage.output", "fetch" },
+		{ "stage.finished", "fetch" }, { "stage.started", "transform" },
+		{ "stage.output", "transform" }, { "stage.finished", "transform" },
 	};
+	const size_t expected_count = sizeof(expected) / sizeof(expected[0]);
 	char path[TEST_PATH_MAX], input_path[TEST_PATH_MAX];
 	char *line, *save = NULL;
 	size_t count = 0;
@@ -199,14 +204,19 @@ static void test_run_stage_events(void)
 	for (line = strtok_r(events, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
 		json_t *event = parse_json(line);
 
-		CHECK(count < 4);
-		if (count < 4) {
+		CHECK(count < expected_count);
+		if (count < expected_count) {
 			CHECK_STR_EQ(json_string_value(json_object_get(event, "type")),
 				     expected[count][0]);
 			CHECK_STR_EQ(json_string_value(json_object_get(event, "stage")),
 				     expected[count][1]);
 		}
-		if (count == 3) {
+		if (count == 1) {
+			CHECK_STR_EQ(json_string_value(json_object_get(event, "stream")), "stdout");
+			CHECK_STR_EQ(json_string_value(json_object_get(event, "data")),
+				     "hello from workflow\n");
+		}
+		if (count == expected_count - 1) {
 			CHECK(json_is_true(json_object_get(event, "success")));
 			CHECK_STR_EQ(json_string_value(json_object_get(event, "output")),
 				     "HELLO FROM WORKFLOW\n");
@@ -214,7 +224,7 @@ static void test_run_stage_events(void)
 		count++;
 		json_decref(event);
 	}
-	CHECK_INT_EQ(count, 4);
+	CHECK_INT_EQ(count, expected_count);
 	/* not an open descriptor: a usage error */
 	CHECK_INT_EQ(run_voidbox_with_events((const char *const[]){ "run", "--file", path,
 								    "--events-fd", "99", NULL },

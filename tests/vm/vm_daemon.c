@@ -1,7 +1,8 @@
 /*
  * The daemon stops a run's VM when the run is cancelled. `voidbox serve` (argv[1]) runs a
- * `mode: local` workflow whose second step sleeps in the guest; once that step has started
- * (so the VM has booted and the agent runs the sleep), the run's process is checked to hold
+ * `mode: local` workflow whose second step prints a line and sleeps in the guest; the line
+ * must reach the run's events while the step still runs (output streams as it is printed,
+ * not when the stage ends). Then the run's process is checked to hold
  * the VMM (a voidbox process with more than one thread: the vCPU and device threads), the run
  * is cancelled, and afterwards nothing of it is left: the run's process is gone, no process
  * is in its process group, and the daemon has no child at all. /proc is read for all three.
@@ -41,8 +42,8 @@ static const char vm_spec[] =
 	"sandbox:\n  mode: local\n  memory_mb: 512\n  vcpus: 1\n"
 	"workflow:\n  steps:\n"
 	"    - name: first\n      run:\n        program: echo\n        args: [\"booted\"]\n"
-	"    - name: nap\n      depends_on: [first]\n      run:\n        program: sleep\n"
-	"        args: [\"600\"]\n";
+	"    - name: nap\n      depends_on: [first]\n      run:\n        program: sh\n"
+	"        args: [\"-c\", \"echo early-output; sleep 600\"]\n";
 
 static const char *voidbox_path;
 static char temp_dir[] = "/tmp/voidbox-vm-daemon-XXXXXX";
@@ -114,6 +115,38 @@ static int count_threads(pid_t pid)
 
 static struct served served_daemon;
 
+/* True once the run has a log.chunk from stage with text while the run is not yet ended. */
+static bool wait_live_line(const struct served *daemon, const char *run_id, const char *stage,
+			   const char *text)
+{
+	char path[TEST_PATH_MAX];
+	bool seen = false, ended = false;
+	long status;
+
+	snprintf(path, sizeof(path), "/v1/runs/%s/events", run_id);
+	for (int i = 0; i < SERVE_WAIT_ROUNDS && !seen && !ended; i++) {
+		json_t *events = call(daemon, "GET", path, NULL, &status);
+		json_t *event;
+		size_t index;
+
+		json_array_foreach(events, index, event) {
+			const char *type = json_string_value(json_object_get(event, "event_type"));
+			const char *name = json_string_value(json_object_get(event, "stage_name"));
+			const char *message = json_string_value(json_object_get(event, "message"));
+
+			if (type && strcmp(type, "log.chunk") == 0 && name &&
+			    strcmp(name, stage) == 0 && message && strcmp(message, text) == 0)
+				seen = true;
+			if (type && strcmp(type, "log.closed") == 0)
+				ended = true;
+		}
+		json_decref(events);
+		if (!seen && !ended)
+			serve_pause();
+	}
+	return seen && !ended;
+}
+
 static void test_cancel_stops_the_vm(void)
 {
 	struct served *daemon = &served_daemon;
@@ -129,6 +162,7 @@ static void test_cancel_stops_the_vm(void)
 	json_decref(answer);
 	pid = wait_stage_running(daemon, "vm-cancel-1", "nap");
 	CHECK(pid > 0);
+	CHECK(wait_live_line(daemon, "vm-cancel-1", "nap", "early-output"));
 	if (pid > 0) {
 		CHECK_INT_EQ(proc_stat_field(pid, PROC_FIELD_PPID), daemon->pid);
 		CHECK_INT_EQ(proc_stat_field(pid, PROC_FIELD_PGRP), pid);
