@@ -271,19 +271,30 @@ static void test_error_shapes(void)
 	free(big);
 }
 
+/* POSTs body (stolen) as a create, expects 200, and returns the run once it has ended. */
+static json_t *create_and_finish(json_t *body, const char *run_id)
+{
+	char *text = body ? json_dumps(body, JSON_COMPACT) : NULL;
+	json_t *answer;
+	long status = 0;
+
+	json_decref(body);
+	answer = text ? call(&unix_daemon, "POST", "/v1/runs", text, &status) : NULL;
+	CHECK_INT_EQ(status, SERVE_HTTP_OK);
+	json_decref(answer);
+	free(text);
+	return wait_terminal(&unix_daemon, run_id);
+}
+
 /* An inline spec runs like a file; the list filter sees it. */
 static void test_inline_spec_and_list(void)
 {
-	json_t *body = json_pack("{s:s, s:s, s:s}", "spec", quick_yaml, "run_id", "inline-1",
-				 "input", "ignored");
-	char *text = json_dumps(body, JSON_COMPACT);
-	json_t *answer, *run, *list;
+	json_t *run, *list;
 	long status;
 
-	answer = call(&unix_daemon, "POST", "/v1/runs", text, &status);
-	CHECK_INT_EQ(status, SERVE_HTTP_OK);
-	json_decref(answer);
-	run = wait_terminal(&unix_daemon, "inline-1");
+	run = create_and_finish(json_pack("{s:s, s:s, s:s}", "spec", quick_yaml, "run_id",
+					  "inline-1", "input", "ignored"),
+				"inline-1");
 	CHECK_STR_EQ(json_string_value(json_object_get(run, "status")), "succeeded");
 	CHECK_STR_EQ(json_string_value(json_object_get(run, "file")), "inline");
 	json_decref(run);
@@ -294,29 +305,19 @@ static void test_inline_spec_and_list(void)
 	list = call(&unix_daemon, "GET", "/v1/runs?state=active", NULL, &status);
 	CHECK_INT_EQ(json_array_size(json_object_get(list, "runs")), 0);
 	json_decref(list);
-	json_decref(body);
-	free(text);
 }
 
 /* input reaches a spec given by file the way --input does, through a file in the run's dir */
 static void test_input_with_file_spec(void)
 {
-	json_t *body = json_pack("{s:s, s:s, s:s}", "file", cat_spec, "run_id", "input-1", "input",
-				 "piped in\n");
-	char *text = json_dumps(body, JSON_COMPACT);
-	json_t *answer, *run;
-	long status;
+	json_t *run = create_and_finish(json_pack("{s:s, s:s, s:s}", "file", cat_spec, "run_id",
+						  "input-1", "input", "piped in\n"),
+					"input-1");
 
-	answer = call(&unix_daemon, "POST", "/v1/runs", text, &status);
-	CHECK_INT_EQ(status, SERVE_HTTP_OK);
-	json_decref(answer);
-	run = wait_terminal(&unix_daemon, "input-1");
 	CHECK_STR_EQ(json_string_value(json_object_get(run, "status")), "succeeded");
 	CHECK_STR_EQ(json_string_value(json_object_get(json_object_get(run, "report"), "output")),
 		     "piped in\n");
 	json_decref(run);
-	json_decref(body);
-	free(text);
 }
 
 /* What a live stream reader saw. */
