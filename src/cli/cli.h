@@ -45,6 +45,14 @@ int cli_shell_run(const struct cli_globals *globals, int argc, char **argv);
 int cli_skills_run(const struct cli_globals *globals, int argc, char **argv);
 int cli_snapshot_run(const struct cli_globals *globals, int argc, char **argv);
 int cli_fork_run(const struct cli_globals *globals, int argc, char **argv);
+int cli_serve_run(const struct cli_globals *globals, int argc, char **argv);
+int cli_status_run(const struct cli_globals *globals, int argc, char **argv);
+int cli_logs_run(const struct cli_globals *globals, int argc, char **argv);
+int cli_cancel_run(const struct cli_globals *globals, int argc, char **argv);
+
+/* `voidbox run --daemon`: submits file (made absolute) to the daemon at url (NULL: default). */
+int cli_run_submit(const struct cli_globals *globals, const char *url, const char *file,
+		   const char *input, const char *run_id);
 
 struct sandbox;
 struct sandbox_config;

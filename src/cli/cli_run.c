@@ -6,22 +6,30 @@
  * the box up until SIGINT or SIGTERM; both signals are blocked before the box opens, so every
  * thread the box starts inherits the mask and only sigwait() here receives them.
  *
+ * Under `voidbox serve` each run is this command with --events-fd: a JSON line per stage start,
+ * piece of output and finish goes to that descriptor (the runners' run_observer), so the daemon streams stage
+ * events while the run goes; --input-file carries an input too large for argv.
+ * `--daemon[=URL]` instead submits the spec to a running daemon and prints the run id.
+ *
  * The report goes to stdout (human or --output json) and progress to the logger on stderr,
  * so `voidbox --output json run ...` is machine-readable as a whole. The exit status is 0
  * only when the run succeeded: 1 for a failed run or a spec that cannot run, 2 for usage.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <getopt.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <jansson.h>
 
 #include "cli/cli.h"
 #include "common/log.h"
+#include "daemon/daemon.h"
 #include "runtime/agent.h"
 #include "runtime/box.h"
 #include "runtime/pipeline.h"
@@ -34,6 +42,9 @@
 #define CLI_RUN_ERROR_MAX 1024
 /* a sandbox spec may use what a workflow may: the same box runs it */
 #define CLI_RUN_SANDBOX_FEATURES WORKFLOW_SUPPORTED_FEATURES
+/* a stage's output on the events descriptor is cut here; the full text is in the report */
+#define CLI_RUN_EVENT_OUTPUT_MAX (1024u * 1024u)
+#define CLI_RUN_INPUT_FILE_MAX (4u * 1024u * 1024u)
 static const char *const cli_run_ready_args[] = { "ready" };
 
 enum cli_run_option {
@@ -42,6 +53,10 @@ enum cli_run_option {
 	CLI_RUN_OPT_SANDBOX_MODE,
 	CLI_RUN_OPT_STEP_TIMEOUT,
 	CLI_RUN_OPT_SERIAL_LOG,
+	CLI_RUN_OPT_EVENTS_FD,
+	CLI_RUN_OPT_INPUT_FILE,
+	CLI_RUN_OPT_DAEMON,
+	CLI_RUN_OPT_RUN_ID,
 	CLI_RUN_OPT_HELP,
 };
 
@@ -51,6 +66,10 @@ static const struct option cli_run_options[] = {
 	{ "sandbox-mode", required_argument, NULL, CLI_RUN_OPT_SANDBOX_MODE },
 	{ "step-timeout", required_argument, NULL, CLI_RUN_OPT_STEP_TIMEOUT },
 	{ "serial-log", required_argument, NULL, CLI_RUN_OPT_SERIAL_LOG },
+	{ "events-fd", required_argument, NULL, CLI_RUN_OPT_EVENTS_FD },
+	{ "input-file", required_argument, NULL, CLI_RUN_OPT_INPUT_FILE },
+	{ "daemon", optional_argument, NULL, CLI_RUN_OPT_DAEMON },
+	{ "run-id", required_argument, NULL, CLI_RUN_OPT_RUN_ID },
 	{ "help", no_argument, NULL, CLI_RUN_OPT_HELP },
 	{ NULL, 0, NULL, 0 },
 };
@@ -58,13 +77,25 @@ static const struct option cli_run_options[] = {
 struct cli_run_args {
 	const char *file;
 	struct workflow_options workflow;
+	int events_fd; /* -1: none */
+	const char *input_file;
+	bool daemon;
+	const char *daemon_url; /* NULL: the default socket */
+	const char *run_id;
+};
+
+/* The stage events written to --events-fd; parallel steps report from their own threads. */
+struct cli_run_events {
+	int fd;
+	pthread_mutex_t lock;
 };
 
 static void cli_run_usage(FILE *out)
 {
 	fprintf(out,
 		"usage: voidbox run --file SPEC [--input TEXT] [--sandbox-mode auto|mock|local]\n"
-		"                   [--step-timeout S] [--serial-log PATH]\n\n"
+		"                   [--step-timeout S] [--serial-log PATH] [--input-file PATH]\n"
+		"                   [--daemon[=URL] [--run-id ID]]\n\n"
 		"Runs a workflow, agent or pipeline spec and prints its run report (docs/runtime.md);\n"
 		"a sandbox spec boots, runs `echo ready` and stays up until Ctrl-C.\n"
 		"with the global --output json the report is JSON. Exits 0 only when the run succeeded.\n\n"
@@ -73,7 +104,13 @@ static void cli_run_usage(FILE *out)
 		"                       agent/pipeline: the first agent's previous-stage input\n"
 		"  --sandbox-mode MODE  override the spec's sandbox.mode (auto, mock or local)\n"
 		"  --step-timeout S     workflow steps that set no timeout_secs (default none)\n"
-		"  --serial-log PATH    write the VM console here (default: a file kept on failure)\n");
+		"  --serial-log PATH    write the VM console here (default: a file kept on failure)\n"
+		"  --input-file PATH    like --input, with the text read from PATH\n"
+		"  --daemon[=URL]       submit to `voidbox serve` (default socket, or unix://PATH or\n"
+		"                       tcp://HOST:PORT with --token-file in VOIDBOX_DAEMON_TOKEN_FILE)\n"
+		"                       and print the run id instead of running here\n"
+		"  --run-id ID          with --daemon: the run's id (submitting twice is idempotent)\n"
+		"  --events-fd FD       write a JSON line per stage start and finish to FD (the daemon)\n");
 }
 
 /* Returns 0 to run, a positive exit status, or -1 after printing --help. */
@@ -113,6 +150,32 @@ static int cli_run_parse(int argc, char **argv, struct cli_run_args *args)
 		case CLI_RUN_OPT_SERIAL_LOG:
 			args->workflow.serial_log_path = optarg;
 			break;
+		case CLI_RUN_OPT_EVENTS_FD: {
+			char *end;
+			long fd;
+
+			errno = 0;
+			fd = strtol(optarg, &end, CLI_RUN_DECIMAL);
+			if (errno || end == optarg || *end || fd <= STDERR_FILENO ||
+			    fcntl((int)fd, F_GETFD) < 0) {
+				fprintf(stderr,
+					"voidbox run: --events-fd takes an open descriptor above 2, not '%s'\n",
+					optarg);
+				return CLI_EXIT_USAGE;
+			}
+			args->events_fd = (int)fd;
+			break;
+		}
+		case CLI_RUN_OPT_INPUT_FILE:
+			args->input_file = optarg;
+			break;
+		case CLI_RUN_OPT_DAEMON:
+			args->daemon = true;
+			args->daemon_url = optarg;
+			break;
+		case CLI_RUN_OPT_RUN_ID:
+			args->run_id = optarg;
+			break;
 		case CLI_RUN_OPT_HELP:
 			cli_run_usage(stdout);
 			return -1;
@@ -130,7 +193,101 @@ static int cli_run_parse(int argc, char **argv, struct cli_run_args *args)
 		fprintf(stderr, "voidbox run: --file SPEC is required (see voidbox run --help)\n");
 		return CLI_EXIT_USAGE;
 	}
+	if (args->input_file && args->workflow.input) {
+		fprintf(stderr, "voidbox run: give --input or --input-file, not both\n");
+		return CLI_EXIT_USAGE;
+	}
+	if (args->run_id && !args->daemon) {
+		fprintf(stderr, "voidbox run: --run-id names a daemon run; add --daemon\n");
+		return CLI_EXIT_USAGE;
+	}
 	return 0;
+}
+
+/* Reads --input-file into *text (the caller frees it). 0 or CLI_EXIT_FAILURE, printed. */
+static int cli_run_read_input(struct cli_run_args *args, char **text)
+{
+	FILE *file = fopen(args->input_file, "re");
+	size_t len;
+
+	*text = NULL;
+	if (!file) {
+		fprintf(stderr, "voidbox run: cannot read --input-file %s: %s\n", args->input_file,
+			strerror(errno));
+		return CLI_EXIT_FAILURE;
+	}
+	*text = malloc(CLI_RUN_INPUT_FILE_MAX + 1);
+	len = *text ? fread(*text, 1, CLI_RUN_INPUT_FILE_MAX + 1, file) : 0;
+	fclose(file);
+	if (!*text || len > CLI_RUN_INPUT_FILE_MAX) {
+		fprintf(stderr, "voidbox run: --input-file %s is over %u bytes\n", args->input_file,
+			CLI_RUN_INPUT_FILE_MAX);
+		free(*text);
+		*text = NULL;
+		return CLI_EXIT_FAILURE;
+	}
+	(*text)[len] = '\0';
+	args->workflow.input = *text;
+	args->workflow.input_len = len;
+	return 0;
+}
+
+/* Writes one JSON line to the events descriptor; a closed reader only loses the events. */
+static void cli_run_event_write(struct cli_run_events *events, json_t *line)
+{
+	char *text = line ? json_dumps(line, JSON_COMPACT) : NULL;
+	size_t len, done = 0;
+
+	json_decref(line);
+	if (!text)
+		return;
+	len = strlen(text);
+	text[len] = '\n';
+	pthread_mutex_lock(&events->lock);
+	while (done < len + 1) {
+		ssize_t n = write(events->fd, text + done, len + 1 - done);
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			break;
+		done += (size_t)n;
+	}
+	pthread_mutex_unlock(&events->lock);
+	free(text);
+}
+
+static void cli_run_stage_started(void *opaque, const struct run_stage *stage)
+{
+	cli_run_event_write(opaque, json_pack("{s:s, s:s}", "type", "stage.started", "stage",
+					      stage->name));
+}
+
+static void cli_run_stage_output(void *opaque, const struct run_stage *stage, bool is_stderr,
+				 const void *data, size_t len)
+{
+	json_t *text = daemon_text_json(data, len);
+
+	if (text)
+		cli_run_event_write(opaque, json_pack("{s:s, s:s, s:s, s:o}", "type", "stage.output",
+						      "stage", stage->name, "stream",
+						      is_stderr ? "stderr" : "stdout", "data", text));
+}
+
+static void cli_run_stage_finished(void *opaque, const struct run_stage *stage)
+{
+	size_t output_len = strlen(stage->output);
+	json_t *output;
+
+	if (output_len > CLI_RUN_EVENT_OUTPUT_MAX)
+		output_len = CLI_RUN_EVENT_OUTPUT_MAX;
+	output = daemon_text_json(stage->output, output_len);
+	cli_run_event_write(opaque,
+			    json_pack("{s:s, s:s, s:b, s:i, s:I, s:o*, s:s?}", "type",
+				      "stage.finished", "stage", stage->name, "success",
+				      stage->success, "exit_code", stage->exit_code, "duration_ms",
+				      (json_int_t)stage->duration_ms, "output", output, "error",
+				      stage->error));
 }
 
 static int cli_run_print_report(const struct cli_globals *globals,
@@ -295,15 +452,31 @@ static void cli_run_dispatch(const struct spec *spec, const struct cli_run_args 
 
 int cli_run_run(const struct cli_globals *globals, int argc, char **argv)
 {
-	struct cli_run_args args = { 0 };
+	static const struct run_observer observer = {
+		.stage_started = cli_run_stage_started,
+		.stage_output = cli_run_stage_output,
+		.stage_finished = cli_run_stage_finished,
+	};
+	struct cli_run_args args = { .events_fd = -1 };
+	struct cli_run_events events = { .lock = PTHREAD_MUTEX_INITIALIZER };
+	struct run_observer bound_observer = observer;
 	struct spec_diagnostics diag;
 	struct run_report report;
+	char *input_text = NULL;
 	struct spec *spec;
 	int status;
 
 	status = cli_run_parse(argc, argv, &args);
 	if (status != 0)
 		return status < 0 ? CLI_EXIT_OK : status;
+	if (args.input_file && cli_run_read_input(&args, &input_text) != 0)
+		return CLI_EXIT_FAILURE;
+	if (args.daemon) {
+		status = cli_run_submit(globals, args.daemon_url, args.file, args.workflow.input,
+					args.run_id);
+		free(input_text);
+		return status;
+	}
 	spec_diagnostics_init(&diag);
 	spec = spec_load_file(args.file, &diag);
 	if (diag.count)
@@ -312,12 +485,19 @@ int cli_run_run(const struct cli_globals *globals, int argc, char **argv)
 	if (!spec) {
 		fprintf(stderr, "voidbox run: %s is not a valid spec (fix the errors above)\n",
 			args.file);
+		free(input_text);
 		return CLI_EXIT_FAILURE;
 	}
 	if (run_report_init(&report, spec->name, spec->kind) < 0) {
 		spec_free(spec);
+		free(input_text);
 		fprintf(stderr, "voidbox run: out of memory\n");
 		return CLI_EXIT_FAILURE;
+	}
+	if (args.events_fd >= 0) {
+		events.fd = args.events_fd;
+		bound_observer.opaque = &events;
+		report.observer = &bound_observer;
 	}
 	cli_run_dispatch(spec, &args, &report);
 	run_report_sum_usage(&report);
@@ -328,5 +508,6 @@ int cli_run_run(const struct cli_globals *globals, int argc, char **argv)
 		fprintf(stderr, "voidbox run: %s\n", report.error);
 	run_report_free(&report);
 	spec_free(spec);
+	free(input_text);
 	return status;
 }

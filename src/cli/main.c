@@ -11,14 +11,18 @@
 #include "common/log.h"
 
 static const struct cli_command cli_commands[] = {
+	{ "cancel", "cancel a daemon run; its VMs stop", cli_cancel_run },
 	{ "exec", "boot a VM, run one program in it, exit with its exit code", cli_exec_run },
 	{ "fork", "fork one warmed-up VM into N live children and run a program in each", cli_fork_run },
 	{ "image", "build, list or remove guest images (kernel + initramfs)", cli_image_run },
+	{ "logs", "print a daemon run's events (--follow streams them)", cli_logs_run },
 	{ "inspect", "show the sandbox a spec would run in here, without booting", cli_inspect_run },
 	{ "run", "run a workflow, agent or pipeline spec and print its report", cli_run_run },
+	{ "serve", "run the daemon: an HTTP API for runs on a unix socket or TCP", cli_serve_run },
 	{ "shell", "open an interactive terminal in a fresh VM", cli_shell_run },
 	{ "skills", "list a spec's skills with their source", cli_skills_run },
 	{ "snapshot", "create, list, inspect, delete or evict VM snapshots", cli_snapshot_run },
+	{ "status", "show a daemon run, or list them", cli_status_run },
 	{ "validate", "check a spec and list every error with a hint", cli_validate_run },
 	{ "version", "print the version", cli_version_run },
 };

@@ -353,8 +353,10 @@ int agent_run_in_box(const struct spec *spec, struct box *box, const struct agen
 	if (!stage)
 		return -ENOMEM;
 	run_report_set_sandbox_mode(report, box_mode_name(box_mode(box)));
+	run_report_stage_started(report, stage);
 	rc = agent_invoke(box, &task, stage, &file_output);
 	agent_report_finish(report, stage, file_output, rc);
+	run_report_stage_finished(report, stage);
 	free(file_output);
 	return rc;
 }

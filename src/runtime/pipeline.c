@@ -219,10 +219,14 @@ static int pipeline_run_stage(const struct spec *spec, size_t stage_index,
 
 	if (!runs)
 		return -ENOMEM;
+	for (size_t i = 0; i < stage->box_count; i++)
+		run_report_stage_started(report, runs[i].stage);
 	if (stage->type == SPEC_STAGE_FAN_OUT)
 		pipeline_run_parallel(runs, stage->box_count, pipeline_max_parallel(options));
 	else
 		pipeline_run_box(&runs[0]);
+	for (size_t i = 0; i < stage->box_count; i++)
+		run_report_stage_finished(report, runs[i].stage);
 	if (!report->sandbox_mode && runs[0].opened)
 		run_report_set_sandbox_mode(report, box_mode_name(runs[0].mode));
 	for (size_t i = 0; i < stage->box_count && rc == 0; i++) {

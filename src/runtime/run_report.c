@@ -72,6 +72,26 @@ void run_report_free(struct run_report *report)
 	memset(report, 0, sizeof(*report));
 }
 
+void run_report_stage_started(const struct run_report *report, const struct run_stage *stage)
+{
+	if (report->observer && report->observer->stage_started)
+		report->observer->stage_started(report->observer->opaque, stage);
+}
+
+void run_report_stage_finished(const struct run_report *report, const struct run_stage *stage)
+{
+	if (report->observer && report->observer->stage_finished)
+		report->observer->stage_finished(report->observer->opaque, stage);
+}
+
+void run_report_stage_output(const struct run_report *report, const struct run_stage *stage,
+			     bool is_stderr, const void *data, size_t len)
+{
+	if (report->observer && report->observer->stage_output)
+		report->observer->stage_output(report->observer->opaque, stage, is_stderr, data,
+					       len);
+}
+
 struct run_stage *run_report_add_stage(struct run_report *report, const char *name)
 {
 	struct run_stage *stage;

@@ -38,6 +38,20 @@ struct run_stage {
 	bool ran; /* false for a stage that never started (an earlier failure stopped the run) */
 };
 
+/*
+ * Who hears about stages while a run goes (the daemon's event stream, through `voidbox run
+ * --events-fd`). Runners call run_report_stage_started/finished; parallel steps call them from
+ * their own threads, so an observer that keeps state locks it. NULL observer: nothing is told.
+ */
+struct run_observer {
+	void (*stage_started)(void *opaque, const struct run_stage *stage);
+	/* a piece of a running stage's output as the program prints it (workflow steps) */
+	void (*stage_output)(void *opaque, const struct run_stage *stage, bool is_stderr,
+			     const void *data, size_t len);
+	void (*stage_finished)(void *opaque, const struct run_stage *stage);
+	void *opaque;
+};
+
 struct run_report {
 	char *name;
 	enum spec_kind kind;
@@ -52,6 +66,7 @@ struct run_report {
 	char *error; /* NULL when the run succeeded */
 	uint64_t duration_ms;
 	char *sandbox_mode; /* "mock" or "local"; NULL when no box was opened */
+	const struct run_observer *observer; /* set by the caller after init; may stay NULL */
 };
 
 /* 0 or -ENOMEM. */
@@ -70,6 +85,11 @@ int run_report_set_sandbox_mode(struct run_report *report, const char *mode);
 int run_stage_set_output(struct run_stage *stage, const char *text, size_t len);
 int run_stage_set_error(struct run_stage *stage, const char *fmt, ...)
 	__attribute__((format(printf, 2, 3)));
+/* Tell the report's observer, if any, that stage started or reached its final state. */
+void run_report_stage_started(const struct run_report *report, const struct run_stage *stage);
+void run_report_stage_finished(const struct run_report *report, const struct run_stage *stage);
+void run_report_stage_output(const struct run_report *report, const struct run_stage *stage,
+			     bool is_stderr, const void *data, size_t len);
 /* Sums the stages' tokens and costs into the report's totals. */
 void run_report_sum_usage(struct run_report *report);
 

@@ -27,6 +27,7 @@ struct workflow_step_run {
 	struct box *box;
 	size_t index; /* into spec->workflow.steps and report->stages */
 	struct run_stage *stage;
+	const struct run_report *report; /* for its observer */
 	const char *stdin_data;
 	size_t stdin_len;
 	char *stdout_data; /* kept for stdin_from readers */
@@ -101,6 +102,14 @@ static int workflow_record_failure(struct workflow_step_run *run,
 	return run_stage_set_error(run->stage, "exited with code %d", result->exit_code);
 }
 
+/* box_exec's chunk callback: a step's output, as it prints it, to the report's observer. */
+static void workflow_step_chunk(void *opaque, bool is_stderr, const void *data, size_t len)
+{
+	struct workflow_step_run *run = opaque;
+
+	run_report_stage_output(run->report, run->stage, is_stderr, data, len);
+}
+
 static void workflow_step_execute(struct workflow_step_run *run)
 {
 	const struct spec_step *step = &run->spec->workflow.steps[run->index];
@@ -111,16 +120,20 @@ static void workflow_step_execute(struct workflow_step_run *run)
 		.stdin_data = run->stdin_data,
 		.stdin_len = run->stdin_len,
 		.timeout_secs = run->timeout_secs,
+		.on_chunk = run->report->observer ? workflow_step_chunk : NULL,
+		.chunk_opaque = run,
 	};
 	struct box_exec_result result;
 	int rc;
 
 	log_info("workflow", "[workflow:%s] step %zu/%zu: \"%s\" running...", run->spec->name,
 		 run->index + 1, run->spec->workflow.step_count, step->name);
+	run_report_stage_started(run->report, run->stage);
 	rc = box_exec(run->box, &req, &result);
 	if (rc == -ENOMEM) {
 		run->box_failed = true;
 		run_stage_set_error(run->stage, "out of memory running the step");
+		run_report_stage_finished(run->report, run->stage);
 		return;
 	}
 	run->stage->ran = true;
@@ -145,6 +158,7 @@ static void workflow_step_execute(struct workflow_step_run *run)
 		log_debug("workflow", "[workflow:%s] step \"%s\" failed: %s", run->spec->name,
 			 step->name, run->stage->error ? run->stage->error : "unknown error");
 	box_exec_result_free(&result);
+	run_report_stage_finished(run->report, run->stage);
 }
 
 static void *workflow_step_thread(void *opaque)
@@ -246,6 +260,7 @@ static int workflow_add_stages(const struct spec *spec, struct run_report *repor
 		runs[i].box = box;
 		runs[i].index = i;
 		runs[i].stage = &report->stages[first + i];
+		runs[i].report = report;
 	}
 	return 0;
 }

@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "common/array.h"
+#include "common/path.h"
 #include "store/guest_image_internal.h"
 #include "store/store_fs.h"
 
@@ -62,19 +63,7 @@ int guest_image_home(char *out, size_t out_len)
 
 bool guest_image_name_valid(const char *name)
 {
-	size_t len = name ? strlen(name) : 0;
-
-	if (len == 0 || len >= GUEST_IMAGE_NAME_MAX || strcmp(name, ".") == 0 ||
-	    strcmp(name, "..") == 0 || name[0] == '.')
-		return false;
-	for (size_t i = 0; i < len; i++) {
-		char c = name[i];
-
-		if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-		      c == '.' || c == '_' || c == '-'))
-			return false;
-	}
-	return true;
+	return path_name_valid(name, GUEST_IMAGE_NAME_MAX - 1);
 }
 
 int guest_image_dir(const char *name, char *out, size_t out_len)

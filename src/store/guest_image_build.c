@@ -28,6 +28,7 @@
 #include <zlib.h>
 
 #include "common/log.h"
+#include "common/path.h"
 #include "store/cpio_newc.h"
 #include "store/guest_image_internal.h"
 #include "store/kmod_deps.h"
@@ -215,24 +216,6 @@ static void image_trim(char *text)
 
 /* ---- small file helpers ------------------------------------------------------------- */
 
-static int image_mkdir_p(const char *path)
-{
-	char buf[PATH_MAX];
-
-	if (guest_image_format(buf, sizeof(buf), "%s", path) < 0)
-		return -ENAMETOOLONG;
-	for (char *p = buf + 1; *p; p++) {
-		if (*p != '/')
-			continue;
-		*p = '\0';
-		if (mkdir(buf, IMAGE_MODE_DIR) < 0 && errno != EEXIST)
-			return -errno;
-		*p = '/';
-	}
-	if (mkdir(buf, IMAGE_MODE_DIR) < 0 && errno != EEXIST)
-		return -errno;
-	return 0;
-}
 
 static int image_copy_file(const char *from, const char *to)
 {
@@ -406,9 +389,9 @@ static int image_prepare_dirs(struct image_build *build)
 	guest_image_format(images_dir, sizeof(images_dir), "%s/%s", build->home, GUEST_IMAGE_IMAGES_DIR);
 	guest_image_format(build->deb_cache, sizeof(build->deb_cache), "%s/%s", build->home,
 		 GUEST_IMAGE_DEB_CACHE_DIR);
-	rc = image_mkdir_p(images_dir);
+	rc = path_mkdirs(images_dir, IMAGE_MODE_DIR);
 	if (rc == 0)
-		rc = image_mkdir_p(build->deb_cache);
+		rc = path_mkdirs(build->deb_cache, IMAGE_MODE_DIR);
 	if (rc < 0) {
 		guest_image_set_error(build->err, build->errlen, "cannot create %s: %s",
 				      images_dir, strerror(-rc));
@@ -429,7 +412,7 @@ static int image_prepare_dirs(struct image_build *build)
 		return -errno;
 	guest_image_format(build->unpack_dir, sizeof(build->unpack_dir), "%s/unpack",
 			   build->staging_dir);
-	return image_mkdir_p(build->unpack_dir);
+	return path_mkdirs(build->unpack_dir, IMAGE_MODE_DIR);
 }
 
 static int image_find_kernel_package(struct image_build *build)
@@ -533,7 +516,7 @@ static int image_deb_field(struct image_build *build, const char *deb, const cha
 static int image_unpack_deb(struct image_build *build, const char *deb, const char *dest)
 {
 	const char *argv[] = { "dpkg-deb", "-x", deb, dest, NULL };
-	int rc = image_mkdir_p(dest);
+	int rc = path_mkdirs(dest, IMAGE_MODE_DIR);
 
 	if (rc < 0)
 		return rc;

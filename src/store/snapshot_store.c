@@ -26,6 +26,7 @@
 #include "common/array.h"
 #include "common/fd_io.h"
 #include "common/log.h"
+#include "common/path.h"
 #include "store/guest_image.h"
 #include "store/store_fs.h"
 
@@ -268,26 +269,6 @@ static void snapshot_store_sweep(const char *store)
 	closedir(dir);
 }
 
-static int snapshot_store_mkdirs(const char *path)
-{
-	char buf[PATH_MAX];
-	size_t len = strlen(path);
-
-	if (len == 0 || len >= sizeof(buf))
-		return -ENAMETOOLONG;
-	memcpy(buf, path, len + 1);
-	for (char *p = buf + 1; *p; p++) {
-		if (*p != '/')
-			continue;
-		*p = '\0';
-		if (mkdir(buf, SNAPSHOT_STORE_DIR_MODE) < 0 && errno != EEXIST)
-			return -errno;
-		*p = '/';
-	}
-	if (mkdir(buf, SNAPSHOT_STORE_DIR_MODE) < 0 && errno != EEXIST)
-		return -errno;
-	return 0;
-}
 
 /* ---- reading one snapshot directory ---- */
 
@@ -719,7 +700,7 @@ int snapshot_store_begin(const char *config_hash, const char *parent_id,
 		snapshot_store_error(err, errlen, "cannot locate the snapshot store: set VOIDBOX_HOME or HOME");
 		return rc;
 	}
-	rc = snapshot_store_mkdirs(store);
+	rc = path_mkdirs(store, SNAPSHOT_STORE_DIR_MODE);
 	if (rc < 0) {
 		snapshot_store_error(err, errlen, "cannot create %s: %s (check permissions or set VOIDBOX_HOME)",
 				     store, strerror(-rc));

@@ -30,7 +30,7 @@ static char temp_dir[] = "/tmp/voidbox-cli-test-XXXXXX";
 /* everything the tests write into temp_dir, removed at the end */
 static const char *const temp_files[] = {
 	"stdout", "stderr", "fail.yaml", "input.yaml", "mounts.yaml", "cycle.yaml", "inspect.yaml",
-	"sandbox.yaml", "skills.yaml",
+	"sandbox.yaml", "skills.yaml", "events", "input.txt",
 };
 
 struct cli_result {
@@ -150,6 +150,97 @@ static void test_run_example_human_and_json(void)
 }
 
 /* The shipped agent and fan-out pipeline examples run as written (mock mode, no VM). */
+/* Runs voidbox with fd 3 open on temp_dir/events, the way the daemon does; returns its status. */
+static int run_voidbox_with_events(const char *const *args, char *events, size_t events_size)
+{
+	char events_path[TEST_PATH_MAX];
+	const char *argv[TEST_MAX_ARGS + 2] = { voidbox_path };
+	int status = -1, fd;
+	pid_t pid;
+
+	for (size_t i = 0; args[i] && i < TEST_MAX_ARGS; i++)
+		argv[i + 1] = args[i];
+	snprintf(events_path, sizeof(events_path), "%s/events", temp_dir);
+	pid = fork();
+	if (pid == 0) {
+		fd = open(events_path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+		int null_fd = open("/dev/null", O_WRONLY);
+
+		if (fd < 0 || null_fd < 0 || dup2(fd, 3) < 0)
+			_exit(127);
+		dup2(null_fd, STDOUT_FILENO);
+		execv(voidbox_path, (char *const *)argv);
+		_exit(127);
+	}
+	if (pid > 0 && waitpid(pid, &status, 0) == pid && WIFEXITED(status))
+		status = WEXITSTATUS(status);
+	fd = open(events_path, O_RDONLY);
+	read_all(fd, events, events_size);
+	close(fd);
+	return status;
+}
+
+/*
+ * --events-fd: one JSON line per stage start, piece of output and finish, in the run's order;
+ * --input-file.
+ */
+static void test_run_stage_events(void)
+{
+	static char events[TEST_OUTPUT_MAX];
+	static const char *const expected[][2] = {
+		{ "stage.started", "fetch" }, { "stage.output", "fetch" },
+		{ "stage.finished", "fetch" }, { "stage.started", "transform" },
+		{ "stage.output", "transform" }, { "stage.finished", "transform" },
+	};
+	const size_t expected_count = sizeof(expected) / sizeof(expected[0]);
+	char path[TEST_PATH_MAX], input_path[TEST_PATH_MAX];
+	char *line, *save = NULL;
+	size_t count = 0;
+
+	snprintf(path, sizeof(path), "%s/workflow.yaml", examples_dir);
+	CHECK_INT_EQ(run_voidbox_with_events((const char *const[]){ "run", "--file", path,
+								    "--events-fd", "3", NULL },
+					     events, sizeof(events)), 0);
+	for (line = strtok_r(events, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
+		json_t *event = parse_json(line);
+
+		CHECK(count < expected_count);
+		if (count < expected_count) {
+			CHECK_STR_EQ(json_string_value(json_object_get(event, "type")),
+				     expected[count][0]);
+			CHECK_STR_EQ(json_string_value(json_object_get(event, "stage")),
+				     expected[count][1]);
+		}
+		if (count == 1) {
+			CHECK_STR_EQ(json_string_value(json_object_get(event, "stream")), "stdout");
+			CHECK_STR_EQ(json_string_value(json_object_get(event, "data")),
+				     "hello from workflow\n");
+		}
+		if (count == expected_count - 1) {
+			CHECK(json_is_true(json_object_get(event, "success")));
+			CHECK_STR_EQ(json_string_value(json_object_get(event, "output")),
+				     "HELLO FROM WORKFLOW\n");
+		}
+		count++;
+		json_decref(event);
+	}
+	CHECK_INT_EQ(count, expected_count);
+	/* not an open descriptor: a usage error */
+	CHECK_INT_EQ(run_voidbox_with_events((const char *const[]){ "run", "--file", path,
+								    "--events-fd", "99", NULL },
+					     events, sizeof(events)), 2);
+	write_spec("input.txt", "from a file", input_path, sizeof(input_path));
+	write_spec("input.yaml",
+		   "api_version: v1\nkind: workflow\nname: in\nsandbox:\n  mode: mock\n"
+		   "workflow:\n  steps:\n    - name: echo\n      run:\n        program: cat\n",
+		   path, sizeof(path));
+	CHECK_INT_EQ(run_voidbox_with_events((const char *const[]){ "run", "--file", path,
+								    "--input-file", input_path,
+								    "--events-fd", "3", NULL },
+					     events, sizeof(events)), 0);
+	CHECK(strstr(events, "\"output\":\"from a file\"") != NULL);
+}
+
 static void test_run_agent_and_pipeline_examples(void)
 {
 	static struct cli_result result;
@@ -533,6 +624,7 @@ int main(int argc, char **argv)
 	unsetenv("VOID_BOX_INITRAMFS");
 	unsetenv("VOIDBOX_LOG_LEVEL");
 	RUN_TEST(test_run_example_human_and_json);
+	RUN_TEST(test_run_stage_events);
 	RUN_TEST(test_run_agent_and_pipeline_examples);
 	RUN_TEST(test_run_failure_and_input);
 	RUN_TEST(test_run_refuses_unsupported);

@@ -1,0 +1,61 @@
+/*
+ * `voidbox serve`: the run daemon. One process owns an HTTP/1.1 API (libmicrohttpd) on a
+ * per-user unix socket or on TCP with a bearer token, a SQLite run store that survives
+ * restarts, and one child process per run (`voidbox run --events-fd`) so cancelling a run is
+ * signalling a process group and its VMs die with it. docs/daemon.md describes the API, the
+ * store schema and the lifecycle; this header is the one entry point the CLI calls.
+ */
+#ifndef VOIDBOX_DAEMON_DAEMON_H
+#define VOIDBOX_DAEMON_DAEMON_H
+
+#include <stddef.h>
+
+#include <jansson.h>
+
+enum daemon_listen_kind {
+	DAEMON_LISTEN_UNIX,
+	DAEMON_LISTEN_TCP,
+};
+
+/* Where the daemon listens (parsed from unix://PATH or tcp://HOST:PORT). */
+struct daemon_address {
+	enum daemon_listen_kind kind;
+	char path[108]; /* unix: the socket path (sun_path's size) */
+	char host[256]; /* tcp: a numeric IPv4 address or a name */
+	unsigned port;  /* tcp: 0 picks a free port, printed at startup */
+};
+
+struct daemon_config {
+	struct daemon_address address;
+	const char *token_file; /* tcp only; NULL: the default path (docs/daemon.md) */
+	const char *state_dir;  /* NULL: $VOIDBOX_STATE_DIR or ~/.local/state/voidbox */
+	const char *voidbox_exe; /* the binary that runs each run (normally /proc/self/exe) */
+};
+
+/*
+ * Parses unix://PATH, tcp://HOST:PORT or NULL (the default socket) into out. 0, or -EINVAL
+ * with err saying what the form should be.
+ */
+int daemon_address_parse(const char *text, struct daemon_address *out, char *err, size_t errlen);
+
+/* The default per-user socket: $XDG_RUNTIME_DIR/voidbox.sock, else /tmp/voidbox-$UID.sock. */
+void daemon_default_socket(char *out, size_t out_len);
+
+/* The token file used when --token-file is not given: $XDG_CONFIG_HOME/voidbox/daemon-token. */
+int daemon_default_token_file(char *out, size_t out_len);
+
+/*
+ * Serves until SIGINT or SIGTERM. Prints "voidbox serve: listening on ADDRESS" on stdout once
+ * the socket accepts connections. Returns 0 after a clean stop, negative errno with err set
+ * when the daemon could not start.
+ */
+int daemon_serve(const struct daemon_config *config, char *err, size_t errlen);
+
+/*
+ * Output text as a JSON string for run events: bytes that are not UTF-8 (or a character cut
+ * at a chunk's edge) become '?', so a line is never dropped for its encoding. NULL only when
+ * out of memory. `voidbox run --events-fd` and the daemon both use it.
+ */
+json_t *daemon_text_json(const char *data, size_t len);
+
+#endif

@@ -1,0 +1,297 @@
+/*
+ * What the daemon's files share. The daemon is split by job: request.c parses what clients
+ * send (pure functions, fuzzed), store.c keeps runs in SQLite, events.c appends events and
+ * wakes whoever streams them, exec.c runs and cancels runs as child processes, http.c routes
+ * requests, listen.c makes the sockets and the token, daemon.c ties them together. One mutex
+ * (struct daemon.lock) guards the store connection and the table of active runs, so an event's
+ * id is assigned and its row written in one step, and a condition variable on the same mutex
+ * wakes event streams and cancellers.
+ */
+#ifndef VOIDBOX_DAEMON_DAEMON_INTERNAL_H
+#define VOIDBOX_DAEMON_DAEMON_INTERNAL_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include <jansson.h>
+
+#include "daemon/daemon.h"
+
+/* Limits on what a client sends; every one is checked before anything is stored. */
+#define DAEMON_REQUEST_MAX_BYTES (4u * 1024u * 1024u)
+#define DAEMON_RUN_ID_MAX 64
+#define DAEMON_NAME_MAX 128
+#define DAEMON_ERROR_MESSAGE_MAX 512
+#define DAEMON_PATH_MAX 4096
+/* leaves room in a DAEMON_PATH_MAX path for runs/<id>/<file> below it */
+#define DAEMON_STATE_DIR_MAX 3072
+
+/* Policy bounds and defaults (docs/daemon.md, "Policy"). */
+#define DAEMON_POLICY_DEFAULT_PARALLEL 4u
+#define DAEMON_POLICY_MAX_PARALLEL 64u
+#define DAEMON_POLICY_DEFAULT_RETRIES 0u
+#define DAEMON_POLICY_MAX_RETRIES 10u
+#define DAEMON_POLICY_DEFAULT_STAGE_TIMEOUT 3600u
+#define DAEMON_POLICY_MAX_STAGE_TIMEOUT (24u * 3600u)
+#define DAEMON_POLICY_DEFAULT_GRACE 30u
+#define DAEMON_POLICY_MAX_GRACE 3600u
+
+/* The error codes of the API's one error shape {code, message, retryable}. */
+enum daemon_error_code {
+	DAEMON_ERR_INVALID_SPEC,
+	DAEMON_ERR_INVALID_POLICY,
+	DAEMON_ERR_INVALID_PARAMS,
+	DAEMON_ERR_NOT_FOUND,
+	DAEMON_ERR_METHOD_NOT_ALLOWED,
+	DAEMON_ERR_ALREADY_TERMINAL,
+	DAEMON_ERR_STRUCTURED_OUTPUT_MISSING,
+	DAEMON_ERR_ARTIFACT_NOT_FOUND,
+	DAEMON_ERR_PAYLOAD_TOO_LARGE,
+	DAEMON_ERR_UNAUTHORIZED,
+	DAEMON_ERR_INTERNAL_ERROR,
+};
+
+struct daemon_error {
+	enum daemon_error_code code;
+	char message[DAEMON_ERROR_MESSAGE_MAX];
+};
+
+const char *daemon_error_name(enum daemon_error_code code);
+unsigned daemon_error_http_status(enum daemon_error_code code);
+bool daemon_error_retryable(enum daemon_error_code code);
+/* Fills err and returns -1, so parsers can `return daemon_error_set(...)`. */
+int daemon_error_set(struct daemon_error *err, enum daemon_error_code code, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+/* {code, message, retryable}; NULL on allocation failure. */
+json_t *daemon_error_to_json(const struct daemon_error *err);
+
+enum daemon_run_state {
+	DAEMON_RUN_PENDING,
+	DAEMON_RUN_RUNNING,
+	DAEMON_RUN_SUCCEEDED,
+	DAEMON_RUN_FAILED,
+	DAEMON_RUN_CANCELLED,
+};
+
+const char *daemon_run_state_name(enum daemon_run_state state);
+/* Accepts upstream's alias "completed" for succeeded. 0 or -EINVAL. */
+int daemon_run_state_parse(const char *text, enum daemon_run_state *out);
+bool daemon_run_state_terminal(enum daemon_run_state state);
+
+enum daemon_state_filter {
+	DAEMON_FILTER_ALL,
+	DAEMON_FILTER_ACTIVE,
+	DAEMON_FILTER_TERMINAL,
+	DAEMON_FILTER_ONE_STATE, /* one named state, in filter_state */
+};
+
+struct daemon_policy {
+	uint32_t max_parallel_microvms_per_run;
+	uint32_t max_stage_retries;
+	uint32_t stage_timeout_secs;
+	uint32_t cancel_grace_period_secs;
+};
+
+void daemon_policy_default(struct daemon_policy *policy);
+json_t *daemon_policy_to_json(const struct daemon_policy *policy);
+
+/* POST /v1/runs, parsed. Exactly one of spec_text and file is set. */
+struct daemon_create_request {
+	char *spec_text;
+	char *file;
+	char *input; /* NULL: none */
+	char run_id[DAEMON_RUN_ID_MAX + 1]; /* "" when the daemon picks one */
+	struct daemon_policy policy;
+};
+
+int daemon_request_parse_create(const char *body, size_t len, struct daemon_create_request *out,
+				struct daemon_error *err);
+void daemon_create_request_free(struct daemon_create_request *req);
+/* POST /v1/runs/{id}/cancel: an empty body or {reason?}. *reason is NULL or malloc'd. */
+int daemon_request_parse_cancel(const char *body, size_t len, char **reason,
+				struct daemon_error *err);
+/* ?from_event_id=N: NULL or "" is 0. */
+int daemon_request_parse_event_id(const char *text, uint64_t *out, struct daemon_error *err);
+/* ?state=active|terminal|<state>: NULL or "" is all. */
+int daemon_request_parse_state_filter(const char *text, enum daemon_state_filter *filter,
+				      enum daemon_run_state *state, struct daemon_error *err);
+/*
+ * Checks an Authorization header against "Bearer <token>" in constant time: every byte of
+ * token is compared whatever the header holds, so the time says nothing about a prefix.
+ */
+bool daemon_request_token_matches(const char *header, const char *token);
+/* A run id, stage or artifact name: 1..max of [A-Za-z0-9._-], not starting with '.'. */
+bool daemon_name_valid(const char *name, size_t max);
+
+enum daemon_route {
+	DAEMON_ROUTE_NONE,
+	DAEMON_ROUTE_HEALTH,
+	DAEMON_ROUTE_RUNS,
+	DAEMON_ROUTE_RUN,
+	DAEMON_ROUTE_RUN_EVENTS,
+	DAEMON_ROUTE_RUN_EVENTS_STREAM,
+	DAEMON_ROUTE_RUN_STAGES,
+	DAEMON_ROUTE_RUN_OUTPUT_FILE,
+	DAEMON_ROUTE_RUN_ARTIFACT,
+	DAEMON_ROUTE_RUN_CANCEL,
+};
+
+struct daemon_route_match {
+	enum daemon_route route;
+	char run_id[DAEMON_RUN_ID_MAX + 1];
+	char stage[DAEMON_NAME_MAX + 1];
+	char artifact[DAEMON_NAME_MAX + 1];
+};
+
+/* Matches a request path (no query) to a route; ids failing daemon_name_valid match none. */
+enum daemon_route daemon_route_parse(const char *path, struct daemon_route_match *out);
+
+/* ---- store.c: the SQLite run store ---- */
+
+struct daemon_store;
+
+/* A new run's row. */
+struct daemon_run_row {
+	const char *id;
+	const char *file;      /* what the client named ("inline" for an inline spec) */
+	const char *spec_path; /* the file the run's process loads */
+	const char *input;
+	const struct daemon_policy *policy;
+};
+
+/* A stage the spec plans, inserted queued at create. */
+struct daemon_stage_plan {
+	const char *name;
+	json_t *depends_on; /* array of names; borrowed */
+};
+
+/* What a run's process needs; strings malloc'd. */
+struct daemon_run_launch {
+	char *spec_path;
+	char *input;
+	struct daemon_policy policy;
+};
+
+int daemon_store_open(const char *dir, struct daemon_store **out, char *err, size_t errlen);
+void daemon_store_close(struct daemon_store *store);
+const char *daemon_store_path(const struct daemon_store *store);
+int daemon_store_insert_run(struct daemon_store *store, const struct daemon_run_row *row,
+			    const struct daemon_stage_plan *stages, size_t stage_count);
+/* 0, -ENOENT for an unknown id. */
+int daemon_store_run_state(struct daemon_store *store, const char *id,
+			   enum daemon_run_state *state);
+int daemon_store_run_launch(struct daemon_store *store, const char *id,
+			    struct daemon_run_launch *out);
+void daemon_run_launch_free(struct daemon_run_launch *launch);
+int daemon_store_set_running(struct daemon_store *store, const char *id, uint32_t attempt_id,
+			     pid_t pid);
+/* Moves a run to a terminal state; report_json may be NULL. */
+int daemon_store_finish_run(struct daemon_store *store, const char *id,
+			    enum daemon_run_state state, const char *terminal_reason,
+			    const char *error, int exit_code, const char *report_json,
+			    uint64_t terminal_event_id);
+/* The RunState JSON of one run; NULL with -ENOENT/-ENOMEM in *rc. */
+json_t *daemon_store_run_json(struct daemon_store *store, const char *id, int *rc);
+json_t *daemon_store_runs_json(struct daemon_store *store, enum daemon_state_filter filter,
+			       enum daemon_run_state state);
+json_t *daemon_store_stages_json(struct daemon_store *store, const char *id);
+/* Appends an event (its id: the run's next); returns the id or a negative errno. */
+int64_t daemon_store_append_event(struct daemon_store *store, const char *run_id, json_t *event);
+/* Events with id > after, oldest first, at most limit (0: all). */
+json_t *daemon_store_events_json(struct daemon_store *store, const char *run_id, uint64_t after,
+				 size_t limit);
+int daemon_store_stage_update(struct daemon_store *store, const char *run_id, const char *name,
+			      const char *status, uint32_t attempt, int exit_code,
+			      uint64_t duration_ms);
+/* Names of the run's stages in status ("running", "queued"), as a JSON array. */
+json_t *daemon_store_stages_in(struct daemon_store *store, const char *run_id,
+			       const char *status);
+int daemon_store_put_artifact(struct daemon_store *store, const char *run_id, const char *stage,
+			      const char *name, const char *media_type, const void *data,
+			      size_t len);
+/* 0 with a malloc'd copy, -ENOENT when absent. */
+int daemon_store_get_artifact(struct daemon_store *store, const char *run_id, const char *stage,
+			      const char *name, char **media_type, void **data, size_t *len);
+/* Ids of every non-terminal run (restart recovery), as a JSON array. */
+json_t *daemon_store_unfinished_runs(struct daemon_store *store);
+
+/* ---- the daemon itself ---- */
+
+/* One run whose process the daemon started and has not yet reaped. */
+struct daemon_active_run {
+	char id[DAEMON_RUN_ID_MAX + 1];
+	pid_t pid; /* also its process group; 0 between attempts */
+	bool cancel_requested;
+	uint64_t cancel_deadline_ms; /* SIGKILL after this (monotonic) */
+	char *cancel_reason;
+	struct daemon_active_run *next;
+};
+
+struct daemon {
+	pthread_mutex_t lock;
+	pthread_cond_t changed; /* an event was appended, a run ended, or the daemon stops */
+	struct daemon_store *store;
+	struct daemon_active_run *active;
+	size_t active_count;
+	bool stopping;
+	enum daemon_listen_kind listen_kind;
+	char token[DAEMON_NAME_MAX + 1]; /* tcp: the bearer token */
+	char state_dir[DAEMON_STATE_DIR_MAX];
+	char voidbox_exe[DAEMON_PATH_MAX];
+};
+
+uint64_t daemon_now_ms(void);      /* wall clock, for timestamps */
+uint64_t daemon_monotonic_ms(void); /* for deadlines */
+
+/* ---- events.c ---- */
+
+/*
+ * Appends an event to a run and wakes its streams; called WITH d->lock held. payload may be
+ * NULL and is stolen. Returns the event id or a negative errno.
+ */
+int64_t daemon_event_emit_locked(struct daemon *d, const char *run_id, const char *type,
+				 const char *level, const char *message, const char *stage,
+				 const char *stream, json_t *payload);
+int64_t daemon_event_emit(struct daemon *d, const char *run_id, const char *type,
+			  const char *level, const char *message, const char *stage,
+			  const char *stream, json_t *payload);
+/* One log.chunk event per line of text (the last line need not end in '\n'). */
+void daemon_event_emit_lines(struct daemon *d, const char *run_id, const char *stage,
+			     const char *stream, const char *text, size_t len);
+/* True for the event that ends a run's stream (log.closed). */
+bool daemon_event_is_last(const json_t *event);
+
+/* ---- exec.c ---- */
+
+/* Starts the run's process on its own thread. 0 or a negative errno (the run is failed). */
+int daemon_exec_start(struct daemon *d, const char *run_id);
+/*
+ * Cancels a run: SIGTERM to its process group, SIGKILL after the policy's grace, waits until
+ * it is terminal. Returns 0 when the run is (now) terminal, -ENOENT for an unknown run.
+ */
+int daemon_exec_cancel(struct daemon *d, const char *run_id, const char *reason);
+/* Daemon shutdown: cancels every active run and waits for their threads. */
+void daemon_exec_stop_all(struct daemon *d);
+/* Restart recovery: non-terminal runs become failed with reason daemon_restarted. */
+void daemon_exec_recover(struct daemon *d);
+
+/* ---- http.c ---- */
+
+struct MHD_Daemon;
+/* Starts libmicrohttpd on listen_fd (ownership passes to it). NULL with err set on failure. */
+struct MHD_Daemon *daemon_http_start(struct daemon *d, int listen_fd, char *err, size_t errlen);
+void daemon_http_stop(struct MHD_Daemon *mhd);
+
+/* ---- listen.c ---- */
+
+/* A listening socket for address (unix: mode 0600, a stale socket replaced). */
+int daemon_listen_open(const struct daemon_address *address, unsigned *bound_port, char *err,
+		       size_t errlen);
+/* Reads the token from path, creating it (0600, random) when absent; refuses a wider mode. */
+int daemon_token_load(const char *path, char *token, size_t token_size, char *err,
+		      size_t errlen);
+
+#endif

@@ -1,0 +1,208 @@
+/*
+ * The daemon's sockets and its token. The daemon makes the listening socket itself and hands
+ * it to libmicrohttpd (MHD_OPTION_LISTEN_SOCKET), because a unix socket needs what the
+ * library does not do: a per-user path, mode 0600 from the moment it exists (bound under a
+ * umask of 0177), and a stale socket from a crashed daemon replaced while a live one is
+ * refused. A TCP listener gets a bearer token instead, read from a 0600 file or created in
+ * one with 32 random bytes; a token file others may read is refused, not trusted.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <netinet/in.h>
+#include <unistd.h>
+
+#include "daemon/daemon_internal.h"
+
+#define LISTEN_BACKLOG 64
+#define LISTEN_SOCKET_UMASK 0177
+#define LISTEN_SOCKET_MODE 0600
+#define LISTEN_DIR_MODE 0700
+#define LISTEN_PORT_TEXT_MAX 8
+#define LISTEN_TOKEN_BYTES 32
+#define LISTEN_PERMISSION_BITS 0777
+
+/* A socket file nobody answers on is stale; one that accepts a connection is a live daemon. */
+static int listen_replace_stale(const char *path, char *err, size_t errlen)
+{
+	struct sockaddr_un addr = { .sun_family = AF_UNIX };
+	struct stat st;
+	int probe, rc;
+
+	if (lstat(path, &st) < 0)
+		return errno == ENOENT ? 0 : -errno;
+	if (!S_ISSOCK(st.st_mode)) {
+		snprintf(err, errlen, "%s exists and is not a socket; remove it or pick another --listen path",
+			 path);
+		return -EEXIST;
+	}
+	probe = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (probe < 0)
+		return -errno;
+	snprintf(addr.sun_path, sizeof(addr.sun_path), "%s", path);
+	rc = connect(probe, (struct sockaddr *)&addr, sizeof(addr));
+	close(probe);
+	if (rc == 0) {
+		snprintf(err, errlen, "a daemon already listens on %s; stop it first or pick another --listen path",
+			 path);
+		return -EADDRINUSE;
+	}
+	return unlink(path) < 0 && errno != ENOENT ? -errno : 0;
+}
+
+static int listen_unix(const char *path, char *err, size_t errlen)
+{
+	struct sockaddr_un addr = { .sun_family = AF_UNIX };
+	mode_t old_mask;
+	int fd, rc;
+
+	rc = listen_replace_stale(path, err, errlen);
+	if (rc < 0) {
+		if (!err[0])
+			snprintf(err, errlen, "cannot replace the stale socket %s: %s", path,
+				 strerror(-rc));
+		return rc;
+	}
+	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return -errno;
+	snprintf(addr.sun_path, sizeof(addr.sun_path), "%s", path);
+	old_mask = umask(LISTEN_SOCKET_UMASK);
+	rc = bind(fd, (struct sockaddr *)&addr, sizeof(addr));
+	umask(old_mask);
+	if (rc < 0 || chmod(path, LISTEN_SOCKET_MODE) < 0 || listen(fd, LISTEN_BACKLOG) < 0) {
+		rc = -errno;
+		snprintf(err, errlen, "cannot listen on %s: %s (is its directory writable?)", path,
+			 strerror(-rc));
+		close(fd);
+		return rc;
+	}
+	return fd;
+}
+
+static int listen_tcp(const struct daemon_address *address, unsigned *bound_port, char *err,
+		      size_t errlen)
+{
+	struct addrinfo hints = { .ai_family = AF_INET, .ai_socktype = SOCK_STREAM,
+				  .ai_flags = AI_PASSIVE };
+	struct sockaddr_in bound;
+	socklen_t bound_len = sizeof(bound);
+	struct addrinfo *found = NULL;
+	char port[LISTEN_PORT_TEXT_MAX];
+	int fd = -1, one = 1, rc;
+
+	snprintf(port, sizeof(port), "%u", address->port);
+	rc = getaddrinfo(address->host, port, &hints, &found);
+	if (rc != 0) {
+		snprintf(err, errlen, "cannot resolve %s: %s (give an IPv4 address)", address->host,
+			 gai_strerror(rc));
+		return -EINVAL;
+	}
+	fd = socket(found->ai_family, found->ai_socktype | SOCK_CLOEXEC, found->ai_protocol);
+	if (fd < 0 || setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) < 0 ||
+	    bind(fd, found->ai_addr, found->ai_addrlen) < 0 || listen(fd, LISTEN_BACKLOG) < 0 ||
+	    getsockname(fd, (struct sockaddr *)&bound, &bound_len) < 0) {
+		rc = -errno;
+		snprintf(err, errlen, "cannot listen on %s:%u: %s", address->host, address->port,
+			 strerror(-rc));
+		if (fd >= 0)
+			close(fd);
+		freeaddrinfo(found);
+		return rc;
+	}
+	freeaddrinfo(found);
+	*bound_port = ntohs(bound.sin_port);
+	return fd;
+}
+
+int daemon_listen_open(const struct daemon_address *address, unsigned *bound_port, char *err,
+		       size_t errlen)
+{
+	err[0] = '\0';
+	*bound_port = 0;
+	if (address->kind == DAEMON_LISTEN_UNIX)
+		return listen_unix(address->path, err, errlen);
+	return listen_tcp(address, bound_port, err, errlen);
+}
+
+/* Creates the token file (and its directory) with a fresh random token. */
+static int listen_token_create(const char *path, char *token, size_t token_size, char *err,
+			       size_t errlen)
+{
+	unsigned char bytes[LISTEN_TOKEN_BYTES];
+	char dir[DAEMON_PATH_MAX];
+	char *slash;
+	int fd;
+
+	if (token_size < 2 * LISTEN_TOKEN_BYTES + 1)
+		return -ENOSPC;
+	snprintf(dir, sizeof(dir), "%s", path);
+	slash = strrchr(dir, '/');
+	if (slash && slash != dir) {
+		*slash = '\0';
+		if (mkdir(dir, LISTEN_DIR_MODE) < 0 && errno != EEXIST) {
+			snprintf(err, errlen, "cannot create %s for the token file: %s", dir,
+				 strerror(errno));
+			return -errno;
+		}
+	}
+	if (getrandom(bytes, sizeof(bytes), 0) != (ssize_t)sizeof(bytes)) {
+		snprintf(err, errlen, "cannot read random bytes for the daemon token");
+		return -EIO;
+	}
+	for (size_t i = 0; i < sizeof(bytes); i++)
+		snprintf(token + 2 * i, 3, "%02x", bytes[i]);
+	fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, LISTEN_SOCKET_MODE);
+	if (fd < 0 || dprintf(fd, "%s\n", token) < 0) {
+		snprintf(err, errlen, "cannot write the token file %s: %s", path, strerror(errno));
+		if (fd >= 0)
+			close(fd);
+		return -EIO;
+	}
+	close(fd);
+	return 0;
+}
+
+int daemon_token_load(const char *path, char *token, size_t token_size, char *err,
+		      size_t errlen)
+{
+	struct stat st;
+	ssize_t n;
+	int fd;
+
+	fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+	if (fd < 0 && errno == ENOENT)
+		return listen_token_create(path, token, token_size, err, errlen);
+	if (fd < 0) {
+		snprintf(err, errlen, "cannot open the token file %s: %s", path, strerror(errno));
+		return -errno;
+	}
+	if (fstat(fd, &st) < 0 || (st.st_mode & LISTEN_PERMISSION_BITS & ~(mode_t)S_IRWXU) ||
+	    st.st_uid != getuid()) {
+		close(fd);
+		snprintf(err, errlen, "the token file %s must be yours with mode 0600 (chmod 600 %s)",
+			 path, path);
+		return -EPERM;
+	}
+	n = read(fd, token, token_size - 1);
+	close(fd);
+	if (n < 0) {
+		snprintf(err, errlen, "cannot read the token file %s: %s", path, strerror(errno));
+		return -EIO;
+	}
+	token[n] = '\0';
+	token[strcspn(token, "\r\n")] = '\0';
+	if (!token[0]) {
+		snprintf(err, errlen, "the token file %s is empty; remove it and a new token is made",
+			 path);
+		return -EINVAL;
+	}
+	return 0;
+}

@@ -1,0 +1,633 @@
+/*
+ * The daemon's contract, as a client sees it: the built voidbox (argv[1]) is started as
+ * `voidbox serve` on a temporary unix socket and on 127.0.0.1 with a random port (the daemon
+ * prints the port it bound), and spoken to through the daemon's own libcurl client. Every run
+ * is a `mode: mock` workflow, so no VM boots; a long `sleep` step stands for a run that is
+ * still going. Checks cover the API's shapes (errors, idempotent create and cancel, event
+ * order and the live SSE stream), the socket's mode, the bearer token on TCP, and what
+ * survives a SIGKILL of the daemon: the run store, the failed-on-restart runs, and no run
+ * process left behind. Waits are bounded loops that fail rather than hang; nothing is timed.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <jansson.h>
+
+#include "harness.h"
+#include "daemon/client.h"
+#include "daemon/daemon_internal.h"
+#include "daemon/serve_harness.h"
+
+#define TEST_PATH_MAX 512
+#define TEST_ERR_MAX 1024
+#define TEST_BIG_BODY (DAEMON_REQUEST_MAX_BYTES + 1024u)
+#define TEST_SSE_MAX (1024u * 1024u)
+#define TEST_FILE_MODE_MASK 0777
+#define TEST_OWNER_ONLY 0600
+#define TEST_WIDE_MODE 0644
+
+static const char *voidbox_path;
+static char temp_dir[] = "/tmp/voidbox-daemon-test-XXXXXX";
+static char state_dir[TEST_PATH_MAX];
+static char socket_path[TEST_PATH_MAX / 2];
+static char quick_spec[TEST_PATH_MAX];
+static char sleep_spec[TEST_PATH_MAX];
+static char cat_spec[TEST_PATH_MAX];
+
+static const char quick_yaml[] =
+	"api_version: v1\nkind: workflow\nname: quick\nsandbox:\n  mode: mock\n"
+	"workflow:\n  steps:\n"
+	"    - name: fetch\n      run:\n        program: echo\n        args: [\"hello daemon\"]\n"
+	"    - name: shout\n      depends_on: [fetch]\n      run:\n        program: tr\n"
+	"        args: [\"a-z\", \"A-Z\"]\n        stdin_from: fetch\n"
+	"  output_step: shout\n";
+
+static const char cat_yaml[] =
+	"api_version: v1\nkind: workflow\nname: cat\nsandbox:\n  mode: mock\n"
+	"workflow:\n  steps:\n    - name: echo-input\n      run:\n        program: cat\n";
+
+static const char sleep_yaml[] =
+	"api_version: v1\nkind: workflow\nname: sleeper\nsandbox:\n  mode: mock\n"
+	"workflow:\n  steps:\n"
+	"    - name: first\n      run:\n        program: echo\n        args: [\"going\"]\n"
+	"    - name: nap\n      depends_on: [first]\n      run:\n        program: sleep\n"
+	"        args: [\"3000\"]\n"
+	"    - name: after\n      depends_on: [nap]\n      run:\n        program: echo\n"
+	"        args: [\"never\"]\n";
+
+static void write_file(const char *path, const char *text)
+{
+	FILE *file = fopen(path, "w");
+
+	if (!file)
+		harness_fail_setup("cannot write a spec into the temporary directory");
+	fputs(text, file);
+	fclose(file);
+}
+
+/* An error response: the status and the one shape {code, message, retryable}. */
+static void check_error(const struct served *served, const char *method, const char *path,
+			const char *body, long expected_status, const char *expected_code)
+{
+	long status;
+	json_t *error = call(served, method, path, body, &status);
+
+	CHECK_INT_EQ(status, expected_status);
+	CHECK(json_is_object(error));
+	CHECK_STR_EQ(json_string_value(json_object_get(error, "code")), expected_code);
+	CHECK(json_is_string(json_object_get(error, "message")));
+	CHECK(json_is_boolean(json_object_get(error, "retryable")));
+	CHECK_INT_EQ(json_object_size(error), 3);
+	json_decref(error);
+}
+
+/* ---- pure request parsing ---- */
+
+static int parse_create(const char *body, struct daemon_create_request *req,
+			struct daemon_error *err)
+{
+	return daemon_request_parse_create(body, strlen(body), req, err);
+}
+
+static void test_request_parsing(void)
+{
+	struct daemon_create_request req;
+	struct daemon_route_match match;
+	struct daemon_error err;
+	uint64_t event_id;
+	char *reason;
+
+	CHECK_INT_EQ(daemon_route_parse("/v1/runs/r-1/stages/s.x/artifacts/out", &match),
+		     DAEMON_ROUTE_RUN_ARTIFACT);
+	CHECK_STR_EQ(match.run_id, "r-1");
+	CHECK_STR_EQ(match.stage, "s.x");
+	CHECK_STR_EQ(match.artifact, "out");
+	CHECK_INT_EQ(daemon_route_parse("/v1/runs/../cancel", &match), DAEMON_ROUTE_NONE);
+	CHECK_INT_EQ(daemon_route_parse("/v1/runs//events", &match), DAEMON_ROUTE_NONE);
+	CHECK_INT_EQ(daemon_route_parse("/v1/runs/a/events/stream", &match),
+		     DAEMON_ROUTE_RUN_EVENTS_STREAM);
+	CHECK_INT_EQ(daemon_route_parse("/v2/health", &match), DAEMON_ROUTE_NONE);
+	CHECK_INT_EQ(parse_create("{\"spec\":\"x\",\"file\":\"/y\"}", &req, &err), -1);
+	CHECK_INT_EQ(err.code, DAEMON_ERR_INVALID_SPEC);
+	CHECK_INT_EQ(parse_create("{\"file\":\"rel.yaml\"}", &req, &err), -1);
+	CHECK_INT_EQ(parse_create("{\"file\":\"/a\",\"policy\":{\"stage_timeout_secs\":0}}", &req, &err), -1);
+	CHECK_INT_EQ(err.code, DAEMON_ERR_INVALID_POLICY);
+	CHECK_INT_EQ(parse_create("{\"file\":\"/a\",\"run_id\":\"a/b\"}", &req, &err), -1);
+	CHECK_INT_EQ(err.code, DAEMON_ERR_INVALID_PARAMS);
+	CHECK_INT_EQ(parse_create("{\"spec\":\"kind: x\",\"run_id\":\"ok-1\",\"policy\":{\"max_stage_retries\":2}}", &req, &err), 0);
+	CHECK_STR_EQ(req.run_id, "ok-1");
+	CHECK_INT_EQ(req.policy.max_stage_retries, 2);
+	CHECK_INT_EQ(req.policy.cancel_grace_period_secs, DAEMON_POLICY_DEFAULT_GRACE);
+	daemon_create_request_free(&req);
+	CHECK_INT_EQ(daemon_request_parse_event_id("12", &event_id, &err), 0);
+	CHECK_INT_EQ(event_id, 12);
+	CHECK_INT_EQ(daemon_request_parse_event_id("-1", &event_id, &err), -1);
+	CHECK_INT_EQ(daemon_request_parse_event_id("1x", &event_id, &err), -1);
+	CHECK_INT_EQ(daemon_request_parse_cancel("", 0, &reason, &err), 0);
+	CHECK(reason == NULL);
+	CHECK_INT_EQ(daemon_request_parse_cancel("[1]", 3, &reason, &err), -1);
+	CHECK(daemon_request_token_matches("Bearer abc", "abc"));
+	CHECK(!daemon_request_token_matches("Bearer abcd", "abc"));
+	CHECK(!daemon_request_token_matches("Bearer ab", "abc"));
+	CHECK(!daemon_request_token_matches("abc", "abc"));
+	CHECK(!daemon_request_token_matches(NULL, "abc"));
+}
+
+/* ---- over the unix socket ---- */
+
+static struct served unix_daemon;
+
+static void test_unix_socket_mode(void)
+{
+	struct stat st;
+	long status;
+	json_t *health;
+
+	CHECK_INT_EQ(stat(socket_path, &st), 0);
+	CHECK(S_ISSOCK(st.st_mode));
+	CHECK_INT_EQ(st.st_mode & TEST_FILE_MODE_MASK, TEST_OWNER_ONLY);
+	health = call(&unix_daemon, "GET", "/v1/health", NULL, &status);
+	CHECK_INT_EQ(status, SERVE_HTTP_OK);
+	CHECK_STR_EQ(json_string_value(json_object_get(health, "status")), "ok");
+	CHECK_STR_EQ(json_string_value(json_object_get(health, "persistence")), "sqlite");
+	json_decref(health);
+}
+
+/* Event ids count from 1 without gaps; the order follows the run. */
+static void test_event_order(void)
+{
+	static const char *const expected[] = {
+		"run.started", "stage.queued", "stage.queued", "stage.started", "log.chunk",
+		"stage.completed", "stage.started", "log.chunk", "stage.completed",
+		"run.finished", "log.chunk", "log.closed",
+	};
+	char path[TEST_PATH_MAX];
+	char *id = create_run(&unix_daemon, quick_spec, "order-1");
+	json_t *run, *events, *later;
+	long status;
+	size_t count;
+
+	if (!id)
+		return;
+	run = wait_terminal(&unix_daemon, id);
+	CHECK_STR_EQ(json_string_value(json_object_get(run, "status")), "succeeded");
+	CHECK_STR_EQ(json_string_value(json_object_get(json_object_get(run, "report"), "output")),
+		     "HELLO DAEMON\n");
+	snprintf(path, sizeof(path), "/v1/runs/%s/events", id);
+	events = call(&unix_daemon, "GET", path, NULL, &status);
+	CHECK_INT_EQ(status, SERVE_HTTP_OK);
+	count = json_array_size(events);
+	CHECK_INT_EQ(count, sizeof(expected) / sizeof(expected[0]));
+	for (size_t i = 0; i < count && i < sizeof(expected) / sizeof(expected[0]); i++) {
+		json_t *event = json_array_get(events, i);
+
+		CHECK_INT_EQ(json_integer_value(json_object_get(event, "event_id")), i + 1);
+		CHECK_STR_EQ(json_string_value(json_object_get(event, "event_type")), expected[i]);
+	}
+	CHECK_STR_EQ(json_string_value(json_object_get(json_array_get(events, 3), "stage_name")),
+		     "fetch");
+	CHECK_STR_EQ(json_string_value(json_object_get(json_array_get(events, 4), "message")),
+		     "hello daemon");
+	CHECK_INT_EQ(json_integer_value(json_object_get(run, "terminal_event_id")), 10);
+	snprintf(path, sizeof(path), "/v1/runs/%s/events?from_event_id=9", id);
+	later = call(&unix_daemon, "GET", path, NULL, &status);
+	CHECK_INT_EQ(json_array_size(later), 3);
+	CHECK_INT_EQ(json_integer_value(json_object_get(json_array_get(later, 0), "event_id")), 10);
+	json_decref(later);
+	json_decref(events);
+	json_decref(run);
+	free(id);
+}
+
+static void test_stage_outputs(void)
+{
+	struct daemon_response response;
+	char err[TEST_ERR_MAX];
+	json_t *stages;
+	long status;
+
+	CHECK_INT_EQ(daemon_client_request(&unix_daemon.client, "GET",
+					   "/v1/runs/order-1/stages/shout/output-file", NULL,
+					   &response, err, sizeof(err)), 0);
+	CHECK_INT_EQ(response.status, SERVE_HTTP_OK);
+	CHECK_STR_EQ(response.body, "HELLO DAEMON\n");
+	daemon_response_free(&response);
+	CHECK_INT_EQ(daemon_client_request(&unix_daemon.client, "GET",
+					   "/v1/runs/order-1/stages/fetch/artifacts/output", NULL,
+					   &response, err, sizeof(err)), 0);
+	CHECK_STR_EQ(response.body, "hello daemon\n");
+	daemon_response_free(&response);
+	check_error(&unix_daemon, "GET", "/v1/runs/order-1/stages/nope/output-file", NULL, 404,
+		    "STRUCTURED_OUTPUT_MISSING");
+	check_error(&unix_daemon, "GET", "/v1/runs/order-1/stages/fetch/artifacts/nope", NULL, 404,
+		    "ARTIFACT_NOT_FOUND");
+	stages = call(&unix_daemon, "GET", "/v1/runs/order-1/stages", NULL, &status);
+	CHECK_INT_EQ(json_array_size(stages), 2);
+	CHECK_STR_EQ(json_string_value(json_object_get(json_array_get(stages, 1), "stage_name")),
+		     "shout");
+	CHECK_STR_EQ(json_string_value(json_object_get(json_array_get(stages, 1), "status")),
+		     "succeeded");
+	CHECK_STR_EQ(json_string_value(json_array_get(
+			     json_object_get(json_array_get(stages, 1), "depends_on"), 0)),
+		     "fetch");
+	json_decref(stages);
+}
+
+static void test_error_shapes(void)
+{
+	char *big = malloc(TEST_BIG_BODY + 1);
+
+	check_error(&unix_daemon, "GET", "/v1/runs/no-such-run", NULL, 404, "NOT_FOUND");
+	check_error(&unix_daemon, "GET", "/v1/runs/no-such-run/events", NULL, 404, "NOT_FOUND");
+	check_error(&unix_daemon, "POST", "/v1/runs/no-such-run/cancel", "{}", 404, "NOT_FOUND");
+	check_error(&unix_daemon, "GET", "/v1/elsewhere", NULL, 404, "NOT_FOUND");
+	check_error(&unix_daemon, "DELETE", "/v1/runs", NULL, 405, "METHOD_NOT_ALLOWED");
+	check_error(&unix_daemon, "POST", "/v1/runs", "{not json", 400, "INVALID_SPEC");
+	check_error(&unix_daemon, "POST", "/v1/runs", "{\"spec\":\"kind: nonsense\"}", 400,
+		    "INVALID_SPEC");
+	check_error(&unix_daemon, "POST", "/v1/runs",
+		    "{\"spec\":\"x\",\"policy\":{\"max_parallel_microvms_per_run\":0}}", 400,
+		    "INVALID_POLICY");
+	check_error(&unix_daemon, "GET", "/v1/runs/order-1/events?from_event_id=abc", NULL, 400,
+		    "INVALID_PARAMS");
+	check_error(&unix_daemon, "GET", "/v1/runs?state=sideways", NULL, 400, "INVALID_PARAMS");
+	if (!big) {
+		CHECK(big != NULL);
+		return;
+	}
+	memset(big, ' ', TEST_BIG_BODY);
+	big[TEST_BIG_BODY] = '\0';
+	check_error(&unix_daemon, "POST", "/v1/runs", big, 413, "PAYLOAD_TOO_LARGE");
+	free(big);
+}
+
+/* POSTs body (stolen) as a create, expects 200, and returns the run once it has ended. */
+static json_t *create_and_finish(json_t *body, const char *run_id)
+{
+	char *text = body ? json_dumps(body, JSON_COMPACT) : NULL;
+	json_t *answer;
+	long status = 0;
+
+	json_decref(body);
+	answer = text ? call(&unix_daemon, "POST", "/v1/runs", text, &status) : NULL;
+	CHECK_INT_EQ(status, SERVE_HTTP_OK);
+	json_decref(answer);
+	free(text);
+	return wait_terminal(&unix_daemon, run_id);
+}
+
+/* An inline spec runs like a file; the list filter sees it. */
+static void test_inline_spec_and_list(void)
+{
+	json_t *run, *list;
+	long status;
+
+	run = create_and_finish(json_pack("{s:s, s:s, s:s}", "spec", quick_yaml, "run_id",
+					  "inline-1", "input", "ignored"),
+				"inline-1");
+	CHECK_STR_EQ(json_string_value(json_object_get(run, "status")), "succeeded");
+	CHECK_STR_EQ(json_string_value(json_object_get(run, "file")), "inline");
+	json_decref(run);
+	list = call(&unix_daemon, "GET", "/v1/runs?state=succeeded", NULL, &status);
+	CHECK_INT_EQ(status, SERVE_HTTP_OK);
+	CHECK(json_array_size(json_object_get(list, "runs")) >= 2);
+	json_decref(list);
+	list = call(&unix_daemon, "GET", "/v1/runs?state=active", NULL, &status);
+	CHECK_INT_EQ(json_array_size(json_object_get(list, "runs")), 0);
+	json_decref(list);
+}
+
+/* input reaches a spec given by file the way --input does, through a file in the run's dir */
+static void test_input_with_file_spec(void)
+{
+	json_t *run = create_and_finish(json_pack("{s:s, s:s, s:s}", "file", cat_spec, "run_id",
+						  "input-1", "input", "piped in\n"),
+					"input-1");
+
+	CHECK_STR_EQ(json_string_value(json_object_get(run, "status")), "succeeded");
+	CHECK_STR_EQ(json_string_value(json_object_get(json_object_get(run, "report"), "output")),
+		     "piped in\n");
+	json_decref(run);
+}
+
+/* What a live stream reader saw. */
+struct stream_reader {
+	const struct served *served;
+	char path[TEST_PATH_MAX];
+	char *text;
+	size_t len;
+	bool saw_nap_started;
+	long status;
+	pthread_mutex_t lock;
+};
+
+static bool stream_collect(const char *data, size_t len, void *opaque)
+{
+	struct stream_reader *reader = opaque;
+	char *grown;
+
+	if (reader->len + len > TEST_SSE_MAX)
+		return false;
+	pthread_mutex_lock(&reader->lock);
+	grown = realloc(reader->text, reader->len + len + 1);
+	if (grown) {
+		reader->text = grown;
+		memcpy(reader->text + reader->len, data, len);
+		reader->len += len;
+		reader->text[reader->len] = '\0';
+		if (strstr(reader->text, "\"event_type\":\"stage.started\"") &&
+		    strstr(reader->text, "\"stage_name\":\"nap\""))
+			reader->saw_nap_started = true;
+	}
+	pthread_mutex_unlock(&reader->lock);
+	return grown != NULL;
+}
+
+static void *stream_thread(void *opaque)
+{
+	struct stream_reader *reader = opaque;
+	char err[TEST_ERR_MAX];
+
+	daemon_client_stream(&reader->served->client, reader->path, stream_collect, reader,
+			     &reader->status, err, sizeof(err));
+	return NULL;
+}
+
+static bool reader_saw_nap(struct stream_reader *reader)
+{
+	bool saw;
+
+	pthread_mutex_lock(&reader->lock);
+	saw = reader->saw_nap_started;
+	pthread_mutex_unlock(&reader->lock);
+	return saw;
+}
+
+/*
+ * A stream opened while the run goes delivers events as they happen: the reader sees the
+ * sleeping stage start before anything ends the run, then the cancel, and the stream closes.
+ */
+static void test_sse_live_and_cancel(void)
+{
+	struct stream_reader reader = { .served = &unix_daemon,
+					.lock = PTHREAD_MUTEX_INITIALIZER };
+	char *id = create_run(&unix_daemon, sleep_spec, "live-1");
+	json_t *first, *second, *run, *stages;
+	pthread_t thread;
+	long status;
+	pid_t pid;
+	int i;
+
+	if (!id)
+		return;
+	/* /events with Accept: text/event-stream (the client sends it); `logs --follow` uses /events/stream */
+	snprintf(reader.path, sizeof(reader.path), "/v1/runs/%s/events", id);
+	if (pthread_create(&thread, NULL, stream_thread, &reader) != 0)
+		harness_fail_setup("cannot start the stream reader thread");
+	pid = wait_stage_running(&unix_daemon, id, "nap");
+	for (i = 0; i < SERVE_WAIT_ROUNDS && !reader_saw_nap(&reader); i++)
+		serve_pause();
+	CHECK(reader_saw_nap(&reader));
+	/* idempotent create: the same run_id while it runs is the same run */
+	free(create_run(&unix_daemon, sleep_spec, "live-1"));
+	first = call(&unix_daemon, "POST", "/v1/runs/live-1/cancel", "{\"reason\":\"test\"}",
+		     &status);
+	CHECK_INT_EQ(status, SERVE_HTTP_OK);
+	CHECK_STR_EQ(json_string_value(json_object_get(first, "state")), "cancelled");
+	if (pid > 0)
+		wait_gone(pid);
+	second = call(&unix_daemon, "POST", "/v1/runs/live-1/cancel", NULL, &status);
+	CHECK_INT_EQ(status, SERVE_HTTP_OK);
+	CHECK_STR_EQ(json_string_value(json_object_get(second, "state")), "cancelled");
+	CHECK(json_integer_value(json_object_get(first, "terminal_event_id")) > 0);
+	CHECK(json_equal(json_object_get(first, "terminal_event_id"),
+			 json_object_get(second, "terminal_event_id")));
+	pthread_join(thread, NULL);
+	CHECK_INT_EQ(reader.status, SERVE_HTTP_OK);
+	CHECK(reader.text && strstr(reader.text, "event: run.cancelled\n"));
+	CHECK(reader.text && strstr(reader.text, "event: log.closed\n"));
+	CHECK(reader.text && strstr(reader.text, "id: 1\nevent: run.started\n") == reader.text);
+	check_error(&unix_daemon, "POST", "/v1/runs", "{\"file\":\"/x\",\"run_id\":\"live-1\"}", 409,
+		    "ALREADY_TERMINAL");
+	run = get_run(&unix_daemon, id);
+	CHECK_STR_EQ(json_string_value(json_object_get(run, "terminal_reason")), "cancelled");
+	stages = json_object_get(run, "stage_states");
+	CHECK_STR_EQ(json_string_value(json_object_get(json_object_get(stages, "nap"), "status")),
+		     "failed");
+	CHECK_STR_EQ(json_string_value(json_object_get(json_object_get(stages, "after"), "status")),
+		     "skipped");
+	json_decref(run);
+	json_decref(first);
+	json_decref(second);
+	free(reader.text);
+	free(id);
+}
+
+/* A daemon killed outright: its run's process dies with it, the socket is replaced, and the
+ * next daemon has every run, the active one failed with daemon_restarted. */
+static void test_restart_after_sigkill(void)
+{
+	char *id = create_run(&unix_daemon, sleep_spec, "orphan-1");
+	char listen[TEST_PATH_MAX];
+	struct stat st;
+	json_t *run;
+	pid_t pid;
+
+	if (!id)
+		return;
+	pid = wait_stage_running(&unix_daemon, id, "nap");
+	CHECK_INT_EQ(serve_stop(&unix_daemon, SIGKILL), -1);
+	if (pid > 0)
+		wait_gone(pid);
+	CHECK_INT_EQ(stat(socket_path, &st), 0); /* left behind: stale */
+	snprintf(listen, sizeof(listen), "unix://%s", socket_path);
+	if (!serve_start(&unix_daemon, voidbox_path, state_dir, listen, NULL))
+		harness_fail_setup("the daemon did not restart on its stale socket");
+	run = get_run(&unix_daemon, id);
+	CHECK_STR_EQ(json_string_value(json_object_get(run, "status")), "failed");
+	CHECK_STR_EQ(json_string_value(json_object_get(run, "terminal_reason")),
+		     "daemon_restarted");
+	json_decref(run);
+	run = get_run(&unix_daemon, "order-1");
+	CHECK_STR_EQ(json_string_value(json_object_get(run, "status")), "succeeded");
+	json_decref(run);
+	free(id);
+}
+
+/* The CLI clients against the same daemon. */
+static void test_cli_clients(void)
+{
+	char url_arg[SERVE_LINE_MAX + 16], out_path[TEST_PATH_MAX], text[SERVE_LINE_MAX * 4];
+	const char *commands[][8] = {
+		{ "status", "order-1", "--daemon", url_arg, NULL },
+		{ "logs", "order-1", "--follow", "--daemon", url_arg, NULL },
+		{ "run", "--file", quick_spec, NULL, "--run-id", "cli-1", NULL },
+		{ "cancel", "order-1", "--daemon", url_arg, NULL },
+	};
+	static const char *const expected[] = {
+		"succeeded", "[log.closed]", "run cli-1 submitted", "is succeeded",
+	};
+	char daemon_flag[SERVE_LINE_MAX + 16];
+	json_t *run;
+
+	snprintf(url_arg, sizeof(url_arg), "%s", unix_daemon.url);
+	snprintf(daemon_flag, sizeof(daemon_flag), "--daemon=%s", unix_daemon.url);
+	commands[2][3] = daemon_flag;
+	snprintf(out_path, sizeof(out_path), "%s/cli.out", temp_dir);
+	for (size_t c = 0; c < sizeof(commands) / sizeof(commands[0]); c++) {
+		const char *argv[10] = { voidbox_path };
+		int status = -1, fd;
+		pid_t pid;
+		ssize_t n;
+
+		for (size_t i = 0; commands[c][i]; i++)
+			argv[i + 1] = commands[c][i];
+		pid = fork();
+		if (pid == 0) {
+			fd = open(out_path, O_WRONLY | O_CREAT | O_TRUNC, TEST_OWNER_ONLY);
+			dup2(fd, STDOUT_FILENO);
+			execv(voidbox_path, (char *const *)argv);
+			_exit(127);
+		}
+		waitpid(pid, &status, 0);
+		CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+		fd = open(out_path, O_RDONLY);
+		n = fd >= 0 ? read(fd, text, sizeof(text) - 1) : -1;
+		text[n > 0 ? n : 0] = '\0';
+		if (fd >= 0)
+			close(fd);
+		if (!strstr(text, expected[c]))
+			fprintf(stderr, "  voidbox %s printed: %s\n", commands[c][0], text);
+		CHECK(strstr(text, expected[c]) != NULL);
+	}
+	run = wait_terminal(&unix_daemon, "cli-1");
+	CHECK_STR_EQ(json_string_value(json_object_get(run, "status")), "succeeded");
+	json_decref(run);
+}
+
+/* SIGTERM stops the daemon cleanly and removes its socket. */
+static void test_clean_stop_removes_socket(void)
+{
+	struct stat st;
+
+	CHECK_INT_EQ(serve_stop(&unix_daemon, SIGTERM), 0);
+	CHECK(stat(socket_path, &st) < 0 && errno == ENOENT);
+	unix_daemon.pid = 0;
+}
+
+/* ---- over TCP ---- */
+
+static void test_tcp_requires_token(void)
+{
+	char token_file[TEST_PATH_MAX], wide_file[TEST_PATH_MAX];
+	struct served tcp, anonymous, wrong;
+	struct stat st;
+	json_t *health;
+	long status;
+	size_t last;
+	pid_t pid;
+	int exit_status = 0;
+
+	snprintf(token_file, sizeof(token_file), "%s/token", temp_dir);
+	if (!serve_start(&tcp, voidbox_path, state_dir, "tcp://127.0.0.1:0", token_file))
+		harness_fail_setup("the TCP daemon did not start");
+	CHECK_INT_EQ(stat(token_file, &st), 0);
+	CHECK_INT_EQ(st.st_mode & TEST_FILE_MODE_MASK, TEST_OWNER_ONLY);
+	CHECK(strncmp(tcp.url, "tcp://127.0.0.1:", strlen("tcp://127.0.0.1:")) == 0);
+	health = call(&tcp, "GET", "/v1/health", NULL, &status);
+	CHECK_INT_EQ(status, SERVE_HTTP_OK);
+	json_decref(health);
+	anonymous = tcp;
+	anonymous.client.token[0] = '\0';
+	check_error(&anonymous, "GET", "/v1/health", NULL, 401, "UNAUTHORIZED");
+	check_error(&anonymous, "GET", "/v1/runs", NULL, 401, "UNAUTHORIZED");
+	check_error(&anonymous, "POST", "/v1/runs", "{}", 401, "UNAUTHORIZED");
+	wrong = tcp;
+	/* the same length, the last character different */
+	last = strlen(wrong.client.token) - 1;
+	wrong.client.token[last] = wrong.client.token[last] == '0' ? '1' : '0';
+	check_error(&wrong, "GET", "/v1/runs/order-1", NULL, 401, "UNAUTHORIZED");
+	/* a longer token that starts with the right one */
+	memcpy(wrong.client.token, tcp.client.token, last + 1);
+	wrong.client.token[last + 1] = 'x';
+	wrong.client.token[last + 2] = '\0';
+	check_error(&wrong, "GET", "/v1/health", NULL, 401, "UNAUTHORIZED");
+	/* the store is the one the unix daemon used */
+	health = get_run(&tcp, "order-1");
+	CHECK_STR_EQ(json_string_value(json_object_get(health, "status")), "succeeded");
+	json_decref(health);
+	free(create_run(&tcp, quick_spec, "tcp-1"));
+	health = wait_terminal(&tcp, "tcp-1");
+	CHECK_STR_EQ(json_string_value(json_object_get(health, "status")), "succeeded");
+	json_decref(health);
+	CHECK_INT_EQ(serve_stop(&tcp, SIGTERM), 0);
+	/* a token file others can read is refused */
+	snprintf(wide_file, sizeof(wide_file), "%s/wide-token", temp_dir);
+	write_file(wide_file, "secret\n");
+	chmod(wide_file, TEST_WIDE_MODE);
+	pid = fork();
+	if (pid == 0) {
+		execl(voidbox_path, voidbox_path, "serve", "--listen", "tcp://127.0.0.1:0",
+		      "--token-file", wide_file, "--state-dir", state_dir, (char *)NULL);
+		_exit(127);
+	}
+	waitpid(pid, &exit_status, 0);
+	CHECK(WIFEXITED(exit_status) && WEXITSTATUS(exit_status) == 1);
+	unlink(wide_file);
+	unlink(token_file);
+}
+
+int main(int argc, char **argv)
+{
+	char listen[TEST_PATH_MAX];
+
+	harness_select(argc, argv);
+	if (argc < 2)
+		harness_fail_setup("usage: test_daemon VOIDBOX_BINARY");
+	voidbox_path = argv[1];
+	if (!mkdtemp(temp_dir))
+		harness_fail_setup("cannot create a temporary directory");
+	snprintf(state_dir, sizeof(state_dir), "%s/state", temp_dir);
+	snprintf(socket_path, sizeof(socket_path), "%s/voidbox.sock", temp_dir);
+	snprintf(quick_spec, sizeof(quick_spec), "%s/quick.yaml", temp_dir);
+	snprintf(sleep_spec, sizeof(sleep_spec), "%s/sleep.yaml", temp_dir);
+	write_file(quick_spec, quick_yaml);
+	write_file(sleep_spec, sleep_yaml);
+	snprintf(cat_spec, sizeof(cat_spec), "%s/cat.yaml", temp_dir);
+	write_file(cat_spec, cat_yaml);
+	RUN_TEST(test_request_parsing);
+	snprintf(listen, sizeof(listen), "unix://%s", socket_path);
+	if (!serve_start(&unix_daemon, voidbox_path, state_dir, listen, NULL))
+		harness_fail_setup("voidbox serve did not start on the unix socket");
+	RUN_TEST(test_unix_socket_mode);
+	RUN_TEST(test_event_order);
+	RUN_TEST(test_stage_outputs);
+	RUN_TEST(test_error_shapes);
+	RUN_TEST(test_inline_spec_and_list);
+	RUN_TEST(test_input_with_file_spec);
+	RUN_TEST(test_sse_live_and_cancel);
+	RUN_TEST(test_restart_after_sigkill);
+	RUN_TEST(test_cli_clients);
+	RUN_TEST(test_clean_stop_removes_socket);
+	RUN_TEST(test_tcp_requires_token);
+	if (unix_daemon.pid > 0)
+		serve_stop(&unix_daemon, SIGKILL);
+	{
+		char command[TEST_PATH_MAX + 16];
+
+		snprintf(command, sizeof(command), "rm -rf '%s'", temp_dir);
+		if (system(command) != 0)
+			fprintf(stderr, "cannot remove %s\n", temp_dir);
+	}
+	return harness_finish();
+}

@@ -1,0 +1,223 @@
+/*
+ * The daemon stops a run's VM when the run is cancelled. `voidbox serve` (argv[1]) runs a
+ * `mode: local` workflow whose second step prints a line and sleeps in the guest; the line
+ * must reach the run's events while the step still runs (output streams as it is printed,
+ * not when the stage ends). Then the run's process is checked to hold
+ * the VMM (a voidbox process with more than one thread: the vCPU and device threads), the run
+ * is cancelled, and afterwards nothing of it is left: the run's process is gone, no process
+ * is in its process group, and the daemon has no child at all. /proc is read for all three.
+ * Needs a /dev/kvm that runs standard guests and a built guest image (skips, or fails under
+ * VOIDBOX_REQUIRE_VM=1, without them).
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/types.h>
+#include <unistd.h>
+
+#include <jansson.h>
+
+#include "harness.h"
+#include "daemon/serve_harness.h"
+#include "store/guest_image.h"
+#include "vmm/kvm.h"
+
+#define TEST_PATH_MAX 512
+#define TEST_ERR_MAX 1024
+#define TEST_STAT_MAX 1024
+#define TEST_GRACE_SECS 10
+#define TEST_DECIMAL 10
+
+/* The two fields of /proc/PID/stat (pid (comm) state ppid pgrp ...) the checks read. */
+enum proc_field {
+	PROC_FIELD_PPID,
+	PROC_FIELD_PGRP,
+};
+
+static const char vm_spec[] =
+	"api_version: v1\nkind: workflow\nname: vm-cancel\n"
+	"sandbox:\n  mode: local\n  memory_mb: 512\n  vcpus: 1\n"
+	"workflow:\n  steps:\n"
+	"    - name: first\n      run:\n        program: echo\n        args: [\"booted\"]\n"
+	"    - name: nap\n      depends_on: [first]\n      run:\n        program: sh\n"
+	"        args: [\"-c\", \"echo early-output; sleep 600\"]\n";
+
+static const char *voidbox_path;
+static char temp_dir[] = "/tmp/voidbox-vm-daemon-XXXXXX";
+
+/* PROC_FIELD_PPID or PROC_FIELD_PGRP of /proc/PID/stat; -1 when the process is gone. */
+static long proc_stat_field(pid_t pid, enum proc_field field)
+{
+	char path[TEST_PATH_MAX], text[TEST_STAT_MAX];
+	long ppid, pgrp;
+	char state;
+	char *p;
+	size_t len;
+	FILE *file;
+
+	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+	file = fopen(path, "r");
+	if (!file)
+		return -1;
+	len = fread(text, 1, sizeof(text) - 1, file);
+	fclose(file);
+	text[len] = '\0';
+	p = strrchr(text, ')'); /* the command name may hold spaces and parentheses */
+	if (!p || sscanf(p + 1, " %c %ld %ld", &state, &ppid, &pgrp) != 3)
+		return -1;
+	return field == PROC_FIELD_PPID ? ppid : pgrp;
+}
+
+/* Processes (not zombies) whose field equals value: the members of a group, or children. */
+static int count_processes_with(enum proc_field field, long value)
+{
+	struct dirent *entry;
+	DIR *proc = opendir("/proc");
+	int count = 0;
+
+	if (!proc)
+		return -1;
+	while ((entry = readdir(proc))) {
+		pid_t pid = (pid_t)strtol(entry->d_name, NULL, TEST_DECIMAL);
+
+		if (pid <= 0 || process_probe_gone(pid))
+			continue;
+		if (proc_stat_field(pid, field) == value) {
+			fprintf(stderr, "  process %d is still there (%s %ld)\n", (int)pid,
+				field == PROC_FIELD_PPID ? "child of" : "in group", value);
+			count++;
+		}
+	}
+	closedir(proc);
+	return count;
+}
+
+static int count_threads(pid_t pid)
+{
+	char path[TEST_PATH_MAX];
+	struct dirent *entry;
+	DIR *tasks;
+	int count = 0;
+
+	snprintf(path, sizeof(path), "/proc/%d/task", (int)pid);
+	tasks = opendir(path);
+	if (!tasks)
+		return 0;
+	while ((entry = readdir(tasks)))
+		if (entry->d_name[0] != '.')
+			count++;
+	closedir(tasks);
+	return count;
+}
+
+static struct served served_daemon;
+
+/* True once the run has a log.chunk from stage with text while the run is not yet ended. */
+static bool wait_live_line(const struct served *daemon, const char *run_id, const char *stage,
+			   const char *text)
+{
+	char path[TEST_PATH_MAX];
+	bool seen = false, ended = false;
+	long status;
+
+	snprintf(path, sizeof(path), "/v1/runs/%s/events", run_id);
+	for (int i = 0; i < SERVE_WAIT_ROUNDS && !seen && !ended; i++) {
+		json_t *events = call(daemon, "GET", path, NULL, &status);
+		json_t *event;
+		size_t index;
+
+		json_array_foreach(events, index, event) {
+			const char *type = json_string_value(json_object_get(event, "event_type"));
+			const char *name = json_string_value(json_object_get(event, "stage_name"));
+			const char *message = json_string_value(json_object_get(event, "message"));
+
+			if (type && strcmp(type, "log.chunk") == 0 && name &&
+			    strcmp(name, stage) == 0 && message && strcmp(message, text) == 0)
+				seen = true;
+			if (type && strcmp(type, "log.closed") == 0)
+				ended = true;
+		}
+		json_decref(events);
+		if (!seen && !ended)
+			serve_pause();
+	}
+	return seen && !ended;
+}
+
+static void test_cancel_stops_the_vm(void)
+{
+	struct served *daemon = &served_daemon;
+	json_t *body = json_pack("{s:s, s:s, s:{s:i}}", "spec", vm_spec, "run_id", "vm-cancel-1",
+				 "policy", "cancel_grace_period_secs", TEST_GRACE_SECS);
+	char *text = json_dumps(body, JSON_COMPACT);
+	json_t *answer, *run, *events;
+	long status;
+	pid_t pid;
+
+	answer = call(daemon, "POST", "/v1/runs", text, &status);
+	CHECK_INT_EQ(status, SERVE_HTTP_OK);
+	json_decref(answer);
+	pid = wait_stage_running(daemon, "vm-cancel-1", "nap");
+	CHECK(pid > 0);
+	CHECK(wait_live_line(daemon, "vm-cancel-1", "nap", "early-output"));
+	if (pid > 0) {
+		CHECK_INT_EQ(proc_stat_field(pid, PROC_FIELD_PPID), daemon->pid);
+		CHECK_INT_EQ(proc_stat_field(pid, PROC_FIELD_PGRP), pid);
+		CHECK(count_threads(pid) > 1); /* the VMM's vCPU and device threads */
+	}
+	answer = call(daemon, "POST", "/v1/runs/vm-cancel-1/cancel", "{\"reason\":\"vm test\"}",
+		      &status);
+	CHECK_INT_EQ(status, SERVE_HTTP_OK);
+	CHECK_STR_EQ(json_string_value(json_object_get(answer, "state")), "cancelled");
+	json_decref(answer);
+	if (pid > 0) {
+		wait_gone(pid);
+		CHECK_INT_EQ(count_processes_with(PROC_FIELD_PGRP, pid), 0);
+	}
+	CHECK_INT_EQ(count_processes_with(PROC_FIELD_PPID, daemon->pid), 0);
+	run = get_run(daemon, "vm-cancel-1");
+	CHECK_STR_EQ(json_string_value(json_object_get(run, "status")), "cancelled");
+	CHECK_STR_EQ(json_string_value(json_object_get(
+			     json_object_get(json_object_get(run, "stage_states"), "first"), "status")),
+		     "succeeded");
+	json_decref(run);
+	events = call(daemon, "GET", "/v1/runs/vm-cancel-1/events", NULL, &status);
+	CHECK(json_array_size(events) > 0);
+	json_decref(events);
+	json_decref(body);
+	free(text);
+}
+
+int main(int argc, char **argv)
+{
+	char why[TEST_ERR_MAX], err[TEST_ERR_MAX], state_dir[TEST_PATH_MAX];
+	char socket_url[TEST_PATH_MAX];
+	struct guest_image_paths image;
+	char command[TEST_PATH_MAX + 16];
+
+	if (argc < 2) {
+		fprintf(stderr, "usage: %s PATH-TO-voidbox\n", argv[0]);
+		return 2;
+	}
+	voidbox_path = argv[1];
+	setvbuf(stdout, NULL, _IOLBF, 0);
+	if (!kvm_probe_usable(why, sizeof(why)))
+		harness_skip_vm(why);
+	if (guest_image_resolve(NULL, NULL, &image, err, sizeof(err)) < 0)
+		harness_skip_vm(err);
+	if (!mkdtemp(temp_dir))
+		harness_fail_setup("cannot create a temporary directory");
+	snprintf(state_dir, sizeof(state_dir), "%s/state", temp_dir);
+	snprintf(socket_url, sizeof(socket_url), "unix://%s/d.sock", temp_dir);
+	if (!serve_start(&served_daemon, voidbox_path, state_dir, socket_url, NULL))
+		harness_fail_setup("voidbox serve did not start");
+	RUN_TEST(test_cancel_stops_the_vm);
+	CHECK_INT_EQ(serve_stop(&served_daemon, SIGTERM), 0);
+	snprintf(command, sizeof(command), "rm -rf '%s'", temp_dir);
+	if (system(command) != 0)
+		fprintf(stderr, "cannot remove %s\n", temp_dir);
+	return harness_finish();
+}
