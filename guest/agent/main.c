@@ -206,6 +206,7 @@ static char *agent_init_system(struct agent_cmdline *cmdline)
 		text = strdup("");
 	}
 	cmdline_parse(text, cmdline);
+	init_hide_kernel_cmdline();
 	init_set_clock(cmdline);
 	agent_module_roots(text ? text : "", module_roots);
 	failed = modules_load_all(AGENT_MODULES_DIR, AGENT_SYSFS_MODULES_DIR, text ? text : "",

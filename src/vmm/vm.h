@@ -69,6 +69,11 @@ struct vm_config {
 	 * device's eventfd inside KVM (KVM_IOEVENTFD); for measuring what the doorbells save.
 	 */
 	bool no_doorbells;
+	/*
+	 * Runs vCPU and device threads without their seccomp filters; only for tests under
+	 * valgrind, which cannot run filtered threads.
+	 */
+	bool no_thread_filters;
 };
 
 struct vm;

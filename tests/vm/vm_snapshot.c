@@ -9,6 +9,7 @@
  * Needs a /dev/kvm that runs standard guests (tests/vm/run-vm-suite finds one or skips; under
  * VOIDBOX_REQUIRE_VM=1 a skip is a failure).
  */
+#include <dirent.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -33,6 +34,7 @@
 #define TEST_CONNECT_TIMEOUT_MS 2000
 #define TEST_RESTORE_TIMEOUT_MS 60000
 #define TEST_OUTPUT_MAX 256
+#define TEST_STATUS_MAX 4096
 /* how old the base snapshot is when it is restored, so a stale guest clock shows */
 #define TEST_CLOCK_AGE_S 3
 #define TEST_HEX_LEN (2 * PROTO_SECRET_SIZE + 1)
@@ -329,6 +331,58 @@ static void test_fork_cold_parent(void)
 	sandbox_destroy(child, harness_tests_failed > 0);
 }
 
+/*
+ * Every vCPU thread and device worker of the running VMM (this process) is confined by its
+ * seccomp filter: the kernel shows Seccomp: 2 for each (src/vmm/thread_filter.h).
+ */
+static void test_vmm_threads_confined(void)
+{
+	DIR *tasks = opendir("/proc/self/task");
+	struct dirent *task;
+	int vcpus = 0, workers = 0, unconfined = 0;
+
+	CHECK(tasks != NULL);
+	while (tasks && (task = readdir(tasks))) {
+		char path[PATH_MAX], comm[TEST_OUTPUT_MAX] = "", status[TEST_STATUS_MAX] = "";
+		FILE *file;
+		size_t n;
+
+		if (task->d_name[0] == '.')
+			continue;
+		snprintf(path, sizeof(path), "/proc/self/task/%s/comm", task->d_name);
+		file = fopen(path, "r");
+		if (!file || !fgets(comm, sizeof(comm), file)) {
+			if (file)
+				fclose(file);
+			continue;
+		}
+		fclose(file);
+		bool vcpu = strncmp(comm, "vcpu", strlen("vcpu")) == 0;
+		bool worker = strncmp(comm, "vsock-worker", strlen("vsock-worker")) == 0;
+
+		if (!vcpu && !worker)
+			continue;
+		snprintf(path, sizeof(path), "/proc/self/task/%s/status", task->d_name);
+		file = fopen(path, "r");
+		n = file ? fread(status, 1, sizeof(status) - 1, file) : 0;
+		if (file)
+			fclose(file);
+		status[n] = '\0';
+		vcpus += vcpu;
+		workers += worker;
+		if (!strstr(status, "\nSeccomp:\t2\n")) {
+			fprintf(stderr, "  thread %s (%.*s) is not filtered\n", task->d_name,
+				(int)strcspn(comm, "\n"), comm);
+			unconfined++;
+		}
+	}
+	if (tasks)
+		closedir(tasks);
+	CHECK(vcpus >= TEST_VM_VCPUS);
+	CHECK(workers >= 1);
+	CHECK_INT_EQ(unconfined, 0);
+}
+
 /* The cold-booted VM has its entropy device (the restores and forks below check theirs). */
 static void test_entropy_device(void)
 {
@@ -467,6 +521,7 @@ int main(void)
 	}
 	fprintf(stderr, "parent VM up in %ld ms (cid %lu)\n", sandbox_boot_ms(parent_vm),
 		sandbox_guest_cid(parent_vm));
+	RUN_TEST(test_vmm_threads_confined);
 	RUN_TEST(test_entropy_device);
 	RUN_TEST(test_fork_cold_parent);
 	RUN_TEST(test_base_snapshot_saved);
