@@ -54,6 +54,7 @@ static const struct option cli_exec_options[] = {
 	{ "serial-log", required_argument, NULL, CLI_EXEC_OPT_SERIAL_LOG },
 	{ "boot-timeout", required_argument, NULL, CLI_EXEC_OPT_BOOT_TIMEOUT },
 	{ "snapshot", required_argument, NULL, CLI_EXEC_OPT_SNAPSHOT },
+	CLI_NETWORK_LONG_OPTIONS
 	{ "help", no_argument, NULL, CLI_EXEC_OPT_HELP },
 	{ NULL, 0, NULL, 0 },
 };
@@ -63,6 +64,7 @@ struct cli_exec_args {
 	struct proto_exec_request request;
 	size_t env_capacity;
 	const char *snapshot; /* --snapshot; NULL: cold boot */
+	struct cli_network network;
 };
 
 static void cli_exec_usage(FILE *out)
@@ -71,6 +73,7 @@ static void cli_exec_usage(FILE *out)
 		"usage: voidbox exec [--memory MB] [--vcpus N] [--env K=V]... [--timeout S]\n"
 		"                    [--kernel PATH] [--initramfs PATH] [--workdir DIR]\n"
 		"                    [--serial-log PATH] [--boot-timeout S] [--snapshot ID]\n"
+		"                    [--network [--publish H:G] [--allow CIDR] [--deny CIDR]...]\n"
 		"                    -- PROGRAM [ARGS...]\n\n"
 		"Boots a micro-VM, runs PROGRAM in it as the sandbox user and exits with its exit\n"
 		"code. stdout and stderr stream live; piped stdin is delivered to the program.\n\n"
@@ -86,6 +89,7 @@ static void cli_exec_usage(FILE *out)
 		"  --snapshot ID      restore from a snapshot (id prefix, else a snapshot directory)\n"
 		"                     instead of booting; one that is not found warns and cold-boots\n",
 		SANDBOX_DEFAULT_MEMORY_MB, SANDBOX_DEFAULT_VCPUS);
+	cli_network_usage(out);
 }
 
 
@@ -129,6 +133,12 @@ static int cli_exec_parse(int argc, char **argv, struct cli_exec_args *args)
 	optind = 1;
 	opterr = 1;
 	while ((option = getopt_long(argc, argv, "+", cli_exec_options, NULL)) != -1) {
+		int network_rc = cli_network_option(&args->network, "exec", option, optarg);
+
+		if (network_rc < 0)
+			return CLI_EXIT_USAGE;
+		if (network_rc > 0)
+			continue;
 		switch (option) {
 		case CLI_EXEC_OPT_MEMORY:
 			if (!cli_parse_number("exec", "--memory", optarg, 1, VM_MAX_MEMORY_MB,
@@ -180,6 +190,8 @@ static int cli_exec_parse(int argc, char **argv, struct cli_exec_args *args)
 			return CLI_EXIT_USAGE;
 		}
 	}
+	if (cli_network_finish(&args->network, "exec", &args->sandbox) < 0)
+		return CLI_EXIT_USAGE;
 	if (optind >= argc) {
 		fprintf(stderr, "voidbox exec: no program given: voidbox exec [OPTIONS] -- PROGRAM [ARGS...]\n");
 		return CLI_EXIT_USAGE;

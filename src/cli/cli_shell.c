@@ -58,6 +58,7 @@ static const struct option cli_shell_options[] = {
 	{ "kernel", required_argument, NULL, CLI_SHELL_OPT_KERNEL },
 	{ "initramfs", required_argument, NULL, CLI_SHELL_OPT_INITRAMFS },
 	{ "snapshot", required_argument, NULL, CLI_SHELL_OPT_SNAPSHOT },
+	CLI_NETWORK_LONG_OPTIONS
 	{ "help", no_argument, NULL, CLI_SHELL_OPT_HELP },
 	{ NULL, 0, NULL, 0 },
 };
@@ -73,6 +74,7 @@ struct cli_shell_session {
 	bool raw;
 	struct termios saved;
 	const char *snapshot; /* --snapshot; NULL: cold boot */
+	struct cli_network network;
 };
 
 /* SIGWINCH's self-pipe: the handler may only write(). */
@@ -82,12 +84,14 @@ static void cli_shell_usage(FILE *out)
 {
 	fprintf(out,
 		"usage: voidbox shell [--program P] [--memory MB] [--vcpus N] [--env K=V]...\n"
-		"                     [--workdir DIR (default: the sandbox user's home)] [--kernel PATH] [--initramfs PATH] [--snapshot ID] [-- ARGS...]\n\n"
+		"                     [--workdir DIR (default: the sandbox user's home)] [--kernel PATH] [--initramfs PATH] [--snapshot ID] [-- ARGS...]\n"
+		"                     [--network [--publish H:G] [--allow CIDR] [--deny CIDR]...]\n\n"
 		"Boots a micro-VM and opens an interactive terminal running P (default %s) in it;\n"
 		"exits with P's exit code. The VM console and voidbox's own log go to files.\n"
 		"--snapshot ID restores the VM from a snapshot (id prefix, else a snapshot directory)\n"
 		"instead of booting it; one that is not found warns and cold-boots.\n",
 		SHELL_DEFAULT_PROGRAM);
+	cli_network_usage(out);
 }
 
 
@@ -117,6 +121,12 @@ static int cli_shell_parse(int argc, char **argv, struct cli_shell_session *s)
 	s->open.interactive = true;
 	optind = 1;
 	while ((option = getopt_long(argc, argv, "+", cli_shell_options, NULL)) != -1) {
+		int network_rc = cli_network_option(&s->network, "shell", option, optarg);
+
+		if (network_rc < 0)
+			return CLI_EXIT_USAGE;
+		if (network_rc > 0)
+			continue;
 		switch (option) {
 		case CLI_SHELL_OPT_PROGRAM:
 			s->open.program = optarg;
@@ -154,6 +164,8 @@ static int cli_shell_parse(int argc, char **argv, struct cli_shell_session *s)
 			return CLI_EXIT_USAGE;
 		}
 	}
+	if (cli_network_finish(&s->network, "shell", &s->sandbox) < 0)
+		return CLI_EXIT_USAGE;
 	s->open.args = argv + optind;
 	s->open.args_count = (size_t)(argc - optind);
 	return 0;

@@ -39,6 +39,9 @@
 /* how much of the guest console an early-exit error quotes */
 #define SANDBOX_CONSOLE_TAIL_BYTES 240
 #define SANDBOX_PATH_MAX 256
+/* The agent brings eth0 up when the command line carries this (guest/agent/netcfg.h). */
+#define SANDBOX_NETWORK_CMDLINE "voidbox.network=1"
+#define SANDBOX_CMDLINE_MAX 2048
 /* how long a guest gets to power off after the Shutdown RPC before the VM is stopped */
 #define SANDBOX_SHUTDOWN_GRACE_MS 2000
 #define SANDBOX_RUNTIME_FALLBACK_BASE "/tmp"
@@ -330,11 +333,28 @@ static int sandbox_prepare(const char *serial_log_path, const struct sandbox_hos
 	return 0;
 }
 
+/* The extra kernel arguments: the caller's, then the agent's request for eth0 if networked. */
+static int sandbox_cmdline(const struct sandbox_config *cfg, char *out, size_t len, char *err,
+			   size_t errlen)
+{
+	const char *extra = cfg->extra_cmdline ? cfg->extra_cmdline : "";
+	int written = snprintf(out, len, "%s%s%s", extra, cfg->network && *extra ? " " : "",
+			       cfg->network ? SANDBOX_NETWORK_CMDLINE : "");
+
+	if (written < 0 || (size_t)written >= len) {
+		snprintf(err, errlen, "the extra kernel command line is longer than %zu bytes: "
+			 "shorten it", len - 1);
+		return -E2BIG;
+	}
+	return 0;
+}
+
 int sandbox_start(const struct sandbox_config *cfg, struct sandbox **out, char *err,
 		  size_t errlen)
 {
 	struct vm_config vm_cfg;
 	struct sandbox *sandbox;
+	char cmdline[SANDBOX_CMDLINE_MAX];
 	long started_ms = (long)clock_monotonic_ms();
 	int rc;
 
@@ -354,7 +374,11 @@ int sandbox_start(const struct sandbox_config *cfg, struct sandbox **out, char *
 	memset(&vm_cfg, 0, sizeof(vm_cfg));
 	vm_cfg.kernel_path = cfg->kernel_path;
 	vm_cfg.initramfs_path = cfg->initramfs_path;
-	vm_cfg.cmdline = cfg->extra_cmdline;
+	rc = sandbox_cmdline(cfg, cmdline, sizeof(cmdline), err, errlen);
+	if (rc < 0)
+		goto fail;
+	vm_cfg.cmdline = cmdline;
+	vm_cfg.network = cfg->network;
 	vm_cfg.memory_mb = cfg->memory_mb ? cfg->memory_mb : SANDBOX_DEFAULT_MEMORY_MB;
 	vm_cfg.vcpus = cfg->vcpus ? cfg->vcpus : SANDBOX_DEFAULT_VCPUS;
 	vm_cfg.serial_log_path = sandbox->serial_log_path;

@@ -70,6 +70,11 @@ struct sandbox_config {
 	 * it (without a policy it refuses every command).
 	 */
 	const struct proto_set_policy *policy;
+	/*
+	 * User-mode networking (src/devices/net.h): NULL, the default, boots without a network
+	 * device; set, the VM gets virtio-net with this policy and the agent brings eth0 up.
+	 */
+	const struct net_config *network;
 };
 
 /* The host's default policy: every command, the SANDBOX_DEFAULT_* limits. */

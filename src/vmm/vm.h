@@ -74,9 +74,15 @@ struct vm_config {
 	 * valgrind, which cannot run filtered threads.
 	 */
 	bool no_thread_filters;
+	/*
+	 * User-mode networking (virtio-net over libslirp, src/devices/net.h) with its egress
+	 * policy and published ports; NULL: the VM has no network device.
+	 */
+	const struct net_config *network;
 };
 
 struct vm;
+struct net_config;
 
 struct vm_virtio_mmio_slot {
 	uint64_t base;
