@@ -988,10 +988,18 @@ static int net_vm_create(struct vm *vm, const struct vm_config *cfg,
 		return rc;
 	}
 	rc = vm_virtio_mmio_slot_attach(vm, &slot, virtio_mmio_access, dev->transport);
-	if (rc < 0)
+	if (rc < 0) {
 		snprintf(err, errlen, "cannot attach the network device at 0x%" PRIx64 ": %s",
 			 slot.base, strerror(-rc));
-	return rc;
+		return rc;
+	}
+	/* a notify only wakes the worker, which serves both queues: no datamatch needed */
+	rc = vm_bind_doorbell(vm, slot.base + VIRTIO_MMIO_QUEUE_NOTIFY, sizeof(uint32_t),
+			      dev->kick_fd);
+	if (rc < 0)
+		log_debug(NET_LOG, "queue notifies go through user space: KVM_IOEVENTFD: %s",
+			  strerror(-rc));
+	return 0;
 }
 
 const struct vm_device_type net_device_type = {

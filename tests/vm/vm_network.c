@@ -13,7 +13,9 @@
  * The second VM allows only 127.0.0.2/32, where nothing is reachable, so its fetch from the
  * HTTP server is refused by the allow list (and would reach only that server if it were not).
  *
- * L1 of the nested harness starts with its loopback down; this program brings it up.
+ * L1 of the nested harness starts with its loopback down; this program brings it up. busybox
+ * wget runs without -T: Debian's static busybox 1.35 crashes with it; the exec's own timeout
+ * bounds a hung fetch instead.
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -44,6 +46,7 @@
 #define TEST_BURST 30
 #define TEST_GUEST_HTTP_PORT 8080
 #define TEST_OUTPUT_MAX 4096
+#define TEST_EXEC_TIMEOUT_S 300
 #define TEST_SCRIPT_MAX 1024
 #define TEST_REQUEST_MAX 4096
 #define TEST_SEND_CHUNK 65536u
@@ -298,6 +301,8 @@ static int guest_sh(struct sandbox *box, const char *script, char *out, size_t o
 	req.program = "sh";
 	req.args = args;
 	req.args_count = 2;
+	req.has_timeout = true; /* a hung connection fails the check instead of the run */
+	req.timeout_secs = TEST_EXEC_TIMEOUT_S;
 	if (sandbox_exec(box, &req, NULL, NULL, &resp, err, sizeof(err)) < 0) {
 		fprintf(stderr, "  exec '%s' failed: %s\n", script, err);
 		return -1;
@@ -316,7 +321,7 @@ static bool fetch_small(struct sandbox *box)
 	int code;
 
 	snprintf(script, sizeof(script),
-		 "wget -q -T 60 -O /tmp/small http://10.0.2.2:%u/small && wc -c < /tmp/small",
+		 "wget -q -O /tmp/small http://10.0.2.2:%u/small && wc -c < /tmp/small",
 		 http_port);
 	code = guest_sh(box, script, out, sizeof(out));
 	if (code != 0 || (unsigned int)atoi(out) != TEST_SMALL_LEN) {
@@ -332,7 +337,7 @@ static bool fetch_big(struct sandbox *box)
 	int code;
 
 	snprintf(script, sizeof(script),
-		 "wget -q -T 120 -O /tmp/big http://10.0.2.2:%u/big && md5sum /tmp/big && rm /tmp/big",
+		 "wget -q -O /tmp/big http://10.0.2.2:%u/big && md5sum /tmp/big && rm /tmp/big",
 		 http_port);
 	code = guest_sh(box, script, out, sizeof(out));
 	if (code != 0 || strncmp(out, big_md5, strlen(big_md5)) != 0) {
@@ -352,7 +357,7 @@ static void test_fetch_small_and_big(void)
 static void test_deny_list_refuses_fast(void)
 {
 	char out[TEST_OUTPUT_MAX];
-	int code = guest_sh(main_vm, "wget -q -T 60 -O /dev/null http://169.254.169.254/", out,
+	int code = guest_sh(main_vm, "wget -q -O /dev/null http://169.254.169.254/", out,
 			    sizeof(out));
 
 	CHECK(code != 0);
@@ -369,7 +374,7 @@ static void test_rate_cap_triggers_and_recovers(void)
 
 	snprintf(script, sizeof(script),
 		 "i=0; while [ $i -lt %d ]; do i=$((i+1)); "
-		 "(wget -q -T 60 -O /dev/null http://10.0.2.2:%u/small && echo PASS || echo REFUSED) & "
+		 "(wget -q -O /dev/null http://10.0.2.2:%u/small && echo PASS || echo REFUSED) & "
 		 "done; wait",
 		 TEST_BURST, http_port);
 	CHECK_INT_EQ(guest_sh(main_vm, script, out, sizeof(out)), 0);
@@ -532,7 +537,7 @@ static void test_allow_list_refuses_the_rest(void)
 		CHECK(false);
 		return;
 	}
-	snprintf(script, sizeof(script), "wget -q -T 60 -O /dev/null http://10.0.2.2:%u/small",
+	snprintf(script, sizeof(script), "wget -q -O /dev/null http://10.0.2.2:%u/small",
 		 http_port);
 	code = guest_sh(box, script, out, sizeof(out));
 	CHECK(code != 0);
