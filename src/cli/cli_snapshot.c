@@ -160,6 +160,10 @@ int cli_sandbox_start(const char *command, const char *snapshot_ref,
 
 	if (info.fell_back_to_cold_boot)
 		fprintf(stderr, "voidbox %s: warning: %s\n", command, info.warning);
+	if (rc == 0 && info.restored && cfg->network)
+		fprintf(stderr, "voidbox %s: warning: a restored VM keeps the network of its "
+			"snapshot (none, or the policy it was taken with): --network and its flags "
+			"are ignored; give them to `voidbox snapshot create`\n", command);
 	return rc;
 }
 
@@ -256,6 +260,12 @@ static int cli_snapshot_apply_spec(struct cli_snapshot_create *c, struct spec **
 		c->memory_mb = (*spec)->sandbox.memory_mb;
 	if (!c->vcpus)
 		c->vcpus = (*spec)->sandbox.vcpus;
+	if ((*spec)->sandbox.network && !c->network_cfg.network) {
+		fprintf(stderr, "voidbox snapshot create: %s asks for sandbox.network: give "
+			"--network and its flags too (the spec's network fields are not read here)\n",
+			c->spec_path);
+		return -EINVAL;
+	}
 	return 0;
 }
 

@@ -5,13 +5,17 @@
  * mistake is refused rather than sent anywhere else. DNS is answered by the local server
  * (--dns-server), never by the host's resolvers.
  *
- * Two cold boots. The first VM (allow 127.0.0.1/32, a published port, the local DNS server,
+ * Four cold boots. The first VM (allow 127.0.0.1/32, a published port, the local DNS server,
  * a cap of TEST_CONN_RATE new connections per second) fetches a small page and a 10 MiB body
  * byte for byte, is refused fast at a deny-listed address, trips the rate cap and recovers,
  * serves busybox httpd to the host through --publish, resolves a name through 10.0.2.3; then
  * it is snapshotted and a restored copy fetches again, and two fork children fetch at once.
  * The second VM allows only 127.0.0.2/32, where nothing is reachable, so its fetch from the
  * HTTP server is refused by the allow list (and would reach only that server if it were not).
+ *
+ * Then, through the voidbox command (argv[1]): `exec --network --allow 127.0.0.1/32` fetches,
+ * a network flag without --network is a usage error, and a workflow spec with
+ * sandbox.network, network_allow and dns_server fetches by name through the DNS server.
  *
  * L1 of the nested harness starts with its loopback down; this program brings it up. busybox
  * wget runs without -T: Debian's static busybox 1.35 crashes with it; the exec's own timeout
@@ -28,6 +32,7 @@
 #include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "common/log.h"
@@ -59,9 +64,11 @@
 #define TEST_FORK_CHILDREN 2
 #define TEST_WORK_TEMPLATE "voidbox-nettest-XXXXXX"
 #define TEST_SNAP_TEMPLATE "/tmp/voidbox-netsnap-XXXXXX"
+#define TEST_CLI_OUTPUT_MAX 65536
 #define TEST_GUEST_PAGE "<html>voidbox network test</html>\n"
 
 static struct guest_image_paths image;
+static const char *voidbox_cli;
 static char work_dir[sizeof(TEST_WORK_TEMPLATE)];
 static struct sandbox *main_vm;
 static uint16_t http_port, dns_port, publish_port;
@@ -315,36 +322,39 @@ static int guest_sh(struct sandbox *box, const char *script, char *out, size_t o
 	return code;
 }
 
-static bool fetch_small(struct sandbox *box)
+/*
+ * Fetches /name from the HTTP server into the guest and checks what summary (a command run on
+ * the file) prints against expected, which it must start with.
+ */
+static bool fetch(struct sandbox *box, const char *name, const char *summary,
+		  const char *expected)
 {
 	char script[TEST_SCRIPT_MAX], out[TEST_OUTPUT_MAX];
 	int code;
 
 	snprintf(script, sizeof(script),
-		 "wget -q -O /tmp/small http://10.0.2.2:%u/small && wc -c < /tmp/small",
-		 http_port);
+		 "f=/tmp/fetch.$$; wget -q -O $f http://10.0.2.2:%u/%s && %s $f; r=$?; rm -f $f; "
+		 "exit $r", http_port, name, summary);
 	code = guest_sh(box, script, out, sizeof(out));
-	if (code != 0 || (unsigned int)atoi(out) != TEST_SMALL_LEN) {
-		fprintf(stderr, "  small fetch: exit %d, output: %s\n", code, out);
+	if (code != 0 || !expected[0] || strncmp(out, expected, strlen(expected)) != 0) {
+		fprintf(stderr, "  fetch of /%s: exit %d, output: %s (want %s)\n", name, code, out,
+			expected);
 		return false;
 	}
 	return true;
 }
 
+static bool fetch_small(struct sandbox *box)
+{
+	char expected[32];
+
+	snprintf(expected, sizeof(expected), "%u ", TEST_SMALL_LEN);
+	return fetch(box, "small", "wc -c", expected);
+}
+
 static bool fetch_big(struct sandbox *box)
 {
-	char script[TEST_SCRIPT_MAX], out[TEST_OUTPUT_MAX];
-	int code;
-
-	snprintf(script, sizeof(script),
-		 "wget -q -O /tmp/big http://10.0.2.2:%u/big && md5sum /tmp/big && rm /tmp/big",
-		 http_port);
-	code = guest_sh(box, script, out, sizeof(out));
-	if (code != 0 || strncmp(out, big_md5, strlen(big_md5)) != 0) {
-		fprintf(stderr, "  big fetch: exit %d, output: %s (want %s)\n", code, out, big_md5);
-		return false;
-	}
-	return true;
+	return fetch(box, "big", "md5sum", big_md5);
 }
 
 static void test_fetch_small_and_big(void)
@@ -547,7 +557,92 @@ static void test_allow_list_refuses_the_rest(void)
 	sandbox_destroy(box, harness_checks_failed_in_test > 0);
 }
 
-int main(void)
+/* Runs a shell command line on the host; returns its exit status and its output (both streams). */
+static int host_run(const char *cmdline, char *out, size_t out_len)
+{
+	FILE *pipe = popen(cmdline, "r");
+	size_t used = 0;
+	int status;
+
+	out[0] = '\0';
+	if (!pipe)
+		return -1;
+	while (used + 1 < out_len) {
+		size_t got = fread(out + used, 1, out_len - 1 - used, pipe);
+
+		if (got == 0)
+			break;
+		used += got;
+	}
+	out[used] = '\0';
+	status = pclose(pipe);
+	return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+static void test_cli_exec_network(void)
+{
+	static char out[TEST_CLI_OUTPUT_MAX];
+	char cmd[TEST_SCRIPT_MAX];
+	int code;
+
+	snprintf(cmd, sizeof(cmd),
+		 "'%s' exec --memory %d --network --allow 127.0.0.1/32 -- sh -c "
+		 "'wget -q -O /tmp/s http://10.0.2.2:%u/small && wc -c < /tmp/s' 2>&1",
+		 voidbox_cli, TEST_VM_MEMORY_MB, http_port);
+	code = host_run(cmd, out, sizeof(out));
+	CHECK_INT_EQ(code, 0);
+	CHECK((unsigned int)atoi(out) == TEST_SMALL_LEN);
+	if (code != 0)
+		fprintf(stderr, "  output: %s\n", out);
+	snprintf(cmd, sizeof(cmd), "'%s' exec --allow 127.0.0.1/32 -- true 2>&1", voidbox_cli);
+	CHECK_INT_EQ(host_run(cmd, out, sizeof(out)), 2);
+	CHECK(strstr(out, "need --network") != NULL);
+}
+
+static void test_spec_network(void)
+{
+	static char out[TEST_CLI_OUTPUT_MAX];
+	char spec_path[PATH_MAX], cmd[PATH_MAX + TEST_SCRIPT_MAX];
+	FILE *spec;
+	int code;
+
+	snprintf(spec_path, sizeof(spec_path), "%s/net.yaml", work_dir);
+	spec = fopen(spec_path, "we");
+	CHECK(spec != NULL);
+	if (!spec)
+		return;
+	fprintf(spec,
+		"kind: workflow\nname: net\n"
+		"sandbox:\n  mode: local\n  memory_mb: %d\n  network: true\n"
+		"  network_allow: [127.0.0.1/32]\n  dns_server: \"127.0.0.1:%u\"\n"
+		"workflow:\n  steps:\n    - name: fetch\n"
+		"      run: {program: sh, args: [\"-c\", \"nslookup %s >/dev/null && "
+		"wget -q -O /tmp/s http://%s:%u/small && wc -c < /tmp/s\"]}\n",
+		TEST_VM_MEMORY_MB, dns_port, TEST_DNS_NAME, TEST_DNS_NAME, http_port);
+	fclose(spec);
+	snprintf(cmd, sizeof(cmd), "'%s' run --file '%s' 2>&1", voidbox_cli, spec_path);
+	code = host_run(cmd, out, sizeof(out));
+	CHECK_INT_EQ(code, 0);
+	CHECK(strstr(out, "1500") != NULL);
+	if (code != 0 || !strstr(out, "1500"))
+		fprintf(stderr, "  output: %s\n", out);
+}
+
+/* A failed run keeps the guest consoles; a passing one leaves nothing behind. */
+static void finish_work_dir(void)
+{
+	char cmd[sizeof(work_dir) + 16];
+
+	if (harness_tests_failed) {
+		fprintf(stderr, "guest consoles kept in %s\n", work_dir);
+		return;
+	}
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", work_dir);
+	if (system(cmd) != 0)
+		fprintf(stderr, "could not remove %s\n", work_dir);
+}
+
+int main(int argc, char **argv)
 {
 	struct net_config net;
 	struct net_cidr loopback;
@@ -556,6 +651,11 @@ int main(void)
 
 	setvbuf(stdout, NULL, _IOLBF, 0);
 	log_init_from_env();
+	if (argc != 2) {
+		fprintf(stderr, "usage: vm_network VOIDBOX_CLI\n");
+		return 1;
+	}
+	voidbox_cli = argv[1];
 	if (!kvm_probe_usable(why, sizeof(why)))
 		harness_skip_all(why);
 	if (guest_image_resolve(NULL, NULL, &image, err, sizeof(err)) < 0)
@@ -602,14 +702,8 @@ int main(void)
 	RUN_TEST(test_fork_children_fetch_at_once);
 	sandbox_destroy(main_vm, harness_tests_failed > 0);
 	RUN_TEST(test_allow_list_refuses_the_rest);
-	if (harness_tests_failed) {
-		fprintf(stderr, "guest consoles kept in %s\n", work_dir);
-	} else {
-		char cmd[sizeof(work_dir) + 16];
-
-		snprintf(cmd, sizeof(cmd), "rm -rf %s", work_dir);
-		if (system(cmd) != 0)
-			fprintf(stderr, "could not remove %s\n", work_dir);
-	}
+	RUN_TEST(test_cli_exec_network);
+	RUN_TEST(test_spec_network);
+	finish_work_dir();
 	return harness_finish();
 }
