@@ -227,8 +227,9 @@ static ssize_t net_slirp_send_packet(const void *buf, size_t len, void *opaque)
 	if (len > sizeof(frame))
 		return (ssize_t)len; /* slirp sends nothing larger than its MTU; never truncate */
 	memcpy(frame, buf, len);
+	net_frame_parse(frame, len, &info);
+	net_policy_observe_rx(&dev->policy_state, &info, (uint64_t)net_now_ms());
 	if (dev->cfg.dns_server_port) {
-		net_frame_parse(frame, len, &info);
 		if (info.kind == NET_FRAME_UDP && info.src_addr == dev->dns_gateway_addr &&
 		    info.src_port == dev->cfg.dns_server_port && info.dst_addr == NET_GUEST_ADDR)
 			net_frame_set_udp_src(frame, &info, NET_DNS_ADDR, NET_DNS_PORT);

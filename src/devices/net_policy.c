@@ -351,13 +351,28 @@ static enum net_verdict net_policy_decide(const struct net_policy *policy,
 		return NET_VERDICT_DENY_ADDRESS;
 	if (info->kind == NET_FRAME_ICMP)
 		return NET_VERDICT_PASS;
+	/* a known flow (for TCP: a retransmitted SYN) is no new connection */
 	flow = net_flow_find(state, proto, info, now_ms);
-	if (flow && !opens_tcp) {
+	if (flow) {
 		flow->last_seen_ms = now_ms;
 		return NET_VERDICT_PASS;
 	}
-	net_flow_forget(state, flow); /* a SYN again on the same ports is a new connection */
 	return net_flow_open(policy, state, proto, info, now_ms);
+}
+
+void net_policy_observe_rx(struct net_policy_state *state, const struct net_frame_info *info,
+			   uint64_t now_ms)
+{
+	struct net_frame_info outbound;
+
+	if (info->kind != NET_FRAME_TCP || !(info->tcp_flags & NET_TCP_RST))
+		return;
+	/* the flow as the guest's frames name it: guest port, then the remote end */
+	outbound = *info;
+	outbound.src_port = info->dst_port;
+	outbound.dst_addr = info->src_addr;
+	outbound.dst_port = info->src_port;
+	net_flow_forget(state, net_flow_find(state, NET_IP_PROTO_TCP, &outbound, now_ms));
 }
 
 enum net_verdict net_policy_judge(const struct net_policy *policy, struct net_policy_state *state,

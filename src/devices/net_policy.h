@@ -154,6 +154,12 @@ enum net_verdict net_policy_judge(const struct net_policy *policy, struct net_po
 				  const struct net_frame_info *info, uint64_t now_ms,
 				  uint32_t *judged_addr);
 const char *net_verdict_name(enum net_verdict verdict);
+/*
+ * A frame on its way to the guest: a TCP reset from the remote end closes the flow it
+ * answers (a refused or aborted connection sends the guest no FIN to see), so its slot frees.
+ */
+void net_policy_observe_rx(struct net_policy_state *state, const struct net_frame_info *info,
+			   uint64_t now_ms);
 
 /*
  * Builds the TCP reset (RST|ACK) answering the SYN in frame/info, as if sent by its

@@ -310,6 +310,23 @@ static void test_flow_cap_refuses_and_recovers(void)
 	len = build_ip_frame(frame, NET_IP_PROTO_TCP, NET_GATEWAY_ADDR, 80, NET_TCP_SYN, 0);
 	put16(sport, TEST_GUEST_PORT + 2);
 	CHECK_INT_EQ(judge(&policy, state, frame, len, TEST_NOW_MS), NET_VERDICT_PASS);
+	/* a retransmitted SYN is the same connection, not a new one */
+	put16(sport, TEST_GUEST_PORT + 2);
+	CHECK_INT_EQ(judge(&policy, state, frame, len, TEST_NOW_MS), NET_VERDICT_PASS);
+	/* a reset from the remote end closes the flow it answers */
+	{
+		struct net_frame_info syn, rst_info;
+		uint8_t rst[NET_RST_FRAME_LEN];
+
+		net_frame_parse(frame, len, &syn);
+		CHECK_INT_EQ(net_build_tcp_rst(frame, &syn, rst, sizeof(rst)), NET_RST_FRAME_LEN);
+		net_frame_parse(rst, sizeof(rst), &rst_info);
+		CHECK_INT_EQ(state->active_flows, 2);
+		net_policy_observe_rx(state, &rst_info, TEST_NOW_MS);
+		CHECK_INT_EQ(state->active_flows, 1);
+		put16(sport, TEST_GUEST_PORT + 4);
+		CHECK_INT_EQ(judge(&policy, state, frame, len, TEST_NOW_MS), NET_VERDICT_PASS);
+	}
 	/* idle flows expire */
 	put16(sport, TEST_GUEST_PORT + 3);
 	CHECK_INT_EQ(judge(&policy, state, frame, len, TEST_NOW_MS), NET_VERDICT_DENY_FLOWS);
