@@ -10,6 +10,8 @@
  * guest posts more (TCP retransmits anything beyond that). A refused TCP connect is answered
  * at once with an injected reset, so the guest sees "connection refused" instead of a
  * timeout; a refused datagram is dropped. Both are counted and logged at debug level.
+ * Interrupts are owed, not raised, while a pass runs: each queue is signalled once at its end
+ * (and only if the driver asks, with EVENT_IDX), so a burst costs the guest one interrupt.
  *
  * DNS: slirp forwards 10.0.2.3:53 to the host's resolvers. When the config names a server
  * instead, the device rewrites queries to it (a loopback server is reached through the
@@ -93,6 +95,9 @@ struct net_device {
 	struct virtqueue *tx;
 	struct virtqueue_chain chain; /* worker-only scratch (large: not on its stack) */
 	struct net_device_stats stats;
+	/* used buffers not yet signalled: one interrupt per queue per worker pass */
+	bool rx_signal_due;
+	bool tx_signal_due;
 	struct net_config cfg;
 	uint8_t mac[NET_ETH_ADDR_LEN];
 	uint32_t dns_gateway_addr; /* where rewritten DNS queries go in the virtual network */
@@ -151,6 +156,7 @@ static bool net_deliver_locked(struct net_device *dev, const uint8_t *frame, siz
 		dev->stats.rx_dropped++;
 		if (virtqueue_push(dev->rx, dev->chain.head, 0) < 0)
 			virtio_mmio_mark_broken(dev->transport);
+		dev->rx_signal_due = true;
 		return true;
 	}
 	header[NET_VIRTIO_NUM_BUFFERS_OFFSET] = 1;
@@ -161,20 +167,30 @@ static bool net_deliver_locked(struct net_device *dev, const uint8_t *frame, siz
 		return true;
 	}
 	dev->stats.rx_frames++;
+	dev->rx_signal_due = true;
 	return true;
 }
 
-static void net_signal_rx_locked(struct net_device *dev)
+/* Raises the interrupts a worker pass owes the guest, if the driver wants them. */
+static void net_signal_queues(struct net_device *dev)
 {
-	if (dev->rx && !dev->rx->broken && virtqueue_should_signal(dev->rx))
+	bool signal = false;
+
+	pthread_mutex_lock(&dev->lock);
+	if (dev->rx_signal_due && dev->rx && !dev->rx->broken)
+		signal = virtqueue_should_signal(dev->rx);
+	if (dev->tx_signal_due && dev->tx && !dev->tx->broken)
+		signal = virtqueue_should_signal(dev->tx) || signal;
+	dev->rx_signal_due = false;
+	dev->tx_signal_due = false;
+	if (signal)
 		virtio_mmio_signal_used(dev->transport);
+	pthread_mutex_unlock(&dev->lock);
 }
 
 /* Delivers the frames kept while the guest had no buffers, oldest first. */
 static void net_flush_pending(struct net_device *dev)
 {
-	bool delivered = false;
-
 	pthread_mutex_lock(&dev->lock);
 	while (dev->pending_count) {
 		struct net_pending_frame *frame = &dev->pending[dev->pending_head];
@@ -183,10 +199,7 @@ static void net_flush_pending(struct net_device *dev)
 			break;
 		dev->pending_head = (dev->pending_head + 1) % NET_RX_PENDING_MAX;
 		dev->pending_count--;
-		delivered = true;
 	}
-	if (delivered)
-		net_signal_rx_locked(dev);
 	pthread_mutex_unlock(&dev->lock);
 }
 
@@ -202,10 +215,8 @@ static void net_receive(struct net_device *dev, const uint8_t *frame, size_t len
 		return;
 	}
 	pthread_mutex_lock(&dev->lock);
-	if (!dev->pending_count && net_deliver_locked(dev, frame, len)) {
+	if (!dev->pending_count && net_deliver_locked(dev, frame, len))
 		delivered = true;
-		net_signal_rx_locked(dev);
-	}
 	if (!delivered && dev->pending_count < NET_RX_PENDING_MAX) {
 		unsigned int tail = (dev->pending_head + dev->pending_count) % NET_RX_PENDING_MAX;
 
@@ -310,8 +321,8 @@ static long net_pop_tx(struct net_device *dev)
 		}
 		if (virtqueue_push(dev->tx, dev->chain.head, 0) < 0)
 			rc = -EIO;
-		else if (virtqueue_should_signal(dev->tx))
-			virtio_mmio_signal_used(dev->transport);
+		else
+			dev->tx_signal_due = true;
 	}
 	if (rc < 0)
 		virtio_mmio_mark_broken(dev->transport);
@@ -509,6 +520,7 @@ static void *net_worker_main(void *opaque)
 		net_fire_timers(dev);
 		net_serve_tx(dev);
 		net_flush_pending(dev);
+		net_signal_queues(dev);
 	}
 	return NULL;
 }
@@ -582,7 +594,8 @@ static void net_reset(void *opaque)
 
 static const struct virtio_device_ops net_virtio_ops = {
 	.device_id = VIRTIO_ID_NET,
-	.features = (1ull << VIRTIO_F_VERSION_1) | (1ull << VIRTIO_NET_F_MAC),
+	.features = (1ull << VIRTIO_F_VERSION_1) | (1ull << VIRTIO_NET_F_MAC) |
+		    (1ull << VIRTIO_RING_F_INDIRECT_DESC) | (1ull << VIRTIO_RING_F_EVENT_IDX),
 	.queue_count = NET_QUEUE_COUNT,
 	.queue_num_max = NET_QUEUE_NUM_MAX,
 	.config_size = NET_CONFIG_SIZE,

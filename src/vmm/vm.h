@@ -43,6 +43,8 @@ enum vm_exit_reason {
 	VM_EXIT_GUEST_TRIPLE_FAULT, /* the CPU could not deliver an exception: a guest crash */
 };
 
+struct net_config; /* src/devices/net.h */
+
 struct vm_config {
 	const char *kernel_path;    /* bzImage */
 	const char *initramfs_path; /* NULL: none */
@@ -82,7 +84,6 @@ struct vm_config {
 };
 
 struct vm;
-struct net_config;
 
 struct vm_virtio_mmio_slot {
 	uint64_t base;
