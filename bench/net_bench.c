@@ -229,8 +229,9 @@ static int nb_collect(unsigned int requests, unsigned int mib, struct nb_result 
 }
 
 /*
- * The commands both guests run: the small fetches (one wget, many URLs), then the upload (an HTTP request written
- * by hand into busybox nc: Debian's busybox 1.35 wget --post-file sends no body).
+ * The commands both guests run: the small fetches (one wget, many URLs), then the upload (an
+ * HTTP request written by hand into busybox nc: Debian's busybox 1.35 wget --post-file sends
+ * no body).
  */
 static void nb_guest_commands(char *out, size_t len, unsigned int requests, unsigned int mib)
 {

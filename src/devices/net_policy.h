@@ -27,7 +27,8 @@
 #include <stdint.h>
 
 /* The virtual network slirp presents, host byte order. */
-#define NET_ADDR(a, b, c, d) (((uint32_t)(a) << 24) | ((uint32_t)(b) << 16) | ((uint32_t)(c) << 8) | (uint32_t)(d))
+#define NET_ADDR(a, b, c, d)                                                             \
+	(((uint32_t)(a) << 24) | ((uint32_t)(b) << 16) | ((uint32_t)(c) << 8) | (uint32_t)(d))
 #define NET_VIRTUAL_NETWORK NET_ADDR(10, 0, 2, 0)
 #define NET_VIRTUAL_PREFIX 24
 #define NET_GATEWAY_ADDR NET_ADDR(10, 0, 2, 2)
