@@ -101,7 +101,7 @@ static bool nb_send_all(int fd, const char *data, size_t len)
 /* Reads an upload's body of length bytes, some of which (already) came with the headers. */
 static void nb_read_upload(int fd, size_t already, uint64_t length)
 {
-	static __thread char chunk[NB_CHUNK];
+	static char chunk[NB_CHUNK];
 	uint64_t got_total = already;
 	uint64_t first = nb_now_ns();
 
@@ -164,20 +164,16 @@ out:
 	return NULL;
 }
 
+/* One connection at a time: each guest fetches and uploads one after another. */
 static void *nb_server(void *opaque)
 {
 	int listen_fd = (int)(intptr_t)opaque;
 
 	for (;;) {
 		int fd = accept4(listen_fd, NULL, NULL, SOCK_CLOEXEC);
-		pthread_t thread;
 
-		if (fd < 0)
-			continue;
-		if (pthread_create(&thread, NULL, nb_connection, (void *)(intptr_t)fd) != 0)
-			close(fd);
-		else
-			pthread_detach(thread);
+		if (fd >= 0)
+			nb_connection((void *)(intptr_t)fd);
 	}
 	return NULL;
 }
