@@ -4,8 +4,9 @@
  * little-endian length, clamped to what is left), judged in order against one policy with an
  * allow list, a small flow cap and a small rate cap, on a clock that advances by the first
  * byte of each frame, so the flow table and rate window go through refusals, expiries and
- * reuse. Every TCP frame also gets its reset built and every UDP frame both rewrites, on a
- * copy sized to the frame so ASan catches any access past it.
+ * reuse; each frame is also observed as if sent to the guest (a reset frees its flow). Every
+ * TCP frame also gets its reset built and every UDP frame both rewrites, on a copy sized to
+ * the frame so ASan catches any access past it.
  */
 #include <stdint.h>
 #include <stdlib.h>
@@ -61,6 +62,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		if ((unsigned int)net_policy_judge(&policy, &fuzz_state, &info, now_ms, NULL) >=
 		    NET_VERDICT_COUNT)
 			abort();
+		/* the same bytes as a frame to the guest: a reset closes the flow it answers */
+		net_policy_observe_rx(&fuzz_state, &info, now_ms);
 		if (fuzz_state.active_flows > FUZZ_MAX_FLOWS)
 			abort();
 		if (info.kind == NET_FRAME_TCP &&
