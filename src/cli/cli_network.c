@@ -127,15 +127,16 @@ int cli_network_finish(struct cli_network *net, const char *command,
 
 void cli_network_usage(FILE *out)
 {
-	fputs("  --network          give the guest user-mode networking (eth0 10.0.2.15; the host's\n"
-	      "                     127.0.0.1 is 10.0.2.2, DNS 10.0.2.3); off by default\n"
-	      "  --publish H:G      forward the host's 127.0.0.1:H to the guest's TCP port G\n"
-	      "  --allow CIDR       allow only these destinations (repeatable); 10.0.2.2 counts\n"
-	      "                     as 127.0.0.1\n"
-	      "  --deny CIDR        refuse these destinations too (169.254.0.0/16 always is)\n"
-	      "  --dns-server A:P   answer the guest's DNS from this server instead of the host's\n"
-	      "  --no-dns           no DNS forwarding at 10.0.2.3\n"
-	      "  --max-flows N      cap on concurrent connections and UDP flows (default 256)\n"
-	      "  --max-conn-rate N  cap on new connections per second (default 64)\n",
-	      out);
+	fprintf(out,
+		"  --network          give the guest user-mode networking (eth0 10.0.2.15; the host's\n"
+		"                     127.0.0.1 is 10.0.2.2, DNS 10.0.2.3); off by default\n"
+		"  --publish H:G      forward the host's 127.0.0.1:H to the guest's TCP port G\n"
+		"  --allow CIDR       allow only these destinations (repeatable); 10.0.2.2 counts\n"
+		"                     as 127.0.0.1\n"
+		"  --deny CIDR        refuse these destinations too (169.254.0.0/16 always is)\n"
+		"  --dns-server A:P   answer the guest's DNS from this server instead of the host's\n"
+		"  --no-dns           no DNS forwarding at 10.0.2.3\n"
+		"  --max-flows N      cap on concurrent connections and UDP flows (default %u)\n"
+		"  --max-conn-rate N  cap on new connections per second (default %u)\n",
+		NET_DEFAULT_MAX_FLOWS, NET_DEFAULT_MAX_NEW_PER_SEC);
 }
