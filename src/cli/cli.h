@@ -6,9 +6,13 @@
 #ifndef VOIDBOX_CLI_CLI_H
 #define VOIDBOX_CLI_CLI_H
 
+#include <getopt.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stddef.h>
+#include <stdio.h>
+
+#include "devices/net.h"
 
 enum cli_output_format {
 	CLI_OUTPUT_HUMAN,
@@ -119,6 +123,50 @@ int cli_add_disk(const char *command, char *arg, struct vm_disk *disks,
 /* -1 after printing why when --disk and --snapshot were both given, else 0. */
 int cli_check_disks_fit_snapshot(const char *command, const char *snapshot_ref,
 				 const struct sandbox_config *cfg);
+
+/*
+ * The networking flags of exec, shell, fork and snapshot create (cli_network.c). Their option
+ * ids are above every command's own, so a command's getopt switch passes them on unchanged.
+ */
+enum cli_network_option_id {
+	CLI_NETWORK_OPT_FIRST = 3000,
+	CLI_NETWORK_OPT_NETWORK = CLI_NETWORK_OPT_FIRST,
+	CLI_NETWORK_OPT_PUBLISH,
+	CLI_NETWORK_OPT_ALLOW,
+	CLI_NETWORK_OPT_DENY,
+	CLI_NETWORK_OPT_DNS_SERVER,
+	CLI_NETWORK_OPT_NO_DNS,
+	CLI_NETWORK_OPT_MAX_FLOWS,
+	CLI_NETWORK_OPT_MAX_CONN_RATE,
+	CLI_NETWORK_OPT_LAST = CLI_NETWORK_OPT_MAX_CONN_RATE,
+};
+
+#define CLI_NETWORK_LONG_OPTIONS                                                        \
+	{ "network", no_argument, NULL, CLI_NETWORK_OPT_NETWORK },                       \
+	{ "publish", required_argument, NULL, CLI_NETWORK_OPT_PUBLISH },                 \
+	{ "allow", required_argument, NULL, CLI_NETWORK_OPT_ALLOW },                     \
+	{ "deny", required_argument, NULL, CLI_NETWORK_OPT_DENY },                       \
+	{ "dns-server", required_argument, NULL, CLI_NETWORK_OPT_DNS_SERVER },           \
+	{ "no-dns", no_argument, NULL, CLI_NETWORK_OPT_NO_DNS },                         \
+	{ "max-flows", required_argument, NULL, CLI_NETWORK_OPT_MAX_FLOWS },             \
+	{ "max-conn-rate", required_argument, NULL, CLI_NETWORK_OPT_MAX_CONN_RATE },
+
+/* Zeroed is ready: the first network flag fills in the defaults. */
+struct cli_network {
+	bool initialized;
+	bool enabled;	  /* --network */
+	bool policy_flag; /* any other network flag */
+	struct net_config config;
+};
+
+void cli_network_init(struct cli_network *net);
+/* 1: option was a network flag and is recorded; 0: not a network flag; -1: bad (printed). */
+int cli_network_option(struct cli_network *net, const char *command, int option,
+		       const char *arg);
+/* Points cfg->network at net's config when --network was given; -1 (printed) on misuse. */
+int cli_network_finish(struct cli_network *net, const char *command,
+		       struct sandbox_config *cfg);
+void cli_network_usage(FILE *out);
 
 /* True when argv[i] is -h or --help: every subcommand honours it. */
 bool cli_wants_help(int argc, char **argv);

@@ -56,6 +56,7 @@ static const struct option cli_exec_options[] = {
 	{ "boot-timeout", required_argument, NULL, CLI_EXEC_OPT_BOOT_TIMEOUT },
 	{ "snapshot", required_argument, NULL, CLI_EXEC_OPT_SNAPSHOT },
 	{ "disk", required_argument, NULL, CLI_EXEC_OPT_DISK },
+	CLI_NETWORK_LONG_OPTIONS
 	{ "help", no_argument, NULL, CLI_EXEC_OPT_HELP },
 	{ NULL, 0, NULL, 0 },
 };
@@ -66,6 +67,7 @@ struct cli_exec_args {
 	size_t env_capacity;
 	const char *snapshot; /* --snapshot; NULL: cold boot */
 	struct vm_disk disks[VM_MAX_DISKS]; /* --disk */
+	struct cli_network network;
 };
 
 static void cli_exec_usage(FILE *out)
@@ -75,6 +77,7 @@ static void cli_exec_usage(FILE *out)
 		"                    [--kernel PATH] [--initramfs PATH] [--workdir DIR]\n"
 		"                    [--serial-log PATH] [--boot-timeout S] [--snapshot ID]\n"
 		"                    [--disk PATH[:ro]]...\n"
+		"                    [--network [--publish H:G] [--allow CIDR] [--deny CIDR]...]\n"
 		"                    -- PROGRAM [ARGS...]\n\n"
 		"Boots a micro-VM, runs PROGRAM in it as the sandbox user and exits with its exit\n"
 		"code. stdout and stderr stream live; piped stdin is delivered to the program.\n\n"
@@ -92,6 +95,7 @@ static void cli_exec_usage(FILE *out)
 		"  --disk PATH[:ro]   attach a host file as /dev/vda, /dev/vdb... (repeatable; :ro\n"
 		"                     read-only); the sandbox user may read and write it\n",
 		SANDBOX_DEFAULT_MEMORY_MB, SANDBOX_DEFAULT_VCPUS);
+	cli_network_usage(out);
 }
 
 
@@ -135,6 +139,12 @@ static int cli_exec_parse(int argc, char **argv, struct cli_exec_args *args)
 	optind = 1;
 	opterr = 1;
 	while ((option = getopt_long(argc, argv, "+", cli_exec_options, NULL)) != -1) {
+		int network_rc = cli_network_option(&args->network, "exec", option, optarg);
+
+		if (network_rc < 0)
+			return CLI_EXIT_USAGE;
+		if (network_rc > 0)
+			continue;
 		switch (option) {
 		case CLI_EXEC_OPT_MEMORY:
 			if (!cli_parse_number("exec", "--memory", optarg, 1, VM_MAX_MEMORY_MB,
@@ -190,7 +200,8 @@ static int cli_exec_parse(int argc, char **argv, struct cli_exec_args *args)
 			return CLI_EXIT_USAGE;
 		}
 	}
-	if (cli_check_disks_fit_snapshot("exec", args->snapshot, &args->sandbox) < 0)
+	if (cli_check_disks_fit_snapshot("exec", args->snapshot, &args->sandbox) < 0 ||
+	    cli_network_finish(&args->network, "exec", &args->sandbox) < 0)
 		return CLI_EXIT_USAGE;
 	if (optind >= argc) {
 		fprintf(stderr, "voidbox exec: no program given: voidbox exec [OPTIONS] -- PROGRAM [ARGS...]\n");

@@ -52,6 +52,7 @@ static const struct option cli_fork_options[] = {
 	{ "vcpus", required_argument, NULL, CLI_FORK_OPT_VCPUS },
 	{ "warmup", required_argument, NULL, CLI_FORK_OPT_WARMUP },
 	{ "timeout", required_argument, NULL, CLI_FORK_OPT_TIMEOUT },
+	CLI_NETWORK_LONG_OPTIONS
 	{ "help", no_argument, NULL, CLI_FORK_OPT_HELP },
 	{ NULL, 0, NULL, 0 },
 };
@@ -64,6 +65,7 @@ struct cli_fork_args {
 	unsigned int timeout_secs;
 	char **program;
 	int program_argc;
+	struct cli_network network;
 };
 
 /* One run of PROGRAM in one member of the family. */
@@ -83,16 +85,19 @@ static void cli_fork_usage(FILE *out)
 {
 	fprintf(out,
 		"usage: voidbox fork --children N [--snapshot ID | --kernel K --initramfs I --memory MB --vcpus V]\n"
-		"                    [--warmup 'SHELL COMMAND'] [--timeout S] -- PROGRAM [ARGS...]\n\n"
+		"                    [--warmup 'SHELL COMMAND'] [--timeout S] [--network ...] -- PROGRAM [ARGS...]\n\n"
 		"Boots a parent VM (or restores it from --snapshot), runs the warm-up command in it,\n"
 		"forks it into N live copy-on-write children, then runs PROGRAM in the parent and in\n"
 		"every child at once with %s=0 (parent) or 1..N (children), prints each one's\n"
-		"output and exit code, and stops them all. Exits 0 when every run exits 0.\n\n"
+		"output and exit code, and stops them all. Exits 0 when every run exits 0.\n"
+		"With --network every child gets its own network stack with the parent's policy\n"
+		"(published ports stay with the parent).\n\n"
 		"  --children N     children to fork (1..%u)\n"
 		"  --snapshot ID    restore the parent from a snapshot (id prefix or directory)\n"
 		"  --warmup CMD     run `sh -c CMD` in the parent before forking (must exit 0)\n"
 		"  --timeout S      kill each PROGRAM after S seconds\n",
 		CLI_FORK_INDEX_ENV, CLI_FORK_MAX_CHILDREN);
+	cli_network_usage(out);
 }
 
 
@@ -140,10 +145,17 @@ static int cli_fork_parse(int argc, char **argv, struct cli_fork_args *a)
 	optind = 1;
 	opterr = 1;
 	while ((option = getopt_long(argc, argv, "+", cli_fork_options, NULL)) != -1) {
+		rc = cli_network_option(&a->network, "fork", option, optarg);
+		if (rc < 0)
+			return CLI_EXIT_USAGE;
+		if (rc > 0)
+			continue;
 		rc = cli_fork_parse_option(option, a);
 		if (rc != 0)
 			return rc;
 	}
+	if (cli_network_finish(&a->network, "fork", &a->sandbox) < 0)
+		return CLI_EXIT_USAGE;
 	if (!a->children) {
 		fprintf(stderr, "voidbox fork: say how many children: --children N\n");
 		return CLI_EXIT_USAGE;

@@ -60,6 +60,7 @@ static const struct option cli_shell_options[] = {
 	{ "initramfs", required_argument, NULL, CLI_SHELL_OPT_INITRAMFS },
 	{ "snapshot", required_argument, NULL, CLI_SHELL_OPT_SNAPSHOT },
 	{ "disk", required_argument, NULL, CLI_SHELL_OPT_DISK },
+	CLI_NETWORK_LONG_OPTIONS
 	{ "help", no_argument, NULL, CLI_SHELL_OPT_HELP },
 	{ NULL, 0, NULL, 0 },
 };
@@ -76,6 +77,7 @@ struct cli_shell_session {
 	struct termios saved;
 	const char *snapshot; /* --snapshot; NULL: cold boot */
 	struct vm_disk disks[VM_MAX_DISKS]; /* --disk */
+	struct cli_network network;
 };
 
 /* SIGWINCH's self-pipe: the handler may only write(). */
@@ -86,13 +88,15 @@ static void cli_shell_usage(FILE *out)
 	fprintf(out,
 		"usage: voidbox shell [--program P] [--memory MB] [--vcpus N] [--env K=V]...\n"
 		"                     [--workdir DIR (default: the sandbox user's home)] [--kernel PATH] [--initramfs PATH] [--snapshot ID]\n"
-		"                     [--disk PATH[:ro]]... [-- ARGS...]\n\n"
+		"                     [--disk PATH[:ro]]... [-- ARGS...]\n"
+		"                     [--network [--publish H:G] [--allow CIDR] [--deny CIDR]...]\n\n"
 		"Boots a micro-VM and opens an interactive terminal running P (default %s) in it;\n"
 		"exits with P's exit code. The VM console and voidbox's own log go to files.\n"
 		"--snapshot ID restores the VM from a snapshot (id prefix, else a snapshot directory)\n"
 		"instead of booting it; one that is not found warns and cold-boots.\n"
 		"--disk PATH[:ro] attaches a host file as /dev/vda, /dev/vdb... (repeatable).\n",
 		SHELL_DEFAULT_PROGRAM);
+	cli_network_usage(out);
 }
 
 
@@ -122,6 +126,12 @@ static int cli_shell_parse(int argc, char **argv, struct cli_shell_session *s)
 	s->open.interactive = true;
 	optind = 1;
 	while ((option = getopt_long(argc, argv, "+", cli_shell_options, NULL)) != -1) {
+		int network_rc = cli_network_option(&s->network, "shell", option, optarg);
+
+		if (network_rc < 0)
+			return CLI_EXIT_USAGE;
+		if (network_rc > 0)
+			continue;
 		switch (option) {
 		case CLI_SHELL_OPT_PROGRAM:
 			s->open.program = optarg;
@@ -163,7 +173,8 @@ static int cli_shell_parse(int argc, char **argv, struct cli_shell_session *s)
 			return CLI_EXIT_USAGE;
 		}
 	}
-	if (cli_check_disks_fit_snapshot("shell", s->snapshot, &s->sandbox) < 0)
+	if (cli_check_disks_fit_snapshot("shell", s->snapshot, &s->sandbox) < 0 ||
+	    cli_network_finish(&s->network, "shell", &s->sandbox) < 0)
 		return CLI_EXIT_USAGE;
 	s->open.args = argv + optind;
 	s->open.args_count = (size_t)(argc - optind);

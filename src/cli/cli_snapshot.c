@@ -28,6 +28,8 @@
 #include "store/snapshot_store.h"
 #include "vmm/device.h"
 
+/* The network device kind: in a config hash only when the VM is networked. */
+#define CLI_SNAPSHOT_NET_DEVICE "net"
 #define CLI_SNAPSHOT_ERROR_MAX 1024
 #define CLI_SNAPSHOT_DEFAULT_PROGRAM "true"
 #define CLI_SNAPSHOT_BYTES_PER_MIB (1024.0 * 1024.0)
@@ -37,12 +39,15 @@
 #define CLI_SNAPSHOT_SHIFT_GIB 30
 
 /* The device kinds a sandbox's VM may have (the VMM's registry), part of the config hash. */
-static size_t cli_snapshot_device_names(const char *names[VM_MAX_DEVICES])
+/* The device kinds the VM will have: the network device only when it is networked. */
+static size_t cli_snapshot_device_names(const char *names[VM_MAX_DEVICES], bool network)
 {
 	size_t count = 0;
 
-	for (size_t i = 0; vm_device_types[i] && count < VM_MAX_DEVICES; i++)
-		names[count++] = vm_device_types[i]->name;
+	for (size_t i = 0; vm_device_types[i] && count < VM_MAX_DEVICES; i++) {
+		if (network || strcmp(vm_device_types[i]->name, CLI_SNAPSHOT_NET_DEVICE) != 0)
+			names[count++] = vm_device_types[i]->name;
+	}
 	return count;
 }
 
@@ -66,6 +71,7 @@ static const struct option cli_snapshot_create_options[] = {
 	{ "vcpus", required_argument, NULL, CLI_SNAPSHOT_OPT_VCPUS },
 	{ "diff", no_argument, NULL, CLI_SNAPSHOT_OPT_DIFF },
 	{ "from", required_argument, NULL, CLI_SNAPSHOT_OPT_FROM },
+	CLI_NETWORK_LONG_OPTIONS
 	{ "help", no_argument, NULL, CLI_SNAPSHOT_OPT_HELP },
 	{ NULL, 0, NULL, 0 },
 };
@@ -86,13 +92,15 @@ struct cli_snapshot_create {
 	const char *from;
 	char **program; /* NULL: CLI_SNAPSHOT_DEFAULT_PROGRAM */
 	int program_argc;
+	struct cli_network network;
+	struct sandbox_config network_cfg; /* only .network: what --network asked for */
 };
 
 static void cli_snapshot_usage(FILE *out)
 {
 	fprintf(out,
 		"usage: voidbox snapshot create [--spec FILE | --kernel K --initramfs I --memory MB --vcpus N]\n"
-		"                               [--diff --from BASE] [-- PROGRAM [ARGS...]]\n"
+		"                               [--diff --from BASE] [--network ...] [-- PROGRAM [ARGS...]]\n"
 		"       voidbox snapshot list\n"
 		"       voidbox snapshot inspect ID\n"
 		"       voidbox snapshot delete PREFIX\n"
@@ -108,7 +116,10 @@ static void cli_snapshot_usage(FILE *out)
 		"evict    deletes least recently used snapshots until the store holds at most N bytes\n"
 		"         (suffixes K, M, G)\n\n"
 		"Use one with `voidbox exec --snapshot ID`, `voidbox shell --snapshot ID`,\n"
-		"`voidbox fork --snapshot ID` or `sandbox.snapshot` in a spec.\n");
+		"`voidbox fork --snapshot ID` or `sandbox.snapshot` in a spec.\n\n"
+		"create takes the networking flags of exec (the network's policy is saved with the\n"
+		"snapshot and every restore keeps it):\n");
+	cli_network_usage(out);
 }
 
 
@@ -149,6 +160,10 @@ int cli_sandbox_start(const char *command, const char *snapshot_ref,
 
 	if (info.fell_back_to_cold_boot)
 		fprintf(stderr, "voidbox %s: warning: %s\n", command, info.warning);
+	if (rc == 0 && info.restored && cfg->network)
+		fprintf(stderr, "voidbox %s: warning: a restored VM keeps the network of its "
+			"snapshot (none, or the policy it was taken with): --network and its flags "
+			"are ignored; give them to `voidbox snapshot create`\n", command);
 	return rc;
 }
 
@@ -161,6 +176,12 @@ static int cli_snapshot_create_parse(int argc, char **argv, struct cli_snapshot_
 	optind = 1;
 	opterr = 1;
 	while ((option = getopt_long(argc, argv, "+", cli_snapshot_create_options, NULL)) != -1) {
+		int network_rc = cli_network_option(&c->network, "snapshot create", option, optarg);
+
+		if (network_rc < 0)
+			return CLI_EXIT_USAGE;
+		if (network_rc > 0)
+			continue;
 		switch (option) {
 		case CLI_SNAPSHOT_OPT_SPEC:
 			c->spec_path = optarg;
@@ -194,6 +215,12 @@ static int cli_snapshot_create_parse(int argc, char **argv, struct cli_snapshot_
 			fprintf(stderr, "(see voidbox snapshot --help)\n");
 			return CLI_EXIT_USAGE;
 		}
+	}
+	if (cli_network_finish(&c->network, "snapshot create", &c->network_cfg) < 0)
+		return CLI_EXIT_USAGE;
+	if (c->diff && c->network_cfg.network) {
+		fprintf(stderr, "voidbox snapshot create: a diff keeps its base's network; drop --network\n");
+		return CLI_EXIT_USAGE;
 	}
 	if (c->diff != (c->from != NULL)) {
 		fprintf(stderr, "voidbox snapshot create: --diff and --from BASE go together\n");
@@ -233,6 +260,12 @@ static int cli_snapshot_apply_spec(struct cli_snapshot_create *c, struct spec **
 		c->memory_mb = (*spec)->sandbox.memory_mb;
 	if (!c->vcpus)
 		c->vcpus = (*spec)->sandbox.vcpus;
+	if ((*spec)->sandbox.network && !c->network_cfg.network) {
+		fprintf(stderr, "voidbox snapshot create: %s asks for sandbox.network: give "
+			"--network and its flags too (the spec's network fields are not read here)\n",
+			c->spec_path);
+		return -EINVAL;
+	}
 	return 0;
 }
 
@@ -327,7 +360,8 @@ static int cli_snapshot_create_in_store(const struct cli_globals *globals,
 	struct sandbox_config cfg = { .kernel_path = config->kernel_path,
 				      .initramfs_path = config->initramfs_path,
 				      .memory_mb = config->memory_mb, .vcpus = config->vcpus,
-				      .host = cli_host_settings() };
+				      .host = cli_host_settings(),
+				      .network = c->network_cfg.network };
 	struct vm_snapshot_options opts = {
 		.type = c->diff ? VM_SNAPSHOT_DIFF : VM_SNAPSHOT_BASE,
 		.parent_dir = c->diff ? base->path : NULL,
@@ -369,7 +403,7 @@ static int cli_snapshot_create(const struct cli_globals *globals, int argc, char
 	struct cli_snapshot_create c = { 0 };
 	const char *device_names[VM_MAX_DEVICES];
 	struct snapshot_store_config config = {
-		.devices = device_names, .device_count = cli_snapshot_device_names(device_names),
+		.devices = device_names,
 	};
 	struct snapshot_store_entry base = { 0 };
 	struct guest_image_paths image;
@@ -380,6 +414,7 @@ static int cli_snapshot_create(const struct cli_globals *globals, int argc, char
 
 	if (rc != 0)
 		return rc < 0 ? CLI_EXIT_OK : rc;
+	config.device_count = cli_snapshot_device_names(device_names, c.network_cfg.network);
 	if (c.spec_path && cli_snapshot_apply_spec(&c, &spec) < 0)
 		return CLI_EXIT_FAILURE;
 	if (c.diff) {

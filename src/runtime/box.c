@@ -97,6 +97,8 @@ void box_config_from_spec(struct box_config *cfg, const struct spec *spec,
 	cfg->vcpus = spec->sandbox.vcpus;
 	cfg->env = &spec->sandbox.env;
 	cfg->snapshot = spec->sandbox.snapshot;
+	cfg->network = spec->sandbox.network;
+	cfg->network_spec = &spec->sandbox;
 	if (box && box->has_sandbox) {
 		struct spec_box_resources resources;
 
@@ -104,6 +106,7 @@ void box_config_from_spec(struct box_config *cfg, const struct spec *spec,
 		cfg->memory_mb = resources.memory_mb;
 		cfg->vcpus = resources.vcpus;
 		cfg->snapshot = resources.snapshot;
+		cfg->network = resources.network;
 		cfg->env_override = &box->sandbox.env;
 	}
 }

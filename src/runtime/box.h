@@ -87,6 +87,12 @@ struct box_config {
 	 * NULL: cold boot. One that resolves to nothing warns and cold-boots (docs/snapshots.md).
 	 */
 	const char *snapshot;
+	/*
+	 * User-mode networking (sandbox.network) and its shape (ports, allow and deny lists, DNS
+	 * server) from the spec's sandbox section, borrowed; NULL with network false.
+	 */
+	bool network;
+	const struct spec_sandbox *network_spec;
 };
 
 /* Called for each piece of output in arrival order (mock: once per stream). */

@@ -16,6 +16,7 @@
 #include "common/clock.h"
 #include "common/log.h"
 #include "runtime/box_internal.h"
+#include "devices/net.h"
 #include "sandbox/sandbox.h"
 
 #define LOCAL_FILE_TIMEOUT_MS CONTROL_CHANNEL_TIMEOUT_DEFAULT
@@ -189,8 +190,62 @@ static int local_start(struct box *box, const struct box_config *cfg,
 	return rc;
 }
 
+static int local_network_cidrs(char *const *items, size_t count, const char *field,
+			       struct net_policy *policy, bool allow, char *err, size_t errlen)
+{
+	for (size_t i = 0; i < count; i++) {
+		struct net_cidr cidr;
+
+		if (net_cidr_parse(items[i], &cidr) < 0) {
+			snprintf(err, errlen, "sandbox.%s: '%s' is not an IPv4 CIDR such as "
+				 "127.0.0.1/32", field, items[i]);
+			return -EINVAL;
+		}
+		if ((allow ? net_policy_add_allow(policy, &cidr)
+			   : net_policy_add_deny(policy, &cidr)) < 0) {
+			snprintf(err, errlen, "sandbox.%s: at most %d entries", field, NET_MAX_CIDRS);
+			return -EINVAL;
+		}
+	}
+	return 0;
+}
+
+/* The spec's network (sandbox.network and its fields) as the device's config. */
+static int local_network_config(const struct spec_sandbox *spec, struct net_config *out,
+				char *err, size_t errlen)
+{
+	memset(out, 0, sizeof(*out));
+	net_policy_init_default(&out->policy);
+	if (local_network_cidrs(spec->network_allow, spec->network_allow_count, "network_allow",
+				&out->policy, true, err, errlen) < 0 ||
+	    local_network_cidrs(spec->network_deny, spec->network_deny_count, "network_deny",
+				&out->policy, false, err, errlen) < 0)
+		return -EINVAL;
+	if (spec->port_count > NET_MAX_PUBLISH) {
+		snprintf(err, errlen, "sandbox.ports: at most %d ports", NET_MAX_PUBLISH);
+		return -EINVAL;
+	}
+	for (size_t i = 0; i < spec->port_count; i++) {
+		if (net_publish_parse(spec->ports[i], &out->publish[i]) < 0) {
+			snprintf(err, errlen, "sandbox.ports: '%s' is not HOST_PORT:GUEST_PORT",
+				 spec->ports[i]);
+			return -EINVAL;
+		}
+	}
+	out->publish_count = (unsigned int)spec->port_count;
+	if (spec->dns_server &&
+	    net_dns_server_parse(spec->dns_server, &out->dns_server_addr,
+				 &out->dns_server_port) < 0) {
+		snprintf(err, errlen, "sandbox.dns_server: '%s' is not ADDR:PORT such as "
+			 "127.0.0.1:5353", spec->dns_server);
+		return -EINVAL;
+	}
+	return 0;
+}
+
 int box_local_open(struct box *box, const struct box_config *cfg, char *err, size_t errlen)
 {
+	struct net_config network;
 	struct sandbox_config sandbox_cfg = {
 		.kernel_path = box->kernel,
 		.initramfs_path = box->initramfs[0] ? box->initramfs : NULL,
@@ -206,6 +261,14 @@ int box_local_open(struct box *box, const struct box_config *cfg, char *err, siz
 	if (!local) {
 		snprintf(err, errlen, "out of memory opening a sandbox");
 		return -ENOMEM;
+	}
+	if (cfg->network && cfg->network_spec) {
+		rc = local_network_config(cfg->network_spec, &network, err, errlen);
+		if (rc < 0) {
+			free(local);
+			return rc;
+		}
+		sandbox_cfg.network = &network;
 	}
 	rc = local_start(box, cfg, &sandbox_cfg, &local->sandbox, err, errlen);
 	if (rc < 0) {

@@ -119,6 +119,10 @@ void spec_free(struct spec *spec)
 	free(spec->sandbox.image);
 	free(spec->sandbox.guest_image);
 	free(spec->sandbox.snapshot);
+	spec_strv_free(spec->sandbox.ports, spec->sandbox.port_count);
+	spec_strv_free(spec->sandbox.network_allow, spec->sandbox.network_allow_count);
+	spec_strv_free(spec->sandbox.network_deny, spec->sandbox.network_deny_count);
+	free(spec->sandbox.dns_server);
 	spec_llm_free(&spec->llm);
 	free(spec->observe.otlp_endpoint);
 	free(spec->observe.service_name);

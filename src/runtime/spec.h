@@ -163,6 +163,18 @@ struct spec_sandbox {
 	char *image;	   /* OCI base image for the rootfs, NULL when none */
 	char *guest_image; /* NULL: default lookup; "" disables the pull */
 	char *snapshot;	   /* hash prefix or path, NULL when none */
+	/*
+	 * With network: true (docs/spec-reference.md): published ports ("HOST:GUEST"), the
+	 * egress allow and deny lists (IPv4 CIDRs) and a DNS server ("ADDR:PORT") for 10.0.2.3.
+	 * Kept as written; the runtime checks their syntax when it builds the network.
+	 */
+	char **ports;
+	size_t port_count;
+	char **network_allow;
+	size_t network_allow_count;
+	char **network_deny;
+	size_t network_deny_count;
+	char *dns_server;
 	struct spec_pos pos;
 };
 

@@ -217,12 +217,37 @@ static void spec_walk_sandbox_features(struct spec_walk *walk, const struct spec
 				       spec_node_map_get(node, "snapshot")->pos);
 }
 
+/* The network's shape: only meaningful with network: true, so refused without it. */
+static void spec_walk_sandbox_network(struct spec_walk *walk, const struct spec_node *node,
+				      const char *path, struct spec_sandbox *sandbox)
+{
+	static const char *const keys[] = { "ports", "network_allow", "network_deny",
+					     "dns_server" };
+
+	spec_walk_string_list(walk, node, path, "ports", &sandbox->ports, &sandbox->port_count,
+			      NULL);
+	spec_walk_string_list(walk, node, path, "network_allow", &sandbox->network_allow,
+			      &sandbox->network_allow_count, NULL);
+	spec_walk_string_list(walk, node, path, "network_deny", &sandbox->network_deny,
+			      &sandbox->network_deny_count, NULL);
+	spec_walk_string(walk, node, path, "dns_server", &sandbox->dns_server);
+	for (size_t i = 0; i < SPEC_ARRAY_SIZE(keys) && !sandbox->network; i++) {
+		const struct spec_node *field = spec_walk_field(node, keys[i]);
+
+		if (field)
+			spec_walk_report(walk, SPEC_SEVERITY_ERROR, field->pos,
+					 "add 'network: true' to the sandbox, or drop the field",
+					 "%s.%s needs %s.network: true", path, keys[i], path);
+	}
+}
+
 static void spec_walk_sandbox(struct spec_walk *walk, const struct spec_node *node,
 			      struct spec_sandbox *sandbox)
 {
 	static const char *const keys[] = { "mode",    "kernel", "initramfs", "memory_mb",
 					     "vcpus",   "network", "env",       "mounts",
-					     "image",   "guest_image", "snapshot" };
+					     "image",   "guest_image", "snapshot", "ports",
+					     "network_allow", "network_deny", "dns_server" };
 	const char *path = "sandbox";
 	int mode = SPEC_SANDBOX_MODE_AUTO;
 
@@ -247,6 +272,7 @@ static void spec_walk_sandbox(struct spec_walk *walk, const struct spec_node *no
 	spec_walk_string(walk, node, path, "image", &sandbox->image);
 	spec_walk_string(walk, node, path, "guest_image", &sandbox->guest_image);
 	spec_walk_string(walk, node, path, "snapshot", &sandbox->snapshot);
+	spec_walk_sandbox_network(walk, node, path, sandbox);
 	spec_walk_sandbox_features(walk, node, sandbox);
 }
 

@@ -39,12 +39,14 @@
 /* how much of the guest console an early-exit error quotes */
 #define SANDBOX_CONSOLE_TAIL_BYTES 240
 #define SANDBOX_PATH_MAX 256
+/* The agent brings eth0 up when the command line carries this (guest/agent/netcfg.h). */
+#define SANDBOX_NETWORK_CMDLINE "voidbox.network=1"
+#define SANDBOX_CMDLINE_MAX 2048
 /* how long a guest gets to power off after the Shutdown RPC before the VM is stopped */
 #define SANDBOX_SHUTDOWN_GRACE_MS 2000
 #define SANDBOX_RUNTIME_FALLBACK_BASE "/tmp"
 /* How many disks the guest agent waits for (guest/agent/disks.h reads it). */
 #define SANDBOX_DISKS_CMDLINE_KEY "voidbox.disks="
-#define SANDBOX_CMDLINE_MAX 4096
 #define SANDBOX_DISK_RO_SUFFIX ":ro"
 #define SANDBOX_DISK_RW_SUFFIX ":rw"
 
@@ -358,6 +360,29 @@ int sandbox_disk_parse(char *arg, struct vm_disk *disk, char *err, size_t errlen
 	return 0;
 }
 
+/*
+ * The extra kernel arguments: the caller's, then the agent's request for eth0 if networked,
+ * then how many disks the agent waits for.
+ */
+static int sandbox_cmdline(const struct sandbox_config *cfg, char *out, size_t len, char *err,
+			   size_t errlen)
+{
+	const char *extra = cfg->extra_cmdline ? cfg->extra_cmdline : "";
+	int written = snprintf(out, len, "%s%s%s", extra, cfg->network && *extra ? " " : "",
+			       cfg->network ? SANDBOX_NETWORK_CMDLINE : "");
+
+	if (written >= 0 && (size_t)written < len && cfg->disk_count)
+		written += snprintf(out + written, len - (size_t)written,
+				    "%s" SANDBOX_DISKS_CMDLINE_KEY "%u", written ? " " : "",
+				    cfg->disk_count);
+	if (written < 0 || (size_t)written >= len) {
+		snprintf(err, errlen, "the extra kernel command line is longer than %zu bytes: "
+			 "shorten it", len - 1);
+		return -E2BIG;
+	}
+	return 0;
+}
+
 int sandbox_start(const struct sandbox_config *cfg, struct sandbox **out, char *err,
 		  size_t errlen)
 {
@@ -383,14 +408,11 @@ int sandbox_start(const struct sandbox_config *cfg, struct sandbox **out, char *
 	memset(&vm_cfg, 0, sizeof(vm_cfg));
 	vm_cfg.kernel_path = cfg->kernel_path;
 	vm_cfg.initramfs_path = cfg->initramfs_path;
-	if (snprintf(cmdline, sizeof(cmdline), "%s%s" SANDBOX_DISKS_CMDLINE_KEY "%u",
-		     cfg->extra_cmdline ? cfg->extra_cmdline : "", cfg->extra_cmdline ? " " : "",
-		     cfg->disk_count) >= (int)sizeof(cmdline)) {
-		rc = -E2BIG;
-		snprintf(err, errlen, "the extra kernel command line is too long");
+	rc = sandbox_cmdline(cfg, cmdline, sizeof(cmdline), err, errlen);
+	if (rc < 0)
 		goto fail;
-	}
-	vm_cfg.cmdline = cfg->disk_count ? cmdline : cfg->extra_cmdline;
+	vm_cfg.cmdline = cmdline[0] ? cmdline : NULL;
+	vm_cfg.network = cfg->network;
 	vm_cfg.disks = cfg->disks;
 	vm_cfg.disk_count = cfg->disk_count;
 	vm_cfg.memory_mb = cfg->memory_mb ? cfg->memory_mb : SANDBOX_DEFAULT_MEMORY_MB;

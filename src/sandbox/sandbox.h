@@ -73,6 +73,11 @@ struct sandbox_config {
 	/* Host files the guest sees as /dev/vda, /dev/vdb...; at most VM_MAX_DISKS. */
 	const struct vm_disk *disks;
 	unsigned int disk_count;
+	/*
+	 * User-mode networking (src/devices/net.h): NULL, the default, boots without a network
+	 * device; set, the VM gets virtio-net with this policy and the agent brings eth0 up.
+	 */
+	const struct net_config *network;
 };
 
 /* The host's default policy: every command, the SANDBOX_DEFAULT_* limits. */

@@ -50,6 +50,7 @@ struct vm_disk {
 	const char *path;
 	bool read_only; /* opened O_RDONLY and offered with VIRTIO_BLK_F_RO */
 };
+struct net_config; /* src/devices/net.h */
 
 struct vm_config {
 	const char *kernel_path;    /* bzImage */
@@ -85,6 +86,11 @@ struct vm_config {
 	/* virtio-blk: the guest's /dev/vda, /dev/vdb... in this order; at most VM_MAX_DISKS. */
 	const struct vm_disk *disks;
 	unsigned int disk_count;
+	/*
+	 * User-mode networking (virtio-net over libslirp, src/devices/net.h) with its egress
+	 * policy and published ports; NULL: the VM has no network device.
+	 */
+	const struct net_config *network;
 };
 
 struct vm;

@@ -1089,6 +1089,44 @@ out:
 	spec_diagnostics_free(&diag);
 }
 
+/* The network's shape parses with network: true and is an error without it. */
+static void test_network_fields(void)
+{
+	struct spec_diagnostics diag;
+	struct spec *spec = load_text(
+		"kind: agent\nname: a\n"
+		"sandbox:\n  network: true\n  ports: [\"8080:80\"]\n"
+		"  network_allow: [127.0.0.1/32, 10.0.0.0/8]\n  network_deny: [192.0.2.0/24]\n"
+		"  dns_server: 127.0.0.1:5353\n"
+		"agent:\n  prompt: p\n",
+		"t.yaml", &diag);
+
+	CHECK(spec != NULL);
+	dump_diag(&diag);
+	if (spec) {
+		CHECK(spec->sandbox.network);
+		CHECK_INT_EQ(spec->sandbox.port_count, 1);
+		CHECK_STR_EQ(spec->sandbox.ports[0], "8080:80");
+		CHECK_INT_EQ(spec->sandbox.network_allow_count, 2);
+		CHECK_STR_EQ(spec->sandbox.network_allow[1], "10.0.0.0/8");
+		CHECK_INT_EQ(spec->sandbox.network_deny_count, 1);
+		CHECK_STR_EQ(spec->sandbox.dns_server, "127.0.0.1:5353");
+		CHECK(spec->features & SPEC_FEATURE_BIT(SPEC_FEATURE_NETWORK));
+	}
+	spec_free(spec);
+	spec_diagnostics_free(&diag);
+	expect_error_at("kind: sandbox\nname: s\nsandbox:\n  ports: [\"8080:80\"]\n",
+			"needs sandbox.network: true", 4, 10, &diag);
+	spec_diagnostics_free(&diag);
+	expect_error_at("kind: sandbox\nname: s\nsandbox:\n  network: false\n"
+			"  network_allow: [127.0.0.1/32]\n",
+			"needs sandbox.network: true", 5, 18, &diag);
+	spec_diagnostics_free(&diag);
+	expect_error_at("kind: sandbox\nname: s\nsandbox:\n  network: true\n  ports: 8080\n",
+			"sandbox.ports", 5, 10, &diag);
+	spec_diagnostics_free(&diag);
+}
+
 int main(int argc, char **argv)
 {
 	if (argc > 1)
@@ -1127,5 +1165,6 @@ int main(int argc, char **argv)
 	RUN_TEST(test_optional_fields_read);
 	RUN_TEST(test_hostile_input);
 	RUN_TEST(test_box_effective_settings);
+	RUN_TEST(test_network_fields);
 	return harness_finish();
 }

@@ -261,7 +261,7 @@ static void test_input_and_default_output(void)
 static void test_unsupported_feature_refused(void)
 {
 	static const char text[] =
-		"kind: workflow\nname: net\nsandbox: {mode: mock, network: true}\n"
+		"kind: workflow\nname: img\nsandbox: {mode: mock, image: alpine}\n"
 		"workflow:\n  steps:\n    - name: a\n      run: {program: echo}\n";
 	struct spec *spec = load_text(text);
 	struct spec_diagnostics diag;

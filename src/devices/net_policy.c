@@ -1,0 +1,495 @@
+/*
+ * The frame parser and egress policy of the user-mode network (net_policy.h says what is
+ * judged and why). Every multi-byte field is read through net_get16/net_get32 at an offset
+ * that was first checked against the frame's length, so a hostile frame can only be dropped.
+ * The flow table is a fixed array scanned linearly: it holds at most NET_FLOW_TABLE_SIZE
+ * flows and the caps keep the real number far below that, so a hash would buy nothing.
+ */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "devices/net_policy.h"
+
+#define NET_IPV4_VERSION 4u
+#define NET_IP_FLAG_MORE_FRAGMENTS 0x2000u
+#define NET_IP_FLAG_DONT_FRAGMENT 0x4000u
+#define NET_IP_FRAGMENT_OFFSET_MASK 0x1fffu
+#define NET_IP_DEFAULT_TTL 64
+#define NET_IP_CHECKSUM_OFFSET 10
+#define NET_IP_SRC_OFFSET 12
+#define NET_IP_DST_OFFSET 16
+#define NET_UDP_CHECKSUM_OFFSET 6
+#define NET_TCP_DATA_OFFSET_SHIFT 4
+#define NET_TCP_FLAGS_OFFSET 13
+#define NET_TCP_SEQ_OFFSET 4
+#define NET_TCP_ACK_OFFSET 8
+#define NET_TCP_CHECKSUM_OFFSET 16
+#define NET_WORD_BYTES 4
+#define NET_MAX_PREFIX 32
+#define NET_LINK_LOCAL NET_ADDR(169, 254, 0, 0)
+#define NET_LINK_LOCAL_PREFIX 16
+
+static uint16_t net_get16(const uint8_t *p)
+{
+	return (uint16_t)((p[0] << 8) | p[1]);
+}
+
+static uint32_t net_get32(const uint8_t *p)
+{
+	return ((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) | p[3];
+}
+
+static void net_put16(uint8_t *p, uint16_t value)
+{
+	p[0] = (uint8_t)(value >> 8);
+	p[1] = (uint8_t)value;
+}
+
+static void net_put32(uint8_t *p, uint32_t value)
+{
+	net_put16(p, (uint16_t)(value >> 16));
+	net_put16(p + 2, (uint16_t)value);
+}
+
+static uint32_t net_prefix_mask(uint8_t prefix)
+{
+	return prefix == 0 ? 0 : ~0u << (NET_MAX_PREFIX - prefix);
+}
+
+int net_cidr_parse(const char *text, struct net_cidr *out)
+{
+	char addr_text[INET_ADDRSTRLEN];
+	const char *slash = strchr(text, '/');
+	size_t addr_len = slash ? (size_t)(slash - text) : strlen(text);
+	unsigned long prefix = NET_MAX_PREFIX;
+	struct in_addr addr;
+
+	if (addr_len == 0 || addr_len >= sizeof(addr_text))
+		return -EINVAL;
+	memcpy(addr_text, text, addr_len);
+	addr_text[addr_len] = '\0';
+	if (inet_pton(AF_INET, addr_text, &addr) != 1)
+		return -EINVAL;
+	if (slash) {
+		char *end = NULL;
+
+		if (slash[1] < '0' || slash[1] > '9')
+			return -EINVAL;
+		prefix = strtoul(slash + 1, &end, 10);
+		if (*end != '\0' || prefix > NET_MAX_PREFIX)
+			return -EINVAL;
+	}
+	out->prefix = (uint8_t)prefix;
+	out->addr = ntohl(addr.s_addr) & net_prefix_mask(out->prefix);
+	return 0;
+}
+
+bool net_cidr_contains(const struct net_cidr *cidr, uint32_t addr)
+{
+	return (addr & net_prefix_mask(cidr->prefix)) == cidr->addr;
+}
+
+void net_addr_format(uint32_t addr, char *out, size_t len)
+{
+	snprintf(out, len, "%u.%u.%u.%u", addr >> 24, (addr >> 16) & 0xffu, (addr >> 8) & 0xffu,
+		 addr & 0xffu);
+}
+
+void net_policy_init_default(struct net_policy *policy)
+{
+	const struct net_cidr link_local = { .addr = NET_LINK_LOCAL,
+					     .prefix = NET_LINK_LOCAL_PREFIX };
+
+	memset(policy, 0, sizeof(*policy));
+	policy->dns = true;
+	net_policy_add_deny(policy, &link_local);
+}
+
+int net_policy_add_deny(struct net_policy *policy, const struct net_cidr *cidr)
+{
+	if (policy->deny_count >= NET_MAX_CIDRS)
+		return -ENOSPC;
+	policy->deny[policy->deny_count++] = *cidr;
+	return 0;
+}
+
+int net_policy_add_allow(struct net_policy *policy, const struct net_cidr *cidr)
+{
+	if (policy->allow_count >= NET_MAX_CIDRS)
+		return -ENOSPC;
+	policy->allow[policy->allow_count++] = *cidr;
+	return 0;
+}
+
+/* The transport header of an IPv4 packet that starts at ip (ip_len bytes from there). */
+static void net_parse_l4(const uint8_t *frame, size_t ip_len, struct net_frame_info *out)
+{
+	const uint8_t *l4 = frame + out->l4_offset;
+	size_t l4_len = ip_len - (out->l4_offset - out->ip_offset);
+
+	switch (out->kind) {
+	case NET_FRAME_TCP: {
+		size_t header_len;
+
+		if (l4_len < NET_TCP_MIN_HEADER_LEN)
+			goto malformed;
+		header_len = (size_t)(l4[12] >> NET_TCP_DATA_OFFSET_SHIFT) * NET_WORD_BYTES;
+		if (header_len < NET_TCP_MIN_HEADER_LEN || header_len > l4_len)
+			goto malformed;
+		out->src_port = net_get16(l4);
+		out->dst_port = net_get16(l4 + 2);
+		out->tcp_seq = net_get32(l4 + NET_TCP_SEQ_OFFSET);
+		out->tcp_flags = l4[NET_TCP_FLAGS_OFFSET];
+		out->l4_payload_len = l4_len - header_len;
+		return;
+	}
+	case NET_FRAME_UDP:
+		if (l4_len < NET_UDP_HEADER_LEN || net_get16(l4 + 4) < NET_UDP_HEADER_LEN ||
+		    net_get16(l4 + 4) > l4_len)
+			goto malformed;
+		out->src_port = net_get16(l4);
+		out->dst_port = net_get16(l4 + 2);
+		out->l4_payload_len = net_get16(l4 + 4) - NET_UDP_HEADER_LEN;
+		return;
+	default:
+		return;
+	}
+malformed:
+	out->kind = NET_FRAME_MALFORMED;
+}
+
+void net_frame_parse(const uint8_t *frame, size_t len, struct net_frame_info *out)
+{
+	const uint8_t *ip;
+	size_t header_len, total_len;
+	uint16_t fragment;
+
+	memset(out, 0, sizeof(*out));
+	out->kind = NET_FRAME_MALFORMED;
+	if (!frame || len < NET_ETH_HEADER_LEN || len > NET_MAX_FRAME_LEN)
+		return;
+	switch (net_get16(frame + 2 * NET_ETH_ADDR_LEN)) {
+	case NET_ETHERTYPE_ARP:
+		out->kind = NET_FRAME_ARP;
+		return;
+	case NET_ETHERTYPE_IPV4:
+		break;
+	default:
+		out->kind = NET_FRAME_UNSUPPORTED;
+		return;
+	}
+	out->ip_offset = NET_ETH_HEADER_LEN;
+	ip = frame + out->ip_offset;
+	if (len - out->ip_offset < NET_IPV4_MIN_HEADER_LEN || (ip[0] >> 4) != NET_IPV4_VERSION)
+		return;
+	header_len = (size_t)(ip[0] & 0x0fu) * NET_WORD_BYTES;
+	total_len = net_get16(ip + 2);
+	if (header_len < NET_IPV4_MIN_HEADER_LEN || total_len < header_len ||
+	    total_len > len - out->ip_offset)
+		return;
+	out->src_addr = net_get32(ip + NET_IP_SRC_OFFSET);
+	out->dst_addr = net_get32(ip + NET_IP_DST_OFFSET);
+	out->l4_offset = out->ip_offset + header_len;
+	fragment = net_get16(ip + 6);
+	if ((fragment & NET_IP_FLAG_MORE_FRAGMENTS) || (fragment & NET_IP_FRAGMENT_OFFSET_MASK)) {
+		out->kind = NET_FRAME_UNSUPPORTED;
+		return;
+	}
+	switch (ip[9]) {
+	case NET_IP_PROTO_TCP:
+		out->kind = NET_FRAME_TCP;
+		break;
+	case NET_IP_PROTO_UDP:
+		out->kind = NET_FRAME_UDP;
+		break;
+	case NET_IP_PROTO_ICMP:
+		out->kind = NET_FRAME_ICMP;
+		break;
+	default:
+		out->kind = NET_FRAME_UNSUPPORTED;
+		return;
+	}
+	net_parse_l4(frame, total_len, out);
+}
+
+static bool net_cidr_list_contains(const struct net_cidr *list, unsigned int count,
+				   uint32_t addr)
+{
+	for (unsigned int i = 0; i < count && i < NET_MAX_CIDRS; i++) {
+		if (net_cidr_contains(&list[i], addr))
+			return true;
+	}
+	return false;
+}
+
+/* The address a destination reaches once slirp has mapped it; false: it reaches nothing. */
+static bool net_effective_destination(const struct net_policy *policy,
+				      const struct net_frame_info *info, uint32_t *addr)
+{
+	const struct net_cidr virtual_net = { .addr = NET_VIRTUAL_NETWORK,
+					      .prefix = NET_VIRTUAL_PREFIX };
+
+	*addr = info->dst_addr;
+	if (!net_cidr_contains(&virtual_net, info->dst_addr))
+		return true;
+	if (info->dst_addr == NET_GATEWAY_ADDR) {
+		*addr = NET_HOST_LOOPBACK_ADDR;
+		return true;
+	}
+	if (info->dst_addr == NET_DNS_ADDR && info->kind == NET_FRAME_UDP &&
+	    info->dst_port == NET_DNS_PORT && policy->dns) {
+		*addr = policy->resolver_addr;
+		return true;
+	}
+	return false;
+}
+
+static uint64_t net_flow_idle_ms(uint8_t proto)
+{
+	return proto == NET_IP_PROTO_TCP ? NET_TCP_FLOW_IDLE_MS : NET_UDP_FLOW_IDLE_MS;
+}
+
+static struct net_flow *net_flow_find(struct net_policy_state *state, uint8_t proto,
+				      const struct net_frame_info *info, uint64_t now_ms)
+{
+	struct net_flow *found = NULL;
+
+	for (unsigned int i = 0; i < NET_FLOW_TABLE_SIZE; i++) {
+		struct net_flow *flow = &state->flows[i];
+
+		if (!flow->used)
+			continue;
+		if (now_ms - flow->last_seen_ms > net_flow_idle_ms(flow->proto)) {
+			flow->used = false;
+			state->active_flows--;
+			continue;
+		}
+		if (flow->proto == proto && flow->guest_port == info->src_port &&
+		    flow->dst_addr == info->dst_addr && flow->dst_port == info->dst_port)
+			found = flow;
+	}
+	return found;
+}
+
+static void net_flow_forget(struct net_policy_state *state, struct net_flow *flow)
+{
+	if (flow && flow->used) {
+		flow->used = false;
+		state->active_flows--;
+	}
+}
+
+/* A new flow, if the caps allow one now. */
+static enum net_verdict net_flow_open(const struct net_policy *policy,
+				      struct net_policy_state *state, uint8_t proto,
+				      const struct net_frame_info *info, uint64_t now_ms)
+{
+	uint32_t max_flows = policy->max_flows ? policy->max_flows : NET_DEFAULT_MAX_FLOWS;
+	uint32_t max_new = policy->max_new_per_sec ? policy->max_new_per_sec
+						   : NET_DEFAULT_MAX_NEW_PER_SEC;
+	struct net_flow *slot = NULL;
+
+	if (now_ms - state->window_start_ms >= NET_RATE_WINDOW_MS || now_ms < state->window_start_ms) {
+		state->window_start_ms = now_ms;
+		state->window_new = 0;
+	}
+	if (state->window_new >= max_new)
+		return NET_VERDICT_DENY_RATE;
+	if (state->active_flows >= max_flows || state->active_flows >= NET_FLOW_TABLE_SIZE)
+		return NET_VERDICT_DENY_FLOWS;
+	for (unsigned int i = 0; i < NET_FLOW_TABLE_SIZE && !slot; i++) {
+		if (!state->flows[i].used)
+			slot = &state->flows[i];
+	}
+	if (!slot)
+		return NET_VERDICT_DENY_FLOWS;
+	*slot = (struct net_flow){ .used = true, .proto = proto, .guest_port = info->src_port,
+				   .dst_addr = info->dst_addr, .dst_port = info->dst_port,
+				   .last_seen_ms = now_ms };
+	state->active_flows++;
+	state->window_new++;
+	return NET_VERDICT_PASS;
+}
+
+static enum net_verdict net_policy_decide(const struct net_policy *policy,
+					  struct net_policy_state *state,
+					  const struct net_frame_info *info, uint64_t now_ms,
+					  uint32_t *judged_addr)
+{
+	uint8_t proto = info->kind == NET_FRAME_TCP ? NET_IP_PROTO_TCP
+			: info->kind == NET_FRAME_UDP ? NET_IP_PROTO_UDP
+						       : NET_IP_PROTO_ICMP;
+	bool opens_tcp = info->kind == NET_FRAME_TCP &&
+			 (info->tcp_flags & (NET_TCP_SYN | NET_TCP_ACK)) == NET_TCP_SYN;
+	struct net_flow *flow;
+
+	switch (info->kind) {
+	case NET_FRAME_MALFORMED:
+		return NET_VERDICT_DROP_MALFORMED;
+	case NET_FRAME_UNSUPPORTED:
+		return NET_VERDICT_DROP_UNSUPPORTED;
+	case NET_FRAME_ARP:
+		return NET_VERDICT_PASS;
+	default:
+		break;
+	}
+	/* Segments of a connection slirp already has (or will reset): no new host socket. */
+	if (info->kind == NET_FRAME_TCP && !opens_tcp) {
+		if (info->tcp_flags & (NET_TCP_FIN | NET_TCP_RST))
+			net_flow_forget(state, net_flow_find(state, proto, info, now_ms));
+		return NET_VERDICT_PASS;
+	}
+	if (!net_effective_destination(policy, info, judged_addr))
+		return NET_VERDICT_DENY_ADDRESS;
+	if (net_cidr_list_contains(policy->deny, policy->deny_count, *judged_addr))
+		return NET_VERDICT_DENY_ADDRESS;
+	if (policy->allow_count &&
+	    !net_cidr_list_contains(policy->allow, policy->allow_count, *judged_addr))
+		return NET_VERDICT_DENY_ADDRESS;
+	if (info->kind == NET_FRAME_ICMP)
+		return NET_VERDICT_PASS;
+	/* a known flow (for TCP: a retransmitted SYN) is no new connection */
+	flow = net_flow_find(state, proto, info, now_ms);
+	if (flow) {
+		flow->last_seen_ms = now_ms;
+		return NET_VERDICT_PASS;
+	}
+	return net_flow_open(policy, state, proto, info, now_ms);
+}
+
+void net_policy_observe_rx(struct net_policy_state *state, const struct net_frame_info *info,
+			   uint64_t now_ms)
+{
+	struct net_frame_info outbound;
+
+	if (info->kind != NET_FRAME_TCP || !(info->tcp_flags & NET_TCP_RST))
+		return;
+	/* the flow as the guest's frames name it: guest port, then the remote end */
+	outbound = *info;
+	outbound.src_port = info->dst_port;
+	outbound.dst_addr = info->src_addr;
+	outbound.dst_port = info->src_port;
+	net_flow_forget(state, net_flow_find(state, NET_IP_PROTO_TCP, &outbound, now_ms));
+}
+
+enum net_verdict net_policy_judge(const struct net_policy *policy, struct net_policy_state *state,
+				  const struct net_frame_info *info, uint64_t now_ms,
+				  uint32_t *judged_addr)
+{
+	uint32_t unused;
+	enum net_verdict verdict;
+
+	if (!judged_addr)
+		judged_addr = &unused;
+	*judged_addr = info->dst_addr;
+	verdict = net_policy_decide(policy, state, info, now_ms, judged_addr);
+	state->verdicts[verdict]++;
+	return verdict;
+}
+
+const char *net_verdict_name(enum net_verdict verdict)
+{
+	static const char *const names[NET_VERDICT_COUNT] = {
+		[NET_VERDICT_PASS] = "passed",
+		[NET_VERDICT_DROP_MALFORMED] = "malformed",
+		[NET_VERDICT_DROP_UNSUPPORTED] = "unsupported",
+		[NET_VERDICT_DENY_ADDRESS] = "denied by address",
+		[NET_VERDICT_DENY_FLOWS] = "denied: too many flows",
+		[NET_VERDICT_DENY_RATE] = "denied: too many new connections per second",
+	};
+
+	return (unsigned int)verdict < NET_VERDICT_COUNT ? names[verdict] : "unknown";
+}
+
+/* The Internet checksum of len bytes, continuing from sum. */
+static uint32_t net_checksum_add(uint32_t sum, const uint8_t *data, size_t len)
+{
+	for (size_t i = 0; i + 1 < len; i += 2)
+		sum += net_get16(data + i);
+	if (len & 1u)
+		sum += (uint32_t)data[len - 1] << 8;
+	return sum;
+}
+
+static uint16_t net_checksum_fold(uint32_t sum)
+{
+	while (sum >> 16)
+		sum = (sum & 0xffffu) + (sum >> 16);
+	return (uint16_t)~sum;
+}
+
+static void net_ipv4_fix_checksum(uint8_t *ip, size_t header_len)
+{
+	net_put16(ip + NET_IP_CHECKSUM_OFFSET, 0);
+	net_put16(ip + NET_IP_CHECKSUM_OFFSET,
+		  net_checksum_fold(net_checksum_add(0, ip, header_len)));
+}
+
+size_t net_build_tcp_rst(const uint8_t *frame, const struct net_frame_info *info, uint8_t *out,
+			 size_t cap)
+{
+	uint8_t *ip = out + NET_ETH_HEADER_LEN;
+	uint8_t *tcp = ip + NET_IPV4_MIN_HEADER_LEN;
+	uint32_t ack = info->tcp_seq + (uint32_t)info->l4_payload_len +
+		       ((info->tcp_flags & NET_TCP_SYN) ? 1u : 0u) +
+		       ((info->tcp_flags & NET_TCP_FIN) ? 1u : 0u);
+	uint8_t pseudo[12];
+	uint32_t sum;
+
+	if (info->kind != NET_FRAME_TCP || cap < NET_RST_FRAME_LEN)
+		return 0;
+	memset(out, 0, NET_RST_FRAME_LEN);
+	memcpy(out, frame + NET_ETH_ADDR_LEN, NET_ETH_ADDR_LEN); /* back to the sender */
+	memcpy(out + NET_ETH_ADDR_LEN, frame, NET_ETH_ADDR_LEN);
+	net_put16(out + 2 * NET_ETH_ADDR_LEN, NET_ETHERTYPE_IPV4);
+	ip[0] = (uint8_t)((NET_IPV4_VERSION << 4) | (NET_IPV4_MIN_HEADER_LEN / NET_WORD_BYTES));
+	net_put16(ip + 2, NET_IPV4_MIN_HEADER_LEN + NET_TCP_MIN_HEADER_LEN);
+	net_put16(ip + 6, NET_IP_FLAG_DONT_FRAGMENT);
+	ip[8] = NET_IP_DEFAULT_TTL;
+	ip[9] = NET_IP_PROTO_TCP;
+	net_put32(ip + NET_IP_SRC_OFFSET, info->dst_addr);
+	net_put32(ip + NET_IP_DST_OFFSET, info->src_addr);
+	net_ipv4_fix_checksum(ip, NET_IPV4_MIN_HEADER_LEN);
+	net_put16(tcp, info->dst_port);
+	net_put16(tcp + 2, info->src_port);
+	net_put32(tcp + NET_TCP_ACK_OFFSET, ack);
+	tcp[12] = (uint8_t)((NET_TCP_MIN_HEADER_LEN / NET_WORD_BYTES) << NET_TCP_DATA_OFFSET_SHIFT);
+	tcp[NET_TCP_FLAGS_OFFSET] = NET_TCP_RST | NET_TCP_ACK;
+	memcpy(pseudo, ip + NET_IP_SRC_OFFSET, 8);
+	pseudo[8] = 0;
+	pseudo[9] = NET_IP_PROTO_TCP;
+	net_put16(pseudo + 10, NET_TCP_MIN_HEADER_LEN);
+	sum = net_checksum_add(net_checksum_add(0, pseudo, sizeof(pseudo)), tcp,
+			       NET_TCP_MIN_HEADER_LEN);
+	net_put16(tcp + NET_TCP_CHECKSUM_OFFSET, net_checksum_fold(sum));
+	return NET_RST_FRAME_LEN;
+}
+
+static void net_frame_set_udp_endpoint(uint8_t *frame, const struct net_frame_info *info,
+				       size_t addr_offset, size_t port_offset, uint32_t addr,
+				       uint16_t port)
+{
+	uint8_t *ip = frame + info->ip_offset;
+
+	if (info->kind != NET_FRAME_UDP)
+		return;
+	net_put32(ip + addr_offset, addr);
+	net_put16(frame + info->l4_offset + port_offset, port);
+	net_put16(frame + info->l4_offset + NET_UDP_CHECKSUM_OFFSET, 0);
+	net_ipv4_fix_checksum(ip, info->l4_offset - info->ip_offset);
+}
+
+void net_frame_set_udp_dst(uint8_t *frame, const struct net_frame_info *info, uint32_t addr,
+			   uint16_t port)
+{
+	net_frame_set_udp_endpoint(frame, info, NET_IP_DST_OFFSET, 2, addr, port);
+}
+
+void net_frame_set_udp_src(uint8_t *frame, const struct net_frame_info *info, uint32_t addr,
+			   uint16_t port)
+{
+	net_frame_set_udp_endpoint(frame, info, NET_IP_SRC_OFFSET, 0, addr, port);
+}

@@ -1,0 +1,181 @@
+/*
+ * The egress policy of the user-mode network, and the Ethernet/IPv4 frame parser it needs.
+ *
+ * The guest is hostile, so its frames are judged on the host, in the virtio-net device, before
+ * libslirp sees them (src/devices/net.c): nothing inside the guest can loosen the policy. The
+ * parser bounds every length against the frame it was given; the policy is plain data and a
+ * clock passed in by the caller, so tests and the fuzzer drive it without a VM or a timer.
+ *
+ * What is judged, and by what address:
+ *   - a TCP segment that opens a connection (SYN without ACK): slirp creates a host socket
+ *     only for those, so the other segments of a connection need no verdict;
+ *   - every UDP datagram and ICMP message (slirp relays each one);
+ *   - addresses of the virtual network by what they reach: the gateway 10.0.2.2 is the host's
+ *     loopback (127.0.0.1), the DNS address 10.0.2.3 port 53 is the resolver DNS forwarding
+ *     sends to (and is refused when DNS forwarding is off); every other virtual address is
+ *     refused;
+ *   - IPv4 fragments, IPv6 and other protocols are dropped (the guest stack needs none of them
+ *     for TCP, and a fragment could hide the transport header).
+ * A deny list is checked first (169.254.0.0/16 always), then the allow list if there is one,
+ * then the caps on concurrent flows and on new flows per second.
+ */
+#ifndef VOIDBOX_DEVICES_NET_POLICY_H
+#define VOIDBOX_DEVICES_NET_POLICY_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* The virtual network slirp presents, host byte order. */
+#define NET_ADDR(a, b, c, d)                                                             \
+	(((uint32_t)(a) << 24) | ((uint32_t)(b) << 16) | ((uint32_t)(c) << 8) | (uint32_t)(d))
+#define NET_VIRTUAL_NETWORK NET_ADDR(10, 0, 2, 0)
+#define NET_VIRTUAL_PREFIX 24
+#define NET_GATEWAY_ADDR NET_ADDR(10, 0, 2, 2)
+#define NET_DNS_ADDR NET_ADDR(10, 0, 2, 3)
+#define NET_GUEST_ADDR NET_ADDR(10, 0, 2, 15)
+#define NET_HOST_LOOPBACK_ADDR NET_ADDR(127, 0, 0, 1)
+#define NET_DNS_PORT 53
+
+#define NET_ETH_HEADER_LEN 14
+#define NET_ETH_ADDR_LEN 6
+#define NET_ETHERTYPE_IPV4 0x0800
+#define NET_ETHERTYPE_ARP 0x0806
+#define NET_IPV4_MIN_HEADER_LEN 20
+#define NET_TCP_MIN_HEADER_LEN 20
+#define NET_UDP_HEADER_LEN 8
+#define NET_IP_PROTO_ICMP 1
+#define NET_IP_PROTO_TCP 6
+#define NET_IP_PROTO_UDP 17
+#define NET_TCP_FIN 0x01u
+#define NET_TCP_SYN 0x02u
+#define NET_TCP_RST 0x04u
+#define NET_TCP_ACK 0x10u
+/* The largest frame either side passes: a 1500-byte MTU plus the Ethernet header. */
+#define NET_MAX_FRAME_LEN 1514
+/* An injected TCP reset: Ethernet + IPv4 + TCP headers, no options. */
+#define NET_RST_FRAME_LEN (NET_ETH_HEADER_LEN + NET_IPV4_MIN_HEADER_LEN + NET_TCP_MIN_HEADER_LEN)
+
+#define NET_MAX_CIDRS 32
+#define NET_FLOW_TABLE_SIZE 1024
+#define NET_DEFAULT_MAX_FLOWS 256
+#define NET_DEFAULT_MAX_NEW_PER_SEC 64
+/* A flow nobody used for this long no longer counts against the concurrency cap. */
+#define NET_TCP_FLOW_IDLE_MS (300u * 1000u)
+#define NET_UDP_FLOW_IDLE_MS (30u * 1000u)
+#define NET_RATE_WINDOW_MS 1000u
+
+struct net_cidr {
+	uint32_t addr; /* host byte order, host bits cleared */
+	uint8_t prefix;
+};
+
+struct net_policy {
+	struct net_cidr deny[NET_MAX_CIDRS];
+	unsigned int deny_count;
+	/* allow_count > 0: everything outside these is refused. */
+	struct net_cidr allow[NET_MAX_CIDRS];
+	unsigned int allow_count;
+	uint32_t max_flows;	  /* 0: NET_DEFAULT_MAX_FLOWS */
+	uint32_t max_new_per_sec; /* 0: NET_DEFAULT_MAX_NEW_PER_SEC */
+	bool dns;		  /* DNS forwarding at 10.0.2.3 */
+	uint32_t resolver_addr;	  /* what 10.0.2.3:53 forwards to, judged by the lists */
+};
+
+enum net_frame_kind {
+	NET_FRAME_MALFORMED,   /* a length or field that does not fit the frame */
+	NET_FRAME_ARP,	       /* passed to slirp: it answers for the virtual addresses */
+	NET_FRAME_UNSUPPORTED, /* IPv6, other ethertypes, other IP protocols, fragments */
+	NET_FRAME_TCP,
+	NET_FRAME_UDP,
+	NET_FRAME_ICMP,
+};
+
+struct net_frame_info {
+	enum net_frame_kind kind;
+	uint32_t src_addr; /* host byte order */
+	uint32_t dst_addr;
+	uint16_t src_port; /* TCP/UDP */
+	uint16_t dst_port;
+	uint8_t tcp_flags;
+	uint32_t tcp_seq;
+	size_t ip_offset;	  /* where the IPv4 header starts */
+	size_t l4_offset;	  /* where the TCP/UDP/ICMP header starts */
+	size_t l4_payload_len; /* bytes after the TCP/UDP header */
+};
+
+enum net_verdict {
+	NET_VERDICT_PASS,
+	NET_VERDICT_DROP_MALFORMED,
+	NET_VERDICT_DROP_UNSUPPORTED,
+	NET_VERDICT_DENY_ADDRESS, /* deny list, allow list, or a virtual address with no service */
+	NET_VERDICT_DENY_FLOWS,	  /* too many concurrent flows */
+	NET_VERDICT_DENY_RATE,	  /* too many new flows in this second */
+	NET_VERDICT_COUNT,
+};
+
+struct net_flow {
+	bool used;
+	uint8_t proto;
+	uint16_t guest_port;
+	uint32_t dst_addr;
+	uint16_t dst_port;
+	uint64_t last_seen_ms;
+};
+
+/* What the policy remembers between frames: open flows and this second's new ones. */
+struct net_policy_state {
+	struct net_flow flows[NET_FLOW_TABLE_SIZE];
+	uint32_t active_flows;
+	uint64_t window_start_ms;
+	uint32_t window_new;
+	uint64_t verdicts[NET_VERDICT_COUNT];
+};
+
+/* "a.b.c.d/n" or "a.b.c.d" (a /32). 0, or -EINVAL. */
+int net_cidr_parse(const char *text, struct net_cidr *out);
+bool net_cidr_contains(const struct net_cidr *cidr, uint32_t addr);
+/* Formats addr (host byte order) as a dotted quad into out (at least 16 bytes). */
+void net_addr_format(uint32_t addr, char *out, size_t len);
+
+/* A policy with the default deny list (169.254.0.0/16), no allow list, default caps. */
+void net_policy_init_default(struct net_policy *policy);
+/* Adds to the deny or allow list: 0, -ENOSPC when full. */
+int net_policy_add_deny(struct net_policy *policy, const struct net_cidr *cidr);
+int net_policy_add_allow(struct net_policy *policy, const struct net_cidr *cidr);
+
+/* Reads a frame the guest sent (Ethernet, no virtio header). Never reads past len. */
+void net_frame_parse(const uint8_t *frame, size_t len, struct net_frame_info *out);
+
+/*
+ * The verdict for a parsed frame at now_ms, updating state (flows, rate window, counters).
+ * *judged_addr is set to the address the frame was judged by (for the log).
+ */
+enum net_verdict net_policy_judge(const struct net_policy *policy, struct net_policy_state *state,
+				  const struct net_frame_info *info, uint64_t now_ms,
+				  uint32_t *judged_addr);
+const char *net_verdict_name(enum net_verdict verdict);
+/*
+ * A frame on its way to the guest: a TCP reset from the remote end closes the flow it
+ * answers (a refused or aborted connection sends the guest no FIN to see), so its slot frees.
+ */
+void net_policy_observe_rx(struct net_policy_state *state, const struct net_frame_info *info,
+			   uint64_t now_ms);
+
+/*
+ * Builds the TCP reset (RST|ACK) answering the SYN in frame/info, as if sent by its
+ * destination. Returns NET_RST_FRAME_LEN, or 0 when info is not a TCP frame or cap is short.
+ */
+size_t net_build_tcp_rst(const uint8_t *frame, const struct net_frame_info *info, uint8_t *out,
+			 size_t cap);
+
+/*
+ * Rewrites a parsed UDP frame's destination (guest to host) or source (host to guest) address
+ * and port in place, fixing the IPv4 checksum and clearing the UDP one (IPv4 allows that).
+ */
+void net_frame_set_udp_dst(uint8_t *frame, const struct net_frame_info *info, uint32_t addr,
+			   uint16_t port);
+void net_frame_set_udp_src(uint8_t *frame, const struct net_frame_info *info, uint32_t addr,
+			   uint16_t port);
+
+#endif

@@ -1,0 +1,624 @@
+/*
+ * The user-mode network's egress policy and virtio-net device, without a VM.
+ *
+ * The first half drives the frame parser and policy directly with frames built here: every
+ * length a guest can lie about is dropped as malformed, the deny list, allow list, virtual
+ * addresses and DNS are judged by what they reach, the flow and rate caps refuse and
+ * recover, the injected reset answers the SYN it refuses, and random bytes never crash the
+ * parser. The second half drives the device through its registers with the fake driver:
+ * hostile chains and frames are counted and dropped without breaking the device, a denied
+ * connect comes back as a reset in the guest's receive queue, and slirp itself answers an
+ * ARP request for the gateway. No frame in this program reaches a host socket: every one is
+ * refused by the policy or is ARP, which slirp answers in-process.
+ */
+#include <arpa/inet.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "devices/net.h"
+#include "fake_guest.h"
+#include "harness.h"
+
+#define TEST_RX_QUEUE 0u
+#define TEST_TX_QUEUE 1u
+#define TEST_QUEUE_COUNT 2u
+#define TEST_RX_GPA 0x200000u
+#define TEST_TX_GPA 0x400000u
+#define TEST_RX_BUFFER_LEN 2048u
+#define TEST_RX_BUFFERS 8u
+#define TEST_VIRTIO_HEADER_LEN 12u
+#define TEST_WAIT_STEP_NS (1000 * 1000L)
+#define TEST_WAIT_STEPS 5000 /* a bound on a worker's reply, not a timing assertion */
+#define TEST_RANDOM_FRAMES 20000
+#define TEST_GUEST_PORT 40000
+#define TEST_NOW_MS 1000000u
+#define TEST_ETHERTYPE_IPV6 0x86dd
+#define TEST_ARP_LEN 42u
+#define TEST_ARP_OP_REQUEST 1
+#define TEST_ARP_OP_REPLY 2
+
+static const uint8_t test_guest_mac[6] = { 0x52, 0x54, 0x00, 0x12, 0x34, 0x56 };
+static const uint8_t test_gateway_mac[6] = { 0x52, 0x55, 0x0a, 0x00, 0x02, 0x02 };
+
+static void put16(uint8_t *p, uint16_t v)
+{
+	p[0] = (uint8_t)(v >> 8);
+	p[1] = (uint8_t)v;
+}
+
+static void put32(uint8_t *p, uint32_t v)
+{
+	put16(p, (uint16_t)(v >> 16));
+	put16(p + 2, (uint16_t)v);
+}
+
+static uint16_t get16(const uint8_t *p)
+{
+	return (uint16_t)((p[0] << 8) | p[1]);
+}
+
+static uint32_t get32(const uint8_t *p)
+{
+	return ((uint32_t)get16(p) << 16) | get16(p + 2);
+}
+
+/* Ethernet + IPv4 (no options) + a TCP or UDP header and payload_len zero bytes. */
+static size_t build_ip_frame(uint8_t *out, uint8_t proto, uint32_t dst, uint16_t dport,
+			     uint8_t tcp_flags, size_t payload_len)
+{
+	size_t l4_len = proto == NET_IP_PROTO_TCP ? NET_TCP_MIN_HEADER_LEN : NET_UDP_HEADER_LEN;
+	size_t total = NET_IPV4_MIN_HEADER_LEN + l4_len + payload_len;
+	uint8_t *ip = out + NET_ETH_HEADER_LEN, *l4 = ip + NET_IPV4_MIN_HEADER_LEN;
+
+	memset(out, 0, NET_ETH_HEADER_LEN + total);
+	memcpy(out, test_gateway_mac, 6);
+	memcpy(out + 6, test_guest_mac, 6);
+	put16(out + 12, NET_ETHERTYPE_IPV4);
+	ip[0] = 0x45;
+	put16(ip + 2, (uint16_t)total);
+	ip[8] = 64;
+	ip[9] = proto;
+	put32(ip + 12, NET_GUEST_ADDR);
+	put32(ip + 16, dst);
+	put16(l4, TEST_GUEST_PORT);
+	put16(l4 + 2, dport);
+	if (proto == NET_IP_PROTO_TCP) {
+		put32(l4 + 4, 1000);
+		l4[12] = 0x50;
+		l4[13] = tcp_flags;
+	} else if (proto == NET_IP_PROTO_UDP) {
+		put16(l4 + 4, (uint16_t)(NET_UDP_HEADER_LEN + payload_len));
+	}
+	return NET_ETH_HEADER_LEN + total;
+}
+
+static enum net_verdict judge(const struct net_policy *policy, struct net_policy_state *state,
+			      const uint8_t *frame, size_t len, uint64_t now_ms)
+{
+	struct net_frame_info info;
+
+	net_frame_parse(frame, len, &info);
+	return net_policy_judge(policy, state, &info, now_ms, NULL);
+}
+
+static struct net_policy_state *new_state(void)
+{
+	return calloc(1, sizeof(struct net_policy_state));
+}
+
+static void test_cidr_parse(void)
+{
+	struct net_cidr cidr;
+
+	CHECK_INT_EQ(net_cidr_parse("10.1.2.3/8", &cidr), 0);
+	CHECK(cidr.addr == NET_ADDR(10, 0, 0, 0) && cidr.prefix == 8);
+	CHECK(net_cidr_contains(&cidr, NET_ADDR(10, 200, 1, 1)));
+	CHECK(!net_cidr_contains(&cidr, NET_ADDR(11, 0, 0, 1)));
+	CHECK_INT_EQ(net_cidr_parse("127.0.0.1", &cidr), 0);
+	CHECK(cidr.prefix == 32);
+	CHECK_INT_EQ(net_cidr_parse("0.0.0.0/0", &cidr), 0);
+	CHECK(net_cidr_contains(&cidr, NET_ADDR(8, 8, 8, 8)));
+	CHECK(net_cidr_parse("10.0.0.0/33", &cidr) < 0);
+	CHECK(net_cidr_parse("10.0.0.0/", &cidr) < 0);
+	CHECK(net_cidr_parse("10.0.0/8", &cidr) < 0);
+	CHECK(net_cidr_parse("", &cidr) < 0);
+	CHECK(net_cidr_parse("10.0.0.0/8x", &cidr) < 0);
+	CHECK(net_cidr_parse("/8", &cidr) < 0);
+}
+
+static void test_publish_and_dns_server_parse(void)
+{
+	struct net_publish publish;
+	uint32_t addr = 0;
+	uint16_t port = 0;
+
+	CHECK_INT_EQ(net_publish_parse("8080:80", &publish), 0);
+	CHECK(publish.host_port == 8080 && publish.guest_port == 80);
+	CHECK(net_publish_parse("0:80", &publish) < 0);
+	CHECK(net_publish_parse("70000:80", &publish) < 0);
+	CHECK(net_publish_parse("80", &publish) < 0);
+	CHECK(net_publish_parse("80:", &publish) < 0);
+	CHECK(net_publish_parse("-1:80", &publish) < 0);
+	CHECK_INT_EQ(net_dns_server_parse("127.0.0.1:5353", &addr, &port), 0);
+	CHECK(addr == NET_HOST_LOOPBACK_ADDR && port == 5353);
+	CHECK(net_dns_server_parse("127.0.0.1", &addr, &port) < 0);
+	CHECK(net_dns_server_parse("127.0.0.1/8:53", &addr, &port) < 0);
+	CHECK(net_dns_server_parse("127.0.0.1:0", &addr, &port) < 0);
+	CHECK(net_dns_server_parse("host:53", &addr, &port) < 0);
+}
+
+static void test_malformed_frames_dropped(void)
+{
+	struct net_policy policy;
+	struct net_policy_state *state = new_state();
+	uint8_t frame[NET_MAX_FRAME_LEN + 64];
+	size_t len;
+
+	net_policy_init_default(&policy);
+	len = build_ip_frame(frame, NET_IP_PROTO_TCP, NET_GATEWAY_ADDR, 80, NET_TCP_SYN, 0);
+	CHECK_INT_EQ(judge(&policy, state, frame, len, TEST_NOW_MS), NET_VERDICT_PASS);
+	/* every truncation of a valid frame */
+	for (size_t cut = 0; cut < len; cut++)
+		CHECK_INT_EQ(judge(&policy, state, frame, cut, TEST_NOW_MS),
+			     NET_VERDICT_DROP_MALFORMED);
+	CHECK_INT_EQ(judge(&policy, state, NULL, 0, TEST_NOW_MS), NET_VERDICT_DROP_MALFORMED);
+	CHECK_INT_EQ(judge(&policy, state, frame, NET_MAX_FRAME_LEN + 1, TEST_NOW_MS),
+		     NET_VERDICT_DROP_MALFORMED);
+	frame[NET_ETH_HEADER_LEN] = 0x44; /* IHL 4 words: shorter than the minimum */
+	CHECK_INT_EQ(judge(&policy, state, frame, len, TEST_NOW_MS), NET_VERDICT_DROP_MALFORMED);
+	frame[NET_ETH_HEADER_LEN] = 0x4f; /* IHL 15 words: past the total length */
+	CHECK_INT_EQ(judge(&policy, state, frame, len, TEST_NOW_MS), NET_VERDICT_DROP_MALFORMED);
+	frame[NET_ETH_HEADER_LEN] = 0x65; /* version 6 in an IPv4 ethertype */
+	CHECK_INT_EQ(judge(&policy, state, frame, len, TEST_NOW_MS), NET_VERDICT_DROP_MALFORMED);
+	len = build_ip_frame(frame, NET_IP_PROTO_TCP, NET_GATEWAY_ADDR, 80, NET_TCP_SYN, 0);
+	put16(frame + NET_ETH_HEADER_LEN + 2, 0xffff); /* total length past the frame */
+	CHECK_INT_EQ(judge(&policy, state, frame, len, TEST_NOW_MS), NET_VERDICT_DROP_MALFORMED);
+	len = build_ip_frame(frame, NET_IP_PROTO_TCP, NET_GATEWAY_ADDR, 80, NET_TCP_SYN, 0);
+	frame[NET_ETH_HEADER_LEN + 20 + 12] = 0xf0; /* TCP data offset past the packet */
+	CHECK_INT_EQ(judge(&policy, state, frame, len, TEST_NOW_MS), NET_VERDICT_DROP_MALFORMED);
+	len = build_ip_frame(frame, NET_IP_PROTO_UDP, NET_GATEWAY_ADDR, 53, 0, 4);
+	put16(frame + NET_ETH_HEADER_LEN + 20 + 4, 200); /* UDP length past the packet */
+	CHECK_INT_EQ(judge(&policy, state, frame, len, TEST_NOW_MS), NET_VERDICT_DROP_MALFORMED);
+	put16(frame + NET_ETH_HEADER_LEN + 20 + 4, 3); /* UDP length under its header */
+	CHECK_INT_EQ(judge(&policy, state, frame, len, TEST_NOW_MS), NET_VERDICT_DROP_MALFORMED);
+	CHECK(state->verdicts[NET_VERDICT_DROP_MALFORMED] >= len + 8);
+	free(state);
+}
+
+static void test_unsupported_frames_dropped(void)
+{
+	struct net_policy policy;
+	struct net_policy_state *state = new_state();
+	uint8_t frame[NET_MAX_FRAME_LEN];
+	size_t len;
+
+	net_policy_init_default(&policy);
+	len = build_ip_frame(frame, NET_IP_PROTO_UDP, NET_GATEWAY_ADDR, 9, 0, 8);
+	put16(frame + 12, TEST_ETHERTYPE_IPV6);
+	CHECK_INT_EQ(judge(&policy, state, frame, len, TEST_NOW_MS), NET_VERDICT_DROP_UNSUPPORTED);
+	len = build_ip_frame(frame, NET_IP_PROTO_UDP, NET_GATEWAY_ADDR, 9, 0, 8);
+	put16(frame + NET_ETH_HEADER_LEN + 6, 0x2000); /* more fragments */
+	CHECK_INT_EQ(judge(&policy, state, frame, len, TEST_NOW_MS), NET_VERDICT_DROP_UNSUPPORTED);
+	put16(frame + NET_ETH_HEADER_LEN + 6, 0x0010); /* a later fragment */
+	CHECK_INT_EQ(judge(&policy, state, frame, len, TEST_NOW_MS), NET_VERDICT_DROP_UNSUPPORTED);
+	len = build_ip_frame(frame, 47 /* GRE */, NET_GATEWAY_ADDR, 0, 0, 8);
+	CHECK_INT_EQ(judge(&policy, state, frame, len, TEST_NOW_MS), NET_VERDICT_DROP_UNSUPPORTED);
+	free(state);
+}
+
+static void test_addresses_judged_by_what_they_reach(void)
+{
+	struct net_policy policy;
+	struct net_policy_state *state = new_state();
+	struct net_cidr loopback, extra;
+	uint8_t frame[NET_MAX_FRAME_LEN];
+	size_t len;
+
+	net_policy_init_default(&policy);
+	/* the default deny list: the metadata service's link-local range */
+	len = build_ip_frame(frame, NET_IP_PROTO_TCP, NET_ADDR(169, 254, 169, 254), 80,
+			     NET_TCP_SYN, 0);
+	CHECK_INT_EQ(judge(&policy, state, frame, len, TEST_NOW_MS), NET_VERDICT_DENY_ADDRESS);
+	/* a user deny entry */
+	CHECK_INT_EQ(net_cidr_parse("192.0.2.0/24", &extra), 0);
+	CHECK_INT_EQ(net_policy_add_deny(&policy, &extra), 0);
+	len = build_ip_frame(frame, NET_IP_PROTO_UDP, NET_ADDR(192, 0, 2, 9), 9, 0, 4);
+	CHECK_INT_EQ(judge(&policy, state, frame, len, TEST_NOW_MS), NET_VERDICT_DENY_ADDRESS);
+	/* an allow list of the host's loopback: the gateway passes, the world does not */
+	CHECK_INT_EQ(net_cidr_parse("127.0.0.1/32", &loopback), 0);
+	CHECK_INT_EQ(net_policy_add_allow(&policy, &loopback), 0);
+	len = build_ip_frame(frame, NET_IP_PROTO_TCP, NET_GATEWAY_ADDR, 8080, NET_TCP_SYN, 0);
+	CHECK_INT_EQ(judge(&policy, state, frame, len, TEST_NOW_MS), NET_VERDICT_PASS);
+	len = build_ip_frame(frame, NET_IP_PROTO_TCP, NET_ADDR(93, 184, 216, 34), 80,
+			     NET_TCP_SYN, 0);
+	CHECK_INT_EQ(judge(&policy, state, frame, len, TEST_NOW_MS), NET_VERDICT_DENY_ADDRESS);
+	len = build_ip_frame(frame, NET_IP_PROTO_ICMP, NET_ADDR(93, 184, 216, 34), 0, 0, 8);
+	CHECK_INT_EQ(judge(&policy, state, frame, len, TEST_NOW_MS), NET_VERDICT_DENY_ADDRESS);
+	/* any other address of the virtual network reaches nothing */
+	len = build_ip_frame(frame, NET_IP_PROTO_TCP, NET_ADDR(10, 0, 2, 99), 80, NET_TCP_SYN, 0);
+	CHECK_INT_EQ(judge(&policy, state, frame, len, TEST_NOW_MS), NET_VERDICT_DENY_ADDRESS);
+	/* DNS: judged by the resolver, refused when forwarding is off */
+	policy.resolver_addr = NET_HOST_LOOPBACK_ADDR;
+	len = build_ip_frame(frame, NET_IP_PROTO_UDP, NET_DNS_ADDR, NET_DNS_PORT, 0, 12);
+	CHECK_INT_EQ(judge(&policy, state, frame, len, TEST_NOW_MS), NET_VERDICT_PASS);
+	policy.resolver_addr = NET_ADDR(8, 8, 8, 8);
+	put16(frame + NET_ETH_HEADER_LEN + 20, TEST_GUEST_PORT + 1); /* a new flow */
+	CHECK_INT_EQ(judge(&policy, state, frame, len, TEST_NOW_MS), NET_VERDICT_DENY_ADDRESS);
+	policy.resolver_addr = NET_HOST_LOOPBACK_ADDR;
+	policy.dns = false;
+	put16(frame + NET_ETH_HEADER_LEN + 20, TEST_GUEST_PORT + 2);
+	CHECK_INT_EQ(judge(&policy, state, frame, len, TEST_NOW_MS), NET_VERDICT_DENY_ADDRESS);
+	policy.dns = true;
+	len = build_ip_frame(frame, NET_IP_PROTO_TCP, NET_DNS_ADDR, 80, NET_TCP_SYN, 0);
+	CHECK_INT_EQ(judge(&policy, state, frame, len, TEST_NOW_MS), NET_VERDICT_DENY_ADDRESS);
+	/* segments of an existing connection are not judged: slirp opens nothing for them */
+	len = build_ip_frame(frame, NET_IP_PROTO_TCP, NET_ADDR(93, 184, 216, 34), 80,
+			     NET_TCP_ACK, 10);
+	CHECK_INT_EQ(judge(&policy, state, frame, len, TEST_NOW_MS), NET_VERDICT_PASS);
+	/* ARP is slirp's to answer */
+	memset(frame, 0, TEST_ARP_LEN);
+	put16(frame + 12, NET_ETHERTYPE_ARP);
+	CHECK_INT_EQ(judge(&policy, state, frame, TEST_ARP_LEN, TEST_NOW_MS), NET_VERDICT_PASS);
+	free(state);
+}
+
+static void test_rate_cap_refuses_and_recovers(void)
+{
+	struct net_policy policy;
+	struct net_policy_state *state = new_state();
+	uint8_t frame[NET_MAX_FRAME_LEN];
+	size_t len = build_ip_frame(frame, NET_IP_PROTO_TCP, NET_GATEWAY_ADDR, 80, NET_TCP_SYN, 0);
+	uint8_t *sport = frame + NET_ETH_HEADER_LEN + NET_IPV4_MIN_HEADER_LEN;
+
+	net_policy_init_default(&policy);
+	policy.max_new_per_sec = 3;
+	for (uint16_t i = 0; i < 3; i++) {
+		put16(sport, (uint16_t)(TEST_GUEST_PORT + i));
+		CHECK_INT_EQ(judge(&policy, state, frame, len, TEST_NOW_MS + i), NET_VERDICT_PASS);
+	}
+	put16(sport, TEST_GUEST_PORT + 3);
+	CHECK_INT_EQ(judge(&policy, state, frame, len, TEST_NOW_MS + 10), NET_VERDICT_DENY_RATE);
+	CHECK_INT_EQ(judge(&policy, state, frame, len, TEST_NOW_MS + 999), NET_VERDICT_DENY_RATE);
+	CHECK_INT_EQ(judge(&policy, state, frame, len, TEST_NOW_MS + 1000), NET_VERDICT_PASS);
+	CHECK(state->verdicts[NET_VERDICT_DENY_RATE] == 2);
+	free(state);
+}
+
+static void test_flow_cap_refuses_and_recovers(void)
+{
+	struct net_policy policy;
+	struct net_policy_state *state = new_state();
+	uint8_t frame[NET_MAX_FRAME_LEN];
+	size_t len;
+	uint8_t *sport = frame + NET_ETH_HEADER_LEN + NET_IPV4_MIN_HEADER_LEN;
+
+	net_policy_init_default(&policy);
+	policy.max_flows = 2;
+	len = build_ip_frame(frame, NET_IP_PROTO_TCP, NET_GATEWAY_ADDR, 80, NET_TCP_SYN, 0);
+	put16(sport, TEST_GUEST_PORT);
+	CHECK_INT_EQ(judge(&policy, state, frame, len, TEST_NOW_MS), NET_VERDICT_PASS);
+	put16(sport, TEST_GUEST_PORT + 1);
+	CHECK_INT_EQ(judge(&policy, state, frame, len, TEST_NOW_MS), NET_VERDICT_PASS);
+	put16(sport, TEST_GUEST_PORT + 2);
+	CHECK_INT_EQ(judge(&policy, state, frame, len, TEST_NOW_MS), NET_VERDICT_DENY_FLOWS);
+	/* the guest closes its first connection: a slot frees */
+	len = build_ip_frame(frame, NET_IP_PROTO_TCP, NET_GATEWAY_ADDR, 80,
+			     NET_TCP_FIN | NET_TCP_ACK, 0);
+	put16(sport, TEST_GUEST_PORT);
+	CHECK_INT_EQ(judge(&policy, state, frame, len, TEST_NOW_MS), NET_VERDICT_PASS);
+	len = build_ip_frame(frame, NET_IP_PROTO_TCP, NET_GATEWAY_ADDR, 80, NET_TCP_SYN, 0);
+	put16(sport, TEST_GUEST_PORT + 2);
+	CHECK_INT_EQ(judge(&policy, state, frame, len, TEST_NOW_MS), NET_VERDICT_PASS);
+	/* a retransmitted SYN is the same connection, not a new one */
+	put16(sport, TEST_GUEST_PORT + 2);
+	CHECK_INT_EQ(judge(&policy, state, frame, len, TEST_NOW_MS), NET_VERDICT_PASS);
+	/* a reset from the remote end closes the flow it answers */
+	{
+		struct net_frame_info syn, rst_info;
+		uint8_t rst[NET_RST_FRAME_LEN];
+
+		net_frame_parse(frame, len, &syn);
+		CHECK_INT_EQ(net_build_tcp_rst(frame, &syn, rst, sizeof(rst)), NET_RST_FRAME_LEN);
+		net_frame_parse(rst, sizeof(rst), &rst_info);
+		CHECK_INT_EQ(state->active_flows, 2);
+		net_policy_observe_rx(state, &rst_info, TEST_NOW_MS);
+		CHECK_INT_EQ(state->active_flows, 1);
+		put16(sport, TEST_GUEST_PORT + 4);
+		CHECK_INT_EQ(judge(&policy, state, frame, len, TEST_NOW_MS), NET_VERDICT_PASS);
+	}
+	/* idle flows expire */
+	put16(sport, TEST_GUEST_PORT + 3);
+	CHECK_INT_EQ(judge(&policy, state, frame, len, TEST_NOW_MS), NET_VERDICT_DENY_FLOWS);
+	CHECK_INT_EQ(judge(&policy, state, frame, len, TEST_NOW_MS + NET_TCP_FLOW_IDLE_MS + 1),
+		     NET_VERDICT_PASS);
+	free(state);
+}
+
+/* The one's-complement sum over data is 0xffff when its checksum field is right. */
+static uint16_t checksum_over(const uint8_t *data, size_t len, uint32_t sum)
+{
+	for (size_t i = 0; i + 1 < len; i += 2)
+		sum += get16(data + i);
+	if (len & 1u)
+		sum += (uint32_t)data[len - 1] << 8;
+	while (sum >> 16)
+		sum = (sum & 0xffffu) + (sum >> 16);
+	return (uint16_t)sum;
+}
+
+static void test_reset_answers_the_syn(void)
+{
+	uint8_t frame[NET_MAX_FRAME_LEN], rst[NET_RST_FRAME_LEN], pseudo[12];
+	struct net_frame_info info, reply;
+	size_t len = build_ip_frame(frame, NET_IP_PROTO_TCP, NET_ADDR(169, 254, 169, 254), 80,
+				    NET_TCP_SYN, 0);
+	const uint8_t *ip = rst + NET_ETH_HEADER_LEN, *tcp = ip + NET_IPV4_MIN_HEADER_LEN;
+
+	net_frame_parse(frame, len, &info);
+	CHECK_INT_EQ(net_build_tcp_rst(frame, &info, rst, sizeof(rst) - 1), 0);
+	CHECK_INT_EQ(net_build_tcp_rst(frame, &info, rst, sizeof(rst)), NET_RST_FRAME_LEN);
+	CHECK(memcmp(rst, test_guest_mac, 6) == 0);
+	net_frame_parse(rst, sizeof(rst), &reply);
+	CHECK_INT_EQ(reply.kind, NET_FRAME_TCP);
+	CHECK(reply.src_addr == NET_ADDR(169, 254, 169, 254) && reply.dst_addr == NET_GUEST_ADDR);
+	CHECK(reply.src_port == 80 && reply.dst_port == TEST_GUEST_PORT);
+	CHECK(reply.tcp_flags == (NET_TCP_RST | NET_TCP_ACK));
+	CHECK(get32(tcp + 8) == 1001); /* acknowledges the SYN */
+	CHECK_INT_EQ(checksum_over(ip, NET_IPV4_MIN_HEADER_LEN, 0), 0xffff);
+	memcpy(pseudo, ip + 12, 8);
+	pseudo[8] = 0;
+	pseudo[9] = NET_IP_PROTO_TCP;
+	put16(pseudo + 10, NET_TCP_MIN_HEADER_LEN);
+	CHECK_INT_EQ(checksum_over(tcp, NET_TCP_MIN_HEADER_LEN,
+				   checksum_over(pseudo, sizeof(pseudo), 0)), 0xffff);
+	len = build_ip_frame(frame, NET_IP_PROTO_UDP, NET_GATEWAY_ADDR, 53, 0, 4);
+	net_frame_parse(frame, len, &info);
+	CHECK_INT_EQ(net_build_tcp_rst(frame, &info, rst, sizeof(rst)), 0);
+}
+
+static void test_udp_rewrite(void)
+{
+	uint8_t frame[NET_MAX_FRAME_LEN];
+	struct net_frame_info info, after;
+	size_t len = build_ip_frame(frame, NET_IP_PROTO_UDP, NET_DNS_ADDR, NET_DNS_PORT, 0, 12);
+
+	net_frame_parse(frame, len, &info);
+	net_frame_set_udp_dst(frame, &info, NET_GATEWAY_ADDR, 5353);
+	net_frame_parse(frame, len, &after);
+	CHECK(after.dst_addr == NET_GATEWAY_ADDR && after.dst_port == 5353);
+	CHECK_INT_EQ(checksum_over(frame + NET_ETH_HEADER_LEN, NET_IPV4_MIN_HEADER_LEN, 0), 0xffff);
+	CHECK_INT_EQ(get16(frame + info.l4_offset + 6), 0);
+	net_frame_set_udp_src(frame, &after, NET_DNS_ADDR, NET_DNS_PORT);
+	net_frame_parse(frame, len, &after);
+	CHECK(after.src_addr == NET_DNS_ADDR && after.src_port == NET_DNS_PORT);
+	CHECK_INT_EQ(checksum_over(frame + NET_ETH_HEADER_LEN, NET_IPV4_MIN_HEADER_LEN, 0), 0xffff);
+}
+
+/* Random bytes, and random mutations of a valid frame, only ever get a verdict. */
+static void test_random_frames_never_crash(void)
+{
+	struct net_policy policy;
+	struct net_policy_state *state = new_state();
+	uint8_t frame[NET_MAX_FRAME_LEN], rst[NET_RST_FRAME_LEN];
+	unsigned int seed = 12345;
+
+	net_policy_init_default(&policy);
+	for (int i = 0; i < TEST_RANDOM_FRAMES; i++) {
+		size_t len = (size_t)rand_r(&seed) % sizeof(frame);
+		struct net_frame_info info;
+		enum net_verdict verdict;
+
+		if (i % 2) {
+			for (size_t j = 0; j < len; j++)
+				frame[j] = (uint8_t)rand_r(&seed);
+		} else {
+			size_t valid = build_ip_frame(frame, i % 4 ? NET_IP_PROTO_TCP
+								   : NET_IP_PROTO_UDP,
+						      NET_GATEWAY_ADDR, 80, NET_TCP_SYN, 16);
+
+			len = valid;
+			frame[(size_t)rand_r(&seed) % valid] = (uint8_t)rand_r(&seed);
+			len -= (size_t)rand_r(&seed) % 3;
+		}
+		net_frame_parse(frame, len, &info);
+		verdict = net_policy_judge(&policy, state, &info, TEST_NOW_MS + (uint64_t)i, NULL);
+		CHECK((unsigned int)verdict < NET_VERDICT_COUNT);
+		if (info.kind == NET_FRAME_TCP)
+			CHECK_INT_EQ(net_build_tcp_rst(frame, &info, rst, sizeof(rst)),
+				     NET_RST_FRAME_LEN);
+		if (info.kind != NET_FRAME_MALFORMED && info.kind != NET_FRAME_ARP &&
+		    info.kind != NET_FRAME_UNSUPPORTED)
+			CHECK(info.l4_offset <= len);
+	}
+	free(state);
+}
+
+/* ---- the device, through its registers ---- */
+
+struct net_fixture {
+	struct fake_guest guest;
+	struct net_device *dev;
+	uint16_t tx_next;
+};
+
+static int fixture_init(struct net_fixture *f, const struct net_config *cfg)
+{
+	char err[256];
+	uint32_t status;
+
+	memset(f, 0, sizeof(*f));
+	if (fake_guest_init(&f->guest))
+		return -1;
+	f->dev = net_device_create(cfg, &f->guest.mem, fake_guest_irq(&f->guest), err,
+				   sizeof(err));
+	if (!f->dev) {
+		fprintf(stderr, "net_device_create: %s\n", err);
+		return -1;
+	}
+	status = fake_guest_setup(&f->guest, net_device_transport(f->dev), TEST_QUEUE_COUNT,
+				  ~0ull);
+	if (!(status & VIRTIO_STATUS_DRIVER_OK))
+		return -1;
+	for (uint16_t i = 0; i < TEST_RX_BUFFERS; i++) {
+		fake_guest_set_desc(&f->guest, TEST_RX_QUEUE, i,
+				    TEST_RX_GPA + (uint64_t)i * TEST_RX_BUFFER_LEN,
+				    TEST_RX_BUFFER_LEN, VIRTQ_DESC_F_WRITE, 0);
+		fake_guest_publish(&f->guest, TEST_RX_QUEUE, i);
+	}
+	fake_guest_notify(&f->guest, TEST_RX_QUEUE);
+	return 0;
+}
+
+static void fixture_free(struct net_fixture *f)
+{
+	net_device_destroy(f->dev);
+	fake_guest_free(&f->guest);
+}
+
+/* Sends one chain of a single readable buffer holding bytes (header included). */
+static void transmit_raw(struct net_fixture *f, const uint8_t *bytes, uint32_t len)
+{
+	uint16_t index = f->tx_next++ % FAKE_GUEST_QUEUE_SIZE;
+	uint64_t gpa = TEST_TX_GPA + (uint64_t)index * 4096u;
+
+	if (len)
+		memcpy(fake_guest_host(&f->guest, gpa), bytes, len);
+	fake_guest_set_desc(&f->guest, TEST_TX_QUEUE, index, gpa, len, 0, 0);
+	fake_guest_publish(&f->guest, TEST_TX_QUEUE, index);
+	fake_guest_notify(&f->guest, TEST_TX_QUEUE);
+}
+
+static void transmit_frame(struct net_fixture *f, const uint8_t *frame, size_t len)
+{
+	uint8_t chain[TEST_VIRTIO_HEADER_LEN + NET_MAX_FRAME_LEN] = { 0 };
+
+	memcpy(chain + TEST_VIRTIO_HEADER_LEN, frame, len);
+	transmit_raw(f, chain, (uint32_t)(TEST_VIRTIO_HEADER_LEN + len));
+}
+
+static bool wait_used(struct net_fixture *f, unsigned int queue, uint32_t *id, uint32_t *len)
+{
+	struct timespec step = { .tv_sec = 0, .tv_nsec = TEST_WAIT_STEP_NS };
+
+	for (int i = 0; i < TEST_WAIT_STEPS; i++) {
+		if (fake_guest_pop_used(&f->guest, queue, id, len))
+			return true;
+		nanosleep(&step, NULL);
+	}
+	return false;
+}
+
+static void test_device_hostile_chains_counted(void)
+{
+	struct net_config cfg = { 0 };
+	struct net_fixture f;
+	struct net_device_stats stats;
+	uint8_t big[TEST_VIRTIO_HEADER_LEN + NET_MAX_FRAME_LEN + 100] = { 0 };
+	uint8_t frame[NET_MAX_FRAME_LEN];
+	uint32_t id, len;
+
+	net_policy_init_default(&cfg.policy);
+	CHECK_INT_EQ(fixture_init(&f, &cfg), 0);
+	transmit_raw(&f, big, 4);			/* shorter than the virtio header */
+	CHECK(wait_used(&f, TEST_TX_QUEUE, &id, &len));
+	transmit_raw(&f, big, sizeof(big));		/* longer than any frame */
+	CHECK(wait_used(&f, TEST_TX_QUEUE, &id, &len));
+	transmit_raw(&f, big, TEST_VIRTIO_HEADER_LEN + 20); /* zeros: ethertype 0 */
+	CHECK(wait_used(&f, TEST_TX_QUEUE, &id, &len));
+	len = (uint32_t)build_ip_frame(frame, NET_IP_PROTO_TCP, NET_GATEWAY_ADDR, 80,
+				       NET_TCP_SYN, 0);
+	put16(frame + NET_ETH_HEADER_LEN + 2, 0xffff);
+	transmit_frame(&f, frame, len);			/* IPv4 length past the frame */
+	CHECK(wait_used(&f, TEST_TX_QUEUE, &id, &len));
+	net_device_stats(f.dev, &stats);
+	CHECK(stats.verdicts[NET_VERDICT_DROP_MALFORMED] == 3);
+	CHECK(stats.verdicts[NET_VERDICT_DROP_UNSUPPORTED] == 1);
+	CHECK(stats.tx_frames == 0);
+	CHECK(!(virtio_mmio_read32(net_device_transport(f.dev), VIRTIO_MMIO_STATUS) &
+		VIRTIO_STATUS_DEVICE_NEEDS_RESET));
+	fixture_free(&f);
+}
+
+static void test_device_denied_connect_gets_reset(void)
+{
+	struct net_config cfg = { 0 };
+	struct net_fixture f;
+	struct net_device_stats stats;
+	struct net_frame_info reply;
+	uint8_t frame[NET_MAX_FRAME_LEN];
+	const uint8_t *rx;
+	uint32_t id = 0, len = 0;
+	size_t frame_len;
+
+	net_policy_init_default(&cfg.policy);
+	CHECK_INT_EQ(fixture_init(&f, &cfg), 0);
+	frame_len = build_ip_frame(frame, NET_IP_PROTO_TCP, NET_ADDR(169, 254, 169, 254), 80,
+				   NET_TCP_SYN, 0);
+	transmit_frame(&f, frame, frame_len);
+	CHECK(wait_used(&f, TEST_RX_QUEUE, &id, &len));
+	CHECK_INT_EQ(len, TEST_VIRTIO_HEADER_LEN + NET_RST_FRAME_LEN);
+	rx = fake_guest_host(&f.guest, TEST_RX_GPA + (uint64_t)id * TEST_RX_BUFFER_LEN);
+	CHECK_INT_EQ(rx[10] | (rx[11] << 8), 1); /* num_buffers, little-endian */
+	net_frame_parse(rx + TEST_VIRTIO_HEADER_LEN, NET_RST_FRAME_LEN, &reply);
+	CHECK(reply.kind == NET_FRAME_TCP && (reply.tcp_flags & NET_TCP_RST));
+	CHECK(reply.dst_port == TEST_GUEST_PORT && reply.src_port == 80);
+	net_device_stats(f.dev, &stats);
+	CHECK(stats.resets_injected == 1);
+	CHECK(stats.verdicts[NET_VERDICT_DENY_ADDRESS] == 1);
+	CHECK(stats.tx_frames == 0);
+	CHECK(stats.rx_frames == 1);
+	fixture_free(&f);
+}
+
+/* An ARP request for the gateway goes to slirp, which answers with the gateway's MAC. */
+static void test_device_slirp_answers_arp(void)
+{
+	struct net_config cfg = { 0 };
+	struct net_fixture f;
+	uint8_t arp[TEST_ARP_LEN] = { 0 };
+	const uint8_t *rx;
+	uint32_t id = 0, len = 0;
+
+	net_policy_init_default(&cfg.policy);
+	CHECK_INT_EQ(fixture_init(&f, &cfg), 0);
+	memset(arp, 0xff, 6);
+	memcpy(arp + 6, test_guest_mac, 6);
+	put16(arp + 12, NET_ETHERTYPE_ARP);
+	put16(arp + 14, 1);	 /* Ethernet */
+	put16(arp + 16, 0x0800); /* IPv4 */
+	arp[18] = 6;
+	arp[19] = 4;
+	put16(arp + 20, TEST_ARP_OP_REQUEST);
+	memcpy(arp + 22, test_guest_mac, 6);
+	put32(arp + 28, NET_GUEST_ADDR);
+	put32(arp + 38, NET_GATEWAY_ADDR);
+	transmit_frame(&f, arp, sizeof(arp));
+	CHECK(wait_used(&f, TEST_RX_QUEUE, &id, &len));
+	CHECK(len >= TEST_VIRTIO_HEADER_LEN + TEST_ARP_LEN);
+	rx = fake_guest_host(&f.guest, TEST_RX_GPA + (uint64_t)id * TEST_RX_BUFFER_LEN) +
+	     TEST_VIRTIO_HEADER_LEN;
+	CHECK_INT_EQ(get16(rx + 12), NET_ETHERTYPE_ARP);
+	CHECK_INT_EQ(get16(rx + 20), TEST_ARP_OP_REPLY);
+	CHECK(get32(rx + 28) == NET_GATEWAY_ADDR);
+	CHECK(memcmp(rx, test_guest_mac, 6) == 0);
+	fixture_free(&f);
+}
+
+int main(void)
+{
+	RUN_TEST(test_cidr_parse);
+	RUN_TEST(test_publish_and_dns_server_parse);
+	RUN_TEST(test_malformed_frames_dropped);
+	RUN_TEST(test_unsupported_frames_dropped);
+	RUN_TEST(test_addresses_judged_by_what_they_reach);
+	RUN_TEST(test_rate_cap_refuses_and_recovers);
+	RUN_TEST(test_flow_cap_refuses_and_recovers);
+	RUN_TEST(test_reset_answers_the_syn);
+	RUN_TEST(test_udp_rewrite);
+	RUN_TEST(test_random_frames_never_crash);
+	RUN_TEST(test_device_hostile_chains_counted);
+	RUN_TEST(test_device_denied_connect_gets_reset);
+	RUN_TEST(test_device_slirp_answers_arp);
+	return harness_finish();
+}
