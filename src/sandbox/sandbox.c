@@ -28,6 +28,7 @@
 #include "devices/vsock.h"
 #include "host/vsock_connect.h"
 #include "store/guest_image.h"
+#include "store/snapshot_store.h"
 #include "vmm/kvm.h"
 
 #define SANDBOX_LOG "sandbox"
@@ -73,6 +74,8 @@ struct sandbox {
 	/* what the agent was told (deep copy), so a fork can tell its children the same */
 	struct proto_set_policy policy;
 	bool has_policy;
+	/* the snapshot this VM was restored from, locked so eviction leaves it alone */
+	struct snapshot_store_hold snapshot_hold;
 };
 
 static long monotonic_ms(void)
@@ -486,6 +489,7 @@ void sandbox_destroy(struct sandbox *sandbox, bool keep_serial_log)
 	sandbox_remove_runtime_dir(sandbox, keep_serial_log);
 	sandbox_policy_clear(sandbox);
 	explicit_bzero(sandbox->secret, sizeof(sandbox->secret));
+	snapshot_store_release(&sandbox->snapshot_hold);
 	free(sandbox);
 }
 
@@ -574,6 +578,9 @@ int sandbox_start_from_snapshot(const struct sandbox_restore_config *cfg, struct
 		.track_dirty_pages = cfg->track_dirty_pages,
 	};
 
+	rc = snapshot_store_hold(cfg->snapshot_dir, &sandbox->snapshot_hold, err, errlen);
+	if (rc < 0)
+		goto fail;
 	rc = vm_create_from_snapshot(cfg->snapshot_dir, &opts, &sandbox->vm, err, errlen);
 	if (rc < 0)
 		goto fail;

@@ -19,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -34,6 +35,8 @@
 #define SNAPSHOT_STORE_BLOCK_BYTES 512
 #define SNAPSHOT_STORE_DIFF_MAX 100000
 #define SNAPSHOT_STORE_AMBIGUOUS_SHOWN 4
+#define SNAPSHOT_STORE_ERR_MAX 512
+#define SNAPSHOT_STORE_SIZE_SHIFT 10 /* each of K, M, G, T is 1024 times the last */
 
 static unsigned int snapshot_store_tmp_counter;
 
@@ -216,19 +219,128 @@ static int snapshot_store_tmp_path(const char *store, const char *label, char *o
 	return n < 0 || (size_t)n >= len ? -ENAMETOOLONG : 0;
 }
 
-/* Renames the directory out of sight first, so it vanishes whole, then removes the tree. */
+static int snapshot_store_read_entry(const char *store, const char *name,
+				     struct snapshot_store_entry *entry);
+
+/* ---- in use: a shared flock per restoring process, an exclusive one to remove ---- */
+
+/* Opens (creating) dir/lock; -errno when it cannot. */
+static int snapshot_store_open_lock(const char *dir)
+{
+	char path[PATH_MAX];
+	int fd, rc = snapshot_store_join(path, sizeof(path), dir, SNAPSHOT_STORE_LOCK_FILE);
+
+	if (rc < 0)
+		return rc;
+	fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, SNAPSHOT_STORE_FILE_MODE);
+	return fd < 0 ? -errno : fd;
+}
+
+/* An exclusive lock without waiting: the fd, -EBUSY when a VM holds the snapshot. */
+static int snapshot_store_lock_exclusive(const char *dir)
+{
+	int fd = snapshot_store_open_lock(dir);
+
+	if (fd < 0)
+		return fd;
+	if (flock(fd, LOCK_EX | LOCK_NB) < 0) {
+		int rc = errno == EWOULDBLOCK ? -EBUSY : -errno;
+
+		close(fd);
+		return rc;
+	}
+	return fd;
+}
+
+bool snapshot_store_in_use(const char *snapshot_dir)
+{
+	int fd = snapshot_store_lock_exclusive(snapshot_dir);
+
+	if (fd >= 0)
+		close(fd);
+	return fd == -EBUSY;
+}
+
+static int snapshot_store_hold_one(const char *dir, struct snapshot_store_hold *hold,
+				   char *err, size_t errlen)
+{
+	char state[PATH_MAX];
+	int fd = snapshot_store_open_lock(dir);
+
+	if (fd == -EACCES || fd == -EROFS || fd == -EPERM) {
+		log_debug("snapshot", "not locking %s: %s", dir, strerror(-fd));
+		return 0;
+	}
+	if (fd < 0 || flock(fd, LOCK_SH) < 0 ||
+	    snapshot_store_join(state, sizeof(state), dir, SNAPSHOT_STORE_STATE_FILE) < 0 ||
+	    access(state, F_OK) < 0) {
+		if (fd >= 0)
+			close(fd);
+		snapshot_store_error(err, errlen, "snapshot %s is gone (deleted or evicted while "
+				     "it was being opened)", dir);
+		return -ENOENT;
+	}
+	hold->fds[hold->count++] = fd;
+	return 0;
+}
+
+int snapshot_store_hold(const char *snapshot_dir, struct snapshot_store_hold *hold, char *err,
+			size_t errlen)
+{
+	char store[PATH_MAX], parent[PATH_MAX];
+	struct snapshot_store_entry entry;
+	const char *slash = strrchr(snapshot_dir, '/');
+	int rc;
+
+	memset(hold, 0, sizeof(*hold));
+	rc = snapshot_store_hold_one(snapshot_dir, hold, err, errlen);
+	if (rc < 0 || !slash || (size_t)(slash - snapshot_dir) >= sizeof(store))
+		return rc;
+	snprintf(store, sizeof(store), "%.*s", (int)(slash - snapshot_dir), snapshot_dir);
+	if (snapshot_store_read_entry(store, slash + 1, &entry) < 0 ||
+	    entry.kind != SNAPSHOT_STORE_KIND_DIFF || !entry.parent_id[0] ||
+	    snapshot_store_join(parent, sizeof(parent), store, entry.parent_id) < 0)
+		return 0;
+	rc = snapshot_store_hold_one(parent, hold, err, errlen);
+	if (rc < 0)
+		snapshot_store_release(hold);
+	return rc;
+}
+
+void snapshot_store_release(struct snapshot_store_hold *hold)
+{
+	if (!hold)
+		return;
+	for (unsigned int i = 0; i < hold->count; i++)
+		close(hold->fds[i]);
+	hold->count = 0;
+}
+
+/*
+ * Renames the directory out of sight first, so it vanishes whole, then removes the tree; the
+ * exclusive lock held meanwhile makes a restorer that opened the lock wait and then find the
+ * snapshot gone. -EBUSY when a VM holds it.
+ */
 static int snapshot_store_remove_snapshot(const char *store, const char *id)
 {
 	char path[PATH_MAX], doomed[PATH_MAX];
 	int rc = snapshot_store_join(path, sizeof(path), store, id);
+	int lock_fd;
 
 	if (rc == 0)
 		rc = snapshot_store_tmp_path(store, id, doomed, sizeof(doomed));
 	if (rc < 0)
 		return rc;
+	lock_fd = snapshot_store_lock_exclusive(path);
+	if (lock_fd == -EBUSY)
+		return lock_fd;
 	if (rename(path, doomed) < 0)
-		return -errno;
-	return store_remove_tree(doomed);
+		rc = -errno;
+	else
+		rc = store_remove_tree(doomed);
+	if (lock_fd >= 0)
+		close(lock_fd);
+	return rc;
 }
 
 /* A .tmp-<pid>-... directory whose pid no longer runs belongs to a writer that died. */
@@ -574,6 +686,23 @@ static int snapshot_store_remove_entry(const char *store, struct snapshot_store_
 	return 0;
 }
 
+/* -EBUSY, with err naming it, when a VM holds list[index] or (for a base) one of its diffs. */
+static int snapshot_store_family_idle(const struct snapshot_store_entry *list, size_t count,
+				      size_t index, char *err, size_t errlen)
+{
+	for (size_t i = 0; i < count; i++) {
+		if (i != index && (list[index].kind != SNAPSHOT_STORE_KIND_BASE ||
+				   !snapshot_store_is_diff_of(&list[i], list[index].id)))
+			continue;
+		if (!snapshot_store_in_use(list[i].path))
+			continue;
+		snapshot_store_error(err, errlen, "snapshot %s is in use by a running VM: stop it "
+				     "first, then delete", list[i].id);
+		return -EBUSY;
+	}
+	return 0;
+}
+
 int snapshot_store_delete(const char *prefix, size_t *deleted, char *err, size_t errlen)
 {
 	struct snapshot_store_entry *list = NULL;
@@ -588,6 +717,8 @@ int snapshot_store_delete(const char *prefix, size_t *deleted, char *err, size_t
 		rc = snapshot_store_list(&list, &count, err, errlen);
 	if (rc == 0)
 		rc = snapshot_store_pick(list, count, prefix, &index, err, errlen);
+	if (rc == 0)
+		rc = snapshot_store_family_idle(list, count, index, err, errlen);
 	if (rc == 0) {
 		rc = snapshot_store_remove_entry(store, list, count, index, &removed, &freed);
 		if (rc < 0)
@@ -609,41 +740,175 @@ static int snapshot_store_compare_age(const void *a, const void *b)
 	return strcmp(x->id, y->id);
 }
 
-int snapshot_store_evict_lru(uint64_t max_bytes, size_t *evicted, uint64_t *remaining_bytes,
-			     char *err, size_t errlen)
+static bool snapshot_store_has_diff(const struct snapshot_store_entry *list, size_t count,
+				    const char *base)
 {
+	for (size_t i = 0; i < count; i++)
+		if (list[i].id[0] && snapshot_store_is_diff_of(&list[i], base))
+			return true;
+	return false;
+}
+
+/*
+ * One pass in LRU order: removes the first snapshot that may go. Returns 1 when it removed
+ * one, 0 when none may, or -errno; counts what it spared.
+ */
+static int snapshot_store_gc_pass(const char *store, struct snapshot_store_entry *list,
+				  size_t count, const char *keep_id, uint64_t *freed,
+				  struct snapshot_store_gc_result *result, char *err, size_t errlen)
+{
+	result->spared_in_use = 0;
+	result->spared_bases = 0;
+	for (size_t i = 0; i < count; i++) {
+		int rc;
+
+		if (!list[i].id[0] || (keep_id && strcmp(list[i].id, keep_id) == 0))
+			continue;
+		if (list[i].kind == SNAPSHOT_STORE_KIND_BASE &&
+		    snapshot_store_has_diff(list, count, list[i].id)) {
+			result->spared_bases++;
+			continue;
+		}
+		rc = snapshot_store_remove_snapshot(store, list[i].id);
+		if (rc == -EBUSY) {
+			log_info("snapshot", "keeping %s: a running VM uses it", list[i].id);
+			result->spared_in_use++;
+			continue;
+		}
+		if (rc < 0) {
+			snapshot_store_error(err, errlen, "cannot evict snapshot %s: %s", list[i].id,
+					     strerror(-rc));
+			return rc;
+		}
+		log_info("snapshot", "evicted %s (last used %lld)", list[i].id,
+			 (long long)list[i].last_used);
+		*freed += list[i].size_bytes;
+		list[i].id[0] = '\0';
+		result->evicted++;
+		return 1;
+	}
+	return 0;
+}
+
+int snapshot_store_gc(uint64_t max_bytes, const char *keep_id,
+		      struct snapshot_store_gc_result *result, char *err, size_t errlen)
+{
+	struct snapshot_store_gc_result local;
 	struct snapshot_store_entry *list = NULL;
-	size_t count = 0, removed = 0;
+	size_t count = 0;
 	uint64_t total = 0, freed = 0;
 	char store[PATH_MAX];
 	int rc = snapshot_store_dir(store, sizeof(store));
 
+	if (!result)
+		result = &local;
+	memset(result, 0, sizeof(*result));
 	if (rc == 0)
 		rc = snapshot_store_list(&list, &count, err, errlen);
 	if (rc < 0)
 		goto out;
+	snapshot_store_sweep(store);
 	for (size_t i = 0; i < count; i++)
 		total += list[i].size_bytes;
 	if (count)
 		qsort(list, count, sizeof(*list), snapshot_store_compare_age);
-	for (size_t i = 0; i < count && total - freed > max_bytes; i++) {
-		if (!list[i].id[0])
-			continue;
-		log_info("snapshot", "evicting %s (last used %lld)", list[i].id,
-			 (long long)list[i].last_used);
-		rc = snapshot_store_remove_entry(store, list, count, i, &removed, &freed);
-		if (rc < 0) {
-			snapshot_store_error(err, errlen, "cannot evict snapshot %s: %s", list[i].id,
-					     strerror(-rc));
-			goto out;
-		}
+	/* each pass starts again from the oldest: removing a diff can free its older base */
+	while (total - freed > max_bytes) {
+		rc = snapshot_store_gc_pass(store, list, count, keep_id, &freed, result, err, errlen);
+		if (rc <= 0)
+			break;
 	}
+	rc = rc < 0 ? rc : 0;
 out:
-	if (evicted)
-		*evicted = removed;
-	if (remaining_bytes)
-		*remaining_bytes = total - freed;
+	result->remaining_bytes = total - freed;
 	free(list);
+	return rc;
+}
+
+int snapshot_store_evict_lru(uint64_t max_bytes, size_t *evicted, uint64_t *remaining_bytes,
+			     char *err, size_t errlen)
+{
+	struct snapshot_store_gc_result result;
+	int rc = snapshot_store_gc(max_bytes, NULL, &result, err, errlen);
+
+	if (evicted)
+		*evicted = result.evicted;
+	if (remaining_bytes)
+		*remaining_bytes = result.remaining_bytes;
+	return rc;
+}
+
+bool snapshot_store_parse_size(const char *text, uint64_t *out)
+{
+	static const char suffixes[] = "KMGT";
+	unsigned long long value;
+	unsigned int shift = 0;
+	const char *suffix;
+	char *end;
+
+	if (!text || text[0] < '0' || text[0] > '9')
+		return false;
+	errno = 0;
+	value = strtoull(text, &end, 10);
+	if (errno || end == text)
+		return false;
+	if (*end) {
+		suffix = strchr(suffixes, *end >= 'a' ? *end - ('a' - 'A') : *end);
+		if (!suffix || !*suffix || end[1])
+			return false;
+		shift = SNAPSHOT_STORE_SIZE_SHIFT * (unsigned int)(suffix - suffixes + 1);
+	}
+	if (value > (UINT64_MAX >> shift))
+		return false;
+	*out = (uint64_t)value << shift;
+	return true;
+}
+
+int snapshot_store_cache_max(uint64_t *max_bytes, bool *set, char *err, size_t errlen)
+{
+	const char *text = getenv(SNAPSHOT_STORE_CACHE_MAX_ENV);
+
+	*set = false;
+	*max_bytes = 0;
+	if (!text || !*text)
+		return 0;
+	if (!snapshot_store_parse_size(text, max_bytes)) {
+		snapshot_store_error(err, errlen, "%s='%s' is not a size such as 20G (suffixes K, M, "
+				     "G, T)", SNAPSHOT_STORE_CACHE_MAX_ENV, text);
+		return -EINVAL;
+	}
+	*set = true;
+	return 0;
+}
+
+int snapshot_store_enforce_cap(const char *keep_id, char *err, size_t errlen)
+{
+	struct snapshot_store_gc_result result;
+	uint64_t cap = 0;
+	bool set = false;
+	int rc = snapshot_store_cache_max(&cap, &set, err, errlen);
+
+	if (rc < 0 || !set)
+		return rc;
+	rc = snapshot_store_gc(cap, keep_id, &result, err, errlen);
+	if (rc == 0 && result.remaining_bytes > cap)
+		log_warn("snapshot", "the snapshot store holds %llu bytes, over %s=%llu: what is "
+			 "left is in use, the base of a diff, or the snapshot just written",
+			 (unsigned long long)result.remaining_bytes, SNAPSHOT_STORE_CACHE_MAX_ENV,
+			 (unsigned long long)cap);
+	return rc;
+}
+
+int snapshot_store_verify(const char *prefix, struct snapshot_store_entry *entry, char *err,
+			  size_t errlen)
+{
+	struct snapshot_manifest manifest;
+	int rc = snapshot_store_find(prefix, entry, err, errlen);
+
+	if (rc == 0)
+		rc = snapshot_manifest_read(entry->path, &manifest, err, errlen);
+	if (rc == 0)
+		rc = snapshot_manifest_verify(entry->path, &manifest, err, errlen);
 	return rc;
 }
 
@@ -748,6 +1013,76 @@ int snapshot_store_begin(const char *config_hash, const char *parent_id,
 	return 0;
 }
 
+int snapshot_store_begin_import(const char *id, const char *parent_id, const char *config_hash,
+				struct snapshot_store_txn *txn, char *err, size_t errlen)
+{
+	char store[PATH_MAX];
+	int rc;
+
+	memset(txn, 0, sizeof(*txn));
+	if (!snapshot_store_id_valid(id) || (parent_id && !snapshot_store_id_valid(parent_id))) {
+		snapshot_store_error(err, errlen, "'%s' is not a snapshot id", id ? id : "");
+		return -EINVAL;
+	}
+	rc = snapshot_store_dir(store, sizeof(store));
+	if (rc == 0)
+		rc = snapshot_store_mkdirs(store);
+	if (rc < 0) {
+		snapshot_store_error(err, errlen, "cannot create the snapshot store: %s (check "
+				     "permissions or set VOIDBOX_HOME)", strerror(-rc));
+		return rc;
+	}
+	snapshot_store_sweep(store);
+	if (parent_id) {
+		rc = snapshot_store_begin_ids(store, "", parent_id, txn, err, errlen);
+	} else {
+		txn->kind = SNAPSHOT_STORE_KIND_BASE;
+		snprintf(txn->id, sizeof(txn->id), "%s", id);
+		rc = snapshot_store_join(txn->final_path, sizeof(txn->final_path), store, id);
+		if (rc == 0 && access(txn->final_path, F_OK) == 0) {
+			snapshot_store_error(err, errlen, "this store already has a snapshot %s: "
+					     "delete it first (voidbox snapshot delete %s)", id, id);
+			rc = -EEXIST;
+		}
+	}
+	if (rc < 0)
+		return rc;
+	snprintf(txn->config_hash, sizeof(txn->config_hash), "%s", config_hash ? config_hash : "");
+	rc = snapshot_store_join(txn->final_path, sizeof(txn->final_path), store, txn->id);
+	if (rc == 0)
+		rc = snapshot_store_tmp_path(store, txn->id, txn->tmp_path, sizeof(txn->tmp_path));
+	if (rc == 0 && mkdir(txn->tmp_path, SNAPSHOT_STORE_DIR_MODE) < 0)
+		rc = -errno;
+	if (rc < 0) {
+		snapshot_store_error(err, errlen, "cannot create a snapshot directory in %s: %s",
+				     store, strerror(-rc));
+		return rc;
+	}
+	txn->open = true;
+	return 0;
+}
+
+int snapshot_store_scratch_dir(const char *label, char *out, size_t out_len, char *err,
+			       size_t errlen)
+{
+	char store[PATH_MAX];
+	int rc = snapshot_store_dir(store, sizeof(store));
+
+	if (rc == 0)
+		rc = snapshot_store_mkdirs(store);
+	if (rc == 0) {
+		snapshot_store_sweep(store);
+		rc = snapshot_store_tmp_path(store, label, out, out_len);
+	}
+	if (rc == 0 && mkdir(out, SNAPSHOT_STORE_DIR_MODE) < 0)
+		rc = -errno;
+	if (rc < 0)
+		snapshot_store_error(err, errlen, "cannot make a temporary directory in the snapshot "
+				     "store %s: %s (check permissions or set VOIDBOX_HOME)", store,
+				     strerror(-rc));
+	return rc;
+}
+
 static json_t *snapshot_store_meta_json(const struct snapshot_store_txn *txn,
 					const struct snapshot_store_config *config)
 {
@@ -811,6 +1146,67 @@ static int snapshot_store_write_meta(const struct snapshot_store_txn *txn,
 	return rc;
 }
 
+/* A file's SHA-256 into hex, or "" when it cannot be read (a kernel since removed). */
+static void snapshot_store_hash_or_empty(const char *path, char *hex)
+{
+	hex[0] = '\0';
+	if (path && snapshot_sha256_file(path, hex, NULL, NULL, 0) < 0)
+		hex[0] = '\0';
+}
+
+/* A diff records its base's state hash, so an import can tell the right base from another. */
+static int snapshot_store_parent_state_hash(const char *store, const char *parent_id, char *hex,
+					    char *err, size_t errlen)
+{
+	struct snapshot_manifest parent;
+	const struct snapshot_manifest_file *state;
+	char dir[PATH_MAX], path[PATH_MAX];
+	int rc = snapshot_store_join(dir, sizeof(dir), store, parent_id);
+
+	if (rc == 0 && snapshot_manifest_read(dir, &parent, NULL, 0) == 0 &&
+	    (state = snapshot_manifest_find(&parent, SNAPSHOT_STORE_STATE_FILE))) {
+		memcpy(hex, state->sha256, sizeof(state->sha256));
+		return 0;
+	}
+	if (rc == 0)
+		rc = snapshot_store_join(path, sizeof(path), dir, SNAPSHOT_STORE_STATE_FILE);
+	return rc < 0 ? rc : snapshot_sha256_file(path, hex, NULL, err, errlen);
+}
+
+/* manifest.json: the known hashes of an import, else every file hashed now. */
+static int snapshot_store_write_manifest(const struct snapshot_store_txn *txn,
+					 const struct snapshot_store_config *config, char *err,
+					 size_t errlen)
+{
+	struct snapshot_manifest manifest;
+	char store[PATH_MAX];
+	int rc = 0;
+
+	if (txn->manifest) {
+		manifest = *txn->manifest;
+	} else {
+		memset(&manifest, 0, sizeof(manifest));
+		snapshot_store_hash_or_empty(config ? config->kernel_path : NULL,
+					     manifest.kernel_sha256);
+		snapshot_store_hash_or_empty(config ? config->initramfs_path : NULL,
+					     manifest.initramfs_sha256);
+		rc = snapshot_manifest_hash_dir(txn->tmp_path, &manifest, err, errlen);
+		if (rc == 0 && txn->kind == SNAPSHOT_STORE_KIND_DIFF) {
+			rc = snapshot_store_dir(store, sizeof(store));
+			if (rc == 0)
+				rc = snapshot_store_parent_state_hash(store, txn->parent_id,
+								      manifest.parent_state_sha256,
+								      err, errlen);
+		}
+		if (rc < 0)
+			return rc;
+	}
+	snprintf(manifest.id, sizeof(manifest.id), "%s", txn->id);
+	manifest.diff = txn->kind == SNAPSHOT_STORE_KIND_DIFF;
+	snprintf(manifest.parent_id, sizeof(manifest.parent_id), "%s", txn->parent_id);
+	return snapshot_manifest_write(txn->tmp_path, &manifest, err, errlen);
+}
+
 static int snapshot_store_fsync_path(const char *path, int flags)
 {
 	int fd = open(path, flags | O_CLOEXEC);
@@ -872,7 +1268,7 @@ static int snapshot_store_publish(struct snapshot_store_txn *txn, const char *st
 int snapshot_store_commit(struct snapshot_store_txn *txn,
 			  const struct snapshot_store_config *config, char *err, size_t errlen)
 {
-	char state[PATH_MAX], store[PATH_MAX];
+	char state[PATH_MAX], store[PATH_MAX], meta[PATH_MAX], manifest_err[SNAPSHOT_STORE_ERR_MAX];
 	int rc;
 
 	if (!txn->open)
@@ -884,8 +1280,16 @@ int snapshot_store_commit(struct snapshot_store_txn *txn,
 		rc = -ENOENT;
 		goto fail;
 	}
-	if (rc == 0)
+	if (rc == 0 && snapshot_store_join(meta, sizeof(meta), txn->tmp_path,
+					   SNAPSHOT_STORE_META_FILE) == 0 && access(meta, F_OK) < 0)
 		rc = snapshot_store_write_meta(txn, config);
+	if (rc == 0 && snapshot_store_write_manifest(txn, config, manifest_err,
+						     sizeof(manifest_err)) < 0) {
+		snapshot_store_error(err, errlen, "cannot record the snapshot's hashes: %s",
+				     manifest_err);
+		rc = -EIO;
+		goto fail;
+	}
 	if (rc == 0)
 		rc = snapshot_store_fsync_dir_tree(txn->tmp_path);
 	if (rc == 0)
