@@ -698,11 +698,12 @@ static int cli_snapshot_export(const struct cli_globals *globals, int argc, char
 	const char *out_path = NULL;
 	int option, status = CLI_EXIT_USAGE;
 
-	optind = 1;
+	/* options may follow the id (export ID -o FILE): permute, from a fresh getopt state */
+	optind = 0;
 	opterr = 1;
 	if (!manifest)
 		return CLI_EXIT_FAILURE;
-	while ((option = getopt_long(argc, argv, "+o:", cli_snapshot_export_options, NULL)) != -1) {
+	while ((option = getopt_long(argc, argv, "o:", cli_snapshot_export_options, NULL)) != -1) {
 		if (option == 'o' || option == CLI_SNAPSHOT_OPT_OUTPUT_FILE) {
 			out_path = optarg;
 		} else if (option == CLI_SNAPSHOT_OPT_DIFF_ONLY) {

@@ -390,9 +390,22 @@ static int snapshot_archive_plan(struct snapshot_archive_import *ctx)
 {
 	const struct snapshot_archive_manifest *m = ctx->m;
 	const struct snapshot_manifest *last = &m->chain[m->chain_count - 1];
+	char here[VM_SNAPSHOT_CPU_SIGNATURE_LEN];
 	bool exists = false, same = false;
 	int rc;
 
+	if (m->state_format_version != VM_SNAPSHOT_FORMAT_VERSION) {
+		snapshot_archive_error(ctx->err, ctx->errlen, "the archive's snapshot has state "
+				       "format version %u, this voidbox reads version %u: export it "
+				       "again with this voidbox's version", m->state_format_version,
+				       VM_SNAPSHOT_FORMAT_VERSION);
+		return -EPROTO;
+	}
+	snapshot_cpu_signature(here);
+	if (strcmp(here, m->cpu_signature) != 0)
+		log_warn("snapshot", "%s was taken on a %s CPU and this host is %s: it is imported, "
+			 "but it restores only on a host like the one it was taken on",
+			 m->snapshot, m->cpu_signature, here);
 	if (m->chain_count == 2 && strcmp(last->parent_state_sha256,
 					  snapshot_archive_state_hash(&m->chain[0])) != 0) {
 		snapshot_archive_error(ctx->err, ctx->errlen, "the archive's manifest says diff %s "

@@ -448,7 +448,7 @@ int snapshot_manifest_verify(const char *dir, const struct snapshot_manifest *m,
 			rc = snapshot_sha256_file(path, hex, &size, err, errlen);
 		if (rc < 0) {
 			snapshot_manifest_error(err, errlen, "%s is missing or unreadable", path);
-			return rc == -ENOENT ? -ENOENT : rc;
+			return rc;
 		}
 		if (size != f->size) {
 			snapshot_manifest_error(err, errlen, "%s has %llu bytes, the manifest records "

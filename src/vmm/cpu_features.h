@@ -6,7 +6,8 @@
  * features with what this host's KVM would show a guest and refuses before any vCPU runs.
  *
  * The comparison ignores bits that mirror guest state rather than hardware (OSXSAVE, OSPKE:
- * KVM sets them when the guest sets CR4 bits) and bits voidbox itself adds (hypervisor, HTT,
+ * KVM sets them when the guest sets CR4 bits; MONITOR/MWAIT, which KVM may set from the
+ * guest's MISC_ENABLE MSR) and bits voidbox itself adds (hypervisor, HTT,
  * TSC deadline, as cpuid_for_vcpu does), since they say nothing about the host CPU.
  * The pure functions here need no KVM, so the refusal is unit-tested with synthetic sets.
  */

@@ -42,6 +42,7 @@
 static char root[] = "/tmp/voidbox-archive-XXXXXX";
 static char home_a[PATH_MAX], home_b[PATH_MAX], home_c[PATH_MAX];
 static struct snapshot_image image;
+static const char *voidbox_cli;
 
 static void use_home(const char *home)
 {
@@ -477,15 +478,66 @@ static void test_manifest_checked(void)
 		copy_archive(good, bad, MUTATE_REPLACE_MANIFEST, forged[i]);
 		expect_import_refused(home_c, bad, needles[i]);
 	}
+	/* a snapshot of another state format version is refused before any file is unpacked */
+	{
+		struct snapshot_archive_manifest manifest;
+		char err[ERR_MAX], *text;
+
+		use_home(home_a);
+		archive_path(bad, "base-again.vbsnap");
+		CHECK_INT_EQ(snapshot_archive_export(TEST_BASE_ID, bad, SNAPSHOT_ARCHIVE_WITH_BASE,
+						     &manifest, err, sizeof(err)), 0);
+		manifest.state_format_version = VM_SNAPSHOT_FORMAT_VERSION + 1;
+		text = snapshot_archive_manifest_dump(&manifest);
+		CHECK(text != NULL);
+		archive_path(bad, "other-version.vbsnap");
+		copy_archive(good, bad, MUTATE_REPLACE_MANIFEST, text ? text : "");
+		free(text);
+		expect_import_refused(home_c, bad, "state format version");
+	}
 	archive_path(bad, "not-an-archive.vbsnap");
 	write_bytes(bad, "hello", 5, 0);
 	expect_import_refused(home_c, bad, "not-an-archive.vbsnap");
 }
 
-int main(void)
+/* The same through the voidbox command: export ID -o FILE, import, verify, gc. */
+static void test_cli_round_trip(void)
+{
+	char archive[PATH_MAX], cmd[4 * PATH_MAX], home_d[PATH_MAX];
+
+	archive_path(archive, "cli.vbsnap");
+	snprintf(home_d, sizeof(home_d), "%s/home-d", root);
+	use_home(home_a);
+	snprintf(cmd, sizeof(cmd), "'%s' snapshot export %s -o '%s' >/dev/null", voidbox_cli,
+		 TEST_DIFF_ID, archive);
+	CHECK_INT_EQ(system(cmd), 0);
+	use_home(home_d);
+	snprintf(cmd, sizeof(cmd), "'%s' --output json snapshot import '%s' | grep -q '\"%s\"'",
+		 voidbox_cli, archive, TEST_DIFF_ID);
+	CHECK_INT_EQ(system(cmd), 0);
+	snprintf(cmd, sizeof(cmd), "'%s' snapshot verify %s >/dev/null", voidbox_cli,
+		 TEST_DIFF_ID);
+	CHECK_INT_EQ(system(cmd), 0);
+	snprintf(cmd, sizeof(cmd), "'%s' snapshot gc --max-size 0 | grep -q 'evicted 2 '",
+		 voidbox_cli);
+	CHECK_INT_EQ(system(cmd), 0);
+	snprintf(cmd, sizeof(cmd), "'%s' snapshot verify %s 2>/dev/null", voidbox_cli,
+		 TEST_DIFF_ID);
+	CHECK(system(cmd) != 0);
+	snprintf(cmd, sizeof(cmd), "'%s' snapshot export %s 2>/dev/null", voidbox_cli,
+		 TEST_DIFF_ID);
+	CHECK(system(cmd) != 0);
+}
+
+int main(int argc, char **argv)
 {
 	char cmd[sizeof(root) + 16];
 
+	if (argc < 2) {
+		fprintf(stderr, "usage: %s PATH-TO-voidbox\n", argv[0]);
+		return 2;
+	}
+	voidbox_cli = argv[1];
 	if (!mkdtemp(root)) {
 		perror("mkdtemp");
 		return 1;
@@ -499,6 +551,7 @@ int main(void)
 	RUN_TEST(test_missing_base_refused);
 	RUN_TEST(test_entries_confined);
 	RUN_TEST(test_manifest_checked);
+	RUN_TEST(test_cli_round_trip);
 	snapshot_image_release(&image);
 	snprintf(cmd, sizeof(cmd), "rm -rf %s", root);
 	if (system(cmd) != 0)
