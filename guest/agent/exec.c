@@ -14,6 +14,7 @@
 #include "proto/protocol.h"
 #include "reaper.h"
 #include "spawn.h"
+#include "common/clock.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -33,7 +34,6 @@
 #define EXEC_DRAIN_AFTER_EXIT_MS 500
 #define EXEC_KILL_REAP_WAIT_MS 5000
 #define EXEC_MS_PER_SEC 1000
-#define EXEC_NS_PER_MS 1000000
 #define EXEC_TRUNCATED_NOTE "\n[voidbox] output truncated: the full response is limited to 16 MiB per stream\n"
 
 enum exec_pipe {
@@ -72,14 +72,6 @@ struct exec_run {
 	char *error;
 	uint64_t start_ms;
 };
-
-static uint64_t exec_now_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * EXEC_MS_PER_SEC + (uint64_t)ts.tv_nsec / EXEC_NS_PER_MS;
-}
 
 static void exec_send_response(struct exec_job *job, struct proto_exec_response *response)
 {
@@ -221,7 +213,7 @@ static void exec_note_exit(struct exec_run *run)
 /* Milliseconds the next poll may sleep: until the timeout, or the drain grace after exit. */
 static int exec_poll_timeout(const struct exec_run *run, uint64_t exit_ms)
 {
-	uint64_t now = exec_now_ms(), deadline;
+	uint64_t now = clock_monotonic_ms(), deadline;
 	uint64_t timeout_secs = run->job->request.has_timeout ? run->job->request.timeout_secs : 0;
 
 	if (run->exited)
@@ -271,7 +263,7 @@ static void exec_io_loop(struct exec_run *run)
 		if (fds[3].revents) {
 			exec_note_exit(run);
 			if (run->exited)
-				exit_ms = exec_now_ms();
+				exit_ms = clock_monotonic_ms();
 		}
 	}
 }
@@ -305,7 +297,7 @@ static void exec_finish(struct exec_run *run)
 	response.stderr_data.len = run->err.len;
 	response.error = run->error;
 	response.has_duration = true;
-	response.duration_ms = exec_now_ms() - run->start_ms;
+	response.duration_ms = clock_monotonic_ms() - run->start_ms;
 	exec_send_response(run->job, &response);
 }
 
@@ -426,7 +418,7 @@ static void exec_execute(struct exec_job *job)
 	char *error = NULL;
 	int err;
 
-	run.start_ms = exec_now_ms();
+	run.start_ms = clock_monotonic_ms();
 	err = spawn_plan_build(&plan, &request, ctx->drop_privileges, &error);
 	if (err) {
 		exec_send_failure(job, error, error, proto_error_code_from_errno(err));

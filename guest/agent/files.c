@@ -9,6 +9,7 @@
 #include "files.h"
 
 #include "sandbox_user.h"
+#include "common/fd_io.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -292,21 +293,6 @@ static int files_split_leaf(const char *rest, char *parent, size_t parent_size, 
 	return 0;
 }
 
-static int files_write_all(int fd, const uint8_t *data, size_t len)
-{
-	while (len > 0) {
-		ssize_t n = write(fd, data, len);
-
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n < 0)
-			return -errno;
-		data += n;
-		len -= (size_t)n;
-	}
-	return 0;
-}
-
 /* Writes into an already opened leaf after checking it is a plain single-link file. */
 static int files_write_leaf(bool give_to_sandbox, int fd, const uint8_t *data,
 			    size_t len, const char *path, char **error)
@@ -324,7 +310,7 @@ static int files_write_leaf(bool give_to_sandbox, int fd, const uint8_t *data,
 				  "Refusing write of '%s': the file has several hard links", path);
 	if (ftruncate(fd, 0) < 0 || fcntl(fd, F_SETFL, 0) < 0)
 		return files_fail(error, -errno, "Cannot write '%s': %s", path, strerror(errno));
-	err = files_write_all(fd, data, len);
+	err = fd_write_full(fd, data, len);
 	if (err)
 		return files_fail(error, err, "Cannot write '%s': %s", path, strerror(-err));
 	if (give_to_sandbox && fchown(fd, AGENT_SANDBOX_UID, AGENT_SANDBOX_GID) < 0)
@@ -347,7 +333,7 @@ static int files_mirror_hosts(const struct files_roots *roots, const uint8_t *da
 	fd = open(target, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, FILES_FILE_MODE);
 	if (fd < 0)
 		return files_fail(error, -errno, "Cannot update /etc/hosts: %s", strerror(errno));
-	err = files_write_all(fd, data, len);
+	err = fd_write_full(fd, data, len);
 	close(fd);
 	if (err)
 		return files_fail(error, err, "Cannot update /etc/hosts: %s", strerror(-err));

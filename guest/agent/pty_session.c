@@ -12,6 +12,7 @@
 #include "proto/protocol.h"
 #include "reaper.h"
 #include "spawn.h"
+#include "common/clock.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -32,8 +33,6 @@
 #define PTY_GRACE_MS 2000
 #define PTY_HUP_TO_KILL_MS 1000
 #define PTY_WRITE_POLL_MS 100
-#define PTY_MS_PER_SEC 1000
-#define PTY_NS_PER_MS 1000000
 #define PTY_SIGNAL_EXIT_BASE 128
 
 enum pty_close_phase {
@@ -61,14 +60,6 @@ struct pty_fork_args {
 };
 
 static atomic_int pty_active_sessions;
-
-static uint64_t pty_now_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * PTY_MS_PER_SEC + (uint64_t)ts.tv_nsec / PTY_NS_PER_MS;
-}
 
 static void pty_session_put(struct pty_session *session)
 {
@@ -149,7 +140,7 @@ static int pty_close_step(struct pty_session *session, enum pty_close_phase *pha
 			  uint64_t *phase_deadline)
 {
 	pid_t pid = reaper_child_pid(session->child);
-	uint64_t now = pty_now_ms();
+	uint64_t now = clock_monotonic_ms();
 
 	if (*phase == PTY_PHASE_RUNNING) {
 		if (!atomic_load(&session->close_requested))

@@ -73,18 +73,27 @@ static int rpc_write_file(struct agent_conn *conn, uint32_t request_id, const ui
 	return 0;
 }
 
+/* Decodes a path request, logging a malformed one: 0 or -EPROTO (the connection ends). */
+static int rpc_decode_path(const char *rpc, uint32_t request_id, const uint8_t *body, size_t len,
+			   struct proto_path_request *request)
+{
+	const char *why = NULL;
+
+	if (proto_path_request_decode(body, len, request, &why) == 0)
+		return 0;
+	agent_warn("%s %u malformed: %s", rpc, request_id, why ? why : "?");
+	return -EPROTO;
+}
+
 static int rpc_mkdir_p(struct agent_conn *conn, uint32_t request_id, const uint8_t *body,
 		       size_t len)
 {
 	struct proto_path_request request = { 0 };
-	const char *why = NULL;
 	char *error = NULL;
 	int err;
 
-	if (proto_path_request_decode(body, len, &request, &why) != 0) {
-		agent_warn("MkdirP %u malformed: %s", request_id, why ? why : "?");
+	if (rpc_decode_path("MkdirP", request_id, body, len, &request) < 0)
 		return -EPROTO;
-	}
 	err = files_mkdir_p(&conn->ctx->roots, request.path, &error);
 	if (err != 0 && !error)
 		error = strdup("MkdirP failed");
@@ -99,15 +108,12 @@ static int rpc_read_file(struct agent_conn *conn, uint32_t request_id, const uin
 {
 	struct proto_read_file_response response = { 0 };
 	struct proto_path_request request = { 0 };
-	const char *why = NULL;
 	uint8_t *out;
 	size_t out_len;
 	int err;
 
-	if (proto_path_request_decode(body, len, &request, &why) != 0) {
-		agent_warn("ReadFile %u malformed: %s", request_id, why ? why : "?");
+	if (rpc_decode_path("ReadFile", request_id, body, len, &request) < 0)
 		return -EPROTO;
-	}
 	err = files_read(&conn->ctx->roots, request.path, &response.content.data,
 			 &response.content.len, &response.error);
 	if (err != 0 && !response.error)
@@ -129,15 +135,12 @@ static int rpc_file_stat(struct agent_conn *conn, uint32_t request_id, const uin
 {
 	struct proto_file_stat_response response = { 0 };
 	struct proto_path_request request = { 0 };
-	const char *why = NULL;
 	uint8_t *out;
 	size_t out_len;
 	int err;
 
-	if (proto_path_request_decode(body, len, &request, &why) != 0) {
-		agent_warn("FileStat %u malformed: %s", request_id, why ? why : "?");
+	if (rpc_decode_path("FileStat", request_id, body, len, &request) < 0)
 		return -EPROTO;
-	}
 	err = files_stat(&conn->ctx->roots, request.path, &response.exists, &response.size,
 			 &response.error);
 	if (response.error)

@@ -1,19 +1,20 @@
 /*
- * Frames are read here with proto_header_parse plus plain reads rather than proto_frame_read,
- * because the reader must tell three failures apart: an unknown type (skip the payload, log,
- * keep the connection), an over-cap length or short multiplexed payload (close), and EOF.
- * Before authentication a payload may be at most a Ping long, so an unauthenticated peer cannot
- * make the agent allocate. The handshake has a receive timeout; afterwards reads block.
+ * The agent's connection loop: handshake, then frames (read by frame_reader.c, which tells an
+ * unknown type from a fatal one) dispatched to the RPC modules. Before authentication a
+ * payload may be at most a Ping long, so an unauthenticated peer cannot make the agent
+ * allocate. The handshake has a receive timeout; afterwards reads block.
  */
 #include "server.h"
 
 #include "agent_log.h"
 #include "exec.h"
+#include "frame_reader.h"
 #include "proto/protocol.h"
 #include "pty_session.h"
 #include "rpc_files.h"
 #include "restore.h"
 #include "telemetry.h"
+#include "common/fd_io.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -33,123 +34,14 @@
 #define SERVER_HANDSHAKE_TIMEOUT_SECS 30
 #define SERVER_SEND_TIMEOUT_SECS 60
 #define SERVER_ACCEPT_BACKOFF_NS (100 * 1000 * 1000L)
-#define SERVER_DISCARD_CHUNK 4096
 #define SERVER_PREAUTH_MAX_PAYLOAD 1024u
 
-enum frame_result {
-	FRAME_OK,
-	FRAME_EOF,
-	FRAME_SKIPPED,      /* unknown type, payload consumed */
-	FRAME_FATAL,        /* over cap, truncated, or I/O error: close */
-};
-
-struct server_frame {
-	uint8_t type;
-	uint32_t request_id;
-	uint8_t *payload;   /* whole payload (Ping/Pong) or the body after the request id */
-	uint8_t *storage;
-	size_t len;
-};
 
 static void server_sleep_ns(long ns)
 {
 	struct timespec ts = { .tv_sec = 0, .tv_nsec = ns };
 
 	nanosleep(&ts, NULL);
-}
-
-/* Reads exactly len bytes. Returns 0, -ECONNRESET at EOF before any byte, -EPIPE mid-way. */
-static int server_read_exact(int fd, void *buf, size_t len)
-{
-	size_t got = 0;
-
-	while (got < len) {
-		ssize_t n = read(fd, (uint8_t *)buf + got, len - got);
-
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n < 0)
-			return -errno;
-		if (n == 0)
-			return got == 0 ? -ECONNRESET : -EPIPE;
-		got += (size_t)n;
-	}
-	return 0;
-}
-
-static int server_discard(int fd, size_t len)
-{
-	uint8_t sink[SERVER_DISCARD_CHUNK];
-
-	while (len > 0) {
-		size_t chunk = len < sizeof(sink) ? len : sizeof(sink);
-		int err = server_read_exact(fd, sink, chunk);
-
-		if (err)
-			return err;
-		len -= chunk;
-	}
-	return 0;
-}
-
-static uint32_t server_le32(const uint8_t *bytes)
-{
-	uint32_t value = 0;
-
-	for (int i = PROTO_REQUEST_ID_SIZE - 1; i >= 0; i--)
-		value = value << CHAR_BIT | bytes[i];
-	return value;
-}
-
-static enum frame_result server_read_frame(int fd, bool multiplexed, uint32_t max_payload,
-					   struct server_frame *frame, const char **why)
-{
-	uint8_t header[PROTO_HEADER_SIZE];
-	uint32_t payload_len;
-	int err;
-
-	memset(frame, 0, sizeof(*frame));
-	err = server_read_exact(fd, header, sizeof(header));
-	if (err == -ECONNRESET)
-		return FRAME_EOF;
-	if (err) {
-		*why = "read failed";
-		return FRAME_FATAL;
-	}
-	err = proto_header_parse(header, &payload_len, &frame->type);
-	if (err == -EMSGSIZE || (err == 0 && payload_len > max_payload)) {
-		*why = "declared length over the limit";
-		return FRAME_FATAL;
-	}
-	if (err) {
-		*why = "unknown message type";
-		return server_discard(fd, payload_len) ? FRAME_FATAL : FRAME_SKIPPED;
-	}
-	frame->storage = malloc(payload_len ? payload_len : 1);
-	if (!frame->storage) {
-		*why = "out of memory";
-		return FRAME_FATAL;
-	}
-	if (server_read_exact(fd, frame->storage, payload_len)) {
-		*why = "connection closed mid-frame";
-		goto fatal;
-	}
-	frame->payload = frame->storage;
-	frame->len = payload_len;
-	if (!multiplexed || frame->type == PROTO_MSG_PING || frame->type == PROTO_MSG_PONG)
-		return FRAME_OK;
-	if (payload_len < PROTO_REQUEST_ID_SIZE) {
-		*why = "payload shorter than the request id";
-		goto fatal;
-	}
-	frame->request_id = server_le32(frame->storage);
-	frame->payload += PROTO_REQUEST_ID_SIZE;
-	frame->len -= PROTO_REQUEST_ID_SIZE;
-	return FRAME_OK;
-fatal:
-	free(frame->storage);
-	frame->storage = NULL;
-	return FRAME_FATAL;
 }
 
 static void server_set_timeout(int fd, int option, int secs)
@@ -167,13 +59,13 @@ static int server_handshake(struct agent_conn *conn)
 	struct proto_pong pong = { .version = PROTO_VERSION,
 				   .flags = PROTO_FLAG_SUPPORTS_MULTIPLEX };
 	uint8_t pong_body[PROTO_PONG_SIZE];
-	struct server_frame frame;
+	struct agent_frame frame;
 	const char *why = "?";
 	enum frame_result result;
 	int err = -EACCES;
 
 	server_set_timeout(conn->fd, SO_RCVTIMEO, SERVER_HANDSHAKE_TIMEOUT_SECS);
-	result = server_read_frame(conn->fd, false, SERVER_PREAUTH_MAX_PAYLOAD, &frame, &why);
+	result = frame_reader_read(conn->fd, false, SERVER_PREAUTH_MAX_PAYLOAD, &frame, &why);
 	if (result != FRAME_OK) {
 		agent_warn("handshake: closing: %s", result == FRAME_EOF ? "peer closed" : why);
 		return -EPROTO;
@@ -227,7 +119,7 @@ static void server_shutdown_request(const struct agent_context *ctx)
 }
 
 /* Returns 0 to keep reading or -EPROTO to close the connection. */
-static int server_dispatch(struct agent_conn *conn, const struct server_frame *frame)
+static int server_dispatch(struct agent_conn *conn, const struct agent_frame *frame)
 {
 	switch (frame->type) {
 	case PROTO_MSG_EXEC_REQUEST:
@@ -266,12 +158,12 @@ static int server_dispatch(struct agent_conn *conn, const struct server_frame *f
 static void server_serve(struct agent_conn *conn)
 {
 	for (;;) {
-		struct server_frame frame;
+		struct agent_frame frame;
 		const char *why = "?";
 		enum frame_result result;
 		int err;
 
-		result = server_read_frame(conn->fd, true, PROTO_MAX_PAYLOAD, &frame, &why);
+		result = frame_reader_read(conn->fd, true, PROTO_MAX_PAYLOAD, &frame, &why);
 		if (result == FRAME_EOF)
 			break;
 		if (result == FRAME_SKIPPED) {

@@ -7,6 +7,7 @@
 #define VOIDBOX_CLI_CLI_H
 
 #include <stdbool.h>
+#include <stdint.h>
 #include <stddef.h>
 
 enum cli_output_format {
@@ -64,6 +65,15 @@ int cli_sandbox_resolve_image(const char *command, const char *snapshot_ref,
  * holding a snapshot; one that names nothing prints a warning and cold-boots, an ambiguous
  * prefix fails. A restored sandbox takes memory and vCPUs from the snapshot, not from cfg.
  */
+/*
+ * A flag's whole number in [min, max], digits only. On failure prints "voidbox COMMAND: FLAG
+ * takes a whole number from MIN to MAX, not 'TEXT'" and returns false.
+ */
+bool cli_parse_number(const char *command, const char *flag, const char *text, uint64_t min,
+		      uint64_t max, uint64_t *out);
+bool cli_parse_uint(const char *command, const char *flag, const char *text, unsigned int min,
+		    unsigned int max, unsigned int *out);
+
 int cli_sandbox_start(const char *command, const char *snapshot_ref,
 		      const struct sandbox_config *cfg, bool track_dirty_pages,
 		      struct sandbox **out, char *err, size_t errlen);

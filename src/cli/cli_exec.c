@@ -16,17 +16,18 @@
 #include <unistd.h>
 
 #include "cli/cli.h"
+#include "common/fd_io.h"
 #include "common/log.h"
 #include "sandbox/sandbox.h"
 #include "store/guest_image.h"
 
 #define CLI_EXEC_ERROR_MAX 1024
 #define CLI_EXEC_STDIN_CHUNK 65536
+#define CLI_EXEC_MAX_BOOT_TIMEOUT_SECS (24u * 3600u)
+#define CLI_EXEC_MS_PER_SEC 1000
 /* exit statuses when the agent reports no exit code of the program's own */
 #define CLI_EXEC_EXIT_TIMED_OUT 124
 #define CLI_EXEC_EXIT_KILLED 137
-#define CLI_EXEC_MAX_MEMORY_MB (1024u * 1024u)
-#define CLI_EXEC_MAX_VCPUS 64u
 
 enum cli_exec_option {
 	CLI_EXEC_OPT_MEMORY = 1000,
@@ -87,23 +88,6 @@ static void cli_exec_usage(FILE *out)
 		SANDBOX_DEFAULT_MEMORY_MB, SANDBOX_DEFAULT_VCPUS);
 }
 
-/* Parses a decimal in [min, max]; false (with a message) otherwise. */
-static bool cli_parse_unsigned(const char *flag, const char *text, unsigned long min,
-			       unsigned long max, unsigned long *out)
-{
-	char *end;
-	unsigned long value;
-
-	errno = 0;
-	value = strtoul(text, &end, 10);
-	if (errno || end == text || *end != '\0' || text[0] == '-' || value < min || value > max) {
-		fprintf(stderr, "voidbox exec: %s takes a whole number from %lu to %lu, not '%s'\n",
-			flag, min, max, text);
-		return false;
-	}
-	*out = value;
-	return true;
-}
 
 static int cli_exec_add_env(struct cli_exec_args *args, const char *assignment)
 {
@@ -139,7 +123,7 @@ static int cli_exec_add_env(struct cli_exec_args *args, const char *assignment)
 /* Returns 0, CLI_EXIT_USAGE-style positive status to exit with, or -errno. */
 static int cli_exec_parse(int argc, char **argv, struct cli_exec_args *args)
 {
-	unsigned long value;
+	uint64_t value;
 	int option;
 
 	optind = 1;
@@ -147,12 +131,13 @@ static int cli_exec_parse(int argc, char **argv, struct cli_exec_args *args)
 	while ((option = getopt_long(argc, argv, "+", cli_exec_options, NULL)) != -1) {
 		switch (option) {
 		case CLI_EXEC_OPT_MEMORY:
-			if (!cli_parse_unsigned("--memory", optarg, 1, CLI_EXEC_MAX_MEMORY_MB, &value))
+			if (!cli_parse_number("exec", "--memory", optarg, 1, VM_MAX_MEMORY_MB,
+					      &value))
 				return CLI_EXIT_USAGE;
 			args->sandbox.memory_mb = (unsigned int)value;
 			break;
 		case CLI_EXEC_OPT_VCPUS:
-			if (!cli_parse_unsigned("--vcpus", optarg, 1, CLI_EXEC_MAX_VCPUS, &value))
+			if (!cli_parse_number("exec", "--vcpus", optarg, 1, VM_MAX_VCPUS, &value))
 				return CLI_EXIT_USAGE;
 			args->sandbox.vcpus = (unsigned int)value;
 			break;
@@ -161,7 +146,7 @@ static int cli_exec_parse(int argc, char **argv, struct cli_exec_args *args)
 				return CLI_EXIT_USAGE;
 			break;
 		case CLI_EXEC_OPT_TIMEOUT:
-			if (!cli_parse_unsigned("--timeout", optarg, 1, UINT32_MAX, &value))
+			if (!cli_parse_number("exec", "--timeout", optarg, 1, UINT32_MAX, &value))
 				return CLI_EXIT_USAGE;
 			args->request.has_timeout = true;
 			args->request.timeout_secs = value;
@@ -179,9 +164,10 @@ static int cli_exec_parse(int argc, char **argv, struct cli_exec_args *args)
 			args->sandbox.serial_log_path = optarg;
 			break;
 		case CLI_EXEC_OPT_BOOT_TIMEOUT:
-			if (!cli_parse_unsigned("--boot-timeout", optarg, 1, 24 * 3600, &value))
+			if (!cli_parse_number("exec", "--boot-timeout", optarg, 1,
+					      CLI_EXEC_MAX_BOOT_TIMEOUT_SECS, &value))
 				return CLI_EXIT_USAGE;
-			args->sandbox.boot_timeout_ms = (int)value * 1000;
+			args->sandbox.boot_timeout_ms = (int)value * CLI_EXEC_MS_PER_SEC;
 			break;
 		case CLI_EXEC_OPT_SNAPSHOT:
 			args->snapshot = optarg;
@@ -244,28 +230,14 @@ static int cli_exec_read_stdin(struct proto_bytes *out)
 	}
 }
 
-static void cli_write_all(int fd, const uint8_t *data, size_t len)
-{
-	while (len > 0) {
-		ssize_t wrote = write(fd, data, len);
-
-		if (wrote < 0) {
-			if (errno == EINTR)
-				continue;
-			return; /* the reader went away (EPIPE): nothing more to show */
-		}
-		data += wrote;
-		len -= (size_t)wrote;
-	}
-}
-
 static void cli_exec_on_chunk(const struct proto_exec_output_chunk *chunk, void *opaque)
 {
 	bool *streamed_any = opaque;
 
 	*streamed_any = true;
-	cli_write_all(chunk->stream == PROTO_STREAM_STDERR ? STDERR_FILENO : STDOUT_FILENO,
-		      chunk->data.data, chunk->data.len);
+	/* a reader that went away (EPIPE) just stops seeing output */
+	(void)fd_write_full(chunk->stream == PROTO_STREAM_STDERR ? STDERR_FILENO : STDOUT_FILENO,
+			    chunk->data.data, chunk->data.len);
 }
 
 static int cli_exec_status_from_response(const struct proto_exec_response *response)
@@ -331,8 +303,8 @@ int cli_exec_run(const struct cli_globals *globals, int argc, char **argv)
 	}
 	/* an agent that streams nothing still returns the full output in the response */
 	if (!streamed_any) {
-		cli_write_all(STDOUT_FILENO, response.stdout_data.data, response.stdout_data.len);
-		cli_write_all(STDERR_FILENO, response.stderr_data.data, response.stderr_data.len);
+		(void)fd_write_full(STDOUT_FILENO, response.stdout_data.data, response.stdout_data.len);
+		(void)fd_write_full(STDERR_FILENO, response.stderr_data.data, response.stderr_data.len);
 	}
 	status = cli_exec_status_from_response(&response);
 

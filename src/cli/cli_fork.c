@@ -20,18 +20,15 @@
 #include <time.h>
 
 #include "cli/cli.h"
+#include "common/clock.h"
 #include "common/log.h"
 #include "sandbox/sandbox.h"
 #include "store/guest_image.h"
 
 #define CLI_FORK_ERROR_MAX 1024
 #define CLI_FORK_MAX_CHILDREN 64u
-#define CLI_FORK_MAX_MEMORY_MB (1024u * 1024u)
-#define CLI_FORK_MAX_VCPUS 64u
 #define CLI_FORK_INDEX_ENV "VOIDBOX_FORK_INDEX"
 #define CLI_FORK_INDEX_TEXT 16
-#define CLI_FORK_MS_PER_SEC 1000
-#define CLI_FORK_NS_PER_MS 1000000
 #define CLI_FORK_SHELL "/bin/sh"
 
 enum cli_fork_option {
@@ -98,36 +95,13 @@ static void cli_fork_usage(FILE *out)
 		CLI_FORK_INDEX_ENV, CLI_FORK_MAX_CHILDREN);
 }
 
-static long cli_fork_now_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return ts.tv_sec * CLI_FORK_MS_PER_SEC + ts.tv_nsec / CLI_FORK_NS_PER_MS;
-}
-
-static bool cli_fork_number(const char *flag, const char *text, unsigned long max,
-			    unsigned int *out)
-{
-	char *end;
-	unsigned long value;
-
-	errno = 0;
-	value = strtoul(text, &end, 10);
-	if (errno || end == text || *end || text[0] == '-' || value == 0 || value > max) {
-		fprintf(stderr, "voidbox fork: %s takes a whole number from 1 to %lu, not '%s'\n", flag,
-			max, text);
-		return false;
-	}
-	*out = (unsigned int)value;
-	return true;
-}
 
 static int cli_fork_parse_option(int option, struct cli_fork_args *a)
 {
 	switch (option) {
 	case CLI_FORK_OPT_CHILDREN:
-		return cli_fork_number("--children", optarg, CLI_FORK_MAX_CHILDREN, &a->children) ?
+		return cli_parse_uint("fork", "--children", optarg, 1, CLI_FORK_MAX_CHILDREN,
+				      &a->children) ?
 			       0 : CLI_EXIT_USAGE;
 	case CLI_FORK_OPT_SNAPSHOT:
 		a->snapshot = optarg;
@@ -139,16 +113,16 @@ static int cli_fork_parse_option(int option, struct cli_fork_args *a)
 		a->sandbox.initramfs_path = optarg;
 		return 0;
 	case CLI_FORK_OPT_MEMORY:
-		return cli_fork_number("--memory", optarg, CLI_FORK_MAX_MEMORY_MB,
-				       &a->sandbox.memory_mb) ? 0 : CLI_EXIT_USAGE;
+		return cli_parse_uint("fork", "--memory", optarg, 1, VM_MAX_MEMORY_MB,
+				      &a->sandbox.memory_mb) ? 0 : CLI_EXIT_USAGE;
 	case CLI_FORK_OPT_VCPUS:
-		return cli_fork_number("--vcpus", optarg, CLI_FORK_MAX_VCPUS, &a->sandbox.vcpus) ?
+		return cli_parse_uint("fork", "--vcpus", optarg, 1, VM_MAX_VCPUS, &a->sandbox.vcpus) ?
 			       0 : CLI_EXIT_USAGE;
 	case CLI_FORK_OPT_WARMUP:
 		a->warmup = optarg;
 		return 0;
 	case CLI_FORK_OPT_TIMEOUT:
-		return cli_fork_number("--timeout", optarg, UINT32_MAX, &a->timeout_secs) ?
+		return cli_parse_uint("fork", "--timeout", optarg, 1, UINT32_MAX, &a->timeout_secs) ?
 			       0 : CLI_EXIT_USAGE;
 	case CLI_FORK_OPT_HELP:
 		cli_fork_usage(stdout);
@@ -198,12 +172,12 @@ static void *cli_fork_run_thread(void *opaque)
 		.has_timeout = run->args->timeout_secs > 0,
 		.timeout_secs = run->args->timeout_secs,
 	};
-	long started = cli_fork_now_ms();
+	long started = (long)clock_monotonic_ms();
 
 	snprintf(index_text, sizeof(index_text), "%u", run->index);
 	run->rc = sandbox_exec(run->sandbox, &request, NULL, NULL, &run->response, run->error,
 			       sizeof(run->error));
-	run->ms = cli_fork_now_ms() - started;
+	run->ms = (long)clock_monotonic_ms() - started;
 	return NULL;
 }
 
@@ -311,14 +285,14 @@ static int cli_fork_family(const struct cli_globals *globals, const struct cli_f
 		fprintf(stderr, "voidbox fork: out of memory\n");
 		goto out;
 	}
-	started = cli_fork_now_ms();
+	started = (long)clock_monotonic_ms();
 	if (sandbox_fork(parent, args->children, children, err, sizeof(err)) < 0) {
 		fprintf(stderr, "voidbox fork: %s\n", err);
 		free(children);
 		children = NULL;
 		goto out;
 	}
-	fork_ms = cli_fork_now_ms() - started;
+	fork_ms = (long)clock_monotonic_ms() - started;
 	for (unsigned int i = 0; i < count; i++) {
 		runs[i].sandbox = i ? children[i - 1] : parent;
 		runs[i].args = args;
@@ -350,13 +324,13 @@ int cli_fork_run(const struct cli_globals *globals, int argc, char **argv)
 		return rc < 0 ? CLI_EXIT_OK : rc;
 	if (cli_sandbox_resolve_image("fork", args.snapshot, &args.sandbox, &image) < 0)
 		return CLI_EXIT_SANDBOX_FAILURE;
-	started = cli_fork_now_ms();
+	started = (long)clock_monotonic_ms();
 	if (cli_sandbox_start("fork", args.snapshot, &args.sandbox, false, &parent, err,
 			      sizeof(err)) < 0) {
 		fprintf(stderr, "voidbox fork: %s\n", err);
 		goto out;
 	}
-	started = cli_fork_now_ms() - started;
+	started = (long)clock_monotonic_ms() - started;
 	if (args.warmup && cli_fork_warmup(parent, args.warmup) < 0)
 		goto out;
 	status = cli_fork_family(globals, &args, parent, started);

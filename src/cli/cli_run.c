@@ -102,18 +102,11 @@ static int cli_run_parse(int argc, char **argv, struct cli_run_args *args)
 			args->workflow.override_mode = true;
 			break;
 		case CLI_RUN_OPT_STEP_TIMEOUT: {
-			char *end;
-			unsigned long secs;
+			unsigned int secs;
 
-			errno = 0;
-			secs = strtoul(optarg, &end, CLI_RUN_DECIMAL);
-			if (errno || end == optarg || *end || optarg[0] == '-' ||
-			    secs > CLI_RUN_MAX_TIMEOUT_SECS) {
-				fprintf(stderr,
-					"voidbox run: --step-timeout takes seconds from 0 to %u, not '%s'\n",
-					CLI_RUN_MAX_TIMEOUT_SECS, optarg);
+			if (!cli_parse_uint("run", "--step-timeout", optarg, 0,
+					    CLI_RUN_MAX_TIMEOUT_SECS, &secs))
 				return CLI_EXIT_USAGE;
-			}
 			args->workflow.default_timeout_secs = (uint32_t)secs;
 			break;
 		}

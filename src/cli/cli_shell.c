@@ -23,6 +23,7 @@
 #include <unistd.h>
 
 #include "cli/cli.h"
+#include "common/fd_io.h"
 #include "common/log.h"
 #include "sandbox/sandbox.h"
 #include "store/guest_image.h"
@@ -32,8 +33,6 @@
 #define SHELL_DEFAULT_ROWS 24
 #define SHELL_ERROR_MAX 1024
 #define SHELL_INPUT_CHUNK 4096
-#define SHELL_MAX_MEMORY_MB (1024u * 1024u)
-#define SHELL_MAX_VCPUS 64u
 #define SHELL_MAX_ENV 256
 #define SHELL_LOG_TEMPLATE "/tmp/voidbox-shell-XXXXXX.log"
 #define SHELL_LOG_SUFFIX_LEN 4
@@ -91,22 +90,6 @@ static void cli_shell_usage(FILE *out)
 		SHELL_DEFAULT_PROGRAM);
 }
 
-static bool cli_shell_number(const char *flag, const char *text, unsigned long max,
-			     unsigned int *out)
-{
-	char *end;
-	unsigned long value;
-
-	errno = 0;
-	value = strtoul(text, &end, 10);
-	if (errno || end == text || *end || text[0] == '-' || value < 1 || value > max) {
-		fprintf(stderr, "voidbox shell: %s takes a whole number from 1 to %lu, not '%s'\n",
-			flag, max, text);
-		return false;
-	}
-	*out = (unsigned int)value;
-	return true;
-}
 
 static bool cli_shell_add_env(struct cli_shell_session *s, char *assignment)
 {
@@ -139,12 +122,12 @@ static int cli_shell_parse(int argc, char **argv, struct cli_shell_session *s)
 			s->open.program = optarg;
 			break;
 		case CLI_SHELL_OPT_MEMORY:
-			if (!cli_shell_number("--memory", optarg, SHELL_MAX_MEMORY_MB,
-					      &s->sandbox.memory_mb))
+			if (!cli_parse_uint("shell", "--memory", optarg, 1, VM_MAX_MEMORY_MB,
+					    &s->sandbox.memory_mb))
 				return CLI_EXIT_USAGE;
 			break;
 		case CLI_SHELL_OPT_VCPUS:
-			if (!cli_shell_number("--vcpus", optarg, SHELL_MAX_VCPUS, &s->sandbox.vcpus))
+			if (!cli_parse_uint("shell", "--vcpus", optarg, 1, VM_MAX_VCPUS, &s->sandbox.vcpus))
 				return CLI_EXIT_USAGE;
 			break;
 		case CLI_SHELL_OPT_ENV:
@@ -218,20 +201,6 @@ static void cli_shell_raw_off(struct cli_shell_session *s)
 	s->raw = false;
 }
 
-static void cli_shell_write_all(const uint8_t *data, size_t len)
-{
-	while (len > 0) {
-		ssize_t wrote = write(STDOUT_FILENO, data, len);
-
-		if (wrote < 0 && errno == EINTR)
-			continue;
-		if (wrote <= 0)
-			return;
-		data += wrote;
-		len -= (size_t)wrote;
-	}
-}
-
 /* The reader thread: guest output to stdout until the session closes. */
 static void *cli_shell_reader(void *opaque)
 {
@@ -251,7 +220,7 @@ static void *cli_shell_reader(void *opaque)
 			control_channel_pty_event_free(&event);
 			break;
 		}
-		cli_shell_write_all(event.data, event.len);
+		(void)fd_write_full(STDOUT_FILENO, event.data, event.len);
 		control_channel_pty_event_free(&event);
 	}
 	if (write(s->closed_pipe[1], &byte, 1) < 0) {

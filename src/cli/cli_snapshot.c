@@ -20,6 +20,7 @@
 #include <time.h>
 
 #include "cli/cli.h"
+#include "common/clock.h"
 #include "common/log.h"
 #include "portable/snapshot_archive.h"
 #include "runtime/spec.h"
@@ -29,11 +30,7 @@
 #include "vmm/device.h"
 
 #define CLI_SNAPSHOT_ERROR_MAX 1024
-#define CLI_SNAPSHOT_MAX_MEMORY_MB (1024u * 1024u)
-#define CLI_SNAPSHOT_MAX_VCPUS 64u
 #define CLI_SNAPSHOT_DEFAULT_PROGRAM "true"
-#define CLI_SNAPSHOT_MS_PER_SEC 1000
-#define CLI_SNAPSHOT_NS_PER_MS 1000000
 #define CLI_SNAPSHOT_BYTES_PER_MIB (1024.0 * 1024.0)
 #define CLI_SNAPSHOT_TIME_TEXT 32
 
@@ -130,30 +127,6 @@ static void cli_snapshot_usage(FILE *out)
 		"`voidbox fork --snapshot ID` or `sandbox.snapshot` in a spec.\n");
 }
 
-static long cli_snapshot_now_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return ts.tv_sec * CLI_SNAPSHOT_MS_PER_SEC + ts.tv_nsec / CLI_SNAPSHOT_NS_PER_MS;
-}
-
-static bool cli_snapshot_number(const char *flag, const char *text, unsigned long max,
-				unsigned int *out)
-{
-	char *end;
-	unsigned long value;
-
-	errno = 0;
-	value = strtoul(text, &end, 10);
-	if (errno || end == text || *end || text[0] == '-' || value == 0 || value > max) {
-		fprintf(stderr, "voidbox snapshot: %s takes a whole number from 1 to %lu, not '%s'\n",
-			flag, max, text);
-		return false;
-	}
-	*out = (unsigned int)value;
-	return true;
-}
 
 /* ---- starting a sandbox from a --snapshot reference ---- */
 
@@ -210,12 +183,13 @@ static int cli_snapshot_create_parse(int argc, char **argv, struct cli_snapshot_
 			c->initramfs = optarg;
 			break;
 		case CLI_SNAPSHOT_OPT_MEMORY:
-			if (!cli_snapshot_number("--memory", optarg, CLI_SNAPSHOT_MAX_MEMORY_MB,
-						 &c->memory_mb))
+			if (!cli_parse_uint("snapshot create", "--memory", optarg, 1,
+					    VM_MAX_MEMORY_MB, &c->memory_mb))
 				return CLI_EXIT_USAGE;
 			break;
 		case CLI_SNAPSHOT_OPT_VCPUS:
-			if (!cli_snapshot_number("--vcpus", optarg, CLI_SNAPSHOT_MAX_VCPUS, &c->vcpus))
+			if (!cli_parse_uint("snapshot create", "--vcpus", optarg, 1, VM_MAX_VCPUS,
+					    &c->vcpus))
 				return CLI_EXIT_USAGE;
 			break;
 		case CLI_SNAPSHOT_OPT_DIFF:
@@ -338,7 +312,7 @@ static int cli_snapshot_create_start(const struct cli_snapshot_create *c,
 				     long *start_ms)
 {
 	char err[CLI_SNAPSHOT_ERROR_MAX];
-	long started = cli_snapshot_now_ms();
+	long started = (long)clock_monotonic_ms();
 	int rc;
 
 	if (c->diff) {
@@ -351,7 +325,7 @@ static int cli_snapshot_create_start(const struct cli_snapshot_create *c,
 	}
 	if (rc < 0)
 		fprintf(stderr, "voidbox snapshot create: %s\n", err);
-	*start_ms = cli_snapshot_now_ms() - started;
+	*start_ms = (long)clock_monotonic_ms() - started;
 	return rc;
 }
 
@@ -381,12 +355,12 @@ static int cli_snapshot_create_in_store(const struct cli_globals *globals,
 	if (cli_snapshot_create_start(c, base, &cfg, &sandbox, &start_ms) < 0 ||
 	    cli_snapshot_run_program(sandbox, c) < 0)
 		goto out;
-	started = cli_snapshot_now_ms();
+	started = (long)clock_monotonic_ms();
 	if (sandbox_snapshot(sandbox, txn.tmp_path, &opts, err, sizeof(err)) < 0) {
 		fprintf(stderr, "voidbox snapshot create: %s\n", err);
 		goto out;
 	}
-	save_ms = cli_snapshot_now_ms() - started;
+	save_ms = (long)clock_monotonic_ms() - started;
 	if (snapshot_store_commit(&txn, config, err, sizeof(err)) < 0) {
 		fprintf(stderr, "voidbox snapshot create: %s\n", err);
 		goto out;

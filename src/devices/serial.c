@@ -21,6 +21,8 @@
 #include <unistd.h>
 
 #include "vmm/device.h"
+#include "common/clock.h"
+#include "common/fd_io.h"
 
 /* Register offsets. */
 #define UART_RX_TX 0 /* RBR/THR, or DLL when LCR.DLAB */
@@ -58,7 +60,6 @@
 #define SERIAL_LOG_MAX_BYTES (16ULL * 1024 * 1024)
 #define SERIAL_TRUNCATED_NOTE "\n[voidbox: serial log truncated at 16 MiB]\n"
 #define SERIAL_PANIC_MARKER "Kernel panic - not syncing"
-#define NSEC_PER_SEC 1000000000ULL
 #define SERIAL_LOG_MODE 0600
 #define SERIAL_STATE_VERSION 1u
 
@@ -91,19 +92,6 @@ struct serial *serial_create(int out_fd, struct irq_line irq)
 	return serial;
 }
 
-static void serial_write_all(int fd, const char *data, size_t len)
-{
-	size_t done = 0;
-
-	while (done < len) {
-		ssize_t n = write(fd, data + done, len - done);
-
-		if (n <= 0)
-			break;
-		done += (size_t)n;
-	}
-}
-
 static void serial_write_out(struct serial *serial)
 {
 	size_t len = serial->line_len;
@@ -113,13 +101,13 @@ static void serial_write_out(struct serial *serial)
 		return;
 	if (serial->bytes_logged + len >= SERIAL_LOG_MAX_BYTES) {
 		len = (size_t)(SERIAL_LOG_MAX_BYTES - serial->bytes_logged);
-		serial_write_all(serial->out_fd, serial->line, len);
-		serial_write_all(serial->out_fd, SERIAL_TRUNCATED_NOTE,
-				 strlen(SERIAL_TRUNCATED_NOTE));
+		(void)fd_write_full(serial->out_fd, serial->line, len);
+		(void)fd_write_full(serial->out_fd, SERIAL_TRUNCATED_NOTE,
+				    strlen(SERIAL_TRUNCATED_NOTE));
 		serial->bytes_logged = SERIAL_LOG_MAX_BYTES;
 		return;
 	}
-	serial_write_all(serial->out_fd, serial->line, len);
+	(void)fd_write_full(serial->out_fd, serial->line, len);
 	serial->bytes_logged += len;
 }
 
@@ -141,18 +129,10 @@ void serial_destroy(struct serial *serial)
 	free(serial);
 }
 
-static uint64_t serial_now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * NSEC_PER_SEC + (uint64_t)ts.tv_nsec;
-}
-
 static void serial_emit(struct serial *serial, uint8_t byte)
 {
 	if (!serial->first_output_ns)
-		serial->first_output_ns = serial_now_ns();
+		serial->first_output_ns = clock_monotonic_ns();
 	serial->line[serial->line_len++] = (char)byte;
 	if (byte != '\n' && serial->line_len < SERIAL_LINE_MAX)
 		return;

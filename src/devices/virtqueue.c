@@ -335,18 +335,24 @@ bool virtqueue_should_signal(struct virtqueue *vq)
 	return !valid || virtqueue_need_event(used_event, vq->used_idx, old_idx);
 }
 
-size_t virtqueue_chain_read(const struct virtqueue_chain *chain, uint64_t offset, void *dst,
-			    size_t len)
+/*
+ * Copies between data and the chain's readable (to_guest false) or writable (to_guest true)
+ * buffers, starting offset bytes into them; returns the bytes copied.
+ */
+static size_t virtqueue_chain_copy(const struct virtqueue_chain *chain, uint64_t offset,
+				   uint8_t *data, size_t len, bool to_guest)
 {
-	uint8_t *out = dst;
 	size_t copied = 0;
 
 	for (unsigned int i = 0; i < chain->buffer_count && copied < len; i++) {
 		const struct virtqueue_buffer *buf = &chain->buffers[i];
 		size_t take;
 
-		if (buf->writable)
+		if (buf->writable != to_guest) {
+			if (to_guest)
+				continue; /* readable buffers come first */
 			break;
+		}
 		if (offset >= buf->len) {
 			offset -= buf->len;
 			continue;
@@ -354,35 +360,24 @@ size_t virtqueue_chain_read(const struct virtqueue_chain *chain, uint64_t offset
 		take = buf->len - offset;
 		if (take > len - copied)
 			take = len - copied;
-		memcpy(out + copied, buf->host + offset, take);
+		if (to_guest)
+			memcpy(buf->host + offset, data + copied, take);
+		else
+			memcpy(data + copied, buf->host + offset, take);
 		copied += take;
 		offset = 0;
 	}
 	return copied;
 }
 
+size_t virtqueue_chain_read(const struct virtqueue_chain *chain, uint64_t offset, void *dst,
+			    size_t len)
+{
+	return virtqueue_chain_copy(chain, offset, dst, len, false);
+}
+
 size_t virtqueue_chain_write(const struct virtqueue_chain *chain, uint64_t offset,
 			     const void *src, size_t len)
 {
-	const uint8_t *in = src;
-	size_t copied = 0;
-
-	for (unsigned int i = 0; i < chain->buffer_count && copied < len; i++) {
-		const struct virtqueue_buffer *buf = &chain->buffers[i];
-		size_t take;
-
-		if (!buf->writable)
-			continue;
-		if (offset >= buf->len) {
-			offset -= buf->len;
-			continue;
-		}
-		take = buf->len - offset;
-		if (take > len - copied)
-			take = len - copied;
-		memcpy(buf->host + offset, in + copied, take);
-		copied += take;
-		offset = 0;
-	}
-	return copied;
+	return virtqueue_chain_copy(chain, offset, (uint8_t *)src, len, true);
 }

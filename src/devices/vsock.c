@@ -22,6 +22,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "common/clock.h"
 #include "common/log.h"
 #include "devices/vsock_internal.h"
 
@@ -272,7 +273,7 @@ static int vsock_loop_once(struct vsock_device *dev, int timeout_ms)
 	for (int i = 0; i < count; i++)
 		vsock_handle_epoll_event(dev, &events[i]);
 	vsock_process_queues(dev);
-	vsock_conn_housekeeping(dev, vsock_now_ms());
+	vsock_conn_housekeeping(dev, clock_monotonic_ms());
 	/* Housekeeping may have queued control packets (SHUTDOWN, credit requests). */
 	vsock_process_queues(dev);
 	pthread_mutex_unlock(&dev->lock);

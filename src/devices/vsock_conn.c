@@ -23,6 +23,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/clock.h"
 #include "common/log.h"
 #include "devices/vsock_internal.h"
 
@@ -37,14 +38,6 @@
 #define VSOCK_DISCARD_MAX_CHUNKS 256u
 
 static const char *const log_module = "vsock";
-
-uint64_t vsock_now_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * VSOCK_MS_PER_SEC + (uint64_t)ts.tv_nsec / VSOCK_NS_PER_MS;
-}
 
 static void vsock_put_le(uint8_t *raw, uint64_t value, unsigned int bytes)
 {
@@ -285,7 +278,7 @@ void vsock_conn_accept(struct vsock_device *dev)
 		conn->in_epoll = true;
 		conn->epoll_events = EPOLLIN;
 		conn->state = VSOCK_CONN_AWAIT_LINE;
-		conn->deadline_ms = vsock_now_ms() + VSOCK_CONNECT_TIMEOUT_MS;
+		conn->deadline_ms = clock_monotonic_ms() + VSOCK_CONNECT_TIMEOUT_MS;
 	}
 }
 

@@ -169,7 +169,6 @@ void vsock_conn_close_all(struct vsock_device *dev);
 /* Per loop iteration: timeouts, reads owed to hung-up sockets, epoll interest. */
 void vsock_conn_housekeeping(struct vsock_device *dev, uint64_t now_ms);
 bool vsock_conn_any_deadline(const struct vsock_device *dev);
-uint64_t vsock_now_ms(void);
 
 #define VSOCK_EPOLL_KEY_LISTEN 0u
 #define VSOCK_EPOLL_KEY_KICK 1u

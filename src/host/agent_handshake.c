@@ -26,6 +26,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/clock.h"
 #include "common/log.h"
 
 #define LOG_MODULE "channel"
@@ -46,14 +47,6 @@ enum handshake_outcome_kind {
 	HANDSHAKE_RETRY,  /* transient: try again until the deadline */
 	HANDSHAKE_FATAL,  /* the agent answered, and the answer is unacceptable */
 };
-
-static long long monotonic_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (long long)ts.tv_sec * MS_PER_SEC + ts.tv_nsec / NS_PER_MS;
-}
 
 static void sleep_ms(int ms)
 {
@@ -198,7 +191,7 @@ int agent_connect(const struct control_channel_config *cfg, int deadline_ms,
 		  int pong_timeout_max_ms, struct agent_connect_cancel *cancel, char *reason,
 		  size_t reason_len)
 {
-	long long deadline = monotonic_ms() + deadline_ms;
+	long long deadline = (long long)clock_monotonic_ms() + deadline_ms;
 	int backoff = CONNECT_BACKOFF_START_MS;
 	int pong_timeout = PONG_TIMEOUT_START_MS;
 	int last_err = -ETIMEDOUT;
@@ -206,7 +199,7 @@ int agent_connect(const struct control_channel_config *cfg, int deadline_ms,
 	char last_reason[256] = "no attempt finished";
 
 	for (;;) {
-		long long remaining = deadline - monotonic_ms();
+		long long remaining = deadline - (long long)clock_monotonic_ms();
 		enum handshake_outcome_kind kind = HANDSHAKE_RETRY;
 		int fd, rc;
 
@@ -250,7 +243,7 @@ int agent_connect(const struct control_channel_config *cfg, int deadline_ms,
 									   : pong_timeout_max_ms;
 		}
 		log_debug(LOG_MODULE, "agent connect attempt %u: %s", attempts, last_reason);
-		remaining = deadline - monotonic_ms();
+		remaining = deadline - (long long)clock_monotonic_ms();
 		if (remaining <= 0)
 			break;
 		sleep_ms(backoff < remaining ? backoff : (int)remaining);

@@ -39,6 +39,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/clock.h"
 #include "common/log.h"
 #include "host/agent_handshake.h"
 #include "host/control_channel_internal.h"
@@ -149,13 +150,7 @@ static bool deadline_after(long long timeout_ms, struct timespec *deadline)
 {
 	if (timeout_ms < 0)
 		return false;
-	clock_gettime(CLOCK_MONOTONIC, deadline);
-	deadline->tv_sec += timeout_ms / MS_PER_SEC;
-	deadline->tv_nsec += (timeout_ms % MS_PER_SEC) * NS_PER_MS;
-	if (deadline->tv_nsec >= NS_PER_SEC) {
-		deadline->tv_sec++;
-		deadline->tv_nsec -= NS_PER_SEC;
-	}
+	*deadline = clock_deadline_after_ms(timeout_ms);
 	return true;
 }
 

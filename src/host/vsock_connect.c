@@ -18,31 +18,22 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/clock.h"
 #include "common/log.h"
 
 #define VSOCK_CONNECT_REPLY_MAX 32u
 #define VSOCK_CONNECT_REQUEST_MAX 32u
 #define VSOCK_CONNECT_OK_PREFIX "OK "
-#define VSOCK_CONNECT_MS_PER_SEC 1000ll
-#define VSOCK_CONNECT_NS_PER_MS 1000000ll
 #define VSOCK_CONNECT_DECIMAL 10
 
 static const char *const log_module = "vsock-connect";
-
-static long long vsock_connect_now_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (long long)ts.tv_sec * VSOCK_CONNECT_MS_PER_SEC + ts.tv_nsec / VSOCK_CONNECT_NS_PER_MS;
-}
 
 /* Waits for events on fd until the deadline; 0 when ready, -ETIMEDOUT or -errno otherwise. */
 static int vsock_connect_wait(int fd, short events, long long deadline_ms)
 {
 	for (;;) {
 		struct pollfd pfd = { .fd = fd, .events = events };
-		long long left = deadline_ms - vsock_connect_now_ms();
+		long long left = deadline_ms - (long long)clock_monotonic_ms();
 		int rc;
 
 		if (left <= 0)
@@ -171,7 +162,7 @@ static int vsock_connect_set_blocking(int fd)
 
 int vsock_host_connect(const char *uds_path, uint32_t port, int timeout_ms)
 {
-	long long deadline_ms = vsock_connect_now_ms() + (timeout_ms > 0 ? timeout_ms : 0);
+	long long deadline_ms = (long long)clock_monotonic_ms() + (timeout_ms > 0 ? timeout_ms : 0);
 	int fd, rc;
 
 	if (!uds_path)

@@ -24,6 +24,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "common/fd_io.h"
 #include "common/log.h"
 #include "store/snapshot_store.h"
 #include "store/store_fs.h"
@@ -90,7 +91,7 @@ static int snapshot_archive_read_state(const char *dir, struct snapshot_image *i
 		goto out;
 	}
 	data = malloc((size_t)st.st_size);
-	rc = data ? snapshot_pread_all(fd, data, (size_t)st.st_size, 0) : -ENOMEM;
+	rc = data ? fd_pread_full(fd, data, (size_t)st.st_size, 0) : -ENOMEM;
 	if (rc < 0)
 		snapshot_archive_error(err, errlen, "cannot read %s: %s", path, strerror(-rc));
 	else
@@ -223,14 +224,12 @@ static int snapshot_archive_put_file(struct archive *a, const char *dir, const c
 	}
 	rc = snapshot_archive_put_header(a, name, f->size, st.st_mtime, err, errlen);
 	while (rc == 0) {
-		ssize_t n = read(fd, chunk, SNAPSHOT_ARCHIVE_CHUNK);
+		ssize_t n = fd_read_full(fd, chunk, SNAPSHOT_ARCHIVE_CHUNK);
 
-		if (n < 0 && errno == EINTR)
-			continue;
 		if (n < 0) {
-			rc = -errno;
+			rc = (int)n;
 			snapshot_archive_error(err, errlen, "cannot read %s: %s", path,
-					       strerror(errno));
+					       strerror((int)-n));
 		}
 		if (n <= 0)
 			break;
@@ -463,7 +462,7 @@ static int snapshot_archive_write_sparse(int fd, const unsigned char *data, size
 			done += part;
 			continue;
 		}
-		rc = snapshot_pwrite_all(fd, data + done, part, offset + done);
+		rc = fd_pwrite_full(fd, data + done, part, offset + done);
 		if (rc < 0)
 			return rc;
 		done += part;

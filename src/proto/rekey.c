@@ -45,9 +45,9 @@ int proto_rekey_decode(const uint8_t *json, size_t len, struct proto_rekey *out,
 	json_error_t error;
 	json_t *root = json_loadb((const char *)json, len, JSON_REJECT_DUPLICATES, &error);
 	struct proto_bytes seed = { 0 };
+	struct proto_rekey decoded = { 0 };
 	int rc = -EINVAL;
 
-	memset(out, 0, sizeof(*out));
 	if (!json_is_object(root)) {
 		*why = "the rekey document is not a JSON object";
 		goto out;
@@ -56,7 +56,7 @@ int proto_rekey_decode(const uint8_t *json, size_t len, struct proto_rekey *out,
 	json_t *b64 = json_object_get(root, REKEY_KEY_SEED);
 	json_t *clock = json_object_get(root, REKEY_KEY_CLOCK);
 
-	if (!hex || proto_secret_from_hex(hex, out->secret) != 0) {
+	if (!hex || proto_secret_from_hex(hex, decoded.secret) != 0) {
 		*why = "secret_hex must be 64 hex digits";
 		goto out;
 	}
@@ -70,16 +70,18 @@ int proto_rekey_decode(const uint8_t *json, size_t len, struct proto_rekey *out,
 		*why = "clock_ns must be a positive integer";
 		goto out;
 	}
-	memcpy(out->seed, seed.data, seed.len);
-	out->seed_len = seed.len;
-	out->clock_ns = (uint64_t)json_integer_value(clock);
+	memcpy(decoded.seed, seed.data, seed.len);
+	decoded.seed_len = seed.len;
+	decoded.clock_ns = (uint64_t)json_integer_value(clock);
 	rc = 0;
 out:
 	if (seed.data)
 		explicit_bzero(seed.data, seed.len);
 	free(seed.data);
 	if (rc < 0)
-		explicit_bzero(out, sizeof(*out));
+		explicit_bzero(&decoded, sizeof(decoded));
+	*out = decoded; /* all zero on failure */
+	explicit_bzero(&decoded, sizeof(decoded));
 	json_decref(root);
 	return rc;
 }

@@ -11,6 +11,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "common/clock.h"
 #include "common/log.h"
 #include "runtime/box_internal.h"
 #include "store/guest_image.h"
@@ -51,14 +52,6 @@ char *box_copy_bytes(const void *data, size_t len)
 		memcpy(copy, data, len);
 	copy[len] = '\0';
 	return copy;
-}
-
-uint64_t box_now_ms(void)
-{
-	struct timespec now;
-
-	clock_gettime(CLOCK_MONOTONIC, &now);
-	return (uint64_t)now.tv_sec * BOX_MS_PER_SEC + (uint64_t)now.tv_nsec / BOX_NS_PER_MS;
 }
 
 const char *box_mode_name(enum box_mode mode)
@@ -177,7 +170,10 @@ static void box_free(struct box *box)
 	free(box);
 }
 
-/* Picks mock or local; for local, resolves the guest image into box->kernel/initramfs. */
+/*
+ * Picks mock (only when the spec asks for it) or local, resolving the guest image into
+ * box->kernel/initramfs; auto and local both need a real VM.
+ */
 static int box_resolve_mode(struct box *box, const struct box_config *cfg, char *err,
 			    size_t errlen)
 {
@@ -190,17 +186,11 @@ static int box_resolve_mode(struct box *box, const struct box_config *cfg, char 
 	}
 	if (guest_image_resolve(cfg->kernel, cfg->initramfs, &image, reason, sizeof(reason)) <
 	    0) {
-		if (cfg->mode == BOX_MODE_LOCAL) {
-			snprintf(err, errlen,
-				 "sandbox mode local needs a VM but %s (or set sandbox.mode: mock to run without one)",
-				 reason);
-			return -ENOENT;
-		}
-		log_warn("box",
-			 "[box:%s] sandbox mode auto: %s; falling back to the mock sandbox, so programs do not really run (build an image with `voidbox image build`)",
-			 box->name, reason);
-		box->mode = BOX_MODE_MOCK;
-		return 0;
+		/* auto never turns into the scripted mock: a run must not pass for a real one */
+		snprintf(err, errlen, "sandbox mode %s needs a VM but %s: build one with `voidbox "
+			 "image build`, or set sandbox.mode: mock to run the scripted stand-in "
+			 "instead", cfg->mode == BOX_MODE_LOCAL ? "local" : "auto", reason);
+		return -ENOENT;
 	}
 	box->mode = BOX_MODE_LOCAL;
 	snprintf(box->kernel, sizeof(box->kernel), "%s", image.kernel);
@@ -296,7 +286,7 @@ int box_exec(struct box *box, const struct box_exec_request *req, struct box_exe
 {
 	struct box_env_var *env = NULL;
 	size_t env_count = 0;
-	uint64_t start = box_now_ms();
+	uint64_t start = clock_monotonic_ms();
 	int rc;
 
 	memset(out, 0, sizeof(*out));
@@ -322,7 +312,7 @@ fill:
 		return -ENOMEM;
 	}
 	if (!out->duration_ms)
-		out->duration_ms = box_now_ms() - start;
+		out->duration_ms = clock_monotonic_ms() - start;
 	return rc;
 }
 

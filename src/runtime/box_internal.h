@@ -42,7 +42,5 @@ void box_set_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* Copies len bytes into a malloc'd NUL-terminated buffer; NULL on -ENOMEM. */
 char *box_copy_bytes(const void *data, size_t len);
 
-/* Milliseconds on the monotonic clock. */
-uint64_t box_now_ms(void);
 
 #endif

@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/clock.h"
 #include "common/log.h"
 #include "runtime/box_internal.h"
 #include "sandbox/sandbox.h"
@@ -198,7 +199,7 @@ int box_local_open(struct box *box, const struct box_config *cfg, char *err, siz
 		.serial_log_path = cfg->serial_log_path,
 	};
 	struct local_box *local = calloc(1, sizeof(*local));
-	uint64_t start = box_now_ms();
+	uint64_t start = clock_monotonic_ms();
 	int rc;
 
 	if (!local) {
@@ -211,7 +212,7 @@ int box_local_open(struct box *box, const struct box_config *cfg, char *err, siz
 		return rc;
 	}
 	log_info("box", "[box:%s] VM ready in %llu ms", box->name,
-		 (unsigned long long)(box_now_ms() - start));
+		 (unsigned long long)(clock_monotonic_ms() - start));
 	box->backend = local;
 	box->ops = &local_ops;
 	return 0;

@@ -20,6 +20,7 @@
 #include <time.h>
 
 #include "runtime/box_internal.h"
+#include "common/clock.h"
 
 #define MOCK_BARRIER_DEFAULT_WAIT_SECS 10u
 #define MOCK_BARRIER_MAX_COUNT 1024ul
@@ -577,7 +578,7 @@ static int mock_exec(struct box *box, const struct box_exec_request *req,
 	struct mock_run run = {
 		.mock = box->backend, .req = req, .env = env, .env_count = env_count,
 	};
-	uint64_t start = box_now_ms();
+	uint64_t start = clock_monotonic_ms();
 
 	if (run.mock->handler) {
 		int handled = run.mock->handler(run.mock->handler_opaque, req, out);
@@ -604,7 +605,7 @@ static int mock_exec(struct box *box, const struct box_exec_request *req,
 	out->stderr_len = run.err.len;
 	out->error = run.error;
 	out->timed_out = run.timed_out;
-	out->duration_ms = box_now_ms() - start;
+	out->duration_ms = clock_monotonic_ms() - start;
 	return 0;
 }
 

@@ -20,6 +20,8 @@
 
 #include <jansson.h>
 
+#include "vmm/vm.h" /* the VM limits specs are checked against */
+
 #define SPEC_API_VERSION "v1"
 #define SPEC_DEFAULT_MEMORY_MB 1024u
 #define SPEC_DEFAULT_VCPUS 1u
@@ -27,8 +29,8 @@
 #define SPEC_DEFAULT_BOX_OUTPUT_GUEST "/workspace/output"
 #define SPEC_DEFAULT_BOX_INPUT_GUEST "/workspace/input"
 #define SPEC_DEFAULT_OLLAMA_MODEL "qwen3-coder:7b"
-#define SPEC_MAX_MEMORY_MB (1024u * 1024u)
-#define SPEC_MAX_VCPUS 255u
+#define SPEC_MAX_MEMORY_MB VM_MAX_MEMORY_MB
+#define SPEC_MAX_VCPUS VM_MAX_VCPUS
 
 /* ---- diagnostics ------------------------------------------------------------------------ */
 

@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/clock.h"
 #include "common/log.h"
 #include "runtime/box_internal.h"
 #include "runtime/workflow.h"
@@ -295,7 +296,7 @@ int workflow_run_in_box(const struct spec *spec, struct box *box,
 	static const struct workflow_options no_options;
 	struct spec_workflow_plan plan = { 0 };
 	struct workflow_step_run *runs = NULL;
-	uint64_t start = box_now_ms();
+	uint64_t start = clock_monotonic_ms();
 	int rc;
 
 	if (!options)
@@ -324,7 +325,7 @@ int workflow_run_in_box(const struct spec *spec, struct box *box,
 		free(runs[i].stdout_data);
 	free(runs);
 	spec_workflow_plan_free(&plan);
-	report->duration_ms = box_now_ms() - start;
+	report->duration_ms = clock_monotonic_ms() - start;
 	if (rc == 0)
 		log_info("workflow", "[workflow:%s] done in %llu ms", spec->name,
 			 (unsigned long long)report->duration_ms);

@@ -23,6 +23,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/clock.h"
 #include "common/log.h"
 #include "common/parallel.h"
 #include "devices/vsock.h"
@@ -78,14 +79,6 @@ struct sandbox {
 	struct snapshot_store_hold snapshot_hold;
 };
 
-static long monotonic_ms(void)
-{
-	struct timespec now;
-
-	clock_gettime(CLOCK_MONOTONIC, &now);
-	return now.tv_sec * SANDBOX_MS_PER_SEC + now.tv_nsec / 1000000L;
-}
-
 static int sandbox_boot_timeout_ms(const struct sandbox_config *cfg)
 {
 	const char *env = getenv(SANDBOX_BOOT_TIMEOUT_ENV);
@@ -108,7 +101,7 @@ static uint64_t sandbox_random_cid(void)
 	uint32_t value = 0;
 
 	if (getrandom(&value, sizeof(value), 0) != sizeof(value))
-		value = (uint32_t)getpid() ^ (uint32_t)monotonic_ms();
+		value = (uint32_t)getpid() ^ (uint32_t)clock_monotonic_ms();
 	return VSOCK_MIN_GUEST_CID + value % (UINT32_MAX - VSOCK_MIN_GUEST_CID - 1);
 }
 
@@ -350,7 +343,7 @@ int sandbox_start(const struct sandbox_config *cfg, struct sandbox **out, char *
 {
 	struct vm_config vm_cfg;
 	struct sandbox *sandbox;
-	long started_ms = monotonic_ms();
+	long started_ms = (long)clock_monotonic_ms();
 	int rc;
 
 	*out = NULL;
@@ -404,7 +397,7 @@ int sandbox_start(const struct sandbox_config *cfg, struct sandbox **out, char *
 				 err, errlen);
 	if (rc < 0)
 		goto fail;
-	sandbox->boot_ms = monotonic_ms() - started_ms;
+	sandbox->boot_ms = (long)clock_monotonic_ms() - started_ms;
 	log_info(SANDBOX_LOG, "guest agent answered after %ld ms", sandbox->boot_ms);
 	*out = sandbox;
 	return 0;
@@ -559,7 +552,7 @@ static int sandbox_rekey(struct sandbox *sandbox, const uint8_t old_secret[PROTO
 int sandbox_start_from_snapshot(const struct sandbox_restore_config *cfg, struct sandbox **out,
 				char *err, size_t errlen)
 {
-	long started_ms = monotonic_ms();
+	long started_ms = (long)clock_monotonic_ms();
 	struct sandbox *sandbox = NULL;
 	uint8_t old_secret[PROTO_SECRET_SIZE];
 	char old_hex[2 * PROTO_SECRET_SIZE + 1];
@@ -596,7 +589,7 @@ int sandbox_start_from_snapshot(const struct sandbox_restore_config *cfg, struct
 	explicit_bzero(old_hex, sizeof(old_hex));
 	if (rc < 0)
 		goto fail;
-	sandbox->boot_ms = monotonic_ms() - started_ms;
+	sandbox->boot_ms = (long)clock_monotonic_ms() - started_ms;
 	log_info(SANDBOX_LOG, "restored %s, agent rekeyed after %ld ms", cfg->snapshot_dir,
 		 sandbox->boot_ms);
 	*out = sandbox;

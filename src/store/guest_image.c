@@ -19,6 +19,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "common/array.h"
 #include "store/guest_image_internal.h"
 #include "store/store_fs.h"
 
@@ -142,10 +143,25 @@ static int guest_image_info_compare(const void *a, const void *b)
 		      ((const struct guest_image_info *)b)->name);
 }
 
+/* $VOIDBOX_HOME/images into out, or an error naming the variable to set. */
+static int guest_image_images_dir(char *out, size_t len, char *err, size_t errlen)
+{
+	char home[PATH_MAX];
+	int rc = guest_image_home(home, sizeof(home));
+
+	if (rc < 0) {
+		guest_image_set_error(err, errlen, "cannot find the voidbox home: set %s or HOME",
+				      GUEST_IMAGE_ENV_HOME);
+		return rc;
+	}
+	guest_image_format(out, len, "%s/%s", home, GUEST_IMAGE_IMAGES_DIR);
+	return 0;
+}
+
 int guest_image_list(struct guest_image_info **images, size_t *count, char *err,
 		     size_t errlen)
 {
-	char home[PATH_MAX], images_dir[PATH_MAX];
+	char images_dir[PATH_MAX];
 	struct guest_image_info *list = NULL;
 	size_t used = 0, capacity = 0;
 	struct dirent *entry;
@@ -154,30 +170,19 @@ int guest_image_list(struct guest_image_info **images, size_t *count, char *err,
 
 	*images = NULL;
 	*count = 0;
-	rc = guest_image_home(home, sizeof(home));
-	if (rc < 0) {
-		guest_image_set_error(err, errlen, "cannot find the voidbox home: set %s or HOME",
-				      GUEST_IMAGE_ENV_HOME);
+	rc = guest_image_images_dir(images_dir, sizeof(images_dir), err, errlen);
+	if (rc < 0)
 		return rc;
-	}
-	guest_image_format(images_dir, sizeof(images_dir), "%s/%s", home, GUEST_IMAGE_IMAGES_DIR);
 	handle = opendir(images_dir);
 	if (!handle)
 		return errno == ENOENT ? 0 : -errno;
 	while ((entry = readdir(handle)) != NULL) {
 		if (!guest_image_name_valid(entry->d_name))
 			continue; /* ".", "..", and in-progress ".build-*" directories */
-		if (used == capacity) {
-			size_t grown_capacity = capacity ? capacity * 2 : GUEST_IMAGE_LIST_INITIAL;
-			struct guest_image_info *grown =
-				realloc(list, grown_capacity * sizeof(*grown));
-
-			if (!grown) {
-				rc = -ENOMEM;
-				goto fail;
-			}
-			list = grown;
-			capacity = grown_capacity;
+		if (!array_reserve_one((void **)&list, &capacity, used, sizeof(*list),
+				       GUEST_IMAGE_LIST_INITIAL)) {
+			rc = -ENOMEM;
+			goto fail;
 		}
 		if (guest_image_read_info(images_dir, entry->d_name, &list[used]) == 0)
 			used++;
@@ -219,18 +224,14 @@ static int guest_image_clean_one(const char *name, char *err, size_t errlen)
 
 int guest_image_clean(const char *name, char *err, size_t errlen)
 {
-	char home[PATH_MAX], images_dir[PATH_MAX];
+	char images_dir[PATH_MAX];
 	int rc;
 
 	if (name)
 		return guest_image_clean_one(name, err, errlen);
-	rc = guest_image_home(home, sizeof(home));
-	if (rc < 0) {
-		guest_image_set_error(err, errlen, "cannot find the voidbox home: set %s or HOME",
-				      GUEST_IMAGE_ENV_HOME);
+	rc = guest_image_images_dir(images_dir, sizeof(images_dir), err, errlen);
+	if (rc < 0)
 		return rc;
-	}
-	guest_image_format(images_dir, sizeof(images_dir), "%s/%s", home, GUEST_IMAGE_IMAGES_DIR);
 	rc = store_remove_tree(images_dir);
 	if (rc < 0)
 		guest_image_set_error(err, errlen, "cannot remove %s: %s", images_dir,

@@ -21,6 +21,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "common/fd_io.h"
+
 #define SNAPSHOT_MANIFEST_CHUNK (1u << 20)
 #define SNAPSHOT_MANIFEST_FILE_MODE 0644
 #define SNAPSHOT_MANIFEST_HEX_DIGITS "0123456789abcdef"
@@ -109,14 +111,12 @@ int snapshot_sha256_file(const char *path, char hex[SNAPSHOT_MANIFEST_SHA256_HEX
 		goto out;
 	}
 	for (;;) {
-		ssize_t n = read(fd, chunk, SNAPSHOT_MANIFEST_CHUNK);
+		ssize_t n = fd_read_full(fd, chunk, SNAPSHOT_MANIFEST_CHUNK);
 
-		if (n < 0 && errno == EINTR)
-			continue;
 		if (n < 0) {
-			rc = -errno;
+			rc = (int)n;
 			snapshot_manifest_error(err, errlen, "cannot read %s: %s", path,
-						strerror(errno));
+						strerror((int)-n));
 			goto out;
 		}
 		if (n == 0)
@@ -363,23 +363,11 @@ static int snapshot_manifest_write_text(const char *path, const char *text)
 {
 	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW,
 		      SNAPSHOT_MANIFEST_FILE_MODE);
-	size_t len = strlen(text);
-	int rc = 0;
+	int rc;
 
 	if (fd < 0)
 		return -errno;
-	while (len && rc == 0) {
-		ssize_t n = write(fd, text, len);
-
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n < 0)
-			rc = -errno;
-		else {
-			text += n;
-			len -= (size_t)n;
-		}
-	}
+	rc = fd_write_full(fd, text, strlen(text));
 	if (rc == 0 && fsync(fd) < 0)
 		rc = -errno;
 	close(fd);

@@ -24,6 +24,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/array.h"
+#include "common/fd_io.h"
 #include "common/log.h"
 #include "store/guest_image.h"
 #include "store/store_fs.h"
@@ -516,17 +518,11 @@ static int snapshot_store_list_in(const char *store, struct snapshot_store_entry
 	if (!dir)
 		return errno == ENOENT ? 0 : -errno;
 	while ((ent = readdir(dir))) {
-		if (used == capacity) {
-			size_t grown = capacity ? capacity * 2 : SNAPSHOT_STORE_LIST_INITIAL;
-			struct snapshot_store_entry *bigger = realloc(list, grown * sizeof(*list));
-
-			if (!bigger) {
-				free(list);
-				closedir(dir);
-				return -ENOMEM;
-			}
-			list = bigger;
-			capacity = grown;
+		if (!array_reserve_one((void **)&list, &capacity, used, sizeof(*list),
+				       SNAPSHOT_STORE_LIST_INITIAL)) {
+			free(list);
+			closedir(dir);
+			return -ENOMEM;
 		}
 		if (snapshot_store_read_entry(store, ent->d_name, &list[used]) == 0)
 			used++;
@@ -1106,21 +1102,6 @@ static json_t *snapshot_store_meta_json(const struct snapshot_store_txn *txn,
 	return root;
 }
 
-static int snapshot_store_write_all(int fd, const char *data, size_t len)
-{
-	while (len) {
-		ssize_t n = write(fd, data, len);
-
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n < 0)
-			return -errno;
-		data += n;
-		len -= (size_t)n;
-	}
-	return 0;
-}
-
 static int snapshot_store_write_meta(const struct snapshot_store_txn *txn,
 				     const struct snapshot_store_config *config)
 {
@@ -1138,7 +1119,7 @@ static int snapshot_store_write_meta(const struct snapshot_store_txn *txn,
 			rc = -errno;
 	}
 	if (rc == 0)
-		rc = snapshot_store_write_all(fd, text, strlen(text));
+		rc = fd_write_full(fd, text, strlen(text));
 	if (fd >= 0)
 		close(fd);
 	free(text);
@@ -1207,18 +1188,6 @@ static int snapshot_store_write_manifest(const struct snapshot_store_txn *txn,
 	return snapshot_manifest_write(txn->tmp_path, &manifest, err, errlen);
 }
 
-static int snapshot_store_fsync_path(const char *path, int flags)
-{
-	int fd = open(path, flags | O_CLOEXEC);
-	int rc = 0;
-
-	if (fd < 0)
-		return -errno;
-	if (fsync(fd) < 0)
-		rc = -errno;
-	close(fd);
-	return rc;
-}
 
 /* fsync every regular file in dir, then dir itself. */
 static int snapshot_store_fsync_dir_tree(const char *path)
@@ -1238,11 +1207,11 @@ static int snapshot_store_fsync_dir_tree(const char *path)
 			continue;
 		rc = snapshot_store_join(file, sizeof(file), path, ent->d_name);
 		if (rc == 0)
-			rc = snapshot_store_fsync_path(file, O_RDONLY);
+			rc = fsync_path(file, 0);
 	}
 	closedir(dir);
 	if (rc == 0)
-		rc = snapshot_store_fsync_path(path, O_RDONLY | O_DIRECTORY);
+		rc = fsync_dir(path);
 	return rc;
 }
 
@@ -1297,7 +1266,7 @@ int snapshot_store_commit(struct snapshot_store_txn *txn,
 	if (rc == 0)
 		rc = snapshot_store_publish(txn, store);
 	if (rc == 0)
-		rc = snapshot_store_fsync_path(store, O_RDONLY | O_DIRECTORY);
+		rc = fsync_dir(store);
 	if (rc < 0) {
 		snapshot_store_error(err, errlen, "cannot store snapshot %s: %s (check free space and permissions)",
 				     txn->id, strerror(-rc));

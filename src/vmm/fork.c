@@ -28,6 +28,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/clock.h"
 #include "common/log.h"
 #include "common/parallel.h"
 #include "vmm/snapshot_file.h"
@@ -36,17 +37,7 @@
 #define FORK_DIR_TEMPLATE "voidbox-fork-XXXXXX"
 #define FORK_SHM_DIR "/dev/shm"
 #define FORK_FALLBACK_DIR "/tmp"
-#define FORK_MSEC_PER_SEC 1000L
-#define FORK_NSEC_PER_MSEC 1000000L
 #define FORK_ERR_MAX 512
-
-static long fork_now_ms(void)
-{
-	struct timespec now;
-
-	clock_gettime(CLOCK_MONOTONIC, &now);
-	return now.tv_sec * FORK_MSEC_PER_SEC + now.tv_nsec / FORK_NSEC_PER_MSEC;
-}
 
 static int fork_make_dir(char *dir, size_t len)
 {
@@ -169,7 +160,7 @@ int vm_fork(struct vm *parent, unsigned int n, const struct vm_restore_options *
 {
 	struct vm_snapshot_options save = { .type = VM_SNAPSHOT_BASE, .after = VM_SNAPSHOT_RESUME };
 	char dir[PATH_MAX];
-	long started = fork_now_ms(), saved;
+	long started = (long)clock_monotonic_ms(), saved;
 	int rc;
 
 	if (n == 0) {
@@ -189,7 +180,7 @@ int vm_fork(struct vm *parent, unsigned int n, const struct vm_restore_options *
 		save.parent_dir = parent->dirty_base_dir;
 	}
 	rc = vm_snapshot_save(parent, dir, &save, err, errlen);
-	saved = fork_now_ms();
+	saved = (long)clock_monotonic_ms();
 	if (rc == 0)
 		rc = fork_children(dir, n, child_opts, children, err, errlen);
 	if (rc == 0 && save.type == VM_SNAPSHOT_BASE)
@@ -198,7 +189,7 @@ int vm_fork(struct vm *parent, unsigned int n, const struct vm_restore_options *
 		fork_remove_dir(dir);
 	if (rc == 0)
 		log_info("fork", "forked %u child VM(s) in %ld ms (parent paused and %s written "
-			 "in %ld ms)", n, fork_now_ms() - started,
+			 "in %ld ms)", n, (long)clock_monotonic_ms() - started,
 			 save.type == VM_SNAPSHOT_DIFF ? "a diff" : "a base", saved - started);
 	return rc;
 }

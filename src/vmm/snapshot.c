@@ -30,6 +30,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/clock.h"
+#include "common/fd_io.h"
 #include "common/log.h"
 #include "vmm/device.h"
 #include "vmm/memory.h"
@@ -62,14 +64,6 @@ const char *vm_snapshot_type_name(enum vm_snapshot_type type)
 	default:
 		return "unknown";
 	}
-}
-
-static uint64_t snapshot_now_ns(void)
-{
-	struct timespec now;
-
-	clock_gettime(CLOCK_MONOTONIC, &now);
-	return (uint64_t)now.tv_sec * NSEC_PER_SEC_U64 + (uint64_t)now.tv_nsec;
 }
 
 /* ---- pause and resume ---- */
@@ -181,8 +175,8 @@ static int snapshot_write_region(const struct guest_memory_region *region, int f
 		}
 		if (run_len == 0)
 			continue;
-		int rc = snapshot_pwrite_all(fd, region->host_addr + run_start, run_len,
-					     file_offset + run_start);
+		int rc = fd_pwrite_full(fd, region->host_addr + run_start, run_len,
+					file_offset + run_start);
 
 		if (rc < 0)
 			return rc;
@@ -215,7 +209,7 @@ static int snapshot_read_pagemap(int pagemap_fd, const uint8_t *addr, uint64_t s
 	uint64_t pages = size / SNAP_PAGE_SIZE;
 	off_t offset = (off_t)((uintptr_t)addr / SNAP_PAGE_SIZE * sizeof(uint64_t));
 
-	return snapshot_pread_all(pagemap_fd, entries, pages * sizeof(uint64_t), (uint64_t)offset);
+	return fd_pread_full(pagemap_fd, entries, pages * sizeof(uint64_t), (uint64_t)offset);
 }
 
 static bool snapshot_pagemap_written(uint64_t entry)
@@ -254,7 +248,7 @@ static int snapshot_write_diff_memory(const struct guest_memory *mem, int fd, ui
 	header.page_count = count;
 	uint64_t data_offset = sizeof(header) + count * sizeof(uint64_t);
 
-	rc = snapshot_pwrite_all(fd, &header, sizeof(header), 0);
+	rc = fd_pwrite_full(fd, &header, sizeof(header), 0);
 	for (size_t r = 0; r < mem->region_count && rc == 0; r++) {
 		const struct guest_memory_region *region = &mem->regions[r];
 
@@ -263,12 +257,12 @@ static int snapshot_write_diff_memory(const struct guest_memory *mem, int fd, ui
 				continue;
 			uint64_t gpa = region->guest_phys_addr + p * SNAP_PAGE_SIZE;
 
-			rc = snapshot_pwrite_all(fd, &gpa, sizeof(gpa),
-						 sizeof(header) + index * sizeof(gpa));
+			rc = fd_pwrite_full(fd, &gpa, sizeof(gpa),
+					    sizeof(header) + index * sizeof(gpa));
 			if (rc == 0)
-				rc = snapshot_pwrite_all(fd, region->host_addr + p * SNAP_PAGE_SIZE,
-							 SNAP_PAGE_SIZE,
-							 data_offset + index * SNAP_PAGE_SIZE);
+				rc = fd_pwrite_full(fd, region->host_addr + p * SNAP_PAGE_SIZE,
+						    SNAP_PAGE_SIZE,
+						    data_offset + index * SNAP_PAGE_SIZE);
 			index++;
 		}
 	}
@@ -325,20 +319,20 @@ static int snapshot_overlay_diff(struct guest_memory *mem, const char *path,
 
 	if (fd < 0)
 		return -errno;
-	rc = snapshot_pread_all(fd, &header, sizeof(header), 0);
+	rc = fd_pread_full(fd, &header, sizeof(header), 0);
 	if (rc == 0 && (header.magic != SNAPSHOT_DIFF_MAGIC || header.page_count != expected_pages))
 		rc = -EBADMSG;
 	uint64_t data_offset = sizeof(header) + header.page_count * sizeof(uint64_t);
 
 	for (uint64_t i = 0; rc == 0 && i < header.page_count; i++) {
-		rc = snapshot_pread_all(fd, &gpa, sizeof(gpa), sizeof(header) + i * sizeof(gpa));
+		rc = fd_pread_full(fd, &gpa, sizeof(gpa), sizeof(header) + i * sizeof(gpa));
 		if (rc < 0)
 			break;
 		void *page = gpa % SNAP_PAGE_SIZE ? NULL
 						  : guest_memory_ptr(mem, gpa, SNAP_PAGE_SIZE);
 
-		rc = page ? snapshot_pread_all(fd, page, SNAP_PAGE_SIZE,
-					       data_offset + i * SNAP_PAGE_SIZE)
+		rc = page ? fd_pread_full(fd, page, SNAP_PAGE_SIZE,
+					  data_offset + i * SNAP_PAGE_SIZE)
 			  : -EBADMSG;
 	}
 	close(fd);
@@ -549,7 +543,7 @@ int vm_snapshot_save(struct vm *vm, const char *dir, const struct vm_snapshot_op
 		snprintf(err, errlen, "out of memory");
 		return -ENOMEM;
 	}
-	paused_ns = snapshot_now_ns();
+	paused_ns = clock_monotonic_ns();
 	rc = snapshot_pause(vm);
 	if (rc < 0)
 		snprintf(err, errlen, "cannot pause the vCPUs: %s", strerror(-rc));
@@ -571,7 +565,7 @@ int vm_snapshot_save(struct vm *vm, const char *dir, const struct vm_snapshot_op
 			rc = resumed;
 		}
 	}
-	resumed_ns = snapshot_now_ns();
+	resumed_ns = clock_monotonic_ns();
 	snapshot_image_release(ctx.image);
 	free(ctx.image);
 	if (rc == 0)

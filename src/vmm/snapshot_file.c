@@ -19,6 +19,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "common/fd_io.h"
+
 #define FNV_OFFSET_BASIS 0xcbf29ce484222325ULL
 #define FNV_PRIME 0x100000001b3ULL
 #define SNAP_FILE_MODE 0600
@@ -81,41 +83,6 @@ void snapshot_cpu_signature(char out[VM_SNAPSHOT_CPU_SIGNATURE_LEN])
 		 eax & CPUID_STEPPING_MASK);
 }
 
-int snapshot_pwrite_all(int fd, const void *data, size_t len, uint64_t offset)
-{
-	const uint8_t *bytes = data;
-
-	while (len > 0) {
-		ssize_t n = pwrite(fd, bytes, len, (off_t)offset);
-
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n <= 0)
-			return n < 0 ? -errno : -EIO;
-		bytes += n;
-		len -= (size_t)n;
-		offset += (uint64_t)n;
-	}
-	return 0;
-}
-
-int snapshot_pread_all(int fd, void *data, size_t len, uint64_t offset)
-{
-	uint8_t *bytes = data;
-
-	while (len > 0) {
-		ssize_t n = pread(fd, bytes, len, (off_t)offset);
-
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n <= 0)
-			return n < 0 ? -errno : -EBADMSG; /* EOF: the file is truncated */
-		bytes += n;
-		len -= (size_t)n;
-		offset += (uint64_t)n;
-	}
-	return 0;
-}
 
 /* ---- images ---- */
 
@@ -578,19 +545,6 @@ int snapshot_decode(const uint8_t *data, size_t len, enum snapshot_decode_mode m
 
 /* ---- files ---- */
 
-static int snapshot_fsync_dir(const char *dir)
-{
-	int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	int rc = 0;
-
-	if (fd < 0)
-		return -errno;
-	if (fsync(fd) < 0)
-		rc = -errno;
-	close(fd);
-	return rc;
-}
-
 int snapshot_file_write(const char *dir, const struct snapshot_image *image, uint64_t *id,
 			char *err, size_t errlen)
 {
@@ -609,7 +563,7 @@ int snapshot_file_write(const char *dir, const struct snapshot_image *image, uin
 		rc = snapshot_path(tmp, dir, SNAP_STATE_TMP);
 	if (rc == 0) {
 		fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, SNAP_FILE_MODE);
-		rc = fd < 0 ? -errno : snapshot_pwrite_all(fd, data, len, 0);
+		rc = fd < 0 ? -errno : fd_pwrite_full(fd, data, len, 0);
 	}
 	if (rc == 0 && fsync(fd) < 0)
 		rc = -errno;
@@ -618,7 +572,7 @@ int snapshot_file_write(const char *dir, const struct snapshot_image *image, uin
 	if (rc == 0 && rename(tmp, final) < 0)
 		rc = -errno;
 	if (rc == 0)
-		rc = snapshot_fsync_dir(dir);
+		rc = fsync_dir(dir);
 	if (rc < 0) {
 		unlink(tmp);
 		snprintf(err, errlen, "cannot write %s: %s: check the directory is writable and "
@@ -662,7 +616,7 @@ static int snapshot_read_state(const char *dir, uint8_t **data, size_t *len, cha
 	}
 	*len = (size_t)st.st_size;
 	*data = malloc(*len);
-	rc = *data ? snapshot_pread_all(fd, *data, *len, 0) : -ENOMEM;
+	rc = *data ? fd_pread_full(fd, *data, *len, 0) : -ENOMEM;
 	close(fd);
 	if (rc < 0) {
 		snprintf(err, errlen, "cannot read %s: %s", path, strerror(-rc));

@@ -90,8 +90,6 @@ int snapshot_path(char *out, const char *dir, const char *name);
 uint64_t snapshot_checksum(const void *data, size_t len);
 /* "vendor family-model-stepping" of this host's CPU. */
 void snapshot_cpu_signature(char out[VM_SNAPSHOT_CPU_SIGNATURE_LEN]);
-int snapshot_pwrite_all(int fd, const void *data, size_t len, uint64_t offset);
-int snapshot_pread_all(int fd, void *data, size_t len, uint64_t offset);
 
 /* Appends a copy of a device's section to image. 0, -ENOSPC or -ENOMEM. */
 int snapshot_image_add_device(struct snapshot_image *image, const char *name, uint32_t version,

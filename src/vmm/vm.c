@@ -23,6 +23,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/clock.h"
 #include "common/log.h"
 #include "vmm/acpi.h"
 #include "vmm/boot.h"
@@ -36,8 +37,6 @@
 
 #define VM_ERR_LEN 512
 #define NSEC_PER_MSEC 1000000ULL
-#define MSEC_PER_SEC 1000L
-#define NSEC_PER_SEC 1000000000L
 #define VM_FILE_MAX_BYTES (1ULL << 32) /* a kernel or initramfs above 4 GiB is a mistake */
 
 static const char *const exit_reason_names[] = {
@@ -55,14 +54,6 @@ const char *vm_exit_reason_name(enum vm_exit_reason reason)
 	if ((size_t)reason >= sizeof(exit_reason_names) / sizeof(exit_reason_names[0]))
 		return "unknown";
 	return exit_reason_names[reason];
-}
-
-static uint64_t vm_now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * NSEC_PER_SEC + (uint64_t)ts.tv_nsec;
 }
 
 void vm_kick_all(struct vm *vm)
@@ -557,7 +548,7 @@ int vm_start(struct vm *vm)
 		return rc;
 	}
 	vm->started = true;
-	vm->start_ns = vm_now_ns();
+	vm->start_ns = clock_monotonic_ns();
 	for (unsigned int i = 0; i < vm->vcpu_count; i++) {
 		rc = vcpu_start(&vm->vcpus[i]);
 		if (rc < 0) {
@@ -571,18 +562,9 @@ int vm_start(struct vm *vm)
 
 int vm_wait(struct vm *vm, int timeout_ms, enum vm_exit_reason *reason)
 {
-	struct timespec deadline;
+	struct timespec deadline = clock_deadline_after_ms(timeout_ms);
 	int rc = 0;
 
-	clock_gettime(CLOCK_MONOTONIC, &deadline);
-	if (timeout_ms >= 0) {
-		deadline.tv_sec += timeout_ms / MSEC_PER_SEC;
-		deadline.tv_nsec += (timeout_ms % MSEC_PER_SEC) * (long)NSEC_PER_MSEC;
-		if (deadline.tv_nsec >= NSEC_PER_SEC) {
-			deadline.tv_sec++;
-			deadline.tv_nsec -= NSEC_PER_SEC;
-		}
-	}
 	pthread_mutex_lock(&vm->lock);
 	while (vm->reason == VM_EXIT_NONE && rc == 0) {
 		if (timeout_ms < 0)

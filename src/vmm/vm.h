@@ -22,7 +22,9 @@
 #include "vmm/irq.h"
 
 #define VM_SECRET_LEN 32
+/* The one limit of each quantity: specs, CLI flags and the VMM all check against these. */
 #define VM_MAX_VCPUS 64
+#define VM_MAX_MEMORY_MB (1024u * 1024u)
 #define VM_DEFAULT_MEMORY_MB 256
 /* virtio-mmio slots: one 0x200 window per page in the MMIO gap, GSI 10 + slot (level). */
 #define VM_VIRTIO_MMIO_BASE 0xd0000000ULL

@@ -427,14 +427,18 @@ static void test_numbers_positive(void)
 	expect_error_at("kind: sandbox\nname: s\nsandbox:\n  vcpus: 0\n", "must be positive", 4,
 			10, &diag);
 	spec_diagnostics_free(&diag);
-	expect_error_at("kind: sandbox\nname: s\nsandbox:\n  vcpus: 1000\n", "at most 255", 4, 10,
+	expect_error_at("kind: sandbox\nname: s\nsandbox:\n  vcpus: 1000\n", "at most 64", 4, 10,
+			&diag);
+	spec_diagnostics_free(&diag);
+	/* the VMM's own limit: a spec that validates also boots */
+	expect_error_at("kind: sandbox\nname: s\nsandbox:\n  vcpus: 100\n", "at most 64", 4, 10,
 			&diag);
 	spec_diagnostics_free(&diag);
 	expect_error_at("kind: sandbox\nname: s\nsandbox:\n  vcpus: -99999999999999999999\n",
 			"must be positive", 4, 10, &diag);
 	spec_diagnostics_free(&diag);
 	expect_error_at("kind: sandbox\nname: s\nsandbox:\n  vcpus: 99999999999999999999\n",
-			"at most 255", 4, 10, &diag);
+			"at most 64", 4, 10, &diag);
 	spec_diagnostics_free(&diag);
 	expect_error_at("kind: sandbox\nname: s\nsandbox:\n  memory_mb: lots\n",
 			"must be a whole number", 4, 14, &diag);

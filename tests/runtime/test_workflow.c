@@ -443,7 +443,10 @@ static void test_mock_chunk_callback(void)
 	box_close(box, false);
 }
 
-/* With no guest image anywhere, auto falls back to mock and local refuses with the fix. */
+/*
+ * With no guest image anywhere, auto and local both refuse with the fix: neither may turn
+ * into the scripted mock, whose canned success would pass for a real run.
+ */
 static void test_mode_resolution_without_image(void)
 {
 	char home[] = "/tmp/voidbox-test-home-XXXXXX";
@@ -456,12 +459,11 @@ static void test_mode_resolution_without_image(void)
 	setenv("VOIDBOX_HOME", home, 1);
 	unsetenv("VOID_BOX_KERNEL");
 	unsetenv("VOID_BOX_INITRAMFS");
-	log_set_stream(NULL);
-	CHECK_INT_EQ(box_open(&cfg, &box, err, sizeof(err)), 0);
-	log_set_stream(stderr);
-	CHECK(box && box_mode(box) == BOX_MODE_MOCK);
-	box_close(box, false);
-	box = NULL;
+	CHECK_INT_EQ(box_open(&cfg, &box, err, sizeof(err)), -ENOENT);
+	CHECK(box == NULL);
+	CHECK(strstr(err, "voidbox image build") != NULL);
+	CHECK(strstr(err, "sandbox mode auto") != NULL);
+	CHECK(strstr(err, "sandbox.mode: mock") != NULL);
 
 	cfg.mode = BOX_MODE_LOCAL;
 	CHECK(box_open(&cfg, &box, err, sizeof(err)) < 0);

@@ -33,6 +33,8 @@
 #define TEST_CONNECT_TIMEOUT_MS 2000
 #define TEST_RESTORE_TIMEOUT_MS 60000
 #define TEST_OUTPUT_MAX 256
+/* how old the base snapshot is when it is restored, so a stale guest clock shows */
+#define TEST_CLOCK_AGE_S 3
 #define TEST_HEX_LEN (2 * PROTO_SECRET_SIZE + 1)
 /* in the working directory (the build tree), so logs survive a nested run */
 #define TEST_DIR_TEMPLATE "voidbox-snaptest-XXXXXX"
@@ -210,11 +212,45 @@ static void test_diff_snapshot_is_small(void)
 	CHECK(info.memory_bytes * 4 < base_info.memory_bytes);
 }
 
+/* 32 bytes of the guest kernel's CRNG (getrandom() behind /dev/urandom), as hex. */
+static int urandom_sample(struct sandbox *box, char *out)
+{
+	return sh(box, "head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \\n'", out,
+		  TEST_OUTPUT_MAX);
+}
+
+/*
+ * The restored guest's wall clock is the host's (the rekey sets it), not the snapshot's:
+ * the snapshot is at least TEST_CLOCK_AGE_S old when this runs, so a clock left alone would
+ * be that far behind.
+ */
+static void check_clock_is_hosts(struct sandbox *box)
+{
+	char out[TEST_OUTPUT_MAX];
+	time_t before = time(NULL), after;
+	long long guest;
+
+	CHECK_INT_EQ(sh(box, "date +%s", out, sizeof(out)), 0);
+	after = time(NULL);
+	guest = atoll(out);
+	if (guest < (long long)before - 1 || guest > (long long)after + 1)
+		fprintf(stderr, "  guest clock %lld, host %lld..%lld\n", guest, (long long)before,
+			(long long)after);
+	CHECK(guest >= (long long)before - 1 && guest <= (long long)after + 1);
+}
+
 static void test_restore_base_twice_at_once(void)
 {
-	struct sandbox *first = restore(base_dir);
-	struct sandbox *second = restore(base_dir);
+	struct sandbox *first, *second;
 	char out[TEST_OUTPUT_MAX], first_secret[TEST_HEX_LEN], second_secret[TEST_HEX_LEN];
+	char first_random[TEST_OUTPUT_MAX], second_random[TEST_OUTPUT_MAX];
+	long long age = (long long)time(NULL) - (long long)(base_info.created_unix_ns / 1000000000ULL);
+
+	/* let the snapshot's clock fall behind the host's, so a restored clock is told apart */
+	if (age < TEST_CLOCK_AGE_S)
+		sleep((unsigned int)(TEST_CLOCK_AGE_S - age));
+	first = restore(base_dir);
+	second = restore(base_dir);
 
 	CHECK(first != NULL && second != NULL);
 	if (!first || !second)
@@ -238,6 +274,13 @@ static void test_restore_base_twice_at_once(void)
 	CHECK(!handshake_works(first, snapshot_secret));
 	CHECK(!handshake_works(second, first_secret));
 	CHECK(handshake_works(first, first_secret));
+	/* clone hygiene beyond the secret: each clone's clock is now, its CRNG its own */
+	check_clock_is_hosts(first);
+	check_clock_is_hosts(second);
+	CHECK_INT_EQ(urandom_sample(first, first_random), 0);
+	CHECK_INT_EQ(urandom_sample(second, second_random), 0);
+	CHECK_INT_EQ((int)strlen(first_random), 64);
+	CHECK(strcmp(first_random, second_random) != 0);
 out:
 	sandbox_destroy(first, harness_tests_failed > 0);
 	sandbox_destroy(second, harness_tests_failed > 0);
@@ -296,6 +339,7 @@ static void test_fork_three_children(void)
 {
 	struct sandbox *children[TEST_FORK_CHILDREN] = { 0 };
 	char samples[TEST_FORK_CHILDREN][TEST_OUTPUT_MAX];
+	char random_samples[TEST_FORK_CHILDREN][TEST_OUTPUT_MAX];
 	char out[TEST_OUTPUT_MAX], script[TEST_OUTPUT_MAX], err[1024];
 	long started = now_ms();
 	int rc = sandbox_fork(parent_vm, TEST_FORK_CHILDREN, children, err, sizeof(err));
@@ -306,6 +350,11 @@ static void test_fork_three_children(void)
 		fprintf(stderr, "  fork failed: %s\n", err);
 		return;
 	}
+	/* right after the fork, before anything else runs in them: their CRNGs differ */
+	for (int i = 0; i < TEST_FORK_CHILDREN; i++)
+		CHECK_INT_EQ(urandom_sample(children[i], random_samples[i]), 0);
+	for (int i = 1; i < TEST_FORK_CHILDREN; i++)
+		CHECK(strcmp(random_samples[0], random_samples[i]) != 0);
 	for (int i = 0; i < TEST_FORK_CHILDREN; i++) {
 		snprintf(script, sizeof(script), "echo %d > /tmp/child-%d", i, i);
 		CHECK_INT_EQ(sh(children[i], script, NULL, 0), 0);

@@ -1,0 +1,48 @@
+/*
+ * libFuzzer target for the reader of what an agent CLI prints in the guest (claude-code's
+ * stream-json lines, src/runtime/stream_json.c): the guest controls every byte. The input is
+ * fed whole and, separately, in chunks split at a point the first byte picks, and both runs
+ * must agree on what they found; nothing may crash or leak.
+ */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "runtime/stream_json.h"
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+static bool fuzz_same_text(const char *a, const char *b)
+{
+	return (!a && !b) || (a && b && strcmp(a, b) == 0);
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+	struct stream_json_result whole, chunked;
+	struct stream_json_parser parser;
+	size_t split;
+
+	if (size == 0)
+		return 0;
+	split = data[0] % size;
+	if (stream_json_parse(data + 1, size - 1, &whole) != 0)
+		return 0;
+	stream_json_parser_init(&parser);
+	if (stream_json_parser_feed(&parser, data + 1, split) != 0 ||
+	    stream_json_parser_feed(&parser, data + 1 + split, size - 1 - split) != 0 ||
+	    stream_json_parser_finish(&parser, &chunked) != 0) {
+		stream_json_parser_free(&parser);
+		stream_json_result_free(&whole);
+		return 0;
+	}
+	if (whole.num_turns != chunked.num_turns || whole.tool_call_count != chunked.tool_call_count ||
+	    whole.input_tokens != chunked.input_tokens ||
+	    whole.has_result_event != chunked.has_result_event ||
+	    !fuzz_same_text(whole.result_text, chunked.result_text))
+		abort();
+	stream_json_parser_free(&parser);
+	stream_json_result_free(&whole);
+	stream_json_result_free(&chunked);
+	return 0;
+}

@@ -1,0 +1,26 @@
+/*
+ * Monotonic time for timeouts, deadlines and measurements. Every module that waits or times
+ * something asks here instead of keeping its own clock_gettime wrapper, so all of them count
+ * in the same clock (CLOCK_MONOTONIC, which never jumps when the wall clock is set).
+ */
+#ifndef VOIDBOX_COMMON_CLOCK_H
+#define VOIDBOX_COMMON_CLOCK_H
+
+#include <stdint.h>
+#include <time.h>
+
+#define CLOCK_NSEC_PER_SEC 1000000000ULL
+#define CLOCK_NSEC_PER_MSEC 1000000ULL
+#define CLOCK_MSEC_PER_SEC 1000ULL
+
+uint64_t clock_monotonic_ns(void);
+uint64_t clock_monotonic_ms(void);
+/*
+ * The CLOCK_MONOTONIC instant timeout_ms from now, as pthread_cond_timedwait wants it (with a
+ * condition variable whose clock is CLOCK_MONOTONIC). A negative timeout counts as 0.
+ */
+struct timespec clock_deadline_after_ms(long long timeout_ms);
+/* Milliseconds left until deadline_ms (a clock_monotonic_ms value): 0 once it passed. */
+long long clock_ms_until(uint64_t deadline_ms);
+
+#endif
