@@ -17,7 +17,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <openssl/evp.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -40,24 +39,6 @@
 #define SNAPSHOT_ARCHIVE_IMPORT_LABEL "import"
 #define SNAPSHOT_ARCHIVE_STATE "state"
 
-static void snapshot_archive_error(char *err, size_t errlen, const char *fmt, ...)
-{
-	va_list ap;
-
-	if (!err || errlen == 0)
-		return;
-	va_start(ap, fmt);
-	vsnprintf(err, errlen, fmt, ap);
-	va_end(ap);
-}
-
-static int snapshot_archive_join(char *out, size_t len, const char *dir, const char *name)
-{
-	int n = snprintf(out, len, "%s/%s", dir, name);
-
-	return n < 0 || (size_t)n >= len ? -ENAMETOOLONG : 0;
-}
-
 static void snapshot_archive_hex(EVP_MD_CTX *ctx, char hex[SNAPSHOT_MANIFEST_SHA256_HEX_LEN + 1])
 {
 	unsigned char digest[EVP_MAX_MD_SIZE];
@@ -78,22 +59,22 @@ static int snapshot_archive_read_state(const char *dir, struct snapshot_image *i
 	uint8_t *data = NULL;
 	struct stat st;
 	uint64_t id = 0;
-	int fd, rc = snapshot_archive_join(path, sizeof(path), dir, SNAPSHOT_ARCHIVE_STATE);
+	int fd, rc = store_join(path, sizeof(path), dir, SNAPSHOT_ARCHIVE_STATE);
 
 	if (rc < 0)
 		return rc;
 	fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
 	if (fd < 0 || fstat(fd, &st) < 0 || st.st_size <= 0 ||
 	    (uint64_t)st.st_size > SNAPSHOT_STATE_MAX_BYTES) {
-		snapshot_archive_error(err, errlen, "%s is missing or not a snapshot state file",
-				       path);
+		store_error(err, errlen, "%s is missing or not a snapshot state file",
+			    path);
 		rc = fd < 0 ? -errno : -EBADMSG;
 		goto out;
 	}
 	data = malloc((size_t)st.st_size);
 	rc = data ? fd_pread_full(fd, data, (size_t)st.st_size, 0) : -ENOMEM;
 	if (rc < 0)
-		snapshot_archive_error(err, errlen, "cannot read %s: %s", path, strerror(-rc));
+		store_error(err, errlen, "cannot read %s: %s", path, strerror(-rc));
 	else
 		rc = snapshot_decode(data, (size_t)st.st_size, SNAPSHOT_DECODE_CHECKED, image, &id,
 				     err, errlen);
@@ -125,8 +106,8 @@ static int snapshot_archive_manifest_of(const struct snapshot_store_entry *entry
 		    snapshot_sha256_file(entry->initramfs_path, m->initramfs_sha256, NULL, NULL, 0) < 0)
 			m->initramfs_sha256[0] = '\0';
 		if (rc == 0 && base) {
-			rc = snapshot_archive_join(path, sizeof(path), base->path,
-						   SNAPSHOT_ARCHIVE_STATE);
+			rc = store_join(path, sizeof(path), base->path,
+					SNAPSHOT_ARCHIVE_STATE);
 			if (rc == 0)
 				rc = snapshot_sha256_file(path, m->parent_state_sha256, NULL, err,
 							  errlen);
@@ -138,8 +119,8 @@ static int snapshot_archive_manifest_of(const struct snapshot_store_entry *entry
 	m->diff = entry->kind == SNAPSHOT_STORE_KIND_DIFF;
 	snprintf(m->parent_id, sizeof(m->parent_id), "%s", m->diff ? entry->parent_id : "");
 	if (m->diff && !m->parent_state_sha256[0]) {
-		snapshot_archive_error(err, errlen, "diff %s does not record its base's hash: take "
-				       "it again", entry->id);
+		store_error(err, errlen, "diff %s does not record its base's hash: take "
+			    "it again", entry->id);
 		return -EBADMSG;
 	}
 	return 0;
@@ -182,8 +163,8 @@ static int snapshot_archive_put_header(struct archive *a, const char *name, uint
 	archive_entry_set_mtime(entry, mtime, 0);
 	rc = archive_write_header(a, entry) == ARCHIVE_OK ? 0 : -EIO;
 	if (rc < 0)
-		snapshot_archive_error(err, errlen, "cannot write the archive entry %s: %s", name,
-				       archive_error_string(a));
+		store_error(err, errlen, "cannot write the archive entry %s: %s", name,
+			    archive_error_string(a));
 	archive_entry_free(entry);
 	return rc;
 }
@@ -193,8 +174,8 @@ static int snapshot_archive_put_data(struct archive *a, const void *data, size_t
 {
 	if (archive_write_data(a, data, len) == (la_ssize_t)len)
 		return 0;
-	snapshot_archive_error(err, errlen, "cannot write %s into the archive: %s", name,
-			       archive_error_string(a));
+	store_error(err, errlen, "cannot write %s into the archive: %s", name,
+		    archive_error_string(a));
 	return -EIO;
 }
 
@@ -207,18 +188,18 @@ static int snapshot_archive_put_file(struct archive *a, const char *dir, const c
 	EVP_MD_CTX *ctx = EVP_MD_CTX_new();
 	uint64_t total = 0;
 	struct stat st;
-	int fd = -1, rc = snapshot_archive_join(path, sizeof(path), dir, f->name);
+	int fd = -1, rc = store_join(path, sizeof(path), dir, f->name);
 
 	if (rc == 0)
-		rc = snapshot_archive_join(name, sizeof(name), id, f->name);
+		rc = store_join(name, sizeof(name), id, f->name);
 	if (rc == 0 && (!ctx || EVP_DigestInit_ex(ctx, EVP_sha256(), NULL) != 1))
 		rc = -ENOMEM;
 	if (rc < 0)
 		goto out;
 	fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
 	if (fd < 0 || fstat(fd, &st) < 0 || (uint64_t)st.st_size != f->size) {
-		snapshot_archive_error(err, errlen, "%s is missing or has another size than its "
-				       "snapshot recorded (run voidbox snapshot verify %s)", path, id);
+		store_error(err, errlen, "%s is missing or has another size than its "
+			    "snapshot recorded (run voidbox snapshot verify %s)", path, id);
 		rc = -EBADMSG;
 		goto out;
 	}
@@ -228,8 +209,8 @@ static int snapshot_archive_put_file(struct archive *a, const char *dir, const c
 
 		if (n < 0) {
 			rc = (int)n;
-			snapshot_archive_error(err, errlen, "cannot read %s: %s", path,
-					       strerror((int)-n));
+			store_error(err, errlen, "cannot read %s: %s", path,
+				    strerror((int)-n));
 		}
 		if (n <= 0)
 			break;
@@ -241,9 +222,9 @@ static int snapshot_archive_put_file(struct archive *a, const char *dir, const c
 		goto out;
 	snapshot_archive_hex(ctx, hex);
 	if (total != f->size || strcmp(hex, f->sha256) != 0) {
-		snapshot_archive_error(err, errlen, "%s does not match the SHA-256 recorded when the "
-				       "snapshot was stored: its bytes changed, so it is not exported "
-				       "(run voidbox snapshot verify %s)", path, id);
+		store_error(err, errlen, "%s does not match the SHA-256 recorded when the "
+			    "snapshot was stored: its bytes changed, so it is not exported "
+			    "(run voidbox snapshot verify %s)", path, id);
 		rc = -EBADMSG;
 	}
 out:
@@ -265,8 +246,8 @@ static int snapshot_archive_write(const char *tmp_path, const struct snapshot_ar
 	if (rc == 0 && (archive_write_add_filter_zstd(a) != ARCHIVE_OK ||
 			archive_write_set_format_pax_restricted(a) != ARCHIVE_OK ||
 			archive_write_open_filename(a, tmp_path) != ARCHIVE_OK)) {
-		snapshot_archive_error(err, errlen, "cannot write %s: %s", tmp_path,
-				       archive_error_string(a));
+		store_error(err, errlen, "cannot write %s: %s", tmp_path,
+			    archive_error_string(a));
 		rc = -EIO;
 	}
 	if (rc == 0)
@@ -280,8 +261,8 @@ static int snapshot_archive_write(const char *tmp_path, const struct snapshot_ar
 			rc = snapshot_archive_put_file(a, chain[i].path, m->chain[i].id,
 						       &m->chain[i].files[j], chunk, err, errlen);
 	if (rc == 0 && archive_write_close(a) != ARCHIVE_OK) {
-		snapshot_archive_error(err, errlen, "cannot finish %s: %s", tmp_path,
-				       archive_error_string(a));
+		store_error(err, errlen, "cannot finish %s: %s", tmp_path,
+			    archive_error_string(a));
 		rc = -EIO;
 	}
 	archive_write_free(a);
@@ -303,8 +284,8 @@ int snapshot_archive_export(const char *prefix, const char *out_path,
 	if (rc == 0 && top.kind == SNAPSHOT_STORE_KIND_DIFF) {
 		rc = snapshot_store_find(top.parent_id, &chain[0], base_err, sizeof(base_err));
 		if (rc < 0 || strcmp(chain[0].id, top.parent_id) != 0) {
-			snapshot_archive_error(err, errlen, "the base %s of diff %s is not in the store: "
-					       "the diff cannot be exported", top.parent_id, top.id);
+			store_error(err, errlen, "the base %s of diff %s is not in the store: "
+				    "the diff cannot be exported", top.parent_id, top.id);
 			rc = -ENOENT;
 		} else if (scope == SNAPSHOT_ARCHIVE_WITH_BASE) {
 			count = 1;
@@ -333,7 +314,7 @@ int snapshot_archive_export(const char *prefix, const char *out_path,
 		rc = snapshot_archive_write(tmp_path, m, chain, err, errlen);
 	if (rc == 0 && rename(tmp_path, out_path) < 0) {
 		rc = -errno;
-		snapshot_archive_error(err, errlen, "cannot write %s: %s", out_path, strerror(errno));
+		store_error(err, errlen, "cannot write %s: %s", out_path, strerror(errno));
 	}
 	if (rc < 0)
 		unlink(tmp_path);
@@ -372,10 +353,10 @@ static int snapshot_archive_stored_state(const struct snapshot_archive_import *c
 					 bool *same)
 {
 	char dir[PATH_MAX], path[PATH_MAX], hex[SNAPSHOT_MANIFEST_SHA256_HEX_LEN + 1];
-	int rc = snapshot_archive_join(dir, sizeof(dir), ctx->store, id);
+	int rc = store_join(dir, sizeof(dir), ctx->store, id);
 
 	if (rc == 0)
-		rc = snapshot_archive_join(path, sizeof(path), dir, SNAPSHOT_ARCHIVE_STATE);
+		rc = store_join(path, sizeof(path), dir, SNAPSHOT_ARCHIVE_STATE);
 	if (rc < 0)
 		return rc;
 	*exists = access(path, F_OK) == 0;
@@ -394,10 +375,10 @@ static int snapshot_archive_plan(struct snapshot_archive_import *ctx)
 	int rc;
 
 	if (m->state_format_version != VM_SNAPSHOT_FORMAT_VERSION) {
-		snapshot_archive_error(ctx->err, ctx->errlen, "the archive's snapshot has state "
-				       "format version %u, this voidbox reads version %u: export it "
-				       "again with this voidbox's version", m->state_format_version,
-				       VM_SNAPSHOT_FORMAT_VERSION);
+		store_error(ctx->err, ctx->errlen, "the archive's snapshot has state "
+			    "format version %u, this voidbox reads version %u: export it "
+			    "again with this voidbox's version", m->state_format_version,
+			    VM_SNAPSHOT_FORMAT_VERSION);
 		return -EPROTO;
 	}
 	snapshot_cpu_signature(here);
@@ -407,9 +388,9 @@ static int snapshot_archive_plan(struct snapshot_archive_import *ctx)
 			 m->snapshot, m->cpu_signature, here);
 	if (m->chain_count == 2 && strcmp(last->parent_state_sha256,
 					  snapshot_archive_state_hash(&m->chain[0])) != 0) {
-		snapshot_archive_error(ctx->err, ctx->errlen, "the archive's manifest says diff %s "
-				       "needs another base than the %s it carries", last->id,
-				       m->chain[0].id);
+		store_error(ctx->err, ctx->errlen, "the archive's manifest says diff %s "
+			    "needs another base than the %s it carries", last->id,
+			    m->chain[0].id);
 		return -EBADMSG;
 	}
 	if (!m->chain[0].diff) {
@@ -419,10 +400,10 @@ static int snapshot_archive_plan(struct snapshot_archive_import *ctx)
 		if (rc < 0)
 			return rc;
 		if (exists && !same) {
-			snapshot_archive_error(ctx->err, ctx->errlen, "this store already has a "
-					       "snapshot %s, and it is not the one in the archive: "
-					       "delete it first (voidbox snapshot delete %s)",
-					       m->chain[0].id, m->chain[0].id);
+			store_error(ctx->err, ctx->errlen, "this store already has a "
+				    "snapshot %s, and it is not the one in the archive: "
+				    "delete it first (voidbox snapshot delete %s)",
+				    m->chain[0].id, m->chain[0].id);
 			return -EEXIST;
 		}
 		ctx->present[0] = exists;
@@ -433,16 +414,16 @@ static int snapshot_archive_plan(struct snapshot_archive_import *ctx)
 	if (rc < 0)
 		return rc;
 	if (!exists) {
-		snapshot_archive_error(ctx->err, ctx->errlen, "the archive holds diff %s without its "
-				       "base %s, and this store has no snapshot %s: import the base "
-				       "first, or export the diff with its base", last->id,
-				       last->parent_id, last->parent_id);
+		store_error(ctx->err, ctx->errlen, "the archive holds diff %s without its "
+			    "base %s, and this store has no snapshot %s: import the base "
+			    "first, or export the diff with its base", last->id,
+			    last->parent_id, last->parent_id);
 		return -ENOENT;
 	}
 	if (!same) {
-		snapshot_archive_error(ctx->err, ctx->errlen, "this store's snapshot %s is not the "
-				       "base diff %s was taken against (its state file differs)",
-				       last->parent_id, last->id);
+		store_error(ctx->err, ctx->errlen, "this store's snapshot %s is not the "
+			    "base diff %s was taken against (its state file differs)",
+			    last->parent_id, last->id);
 		return -ESTALE;
 	}
 	return 0;
@@ -478,15 +459,15 @@ static int snapshot_archive_match(struct snapshot_archive_import *ctx,
 	const char *name = archive_entry_pathname(entry);
 
 	if (!name || name[0] == '/' || strstr(name, "..")) {
-		snapshot_archive_error(ctx->err, ctx->errlen, "archive entry '%s' points outside "
-				       "the directory it is unpacked into: the archive is refused",
-				       name ? name : "(no name)");
+		store_error(ctx->err, ctx->errlen, "archive entry '%s' points outside "
+			    "the directory it is unpacked into: the archive is refused",
+			    name ? name : "(no name)");
 		return -EBADMSG;
 	}
 	if (archive_entry_filetype(entry) != AE_IFREG || archive_entry_hardlink(entry) ||
 	    archive_entry_symlink(entry)) {
-		snapshot_archive_error(ctx->err, ctx->errlen, "archive entry '%s' is not a regular "
-				       "file (links, directories and devices are refused)", name);
+		store_error(ctx->err, ctx->errlen, "archive entry '%s' is not a regular "
+			    "file (links, directories and devices are refused)", name);
 		return -EBADMSG;
 	}
 	for (size_t i = 0; i < ctx->m->chain_count; i++) {
@@ -499,8 +480,8 @@ static int snapshot_archive_match(struct snapshot_archive_import *ctx,
 			if (strcmp(name + id_len + 1, snap->files[j].name) != 0)
 				continue;
 			if (ctx->seen[i][j]) {
-				snapshot_archive_error(ctx->err, ctx->errlen, "archive entry '%s' "
-						       "appears twice", name);
+				store_error(ctx->err, ctx->errlen, "archive entry '%s' "
+					    "appears twice", name);
 				return -EBADMSG;
 			}
 			ctx->seen[i][j] = true;
@@ -509,8 +490,8 @@ static int snapshot_archive_match(struct snapshot_archive_import *ctx,
 			return 0;
 		}
 	}
-	snapshot_archive_error(ctx->err, ctx->errlen, "archive entry '%s' is not in the archive's "
-			       "manifest", name);
+	store_error(ctx->err, ctx->errlen, "archive entry '%s' is not in the archive's "
+		    "manifest", name);
 	return -EBADMSG;
 }
 
@@ -528,41 +509,41 @@ static int snapshot_archive_unpack(struct snapshot_archive_import *ctx, struct a
 
 	if (rc == 0 && (!archive_entry_size_is_set(entry) ||
 			(uint64_t)archive_entry_size(entry) != f->size)) {
-		snapshot_archive_error(ctx->err, ctx->errlen, "archive entry '%s' has %lld bytes, "
-				       "its manifest says %llu: the archive is refused", name,
-				       (long long)archive_entry_size(entry),
-				       (unsigned long long)f->size);
+		store_error(ctx->err, ctx->errlen, "archive entry '%s' has %lld bytes, "
+			    "its manifest says %llu: the archive is refused", name,
+			    (long long)archive_entry_size(entry),
+			    (unsigned long long)f->size);
 		rc = -EBADMSG;
 	}
 	if (rc == 0 && (!hash || EVP_DigestInit_ex(hash, EVP_sha256(), NULL) != 1))
 		rc = -ENOMEM;
 	if (rc == 0 && !ctx->present[index]) {
-		rc = snapshot_archive_join(dir, sizeof(dir), ctx->scratch, ctx->m->chain[index].id);
+		rc = store_join(dir, sizeof(dir), ctx->scratch, ctx->m->chain[index].id);
 		if (rc == 0)
-			rc = snapshot_archive_join(path, sizeof(path), dir, f->name);
+			rc = store_join(path, sizeof(path), dir, f->name);
 		if (rc == 0)
 			fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW,
 				  SNAPSHOT_ARCHIVE_FILE_MODE);
 		if (rc == 0 && fd < 0) {
 			rc = -errno;
-			snapshot_archive_error(ctx->err, ctx->errlen, "cannot unpack %s: %s", name,
-					       strerror(errno));
+			store_error(ctx->err, ctx->errlen, "cannot unpack %s: %s", name,
+				    strerror(errno));
 		}
 	}
 	while (rc == 0) {
 		la_ssize_t n = archive_read_data(a, ctx->chunk, SNAPSHOT_ARCHIVE_CHUNK);
 
 		if (n < 0) {
-			snapshot_archive_error(ctx->err, ctx->errlen, "cannot read %s from the "
-					       "archive: %s (the archive is truncated or damaged)",
-					       name, archive_error_string(a));
+			store_error(ctx->err, ctx->errlen, "cannot read %s from the "
+				    "archive: %s (the archive is truncated or damaged)",
+				    name, archive_error_string(a));
 			rc = -EBADMSG;
 		}
 		if (n <= 0)
 			break;
 		if ((uint64_t)n > f->size - total) {
-			snapshot_archive_error(ctx->err, ctx->errlen, "%s holds more bytes than its "
-					       "manifest says", name);
+			store_error(ctx->err, ctx->errlen, "%s holds more bytes than its "
+				    "manifest says", name);
 			rc = -EBADMSG;
 			break;
 		}
@@ -570,21 +551,21 @@ static int snapshot_archive_unpack(struct snapshot_archive_import *ctx, struct a
 		if (fd >= 0)
 			rc = snapshot_archive_write_sparse(fd, ctx->chunk, (size_t)n, total);
 		if (rc < 0)
-			snapshot_archive_error(ctx->err, ctx->errlen, "cannot unpack %s: %s", name,
-					       strerror(-rc));
+			store_error(ctx->err, ctx->errlen, "cannot unpack %s: %s", name,
+				    strerror(-rc));
 		total += (uint64_t)n;
 	}
 	if (rc == 0 && fd >= 0 && ftruncate(fd, (off_t)total) < 0) {
 		rc = -errno;
-		snapshot_archive_error(ctx->err, ctx->errlen, "cannot unpack %s: %s", name,
-				       strerror(errno));
+		store_error(ctx->err, ctx->errlen, "cannot unpack %s: %s", name,
+			    strerror(errno));
 	}
 	if (rc == 0) {
 		snapshot_archive_hex(hash, hex);
 		if (total != f->size || strcmp(hex, f->sha256) != 0) {
-			snapshot_archive_error(ctx->err, ctx->errlen, "%s does not match the SHA-256 "
-					       "in the archive's manifest: the archive was damaged or "
-					       "altered, and nothing was imported", name);
+			store_error(ctx->err, ctx->errlen, "%s does not match the SHA-256 "
+				    "in the archive's manifest: the archive was damaged or "
+				    "altered, and nothing was imported", name);
 			rc = -EBADMSG;
 		}
 	}
@@ -603,19 +584,19 @@ static int snapshot_archive_read_manifest(struct snapshot_archive_import *ctx, s
 	int rc = archive_read_next_header(a, &entry);
 
 	if (rc != ARCHIVE_OK) {
-		snapshot_archive_error(ctx->err, ctx->errlen, "%s is not a voidbox snapshot archive "
-				       "(%s)", ctx->archive_path, rc == ARCHIVE_EOF ? "it is empty" :
-									archive_error_string(a));
+		store_error(ctx->err, ctx->errlen, "%s is not a voidbox snapshot archive "
+			    "(%s)", ctx->archive_path, rc == ARCHIVE_EOF ? "it is empty" :
+			    archive_error_string(a));
 		return -EBADMSG;
 	}
 	if (strcmp(archive_entry_pathname(entry) ? archive_entry_pathname(entry) : "",
 		   SNAPSHOT_MANIFEST_FILE) != 0 || archive_entry_filetype(entry) != AE_IFREG ||
 	    archive_entry_size(entry) <= 0 ||
 	    archive_entry_size(entry) > SNAPSHOT_ARCHIVE_MANIFEST_MAX_BYTES) {
-		snapshot_archive_error(ctx->err, ctx->errlen, "%s is not a voidbox snapshot archive "
-				       "(it does not start with a %s of at most %u bytes)",
-				       ctx->archive_path, SNAPSHOT_MANIFEST_FILE,
-				       SNAPSHOT_ARCHIVE_MANIFEST_MAX_BYTES);
+		store_error(ctx->err, ctx->errlen, "%s is not a voidbox snapshot archive "
+			    "(it does not start with a %s of at most %u bytes)",
+			    ctx->archive_path, SNAPSHOT_MANIFEST_FILE,
+			    SNAPSHOT_ARCHIVE_MANIFEST_MAX_BYTES);
 		return -EBADMSG;
 	}
 	text = malloc((size_t)archive_entry_size(entry));
@@ -630,9 +611,9 @@ static int snapshot_archive_read_manifest(struct snapshot_archive_import *ctx, s
 	}
 	rc = len == (size_t)archive_entry_size(entry) ? 0 : -EBADMSG;
 	if (rc < 0)
-		snapshot_archive_error(ctx->err, ctx->errlen, "cannot read %s from the archive: %s "
-				       "(the archive is truncated or damaged)", SNAPSHOT_MANIFEST_FILE,
-				       archive_error_string(a));
+		store_error(ctx->err, ctx->errlen, "cannot read %s from the archive: %s "
+			    "(the archive is truncated or damaged)", SNAPSHOT_MANIFEST_FILE,
+			    archive_error_string(a));
 	else
 		rc = snapshot_archive_manifest_parse(text, len, ctx->m, ctx->err, ctx->errlen);
 	free(text);
@@ -667,9 +648,9 @@ static int snapshot_archive_unpack_all(struct snapshot_archive_import *ctx, stru
 		if (status != ARCHIVE_OK) {
 			if (!snapshot_archive_first_missing(ctx, missing, sizeof(missing)))
 				snprintf(missing, sizeof(missing), "(after the last file)");
-			snapshot_archive_error(ctx->err, ctx->errlen, "the archive is truncated or "
-					       "damaged before %s: %s", missing,
-					       archive_error_string(a));
+			store_error(ctx->err, ctx->errlen, "the archive is truncated or "
+				    "damaged before %s: %s", missing,
+				    archive_error_string(a));
 			return -EBADMSG;
 		}
 		rc = snapshot_archive_unpack(ctx, a, entry);
@@ -677,8 +658,8 @@ static int snapshot_archive_unpack_all(struct snapshot_archive_import *ctx, stru
 			return rc;
 	}
 	if (snapshot_archive_first_missing(ctx, missing, sizeof(missing))) {
-		snapshot_archive_error(ctx->err, ctx->errlen, "the archive is incomplete: %s, which "
-				       "its manifest lists, is missing", missing);
+		store_error(ctx->err, ctx->errlen, "the archive is incomplete: %s, which "
+			    "its manifest lists, is missing", missing);
 		return -EBADMSG;
 	}
 	return 0;
@@ -697,7 +678,7 @@ static int snapshot_archive_rebase(const char *dir, const char *base_dir,
 
 	if (rc == 0 && (image->meta.type != VM_SNAPSHOT_DIFF ||
 			strlen(base_dir) >= sizeof(image->meta.parent_dir))) {
-		snapshot_archive_error(err, errlen, "the state file of diff %s is not a diff's", m->id);
+		store_error(err, errlen, "the state file of diff %s is not a diff's", m->id);
 		rc = -EBADMSG;
 	}
 	if (rc == 0) {
@@ -705,7 +686,7 @@ static int snapshot_archive_rebase(const char *dir, const char *base_dir,
 		rc = snapshot_file_write(dir, image, &id, err, errlen);
 	}
 	if (rc == 0)
-		rc = snapshot_archive_join(path, sizeof(path), dir, SNAPSHOT_ARCHIVE_STATE);
+		rc = store_join(path, sizeof(path), dir, SNAPSHOT_ARCHIVE_STATE);
 	if (rc == 0)
 		rc = snapshot_sha256_file(path, state->sha256, &state->size, err, errlen);
 	if (image)
@@ -721,10 +702,10 @@ static int snapshot_archive_publish_one(struct snapshot_archive_import *ctx, siz
 	struct snapshot_manifest stored = ctx->m->chain[index];
 	struct snapshot_store_txn txn;
 	char src[PATH_MAX], base_dir[PATH_MAX], resolved[PATH_MAX];
-	int rc = snapshot_archive_join(src, sizeof(src), ctx->scratch, stored.id);
+	int rc = store_join(src, sizeof(src), ctx->scratch, stored.id);
 
 	if (rc == 0 && stored.diff) {
-		rc = snapshot_archive_join(base_dir, sizeof(base_dir), ctx->store, base_id);
+		rc = store_join(base_dir, sizeof(base_dir), ctx->store, base_id);
 		if (rc == 0 && !realpath(base_dir, resolved))
 			rc = -errno;
 		if (rc == 0)
@@ -738,8 +719,8 @@ static int snapshot_archive_publish_one(struct snapshot_archive_import *ctx, siz
 	/* the transaction's empty directory gives way to the verified one */
 	if (rmdir(txn.tmp_path) < 0 || rename(src, txn.tmp_path) < 0) {
 		rc = -errno;
-		snapshot_archive_error(ctx->err, ctx->errlen, "cannot move %s into the store: %s",
-				       stored.id, strerror(errno));
+		store_error(ctx->err, ctx->errlen, "cannot move %s into the store: %s",
+			    stored.id, strerror(errno));
 		snapshot_store_abort(&txn);
 		return rc;
 	}
@@ -793,8 +774,8 @@ static int snapshot_archive_open(struct snapshot_archive_import *ctx, struct arc
 	if (archive_read_support_filter_zstd(a) != ARCHIVE_OK ||
 	    archive_read_support_format_tar(a) != ARCHIVE_OK ||
 	    archive_read_open_filename(a, ctx->archive_path, SNAPSHOT_ARCHIVE_CHUNK) != ARCHIVE_OK) {
-		snapshot_archive_error(ctx->err, ctx->errlen, "cannot open %s: %s",
-				       ctx->archive_path, archive_error_string(a));
+		store_error(ctx->err, ctx->errlen, "cannot open %s: %s",
+			    ctx->archive_path, archive_error_string(a));
 		return -EIO;
 	}
 	return 0;
@@ -830,7 +811,7 @@ int snapshot_archive_import(const char *archive_path,
 
 		if (ctx.present[i])
 			continue;
-		rc = snapshot_archive_join(dir, sizeof(dir), ctx.scratch, ctx.m->chain[i].id);
+		rc = store_join(dir, sizeof(dir), ctx.scratch, ctx.m->chain[i].id);
 		if (rc == 0 && mkdir(dir, SNAPSHOT_ARCHIVE_DIR_MODE) < 0)
 			rc = -errno;
 	}

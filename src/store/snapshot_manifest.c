@@ -14,7 +14,6 @@
 #include <fcntl.h>
 #include <jansson.h>
 #include <openssl/evp.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,6 +21,8 @@
 #include <unistd.h>
 
 #include "common/fd_io.h"
+#include "store/snapshot_store.h"
+#include "store/store_fs.h"
 
 #define SNAPSHOT_MANIFEST_CHUNK (1u << 20)
 #define SNAPSHOT_MANIFEST_FILE_MODE 0644
@@ -53,17 +54,6 @@ static const struct {
 const char *const SNAPSHOT_MANIFEST_CPU_REG_NAMES[SNAPSHOT_MANIFEST_CPU_REGS] = {
 	"leaf1_ecx", "leaf1_edx", "leaf7_ebx", "leaf7_ecx", "leaf7_edx",
 };
-
-static void snapshot_manifest_error(char *err, size_t errlen, const char *fmt, ...)
-{
-	va_list ap;
-
-	if (!err || errlen == 0)
-		return;
-	va_start(ap, fmt);
-	vsnprintf(err, errlen, fmt, ap);
-	va_end(ap);
-}
 
 bool snapshot_manifest_file_known(const char *name)
 {
@@ -102,12 +92,12 @@ int snapshot_sha256_file(const char *path, char hex[SNAPSHOT_MANIFEST_SHA256_HEX
 
 	if (fd < 0) {
 		rc = -errno;
-		snapshot_manifest_error(err, errlen, "cannot read %s: %s", path, strerror(errno));
+		store_error(err, errlen, "cannot read %s: %s", path, strerror(errno));
 		goto out;
 	}
 	if (!chunk || !ctx || EVP_DigestInit_ex(ctx, EVP_sha256(), NULL) != 1) {
 		rc = -ENOMEM;
-		snapshot_manifest_error(err, errlen, "out of memory hashing %s", path);
+		store_error(err, errlen, "out of memory hashing %s", path);
 		goto out;
 	}
 	for (;;) {
@@ -115,8 +105,8 @@ int snapshot_sha256_file(const char *path, char hex[SNAPSHOT_MANIFEST_SHA256_HEX
 
 		if (n < 0) {
 			rc = (int)n;
-			snapshot_manifest_error(err, errlen, "cannot read %s: %s", path,
-						strerror((int)-n));
+			store_error(err, errlen, "cannot read %s: %s", path,
+				    strerror((int)-n));
 			goto out;
 		}
 		if (n == 0)
@@ -141,13 +131,6 @@ out:
 	return rc;
 }
 
-static int snapshot_manifest_join(char *out, size_t len, const char *dir, const char *name)
-{
-	int n = snprintf(out, len, "%s/%s", dir, name);
-
-	return n < 0 || (size_t)n >= len ? -ENAMETOOLONG : 0;
-}
-
 int snapshot_manifest_hash_dir(const char *dir, struct snapshot_manifest *m, char *err,
 			       size_t errlen)
 {
@@ -155,8 +138,8 @@ int snapshot_manifest_hash_dir(const char *dir, struct snapshot_manifest *m, cha
 	for (size_t i = 0; i < SNAPSHOT_MANIFEST_KNOWN_COUNT; i++) {
 		struct snapshot_manifest_file *f = &m->files[m->file_count];
 		char path[PATH_MAX];
-		int rc = snapshot_manifest_join(path, sizeof(path), dir,
-						snapshot_manifest_known[i].name);
+		int rc = store_join(path, sizeof(path), dir,
+				    snapshot_manifest_known[i].name);
 
 		if (rc < 0)
 			return rc;
@@ -204,22 +187,6 @@ static json_t *snapshot_manifest_to_json(const struct snapshot_manifest *m)
 	return root;
 }
 
-static bool snapshot_manifest_id_ok(const char *id)
-{
-	size_t len = strlen(id);
-
-	if (len == 0 || len >= SNAPSHOT_MANIFEST_ID_MAX)
-		return false;
-	for (size_t i = 0; i < len; i++) {
-		char c = id[i];
-
-		if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-		      c == '-' || c == '_'))
-			return false;
-	}
-	return true;
-}
-
 static bool snapshot_manifest_hex_ok(const char *hex)
 {
 	return strlen(hex) == SNAPSHOT_MANIFEST_SHA256_HEX_LEN &&
@@ -238,8 +205,8 @@ static int snapshot_manifest_take_string(json_t *root, const char *key, bool nul
 		return 0;
 	text = json_string_value(value);
 	if (!text || strlen(text) >= len || strlen(text) != json_string_length(value)) {
-		snapshot_manifest_error(err, errlen, "the manifest's '%s' is missing, too long or "
-					"not a string", key);
+		store_error(err, errlen, "the manifest's '%s' is missing, too long or "
+			    "not a string", key);
 		return -EBADMSG;
 	}
 	memcpy(out, text, strlen(text) + 1);
@@ -253,8 +220,8 @@ static int snapshot_manifest_take_hash(json_t *root, const char *key, char *out,
 					       SNAPSHOT_MANIFEST_SHA256_HEX_LEN + 1, err, errlen);
 
 	if (rc == 0 && out[0] && !snapshot_manifest_hex_ok(out)) {
-		snapshot_manifest_error(err, errlen, "the manifest's '%s' is not a SHA-256 (64 "
-					"lowercase hex digits)", key);
+		store_error(err, errlen, "the manifest's '%s' is not a SHA-256 (64 "
+			    "lowercase hex digits)", key);
 		rc = -EBADMSG;
 	}
 	return rc;
@@ -269,26 +236,26 @@ static int snapshot_manifest_take_file(json_t *item, struct snapshot_manifest *m
 					       errlen);
 
 	if (rc == 0 && !snapshot_manifest_file_known(f->name)) {
-		snapshot_manifest_error(err, errlen, "the manifest lists a file '%s', which is not "
-					"part of a snapshot", f->name);
+		store_error(err, errlen, "the manifest lists a file '%s', which is not "
+			    "part of a snapshot", f->name);
 		return -EBADMSG;
 	}
 	if (rc == 0 && snapshot_manifest_find(m, f->name)) {
-		snapshot_manifest_error(err, errlen, "the manifest lists %s/%s twice", m->id,
-					f->name);
+		store_error(err, errlen, "the manifest lists %s/%s twice", m->id,
+			    f->name);
 		return -EBADMSG;
 	}
 	if (rc == 0 && (!json_is_integer(size) || json_integer_value(size) < 0 ||
 			(uint64_t)json_integer_value(size) > snapshot_manifest_file_max(f->name))) {
-		snapshot_manifest_error(err, errlen, "the manifest's size of %s/%s is missing or "
-					"larger than such a file can be", m->id, f->name);
+		store_error(err, errlen, "the manifest's size of %s/%s is missing or "
+			    "larger than such a file can be", m->id, f->name);
 		return -EBADMSG;
 	}
 	if (rc == 0)
 		rc = snapshot_manifest_take_hash(item, "sha256", f->sha256, err, errlen);
 	if (rc == 0 && !f->sha256[0]) {
-		snapshot_manifest_error(err, errlen, "the manifest gives no sha256 for %s/%s", m->id,
-					f->name);
+		store_error(err, errlen, "the manifest gives no sha256 for %s/%s", m->id,
+			    f->name);
 		rc = -EBADMSG;
 	}
 	if (rc < 0)
@@ -310,7 +277,7 @@ static int snapshot_manifest_from_json(json_t *root, bool whole, struct snapshot
 
 	memset(m, 0, sizeof(*m));
 	if (!json_is_object(root)) {
-		snapshot_manifest_error(err, errlen, "a manifest entry is not an object");
+		store_error(err, errlen, "a manifest entry is not an object");
 		return -EBADMSG;
 	}
 	rc = snapshot_manifest_take_string(root, "id", false, m->id, sizeof(m->id), err, errlen);
@@ -332,16 +299,16 @@ static int snapshot_manifest_from_json(json_t *root, bool whole, struct snapshot
 	if (rc < 0)
 		return rc;
 	m->diff = strcmp(kind, "diff") == 0;
-	if (!snapshot_manifest_id_ok(m->id) || (!m->diff && strcmp(kind, "base") != 0) ||
+	if (!snapshot_store_id_valid(m->id) || (!m->diff && strcmp(kind, "base") != 0) ||
 	    m->diff != (m->parent_id[0] != '\0') ||
-	    (m->parent_id[0] && !snapshot_manifest_id_ok(m->parent_id))) {
-		snapshot_manifest_error(err, errlen, "the manifest's snapshot '%s' has a bad id, "
-					"kind or parent", m->id);
+	    (m->parent_id[0] && !snapshot_store_id_valid(m->parent_id))) {
+		store_error(err, errlen, "the manifest's snapshot '%s' has a bad id, "
+			    "kind or parent", m->id);
 		return -EBADMSG;
 	}
 	if (!json_is_array(files) || json_array_size(files) > SNAPSHOT_MANIFEST_MAX_FILES) {
-		snapshot_manifest_error(err, errlen, "the manifest's file list of %s is missing or "
-					"too long", m->id);
+		store_error(err, errlen, "the manifest's file list of %s is missing or "
+			    "too long", m->id);
 		return -EBADMSG;
 	}
 	json_array_foreach(files, index, item) {
@@ -352,8 +319,8 @@ static int snapshot_manifest_from_json(json_t *root, bool whole, struct snapshot
 	if (whole && (!snapshot_manifest_find(m, "state") ||
 	    !snapshot_manifest_find(m, m->diff ? "memory.diff" : "memory.mem") ||
 	    snapshot_manifest_find(m, m->diff ? "memory.mem" : "memory.diff"))) {
-		snapshot_manifest_error(err, errlen, "the manifest's %s %s does not list a state "
-					"file and its memory file", m->diff ? "diff" : "base", m->id);
+		store_error(err, errlen, "the manifest's %s %s does not list a state "
+			    "file and its memory file", m->diff ? "diff" : "base", m->id);
 		return -EBADMSG;
 	}
 	return 0;
@@ -380,7 +347,7 @@ int snapshot_manifest_write(const char *dir, const struct snapshot_manifest *m, 
 	char path[PATH_MAX];
 	json_t *root = snapshot_manifest_to_json(m);
 	char *text = NULL;
-	int rc = snapshot_manifest_join(path, sizeof(path), dir, SNAPSHOT_MANIFEST_FILE);
+	int rc = store_join(path, sizeof(path), dir, SNAPSHOT_MANIFEST_FILE);
 
 	if (root) {
 		json_object_set_new(root, "manifest_version", json_integer(SNAPSHOT_MANIFEST_VERSION));
@@ -391,7 +358,7 @@ int snapshot_manifest_write(const char *dir, const struct snapshot_manifest *m, 
 	if (rc == 0)
 		rc = snapshot_manifest_write_text(path, text);
 	if (rc < 0)
-		snapshot_manifest_error(err, errlen, "cannot write %s: %s", path, strerror(-rc));
+		store_error(err, errlen, "cannot write %s: %s", path, strerror(-rc));
 	free(text);
 	json_decref(root);
 	return rc;
@@ -403,19 +370,19 @@ int snapshot_manifest_read(const char *dir, struct snapshot_manifest *m, char *e
 	char path[PATH_MAX];
 	json_error_t jerr;
 	json_t *root;
-	int rc = snapshot_manifest_join(path, sizeof(path), dir, SNAPSHOT_MANIFEST_FILE);
+	int rc = store_join(path, sizeof(path), dir, SNAPSHOT_MANIFEST_FILE);
 
 	if (rc < 0)
 		return rc;
 	if (access(path, F_OK) < 0) {
-		snapshot_manifest_error(err, errlen, "%s has no %s (it was taken before snapshots "
-					"recorded their hashes)", dir, SNAPSHOT_MANIFEST_FILE);
+		store_error(err, errlen, "%s has no %s (it was taken before snapshots "
+			    "recorded their hashes)", dir, SNAPSHOT_MANIFEST_FILE);
 		return -ENOENT;
 	}
 	root = json_load_file(path, JSON_REJECT_DUPLICATES, &jerr);
 	if (!root) {
-		snapshot_manifest_error(err, errlen, "%s is not valid JSON (%s, line %d)", path,
-					jerr.text, jerr.line);
+		store_error(err, errlen, "%s is not valid JSON (%s, line %d)", path,
+			    jerr.text, jerr.line);
 		return -EBADMSG;
 	}
 	rc = snapshot_manifest_from_json(root, false, m, err, errlen);
@@ -430,24 +397,24 @@ int snapshot_manifest_verify(const char *dir, const struct snapshot_manifest *m,
 		const struct snapshot_manifest_file *f = &m->files[i];
 		char path[PATH_MAX], hex[SNAPSHOT_MANIFEST_SHA256_HEX_LEN + 1];
 		uint64_t size = 0;
-		int rc = snapshot_manifest_join(path, sizeof(path), dir, f->name);
+		int rc = store_join(path, sizeof(path), dir, f->name);
 
 		if (rc == 0)
 			rc = snapshot_sha256_file(path, hex, &size, err, errlen);
 		if (rc < 0) {
-			snapshot_manifest_error(err, errlen, "%s is missing or unreadable", path);
+			store_error(err, errlen, "%s is missing or unreadable", path);
 			return rc;
 		}
 		if (size != f->size) {
-			snapshot_manifest_error(err, errlen, "%s has %llu bytes, the manifest records "
-						"%llu: it is truncated or was replaced", path,
-						(unsigned long long)size,
-						(unsigned long long)f->size);
+			store_error(err, errlen, "%s has %llu bytes, the manifest records "
+				    "%llu: it is truncated or was replaced", path,
+				    (unsigned long long)size,
+				    (unsigned long long)f->size);
 			return -EBADMSG;
 		}
 		if (strcmp(hex, f->sha256) != 0) {
-			snapshot_manifest_error(err, errlen, "%s does not match the SHA-256 recorded "
-						"for it: its bytes changed", path);
+			store_error(err, errlen, "%s does not match the SHA-256 recorded "
+				    "for it: its bytes changed", path);
 			return -EBADMSG;
 		}
 	}
@@ -455,11 +422,11 @@ int snapshot_manifest_verify(const char *dir, const struct snapshot_manifest *m,
 		char path[PATH_MAX];
 
 		if (snapshot_manifest_find(m, snapshot_manifest_known[i].name) ||
-		    snapshot_manifest_join(path, sizeof(path), dir,
-					   snapshot_manifest_known[i].name) < 0 ||
+		    store_join(path, sizeof(path), dir,
+			       snapshot_manifest_known[i].name) < 0 ||
 		    access(path, F_OK) < 0)
 			continue;
-		snapshot_manifest_error(err, errlen, "%s is not in the manifest", path);
+		store_error(err, errlen, "%s is not in the manifest", path);
 		return -EBADMSG;
 	}
 	return 0;
@@ -529,8 +496,8 @@ static int snapshot_archive_take_features(json_t *cpu, struct snapshot_archive_m
 	m->has_cpu_features = true;
 	return 0;
 bad:
-	snapshot_manifest_error(err, errlen, "the manifest's cpu.features must map leaf1_ecx, "
-				"leaf1_edx, leaf7_ebx, leaf7_ecx and leaf7_edx to \"0x\" and 8 hex digits");
+	store_error(err, errlen, "the manifest's cpu.features must map leaf1_ecx, "
+		    "leaf1_edx, leaf7_ebx, leaf7_ecx and leaf7_edx to \"0x\" and 8 hex digits");
 	return -EBADMSG;
 }
 
@@ -544,18 +511,18 @@ static int snapshot_archive_take_header(json_t *root, struct snapshot_archive_ma
 	int rc;
 
 	if (!format || strcmp(format, SNAPSHOT_ARCHIVE_FORMAT) != 0) {
-		snapshot_manifest_error(err, errlen, "this is not a voidbox snapshot archive (its "
-					"manifest's format is not '%s')", SNAPSHOT_ARCHIVE_FORMAT);
+		store_error(err, errlen, "this is not a voidbox snapshot archive (its "
+			    "manifest's format is not '%s')", SNAPSHOT_ARCHIVE_FORMAT);
 		return -EBADMSG;
 	}
 	if (!json_is_integer(version) || json_integer_value(version) != SNAPSHOT_ARCHIVE_VERSION) {
-		snapshot_manifest_error(err, errlen, "the archive has another manifest version; this "
-					"voidbox reads version %d", SNAPSHOT_ARCHIVE_VERSION);
+		store_error(err, errlen, "the archive has another manifest version; this "
+			    "voidbox reads version %d", SNAPSHOT_ARCHIVE_VERSION);
 		return -EBADMSG;
 	}
 	if (!json_is_integer(state_version) || json_integer_value(state_version) <= 0 ||
 	    json_integer_value(state_version) > UINT32_MAX) {
-		snapshot_manifest_error(err, errlen, "the manifest has no state_format_version");
+		store_error(err, errlen, "the manifest has no state_format_version");
 		return -EBADMSG;
 	}
 	m->state_format_version = (unsigned int)json_integer_value(state_version);
@@ -570,7 +537,7 @@ static int snapshot_archive_take_header(json_t *root, struct snapshot_archive_ma
 		rc = snapshot_manifest_take_string(root, "initramfs", true, m->initramfs_path,
 						   sizeof(m->initramfs_path), err, errlen);
 	if (rc == 0 && !json_is_object(cpu)) {
-		snapshot_manifest_error(err, errlen, "the manifest has no cpu object");
+		store_error(err, errlen, "the manifest has no cpu object");
 		rc = -EBADMSG;
 	}
 	if (rc == 0)
@@ -588,19 +555,19 @@ static int snapshot_archive_check_chain(const struct snapshot_archive_manifest *
 	const struct snapshot_manifest *last = &m->chain[m->chain_count - 1];
 
 	if (strcmp(last->id, m->snapshot) != 0) {
-		snapshot_manifest_error(err, errlen, "the manifest's snapshot '%s' is not the last "
-					"of its chain", m->snapshot);
+		store_error(err, errlen, "the manifest's snapshot '%s' is not the last "
+			    "of its chain", m->snapshot);
 		return -EBADMSG;
 	}
 	if (m->chain_count == 2 && (m->chain[0].diff || !m->chain[1].diff ||
 				    strcmp(m->chain[1].parent_id, m->chain[0].id) != 0)) {
-		snapshot_manifest_error(err, errlen, "the manifest's chain must be a base and then a "
-					"diff of that base");
+		store_error(err, errlen, "the manifest's chain must be a base and then a "
+			    "diff of that base");
 		return -EBADMSG;
 	}
 	if (last->diff && !last->parent_state_sha256[0]) {
-		snapshot_manifest_error(err, errlen, "the manifest's diff %s does not say which base "
-					"state it needs (parent_state_sha256)", last->id);
+		store_error(err, errlen, "the manifest's diff %s does not say which base "
+			    "state it needs (parent_state_sha256)", last->id);
 		return -EBADMSG;
 	}
 	return 0;
@@ -616,24 +583,24 @@ int snapshot_archive_manifest_parse(const char *text, size_t len,
 
 	memset(m, 0, sizeof(*m));
 	if (len > SNAPSHOT_ARCHIVE_MANIFEST_MAX_BYTES) {
-		snapshot_manifest_error(err, errlen, "the archive's manifest is larger than %u bytes",
-					SNAPSHOT_ARCHIVE_MANIFEST_MAX_BYTES);
+		store_error(err, errlen, "the archive's manifest is larger than %u bytes",
+			    SNAPSHOT_ARCHIVE_MANIFEST_MAX_BYTES);
 		return -EBADMSG;
 	}
 	root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &jerr);
 	if (!root) {
-		snapshot_manifest_error(err, errlen, "the archive's manifest is not valid JSON (%s, "
-					"line %d)", jerr.text, jerr.line);
+		store_error(err, errlen, "the archive's manifest is not valid JSON (%s, "
+			    "line %d)", jerr.text, jerr.line);
 		return -EBADMSG;
 	}
 	rc = json_is_object(root) ? snapshot_archive_take_header(root, m, err, errlen) : -EBADMSG;
 	if (rc < 0 && !json_is_object(root))
-		snapshot_manifest_error(err, errlen, "the archive's manifest is not a JSON object");
+		store_error(err, errlen, "the archive's manifest is not a JSON object");
 	chain = json_object_get(root, "snapshots");
 	if (rc == 0 && (!json_is_array(chain) || json_array_size(chain) == 0 ||
 			json_array_size(chain) > SNAPSHOT_MANIFEST_CHAIN_MAX)) {
-		snapshot_manifest_error(err, errlen, "the manifest must list 1 or %d snapshots",
-					SNAPSHOT_MANIFEST_CHAIN_MAX);
+		store_error(err, errlen, "the manifest must list 1 or %d snapshots",
+			    SNAPSHOT_MANIFEST_CHAIN_MAX);
 		rc = -EBADMSG;
 	}
 	if (rc == 0) {

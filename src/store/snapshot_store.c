@@ -42,24 +42,6 @@
 
 static unsigned int snapshot_store_tmp_counter;
 
-static void snapshot_store_error(char *err, size_t errlen, const char *fmt, ...)
-{
-	va_list ap;
-
-	if (!err || errlen == 0)
-		return;
-	va_start(ap, fmt);
-	vsnprintf(err, errlen, fmt, ap);
-	va_end(ap);
-}
-
-static int snapshot_store_join(char *out, size_t out_len, const char *dir, const char *name)
-{
-	int n = snprintf(out, out_len, "%s/%s", dir, name);
-
-	return n < 0 || (size_t)n >= out_len ? -ENAMETOOLONG : 0;
-}
-
 const char *snapshot_store_kind_name(enum snapshot_store_kind kind)
 {
 	return kind == SNAPSHOT_STORE_KIND_DIFF ? "diff" : "base";
@@ -72,7 +54,7 @@ int snapshot_store_dir(char *out, size_t out_len)
 
 	if (rc < 0)
 		return rc;
-	return snapshot_store_join(out, out_len, home, SNAPSHOT_STORE_DIR_NAME);
+	return store_join(out, out_len, home, SNAPSHOT_STORE_DIR_NAME);
 }
 
 /* ---- config hash ---- */
@@ -110,8 +92,8 @@ static int snapshot_store_hash_file(EVP_MD_CTX *ctx, const char *path, char *err
 	fd = open(path, O_RDONLY | O_CLOEXEC);
 	if (fd < 0 || fstat(fd, &st) < 0) {
 		rc = -errno;
-		snapshot_store_error(err, errlen, "cannot read %s: %s (check the path)", path,
-				     strerror(errno));
+		store_error(err, errlen, "cannot read %s: %s (check the path)", path,
+			    strerror(errno));
 		goto out;
 	}
 	chunk = malloc(SNAPSHOT_STORE_HASH_CHUNK);
@@ -127,7 +109,7 @@ static int snapshot_store_hash_file(EVP_MD_CTX *ctx, const char *path, char *err
 			continue;
 		if (n < 0) {
 			rc = -errno;
-			snapshot_store_error(err, errlen, "cannot read %s: %s", path, strerror(errno));
+			store_error(err, errlen, "cannot read %s: %s", path, strerror(errno));
 			goto out;
 		}
 		if (n == 0)
@@ -137,7 +119,7 @@ static int snapshot_store_hash_file(EVP_MD_CTX *ctx, const char *path, char *err
 	}
 	if (hashed != (uint64_t)st.st_size) {
 		rc = -EAGAIN;
-		snapshot_store_error(err, errlen, "%s changed while it was hashed; try again", path);
+		store_error(err, errlen, "%s changed while it was hashed; try again", path);
 	}
 out:
 	free(chunk);
@@ -182,7 +164,7 @@ int snapshot_store_config_hash(const struct snapshot_store_config *config,
 	int rc;
 
 	if (!config || !config->kernel_path || (config->device_count && !config->devices)) {
-		snapshot_store_error(err, errlen, "a snapshot config needs at least a kernel");
+		store_error(err, errlen, "a snapshot config needs at least a kernel");
 		return -EINVAL;
 	}
 	ctx = EVP_MD_CTX_new();
@@ -230,7 +212,7 @@ static int snapshot_store_read_entry(const char *store, const char *name,
 static int snapshot_store_open_lock(const char *dir)
 {
 	char path[PATH_MAX];
-	int fd, rc = snapshot_store_join(path, sizeof(path), dir, SNAPSHOT_STORE_LOCK_FILE);
+	int fd, rc = store_join(path, sizeof(path), dir, SNAPSHOT_STORE_LOCK_FILE);
 
 	if (rc < 0)
 		return rc;
@@ -274,12 +256,12 @@ static int snapshot_store_hold_one(const char *dir, struct snapshot_store_hold *
 		return 0;
 	}
 	if (fd < 0 || flock(fd, LOCK_SH) < 0 ||
-	    snapshot_store_join(state, sizeof(state), dir, SNAPSHOT_STORE_STATE_FILE) < 0 ||
+	    store_join(state, sizeof(state), dir, SNAPSHOT_STORE_STATE_FILE) < 0 ||
 	    access(state, F_OK) < 0) {
 		if (fd >= 0)
 			close(fd);
-		snapshot_store_error(err, errlen, "snapshot %s is gone (deleted or evicted while "
-				     "it was being opened)", dir);
+		store_error(err, errlen, "snapshot %s is gone (deleted or evicted while "
+			    "it was being opened)", dir);
 		return -ENOENT;
 	}
 	hold->fds[hold->count++] = fd;
@@ -301,7 +283,7 @@ int snapshot_store_hold(const char *snapshot_dir, struct snapshot_store_hold *ho
 	snprintf(store, sizeof(store), "%.*s", (int)(slash - snapshot_dir), snapshot_dir);
 	if (snapshot_store_read_entry(store, slash + 1, &entry) < 0 ||
 	    entry.kind != SNAPSHOT_STORE_KIND_DIFF || !entry.parent_id[0] ||
-	    snapshot_store_join(parent, sizeof(parent), store, entry.parent_id) < 0)
+	    store_join(parent, sizeof(parent), store, entry.parent_id) < 0)
 		return 0;
 	rc = snapshot_store_hold_one(parent, hold, err, errlen);
 	if (rc < 0)
@@ -326,7 +308,7 @@ void snapshot_store_release(struct snapshot_store_hold *hold)
 static int snapshot_store_remove_snapshot(const char *store, const char *id)
 {
 	char path[PATH_MAX], doomed[PATH_MAX];
-	int rc = snapshot_store_join(path, sizeof(path), store, id);
+	int rc = store_join(path, sizeof(path), store, id);
 	int lock_fd;
 
 	if (rc == 0)
@@ -372,7 +354,7 @@ static void snapshot_store_sweep(const char *store)
 		char path[PATH_MAX];
 
 		if (!snapshot_store_tmp_is_stale(ent->d_name) ||
-		    snapshot_store_join(path, sizeof(path), store, ent->d_name) < 0)
+		    store_join(path, sizeof(path), store, ent->d_name) < 0)
 			continue;
 		log_info("snapshot", "removing %s, left by a writer that stopped", path);
 		store_remove_tree(path);
@@ -403,7 +385,7 @@ static int snapshot_store_mkdirs(const char *path)
 
 /* ---- reading one snapshot directory ---- */
 
-static bool snapshot_store_id_valid(const char *id)
+bool snapshot_store_id_valid(const char *id)
 {
 	size_t len = id ? strlen(id) : 0;
 
@@ -450,7 +432,7 @@ static void snapshot_store_read_meta(struct snapshot_store_entry *entry)
 	char path[PATH_MAX];
 	json_t *root;
 
-	if (snapshot_store_join(path, sizeof(path), entry->path, SNAPSHOT_STORE_META_FILE) < 0)
+	if (store_join(path, sizeof(path), entry->path, SNAPSHOT_STORE_META_FILE) < 0)
 		return;
 	root = json_load_file(path, 0, NULL);
 	if (!root)
@@ -479,8 +461,8 @@ static int snapshot_store_read_entry(const char *store, const char *name,
 	memset(entry, 0, sizeof(*entry));
 	if (!snapshot_store_id_valid(name))
 		return -ENOENT;
-	if (snapshot_store_join(entry->path, sizeof(entry->path), store, name) < 0 ||
-	    snapshot_store_join(state, sizeof(state), entry->path, SNAPSHOT_STORE_STATE_FILE) < 0)
+	if (store_join(entry->path, sizeof(entry->path), store, name) < 0 ||
+	    store_join(state, sizeof(state), entry->path, SNAPSHOT_STORE_STATE_FILE) < 0)
 		return -ENAMETOOLONG;
 	if (stat(state, &st) < 0 || !S_ISREG(st.st_mode))
 		return -ENOENT;
@@ -546,12 +528,12 @@ int snapshot_store_list(struct snapshot_store_entry **entries, size_t *count, ch
 	int rc = snapshot_store_dir(store, sizeof(store));
 
 	if (rc < 0) {
-		snapshot_store_error(err, errlen, "cannot locate the snapshot store: set VOIDBOX_HOME or HOME");
+		store_error(err, errlen, "cannot locate the snapshot store: set VOIDBOX_HOME or HOME");
 		return rc;
 	}
 	rc = snapshot_store_list_in(store, entries, count);
 	if (rc < 0)
-		snapshot_store_error(err, errlen, "cannot read %s: %s", store, strerror(-rc));
+		store_error(err, errlen, "cannot read %s: %s", store, strerror(-rc));
 	return rc;
 }
 
@@ -613,15 +595,15 @@ static int snapshot_store_pick(const struct snapshot_store_entry *list, size_t c
 	if (matches > 1 && snapshot_store_pick_family(list, count, prefix, index))
 		return 0;
 	if (matches == 0) {
-		snapshot_store_error(err, errlen,
-				     "no snapshot id starts with '%s' (see voidbox snapshot list)",
-				     prefix);
+		store_error(err, errlen,
+			    "no snapshot id starts with '%s' (see voidbox snapshot list)",
+			    prefix);
 		return -ENOENT;
 	}
-	snapshot_store_error(err, errlen,
-			     "'%s' matches %zu snapshots (%s%s): give more characters of the id",
-			     prefix, matches, shown,
-			     matches > SNAPSHOT_STORE_AMBIGUOUS_SHOWN ? ", ..." : "");
+	store_error(err, errlen,
+		    "'%s' matches %zu snapshots (%s%s): give more characters of the id",
+		    prefix, matches, shown,
+		    matches > SNAPSHOT_STORE_AMBIGUOUS_SHOWN ? ", ..." : "");
 	return -ENOTUNIQ;
 }
 
@@ -629,9 +611,9 @@ static int snapshot_store_prefix_check(const char *prefix, char *err, size_t err
 {
 	if (snapshot_store_id_valid(prefix))
 		return 0;
-	snapshot_store_error(err, errlen,
-			     "'%s' is not a snapshot id prefix (letters, digits, '-' and '_'; see voidbox snapshot list)",
-			     prefix ? prefix : "");
+	store_error(err, errlen,
+		    "'%s' is not a snapshot id prefix (letters, digits, '-' and '_'; see voidbox snapshot list)",
+		    prefix ? prefix : "");
 	return -EINVAL;
 }
 
@@ -692,8 +674,8 @@ static int snapshot_store_family_idle(const struct snapshot_store_entry *list, s
 			continue;
 		if (!snapshot_store_in_use(list[i].path))
 			continue;
-		snapshot_store_error(err, errlen, "snapshot %s is in use by a running VM: stop it "
-				     "first, then delete", list[i].id);
+		store_error(err, errlen, "snapshot %s is in use by a running VM: stop it "
+			    "first, then delete", list[i].id);
 		return -EBUSY;
 	}
 	return 0;
@@ -718,8 +700,8 @@ int snapshot_store_delete(const char *prefix, size_t *deleted, char *err, size_t
 	if (rc == 0) {
 		rc = snapshot_store_remove_entry(store, list, count, index, &removed, &freed);
 		if (rc < 0)
-			snapshot_store_error(err, errlen, "cannot delete snapshot %s: %s (check permissions on %s)",
-					     list[index].id, strerror(-rc), store);
+			store_error(err, errlen, "cannot delete snapshot %s: %s (check permissions on %s)",
+				    list[index].id, strerror(-rc), store);
 	}
 	if (deleted)
 		*deleted = removed;
@@ -772,8 +754,8 @@ static int snapshot_store_gc_pass(const char *store, struct snapshot_store_entry
 			continue;
 		}
 		if (rc < 0) {
-			snapshot_store_error(err, errlen, "cannot evict snapshot %s: %s", list[i].id,
-					     strerror(-rc));
+			store_error(err, errlen, "cannot evict snapshot %s: %s", list[i].id,
+				    strerror(-rc));
 			return rc;
 		}
 		log_info("snapshot", "evicted %s (last used %lld)", list[i].id,
@@ -869,8 +851,8 @@ int snapshot_store_cache_max(uint64_t *max_bytes, bool *set, char *err, size_t e
 	if (!text || !*text)
 		return 0;
 	if (!snapshot_store_parse_size(text, max_bytes)) {
-		snapshot_store_error(err, errlen, "%s='%s' is not a size such as 20G (suffixes K, M, "
-				     "G, T)", SNAPSHOT_STORE_CACHE_MAX_ENV, text);
+		store_error(err, errlen, "%s='%s' is not a size such as 20G (suffixes K, M, "
+			    "G, T)", SNAPSHOT_STORE_CACHE_MAX_ENV, text);
 		return -EINVAL;
 	}
 	*set = true;
@@ -911,7 +893,7 @@ int snapshot_store_verify(const char *prefix, struct snapshot_store_entry *entry
 int snapshot_store_touch(const char *snapshot_dir)
 {
 	char state[PATH_MAX];
-	int rc = snapshot_store_join(state, sizeof(state), snapshot_dir, SNAPSHOT_STORE_STATE_FILE);
+	int rc = store_join(state, sizeof(state), snapshot_dir, SNAPSHOT_STORE_STATE_FILE);
 
 	if (rc < 0)
 		return rc;
@@ -927,7 +909,7 @@ static int snapshot_store_next_diff_id(const char *store, const char *parent, ch
 		char path[PATH_MAX];
 		int w = snprintf(out, len, "%s%s%u", parent, SNAPSHOT_STORE_DIFF_INFIX, n);
 
-		if (w < 0 || (size_t)w >= len || snapshot_store_join(path, sizeof(path), store, out) < 0)
+		if (w < 0 || (size_t)w >= len || store_join(path, sizeof(path), store, out) < 0)
 			return -ENAMETOOLONG;
 		if (access(path, F_OK) < 0 && errno == ENOENT)
 			return 0;
@@ -946,11 +928,11 @@ static int snapshot_store_begin_ids(const char *store, const char *config_hash,
 	if (!parent_id) {
 		txn->kind = SNAPSHOT_STORE_KIND_BASE;
 		snprintf(txn->id, sizeof(txn->id), "%.*s", SNAPSHOT_STORE_ID_HEX_LEN, config_hash);
-		if (snapshot_store_join(state, sizeof(state), store, txn->id) == 0 &&
+		if (store_join(state, sizeof(state), store, txn->id) == 0 &&
 		    access(state, F_OK) == 0) {
-			snapshot_store_error(err, errlen,
-					     "snapshot %s already exists for this config: use it, or delete it first (voidbox snapshot delete %s)",
-					     txn->id, txn->id);
+			store_error(err, errlen,
+				    "snapshot %s already exists for this config: use it, or delete it first (voidbox snapshot delete %s)",
+				    txn->id, txn->id);
 			return -EEXIST;
 		}
 		return 0;
@@ -958,13 +940,34 @@ static int snapshot_store_begin_ids(const char *store, const char *config_hash,
 	txn->kind = SNAPSHOT_STORE_KIND_DIFF;
 	rc = snapshot_store_read_entry(store, parent_id, &parent);
 	if (rc < 0 || parent.kind != SNAPSHOT_STORE_KIND_BASE) {
-		snapshot_store_error(err, errlen,
-				     "a diff needs a stored base snapshot, and '%s' is not one (see voidbox snapshot list)",
-				     parent_id);
+		store_error(err, errlen,
+			    "a diff needs a stored base snapshot, and '%s' is not one (see voidbox snapshot list)",
+			    parent_id);
 		return -ENOENT;
 	}
 	snprintf(txn->parent_id, sizeof(txn->parent_id), "%s", parent_id);
 	return snapshot_store_next_diff_id(store, parent_id, txn->id, sizeof(txn->id));
+}
+
+/* With txn's id and kind decided: its final path and a fresh temporary directory. */
+static int snapshot_store_open_txn(const char *store, const char *config_hash,
+				   struct snapshot_store_txn *txn, char *err, size_t errlen)
+{
+	int rc;
+
+	snprintf(txn->config_hash, sizeof(txn->config_hash), "%s", config_hash);
+	rc = store_join(txn->final_path, sizeof(txn->final_path), store, txn->id);
+	if (rc == 0)
+		rc = snapshot_store_tmp_path(store, txn->id, txn->tmp_path, sizeof(txn->tmp_path));
+	if (rc == 0 && mkdir(txn->tmp_path, SNAPSHOT_STORE_DIR_MODE) < 0)
+		rc = -errno;
+	if (rc < 0) {
+		store_error(err, errlen, "cannot create a snapshot directory in %s: %s", store,
+			    strerror(-rc));
+		return rc;
+	}
+	txn->open = true;
+	return 0;
 }
 
 int snapshot_store_begin(const char *config_hash, const char *parent_id,
@@ -976,37 +979,25 @@ int snapshot_store_begin(const char *config_hash, const char *parent_id,
 	memset(txn, 0, sizeof(*txn));
 	if (!config_hash || strlen(config_hash) != SNAPSHOT_STORE_HASH_HEX_LEN ||
 	    strspn(config_hash, "0123456789abcdef") != SNAPSHOT_STORE_HASH_HEX_LEN) {
-		snapshot_store_error(err, errlen, "a snapshot needs a 64-digit lowercase hex config hash");
+		store_error(err, errlen, "a snapshot needs a 64-digit lowercase hex config hash");
 		return -EINVAL;
 	}
 	rc = snapshot_store_dir(store, sizeof(store));
 	if (rc < 0) {
-		snapshot_store_error(err, errlen, "cannot locate the snapshot store: set VOIDBOX_HOME or HOME");
+		store_error(err, errlen, "cannot locate the snapshot store: set VOIDBOX_HOME or HOME");
 		return rc;
 	}
 	rc = snapshot_store_mkdirs(store);
 	if (rc < 0) {
-		snapshot_store_error(err, errlen, "cannot create %s: %s (check permissions or set VOIDBOX_HOME)",
-				     store, strerror(-rc));
+		store_error(err, errlen, "cannot create %s: %s (check permissions or set VOIDBOX_HOME)",
+			    store, strerror(-rc));
 		return rc;
 	}
 	snapshot_store_sweep(store);
 	rc = snapshot_store_begin_ids(store, config_hash, parent_id, txn, err, errlen);
 	if (rc < 0)
 		return rc;
-	snprintf(txn->config_hash, sizeof(txn->config_hash), "%s", config_hash);
-	rc = snapshot_store_join(txn->final_path, sizeof(txn->final_path), store, txn->id);
-	if (rc == 0)
-		rc = snapshot_store_tmp_path(store, txn->id, txn->tmp_path, sizeof(txn->tmp_path));
-	if (rc == 0 && mkdir(txn->tmp_path, SNAPSHOT_STORE_DIR_MODE) < 0)
-		rc = -errno;
-	if (rc < 0) {
-		snapshot_store_error(err, errlen, "cannot create a snapshot directory in %s: %s",
-				     store, strerror(-rc));
-		return rc;
-	}
-	txn->open = true;
-	return 0;
+	return snapshot_store_open_txn(store, config_hash, txn, err, errlen);
 }
 
 int snapshot_store_begin_import(const char *id, const char *parent_id, const char *config_hash,
@@ -1017,15 +1008,15 @@ int snapshot_store_begin_import(const char *id, const char *parent_id, const cha
 
 	memset(txn, 0, sizeof(*txn));
 	if (!snapshot_store_id_valid(id) || (parent_id && !snapshot_store_id_valid(parent_id))) {
-		snapshot_store_error(err, errlen, "'%s' is not a snapshot id", id ? id : "");
+		store_error(err, errlen, "'%s' is not a snapshot id", id ? id : "");
 		return -EINVAL;
 	}
 	rc = snapshot_store_dir(store, sizeof(store));
 	if (rc == 0)
 		rc = snapshot_store_mkdirs(store);
 	if (rc < 0) {
-		snapshot_store_error(err, errlen, "cannot create the snapshot store: %s (check "
-				     "permissions or set VOIDBOX_HOME)", strerror(-rc));
+		store_error(err, errlen, "cannot create the snapshot store: %s (check "
+			    "permissions or set VOIDBOX_HOME)", strerror(-rc));
 		return rc;
 	}
 	snapshot_store_sweep(store);
@@ -1034,28 +1025,16 @@ int snapshot_store_begin_import(const char *id, const char *parent_id, const cha
 	} else {
 		txn->kind = SNAPSHOT_STORE_KIND_BASE;
 		snprintf(txn->id, sizeof(txn->id), "%s", id);
-		rc = snapshot_store_join(txn->final_path, sizeof(txn->final_path), store, id);
+		rc = store_join(txn->final_path, sizeof(txn->final_path), store, id);
 		if (rc == 0 && access(txn->final_path, F_OK) == 0) {
-			snapshot_store_error(err, errlen, "this store already has a snapshot %s: "
-					     "delete it first (voidbox snapshot delete %s)", id, id);
+			store_error(err, errlen, "this store already has a snapshot %s: "
+				    "delete it first (voidbox snapshot delete %s)", id, id);
 			rc = -EEXIST;
 		}
 	}
 	if (rc < 0)
 		return rc;
-	snprintf(txn->config_hash, sizeof(txn->config_hash), "%s", config_hash ? config_hash : "");
-	rc = snapshot_store_join(txn->final_path, sizeof(txn->final_path), store, txn->id);
-	if (rc == 0)
-		rc = snapshot_store_tmp_path(store, txn->id, txn->tmp_path, sizeof(txn->tmp_path));
-	if (rc == 0 && mkdir(txn->tmp_path, SNAPSHOT_STORE_DIR_MODE) < 0)
-		rc = -errno;
-	if (rc < 0) {
-		snapshot_store_error(err, errlen, "cannot create a snapshot directory in %s: %s",
-				     store, strerror(-rc));
-		return rc;
-	}
-	txn->open = true;
-	return 0;
+	return snapshot_store_open_txn(store, config_hash ? config_hash : "", txn, err, errlen);
 }
 
 int snapshot_store_scratch_dir(const char *label, char *out, size_t out_len, char *err,
@@ -1073,9 +1052,9 @@ int snapshot_store_scratch_dir(const char *label, char *out, size_t out_len, cha
 	if (rc == 0 && mkdir(out, SNAPSHOT_STORE_DIR_MODE) < 0)
 		rc = -errno;
 	if (rc < 0)
-		snapshot_store_error(err, errlen, "cannot make a temporary directory in the snapshot "
-				     "store %s: %s (check permissions or set VOIDBOX_HOME)", store,
-				     strerror(-rc));
+		store_error(err, errlen, "cannot make a temporary directory in the snapshot "
+			    "store %s: %s (check permissions or set VOIDBOX_HOME)", store,
+			    strerror(-rc));
 	return rc;
 }
 
@@ -1108,8 +1087,8 @@ static int snapshot_store_write_meta(const struct snapshot_store_txn *txn,
 	char path[PATH_MAX];
 	json_t *root = snapshot_store_meta_json(txn, config);
 	char *text = root ? json_dumps(root, JSON_INDENT(2) | JSON_SORT_KEYS) : NULL;
-	int fd = -1, rc = snapshot_store_join(path, sizeof(path), txn->tmp_path,
-					     SNAPSHOT_STORE_META_FILE);
+	int fd = -1, rc = store_join(path, sizeof(path), txn->tmp_path,
+				     SNAPSHOT_STORE_META_FILE);
 
 	if (!text)
 		rc = -ENOMEM;
@@ -1142,7 +1121,7 @@ static int snapshot_store_parent_state_hash(const char *store, const char *paren
 	struct snapshot_manifest parent;
 	const struct snapshot_manifest_file *state;
 	char dir[PATH_MAX], path[PATH_MAX];
-	int rc = snapshot_store_join(dir, sizeof(dir), store, parent_id);
+	int rc = store_join(dir, sizeof(dir), store, parent_id);
 
 	if (rc == 0 && snapshot_manifest_read(dir, &parent, NULL, 0) == 0 &&
 	    (state = snapshot_manifest_find(&parent, SNAPSHOT_STORE_STATE_FILE))) {
@@ -1150,7 +1129,7 @@ static int snapshot_store_parent_state_hash(const char *store, const char *paren
 		return 0;
 	}
 	if (rc == 0)
-		rc = snapshot_store_join(path, sizeof(path), dir, SNAPSHOT_STORE_STATE_FILE);
+		rc = store_join(path, sizeof(path), dir, SNAPSHOT_STORE_STATE_FILE);
 	return rc < 0 ? rc : snapshot_sha256_file(path, hex, NULL, err, errlen);
 }
 
@@ -1205,7 +1184,7 @@ static int snapshot_store_fsync_dir_tree(const char *path)
 		if (fstatat(dirfd(dir), ent->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0 ||
 		    !S_ISREG(st.st_mode))
 			continue;
-		rc = snapshot_store_join(file, sizeof(file), path, ent->d_name);
+		rc = store_join(file, sizeof(file), path, ent->d_name);
 		if (rc == 0)
 			rc = fsync_path(file, 0);
 	}
@@ -1227,8 +1206,8 @@ static int snapshot_store_publish(struct snapshot_store_txn *txn, const char *st
 			return rc;
 		rc = snapshot_store_next_diff_id(store, txn->parent_id, txn->id, sizeof(txn->id));
 		if (rc == 0)
-			rc = snapshot_store_join(txn->final_path, sizeof(txn->final_path), store,
-						 txn->id);
+			rc = store_join(txn->final_path, sizeof(txn->final_path), store,
+					txn->id);
 		if (rc < 0)
 			return rc;
 	}
@@ -1242,20 +1221,20 @@ int snapshot_store_commit(struct snapshot_store_txn *txn,
 
 	if (!txn->open)
 		return -EINVAL;
-	rc = snapshot_store_join(state, sizeof(state), txn->tmp_path, SNAPSHOT_STORE_STATE_FILE);
+	rc = store_join(state, sizeof(state), txn->tmp_path, SNAPSHOT_STORE_STATE_FILE);
 	if (rc == 0 && access(state, F_OK) < 0) {
-		snapshot_store_error(err, errlen, "nothing was saved into %s (no %s): the snapshot is discarded",
-				     txn->tmp_path, SNAPSHOT_STORE_STATE_FILE);
+		store_error(err, errlen, "nothing was saved into %s (no %s): the snapshot is discarded",
+			    txn->tmp_path, SNAPSHOT_STORE_STATE_FILE);
 		rc = -ENOENT;
 		goto fail;
 	}
-	if (rc == 0 && snapshot_store_join(meta, sizeof(meta), txn->tmp_path,
-					   SNAPSHOT_STORE_META_FILE) == 0 && access(meta, F_OK) < 0)
+	if (rc == 0 && store_join(meta, sizeof(meta), txn->tmp_path,
+				  SNAPSHOT_STORE_META_FILE) == 0 && access(meta, F_OK) < 0)
 		rc = snapshot_store_write_meta(txn, config);
 	if (rc == 0 && snapshot_store_write_manifest(txn, config, manifest_err,
 						     sizeof(manifest_err)) < 0) {
-		snapshot_store_error(err, errlen, "cannot record the snapshot's hashes: %s",
-				     manifest_err);
+		store_error(err, errlen, "cannot record the snapshot's hashes: %s",
+			    manifest_err);
 		rc = -EIO;
 		goto fail;
 	}
@@ -1268,8 +1247,8 @@ int snapshot_store_commit(struct snapshot_store_txn *txn,
 	if (rc == 0)
 		rc = fsync_dir(store);
 	if (rc < 0) {
-		snapshot_store_error(err, errlen, "cannot store snapshot %s: %s (check free space and permissions)",
-				     txn->id, strerror(-rc));
+		store_error(err, errlen, "cannot store snapshot %s: %s (check free space and permissions)",
+			    txn->id, strerror(-rc));
 		goto fail;
 	}
 	txn->open = false;
@@ -1297,7 +1276,7 @@ int snapshot_store_resolve(const char *reference, char *dir_out, size_t dir_len,
 	int rc;
 
 	if (!reference || !*reference) {
-		snapshot_store_error(err, errlen, "the snapshot reference is empty");
+		store_error(err, errlen, "the snapshot reference is empty");
 		return -EINVAL;
 	}
 	if (snapshot_store_id_valid(reference)) {
@@ -1311,15 +1290,15 @@ int snapshot_store_resolve(const char *reference, char *dir_out, size_t dir_len,
 				       -ENAMETOOLONG : 0;
 		}
 	}
-	if (snapshot_store_join(state, sizeof(state), reference, SNAPSHOT_STORE_STATE_FILE) == 0 &&
+	if (store_join(state, sizeof(state), reference, SNAPSHOT_STORE_STATE_FILE) == 0 &&
 	    access(state, R_OK) == 0 && realpath(reference, resolved)) {
 		if (source)
 			*source = SNAPSHOT_STORE_SOURCE_PATH;
 		return snprintf(dir_out, dir_len, "%s", resolved) >= (int)dir_len ? -ENAMETOOLONG :
 										     0;
 	}
-	snapshot_store_error(err, errlen,
-			     "snapshot '%s' is neither a stored snapshot id (see voidbox snapshot list) nor a snapshot directory (one holding a '%s' file)",
-			     reference, SNAPSHOT_STORE_STATE_FILE);
+	store_error(err, errlen,
+		    "snapshot '%s' is neither a stored snapshot id (see voidbox snapshot list) nor a snapshot directory (one holding a '%s' file)",
+		    reference, SNAPSHOT_STORE_STATE_FILE);
 	return -ENOENT;
 }

@@ -226,5 +226,7 @@ int snapshot_store_resolve(const char *reference, char *dir_out, size_t dir_len,
 			   enum snapshot_store_source *source, char *err, size_t errlen);
 
 const char *snapshot_store_kind_name(enum snapshot_store_kind kind);
+/* A snapshot id or prefix: letters, digits, '-' and '_', not starting with '.' or '-'. */
+bool snapshot_store_id_valid(const char *id);
 
 #endif
