@@ -33,6 +33,7 @@
 #define CLI_SNAPSHOT_DEFAULT_PROGRAM "true"
 #define CLI_SNAPSHOT_BYTES_PER_MIB (1024.0 * 1024.0)
 #define CLI_SNAPSHOT_TIME_TEXT 32
+#define CLI_SNAPSHOT_HEX_WORD 11 /* "0x" + 8 hex digits + NUL */
 
 /* The device kinds a sandbox's VM may have (the VMM's registry), part of the config hash. */
 static size_t cli_snapshot_device_names(const char *names[VM_MAX_DEVICES])
@@ -495,20 +496,39 @@ static int cli_snapshot_list(const struct cli_globals *globals)
 	return CLI_EXIT_OK;
 }
 
+/* The CPUID registers the guest was shown, as "0x%08x" by register name; null when not recorded. */
+static json_t *cli_snapshot_features_json(const struct vm_snapshot_info *info)
+{
+	json_t *features;
+
+	if (!info->has_cpu_features)
+		return json_null();
+	features = json_object();
+	for (unsigned int i = 0; features && i < CPU_FEATURE_REG_COUNT; i++) {
+		char word[CLI_SNAPSHOT_HEX_WORD];
+
+		snprintf(word, sizeof(word), "0x%08x", info->cpu_features.regs[i]);
+		json_object_set_new(features, cpu_feature_reg_name((enum cpu_feature_reg)i),
+				    json_string(word));
+	}
+	return features ? features : json_null();
+}
+
 static json_t *cli_snapshot_vm_json(const struct vm_snapshot_info *info)
 {
 	json_t *devices = json_array();
 
 	for (unsigned int i = 0; devices && i < info->device_count; i++)
 		json_array_append_new(devices, json_string(info->devices[i]));
-	return json_pack("{s:I, s:s, s:I, s:I, s:I, s:I, s:I, s:I, s:s, s:o}", "format_version",
+	return json_pack("{s:I, s:s, s:I, s:I, s:I, s:I, s:I, s:I, s:s, s:o, s:o}", "format_version",
 			 (json_int_t)info->version, "type", vm_snapshot_type_name(info->type),
 			 "memory_mb", (json_int_t)info->memory_mb, "vcpus",
 			 (json_int_t)info->vcpus, "cid", (json_int_t)info->cid, "state_bytes",
 			 (json_int_t)info->state_bytes, "memory_bytes",
 			 (json_int_t)info->memory_bytes, "diff_pages",
 			 (json_int_t)info->diff_pages, "cpu", info->cpu_signature, "devices",
-			 devices ? devices : json_array());
+			 devices ? devices : json_array(), "cpu_features",
+			 cli_snapshot_features_json(info));
 }
 
 static void cli_snapshot_inspect_human(const struct snapshot_store_entry *e,
@@ -536,6 +556,13 @@ static void cli_snapshot_inspect_human(const struct snapshot_store_entry *e,
 	for (unsigned int i = 0; i < info->device_count; i++)
 		printf(" %s", info->devices[i]);
 	printf("\n");
+	if (info->has_cpu_features) {
+		printf("  cpu features:");
+		for (unsigned int i = 0; i < CPU_FEATURE_REG_COUNT; i++)
+			printf(" %s=0x%08x", cpu_feature_reg_name((enum cpu_feature_reg)i),
+			       info->cpu_features.regs[i]);
+		printf("\n");
+	}
 	if (info->type == VM_SNAPSHOT_DIFF)
 		printf("  diff pages:  %llu\n", (unsigned long long)info->diff_pages);
 }

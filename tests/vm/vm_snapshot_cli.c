@@ -7,7 +7,8 @@
  *   2. `exec --snapshot no-such-id` warns and cold-boots (timed);
  *   3. `exec --snapshot <prefix>` restores and prints the same hostname, twice (its time is
  *      printed beside the cold boot's; the speed goal is bench/snapshot_bench's, not a check);
- *   4. `snapshot list` and `snapshot inspect` show it, restorable;
+ *   4. `snapshot list` and `snapshot inspect` show it, restorable, with the CPU features the
+ *      guest was shown;
  *   5. `snapshot create --diff --from <id> -- sh -c ...` leaves a marker file only the diff has;
  *   6. a workflow spec with sandbox.snapshot runs from the diff and reads that marker;
  *   7. `fork --children 3` gives four distinct outputs (parent and three children);
@@ -54,6 +55,7 @@
 #define TEST_CLI_TIMEOUT_S 300
 #define TEST_CLI_POLL_NS 50000000L
 #define TEST_NS_PER_MS 1e6
+#define TEST_CPUID_1_EDX_SSE2 (1ul << 26)
 
 struct cli_result {
 	int status; /* exit status, -1 when it did not exit */
@@ -247,6 +249,12 @@ static void test_list_and_inspect(void)
 	CHECK(json_is_true(json_object_get(json, "restorable")));
 	CHECK_INT_EQ(json_integer_value(json_object_get(json_object_get(json, "vm"), "memory_mb")),
 		     atoi(TEST_MEMORY_MB));
+	/* the save recorded the CPU features KVM gave the guest (SSE2 is in every x86-64 CPU) */
+	CHECK(json_is_object(json_object_get(json_object_get(json, "vm"), "cpu_features")));
+	CHECK(strtoul(json_string_value(json_object_get(json_object_get(json_object_get(json, "vm"),
+									  "cpu_features"),
+							 "leaf1_edx")) ?: "0", NULL, 16) &
+	      TEST_CPUID_1_EDX_SSE2);
 	json_decref(json);
 }
 
