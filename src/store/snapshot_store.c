@@ -1,7 +1,8 @@
 /*
  * The snapshot store's directory work: hashing a config, atomic commit of a snapshot written
- * into a temporary directory, listing, prefix lookup, deletion, LRU eviction and resolving a
- * user's snapshot reference.
+ * into a temporary directory (with its manifest of SHA-256s), listing, prefix lookup,
+ * deletion, the in-use locks, LRU eviction under a cap and resolving a user's snapshot
+ * reference.
  *
  * Every removal first renames the directory to a .tmp- name and then removes the tree, so a
  * crash in the middle of a delete leaves a .tmp- directory (swept later), never a snapshot with

@@ -7,8 +7,11 @@
  *   <id>/            a base snapshot; <id> is the first 16 hex digits of its config hash
  *   <id>-diff-<n>/   a diff snapshot taken on top of base <id>, n = 1, 2, ...
  *   .tmp-<name>-<pid>-<n>/   a snapshot being written; never listed, swept when its writer died
- * Each committed directory holds the VMM's state file, its memory file and store.json (ours:
- * id, kind, parent, full config hash and the config it was taken from).
+ * Each committed directory holds the VMM's state file, its memory file, store.json (ours:
+ * id, kind, parent, full config hash and the config it was taken from), manifest.json (every
+ * file's SHA-256, store/snapshot_manifest.h) and, once something restored from it, `lock`:
+ * the file every restoring process holds a shared flock on, so eviction, which needs an
+ * exclusive one, leaves a snapshot in use alone.
  *
  * Writes are atomic: a snapshot is written into a temporary directory, every file and the
  * directory are fsync'd, and the directory is renamed into place, so a reader sees a whole
