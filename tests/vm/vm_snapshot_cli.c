@@ -9,6 +9,8 @@
  *      printed beside the cold boot's; the speed goal is bench/snapshot_bench's, not a check);
  *   4. `snapshot list` and `snapshot inspect` show it, restorable, with the CPU features the
  *      guest was shown;
+ *   4b. a copy of the base whose metadata claims every CPU feature is refused before the
+ *      guest runs, naming a feature this host lacks (no VM boots for it);
  *   5. `snapshot create --diff --from <id> -- sh -c ...` leaves a marker file only the diff has;
  *   6. a workflow spec with sandbox.snapshot runs from the diff and reads that marker;
  *   7. `fork --children 3` gives four distinct outputs (parent and three children);
@@ -28,6 +30,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -38,6 +41,7 @@
 #include "harness.h"
 #include "store/guest_image.h"
 #include "vmm/kvm.h"
+#include "vmm/snapshot_file.h"
 
 /* test paths live under a short mkdtemp directory; truncation cannot happen here */
 #if defined(__GNUC__) && !defined(__clang__)
@@ -258,6 +262,59 @@ static void test_list_and_inspect(void)
 	json_decref(json);
 }
 
+/*
+ * A test copy of the base (state re-encoded with every CPUID feature bit set, memory file
+ * hard-linked) must be refused by the restore itself, before the guest runs, naming a
+ * feature: no host offers a guest every bit of those five registers.
+ */
+static void test_cpu_feature_mismatch_refused(void)
+{
+	static struct cli_result r;
+	struct snapshot_image *image = calloc(1, sizeof(*image));
+	char base_dir[PATH_MAX], copy_dir[PATH_MAX], from[PATH_MAX], to[PATH_MAX], err[TEST_ERR_MAX];
+	const char *args[] = { "exec", "--snapshot", copy_dir, "--", "true", NULL };
+	uint8_t *state = NULL;
+	uint64_t id = 0;
+	long len = 0;
+	FILE *f;
+
+	CHECK(image != NULL);
+	if (!image)
+		return;
+	snprintf(base_dir, sizeof(base_dir), "%s/%s/%s", getenv(GUEST_IMAGE_ENV_HOME) ?: "",
+		 "snapshots", base_id);
+	snprintf(copy_dir, sizeof(copy_dir), "%s/all-features", work_dir);
+	CHECK_INT_EQ(mkdir(copy_dir, 0755), 0);
+	snprintf(from, sizeof(from), "%s/%s", base_dir, VM_SNAPSHOT_MEMORY_FILE);
+	snprintf(to, sizeof(to), "%s/%s", copy_dir, VM_SNAPSHOT_MEMORY_FILE);
+	CHECK_INT_EQ(link(from, to), 0);
+	snprintf(from, sizeof(from), "%s/%s", base_dir, VM_SNAPSHOT_STATE_FILE);
+	f = fopen(from, "rb");
+	CHECK(f != NULL);
+	if (f && fseek(f, 0, SEEK_END) == 0 && (len = ftell(f)) > 0 && fseek(f, 0, SEEK_SET) == 0 &&
+	    (state = malloc((size_t)len)) && fread(state, 1, (size_t)len, f) != (size_t)len)
+		len = 0;
+	if (f)
+		fclose(f);
+	CHECK(len > 0 && state != NULL);
+	if (len > 0 && state) {
+		CHECK_INT_EQ(snapshot_decode(state, (size_t)len, SNAPSHOT_DECODE_CHECKED, image, &id,
+					     err, sizeof(err)), 0);
+		CHECK(image->meta.has_cpu_features);
+		for (unsigned int i = 0; i < CPU_FEATURE_REG_COUNT; i++)
+			image->meta.cpu_features.regs[i] = UINT32_MAX;
+		CHECK_INT_EQ(snapshot_file_write(copy_dir, image, &id, err, sizeof(err)), 0);
+		run_cli(&r, args);
+		CHECK(r.status != 0);
+		CHECK(strstr(r.err, "the snapshot's guest was shown CPU feature") != NULL);
+		CHECK(strstr(r.err, "which this host lacks") != NULL);
+		CHECK(strstr(r.err, "cold-booting") == NULL);
+	}
+	snapshot_image_release(image);
+	free(image);
+	free(state);
+}
+
 static void test_diff_keeps_its_pages(void)
 {
 	static struct cli_result r;
@@ -432,6 +489,7 @@ int main(int argc, char **argv)
 	if (base_id[0]) {
 		RUN_TEST(test_exec_from_snapshot);
 		RUN_TEST(test_list_and_inspect);
+		RUN_TEST(test_cpu_feature_mismatch_refused);
 		RUN_TEST(test_diff_keeps_its_pages);
 		if (diff_id[0])
 			RUN_TEST(test_spec_snapshot_runs_workflow);
