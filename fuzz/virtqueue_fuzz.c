@@ -11,13 +11,10 @@
 
 #include "common/log.h"
 #include "devices/virtqueue.h"
+#include "fuzz_guest_ram.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
-#define FUZZ_RAM_SIZE 0x10000u
-#define FUZZ_DESC_ADDR 0x0u
-#define FUZZ_AVAIL_ADDR 0x1000u
-#define FUZZ_USED_ADDR 0x2000u
 #define FUZZ_HEADER_BYTES 2u
 #define FUZZ_SIZE_CHOICES 9u /* 1 .. 256 */
 #define FUZZ_MAX_POPS (2u * VIRTQUEUE_MAX_SIZE + 1u)
@@ -63,17 +60,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	data += FUZZ_HEADER_BYTES;
 	size -= FUZZ_HEADER_BYTES;
 
-	ram = calloc(1, FUZZ_RAM_SIZE);
+	ram = fuzz_guest_ram(data, size, queue_size, ring_features, &mem, &vq);
 	if (!ram)
 		return 0;
-	memcpy(ram, data, size < FUZZ_RAM_SIZE ? size : FUZZ_RAM_SIZE);
-	mem.regions[0] = (struct guest_memory_region){ .guest_phys_addr = 0, .size = FUZZ_RAM_SIZE,
-						       .host_addr = ram };
-	mem.region_count = 1;
-	mem.total_size = FUZZ_RAM_SIZE;
-	if (virtqueue_configure(&vq, &mem, queue_size, FUZZ_DESC_ADDR, FUZZ_AVAIL_ADDR,
-				FUZZ_USED_ADDR, ring_features))
-		abort();
 	for (unsigned int n = 0; n < FUZZ_MAX_POPS; n++) {
 		int rc = virtqueue_pop(&vq, &chain);
 		size_t moved;

@@ -18,6 +18,10 @@
 #include <time.h>
 #include <unistd.h>
 
+/* An empty root-only file bound over /proc/cmdline once PID 1 has read it. */
+#define INIT_KERNEL_CMDLINE "/proc/cmdline"
+#define INIT_HIDDEN_CMDLINE "/run/voidbox-cmdline-hidden"
+#define INIT_HIDDEN_CMDLINE_MODE 0400
 #define INIT_DIR_MODE 0755
 #define INIT_TMP_MODE 01777
 #define INIT_PTMX_PATH "/dev/ptmx"
@@ -73,6 +77,8 @@ static const char *const init_sysctls[][2] = {
 	{ "/proc/sys/fs/protected_hardlinks", "1" },
 	{ "/proc/sys/fs/protected_symlinks", "1" },
 	{ "/proc/sys/kernel/yama/ptrace_scope", "0" },
+	/* the kernel log repeats the command line, secret included: root only */
+	{ "/proc/sys/kernel/dmesg_restrict", "1" },
 };
 
 void init_environment(void)
@@ -178,6 +184,19 @@ void init_kernel_settings(void)
 			agent_debug("cannot set %s", init_sysctls[i][0]);
 		close(fd);
 	}
+}
+
+void init_hide_kernel_cmdline(void)
+{
+	int fd = open(INIT_HIDDEN_CMDLINE, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC,
+		      INIT_HIDDEN_CMDLINE_MODE);
+
+	if (fd < 0 || fchmod(fd, INIT_HIDDEN_CMDLINE_MODE) < 0 ||
+	    mount(INIT_HIDDEN_CMDLINE, INIT_KERNEL_CMDLINE, NULL, MS_BIND, NULL) < 0)
+		agent_error("cannot hide %s from the sandbox: %s; its programs can read the session "
+			    "secret", INIT_KERNEL_CMDLINE, strerror(errno));
+	if (fd >= 0)
+		close(fd);
 }
 
 void init_set_clock(const struct agent_cmdline *cmdline)

@@ -21,5 +21,10 @@ void init_sandbox_dirs(void);
 void init_kernel_settings(void);
 /* Sets CLOCK_REALTIME from voidbox.clock when present. */
 void init_set_clock(const struct agent_cmdline *cmdline);
+/*
+ * The kernel command line carries the session secret: once PID 1 has read it, an empty
+ * root-only file is bound over /proc/cmdline, so sandboxed programs cannot read it.
+ */
+void init_hide_kernel_cmdline(void);
 
 #endif

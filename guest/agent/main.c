@@ -8,6 +8,7 @@
 #include "agent_log.h"
 #include "cmdline.h"
 #include "conn.h"
+#include "disks.h"
 #include "init.h"
 #include "modules.h"
 #include "mounts.h"
@@ -118,7 +119,10 @@ static void agent_apply_log_level(const char *name)
 		agent_log_set_level((enum log_level)level);
 }
 
-/* PID 1 only: the OCI root when asked for, host shares, loopback and (when asked for) eth0. */
+/*
+ * PID 1 only: the OCI root when asked for, host shares, host disks, loopback and (when asked
+ * for) eth0.
+ */
 /*
  * The entropy device's node is root-only as the kernel makes it; sandboxed programs may read
  * it like /dev/urandom (each read is a request the host fills from its own getrandom()).
@@ -139,6 +143,7 @@ static void agent_init_devices(const char *cmdline_text)
 	    oci_root_switch(device) == 0)
 		init_sandbox_dirs();
 	mounts_setup(shares, count);
+	disks_setup(disks_requested(cmdline_text));
 	netcfg_setup(netcfg_requested(cmdline_text));
 	agent_open_hwrng();
 }
@@ -149,12 +154,16 @@ static const char *const agent_modules_for_vsock[] = { "virtio_mmio", "vmw_vsock
 						       "virtio_rng" };
 static const char *const agent_modules_for_shares[] = { "9pnet_virtio", "9p", "virtiofs" };
 static const char *const agent_modules_for_network[] = { "virtio_net" };
-static const char *const agent_modules_for_oci_root[] = { "virtio_blk", "ext4", "overlay" };
+/* ext4 mounts nothing without a crc32c driver, which it asks for by an alias (no modprobe). */
+static const char *const agent_modules_for_oci_root[] = { "virtio_blk", "crc32c_generic", "ext4",
+							  "overlay" };
+static const char *const agent_modules_for_disks[] = { "virtio_blk" };
 
 #define AGENT_ARRAY_LEN(array) (sizeof(array) / sizeof((array)[0]))
 #define AGENT_MODULE_ROOTS_MAX                                                                \
 	(AGENT_ARRAY_LEN(agent_modules_for_vsock) + AGENT_ARRAY_LEN(agent_modules_for_shares) + \
-	 AGENT_ARRAY_LEN(agent_modules_for_network) + AGENT_ARRAY_LEN(agent_modules_for_oci_root) + 1)
+	 AGENT_ARRAY_LEN(agent_modules_for_network) + AGENT_ARRAY_LEN(agent_modules_for_oci_root) + \
+	 AGENT_ARRAY_LEN(agent_modules_for_disks) + 1)
 
 static size_t agent_roots_add(const char **roots, size_t used, const char *const *names,
 			      size_t count)
@@ -166,9 +175,9 @@ static size_t agent_roots_add(const char **roots, size_t used, const char *const
 
 /*
  * Which modules this boot needs: the vsock stack and virtio-rng always, and the drivers of
- * the devices the command line asks for (shares, network, an OCI root disk). Modules the
- * image carries for other features stay unloaded, which saves seconds of boot under
- * emulation.
+ * the devices the command line asks for (shares, network, an OCI root disk, host disks).
+ * Modules the image carries for other features stay unloaded, which saves seconds of boot
+ * under emulation.
  */
 static void agent_module_roots(const char *cmdline_text, const char **roots)
 {
@@ -187,6 +196,9 @@ static void agent_module_roots(const char *cmdline_text, const char **roots)
 	if (oci_root_requested(cmdline_text, device, sizeof(device)))
 		used = agent_roots_add(roots, used, agent_modules_for_oci_root,
 				       AGENT_ARRAY_LEN(agent_modules_for_oci_root));
+	else if (disks_requested(cmdline_text) > 0) /* the OCI root's list has virtio_blk */
+		used = agent_roots_add(roots, used, agent_modules_for_disks,
+				       AGENT_ARRAY_LEN(agent_modules_for_disks));
 	roots[used] = NULL;
 }
 
@@ -206,6 +218,7 @@ static char *agent_init_system(struct agent_cmdline *cmdline)
 		text = strdup("");
 	}
 	cmdline_parse(text, cmdline);
+	init_hide_kernel_cmdline();
 	init_set_clock(cmdline);
 	agent_module_roots(text ? text : "", module_roots);
 	failed = modules_load_all(AGENT_MODULES_DIR, AGENT_SYSFS_MODULES_DIR, text ? text : "",

@@ -8,6 +8,7 @@
 #include "oci_root.h"
 
 #include "agent_log.h"
+#include "disks.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -20,7 +21,6 @@
 #include <sys/stat.h>
 #include <sys/statfs.h>
 #include <sys/syscall.h>
-#include <time.h>
 #include <unistd.h>
 
 #define OCI_LOWER "/mnt/oci-lower"
@@ -29,8 +29,6 @@
 #define OCI_OLDROOT_REL "mnt/oldroot"
 #define OCI_OVERLAY_OPTIONS "lowerdir=" OCI_LOWER ",upperdir=" OCI_OVERLAY_TMP "/upper,workdir=" \
 	OCI_OVERLAY_TMP "/work"
-#define OCI_DEVICE_WAIT_ATTEMPTS 40
-#define OCI_DEVICE_WAIT_STEP_NS (100 * 1000 * 1000L)
 #define OCI_DIR_MODE 0755
 #define OCI_TMP_MODE 01777
 #define OCI_EXEC_MODE 0755
@@ -70,19 +68,6 @@ bool oci_root_requested(const char *cmdline, char *device, size_t size)
 	memcpy(device, p, len);
 	device[len] = '\0';
 	return true;
-}
-
-static bool oci_wait_for_device(const char *device)
-{
-	struct timespec step = { .tv_sec = 0, .tv_nsec = OCI_DEVICE_WAIT_STEP_NS };
-	struct stat st;
-
-	for (int attempt = 0; attempt < OCI_DEVICE_WAIT_ATTEMPTS; attempt++) {
-		if (stat(device, &st) == 0 && S_ISBLK(st.st_mode))
-			return true;
-		nanosleep(&step, NULL);
-	}
-	return false;
 }
 
 static int oci_mkdir(const char *path, mode_t mode)
@@ -235,7 +220,7 @@ int oci_root_switch(const char *device)
 	struct statfs root_fs;
 	int err;
 
-	if (!oci_wait_for_device(device)) {
+	if (!disks_wait_for_node(device)) {
 		agent_error("OCI rootfs: %s did not appear (is virtio_blk in the image?); keeping "
 			    "the initramfs root", device);
 		return -ENODEV;

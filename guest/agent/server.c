@@ -254,13 +254,23 @@ int server_run(int listen_fd, const struct agent_context *ctx)
 	for (;;) {
 		struct agent_conn *conn;
 		pthread_t thread;
-		int fd = accept4(listen_fd, NULL, NULL, SOCK_CLOEXEC);
+		struct sockaddr_storage peer;
+		socklen_t peer_len = sizeof(peer);
+		int fd = accept4(listen_fd, (struct sockaddr *)&peer, &peer_len, SOCK_CLOEXEC);
 
 		if (fd < 0) {
 			if (errno == EINTR || errno == ECONNABORTED)
 				continue;
 			agent_error("accept failed: %s; retrying", strerror(errno));
 			server_sleep_ns(SERVER_ACCEPT_BACKOFF_NS);
+			continue;
+		}
+		/* over vsock only the host (CID 2) may talk to the agent, never another guest */
+		if (peer.ss_family == AF_VSOCK &&
+		    ((struct sockaddr_vm *)&peer)->svm_cid != VMADDR_CID_HOST) {
+			agent_warn("refusing a vsock connection from CID %u: only the host may connect",
+				   ((struct sockaddr_vm *)&peer)->svm_cid);
+			close(fd);
 			continue;
 		}
 		server_set_timeout(fd, SO_SNDTIMEO, SERVER_SEND_TIMEOUT_SECS);

@@ -48,6 +48,9 @@ int cli_fork_run(const struct cli_globals *globals, int argc, char **argv);
 
 struct sandbox;
 struct sandbox_config;
+struct sandbox_host_settings;
+struct proto_bytes;
+struct proto_exec_request;
 struct guest_image_paths;
 
 /*
@@ -74,9 +77,40 @@ bool cli_parse_number(const char *command, const char *flag, const char *text, u
 bool cli_parse_uint(const char *command, const char *flag, const char *text, unsigned int min,
 		    unsigned int max, unsigned int *out);
 
+/*
+ * The host settings every sandbox of this process gets, read from the environment on first
+ * use (VOIDBOX_BOOT_TIMEOUT_SECS, XDG_RUNTIME_DIR, VOIDBOX_ALLOW_SLOW_KVM,
+ * VOID_BOX_CONNECT_DEADLINE_SECS, VOID_BOX_LIVENESS_SECS); the only place they are read.
+ */
+const struct sandbox_host_settings *cli_host_settings(void);
+/* VOIDBOX_MAX_PARALLEL_VMS (1..64): the VMs a pipeline's fan_out may run at once; 0: default. */
+unsigned cli_max_parallel_vms(void);
+
+/* Reads all of stdin when it is a pipe or file; a terminal's stdin is left alone. */
+int cli_exec_read_stdin(struct proto_bytes *out);
+/*
+ * Runs req in sandbox, streaming its output to this process's stdout and stderr; returns the
+ * exit status `voidbox exec` gives (the program's code, 124 after its timeout, 137 killed,
+ * CLI_EXIT_SANDBOX_FAILURE when the agent did not answer, said as "voidbox COMMAND: ...").
+ */
+int cli_exec_in_sandbox(const char *command, struct sandbox *sandbox,
+			const struct proto_exec_request *req);
+
 int cli_sandbox_start(const char *command, const char *snapshot_ref,
 		      const struct sandbox_config *cfg, bool track_dirty_pages,
 		      struct sandbox **out, char *err, size_t errlen);
+
+struct vm_disk;
+
+/*
+ * Adds a --disk PATH[:ro] argument (cut in place) to cfg, whose disks point at disks (room
+ * for VM_MAX_DISKS). -1 after printing why not.
+ */
+int cli_add_disk(const char *command, char *arg, struct vm_disk *disks,
+		 struct sandbox_config *cfg);
+/* -1 after printing why when --disk and --snapshot were both given, else 0. */
+int cli_check_disks_fit_snapshot(const char *command, const char *snapshot_ref,
+				 const struct sandbox_config *cfg);
 
 /* True when argv[i] is -h or --help: every subcommand honours it. */
 bool cli_wants_help(int argc, char **argv);

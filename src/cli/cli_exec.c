@@ -40,6 +40,7 @@ enum cli_exec_option {
 	CLI_EXEC_OPT_SERIAL_LOG,
 	CLI_EXEC_OPT_BOOT_TIMEOUT,
 	CLI_EXEC_OPT_SNAPSHOT,
+	CLI_EXEC_OPT_DISK,
 	CLI_EXEC_OPT_HELP,
 };
 
@@ -54,6 +55,7 @@ static const struct option cli_exec_options[] = {
 	{ "serial-log", required_argument, NULL, CLI_EXEC_OPT_SERIAL_LOG },
 	{ "boot-timeout", required_argument, NULL, CLI_EXEC_OPT_BOOT_TIMEOUT },
 	{ "snapshot", required_argument, NULL, CLI_EXEC_OPT_SNAPSHOT },
+	{ "disk", required_argument, NULL, CLI_EXEC_OPT_DISK },
 	{ "help", no_argument, NULL, CLI_EXEC_OPT_HELP },
 	{ NULL, 0, NULL, 0 },
 };
@@ -63,6 +65,7 @@ struct cli_exec_args {
 	struct proto_exec_request request;
 	size_t env_capacity;
 	const char *snapshot; /* --snapshot; NULL: cold boot */
+	struct vm_disk disks[VM_MAX_DISKS]; /* --disk */
 };
 
 static void cli_exec_usage(FILE *out)
@@ -71,6 +74,7 @@ static void cli_exec_usage(FILE *out)
 		"usage: voidbox exec [--memory MB] [--vcpus N] [--env K=V]... [--timeout S]\n"
 		"                    [--kernel PATH] [--initramfs PATH] [--workdir DIR]\n"
 		"                    [--serial-log PATH] [--boot-timeout S] [--snapshot ID]\n"
+		"                    [--disk PATH[:ro]]...\n"
 		"                    -- PROGRAM [ARGS...]\n\n"
 		"Boots a micro-VM, runs PROGRAM in it as the sandbox user and exits with its exit\n"
 		"code. stdout and stderr stream live; piped stdin is delivered to the program.\n\n"
@@ -84,7 +88,9 @@ static void cli_exec_usage(FILE *out)
 		"  --serial-log PATH  write the guest console here (default: a file kept on failure)\n"
 		"  --boot-timeout S   give up when the guest agent has not answered after S seconds\n"
 		"  --snapshot ID      restore from a snapshot (id prefix, else a snapshot directory)\n"
-		"                     instead of booting; one that is not found warns and cold-boots\n",
+		"                     instead of booting; one that is not found warns and cold-boots\n"
+		"  --disk PATH[:ro]   attach a host file as /dev/vda, /dev/vdb... (repeatable; :ro\n"
+		"                     read-only); the sandbox user may read and write it\n",
 		SANDBOX_DEFAULT_MEMORY_MB, SANDBOX_DEFAULT_VCPUS);
 }
 
@@ -172,6 +178,10 @@ static int cli_exec_parse(int argc, char **argv, struct cli_exec_args *args)
 		case CLI_EXEC_OPT_SNAPSHOT:
 			args->snapshot = optarg;
 			break;
+		case CLI_EXEC_OPT_DISK:
+			if (cli_add_disk("exec", optarg, args->disks, &args->sandbox) < 0)
+				return CLI_EXIT_USAGE;
+			break;
 		case CLI_EXEC_OPT_HELP:
 			cli_exec_usage(stdout);
 			return -1;
@@ -180,6 +190,8 @@ static int cli_exec_parse(int argc, char **argv, struct cli_exec_args *args)
 			return CLI_EXIT_USAGE;
 		}
 	}
+	if (cli_check_disks_fit_snapshot("exec", args->snapshot, &args->sandbox) < 0)
+		return CLI_EXIT_USAGE;
 	if (optind >= argc) {
 		fprintf(stderr, "voidbox exec: no program given: voidbox exec [OPTIONS] -- PROGRAM [ARGS...]\n");
 		return CLI_EXIT_USAGE;
@@ -190,8 +202,7 @@ static int cli_exec_parse(int argc, char **argv, struct cli_exec_args *args)
 	return 0;
 }
 
-/* Reads all of stdin when it is a pipe or file; a terminal's stdin is left alone. */
-static int cli_exec_read_stdin(struct proto_bytes *out)
+int cli_exec_read_stdin(struct proto_bytes *out)
 {
 	size_t capacity = 0;
 
@@ -207,7 +218,7 @@ static int cli_exec_read_stdin(struct proto_bytes *out)
 			uint8_t *grown;
 
 			if (grown_capacity > PROTO_MAX_PAYLOAD) {
-				fprintf(stderr, "voidbox exec: stdin is larger than the %u MiB a request can carry; write the data to a file in the guest instead\n",
+				fprintf(stderr, "voidbox: stdin is larger than the %u MiB a request can carry; write the data to a file in the guest instead\n",
 					PROTO_MAX_PAYLOAD >> 20);
 				return -EFBIG;
 			}
@@ -265,16 +276,13 @@ int cli_exec_run(const struct cli_globals *globals, int argc, char **argv)
 {
 	struct cli_exec_args args;
 	struct guest_image_paths image;
-	struct proto_exec_response response;
 	struct sandbox *sandbox = NULL;
 	char err[CLI_EXEC_ERROR_MAX];
-	bool streamed_any = false;
 	int status = CLI_EXIT_SANDBOX_FAILURE;
 	int rc;
 
 	(void)globals;
 	memset(&args, 0, sizeof(args));
-	memset(&response, 0, sizeof(response));
 	rc = cli_exec_parse(argc, argv, &args);
 	if (rc != 0) {
 		cli_exec_args_free(&args);
@@ -295,11 +303,28 @@ int cli_exec_run(const struct cli_globals *globals, int argc, char **argv)
 		fprintf(stderr, "voidbox exec: %s\n", err);
 		goto out;
 	}
-	rc = sandbox_exec(sandbox, &args.request, cli_exec_on_chunk, &streamed_any, &response,
-			  err, sizeof(err));
-	if (rc < 0) {
-		fprintf(stderr, "voidbox exec: %s\n", err);
-		goto out;
+	status = cli_exec_in_sandbox("exec", sandbox, &args.request);
+
+out:
+	/* the console log is worth keeping only when the sandbox itself failed */
+	sandbox_destroy(sandbox, status == CLI_EXIT_SANDBOX_FAILURE);
+	cli_exec_args_free(&args);
+	return status;
+}
+
+int cli_exec_in_sandbox(const char *command, struct sandbox *sandbox,
+			const struct proto_exec_request *req)
+{
+	struct proto_exec_response response = { 0 };
+	char err[CLI_EXEC_ERROR_MAX];
+	bool streamed_any = false;
+	int status;
+
+	if (sandbox_exec(sandbox, req, cli_exec_on_chunk, &streamed_any, &response, err,
+			 sizeof(err)) < 0) {
+		fprintf(stderr, "voidbox %s: %s\n", command, err);
+		proto_exec_response_free(&response);
+		return CLI_EXIT_SANDBOX_FAILURE;
 	}
 	/* an agent that streams nothing still returns the full output in the response */
 	if (!streamed_any) {
@@ -307,11 +332,6 @@ int cli_exec_run(const struct cli_globals *globals, int argc, char **argv)
 		(void)fd_write_full(STDERR_FILENO, response.stderr_data.data, response.stderr_data.len);
 	}
 	status = cli_exec_status_from_response(&response);
-
-out:
-	/* the console log is worth keeping only when the sandbox itself failed */
-	sandbox_destroy(sandbox, status == CLI_EXIT_SANDBOX_FAILURE);
 	proto_exec_response_free(&response);
-	cli_exec_args_free(&args);
 	return status;
 }

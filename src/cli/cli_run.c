@@ -162,6 +162,7 @@ static void cli_run_agent_options(const struct cli_run_args *args, struct agent_
 	out->override_mode = args->workflow.override_mode;
 	out->mode = args->workflow.mode;
 	out->serial_log_path = args->workflow.serial_log_path;
+	out->host = cli_host_settings();
 }
 
 /* Checks spec for its kind; prints the errors with their positions. True when it can run. */
@@ -241,6 +242,7 @@ static void cli_run_sandbox(const struct spec *spec, const struct cli_run_args *
 	if (args->workflow.override_mode)
 		cfg.mode = args->workflow.mode;
 	cfg.serial_log_path = args->workflow.serial_log_path;
+	cfg.host = cli_host_settings();
 	if (box_open(&cfg, &box, err, sizeof(err)) < 0) {
 		run_report_set_error(report, "%s", err);
 		goto out;
@@ -268,9 +270,13 @@ static void cli_run_dispatch(const struct spec *spec, const struct cli_run_args 
 	if (!cli_run_check(spec, report))
 		return;
 	switch (spec->kind) {
-	case SPEC_KIND_WORKFLOW:
-		workflow_run(spec, &args->workflow, report);
+	case SPEC_KIND_WORKFLOW: {
+		struct workflow_options workflow = args->workflow;
+
+		workflow.host = cli_host_settings();
+		workflow_run(spec, &workflow, report);
 		return;
+	}
 	case SPEC_KIND_AGENT:
 		cli_run_agent_options(args, &agent);
 		agent_run(spec, &agent, report);
@@ -278,6 +284,7 @@ static void cli_run_dispatch(const struct spec *spec, const struct cli_run_args 
 	case SPEC_KIND_PIPELINE:
 		memset(&pipeline, 0, sizeof(pipeline));
 		cli_run_agent_options(args, &pipeline.agent);
+		pipeline.max_parallel = cli_max_parallel_vms();
 		pipeline_run(spec, &pipeline, report);
 		return;
 	case SPEC_KIND_SANDBOX:

@@ -46,6 +46,7 @@ enum cli_shell_option {
 	CLI_SHELL_OPT_KERNEL,
 	CLI_SHELL_OPT_INITRAMFS,
 	CLI_SHELL_OPT_SNAPSHOT,
+	CLI_SHELL_OPT_DISK,
 	CLI_SHELL_OPT_HELP,
 };
 
@@ -58,6 +59,7 @@ static const struct option cli_shell_options[] = {
 	{ "kernel", required_argument, NULL, CLI_SHELL_OPT_KERNEL },
 	{ "initramfs", required_argument, NULL, CLI_SHELL_OPT_INITRAMFS },
 	{ "snapshot", required_argument, NULL, CLI_SHELL_OPT_SNAPSHOT },
+	{ "disk", required_argument, NULL, CLI_SHELL_OPT_DISK },
 	{ "help", no_argument, NULL, CLI_SHELL_OPT_HELP },
 	{ NULL, 0, NULL, 0 },
 };
@@ -73,6 +75,7 @@ struct cli_shell_session {
 	bool raw;
 	struct termios saved;
 	const char *snapshot; /* --snapshot; NULL: cold boot */
+	struct vm_disk disks[VM_MAX_DISKS]; /* --disk */
 };
 
 /* SIGWINCH's self-pipe: the handler may only write(). */
@@ -82,11 +85,13 @@ static void cli_shell_usage(FILE *out)
 {
 	fprintf(out,
 		"usage: voidbox shell [--program P] [--memory MB] [--vcpus N] [--env K=V]...\n"
-		"                     [--workdir DIR (default: the sandbox user's home)] [--kernel PATH] [--initramfs PATH] [--snapshot ID] [-- ARGS...]\n\n"
+		"                     [--workdir DIR (default: the sandbox user's home)] [--kernel PATH] [--initramfs PATH] [--snapshot ID]\n"
+		"                     [--disk PATH[:ro]]... [-- ARGS...]\n\n"
 		"Boots a micro-VM and opens an interactive terminal running P (default %s) in it;\n"
 		"exits with P's exit code. The VM console and voidbox's own log go to files.\n"
 		"--snapshot ID restores the VM from a snapshot (id prefix, else a snapshot directory)\n"
-		"instead of booting it; one that is not found warns and cold-boots.\n",
+		"instead of booting it; one that is not found warns and cold-boots.\n"
+		"--disk PATH[:ro] attaches a host file as /dev/vda, /dev/vdb... (repeatable).\n",
 		SHELL_DEFAULT_PROGRAM);
 }
 
@@ -146,6 +151,10 @@ static int cli_shell_parse(int argc, char **argv, struct cli_shell_session *s)
 		case CLI_SHELL_OPT_SNAPSHOT:
 			s->snapshot = optarg;
 			break;
+		case CLI_SHELL_OPT_DISK:
+			if (cli_add_disk("shell", optarg, s->disks, &s->sandbox) < 0)
+				return CLI_EXIT_USAGE;
+			break;
 		case CLI_SHELL_OPT_HELP:
 			cli_shell_usage(stdout);
 			return -1;
@@ -154,6 +163,8 @@ static int cli_shell_parse(int argc, char **argv, struct cli_shell_session *s)
 			return CLI_EXIT_USAGE;
 		}
 	}
+	if (cli_check_disks_fit_snapshot("shell", s->snapshot, &s->sandbox) < 0)
+		return CLI_EXIT_USAGE;
 	s->open.args = argv + optind;
 	s->open.args_count = (size_t)(argc - optind);
 	return 0;
@@ -328,6 +339,31 @@ static FILE *cli_shell_quiet_log(char *path, size_t path_len)
 	return stream;
 }
 
+/*
+ * Without a terminal (a pipe, a file, /dev/null) there is nothing to give a PTY: the program
+ * runs as `voidbox exec` would, with stdin handed to it whole, the way `docker run -i` does,
+ * and voidbox exits with its status.
+ */
+static int cli_shell_run_piped(struct cli_shell_session *s, struct sandbox *sandbox)
+{
+	struct proto_exec_request req = {
+		.program = s->open.program, .args = s->open.args, .args_count = s->open.args_count,
+		.env = s->open.env, .env_count = s->open.env_count,
+		.working_dir = s->open.working_dir,
+	};
+	int rc = cli_exec_read_stdin(&req.stdin_data);
+	int status;
+
+	if (rc < 0) {
+		if (rc != -EFBIG)
+			fprintf(stderr, "voidbox shell: cannot read stdin: %s\n", strerror(-rc));
+		return CLI_EXIT_SANDBOX_FAILURE;
+	}
+	status = cli_exec_in_sandbox("shell", sandbox, &req);
+	free(req.stdin_data.data);
+	return status;
+}
+
 int cli_shell_run(const struct cli_globals *globals, int argc, char **argv)
 {
 	struct cli_shell_session s;
@@ -357,7 +393,8 @@ int cli_shell_run(const struct cli_globals *globals, int argc, char **argv)
 		fprintf(stderr, "voidbox shell: %s\n", err);
 		goto out;
 	}
-	status = cli_shell_session_run(&s, sandbox);
+	status = isatty(STDIN_FILENO) ? cli_shell_session_run(&s, sandbox)
+				      : cli_shell_run_piped(&s, sandbox);
 out:
 	sandbox_destroy(sandbox, status == CLI_EXIT_SANDBOX_FAILURE);
 	if (log_stream) {

@@ -156,8 +156,13 @@ int cli_sandbox_start(const char *command, const char *snapshot_ref,
 		      const struct sandbox_config *cfg, bool track_dirty_pages,
 		      struct sandbox **out, char *err, size_t errlen)
 {
+	struct sandbox_config with_host = *cfg;
 	struct sandbox_open_info info;
-	int rc = sandbox_open(cfg, snapshot_ref, track_dirty_pages, out, &info, err, errlen);
+	int rc;
+
+	if (!with_host.host)
+		with_host.host = cli_host_settings();
+	rc = sandbox_open(&with_host, snapshot_ref, track_dirty_pages, out, &info, err, errlen);
 
 	if (info.fell_back_to_cold_boot)
 		fprintf(stderr, "voidbox %s: warning: %s\n", command, info.warning);
@@ -318,7 +323,8 @@ static int cli_snapshot_create_start(const struct cli_snapshot_create *c,
 
 	if (c->diff) {
 		struct sandbox_restore_config restore = { .snapshot_dir = base->path,
-							  .track_dirty_pages = true };
+							  .track_dirty_pages = true,
+							  .host = cli_host_settings() };
 
 		rc = sandbox_start_from_snapshot(&restore, sandbox, err, sizeof(err));
 	} else {
@@ -337,7 +343,8 @@ static int cli_snapshot_create_in_store(const struct cli_globals *globals,
 {
 	struct sandbox_config cfg = { .kernel_path = config->kernel_path,
 				      .initramfs_path = config->initramfs_path,
-				      .memory_mb = config->memory_mb, .vcpus = config->vcpus };
+				      .memory_mb = config->memory_mb, .vcpus = config->vcpus,
+				      .host = cli_host_settings() };
 	struct vm_snapshot_options opts = {
 		.type = c->diff ? VM_SNAPSHOT_DIFF : VM_SNAPSHOT_BASE,
 		.parent_dir = c->diff ? base->path : NULL,

@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <sys/prctl.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -25,7 +26,9 @@
 #include "common/clock.h"
 #include "common/log.h"
 #include "devices/vsock_internal.h"
+#include "vmm/thread_filter.h"
 
+#define VSOCK_WORKER_THREAD_NAME "vsock-worker"
 #define VSOCK_EPOLL_BATCH 64
 #define VSOCK_LISTEN_BACKLOG 64
 /* While a CONNECT waits for the guest, wake up this often to enforce its deadline. */
@@ -283,7 +286,16 @@ static int vsock_loop_once(struct vsock_device *dev, int timeout_ms)
 static void *vsock_worker_main(void *arg)
 {
 	struct vsock_device *dev = arg;
+	int confined;
 
+	prctl(PR_SET_NAME, VSOCK_WORKER_THREAD_NAME, 0, 0, 0);
+	confined = dev->confine_worker ? vmm_thread_confine(VMM_THREAD_DEVICE_WORKER) : 0;
+
+	if (confined < 0) {
+		/* the device stays up, unconfined, rather than cut the guest off its host */
+		log_error(log_module, "cannot install the worker's seccomp filter: %s",
+			  strerror(-confined));
+	}
 	while (!atomic_load(&dev->stopping)) {
 		int rc = vsock_loop_once(dev, -1);
 
@@ -452,6 +464,7 @@ struct vsock_device *vsock_device_create(const struct vsock_device_config *cfg, 
 	dev->mem = cfg->mem;
 	dev->guest_cid = cfg->guest_cid;
 	dev->mode = cfg->worker_mode;
+	dev->confine_worker = cfg->confine_worker;
 	dev->next_local_port = VSOCK_FIRST_LOCAL_PORT;
 	atomic_init(&dev->stopping, false);
 	snprintf(dev->uds_path, sizeof(dev->uds_path), "%s", cfg->uds_path);

@@ -51,6 +51,7 @@ struct vsock_device_config {
 	const struct guest_memory *mem;
 	struct irq_line irq;
 	enum vsock_worker_mode worker_mode;
+	bool confine_worker; /* the worker installs its seccomp filter (vmm/thread_filter.h) */
 };
 
 struct vsock_device;

@@ -132,6 +132,7 @@ struct vsock_device {
 	uint64_t guest_cid;
 	char uds_path[sizeof(((struct sockaddr_un *)0)->sun_path)];
 	enum vsock_worker_mode mode;
+	bool confine_worker;
 	int listen_fd;
 	bool socket_bound;
 	int epoll_fd;

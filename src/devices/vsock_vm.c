@@ -158,6 +158,7 @@ static int vsock_vm_create(struct vm *vm, const struct vm_config *cfg,
 		.mem = vm_guest_memory(vm),
 		.irq = slot.irq,
 		.worker_mode = VSOCK_WORKER_THREAD,
+		.confine_worker = vm_thread_filters_on(vm),
 	};
 
 	dev = vsock_device_create(&vsock_cfg, err, errlen);

@@ -31,9 +31,6 @@
 
 #define LOG_MODULE "channel"
 #define CONNECT_DEFAULT_DEADLINE_MS 30000
-#define CONNECT_ENV_DEADLINE "VOID_BOX_CONNECT_DEADLINE_SECS"
-#define CONNECT_ENV_MIN_SECS 30
-#define CONNECT_ENV_MAX_SECS 3600
 #define CONNECT_BACKOFF_START_MS 25
 #define CONNECT_BACKOFF_MAX_MS 250
 #define CONNECT_ATTEMPT_MAX_MS 2000
@@ -67,25 +64,7 @@ static int set_socket_timeout(int fd, int option, int ms)
 
 int agent_connect_deadline_ms(const struct control_channel_config *cfg)
 {
-	int deadline = cfg->connect_deadline_ms > 0 ? cfg->connect_deadline_ms
-						    : CONNECT_DEFAULT_DEADLINE_MS;
-	const char *env = getenv(CONNECT_ENV_DEADLINE);
-	long secs;
-	char *end;
-
-	if (!env || !*env)
-		return deadline;
-	secs = strtol(env, &end, 10);
-	if (*end) {
-		log_warn(LOG_MODULE, "ignoring %s=\"%s\": not a number of seconds",
-			 CONNECT_ENV_DEADLINE, env);
-		return deadline;
-	}
-	if (secs < CONNECT_ENV_MIN_SECS)
-		secs = CONNECT_ENV_MIN_SECS;
-	if (secs > CONNECT_ENV_MAX_SECS)
-		secs = CONNECT_ENV_MAX_SECS;
-	return secs * MS_PER_SEC > deadline ? (int)(secs * MS_PER_SEC) : deadline;
+	return cfg->connect_deadline_ms > 0 ? cfg->connect_deadline_ms : CONNECT_DEFAULT_DEADLINE_MS;
 }
 
 /* Sends Ping and validates Pong; *kind says whether a failure is worth retrying. */
@@ -251,8 +230,8 @@ int agent_connect(const struct control_channel_config *cfg, int deadline_ms,
 	}
 	snprintf(reason, reason_len,
 		 "could not reach the guest agent within %d ms after %u attempts (last: %s); "
-		 "check that the VM booted, or set %s to wait longer on slow hosts",
-		 deadline_ms, attempts, last_reason, CONNECT_ENV_DEADLINE);
+		 "check that the VM booted, or set VOID_BOX_CONNECT_DEADLINE_SECS to wait longer "
+		 "on slow hosts", deadline_ms, attempts, last_reason);
 	return last_err == -EACCES ? -EACCES : -ETIMEDOUT;
 
 cancelled:

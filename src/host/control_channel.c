@@ -55,7 +55,6 @@
 #define TIMEOUT_SNAPSHOT_READY_MS 10000
 #define TIMEOUT_EXEC_UNSET_MS (1200LL * 1000)
 #define EXEC_REPLY_GRACE_MS 30000LL
-#define LIVENESS_ENV "VOID_BOX_LIVENESS_SECS"
 #define LIVENESS_INTERVAL_MS 20000LL
 #define LIVENESS_TIMEOUT_DEFAULT_MS 60000LL
 #define LIVENESS_MAX_SECS 3600
@@ -743,22 +742,13 @@ static void exec_deliver_chunk(struct proto_frame *frame,
 	proto_exec_output_chunk_free(&chunk);
 }
 
-/* VOID_BOX_LIVENESS_SECS: the liveness check's answer time, 0 turns the check off. */
-static long long exec_liveness_timeout_ms(void)
+/* The liveness check's answer time; 0 turns the check off. */
+static long long exec_liveness_timeout_ms(const struct control_channel *ch)
 {
-	const char *env = getenv(LIVENESS_ENV);
-	char *end;
-	long secs;
-
-	if (!env || !*env)
-		return LIVENESS_TIMEOUT_DEFAULT_MS;
-	secs = strtol(env, &end, 10);
-	if (*end || secs < 0 || secs > LIVENESS_MAX_SECS) {
-		log_warn(LOG_MODULE, "ignoring %s=\"%s\": expected 0 to %d seconds", LIVENESS_ENV,
-			 env, LIVENESS_MAX_SECS);
-		return LIVENESS_TIMEOUT_DEFAULT_MS;
-	}
-	return (long long)secs * MS_PER_SEC;
+	if (ch->cfg.liveness_timeout_ms < 0)
+		return 0;
+	return ch->cfg.liveness_timeout_ms > 0 ? ch->cfg.liveness_timeout_ms
+					       : LIVENESS_TIMEOUT_DEFAULT_MS;
 }
 
 static bool timespec_before(const struct timespec *a, const struct timespec *b)
@@ -795,7 +785,7 @@ static bool exec_deadline_passed(const struct timespec *deadline)
 static int exec_wait_alive(struct channel_call *call, const struct timespec *deadline,
 			   long long timeout_ms, struct proto_frame *frame)
 {
-	long long liveness_ms = exec_liveness_timeout_ms();
+	long long liveness_ms = exec_liveness_timeout_ms(call->ch);
 
 	for (;;) {
 		struct timespec wake = exec_next_wake(deadline, liveness_ms < LIVENESS_INTERVAL_MS

@@ -37,8 +37,13 @@ struct control_channel_config {
 	int (*connect)(void *opaque, int timeout_ms);
 	void *connect_opaque;
 	uint8_t secret[PROTO_SECRET_SIZE];
-	/* 0 means 30 s; VOID_BOX_CONNECT_DEADLINE_SECS (30..3600) can only lengthen it. */
+	/* How long the handshake retries; 0 means 30 s. */
 	int connect_deadline_ms;
+	/*
+	 * How long a quiet, long-running exec's liveness check waits for the guest's answer
+	 * before the call fails; 0 means 60 s, a negative value turns the check off.
+	 */
+	int liveness_timeout_ms;
 };
 
 struct control_channel;

@@ -381,8 +381,10 @@ int agent_run(const struct spec *spec, const struct agent_options *options,
 	box_config_from_spec(&cfg, spec, NULL);
 	if (options && options->override_mode)
 		cfg.mode = options->mode;
-	if (options)
+	if (options) {
 		cfg.serial_log_path = options->serial_log_path;
+		cfg.host = options->host;
+	}
 	cfg.mock_handler = agent_mock_handler;
 	cfg.mock_opaque = &mock;
 	if (options) {

@@ -37,6 +37,8 @@ struct agent_options {
 	enum box_mode mode;
 	/* the VM console file of a local box; NULL: a temporary one */
 	const char *serial_log_path;
+	/* the host's sandbox settings; NULL: defaults */
+	const struct sandbox_host_settings *host;
 	/* host environment lookup for provider keys; NULL: getenv */
 	spec_env_lookup_fn host_env;
 	void *host_env_ctx;

@@ -80,6 +80,8 @@ struct box_config {
 	void *mock_opaque;
 	/* Where the VM console goes; NULL: a temporary file kept only when the run fails. */
 	const char *serial_log_path;
+	/* the host's sandbox settings (read by the CLI from its environment); NULL: defaults */
+	const struct sandbox_host_settings *host;
 	/*
 	 * A snapshot to restore instead of booting (store id prefix, else a snapshot directory);
 	 * NULL: cold boot. One that resolves to nothing warns and cold-boots (docs/snapshots.md).

@@ -197,6 +197,7 @@ int box_local_open(struct box *box, const struct box_config *cfg, char *err, siz
 		.memory_mb = cfg->memory_mb ? cfg->memory_mb : SPEC_DEFAULT_MEMORY_MB,
 		.vcpus = cfg->vcpus ? cfg->vcpus : SPEC_DEFAULT_VCPUS,
 		.serial_log_path = cfg->serial_log_path,
+		.host = cfg->host,
 	};
 	struct local_box *local = calloc(1, sizeof(*local));
 	uint64_t start = clock_monotonic_ms();

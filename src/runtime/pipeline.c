@@ -41,20 +41,8 @@ struct pipeline_pool {
 
 unsigned pipeline_max_parallel(const struct pipeline_options *options)
 {
-	const char *text = getenv(PIPELINE_ENV_MAX_PARALLEL_VMS);
-	unsigned long value;
-	char *end;
-
-	if (options && options->max_parallel)
+	if (options && options->max_parallel && options->max_parallel <= PIPELINE_MAX_PARALLEL_LIMIT)
 		return options->max_parallel;
-	if (text && *text) {
-		value = strtoul(text, &end, 10);
-		if (!*end && value >= 1 && value <= PIPELINE_MAX_PARALLEL_LIMIT)
-			return (unsigned)value;
-		log_warn("pipeline", "%s='%s' is not a number from 1 to %lu; using %u",
-			 PIPELINE_ENV_MAX_PARALLEL_VMS, text, PIPELINE_MAX_PARALLEL_LIMIT,
-			 PIPELINE_DEFAULT_MAX_PARALLEL_VMS);
-	}
 	return PIPELINE_DEFAULT_MAX_PARALLEL_VMS;
 }
 

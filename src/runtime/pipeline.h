@@ -22,7 +22,7 @@
 struct pipeline_options {
 	/* the same fields as an agent run: input, mode override, host env, mock hooks */
 	struct agent_options agent;
-	/* VMs a fan_out may run at once; 0: $VOIDBOX_MAX_PARALLEL_VMS, else the default */
+	/* VMs a fan_out may run at once (1..64); 0: the default, 4 */
 	unsigned max_parallel;
 };
 

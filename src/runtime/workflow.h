@@ -39,6 +39,8 @@ struct workflow_options {
 	size_t mock_rule_count;
 	/* the VM console file of a local box; NULL: a temporary one */
 	const char *serial_log_path;
+	/* the host's sandbox settings; NULL: defaults */
+	const struct sandbox_host_settings *host;
 };
 
 /*

@@ -42,10 +42,12 @@
 #define SANDBOX_PATH_MAX 256
 /* how long a guest gets to power off after the Shutdown RPC before the VM is stopped */
 #define SANDBOX_SHUTDOWN_GRACE_MS 2000
-#define SANDBOX_BOOT_TIMEOUT_ENV "VOIDBOX_BOOT_TIMEOUT_SECS"
-#define SANDBOX_MS_PER_SEC 1000
-/* set to 1 to boot even where the KVM probe finds standard guests emulated (PVM) */
-#define SANDBOX_ALLOW_SLOW_KVM_ENV "VOIDBOX_ALLOW_SLOW_KVM"
+#define SANDBOX_RUNTIME_FALLBACK_BASE "/tmp"
+/* How many disks the guest agent waits for (guest/agent/disks.h reads it). */
+#define SANDBOX_DISKS_CMDLINE_KEY "voidbox.disks="
+#define SANDBOX_CMDLINE_MAX 4096
+#define SANDBOX_DISK_RO_SUFFIX ":ro"
+#define SANDBOX_DISK_RW_SUFFIX ":rw"
 
 /* The host's default when the caller configured no policy: explicit, never inferred. */
 static const struct proto_set_policy sandbox_default_policy_value = {
@@ -75,23 +77,16 @@ struct sandbox {
 	/* what the agent was told (deep copy), so a fork can tell its children the same */
 	struct proto_set_policy policy;
 	bool has_policy;
+	/* the host's settings it was started with; fork children inherit them */
+	struct sandbox_host_settings host;
 	/* the snapshot this VM was restored from, locked so eviction leaves it alone */
 	struct snapshot_store_hold snapshot_hold;
 };
 
 static int sandbox_boot_timeout_ms(const struct sandbox_config *cfg)
 {
-	const char *env = getenv(SANDBOX_BOOT_TIMEOUT_ENV);
-
-	if (env && *env) {
-		char *end;
-		long secs = strtol(env, &end, 10);
-
-		if (*end == '\0' && secs > 0 && secs < 24 * 3600)
-			return (int)(secs * SANDBOX_MS_PER_SEC);
-		log_warn(SANDBOX_LOG, "ignoring %s='%s': expected a number of seconds",
-			 SANDBOX_BOOT_TIMEOUT_ENV, env);
-	}
+	if (cfg->host && cfg->host->boot_timeout_ms > 0)
+		return cfg->host->boot_timeout_ms;
 	return cfg->boot_timeout_ms > 0 ? cfg->boot_timeout_ms : SANDBOX_DEFAULT_BOOT_TIMEOUT_MS;
 }
 
@@ -107,11 +102,11 @@ static uint64_t sandbox_random_cid(void)
 
 static int sandbox_make_runtime_dir(struct sandbox *sandbox, char *err, size_t errlen)
 {
-	const char *base = getenv("XDG_RUNTIME_DIR");
+	const char *base = sandbox->host.runtime_base;
 	int written;
 
 	if (!base || !*base || access(base, W_OK) != 0)
-		base = "/tmp";
+		base = SANDBOX_RUNTIME_FALLBACK_BASE;
 	written = snprintf(sandbox->runtime_dir, sizeof(sandbox->runtime_dir), "%s/%s", base,
 			   SANDBOX_RUNTIME_TEMPLATE);
 	/* a unix socket path must fit in sun_path (108 bytes) */
@@ -213,7 +208,11 @@ static int sandbox_open_channel(struct sandbox *sandbox, int connect_deadline_ms
 	memset(&channel_cfg, 0, sizeof(channel_cfg));
 	channel_cfg.connect = sandbox_vsock_connector;
 	channel_cfg.connect_opaque = sandbox;
-	channel_cfg.connect_deadline_ms = connect_deadline_ms;
+	/* the host's setting can only lengthen the deadline the caller needs */
+	channel_cfg.connect_deadline_ms = connect_deadline_ms > sandbox->host.connect_deadline_ms
+						  ? connect_deadline_ms
+						  : sandbox->host.connect_deadline_ms;
+	channel_cfg.liveness_timeout_ms = sandbox->host.liveness_timeout_ms;
 	memcpy(channel_cfg.secret, sandbox->secret, sizeof(channel_cfg.secret));
 	sandbox->channel = control_channel_create(&channel_cfg);
 	if (!sandbox->channel) {
@@ -292,18 +291,17 @@ static int sandbox_send_policy(struct sandbox *sandbox, const struct proto_set_p
 	return rc;
 }
 
-static int sandbox_check_kvm(char *err, size_t errlen)
+static int sandbox_check_kvm(const struct sandbox_host_settings *host, char *err, size_t errlen)
 {
-	const char *allow_slow = getenv(SANDBOX_ALLOW_SLOW_KVM_ENV);
 	char why[512];
 
 	if (kvm_probe_usable(why, sizeof(why))) {
 		log_debug(SANDBOX_LOG, "%s", why);
 		return 0;
 	}
-	if (allow_slow && strcmp(allow_slow, "1") == 0 && strstr(why, "emulates")) {
-		log_warn(SANDBOX_LOG, "%s; booting anyway (%s=1), expect minutes", why,
-			 SANDBOX_ALLOW_SLOW_KVM_ENV);
+	if (host && host->allow_slow_kvm && strstr(why, "emulates")) {
+		log_warn(SANDBOX_LOG, "%s; booting anyway (VOIDBOX_ALLOW_SLOW_KVM=1), expect minutes",
+			 why);
 		return 0;
 	}
 	snprintf(err, errlen, "%s", why);
@@ -311,8 +309,8 @@ static int sandbox_check_kvm(char *err, size_t errlen)
 }
 
 /* A sandbox with its runtime directory and console path, no VM yet. */
-static int sandbox_prepare(const char *serial_log_path, struct sandbox **out, char *err,
-			   size_t errlen)
+static int sandbox_prepare(const char *serial_log_path, const struct sandbox_host_settings *host,
+			   struct sandbox **out, char *err, size_t errlen)
 {
 	struct sandbox *sandbox = calloc(1, sizeof(*sandbox));
 	int rc;
@@ -321,6 +319,8 @@ static int sandbox_prepare(const char *serial_log_path, struct sandbox **out, ch
 		snprintf(err, errlen, "out of memory");
 		return -ENOMEM;
 	}
+	if (host)
+		sandbox->host = *host;
 	rc = sandbox_make_runtime_dir(sandbox, err, errlen);
 	if (rc < 0) {
 		free(sandbox);
@@ -338,19 +338,43 @@ static int sandbox_prepare(const char *serial_log_path, struct sandbox **out, ch
 	return 0;
 }
 
+static bool sandbox_strip_suffix(char *arg, const char *suffix)
+{
+	size_t len = strlen(arg), suffix_len = strlen(suffix);
+
+	if (len < suffix_len || strcmp(arg + len - suffix_len, suffix) != 0)
+		return false;
+	arg[len - suffix_len] = '\0';
+	return true;
+}
+
+int sandbox_disk_parse(char *arg, struct vm_disk *disk, char *err, size_t errlen)
+{
+	disk->read_only = sandbox_strip_suffix(arg, SANDBOX_DISK_RO_SUFFIX);
+	if (!disk->read_only)
+		sandbox_strip_suffix(arg, SANDBOX_DISK_RW_SUFFIX);
+	disk->path = arg;
+	if (arg[0] == '\0') {
+		snprintf(err, errlen, "--disk takes PATH or PATH:ro, a file on the host");
+		return -EINVAL;
+	}
+	return 0;
+}
+
 int sandbox_start(const struct sandbox_config *cfg, struct sandbox **out, char *err,
 		  size_t errlen)
 {
 	struct vm_config vm_cfg;
 	struct sandbox *sandbox;
+	char cmdline[SANDBOX_CMDLINE_MAX];
 	long started_ms = (long)clock_monotonic_ms();
 	int rc;
 
 	*out = NULL;
-	rc = sandbox_check_kvm(err, errlen);
+	rc = sandbox_check_kvm(cfg->host, err, errlen);
 	if (rc < 0)
 		return rc;
-	rc = sandbox_prepare(cfg->serial_log_path, &sandbox, err, errlen);
+	rc = sandbox_prepare(cfg->serial_log_path, cfg->host, &sandbox, err, errlen);
 	if (rc < 0)
 		return rc;
 	if (getrandom(sandbox->secret, sizeof(sandbox->secret), 0) != sizeof(sandbox->secret)) {
@@ -362,7 +386,16 @@ int sandbox_start(const struct sandbox_config *cfg, struct sandbox **out, char *
 	memset(&vm_cfg, 0, sizeof(vm_cfg));
 	vm_cfg.kernel_path = cfg->kernel_path;
 	vm_cfg.initramfs_path = cfg->initramfs_path;
-	vm_cfg.cmdline = cfg->extra_cmdline;
+	if (snprintf(cmdline, sizeof(cmdline), "%s%s" SANDBOX_DISKS_CMDLINE_KEY "%u",
+		     cfg->extra_cmdline ? cfg->extra_cmdline : "", cfg->extra_cmdline ? " " : "",
+		     cfg->disk_count) >= (int)sizeof(cmdline)) {
+		rc = -E2BIG;
+		snprintf(err, errlen, "the extra kernel command line is too long");
+		goto fail;
+	}
+	vm_cfg.cmdline = cfg->disk_count ? cmdline : cfg->extra_cmdline;
+	vm_cfg.disks = cfg->disks;
+	vm_cfg.disk_count = cfg->disk_count;
 	vm_cfg.memory_mb = cfg->memory_mb ? cfg->memory_mb : SANDBOX_DEFAULT_MEMORY_MB;
 	vm_cfg.vcpus = cfg->vcpus ? cfg->vcpus : SANDBOX_DEFAULT_VCPUS;
 	vm_cfg.serial_log_path = sandbox->serial_log_path;
@@ -560,9 +593,9 @@ int sandbox_start_from_snapshot(const struct sandbox_restore_config *cfg, struct
 	int rc;
 
 	*out = NULL;
-	rc = sandbox_check_kvm(err, errlen);
+	rc = sandbox_check_kvm(cfg->host, err, errlen);
 	if (rc == 0)
-		rc = sandbox_prepare(cfg->serial_log_path, &sandbox, err, errlen);
+		rc = sandbox_prepare(cfg->serial_log_path, cfg->host, &sandbox, err, errlen);
 	if (rc < 0)
 		return rc;
 	struct vm_restore_options opts = {
@@ -671,7 +704,7 @@ int sandbox_fork(struct sandbox *parent, unsigned int n, struct sandbox *childre
 	for (unsigned int i = 0; i < n; i++)
 		children[i] = NULL;
 	for (; rc == 0 && prepared < n; prepared++) {
-		rc = sandbox_prepare(NULL, &children[prepared], err, errlen);
+		rc = sandbox_prepare(NULL, &parent->host, &children[prepared], err, errlen);
 		if (rc < 0)
 			break;
 		opts[prepared] = (struct vm_restore_options){

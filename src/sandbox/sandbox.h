@@ -28,6 +28,21 @@
 #define SANDBOX_DEFAULT_MAX_PROCESSES 512u
 #define SANDBOX_DEFAULT_MAX_FILE_SIZE (100u * 1024u * 1024u)
 
+/*
+ * What the host's environment may tune for the sandboxes of a process. The CLI reads the
+ * variables once (cli_host_settings_from_env: VOIDBOX_BOOT_TIMEOUT_SECS, XDG_RUNTIME_DIR,
+ * VOIDBOX_ALLOW_SLOW_KVM, VOID_BOX_CONNECT_DEADLINE_SECS, VOID_BOX_LIVENESS_SECS) and passes
+ * this in; nothing below the CLI reads the environment. A NULL pointer, or a zero field,
+ * means the default.
+ */
+struct sandbox_host_settings {
+	int boot_timeout_ms;	    /* replaces sandbox_config.boot_timeout_ms; 0: none */
+	const char *runtime_base;   /* where runtime directories are made; NULL: /tmp */
+	bool allow_slow_kvm;	    /* boot even where /dev/kvm emulates a standard guest */
+	int connect_deadline_ms;    /* a restore's handshake retries this long; 0: the default */
+	int liveness_timeout_ms;    /* a long exec's liveness answer time; 0: 60 s, < 0: off */
+};
+
 struct sandbox_config {
 	const char *kernel_path;
 	const char *initramfs_path;
@@ -36,8 +51,10 @@ struct sandbox_config {
 	const char *extra_cmdline;	/* appended to the kernel command line; may be NULL */
 	/* Where the guest console goes; NULL: a file in the sandbox's runtime directory. */
 	const char *serial_log_path;
-	/* 0: SANDBOX_DEFAULT_BOOT_TIMEOUT_MS (VOIDBOX_BOOT_TIMEOUT_SECS overrides). */
+	/* 0: SANDBOX_DEFAULT_BOOT_TIMEOUT_MS (host->boot_timeout_ms overrides). */
 	int boot_timeout_ms;
+	/* The host's settings (above); NULL: defaults. */
+	const struct sandbox_host_settings *host;
 	/*
 	 * By default the kernel boots as the vmlinux extracted once into the kernel cache
 	 * (sandbox_kernel_cache_dir), skipping the in-guest decompression that dominates a
@@ -53,10 +70,20 @@ struct sandbox_config {
 	 * it (without a policy it refuses every command).
 	 */
 	const struct proto_set_policy *policy;
+	/* Host files the guest sees as /dev/vda, /dev/vdb...; at most VM_MAX_DISKS. */
+	const struct vm_disk *disks;
+	unsigned int disk_count;
 };
 
 /* The host's default policy: every command, the SANDBOX_DEFAULT_* limits. */
 const struct proto_set_policy *sandbox_default_policy(void);
+
+/*
+ * Parses a --disk argument, PATH or PATH:ro (PATH:rw is the default spelled out), into *disk.
+ * The suffix is cut off arg in place, so disk->path points into arg (a file named like a
+ * suffix is given as ./:ro). 0, or -EINVAL with err for an empty path.
+ */
+int sandbox_disk_parse(char *arg, struct vm_disk *disk, char *err, size_t errlen);
 
 /* $VOIDBOX_HOME/cache/kernels: where extracted kernels are kept. */
 int sandbox_kernel_cache_dir(char *out, size_t len);
@@ -116,6 +143,7 @@ struct sandbox_restore_config {
 	const char *serial_log_path; /* NULL: a file in the sandbox's runtime directory */
 	int timeout_ms;		     /* agent answer + rekey; 0: SANDBOX_DEFAULT_BOOT_TIMEOUT_MS */
 	bool track_dirty_pages;	     /* so sandbox_snapshot can later save a diff */
+	const struct sandbox_host_settings *host; /* NULL: defaults */
 	/*
 	 * Sent after the rekey. NULL: the restored agent keeps the policy it held when the
 	 * snapshot was taken (it lives in guest memory), which is never widened by a restore.

@@ -36,6 +36,7 @@ int sandbox_open(const struct sandbox_config *cfg, const char *snapshot_ref,
 		.serial_log_path = cfg->serial_log_path,
 		.timeout_ms = cfg->boot_timeout_ms,
 		.track_dirty_pages = track_dirty_pages,
+		.host = cfg->host,
 	};
 	enum snapshot_store_source source;
 	char reason[SANDBOX_OPEN_REASON_MAX];

@@ -96,6 +96,8 @@ void vm_guest_requested_reset(struct vm *vm);
  * off. 0 or -errno (the caller keeps the slower MMIO path then).
  */
 int vm_bind_doorbell(struct vm *vm, uint64_t addr, uint32_t len, int fd);
+/* Whether device threads install their seccomp filters (vmm/thread_filter.h). */
+bool vm_thread_filters_on(const struct vm *vm);
 /* The vsock device records the guest's CID here; the VM saves it as its identity. */
 void vm_set_vsock_cid(struct vm *vm, uint64_t cid);
 

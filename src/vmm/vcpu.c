@@ -9,15 +9,19 @@
 #include <errno.h>
 #include <linux/kvm.h>
 #include <signal.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <unistd.h>
 
 #include "common/log.h"
 #include "vmm/boot.h"
+#include "vmm/thread_filter.h"
 
+#define VCPU_THREAD_NAME_MAX 16 /* the kernel's TASK_COMM_LEN */
 #define VCPU_KICK_SIGNAL (SIGRTMIN)
 #define KERNEL_SIGSET_BYTES 8 /* the kernel's sigset_t on x86-64 */
 #define MSR_IA32_MISC_ENABLE 0x1a0
@@ -221,7 +225,20 @@ static void *vcpu_thread(void *arg)
 {
 	struct vcpu *vcpu = arg;
 	enum vm_exit_reason reason = VM_EXIT_NONE;
+	char name[VCPU_THREAD_NAME_MAX];
+	int rc;
 
+	/* named, so /proc/PID/task shows which thread is which (and tests can find them) */
+	snprintf(name, sizeof(name), "vcpu%u", vcpu->index);
+	prctl(PR_SET_NAME, name, 0, 0, 0);
+	rc = vcpu->confine ? vmm_thread_confine(VMM_THREAD_VCPU) : 0;
+
+	if (rc < 0) {
+		log_error("vcpu", "vcpu %u: cannot install its seccomp filter: %s", vcpu->index,
+			  strerror(-rc));
+		vcpu->on_exit(vcpu->opaque, VM_EXIT_INTERNAL_ERROR);
+		return NULL;
+	}
 	if (vcpu_unblock_kick_in_run(vcpu) < 0) {
 		log_error("vcpu", "vcpu %u: KVM_SET_SIGNAL_MASK failed: %s", vcpu->index,
 			  strerror(errno));

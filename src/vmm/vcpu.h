@@ -31,6 +31,7 @@ struct vcpu {
 	atomic_bool *stop;
 	void (*on_exit)(void *opaque, enum vm_exit_reason reason);
 	void *opaque;
+	bool confine; /* install the vCPU seccomp filter on the thread (thread_filter.h) */
 };
 
 /* Installs the no-op SIGRTMIN handler used for kicks (idempotent). */

@@ -329,6 +329,11 @@ int vm_bind_doorbell(struct vm *vm, uint64_t addr, uint32_t len, int fd)
 	return ioctl(vm->kvm.vm_fd, KVM_IOEVENTFD, &doorbell) < 0 ? -errno : 0;
 }
 
+bool vm_thread_filters_on(const struct vm *vm)
+{
+	return !vm->no_thread_filters;
+}
+
 void vm_set_vsock_cid(struct vm *vm, uint64_t cid)
 {
 	vm->vsock_cid = cid;
@@ -365,6 +370,7 @@ int vm_setup_vcpus(struct vm *vm, char *err, size_t errlen)
 		vcpu->stop = &vm->stop;
 		vcpu->on_exit = vm_vcpu_exit;
 		vcpu->opaque = vm;
+		vcpu->confine = !vm->no_thread_filters;
 		cpuid = cpuid_for_vcpu(supported, i, vm->vcpu_count, vm->kvm.has_tsc_deadline);
 		rc = cpuid ? vcpu_configure(vcpu, cpuid, i == 0, vm->entry) : -ENOMEM;
 		free(cpuid);
@@ -423,6 +429,7 @@ int vm_create(const struct vm_config *cfg, struct vm **out, char *err, size_t er
 	}
 	vm->vcpu_count = cfg->vcpus ? cfg->vcpus : 1;
 	vm->no_doorbells = cfg->no_doorbells;
+	vm->no_thread_filters = cfg->no_thread_filters;
 	rc = guest_memory_plan(&vm->mem, memory_mb, guest_memory_host_ram(), err, errlen);
 	if (rc < 0)
 		goto fail;

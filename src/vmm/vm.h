@@ -32,6 +32,8 @@
 #define VM_VIRTIO_MMIO_SIZE 0x200U
 #define VM_VIRTIO_MMIO_FIRST_GSI 10U
 #define VM_VIRTIO_MMIO_MAX_SLOTS 12
+/* virtio-blk disks one VM may have (each takes a virtio-mmio slot). */
+#define VM_MAX_DISKS 8
 
 enum vm_exit_reason {
 	VM_EXIT_NONE,		/* still running */
@@ -41,6 +43,12 @@ enum vm_exit_reason {
 	VM_EXIT_HOST_STOP,	/* vm_request_stop() */
 	VM_EXIT_INTERNAL_ERROR, /* KVM or VMM failure: see the log */
 	VM_EXIT_GUEST_TRIPLE_FAULT, /* the CPU could not deliver an exception: a guest crash */
+};
+
+/* A host file the guest sees as a virtio-blk disk. */
+struct vm_disk {
+	const char *path;
+	bool read_only; /* opened O_RDONLY and offered with VIRTIO_BLK_F_RO */
 };
 
 struct vm_config {
@@ -69,6 +77,14 @@ struct vm_config {
 	 * device's eventfd inside KVM (KVM_IOEVENTFD); for measuring what the doorbells save.
 	 */
 	bool no_doorbells;
+	/*
+	 * Runs vCPU and device threads without their seccomp filters; only for tests under
+	 * valgrind, which cannot run filtered threads.
+	 */
+	bool no_thread_filters;
+	/* virtio-blk: the guest's /dev/vda, /dev/vdb... in this order; at most VM_MAX_DISKS. */
+	const struct vm_disk *disks;
+	unsigned int disk_count;
 };
 
 struct vm;

@@ -38,6 +38,7 @@ struct vm {
 	size_t device_count;
 	uint64_t vsock_cid; /* set by the vsock device; 0: none */
 	bool no_doorbells;  /* vm_config.no_doorbells */
+	bool no_thread_filters; /* vm_config.no_thread_filters */
 	struct acpi_virtio_device virtio[VM_VIRTIO_MMIO_MAX_SLOTS];
 	bool virtio_attached[VM_VIRTIO_MMIO_MAX_SLOTS];
 	size_t virtio_count;

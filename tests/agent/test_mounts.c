@@ -1,7 +1,9 @@
 /*
  * Command line parsing for the boot-time devices: host shares (voidbox.mountN=tag:path[:ro|rw]),
- * the network switch (voidbox.network=1 as a whole token) and the OCI root device.
+ * the network switch (voidbox.network=1 as a whole token), the OCI root device and the count of
+ * host disks (voidbox.disks=N).
  */
+#include "disks.h"
 #include "mounts.h"
 #include "netcfg.h"
 #include "oci_root.h"
@@ -69,8 +71,30 @@ static void test_oci_root_device(void)
 	CHECK(!oci_root_requested(NULL, device, sizeof(device)));
 }
 
+static void test_disks_requested(void)
+{
+	char path[sizeof("/dev/vda")];
+
+	CHECK_INT_EQ(disks_requested("console=ttyS0 voidbox.disks=2 quiet"), 2);
+	CHECK_INT_EQ(disks_requested("voidbox.disks=1"), 1);
+	CHECK_INT_EQ(disks_requested("console=ttyS0 quiet"), 0);
+	CHECK_INT_EQ(disks_requested(NULL), 0);
+	CHECK_INT_EQ(disks_requested("voidbox.disks=0"), 0);
+	/* only a whole token, a plain decimal, and never more than /dev/vdz */
+	CHECK_INT_EQ(disks_requested("xvoidbox.disks=3"), 0);
+	CHECK_INT_EQ(disks_requested("voidbox.disks=3x"), 0);
+	CHECK_INT_EQ(disks_requested("voidbox.disks=-1"), 0);
+	CHECK_INT_EQ(disks_requested("voidbox.disks="), 0);
+	CHECK_INT_EQ(disks_requested("voidbox.disks=99999999999999999999999"), DISKS_MAX);
+	disks_device_path(0, path, sizeof(path));
+	CHECK_STR_EQ(path, "/dev/vda");
+	disks_device_path(2, path, sizeof(path));
+	CHECK_STR_EQ(path, "/dev/vdc");
+}
+
 int main(void)
 {
+	RUN_TEST(test_disks_requested);
 	RUN_TEST(test_mounts_parse);
 	RUN_TEST(test_mounts_rejects_malformed);
 	RUN_TEST(test_network_token);

@@ -15,6 +15,8 @@
 #include <time.h>
 #include <unistd.h>
 
+/* the liveness check's answer time in the tests that exercise it */
+#define TEST_LIVENESS_MS 1000
 #define FAKE_MAX_CONNECTIONS 64
 #define FAKE_CONCURRENT_CALLS 16
 #define FAKE_SHORT_DEADLINE_MS 400
@@ -344,15 +346,21 @@ static void fake_finish(struct fake_agent *agent)
 	pthread_mutex_destroy(&agent->lock);
 }
 
-static struct control_channel *channel_for(struct fake_agent *agent, int deadline_ms)
+static struct control_channel *channel_with(struct fake_agent *agent, int deadline_ms,
+					    int liveness_timeout_ms)
 {
 	struct control_channel_config cfg = {
 		.connect = fake_connect, .connect_opaque = agent,
-		.connect_deadline_ms = deadline_ms,
+		.connect_deadline_ms = deadline_ms, .liveness_timeout_ms = liveness_timeout_ms,
 	};
 
 	memcpy(cfg.secret, agent->secret, PROTO_SECRET_SIZE);
 	return control_channel_create(&cfg);
+}
+
+static struct control_channel *channel_for(struct fake_agent *agent, int deadline_ms)
+{
+	return channel_with(agent, deadline_ms, 0);
 }
 
 /* ---- tests -------------------------------------------------------------------------------- */
@@ -586,9 +594,8 @@ static void test_exec_wedged_guest_found_by_liveness(void)
 	struct proto_exec_response resp;
 	int rc;
 
-	setenv("VOID_BOX_LIVENESS_SECS", "1", 1);
 	fake_init(&agent, FAKE_SILENT);
-	ch = channel_for(&agent, 0);
+	ch = channel_with(&agent, 0, TEST_LIVENESS_MS);
 	/* the exec's own deadline is 20 minutes, past the test's timeout: only the liveness
 	 * check can end it, and its error says so */
 	run_true(ch, &resp, &rc);
@@ -597,7 +604,6 @@ static void test_exec_wedged_guest_found_by_liveness(void)
 	proto_exec_response_free(&resp);
 	control_channel_destroy(ch);
 	fake_finish(&agent);
-	unsetenv("VOID_BOX_LIVENESS_SECS");
 }
 
 /* A command that runs longer than the liveness interval is fine while the agent answers. */
@@ -608,9 +614,8 @@ static void test_exec_outlives_liveness_checks(void)
 	struct proto_exec_response resp;
 	int rc;
 
-	setenv("VOID_BOX_LIVENESS_SECS", "1", 1);
 	fake_init(&agent, FAKE_SLOW_EXEC);
-	ch = channel_for(&agent, 0);
+	ch = channel_with(&agent, 0, TEST_LIVENESS_MS);
 	run_true(ch, &resp, &rc);
 	CHECK_INT_EQ(rc, 0);
 	CHECK_INT_EQ(resp.exit_code, 0);
@@ -619,7 +624,6 @@ static void test_exec_outlives_liveness_checks(void)
 	proto_exec_response_free(&resp);
 	control_channel_destroy(ch);
 	fake_finish(&agent);
-	unsetenv("VOID_BOX_LIVENESS_SECS");
 }
 
 static int vm_ended_connect(void *opaque, int timeout_ms)

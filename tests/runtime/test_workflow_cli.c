@@ -22,7 +22,7 @@
 
 #define TEST_PATH_MAX 512
 #define TEST_OUTPUT_MAX (256 * 1024)
-#define TEST_MAX_ARGS 16
+#define TEST_MAX_ARGS 24
 
 static const char *voidbox_path;
 static const char *examples_dir;
@@ -482,6 +482,39 @@ static void test_version_human_and_json(void)
 	check_help("version", "usage: voidbox version");
 }
 
+/* --disk is checked before anything boots: its form, the disk limit, and --snapshot. */
+static void test_disk_flag_usage(void)
+{
+	static const char *const with_snapshot[] = { "exec", "--disk", "x.img", "--snapshot",
+						     "abc", "--", "true", NULL };
+	static const char *const empty[] = { "exec", "--disk", ":ro", "--", "true", NULL };
+	static const char *const shell_snapshot[] = { "shell", "--snapshot", "abc", "--disk",
+						      "x.img:ro", NULL };
+	const char *too_many[2 * 9 + 4] = { "exec" };
+	struct cli_result result;
+	size_t used = 1;
+
+	run_voidbox(&result, with_snapshot);
+	CHECK_INT_EQ(result.status, 2);
+	CHECK(strstr(result.err, "--disk does not combine with --snapshot") != NULL);
+	run_voidbox(&result, shell_snapshot);
+	CHECK_INT_EQ(result.status, 2);
+	CHECK(strstr(result.err, "--snapshot") != NULL);
+	run_voidbox(&result, empty);
+	CHECK_INT_EQ(result.status, 2);
+	CHECK(strstr(result.err, "--disk takes PATH") != NULL);
+	for (int i = 0; i < 9; i++) {
+		too_many[used++] = "--disk";
+		too_many[used++] = "x.img";
+	}
+	too_many[used++] = "--";
+	too_many[used++] = "true";
+	too_many[used] = NULL;
+	run_voidbox(&result, too_many);
+	CHECK_INT_EQ(result.status, 2);
+	CHECK(strstr(result.err, "at most 8 --disk") != NULL);
+}
+
 int main(int argc, char **argv)
 {
 	char path[TEST_PATH_MAX];
@@ -509,6 +542,7 @@ int main(int argc, char **argv)
 	RUN_TEST(test_skills_human_and_json);
 	RUN_TEST(test_skills_errors);
 	RUN_TEST(test_version_human_and_json);
+	RUN_TEST(test_disk_flag_usage);
 	status = harness_finish();
 	for (size_t i = 0; i < sizeof(temp_files) / sizeof(temp_files[0]); i++) {
 		snprintf(path, sizeof(path), "%s/%s", temp_dir, temp_files[i]);

@@ -454,6 +454,26 @@ static void test_sandbox_cannot_change_policy(void)
 	proto_exec_response_free(&out);
 }
 
+/*
+ * The session secret is on the kernel command line: a sandboxed program can read neither
+ * /proc/cmdline (PID 1 covered it once it had read it) nor the kernel log that repeats it.
+ */
+static void test_session_secret_hidden(void)
+{
+	static const char script[] =
+		"cat /proc/cmdline 2>/dev/null | grep -c voidbox.secret; "
+		"dmesg 2>/dev/null | grep -c voidbox.secret; "
+		"cat /proc/sys/kernel/dmesg_restrict";
+	struct proto_exec_response out;
+
+	CHECK_INT_EQ(vm_sh(&out, script), 0);
+	CHECK(output_is(&out.stdout_data, "0\n0\n1\n"));
+	if (!output_is(&out.stdout_data, "0\n0\n1\n"))
+		fprintf(stderr, "  got: %.*s\n", (int)out.stdout_data.len,
+			(const char *)out.stdout_data.data);
+	proto_exec_response_free(&out);
+}
+
 static void test_guest_poweroff_ends_vm(void)
 {
 	enum vm_exit_reason reason = VM_EXIT_NONE;
@@ -533,6 +553,23 @@ static void test_cli_exec_status_streams_and_stdin(void)
 		fprintf(stderr, "  stderr: %s\n", result.err);
 }
 
+/*
+ * `voidbox shell` without a terminal (stdin a pipe here) runs the shell on that input, as
+ * `docker run -i` does, and exits with the shell's status.
+ */
+static void test_cli_shell_without_terminal(void)
+{
+	static struct cli_result result;
+	char *argv[] = { "voidbox", "shell", "--kernel", test_image.kernel, "--initramfs",
+			 test_image.initramfs, NULL };
+
+	run_cli(&result, "echo piped-$((6 * 7))\nexit 3\n", argv);
+	CHECK_INT_EQ(result.status, 3);
+	CHECK_STR_EQ(result.out, "piped-42\n");
+	if (result.status != 3)
+		fprintf(stderr, "  stderr: %s\n", result.err);
+}
+
 static void test_cli_unbootable_initramfs_names_serial_log(void)
 {
 	static struct cli_result result;
@@ -607,12 +644,14 @@ int main(int argc, char **argv)
 	RUN_TEST(test_nproc_matches_vcpus);
 	RUN_TEST(test_memtotal_matches_memory);
 	RUN_TEST(test_sandbox_cannot_change_policy);
+	RUN_TEST(test_session_secret_hidden);
 	RUN_TEST(test_guest_poweroff_ends_vm);
 	sandbox_destroy(test_vm, harness_tests_failed > 0);
 	if (harness_tests_failed)
 		fprintf(stderr, "(the guest console of the failed VM is kept in /tmp/voidbox-*/serial.log)\n");
 
 	RUN_TEST(test_cli_exec_status_streams_and_stdin);
+	RUN_TEST(test_cli_shell_without_terminal);
 	RUN_TEST(test_cli_unbootable_initramfs_names_serial_log);
 	return harness_finish();
 }

@@ -9,6 +9,7 @@
  * Needs a /dev/kvm that runs standard guests (tests/vm/run-vm-suite finds one or skips; under
  * VOIDBOX_REQUIRE_VM=1 a skip is a failure).
  */
+#include <dirent.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,6 +26,7 @@
 #include "store/guest_image.h"
 #include "vmm/kvm.h"
 #include "vmm/snapshot.h"
+#include "vm_test.h"
 
 #define TEST_VM_MEMORY_MB 256
 #define TEST_VM_VCPUS 2
@@ -33,6 +35,7 @@
 #define TEST_CONNECT_TIMEOUT_MS 2000
 #define TEST_RESTORE_TIMEOUT_MS 60000
 #define TEST_OUTPUT_MAX 256
+#define TEST_STATUS_MAX 4096
 /* how old the base snapshot is when it is restored, so a stale guest clock shows */
 #define TEST_CLOCK_AGE_S 3
 #define TEST_HEX_LEN (2 * PROTO_SECRET_SIZE + 1)
@@ -55,36 +58,6 @@ static long now_ms(void)
 
 	clock_gettime(CLOCK_MONOTONIC, &now);
 	return now.tv_sec * 1000L + now.tv_nsec / 1000000L;
-}
-
-/* Runs a shell script; returns its exit code (or -1 on RPC failure) and its trimmed stdout. */
-static int sh(struct sandbox *box, const char *script, char *out, size_t out_len)
-{
-	struct proto_exec_request req;
-	struct proto_exec_response resp;
-	char *args[] = { "-c", (char *)script };
-	int code;
-
-	memset(&req, 0, sizeof(req));
-	memset(&resp, 0, sizeof(resp));
-	req.program = "sh";
-	req.args = args;
-	req.args_count = 2;
-	if (control_channel_exec(sandbox_channel(box), &req, NULL, NULL, &resp) < 0) {
-		fprintf(stderr, "  exec '%s' failed: %s\n", script, control_channel_last_error());
-		return -1;
-	}
-	code = resp.exit_code;
-	if (out && out_len) {
-		size_t n = resp.stdout_data.len < out_len - 1 ? resp.stdout_data.len : out_len - 1;
-
-		memcpy(out, resp.stdout_data.data, n);
-		while (n > 0 && (out[n - 1] == '\n' || out[n - 1] == '\r'))
-			n--;
-		out[n] = '\0';
-	}
-	proto_exec_response_free(&resp);
-	return code;
 }
 
 struct test_connector {
@@ -173,8 +146,8 @@ static void test_base_snapshot_saved(void)
 	CHECK_INT_EQ(sh(parent_vm, "echo before-snapshot > /tmp/marker && "
 			"(while true; do sleep 1; done) >/dev/null 2>&1 & echo $! > /tmp/bg.pid",
 			NULL, 0), 0);
-	CHECK_INT_EQ(sh(parent_vm, "sed -n 's/.*voidbox.secret=\\([0-9a-f]*\\).*/\\1/p' "
-			"/proc/cmdline", snapshot_secret, sizeof(snapshot_secret)), 0);
+	/* the secret the agent answers to when the snapshot is taken (the guest cannot read it) */
+	sandbox_secret_hex(parent_vm, snapshot_secret);
 	CHECK_INT_EQ((int)strlen(snapshot_secret), 2 * PROTO_SECRET_SIZE);
 	started = now_ms();
 	CHECK_INT_EQ(sandbox_snapshot(parent_vm, base_dir, &opts, err, sizeof(err)), 0);
@@ -329,6 +302,58 @@ static void test_fork_cold_parent(void)
 	sandbox_destroy(child, harness_tests_failed > 0);
 }
 
+/*
+ * Every vCPU thread and device worker of the running VMM (this process) is confined by its
+ * seccomp filter: the kernel shows Seccomp: 2 for each (src/vmm/thread_filter.h).
+ */
+static void test_vmm_threads_confined(void)
+{
+	DIR *tasks = opendir("/proc/self/task");
+	struct dirent *task;
+	int vcpus = 0, workers = 0, unconfined = 0;
+
+	CHECK(tasks != NULL);
+	while (tasks && (task = readdir(tasks))) {
+		char path[PATH_MAX], comm[TEST_OUTPUT_MAX] = "", status[TEST_STATUS_MAX] = "";
+		FILE *file;
+		size_t n;
+
+		if (task->d_name[0] == '.')
+			continue;
+		snprintf(path, sizeof(path), "/proc/self/task/%s/comm", task->d_name);
+		file = fopen(path, "r");
+		if (!file || !fgets(comm, sizeof(comm), file)) {
+			if (file)
+				fclose(file);
+			continue;
+		}
+		fclose(file);
+		bool vcpu = strncmp(comm, "vcpu", strlen("vcpu")) == 0;
+		bool worker = strncmp(comm, "vsock-worker", strlen("vsock-worker")) == 0;
+
+		if (!vcpu && !worker)
+			continue;
+		snprintf(path, sizeof(path), "/proc/self/task/%s/status", task->d_name);
+		file = fopen(path, "r");
+		n = file ? fread(status, 1, sizeof(status) - 1, file) : 0;
+		if (file)
+			fclose(file);
+		status[n] = '\0';
+		vcpus += vcpu;
+		workers += worker;
+		if (!strstr(status, "\nSeccomp:\t2\n")) {
+			fprintf(stderr, "  thread %s (%.*s) is not filtered\n", task->d_name,
+				(int)strcspn(comm, "\n"), comm);
+			unconfined++;
+		}
+	}
+	if (tasks)
+		closedir(tasks);
+	CHECK(vcpus >= TEST_VM_VCPUS);
+	CHECK(workers >= 1);
+	CHECK_INT_EQ(unconfined, 0);
+}
+
 /* The cold-booted VM has its entropy device (the restores and forks below check theirs). */
 static void test_entropy_device(void)
 {
@@ -433,14 +458,9 @@ int main(void)
 {
 	struct guest_image_paths image;
 	struct sandbox_config cfg;
-	char why[512], err[1024], parent_log[PATH_MAX];
+	char err[1024], parent_log[PATH_MAX];
 
-	setvbuf(stdout, NULL, _IOLBF, 0);
-	log_init_from_env(); /* VOIDBOX_LOG_LEVEL=info shows pause and fork timings */
-	if (!kvm_probe_usable(why, sizeof(why)))
-		harness_skip_vm(why);
-	if (guest_image_resolve(NULL, NULL, &image, err, sizeof(err)) < 0)
-		harness_skip_vm(err);
+	vm_test_require_vm(&image); /* VOIDBOX_LOG_LEVEL=info shows pause and fork timings */
 	snprintf(work_dir, sizeof(work_dir), "%s", TEST_DIR_TEMPLATE);
 	if (!mkdtemp(work_dir)) {
 		perror("mkdtemp");
@@ -467,6 +487,7 @@ int main(void)
 	}
 	fprintf(stderr, "parent VM up in %ld ms (cid %lu)\n", sandbox_boot_ms(parent_vm),
 		sandbox_guest_cid(parent_vm));
+	RUN_TEST(test_vmm_threads_confined);
 	RUN_TEST(test_entropy_device);
 	RUN_TEST(test_fork_cold_parent);
 	RUN_TEST(test_base_snapshot_saved);

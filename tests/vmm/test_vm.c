@@ -14,6 +14,13 @@
 #include <string.h>
 #include <unistd.h>
 
+#if defined(__has_include) && __has_include(<valgrind/valgrind.h>)
+#include <valgrind/valgrind.h>
+#define TEST_UNDER_VALGRIND (RUNNING_ON_VALGRIND != 0)
+#else
+#define TEST_UNDER_VALGRIND false
+#endif
+
 #include "harness.h"
 #include "vmm/vm.h"
 
@@ -109,7 +116,9 @@ static void test_lifecycle(const char *kernel_path)
 	snprintf(serial_log, sizeof(serial_log), "%s/serial.log", dir);
 	struct vm_config cfg = { .kernel_path = kernel_path, .memory_mb = 64, .vcpus = 2,
 				 .serial_log_path = serial_log, .vmlinux_cache_dir = dir,
-				 .no_entropy_device = true }; /* so the first slot is free */
+				 .no_entropy_device = true, /* so the first slot is free */
+				 /* valgrind cannot run threads that installed seccomp filters */
+				 .no_thread_filters = TEST_UNDER_VALGRIND };
 
 	CHECK_INT_EQ(vm_create(&cfg, &vm, err, sizeof(err)), 0);
 	if (!vm) {

@@ -1,0 +1,45 @@
+/*
+ * OCI image layers applied onto a directory tree, in order, the way an overlay filesystem
+ * would stack them (OCI image spec, "layer.md"): each layer is a tar archive (plain, gzip or
+ * zstd) whose entries are added or replace what lower layers left, whose `.wh.NAME` entries
+ * delete NAME, and whose `.wh..wh..opq` entry empties its directory of everything lower
+ * layers put there.
+ *
+ * A layer is hostile input. No entry may land outside the root: absolute paths and `..`
+ * components (in names and in hard-link targets) refuse the whole layer, and no entry is
+ * written, and nothing is deleted, through a symlink (a parent that is one refuses the
+ * entry). Entries the host cannot create (device nodes without privilege, say) are skipped
+ * with a warning and counted.
+ */
+#ifndef VOIDBOX_STORE_OCI_LAYER_H
+#define VOIDBOX_STORE_OCI_LAYER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define OCI_WHITEOUT_PREFIX ".wh."
+#define OCI_OPAQUE_MARKER ".wh..wh..opq"
+
+struct oci_layer_stats {
+	uint64_t entries;   /* written */
+	uint64_t whiteouts; /* .wh.NAME deletions and opaque markers applied */
+	uint64_t skipped;   /* entries the host could not create, each warned about */
+};
+
+/*
+ * Applies the layer at archive_path onto root (an existing directory). Changes the process's
+ * working directory while it runs (restored before it returns), so no other thread may
+ * depend on it. 0 with *stats, or -errno with a sentence in err naming the bad entry; after
+ * a failure root holds part of the layer and must be discarded.
+ */
+int oci_layer_apply(const char *archive_path, const char *root, struct oci_layer_stats *stats,
+		    char *err, size_t errlen);
+
+/*
+ * Normalizes an entry name: "." components and repeated or trailing slashes go. 0 with the
+ * relative path in out ("" for the root itself), or -EINVAL for an absolute path, a ".."
+ * component or a name that does not fit in size.
+ */
+int oci_layer_normalize_path(const char *name, char *out, size_t size);
+
+#endif
