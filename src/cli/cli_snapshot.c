@@ -1,5 +1,5 @@
 /*
- * `voidbox snapshot create|list|inspect|delete|evict`, and the one place the CLI turns a
+ * `voidbox snapshot create|list|inspect|delete|export|import|verify|gc`, and the one place the CLI turns a
  * user's --snapshot reference into a running sandbox (cli_sandbox_start, shared by exec, shell
  * and fork).
  *
@@ -22,6 +22,7 @@
 #include "cli/cli.h"
 #include "common/clock.h"
 #include "common/log.h"
+#include "portable/snapshot_archive.h"
 #include "runtime/spec.h"
 #include "sandbox/sandbox.h"
 #include "store/guest_image.h"
@@ -34,9 +35,7 @@
 #define CLI_SNAPSHOT_DEFAULT_PROGRAM "true"
 #define CLI_SNAPSHOT_BYTES_PER_MIB (1024.0 * 1024.0)
 #define CLI_SNAPSHOT_TIME_TEXT 32
-#define CLI_SNAPSHOT_SHIFT_KIB 10
-#define CLI_SNAPSHOT_SHIFT_MIB 20
-#define CLI_SNAPSHOT_SHIFT_GIB 30
+#define CLI_SNAPSHOT_HEX_WORD 11 /* "0x" + 8 hex digits + NUL */
 
 /* The device kinds a sandbox's VM may have (the VMM's registry), part of the config hash. */
 /* The device kinds the VM will have: the network device only when it is networked. */
@@ -60,6 +59,8 @@ enum cli_snapshot_option {
 	CLI_SNAPSHOT_OPT_DIFF,
 	CLI_SNAPSHOT_OPT_FROM,
 	CLI_SNAPSHOT_OPT_MAX_BYTES,
+	CLI_SNAPSHOT_OPT_OUTPUT_FILE,
+	CLI_SNAPSHOT_OPT_DIFF_ONLY,
 	CLI_SNAPSHOT_OPT_HELP,
 };
 
@@ -76,8 +77,16 @@ static const struct option cli_snapshot_create_options[] = {
 	{ NULL, 0, NULL, 0 },
 };
 
-static const struct option cli_snapshot_evict_options[] = {
+static const struct option cli_snapshot_gc_options[] = {
+	{ "max-size", required_argument, NULL, CLI_SNAPSHOT_OPT_MAX_BYTES },
 	{ "max-bytes", required_argument, NULL, CLI_SNAPSHOT_OPT_MAX_BYTES },
+	{ "help", no_argument, NULL, CLI_SNAPSHOT_OPT_HELP },
+	{ NULL, 0, NULL, 0 },
+};
+
+static const struct option cli_snapshot_export_options[] = {
+	{ "output-file", required_argument, NULL, CLI_SNAPSHOT_OPT_OUTPUT_FILE },
+	{ "diff-only", no_argument, NULL, CLI_SNAPSHOT_OPT_DIFF_ONLY },
 	{ "help", no_argument, NULL, CLI_SNAPSHOT_OPT_HELP },
 	{ NULL, 0, NULL, 0 },
 };
@@ -104,7 +113,10 @@ static void cli_snapshot_usage(FILE *out)
 		"       voidbox snapshot list\n"
 		"       voidbox snapshot inspect ID\n"
 		"       voidbox snapshot delete PREFIX\n"
-		"       voidbox snapshot evict --max-bytes N\n\n"
+		"       voidbox snapshot export ID -o FILE [--diff-only]\n"
+		"       voidbox snapshot import FILE\n"
+		"       voidbox snapshot verify ID\n"
+		"       voidbox snapshot gc [--max-size SIZE]   (evict --max-bytes SIZE: the same)\n\n"
 		"Snapshots live in $VOIDBOX_HOME/snapshots (default ~/.void-box/snapshots), named by\n"
 		"the first 16 hex digits of the config hash (kernel, initramfs, memory, vCPUs, devices).\n\n"
 		"create   cold-boots the VM, runs PROGRAM (default `true`) and saves a base snapshot once\n"
@@ -113,8 +125,13 @@ static void cli_snapshot_usage(FILE *out)
 		"list     every snapshot with kind, parent, size and last use\n"
 		"inspect  one snapshot (an unambiguous id prefix): the store's record and the VMM's checks\n"
 		"delete   one snapshot by id prefix; deleting a base deletes its diffs\n"
-		"evict    deletes least recently used snapshots until the store holds at most N bytes\n"
-		"         (suffixes K, M, G)\n\n"
+		"export   writes the snapshot (and a diff's base, unless --diff-only) to one archive\n"
+		"         (tar + zstd) with a manifest of every file's SHA-256\n"
+		"import   checks every file of an archive against its manifest, then adds it to the store\n"
+		"verify   checks a stored snapshot's files against the SHA-256 recorded for them\n"
+		"gc       deletes least recently used snapshots until the store holds at most SIZE\n"
+		"         (suffixes K, M, G, T; default: $" SNAPSHOT_STORE_CACHE_MAX_ENV "), never one a\n"
+		"         running VM uses or the base of a diff\n\n"
 		"Use one with `voidbox exec --snapshot ID`, `voidbox shell --snapshot ID`,\n"
 		"`voidbox fork --snapshot ID` or `sandbox.snapshot` in a spec.\n\n"
 		"create takes the networking flags of exec (the network's policy is saved with the\n"
@@ -392,6 +409,8 @@ static int cli_snapshot_create_in_store(const struct cli_globals *globals,
 	}
 	cli_snapshot_print_created(globals, &txn, start_ms, save_ms);
 	status = CLI_EXIT_OK;
+	if (snapshot_store_enforce_cap(txn.id, err, sizeof(err)) < 0)
+		fprintf(stderr, "voidbox snapshot create: warning: %s\n", err);
 out:
 	snapshot_store_abort(&txn);
 	sandbox_destroy(sandbox, status != CLI_EXIT_OK);
@@ -450,7 +469,7 @@ out:
 	return status;
 }
 
-/* ---- list, inspect, delete, evict ---- */
+/* ---- list, inspect, delete, gc, verify, export, import ---- */
 
 static void cli_snapshot_time_text(time_t when, char *out, size_t len)
 {
@@ -519,20 +538,39 @@ static int cli_snapshot_list(const struct cli_globals *globals)
 	return CLI_EXIT_OK;
 }
 
+/* The CPUID registers the guest was shown, as "0x%08x" by register name; null when not recorded. */
+static json_t *cli_snapshot_features_json(const struct vm_snapshot_info *info)
+{
+	json_t *features;
+
+	if (!info->has_cpu_features)
+		return json_null();
+	features = json_object();
+	for (unsigned int i = 0; features && i < CPU_FEATURE_REG_COUNT; i++) {
+		char word[CLI_SNAPSHOT_HEX_WORD];
+
+		snprintf(word, sizeof(word), "0x%08x", info->cpu_features.regs[i]);
+		json_object_set_new(features, cpu_feature_reg_name((enum cpu_feature_reg)i),
+				    json_string(word));
+	}
+	return features ? features : json_null();
+}
+
 static json_t *cli_snapshot_vm_json(const struct vm_snapshot_info *info)
 {
 	json_t *devices = json_array();
 
 	for (unsigned int i = 0; devices && i < info->device_count; i++)
 		json_array_append_new(devices, json_string(info->devices[i]));
-	return json_pack("{s:I, s:s, s:I, s:I, s:I, s:I, s:I, s:I, s:s, s:o}", "format_version",
+	return json_pack("{s:I, s:s, s:I, s:I, s:I, s:I, s:I, s:I, s:s, s:o, s:o}", "format_version",
 			 (json_int_t)info->version, "type", vm_snapshot_type_name(info->type),
 			 "memory_mb", (json_int_t)info->memory_mb, "vcpus",
 			 (json_int_t)info->vcpus, "cid", (json_int_t)info->cid, "state_bytes",
 			 (json_int_t)info->state_bytes, "memory_bytes",
 			 (json_int_t)info->memory_bytes, "diff_pages",
 			 (json_int_t)info->diff_pages, "cpu", info->cpu_signature, "devices",
-			 devices ? devices : json_array());
+			 devices ? devices : json_array(), "cpu_features",
+			 cli_snapshot_features_json(info));
 }
 
 static void cli_snapshot_inspect_human(const struct snapshot_store_entry *e,
@@ -560,6 +598,13 @@ static void cli_snapshot_inspect_human(const struct snapshot_store_entry *e,
 	for (unsigned int i = 0; i < info->device_count; i++)
 		printf(" %s", info->devices[i]);
 	printf("\n");
+	if (info->has_cpu_features) {
+		printf("  cpu features:");
+		for (unsigned int i = 0; i < CPU_FEATURE_REG_COUNT; i++)
+			printf(" %s=0x%08x", cpu_feature_reg_name((enum cpu_feature_reg)i),
+			       info->cpu_features.regs[i]);
+		printf("\n");
+	}
 	if (info->type == VM_SNAPSHOT_DIFF)
 		printf("  diff pages:  %llu\n", (unsigned long long)info->diff_pages);
 }
@@ -613,68 +658,151 @@ static int cli_snapshot_delete(const struct cli_globals *globals, const char *pr
 	return CLI_EXIT_OK;
 }
 
-/* "512", "64K", "300M", "2G" */
-static bool cli_snapshot_parse_bytes(const char *text, uint64_t *out)
+/*
+ * gc [--max-size SIZE] and its older spelling evict --max-bytes SIZE: without a size, the
+ * configured cap (VOIDBOX_SNAPSHOT_CACHE_MAX); without either, only stale temporary
+ * directories go.
+ */
+static int cli_snapshot_gc(const struct cli_globals *globals, const char *command, int argc,
+			   char **argv)
 {
-	char *end;
-	unsigned long long value;
-	unsigned int shift = 0;
-
-	errno = 0;
-	value = strtoull(text, &end, 10);
-	if (errno || end == text || text[0] == '-')
-		return false;
-	if (*end == 'K' || *end == 'k')
-		shift = CLI_SNAPSHOT_SHIFT_KIB;
-	else if (*end == 'M' || *end == 'm')
-		shift = CLI_SNAPSHOT_SHIFT_MIB;
-	else if (*end == 'G' || *end == 'g')
-		shift = CLI_SNAPSHOT_SHIFT_GIB;
-	else if (*end)
-		return false;
-	if (shift && end[1])
-		return false;
-	if (value > (UINT64_MAX >> shift))
-		return false;
-	*out = (uint64_t)value << shift;
-	return true;
-}
-
-static int cli_snapshot_evict(const struct cli_globals *globals, int argc, char **argv)
-{
+	struct snapshot_store_gc_result result;
 	char err[CLI_SNAPSHOT_ERROR_MAX];
-	uint64_t max_bytes = 0, remaining = 0;
+	uint64_t max_bytes = UINT64_MAX;
 	bool have_max = false;
-	size_t evicted = 0;
 	int option;
 
 	optind = 1;
 	opterr = 1;
-	while ((option = getopt_long(argc, argv, "+", cli_snapshot_evict_options, NULL)) != -1) {
+	while ((option = getopt_long(argc, argv, "+", cli_snapshot_gc_options, NULL)) != -1) {
 		if (option == CLI_SNAPSHOT_OPT_HELP) {
 			cli_snapshot_usage(stdout);
 			return CLI_EXIT_OK;
 		}
-		if (option != CLI_SNAPSHOT_OPT_MAX_BYTES || !cli_snapshot_parse_bytes(optarg, &max_bytes)) {
-			fprintf(stderr, "voidbox snapshot evict: --max-bytes takes a size such as 2G\n");
+		if (option != CLI_SNAPSHOT_OPT_MAX_BYTES || !snapshot_store_parse_size(optarg, &max_bytes)) {
+			fprintf(stderr, "voidbox snapshot %s: --max-size takes a size such as 2G\n",
+				command);
 			return CLI_EXIT_USAGE;
 		}
 		have_max = true;
 	}
-	if (!have_max) {
-		fprintf(stderr, "voidbox snapshot evict: give the budget: --max-bytes N (e.g. 2G)\n");
+	if (optind < argc) {
+		fprintf(stderr, "voidbox snapshot %s: unexpected '%s' (see voidbox snapshot --help)\n",
+			command, argv[optind]);
 		return CLI_EXIT_USAGE;
 	}
-	if (snapshot_store_evict_lru(max_bytes, &evicted, &remaining, err, sizeof(err)) < 0) {
-		fprintf(stderr, "voidbox snapshot evict: %s\n", err);
+	if (!have_max && snapshot_store_cache_max(&max_bytes, &have_max, err, sizeof(err)) < 0) {
+		fprintf(stderr, "voidbox snapshot %s: %s\n", command, err);
+		return CLI_EXIT_USAGE;
+	}
+	if (!have_max)
+		max_bytes = UINT64_MAX;
+	if (snapshot_store_gc(max_bytes, NULL, &result, err, sizeof(err)) < 0) {
+		fprintf(stderr, "voidbox snapshot %s: %s\n", command, err);
 		return CLI_EXIT_FAILURE;
 	}
 	if (globals->output == CLI_OUTPUT_JSON)
-		cli_snapshot_print_json(json_pack("{s:I, s:I}", "evicted", (json_int_t)evicted,
-						  "remaining_bytes", (json_int_t)remaining));
+		cli_snapshot_print_json(json_pack("{s:I, s:I, s:I, s:I}", "evicted",
+						  (json_int_t)result.evicted, "spared_in_use",
+						  (json_int_t)result.spared_in_use, "spared_bases",
+						  (json_int_t)result.spared_bases, "remaining_bytes",
+						  (json_int_t)result.remaining_bytes));
 	else
-		printf("evicted %zu snapshot director%s; %.1f MiB remain\n", evicted,
-		       evicted == 1 ? "y" : "ies", (double)remaining / CLI_SNAPSHOT_BYTES_PER_MIB);
+		printf("evicted %zu snapshot director%s; %.1f MiB remain%s\n", result.evicted,
+		       result.evicted == 1 ? "y" : "ies",
+		       (double)result.remaining_bytes / CLI_SNAPSHOT_BYTES_PER_MIB,
+		       result.spared_in_use || result.spared_bases ?
+			       " (some kept: in use by a running VM, or the base of a diff)" : "");
+	return CLI_EXIT_OK;
+}
+
+static int cli_snapshot_verify(const struct cli_globals *globals, const char *prefix)
+{
+	struct snapshot_store_entry entry = { 0 };
+	char err[CLI_SNAPSHOT_ERROR_MAX] = "";
+	int rc = snapshot_store_verify(prefix, &entry, err, sizeof(err));
+
+	if (globals->output == CLI_OUTPUT_JSON)
+		cli_snapshot_print_json(json_pack("{s:s, s:b, s:s?}", "id", entry.id[0] ? entry.id :
+							    prefix, "verified", rc == 0, "error",
+						  rc < 0 ? err : NULL));
+	else if (rc == 0)
+		printf("snapshot %s: every file matches the SHA-256 recorded for it\n", entry.id);
+	else
+		fprintf(stderr, "voidbox snapshot verify: %s\n", err);
+	return rc < 0 ? CLI_EXIT_FAILURE : CLI_EXIT_OK;
+}
+
+static int cli_snapshot_export(const struct cli_globals *globals, int argc, char **argv)
+{
+	enum snapshot_archive_scope scope = SNAPSHOT_ARCHIVE_WITH_BASE;
+	struct snapshot_archive_manifest *manifest = calloc(1, sizeof(*manifest));
+	char err[CLI_SNAPSHOT_ERROR_MAX];
+	const char *out_path = NULL;
+	int option, status = CLI_EXIT_USAGE;
+
+	/* options may follow the id (export ID -o FILE): permute, from a fresh getopt state */
+	optind = 0;
+	opterr = 1;
+	if (!manifest)
+		return CLI_EXIT_FAILURE;
+	while ((option = getopt_long(argc, argv, "o:", cli_snapshot_export_options, NULL)) != -1) {
+		if (option == 'o' || option == CLI_SNAPSHOT_OPT_OUTPUT_FILE) {
+			out_path = optarg;
+		} else if (option == CLI_SNAPSHOT_OPT_DIFF_ONLY) {
+			scope = SNAPSHOT_ARCHIVE_DIFF_ONLY;
+		} else if (option == CLI_SNAPSHOT_OPT_HELP) {
+			cli_snapshot_usage(stdout);
+			status = CLI_EXIT_OK;
+			goto out;
+		} else {
+			goto usage;
+		}
+	}
+	if (!out_path || optind + 1 != argc)
+		goto usage;
+	status = CLI_EXIT_FAILURE;
+	if (snapshot_archive_export(argv[optind], out_path, scope, manifest, err, sizeof(err)) < 0) {
+		fprintf(stderr, "voidbox snapshot export: %s\n", err);
+		goto out;
+	}
+	if (globals->output == CLI_OUTPUT_JSON)
+		cli_snapshot_print_json(json_pack("{s:s, s:s, s:I}", "exported", manifest->snapshot,
+						  "file", out_path, "snapshots",
+						  (json_int_t)manifest->chain_count));
+	else
+		printf("exported snapshot %s%s to %s\n", manifest->snapshot,
+		       manifest->chain_count > 1 ? " with its base" : "", out_path);
+	status = CLI_EXIT_OK;
+	goto out;
+usage:
+	fprintf(stderr, "voidbox snapshot export: give one snapshot id and -o FILE (see voidbox snapshot --help)\n");
+out:
+	free(manifest);
+	return status;
+}
+
+static int cli_snapshot_import(const struct cli_globals *globals, const char *path)
+{
+	struct snapshot_archive_import_result result;
+	char err[CLI_SNAPSHOT_ERROR_MAX];
+
+	if (snapshot_archive_import(path, &result, err, sizeof(err)) < 0) {
+		fprintf(stderr, "voidbox snapshot import: %s\n", err);
+		return CLI_EXIT_FAILURE;
+	}
+	if (globals->output == CLI_OUTPUT_JSON)
+		cli_snapshot_print_json(json_pack("{s:s, s:s?, s:I, s:I}", "imported",
+						  result.snapshot_id, "base",
+						  result.base_id[0] ? result.base_id : NULL, "published",
+						  (json_int_t)result.published, "already_present",
+						  (json_int_t)result.already_present));
+	else
+		printf("imported snapshot %s%s%s%s\n", result.snapshot_id,
+		       result.base_id[0] ? " (a diff of " : "", result.base_id,
+		       result.base_id[0] ? ")" : result.published ? "" : " (it was here already)");
+	if (snapshot_store_enforce_cap(result.snapshot_id, err, sizeof(err)) < 0)
+		fprintf(stderr, "voidbox snapshot import: warning: %s\n", err);
 	return CLI_EXIT_OK;
 }
 
@@ -688,8 +816,14 @@ int cli_snapshot_run(const struct cli_globals *globals, int argc, char **argv)
 	}
 	if (strcmp(action, "create") == 0)
 		return cli_snapshot_create(globals, argc - 1, argv + 1);
-	if (strcmp(action, "evict") == 0)
-		return cli_snapshot_evict(globals, argc - 1, argv + 1);
+	if (strcmp(action, "gc") == 0 || strcmp(action, "evict") == 0)
+		return cli_snapshot_gc(globals, action, argc - 1, argv + 1);
+	if (strcmp(action, "export") == 0)
+		return cli_snapshot_export(globals, argc - 1, argv + 1);
+	if (strcmp(action, "import") == 0 && argc == 3)
+		return cli_snapshot_import(globals, argv[2]);
+	if (strcmp(action, "verify") == 0 && argc == 3)
+		return cli_snapshot_verify(globals, argv[2]);
 	if (strcmp(action, "list") == 0 && argc == 2)
 		return cli_snapshot_list(globals);
 	if (strcmp(action, "inspect") == 0 && argc == 3)

@@ -29,6 +29,7 @@
 #include "devices/vsock.h"
 #include "host/vsock_connect.h"
 #include "store/guest_image.h"
+#include "store/snapshot_store.h"
 #include "vmm/kvm.h"
 
 #define SANDBOX_LOG "sandbox"
@@ -80,6 +81,8 @@ struct sandbox {
 	bool has_policy;
 	/* the host's settings it was started with; fork children inherit them */
 	struct sandbox_host_settings host;
+	/* the snapshot this VM was restored from, locked so eviction leaves it alone */
+	struct snapshot_store_hold snapshot_hold;
 };
 
 static int sandbox_boot_timeout_ms(const struct sandbox_config *cfg)
@@ -534,6 +537,7 @@ void sandbox_destroy(struct sandbox *sandbox, bool keep_serial_log)
 	sandbox_remove_runtime_dir(sandbox, keep_serial_log);
 	sandbox_policy_clear(sandbox);
 	explicit_bzero(sandbox->secret, sizeof(sandbox->secret));
+	snapshot_store_release(&sandbox->snapshot_hold);
 	free(sandbox);
 }
 
@@ -622,6 +626,9 @@ int sandbox_start_from_snapshot(const struct sandbox_restore_config *cfg, struct
 		.track_dirty_pages = cfg->track_dirty_pages,
 	};
 
+	rc = snapshot_store_hold(cfg->snapshot_dir, &sandbox->snapshot_hold, err, errlen);
+	if (rc < 0)
+		goto fail;
 	rc = vm_create_from_snapshot(cfg->snapshot_dir, &opts, &sandbox->vm, err, errlen);
 	if (rc < 0)
 		goto fail;

@@ -27,17 +27,6 @@
 #define GUEST_IMAGE_HOME_DIR_NAME ".void-box"
 #define GUEST_IMAGE_LIST_INITIAL 8
 
-void guest_image_set_error(char *err, size_t errlen, const char *fmt, ...)
-{
-	va_list ap;
-
-	if (!err || errlen == 0)
-		return;
-	va_start(ap, fmt);
-	vsnprintf(err, errlen, fmt, ap);
-	va_end(ap);
-}
-
 int guest_image_format(char *out, size_t out_len, const char *fmt, ...)
 {
 	va_list ap;
@@ -139,8 +128,8 @@ static int guest_image_images_dir(char *out, size_t len, char *err, size_t errle
 	int rc = guest_image_home(home, sizeof(home));
 
 	if (rc < 0) {
-		guest_image_set_error(err, errlen, "cannot find the voidbox home: set %s or HOME",
-				      GUEST_IMAGE_ENV_HOME);
+		store_error(err, errlen, "cannot find the voidbox home: set %s or HOME",
+			    GUEST_IMAGE_ENV_HOME);
 		return rc;
 	}
 	guest_image_format(out, len, "%s/%s", home, GUEST_IMAGE_IMAGES_DIR);
@@ -196,18 +185,18 @@ static int guest_image_clean_one(const char *name, char *err, size_t errlen)
 
 	rc = guest_image_dir(name, dir, sizeof(dir));
 	if (rc < 0) {
-		guest_image_set_error(err, errlen, "invalid image name '%s': use letters, digits, "
-				      "'.', '_' and '-'", name);
+		store_error(err, errlen, "invalid image name '%s': use letters, digits, "
+			    "'.', '_' and '-'", name);
 		return rc;
 	}
 	if (stat(dir, &st) < 0) {
-		guest_image_set_error(err, errlen, "no image named '%s' (see `voidbox image list`)",
-				      name);
+		store_error(err, errlen, "no image named '%s' (see `voidbox image list`)",
+			    name);
 		return -ENOENT;
 	}
 	rc = store_remove_tree(dir);
 	if (rc < 0)
-		guest_image_set_error(err, errlen, "cannot remove %s: %s", dir, strerror(-rc));
+		store_error(err, errlen, "cannot remove %s: %s", dir, strerror(-rc));
 	return rc;
 }
 
@@ -223,8 +212,8 @@ int guest_image_clean(const char *name, char *err, size_t errlen)
 		return rc;
 	rc = store_remove_tree(images_dir);
 	if (rc < 0)
-		guest_image_set_error(err, errlen, "cannot remove %s: %s", images_dir,
-				      strerror(-rc));
+		store_error(err, errlen, "cannot remove %s: %s", images_dir,
+			    strerror(-rc));
 	return rc;
 }
 
@@ -257,7 +246,7 @@ static int guest_image_pick(const char *flag_value, const char *flag_name, const
 	}
 	if (chosen) {
 		if (guest_image_format(out, out_len, "%s", chosen) < 0) {
-			guest_image_set_error(err, errlen, "%s: path too long", source);
+			store_error(err, errlen, "%s: path too long", source);
 			return -ENAMETOOLONG;
 		}
 	} else {
@@ -266,9 +255,9 @@ static int guest_image_pick(const char *flag_value, const char *flag_name, const
 		for (size_t i = 0; i < default_count && rc < 0; i++)
 			rc = guest_image_default_file(default_files[i], out, out_len);
 		if (rc < 0) {
-			guest_image_set_error(err, errlen,
-					      "no guest image: run `voidbox image build` (or pass "
-					      "%s / set %s)", flag_name, env_name);
+			store_error(err, errlen,
+				    "no guest image: run `voidbox image build` (or pass "
+				    "%s / set %s)", flag_name, env_name);
 			return -ENOENT;
 		}
 		source = "the default image";
@@ -276,7 +265,7 @@ static int guest_image_pick(const char *flag_value, const char *flag_name, const
 	if (access(out, R_OK) < 0) {
 		int saved = errno;
 
-		guest_image_set_error(err, errlen, "%s (from %s): %s", out, source, strerror(saved));
+		store_error(err, errlen, "%s (from %s): %s", out, source, strerror(saved));
 		return -saved;
 	}
 	return 0;

@@ -199,10 +199,10 @@ static int image_run_tool(struct image_build *build, const char *const argv[], c
 			return -errno;
 	if (WIFEXITED(status) && WEXITSTATUS(status) == 0)
 		return 0;
-	guest_image_set_error(build->err, build->errlen, "`%s %s` failed (%s %d)", argv[0],
-			      argv[1] ? argv[1] : "",
-			      WIFEXITED(status) ? "exit status" : "signal",
-			      WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status));
+	store_error(build->err, build->errlen, "`%s %s` failed (%s %d)", argv[0],
+		    argv[1] ? argv[1] : "",
+		    WIFEXITED(status) ? "exit status" : "signal",
+		    WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status));
 	return -EIO;
 }
 
@@ -381,9 +381,9 @@ static int image_prepare_dirs(struct image_build *build)
 
 	rc = guest_image_home(build->home, sizeof(build->home));
 	if (rc < 0) {
-		guest_image_set_error(build->err, build->errlen,
-				      "cannot find the voidbox home: set %s or HOME",
-				      GUEST_IMAGE_ENV_HOME);
+		store_error(build->err, build->errlen,
+			    "cannot find the voidbox home: set %s or HOME",
+			    GUEST_IMAGE_ENV_HOME);
 		return rc;
 	}
 	guest_image_format(images_dir, sizeof(images_dir), "%s/%s", build->home, GUEST_IMAGE_IMAGES_DIR);
@@ -393,8 +393,8 @@ static int image_prepare_dirs(struct image_build *build)
 	if (rc == 0)
 		rc = path_mkdirs(build->deb_cache, IMAGE_MODE_DIR);
 	if (rc < 0) {
-		guest_image_set_error(build->err, build->errlen, "cannot create %s: %s",
-				      images_dir, strerror(-rc));
+		store_error(build->err, build->errlen, "cannot create %s: %s",
+			    images_dir, strerror(-rc));
 		return rc;
 	}
 	guest_image_dir(build->name, build->final_dir, sizeof(build->final_dir));
@@ -403,8 +403,8 @@ static int image_prepare_dirs(struct image_build *build)
 	if (!mkdtemp(build->staging_dir)) {
 		rc = -errno;
 		build->staging_dir[0] = '\0';
-		guest_image_set_error(build->err, build->errlen, "cannot create a staging "
-				      "directory in %s: %s", images_dir, strerror(-rc));
+		store_error(build->err, build->errlen, "cannot create a staging "
+			    "directory in %s: %s", images_dir, strerror(-rc));
 		return rc;
 	}
 	/* mkdtemp makes it 0700; the published image is readable like any cache entry */
@@ -446,9 +446,9 @@ static int image_find_kernel_package(struct image_build *build)
 	}
 	free(output);
 	if (rc < 0)
-		guest_image_set_error(build->err, build->errlen,
-				      "apt-cache does not name a kernel for %s: run `apt-get update` "
-				      "or pass a kernel package", IMAGE_KERNEL_META_PACKAGE);
+		store_error(build->err, build->errlen,
+			    "apt-cache does not name a kernel for %s: run `apt-get update` "
+			    "or pass a kernel package", IMAGE_KERNEL_META_PACKAGE);
 	return rc;
 }
 
@@ -496,9 +496,9 @@ static int image_download_deb(struct image_build *build, const char *package, ch
 	if (rc == 0)
 		rc = image_find_cached_deb(build, package, out, out_len);
 	if (rc < 0)
-		guest_image_set_error(build->err, build->errlen,
-				      "cannot download %s: check `apt-get update` and the apt "
-				      "sources", package);
+		store_error(build->err, build->errlen,
+			    "cannot download %s: check `apt-get update` and the apt "
+			    "sources", package);
 	return rc;
 }
 
@@ -547,9 +547,9 @@ static int image_find_kernel_release(struct image_build *build, const char *kern
 	closedir(handle);
 out:
 	if (rc < 0)
-		guest_image_set_error(build->err, build->errlen,
-				      "%s has no /lib/modules/<release>: is it a kernel image "
-				      "package?", build->kernel_package);
+		store_error(build->err, build->errlen,
+			    "%s has no /lib/modules/<release>: is it a kernel image "
+			    "package?", build->kernel_package);
 	return rc;
 }
 
@@ -610,7 +610,7 @@ static int image_order_modules(struct image_build *build, const char *kernel_roo
 	int rc;
 
 	if (build->options->extra_module_count > 64) {
-		guest_image_set_error(build->err, build->errlen, "at most 64 extra modules");
+		store_error(build->err, build->errlen, "at most 64 extra modules");
 		return -E2BIG;
 	}
 	for (size_t i = 0; i < IMAGE_DEFAULT_MODULE_COUNT; i++)
@@ -623,8 +623,8 @@ static int image_order_modules(struct image_build *build, const char *kernel_roo
 	guest_image_format(builtin_path, sizeof(builtin_path), "%s/modules.builtin", release_dir);
 	rc = kmod_index_scan(&build->module_index, release_dir);
 	if (rc < 0) {
-		guest_image_set_error(build->err, build->errlen, "cannot scan %s: %s",
-				      release_dir, strerror(-rc));
+		store_error(build->err, build->errlen, "cannot scan %s: %s",
+			    release_dir, strerror(-rc));
 		return rc;
 	}
 	builtin.text = image_read_text_file(builtin_path);
@@ -633,12 +633,12 @@ static int image_order_modules(struct image_build *build, const char *kernel_roo
 				     missing, sizeof(missing));
 	free(builtin.text);
 	if (rc == -ELOOP)
-		guest_image_set_error(build->err, build->errlen,
-				      "module dependency cycle through %s", missing);
+		store_error(build->err, build->errlen,
+			    "module dependency cycle through %s", missing);
 	else if (rc < 0)
-		guest_image_set_error(build->err, build->errlen,
-				      "module %s is neither in %s nor built in: use the generic "
-				      "(not cloud) kernel flavour", missing, build->kernel_package);
+		store_error(build->err, build->errlen,
+			    "module %s is neither in %s nor built in: use the generic "
+			    "(not cloud) kernel flavour", missing, build->kernel_package);
 	return rc;
 }
 
@@ -677,8 +677,8 @@ static int image_prepare_kernel(struct image_build *build)
 	guest_image_format(dest, sizeof(dest), "%s/%s", build->staging_dir, GUEST_IMAGE_KERNEL_FILE);
 	rc = image_copy_file(vmlinuz, dest);
 	if (rc < 0) {
-		guest_image_set_error(build->err, build->errlen, "cannot copy %s: %s", vmlinuz,
-				      strerror(-rc));
+		store_error(build->err, build->errlen, "cannot copy %s: %s", vmlinuz,
+			    strerror(-rc));
 		return rc;
 	}
 	rc = image_order_modules(build, kernel_root);
@@ -736,9 +736,9 @@ static int image_collect_applets(struct image_build *build)
 		return -ENOMEM;
 	rc = image_run_tool(build, argv, NULL, output, IMAGE_CAPTURE_MAX);
 	if (rc < 0) {
-		guest_image_set_error(build->err, build->errlen,
-				      "%s --list-full failed: is it busybox-static?",
-				      build->busybox_path);
+		store_error(build->err, build->errlen,
+			    "%s --list-full failed: is it busybox-static?",
+			    build->busybox_path);
 		goto out;
 	}
 	for (cursor = output; (line = strsep(&cursor, "\n")) != NULL && rc == 0;) {
@@ -796,11 +796,11 @@ static int image_collect_extra_files(struct image_build *build)
 
 		if (!guest_path || guest_path[0] != '/' || strstr(guest_path, "..") ||
 		    access(extra->host_path, R_OK) < 0) {
-			guest_image_set_error(build->err, build->errlen,
-					      "extra file %s -> %s: the guest path must be absolute "
-					      "without '..' and the host file readable",
-					      extra->host_path ? extra->host_path : "(null)",
-					      guest_path ? guest_path : "(null)");
+			store_error(build->err, build->errlen,
+				    "extra file %s -> %s: the guest path must be absolute "
+				    "without '..' and the host file readable",
+				    extra->host_path ? extra->host_path : "(null)",
+				    guest_path ? guest_path : "(null)");
 			return -EINVAL;
 		}
 		while (*guest_path == '/')
@@ -843,7 +843,7 @@ static int image_collect_entries(struct image_build *build)
 	if (rc == 0)
 		rc = image_collect_extra_files(build);
 	if (rc == -ENOMEM)
-		guest_image_set_error(build->err, build->errlen, "out of memory");
+		store_error(build->err, build->errlen, "out of memory");
 	return rc;
 }
 
@@ -917,8 +917,8 @@ static int image_write_archive(struct image_build *build, const char *path)
 			continue;
 		rc = image_write_entry(&writer, &entries->items[i]);
 		if (rc < 0)
-			guest_image_set_error(build->err, build->errlen, "cannot archive /%s: %s",
-					      entries->items[i].path, strerror(-rc));
+			store_error(build->err, build->errlen, "cannot archive /%s: %s",
+				    entries->items[i].path, strerror(-rc));
 	}
 	if (rc == 0)
 		rc = cpio_writer_finish(&writer);
@@ -930,8 +930,8 @@ static int image_write_archive(struct image_build *build, const char *path)
 		rc = -errno;
 	}
 	if (rc < 0 && !build->err[0])
-		guest_image_set_error(build->err, build->errlen, "cannot write %s: %s", path,
-				      strerror(-rc));
+		store_error(build->err, build->errlen, "cannot write %s: %s", path,
+			    strerror(-rc));
 	return rc;
 }
 
@@ -1000,13 +1000,13 @@ static int image_write_manifest(struct image_build *build, const char *initramfs
 		"modules", image_manifest_modules(build),
 		"extra_files", image_manifest_extra_files(build));
 	if (!manifest) {
-		guest_image_set_error(build->err, build->errlen, "cannot build the manifest");
+		store_error(build->err, build->errlen, "cannot build the manifest");
 		return -ENOMEM;
 	}
 	rc = json_dump_file(manifest, path, JSON_INDENT(2) | JSON_SORT_KEYS) == 0 ? 0 : -EIO;
 	json_decref(manifest);
 	if (rc < 0)
-		guest_image_set_error(build->err, build->errlen, "cannot write %s", path);
+		store_error(build->err, build->errlen, "cannot write %s", path);
 	return rc;
 }
 
@@ -1060,14 +1060,14 @@ static int image_check_options(const struct guest_image_build_options *options, 
 	struct stat st;
 
 	if (!guest_image_name_valid(name)) {
-		guest_image_set_error(err, errlen, "invalid image name '%s': use letters, digits, "
-				      "'.', '_' and '-'", name);
+		store_error(err, errlen, "invalid image name '%s': use letters, digits, "
+			    "'.', '_' and '-'", name);
 		return -EINVAL;
 	}
 	if (!options->agent_path || stat(options->agent_path, &st) < 0 || !S_ISREG(st.st_mode)) {
-		guest_image_set_error(err, errlen, "the guest agent binary %s is missing: build it "
-				      "first (ninja builds guest/agent/voidbox-agent)",
-				      options->agent_path ? options->agent_path : "(none given)");
+		store_error(err, errlen, "the guest agent binary %s is missing: build it "
+			    "first (ninja builds guest/agent/voidbox-agent)",
+			    options->agent_path ? options->agent_path : "(none given)");
 		return -ENOENT;
 	}
 	return 0;
@@ -1105,8 +1105,8 @@ static int image_build_steps(struct image_build *build)
 	if (rc == 0)
 		rc = image_publish(build);
 	if (rc < 0 && !build->err[0])
-		guest_image_set_error(build->err, build->errlen, "cannot publish %s: %s",
-				      build->final_dir, strerror(-rc));
+		store_error(build->err, build->errlen, "cannot publish %s: %s",
+			    build->final_dir, strerror(-rc));
 	return rc;
 }
 

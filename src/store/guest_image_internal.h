@@ -8,6 +8,8 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+#include "store/store_fs.h" /* store_error */
+
 #define GUEST_IMAGE_IMAGES_DIR "images"
 #define GUEST_IMAGE_DEB_CACHE_DIR "cache/debs"
 #define GUEST_IMAGE_KERNEL_FILE "vmlinuz"
@@ -15,8 +17,6 @@
 #define GUEST_IMAGE_INITRAMFS_GZ_FILE "initramfs.cpio.gz"
 #define GUEST_IMAGE_MANIFEST_FILE "manifest.json"
 
-void guest_image_set_error(char *err, size_t errlen, const char *fmt, ...)
-	__attribute__((format(printf, 3, 4)));
 /* snprintf that reports truncation as -ENAMETOOLONG. */
 int guest_image_format(char *out, size_t out_len, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));

@@ -1,7 +1,8 @@
 /*
  * The snapshot store's directory work: hashing a config, atomic commit of a snapshot written
- * into a temporary directory, listing, prefix lookup, deletion, LRU eviction and resolving a
- * user's snapshot reference.
+ * into a temporary directory (with its manifest of SHA-256s), listing, prefix lookup,
+ * deletion, the in-use locks, LRU eviction under a cap and resolving a user's snapshot
+ * reference.
  *
  * Every removal first renames the directory to a .tmp- name and then removes the tree, so a
  * crash in the middle of a delete leaves a .tmp- directory (swept later), never a snapshot with
@@ -19,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -37,26 +39,10 @@
 #define SNAPSHOT_STORE_BLOCK_BYTES 512
 #define SNAPSHOT_STORE_DIFF_MAX 100000
 #define SNAPSHOT_STORE_AMBIGUOUS_SHOWN 4
+#define SNAPSHOT_STORE_ERR_MAX 512
+#define SNAPSHOT_STORE_SIZE_SHIFT 10 /* each of K, M, G, T is 1024 times the last */
 
 static unsigned int snapshot_store_tmp_counter;
-
-static void snapshot_store_error(char *err, size_t errlen, const char *fmt, ...)
-{
-	va_list ap;
-
-	if (!err || errlen == 0)
-		return;
-	va_start(ap, fmt);
-	vsnprintf(err, errlen, fmt, ap);
-	va_end(ap);
-}
-
-static int snapshot_store_join(char *out, size_t out_len, const char *dir, const char *name)
-{
-	int n = snprintf(out, out_len, "%s/%s", dir, name);
-
-	return n < 0 || (size_t)n >= out_len ? -ENAMETOOLONG : 0;
-}
 
 const char *snapshot_store_kind_name(enum snapshot_store_kind kind)
 {
@@ -70,7 +56,7 @@ int snapshot_store_dir(char *out, size_t out_len)
 
 	if (rc < 0)
 		return rc;
-	return snapshot_store_join(out, out_len, home, SNAPSHOT_STORE_DIR_NAME);
+	return store_join(out, out_len, home, SNAPSHOT_STORE_DIR_NAME);
 }
 
 /* ---- config hash ---- */
@@ -108,8 +94,8 @@ static int snapshot_store_hash_file(EVP_MD_CTX *ctx, const char *path, char *err
 	fd = open(path, O_RDONLY | O_CLOEXEC);
 	if (fd < 0 || fstat(fd, &st) < 0) {
 		rc = -errno;
-		snapshot_store_error(err, errlen, "cannot read %s: %s (check the path)", path,
-				     strerror(errno));
+		store_error(err, errlen, "cannot read %s: %s (check the path)", path,
+			    strerror(errno));
 		goto out;
 	}
 	chunk = malloc(SNAPSHOT_STORE_HASH_CHUNK);
@@ -125,7 +111,7 @@ static int snapshot_store_hash_file(EVP_MD_CTX *ctx, const char *path, char *err
 			continue;
 		if (n < 0) {
 			rc = -errno;
-			snapshot_store_error(err, errlen, "cannot read %s: %s", path, strerror(errno));
+			store_error(err, errlen, "cannot read %s: %s", path, strerror(errno));
 			goto out;
 		}
 		if (n == 0)
@@ -135,7 +121,7 @@ static int snapshot_store_hash_file(EVP_MD_CTX *ctx, const char *path, char *err
 	}
 	if (hashed != (uint64_t)st.st_size) {
 		rc = -EAGAIN;
-		snapshot_store_error(err, errlen, "%s changed while it was hashed; try again", path);
+		store_error(err, errlen, "%s changed while it was hashed; try again", path);
 	}
 out:
 	free(chunk);
@@ -180,7 +166,7 @@ int snapshot_store_config_hash(const struct snapshot_store_config *config,
 	int rc;
 
 	if (!config || !config->kernel_path || (config->device_count && !config->devices)) {
-		snapshot_store_error(err, errlen, "a snapshot config needs at least a kernel");
+		store_error(err, errlen, "a snapshot config needs at least a kernel");
 		return -EINVAL;
 	}
 	ctx = EVP_MD_CTX_new();
@@ -219,19 +205,128 @@ static int snapshot_store_tmp_path(const char *store, const char *label, char *o
 	return n < 0 || (size_t)n >= len ? -ENAMETOOLONG : 0;
 }
 
-/* Renames the directory out of sight first, so it vanishes whole, then removes the tree. */
+static int snapshot_store_read_entry(const char *store, const char *name,
+				     struct snapshot_store_entry *entry);
+
+/* ---- in use: a shared flock per restoring process, an exclusive one to remove ---- */
+
+/* Opens (creating) dir/lock; -errno when it cannot. */
+static int snapshot_store_open_lock(const char *dir)
+{
+	char path[PATH_MAX];
+	int fd, rc = store_join(path, sizeof(path), dir, SNAPSHOT_STORE_LOCK_FILE);
+
+	if (rc < 0)
+		return rc;
+	fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, SNAPSHOT_STORE_FILE_MODE);
+	return fd < 0 ? -errno : fd;
+}
+
+/* An exclusive lock without waiting: the fd, -EBUSY when a VM holds the snapshot. */
+static int snapshot_store_lock_exclusive(const char *dir)
+{
+	int fd = snapshot_store_open_lock(dir);
+
+	if (fd < 0)
+		return fd;
+	if (flock(fd, LOCK_EX | LOCK_NB) < 0) {
+		int rc = errno == EWOULDBLOCK ? -EBUSY : -errno;
+
+		close(fd);
+		return rc;
+	}
+	return fd;
+}
+
+bool snapshot_store_in_use(const char *snapshot_dir)
+{
+	int fd = snapshot_store_lock_exclusive(snapshot_dir);
+
+	if (fd >= 0)
+		close(fd);
+	return fd == -EBUSY;
+}
+
+static int snapshot_store_hold_one(const char *dir, struct snapshot_store_hold *hold,
+				   char *err, size_t errlen)
+{
+	char state[PATH_MAX];
+	int fd = snapshot_store_open_lock(dir);
+
+	if (fd == -EACCES || fd == -EROFS || fd == -EPERM) {
+		log_debug("snapshot", "not locking %s: %s", dir, strerror(-fd));
+		return 0;
+	}
+	if (fd < 0 || flock(fd, LOCK_SH) < 0 ||
+	    store_join(state, sizeof(state), dir, SNAPSHOT_STORE_STATE_FILE) < 0 ||
+	    access(state, F_OK) < 0) {
+		if (fd >= 0)
+			close(fd);
+		store_error(err, errlen, "snapshot %s is gone (deleted or evicted while "
+			    "it was being opened)", dir);
+		return -ENOENT;
+	}
+	hold->fds[hold->count++] = fd;
+	return 0;
+}
+
+int snapshot_store_hold(const char *snapshot_dir, struct snapshot_store_hold *hold, char *err,
+			size_t errlen)
+{
+	char store[PATH_MAX], parent[PATH_MAX];
+	struct snapshot_store_entry entry;
+	const char *slash = strrchr(snapshot_dir, '/');
+	int rc;
+
+	memset(hold, 0, sizeof(*hold));
+	rc = snapshot_store_hold_one(snapshot_dir, hold, err, errlen);
+	if (rc < 0 || !slash || (size_t)(slash - snapshot_dir) >= sizeof(store))
+		return rc;
+	snprintf(store, sizeof(store), "%.*s", (int)(slash - snapshot_dir), snapshot_dir);
+	if (snapshot_store_read_entry(store, slash + 1, &entry) < 0 ||
+	    entry.kind != SNAPSHOT_STORE_KIND_DIFF || !entry.parent_id[0] ||
+	    store_join(parent, sizeof(parent), store, entry.parent_id) < 0)
+		return 0;
+	rc = snapshot_store_hold_one(parent, hold, err, errlen);
+	if (rc < 0)
+		snapshot_store_release(hold);
+	return rc;
+}
+
+void snapshot_store_release(struct snapshot_store_hold *hold)
+{
+	if (!hold)
+		return;
+	for (unsigned int i = 0; i < hold->count; i++)
+		close(hold->fds[i]);
+	hold->count = 0;
+}
+
+/*
+ * Renames the directory out of sight first, so it vanishes whole, then removes the tree; the
+ * exclusive lock held meanwhile makes a restorer that opened the lock wait and then find the
+ * snapshot gone. -EBUSY when a VM holds it.
+ */
 static int snapshot_store_remove_snapshot(const char *store, const char *id)
 {
 	char path[PATH_MAX], doomed[PATH_MAX];
-	int rc = snapshot_store_join(path, sizeof(path), store, id);
+	int rc = store_join(path, sizeof(path), store, id);
+	int lock_fd;
 
 	if (rc == 0)
 		rc = snapshot_store_tmp_path(store, id, doomed, sizeof(doomed));
 	if (rc < 0)
 		return rc;
+	lock_fd = snapshot_store_lock_exclusive(path);
+	if (lock_fd == -EBUSY)
+		return lock_fd;
 	if (rename(path, doomed) < 0)
-		return -errno;
-	return store_remove_tree(doomed);
+		rc = -errno;
+	else
+		rc = store_remove_tree(doomed);
+	if (lock_fd >= 0)
+		close(lock_fd);
+	return rc;
 }
 
 /* A .tmp-<pid>-... directory whose pid no longer runs belongs to a writer that died. */
@@ -261,7 +356,7 @@ static void snapshot_store_sweep(const char *store)
 		char path[PATH_MAX];
 
 		if (!snapshot_store_tmp_is_stale(ent->d_name) ||
-		    snapshot_store_join(path, sizeof(path), store, ent->d_name) < 0)
+		    store_join(path, sizeof(path), store, ent->d_name) < 0)
 			continue;
 		log_info("snapshot", "removing %s, left by a writer that stopped", path);
 		store_remove_tree(path);
@@ -272,7 +367,7 @@ static void snapshot_store_sweep(const char *store)
 
 /* ---- reading one snapshot directory ---- */
 
-static bool snapshot_store_id_valid(const char *id)
+bool snapshot_store_id_valid(const char *id)
 {
 	size_t len = id ? strlen(id) : 0;
 
@@ -319,7 +414,7 @@ static void snapshot_store_read_meta(struct snapshot_store_entry *entry)
 	char path[PATH_MAX];
 	json_t *root;
 
-	if (snapshot_store_join(path, sizeof(path), entry->path, SNAPSHOT_STORE_META_FILE) < 0)
+	if (store_join(path, sizeof(path), entry->path, SNAPSHOT_STORE_META_FILE) < 0)
 		return;
 	root = json_load_file(path, 0, NULL);
 	if (!root)
@@ -348,8 +443,8 @@ static int snapshot_store_read_entry(const char *store, const char *name,
 	memset(entry, 0, sizeof(*entry));
 	if (!snapshot_store_id_valid(name))
 		return -ENOENT;
-	if (snapshot_store_join(entry->path, sizeof(entry->path), store, name) < 0 ||
-	    snapshot_store_join(state, sizeof(state), entry->path, SNAPSHOT_STORE_STATE_FILE) < 0)
+	if (store_join(entry->path, sizeof(entry->path), store, name) < 0 ||
+	    store_join(state, sizeof(state), entry->path, SNAPSHOT_STORE_STATE_FILE) < 0)
 		return -ENAMETOOLONG;
 	if (stat(state, &st) < 0 || !S_ISREG(st.st_mode))
 		return -ENOENT;
@@ -415,12 +510,12 @@ int snapshot_store_list(struct snapshot_store_entry **entries, size_t *count, ch
 	int rc = snapshot_store_dir(store, sizeof(store));
 
 	if (rc < 0) {
-		snapshot_store_error(err, errlen, "cannot locate the snapshot store: set VOIDBOX_HOME or HOME");
+		store_error(err, errlen, "cannot locate the snapshot store: set VOIDBOX_HOME or HOME");
 		return rc;
 	}
 	rc = snapshot_store_list_in(store, entries, count);
 	if (rc < 0)
-		snapshot_store_error(err, errlen, "cannot read %s: %s", store, strerror(-rc));
+		store_error(err, errlen, "cannot read %s: %s", store, strerror(-rc));
 	return rc;
 }
 
@@ -482,15 +577,15 @@ static int snapshot_store_pick(const struct snapshot_store_entry *list, size_t c
 	if (matches > 1 && snapshot_store_pick_family(list, count, prefix, index))
 		return 0;
 	if (matches == 0) {
-		snapshot_store_error(err, errlen,
-				     "no snapshot id starts with '%s' (see voidbox snapshot list)",
-				     prefix);
+		store_error(err, errlen,
+			    "no snapshot id starts with '%s' (see voidbox snapshot list)",
+			    prefix);
 		return -ENOENT;
 	}
-	snapshot_store_error(err, errlen,
-			     "'%s' matches %zu snapshots (%s%s): give more characters of the id",
-			     prefix, matches, shown,
-			     matches > SNAPSHOT_STORE_AMBIGUOUS_SHOWN ? ", ..." : "");
+	store_error(err, errlen,
+		    "'%s' matches %zu snapshots (%s%s): give more characters of the id",
+		    prefix, matches, shown,
+		    matches > SNAPSHOT_STORE_AMBIGUOUS_SHOWN ? ", ..." : "");
 	return -ENOTUNIQ;
 }
 
@@ -498,9 +593,9 @@ static int snapshot_store_prefix_check(const char *prefix, char *err, size_t err
 {
 	if (snapshot_store_id_valid(prefix))
 		return 0;
-	snapshot_store_error(err, errlen,
-			     "'%s' is not a snapshot id prefix (letters, digits, '-' and '_'; see voidbox snapshot list)",
-			     prefix ? prefix : "");
+	store_error(err, errlen,
+		    "'%s' is not a snapshot id prefix (letters, digits, '-' and '_'; see voidbox snapshot list)",
+		    prefix ? prefix : "");
 	return -EINVAL;
 }
 
@@ -551,6 +646,23 @@ static int snapshot_store_remove_entry(const char *store, struct snapshot_store_
 	return 0;
 }
 
+/* -EBUSY, with err naming it, when a VM holds list[index] or (for a base) one of its diffs. */
+static int snapshot_store_family_idle(const struct snapshot_store_entry *list, size_t count,
+				      size_t index, char *err, size_t errlen)
+{
+	for (size_t i = 0; i < count; i++) {
+		if (i != index && (list[index].kind != SNAPSHOT_STORE_KIND_BASE ||
+				   !snapshot_store_is_diff_of(&list[i], list[index].id)))
+			continue;
+		if (!snapshot_store_in_use(list[i].path))
+			continue;
+		store_error(err, errlen, "snapshot %s is in use by a running VM: stop it "
+			    "first, then delete", list[i].id);
+		return -EBUSY;
+	}
+	return 0;
+}
+
 int snapshot_store_delete(const char *prefix, size_t *deleted, char *err, size_t errlen)
 {
 	struct snapshot_store_entry *list = NULL;
@@ -565,11 +677,13 @@ int snapshot_store_delete(const char *prefix, size_t *deleted, char *err, size_t
 		rc = snapshot_store_list(&list, &count, err, errlen);
 	if (rc == 0)
 		rc = snapshot_store_pick(list, count, prefix, &index, err, errlen);
+	if (rc == 0)
+		rc = snapshot_store_family_idle(list, count, index, err, errlen);
 	if (rc == 0) {
 		rc = snapshot_store_remove_entry(store, list, count, index, &removed, &freed);
 		if (rc < 0)
-			snapshot_store_error(err, errlen, "cannot delete snapshot %s: %s (check permissions on %s)",
-					     list[index].id, strerror(-rc), store);
+			store_error(err, errlen, "cannot delete snapshot %s: %s (check permissions on %s)",
+				    list[index].id, strerror(-rc), store);
 	}
 	if (deleted)
 		*deleted = removed;
@@ -586,48 +700,182 @@ static int snapshot_store_compare_age(const void *a, const void *b)
 	return strcmp(x->id, y->id);
 }
 
-int snapshot_store_evict_lru(uint64_t max_bytes, size_t *evicted, uint64_t *remaining_bytes,
-			     char *err, size_t errlen)
+static bool snapshot_store_has_diff(const struct snapshot_store_entry *list, size_t count,
+				    const char *base)
 {
+	for (size_t i = 0; i < count; i++)
+		if (list[i].id[0] && snapshot_store_is_diff_of(&list[i], base))
+			return true;
+	return false;
+}
+
+/*
+ * One pass in LRU order: removes the first snapshot that may go. Returns 1 when it removed
+ * one, 0 when none may, or -errno; counts what it spared.
+ */
+static int snapshot_store_gc_pass(const char *store, struct snapshot_store_entry *list,
+				  size_t count, const char *keep_id, uint64_t *freed,
+				  struct snapshot_store_gc_result *result, char *err, size_t errlen)
+{
+	result->spared_in_use = 0;
+	result->spared_bases = 0;
+	for (size_t i = 0; i < count; i++) {
+		int rc;
+
+		if (!list[i].id[0] || (keep_id && strcmp(list[i].id, keep_id) == 0))
+			continue;
+		if (list[i].kind == SNAPSHOT_STORE_KIND_BASE &&
+		    snapshot_store_has_diff(list, count, list[i].id)) {
+			result->spared_bases++;
+			continue;
+		}
+		rc = snapshot_store_remove_snapshot(store, list[i].id);
+		if (rc == -EBUSY) {
+			log_info("snapshot", "keeping %s: a running VM uses it", list[i].id);
+			result->spared_in_use++;
+			continue;
+		}
+		if (rc < 0) {
+			store_error(err, errlen, "cannot evict snapshot %s: %s", list[i].id,
+				    strerror(-rc));
+			return rc;
+		}
+		log_info("snapshot", "evicted %s (last used %lld)", list[i].id,
+			 (long long)list[i].last_used);
+		*freed += list[i].size_bytes;
+		list[i].id[0] = '\0';
+		result->evicted++;
+		return 1;
+	}
+	return 0;
+}
+
+int snapshot_store_gc(uint64_t max_bytes, const char *keep_id,
+		      struct snapshot_store_gc_result *result, char *err, size_t errlen)
+{
+	struct snapshot_store_gc_result local;
 	struct snapshot_store_entry *list = NULL;
-	size_t count = 0, removed = 0;
+	size_t count = 0;
 	uint64_t total = 0, freed = 0;
 	char store[PATH_MAX];
 	int rc = snapshot_store_dir(store, sizeof(store));
 
+	if (!result)
+		result = &local;
+	memset(result, 0, sizeof(*result));
 	if (rc == 0)
 		rc = snapshot_store_list(&list, &count, err, errlen);
 	if (rc < 0)
 		goto out;
+	snapshot_store_sweep(store);
 	for (size_t i = 0; i < count; i++)
 		total += list[i].size_bytes;
 	if (count)
 		qsort(list, count, sizeof(*list), snapshot_store_compare_age);
-	for (size_t i = 0; i < count && total - freed > max_bytes; i++) {
-		if (!list[i].id[0])
-			continue;
-		log_info("snapshot", "evicting %s (last used %lld)", list[i].id,
-			 (long long)list[i].last_used);
-		rc = snapshot_store_remove_entry(store, list, count, i, &removed, &freed);
-		if (rc < 0) {
-			snapshot_store_error(err, errlen, "cannot evict snapshot %s: %s", list[i].id,
-					     strerror(-rc));
-			goto out;
-		}
+	/* each pass starts again from the oldest: removing a diff can free its older base */
+	while (total - freed > max_bytes) {
+		rc = snapshot_store_gc_pass(store, list, count, keep_id, &freed, result, err, errlen);
+		if (rc <= 0)
+			break;
 	}
+	rc = rc < 0 ? rc : 0;
 out:
-	if (evicted)
-		*evicted = removed;
-	if (remaining_bytes)
-		*remaining_bytes = total - freed;
+	result->remaining_bytes = total - freed;
 	free(list);
+	return rc;
+}
+
+int snapshot_store_evict_lru(uint64_t max_bytes, size_t *evicted, uint64_t *remaining_bytes,
+			     char *err, size_t errlen)
+{
+	struct snapshot_store_gc_result result;
+	int rc = snapshot_store_gc(max_bytes, NULL, &result, err, errlen);
+
+	if (evicted)
+		*evicted = result.evicted;
+	if (remaining_bytes)
+		*remaining_bytes = result.remaining_bytes;
+	return rc;
+}
+
+bool snapshot_store_parse_size(const char *text, uint64_t *out)
+{
+	static const char suffixes[] = "KMGT";
+	unsigned long long value;
+	unsigned int shift = 0;
+	const char *suffix;
+	char *end;
+
+	if (!text || text[0] < '0' || text[0] > '9')
+		return false;
+	errno = 0;
+	value = strtoull(text, &end, 10);
+	if (errno || end == text)
+		return false;
+	if (*end) {
+		suffix = strchr(suffixes, *end >= 'a' ? *end - ('a' - 'A') : *end);
+		if (!suffix || !*suffix || end[1])
+			return false;
+		shift = SNAPSHOT_STORE_SIZE_SHIFT * (unsigned int)(suffix - suffixes + 1);
+	}
+	if (value > (UINT64_MAX >> shift))
+		return false;
+	*out = (uint64_t)value << shift;
+	return true;
+}
+
+int snapshot_store_cache_max(uint64_t *max_bytes, bool *set, char *err, size_t errlen)
+{
+	const char *text = getenv(SNAPSHOT_STORE_CACHE_MAX_ENV);
+
+	*set = false;
+	*max_bytes = 0;
+	if (!text || !*text)
+		return 0;
+	if (!snapshot_store_parse_size(text, max_bytes)) {
+		store_error(err, errlen, "%s='%s' is not a size such as 20G (suffixes K, M, "
+			    "G, T)", SNAPSHOT_STORE_CACHE_MAX_ENV, text);
+		return -EINVAL;
+	}
+	*set = true;
+	return 0;
+}
+
+int snapshot_store_enforce_cap(const char *keep_id, char *err, size_t errlen)
+{
+	struct snapshot_store_gc_result result;
+	uint64_t cap = 0;
+	bool set = false;
+	int rc = snapshot_store_cache_max(&cap, &set, err, errlen);
+
+	if (rc < 0 || !set)
+		return rc;
+	rc = snapshot_store_gc(cap, keep_id, &result, err, errlen);
+	if (rc == 0 && result.remaining_bytes > cap)
+		log_warn("snapshot", "the snapshot store holds %llu bytes, over %s=%llu: what is "
+			 "left is in use, the base of a diff, or the snapshot just written",
+			 (unsigned long long)result.remaining_bytes, SNAPSHOT_STORE_CACHE_MAX_ENV,
+			 (unsigned long long)cap);
+	return rc;
+}
+
+int snapshot_store_verify(const char *prefix, struct snapshot_store_entry *entry, char *err,
+			  size_t errlen)
+{
+	struct snapshot_manifest manifest;
+	int rc = snapshot_store_find(prefix, entry, err, errlen);
+
+	if (rc == 0)
+		rc = snapshot_manifest_read(entry->path, &manifest, err, errlen);
+	if (rc == 0)
+		rc = snapshot_manifest_verify(entry->path, &manifest, err, errlen);
 	return rc;
 }
 
 int snapshot_store_touch(const char *snapshot_dir)
 {
 	char state[PATH_MAX];
-	int rc = snapshot_store_join(state, sizeof(state), snapshot_dir, SNAPSHOT_STORE_STATE_FILE);
+	int rc = store_join(state, sizeof(state), snapshot_dir, SNAPSHOT_STORE_STATE_FILE);
 
 	if (rc < 0)
 		return rc;
@@ -643,7 +891,7 @@ static int snapshot_store_next_diff_id(const char *store, const char *parent, ch
 		char path[PATH_MAX];
 		int w = snprintf(out, len, "%s%s%u", parent, SNAPSHOT_STORE_DIFF_INFIX, n);
 
-		if (w < 0 || (size_t)w >= len || snapshot_store_join(path, sizeof(path), store, out) < 0)
+		if (w < 0 || (size_t)w >= len || store_join(path, sizeof(path), store, out) < 0)
 			return -ENAMETOOLONG;
 		if (access(path, F_OK) < 0 && errno == ENOENT)
 			return 0;
@@ -662,11 +910,11 @@ static int snapshot_store_begin_ids(const char *store, const char *config_hash,
 	if (!parent_id) {
 		txn->kind = SNAPSHOT_STORE_KIND_BASE;
 		snprintf(txn->id, sizeof(txn->id), "%.*s", SNAPSHOT_STORE_ID_HEX_LEN, config_hash);
-		if (snapshot_store_join(state, sizeof(state), store, txn->id) == 0 &&
+		if (store_join(state, sizeof(state), store, txn->id) == 0 &&
 		    access(state, F_OK) == 0) {
-			snapshot_store_error(err, errlen,
-					     "snapshot %s already exists for this config: use it, or delete it first (voidbox snapshot delete %s)",
-					     txn->id, txn->id);
+			store_error(err, errlen,
+				    "snapshot %s already exists for this config: use it, or delete it first (voidbox snapshot delete %s)",
+				    txn->id, txn->id);
 			return -EEXIST;
 		}
 		return 0;
@@ -674,13 +922,34 @@ static int snapshot_store_begin_ids(const char *store, const char *config_hash,
 	txn->kind = SNAPSHOT_STORE_KIND_DIFF;
 	rc = snapshot_store_read_entry(store, parent_id, &parent);
 	if (rc < 0 || parent.kind != SNAPSHOT_STORE_KIND_BASE) {
-		snapshot_store_error(err, errlen,
-				     "a diff needs a stored base snapshot, and '%s' is not one (see voidbox snapshot list)",
-				     parent_id);
+		store_error(err, errlen,
+			    "a diff needs a stored base snapshot, and '%s' is not one (see voidbox snapshot list)",
+			    parent_id);
 		return -ENOENT;
 	}
 	snprintf(txn->parent_id, sizeof(txn->parent_id), "%s", parent_id);
 	return snapshot_store_next_diff_id(store, parent_id, txn->id, sizeof(txn->id));
+}
+
+/* With txn's id and kind decided: its final path and a fresh temporary directory. */
+static int snapshot_store_open_txn(const char *store, const char *config_hash,
+				   struct snapshot_store_txn *txn, char *err, size_t errlen)
+{
+	int rc;
+
+	snprintf(txn->config_hash, sizeof(txn->config_hash), "%s", config_hash);
+	rc = store_join(txn->final_path, sizeof(txn->final_path), store, txn->id);
+	if (rc == 0)
+		rc = snapshot_store_tmp_path(store, txn->id, txn->tmp_path, sizeof(txn->tmp_path));
+	if (rc == 0 && mkdir(txn->tmp_path, SNAPSHOT_STORE_DIR_MODE) < 0)
+		rc = -errno;
+	if (rc < 0) {
+		store_error(err, errlen, "cannot create a snapshot directory in %s: %s", store,
+			    strerror(-rc));
+		return rc;
+	}
+	txn->open = true;
+	return 0;
 }
 
 int snapshot_store_begin(const char *config_hash, const char *parent_id,
@@ -692,37 +961,83 @@ int snapshot_store_begin(const char *config_hash, const char *parent_id,
 	memset(txn, 0, sizeof(*txn));
 	if (!config_hash || strlen(config_hash) != SNAPSHOT_STORE_HASH_HEX_LEN ||
 	    strspn(config_hash, "0123456789abcdef") != SNAPSHOT_STORE_HASH_HEX_LEN) {
-		snapshot_store_error(err, errlen, "a snapshot needs a 64-digit lowercase hex config hash");
+		store_error(err, errlen, "a snapshot needs a 64-digit lowercase hex config hash");
 		return -EINVAL;
 	}
 	rc = snapshot_store_dir(store, sizeof(store));
 	if (rc < 0) {
-		snapshot_store_error(err, errlen, "cannot locate the snapshot store: set VOIDBOX_HOME or HOME");
+		store_error(err, errlen, "cannot locate the snapshot store: set VOIDBOX_HOME or HOME");
 		return rc;
 	}
 	rc = path_mkdirs(store, SNAPSHOT_STORE_DIR_MODE);
 	if (rc < 0) {
-		snapshot_store_error(err, errlen, "cannot create %s: %s (check permissions or set VOIDBOX_HOME)",
-				     store, strerror(-rc));
+		store_error(err, errlen, "cannot create %s: %s (check permissions or set VOIDBOX_HOME)",
+			    store, strerror(-rc));
 		return rc;
 	}
 	snapshot_store_sweep(store);
 	rc = snapshot_store_begin_ids(store, config_hash, parent_id, txn, err, errlen);
 	if (rc < 0)
 		return rc;
-	snprintf(txn->config_hash, sizeof(txn->config_hash), "%s", config_hash);
-	rc = snapshot_store_join(txn->final_path, sizeof(txn->final_path), store, txn->id);
+	return snapshot_store_open_txn(store, config_hash, txn, err, errlen);
+}
+
+int snapshot_store_begin_import(const char *id, const char *parent_id, const char *config_hash,
+				struct snapshot_store_txn *txn, char *err, size_t errlen)
+{
+	char store[PATH_MAX];
+	int rc;
+
+	memset(txn, 0, sizeof(*txn));
+	if (!snapshot_store_id_valid(id) || (parent_id && !snapshot_store_id_valid(parent_id))) {
+		store_error(err, errlen, "'%s' is not a snapshot id", id ? id : "");
+		return -EINVAL;
+	}
+	rc = snapshot_store_dir(store, sizeof(store));
 	if (rc == 0)
-		rc = snapshot_store_tmp_path(store, txn->id, txn->tmp_path, sizeof(txn->tmp_path));
-	if (rc == 0 && mkdir(txn->tmp_path, SNAPSHOT_STORE_DIR_MODE) < 0)
-		rc = -errno;
+		rc = path_mkdirs(store, SNAPSHOT_STORE_DIR_MODE);
 	if (rc < 0) {
-		snapshot_store_error(err, errlen, "cannot create a snapshot directory in %s: %s",
-				     store, strerror(-rc));
+		store_error(err, errlen, "cannot create the snapshot store: %s (check "
+			    "permissions or set VOIDBOX_HOME)", strerror(-rc));
 		return rc;
 	}
-	txn->open = true;
-	return 0;
+	snapshot_store_sweep(store);
+	if (parent_id) {
+		rc = snapshot_store_begin_ids(store, "", parent_id, txn, err, errlen);
+	} else {
+		txn->kind = SNAPSHOT_STORE_KIND_BASE;
+		snprintf(txn->id, sizeof(txn->id), "%s", id);
+		rc = store_join(txn->final_path, sizeof(txn->final_path), store, id);
+		if (rc == 0 && access(txn->final_path, F_OK) == 0) {
+			store_error(err, errlen, "this store already has a snapshot %s: "
+				    "delete it first (voidbox snapshot delete %s)", id, id);
+			rc = -EEXIST;
+		}
+	}
+	if (rc < 0)
+		return rc;
+	return snapshot_store_open_txn(store, config_hash ? config_hash : "", txn, err, errlen);
+}
+
+int snapshot_store_scratch_dir(const char *label, char *out, size_t out_len, char *err,
+			       size_t errlen)
+{
+	char store[PATH_MAX];
+	int rc = snapshot_store_dir(store, sizeof(store));
+
+	if (rc == 0)
+		rc = path_mkdirs(store, SNAPSHOT_STORE_DIR_MODE);
+	if (rc == 0) {
+		snapshot_store_sweep(store);
+		rc = snapshot_store_tmp_path(store, label, out, out_len);
+	}
+	if (rc == 0 && mkdir(out, SNAPSHOT_STORE_DIR_MODE) < 0)
+		rc = -errno;
+	if (rc < 0)
+		store_error(err, errlen, "cannot make a temporary directory in the snapshot "
+			    "store %s: %s (check permissions or set VOIDBOX_HOME)", store,
+			    strerror(-rc));
+	return rc;
 }
 
 static json_t *snapshot_store_meta_json(const struct snapshot_store_txn *txn,
@@ -754,8 +1069,8 @@ static int snapshot_store_write_meta(const struct snapshot_store_txn *txn,
 	char path[PATH_MAX];
 	json_t *root = snapshot_store_meta_json(txn, config);
 	char *text = root ? json_dumps(root, JSON_INDENT(2) | JSON_SORT_KEYS) : NULL;
-	int fd = -1, rc = snapshot_store_join(path, sizeof(path), txn->tmp_path,
-					     SNAPSHOT_STORE_META_FILE);
+	int fd = -1, rc = store_join(path, sizeof(path), txn->tmp_path,
+				     SNAPSHOT_STORE_META_FILE);
 
 	if (!text)
 		rc = -ENOMEM;
@@ -771,6 +1086,67 @@ static int snapshot_store_write_meta(const struct snapshot_store_txn *txn,
 	free(text);
 	json_decref(root);
 	return rc;
+}
+
+/* A file's SHA-256 into hex, or "" when it cannot be read (a kernel since removed). */
+static void snapshot_store_hash_or_empty(const char *path, char *hex)
+{
+	hex[0] = '\0';
+	if (path && snapshot_sha256_file(path, hex, NULL, NULL, 0) < 0)
+		hex[0] = '\0';
+}
+
+/* A diff records its base's state hash, so an import can tell the right base from another. */
+static int snapshot_store_parent_state_hash(const char *store, const char *parent_id, char *hex,
+					    char *err, size_t errlen)
+{
+	struct snapshot_manifest parent;
+	const struct snapshot_manifest_file *state;
+	char dir[PATH_MAX], path[PATH_MAX];
+	int rc = store_join(dir, sizeof(dir), store, parent_id);
+
+	if (rc == 0 && snapshot_manifest_read(dir, &parent, NULL, 0) == 0 &&
+	    (state = snapshot_manifest_find(&parent, SNAPSHOT_STORE_STATE_FILE))) {
+		memcpy(hex, state->sha256, sizeof(state->sha256));
+		return 0;
+	}
+	if (rc == 0)
+		rc = store_join(path, sizeof(path), dir, SNAPSHOT_STORE_STATE_FILE);
+	return rc < 0 ? rc : snapshot_sha256_file(path, hex, NULL, err, errlen);
+}
+
+/* manifest.json: the known hashes of an import, else every file hashed now. */
+static int snapshot_store_write_manifest(const struct snapshot_store_txn *txn,
+					 const struct snapshot_store_config *config, char *err,
+					 size_t errlen)
+{
+	struct snapshot_manifest manifest;
+	char store[PATH_MAX];
+	int rc = 0;
+
+	if (txn->manifest) {
+		manifest = *txn->manifest;
+	} else {
+		memset(&manifest, 0, sizeof(manifest));
+		snapshot_store_hash_or_empty(config ? config->kernel_path : NULL,
+					     manifest.kernel_sha256);
+		snapshot_store_hash_or_empty(config ? config->initramfs_path : NULL,
+					     manifest.initramfs_sha256);
+		rc = snapshot_manifest_hash_dir(txn->tmp_path, &manifest, err, errlen);
+		if (rc == 0 && txn->kind == SNAPSHOT_STORE_KIND_DIFF) {
+			rc = snapshot_store_dir(store, sizeof(store));
+			if (rc == 0)
+				rc = snapshot_store_parent_state_hash(store, txn->parent_id,
+								      manifest.parent_state_sha256,
+								      err, errlen);
+		}
+		if (rc < 0)
+			return rc;
+	}
+	snprintf(manifest.id, sizeof(manifest.id), "%s", txn->id);
+	manifest.diff = txn->kind == SNAPSHOT_STORE_KIND_DIFF;
+	snprintf(manifest.parent_id, sizeof(manifest.parent_id), "%s", txn->parent_id);
+	return snapshot_manifest_write(txn->tmp_path, &manifest, err, errlen);
 }
 
 
@@ -790,7 +1166,7 @@ static int snapshot_store_fsync_dir_tree(const char *path)
 		if (fstatat(dirfd(dir), ent->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0 ||
 		    !S_ISREG(st.st_mode))
 			continue;
-		rc = snapshot_store_join(file, sizeof(file), path, ent->d_name);
+		rc = store_join(file, sizeof(file), path, ent->d_name);
 		if (rc == 0)
 			rc = fsync_path(file, 0);
 	}
@@ -812,8 +1188,8 @@ static int snapshot_store_publish(struct snapshot_store_txn *txn, const char *st
 			return rc;
 		rc = snapshot_store_next_diff_id(store, txn->parent_id, txn->id, sizeof(txn->id));
 		if (rc == 0)
-			rc = snapshot_store_join(txn->final_path, sizeof(txn->final_path), store,
-						 txn->id);
+			rc = store_join(txn->final_path, sizeof(txn->final_path), store,
+					txn->id);
 		if (rc < 0)
 			return rc;
 	}
@@ -822,20 +1198,28 @@ static int snapshot_store_publish(struct snapshot_store_txn *txn, const char *st
 int snapshot_store_commit(struct snapshot_store_txn *txn,
 			  const struct snapshot_store_config *config, char *err, size_t errlen)
 {
-	char state[PATH_MAX], store[PATH_MAX];
+	char state[PATH_MAX], store[PATH_MAX], meta[PATH_MAX], manifest_err[SNAPSHOT_STORE_ERR_MAX];
 	int rc;
 
 	if (!txn->open)
 		return -EINVAL;
-	rc = snapshot_store_join(state, sizeof(state), txn->tmp_path, SNAPSHOT_STORE_STATE_FILE);
+	rc = store_join(state, sizeof(state), txn->tmp_path, SNAPSHOT_STORE_STATE_FILE);
 	if (rc == 0 && access(state, F_OK) < 0) {
-		snapshot_store_error(err, errlen, "nothing was saved into %s (no %s): the snapshot is discarded",
-				     txn->tmp_path, SNAPSHOT_STORE_STATE_FILE);
+		store_error(err, errlen, "nothing was saved into %s (no %s): the snapshot is discarded",
+			    txn->tmp_path, SNAPSHOT_STORE_STATE_FILE);
 		rc = -ENOENT;
 		goto fail;
 	}
-	if (rc == 0)
+	if (rc == 0 && store_join(meta, sizeof(meta), txn->tmp_path,
+				  SNAPSHOT_STORE_META_FILE) == 0 && access(meta, F_OK) < 0)
 		rc = snapshot_store_write_meta(txn, config);
+	if (rc == 0 && snapshot_store_write_manifest(txn, config, manifest_err,
+						     sizeof(manifest_err)) < 0) {
+		store_error(err, errlen, "cannot record the snapshot's hashes: %s",
+			    manifest_err);
+		rc = -EIO;
+		goto fail;
+	}
 	if (rc == 0)
 		rc = snapshot_store_fsync_dir_tree(txn->tmp_path);
 	if (rc == 0)
@@ -845,8 +1229,8 @@ int snapshot_store_commit(struct snapshot_store_txn *txn,
 	if (rc == 0)
 		rc = fsync_dir(store);
 	if (rc < 0) {
-		snapshot_store_error(err, errlen, "cannot store snapshot %s: %s (check free space and permissions)",
-				     txn->id, strerror(-rc));
+		store_error(err, errlen, "cannot store snapshot %s: %s (check free space and permissions)",
+			    txn->id, strerror(-rc));
 		goto fail;
 	}
 	txn->open = false;
@@ -874,7 +1258,7 @@ int snapshot_store_resolve(const char *reference, char *dir_out, size_t dir_len,
 	int rc;
 
 	if (!reference || !*reference) {
-		snapshot_store_error(err, errlen, "the snapshot reference is empty");
+		store_error(err, errlen, "the snapshot reference is empty");
 		return -EINVAL;
 	}
 	if (snapshot_store_id_valid(reference)) {
@@ -888,15 +1272,15 @@ int snapshot_store_resolve(const char *reference, char *dir_out, size_t dir_len,
 				       -ENAMETOOLONG : 0;
 		}
 	}
-	if (snapshot_store_join(state, sizeof(state), reference, SNAPSHOT_STORE_STATE_FILE) == 0 &&
+	if (store_join(state, sizeof(state), reference, SNAPSHOT_STORE_STATE_FILE) == 0 &&
 	    access(state, R_OK) == 0 && realpath(reference, resolved)) {
 		if (source)
 			*source = SNAPSHOT_STORE_SOURCE_PATH;
 		return snprintf(dir_out, dir_len, "%s", resolved) >= (int)dir_len ? -ENAMETOOLONG :
 										     0;
 	}
-	snapshot_store_error(err, errlen,
-			     "snapshot '%s' is neither a stored snapshot id (see voidbox snapshot list) nor a snapshot directory (one holding a '%s' file)",
-			     reference, SNAPSHOT_STORE_STATE_FILE);
+	store_error(err, errlen,
+		    "snapshot '%s' is neither a stored snapshot id (see voidbox snapshot list) nor a snapshot directory (one holding a '%s' file)",
+		    reference, SNAPSHOT_STORE_STATE_FILE);
 	return -ENOENT;
 }

@@ -1,13 +1,32 @@
-/* Directory removal and no-replace renames for the stores (see store_fs.h). */
+/* Directory removal, no-replace renames and the error and path helpers of the stores (see store_fs.h). */
 #include "store/store_fs.h"
 
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <sys/stat.h>
 
 #define STORE_REMOVE_FD_LIMIT 32
+
+void store_error(char *err, size_t errlen, const char *fmt, ...)
+{
+	va_list ap;
+
+	if (!err || errlen == 0)
+		return;
+	va_start(ap, fmt);
+	vsnprintf(err, errlen, fmt, ap);
+	va_end(ap);
+}
+
+int store_join(char *out, size_t out_len, const char *dir, const char *name)
+{
+	int n = snprintf(out, out_len, "%s/%s", dir, name);
+
+	return n < 0 || (size_t)n >= out_len ? -ENAMETOOLONG : 0;
+}
 
 static int store_remove_one(const char *path, const struct stat *st, int type, struct FTW *ftw)
 {

@@ -1,10 +1,20 @@
 /*
  * Filesystem steps the guest-image and snapshot stores both take to publish and remove
- * directories. They live here once so both stores behave the same on filesystems that lack
- * renameat2 flags (9p, some network filesystems).
+ * directories, and the two small helpers every store file uses (an error sentence into the
+ * caller's buffer, a path joined without silent truncation). They live here once so both
+ * stores behave the same on filesystems that lack renameat2 flags (9p, some network
+ * filesystems).
  */
 #ifndef VOIDBOX_STORE_FS_H
 #define VOIDBOX_STORE_FS_H
+
+#include <stddef.h>
+
+/* Formats a sentence into err (nothing when err is NULL or errlen 0). */
+void store_error(char *err, size_t errlen, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+/* dir/name into out: 0, or -ENAMETOOLONG when it does not fit. */
+int store_join(char *out, size_t out_len, const char *dir, const char *name);
 
 /* Removes path and everything below it (symlinks are not followed); 0 also when absent. */
 int store_remove_tree(const char *path);

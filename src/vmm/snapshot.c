@@ -145,6 +145,8 @@ static void snapshot_fill_meta(struct vm *vm, struct snapshot_image *image,
 	snapshot_cpu_signature(meta->cpu_signature);
 	memcpy(meta->secret, vm->secret, sizeof(meta->secret));
 	snprintf(meta->cmdline, sizeof(meta->cmdline), "%s", vm->cmdline);
+	meta->has_cpu_features = vm->vcpus_created > 0 &&
+				 cpu_features_of_vcpu(vm->vcpus[0].fd, &meta->cpu_features) == 0;
 }
 
 /* ---- memory files ---- */
@@ -735,6 +737,24 @@ fail:;
 	return -saved;
 }
 
+/* Before any vCPU exists: every feature the guest was shown must be one this host's KVM offers. */
+static int snapshot_check_host_features(struct snapshot_restore_ctx *ctx, const struct kvm *kvm)
+{
+	const struct snapshot_meta *meta = &ctx->image->meta;
+	struct cpu_features host;
+	int rc;
+
+	if (!meta->has_cpu_features)
+		return 0;
+	rc = cpu_features_for_guest(kvm->sys_fd, meta->vcpus, kvm->has_tsc_deadline, &host);
+	if (rc < 0) {
+		snprintf(ctx->err, ctx->errlen, "cannot read this host's CPU features from KVM: %s",
+			 strerror(-rc));
+		return rc;
+	}
+	return cpu_features_check(&meta->cpu_features, &host, ctx->err, ctx->errlen);
+}
+
 static int snapshot_build_vm(struct snapshot_restore_ctx *ctx)
 {
 	struct vm *vm = ctx->vm;
@@ -750,6 +770,8 @@ static int snapshot_build_vm(struct snapshot_restore_ctx *ctx)
 		return rc;
 	}
 	rc = kvm_open(&vm->kvm, ctx->err, ctx->errlen);
+	if (rc == 0)
+		rc = snapshot_check_host_features(ctx, &vm->kvm);
 	if (rc == 0)
 		rc = kvm_create_vm(&vm->kvm, ctx->err, ctx->errlen);
 	if (rc == 0)

@@ -26,6 +26,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "vmm/cpu_features.h"
 #include "vmm/vm.h"
 
 #define VM_SNAPSHOT_STATE_FILE "state"
@@ -71,6 +72,8 @@ struct vm_snapshot_info {
 	uint64_t diff_pages;	  /* DIFF: pages in memory.diff */
 	uint64_t created_unix_ns; /* wall clock at save */
 	char cpu_signature[VM_SNAPSHOT_CPU_SIGNATURE_LEN]; /* "vendor family-model-stepping" */
+	bool has_cpu_features;		  /* false: a state file from before they were recorded */
+	struct cpu_features cpu_features; /* what the guest was shown (vCPU 0's CPUID) */
 	unsigned int device_count;
 	char devices[VM_SNAPSHOT_MAX_DEVICES][VM_SNAPSHOT_DEVICE_NAME_LEN]; /* "serial", "rng" */
 };

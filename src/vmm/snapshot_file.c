@@ -131,6 +131,9 @@ static void snapshot_encode_meta(struct byte_writer *w, const struct snapshot_me
 	byte_writer_string(w, meta->parent_dir);
 	byte_writer_bytes(w, meta->secret, sizeof(meta->secret));
 	byte_writer_string(w, meta->cmdline);
+	/* Last and optional, so state files written before the field existed still read. */
+	for (unsigned int i = 0; meta->has_cpu_features && i < CPU_FEATURE_REG_COUNT; i++)
+		byte_writer_u32(w, meta->cpu_features.regs[i]);
 }
 
 /* One section: name, version, instance, payload length and checksum, payload. */
@@ -337,6 +340,9 @@ static int snapshot_decode_meta(const struct snapshot_section *section,
 	byte_reader_string(&r, meta->parent_dir, sizeof(meta->parent_dir));
 	byte_reader_bytes(&r, meta->secret, sizeof(meta->secret));
 	byte_reader_string(&r, meta->cmdline, sizeof(meta->cmdline));
+	meta->has_cpu_features = byte_reader_remaining(&r) > 0;
+	for (unsigned int i = 0; meta->has_cpu_features && i < CPU_FEATURE_REG_COUNT; i++)
+		meta->cpu_features.regs[i] = byte_reader_u32(&r);
 	return byte_reader_finish(&r);
 }
 
@@ -689,6 +695,8 @@ static void snapshot_fill_info(const struct snapshot_image *image, uint64_t id, 
 	info->diff_pages = meta->diff_pages;
 	info->created_unix_ns = meta->created_unix_ns;
 	snprintf(info->cpu_signature, sizeof(info->cpu_signature), "%s", meta->cpu_signature);
+	info->has_cpu_features = meta->has_cpu_features;
+	info->cpu_features = meta->cpu_features;
 	info->device_count = (unsigned int)image->device_count;
 	for (size_t i = 0; i < image->device_count && i < VM_SNAPSHOT_MAX_DEVICES; i++)
 		snprintf(info->devices[i], sizeof(info->devices[i]), "%s", image->devices[i].name);

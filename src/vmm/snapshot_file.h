@@ -16,6 +16,7 @@
 #include <stdint.h>
 
 #include "vmm/cmdline.h"
+#include "vmm/cpu_features.h"
 #include "vmm/device.h"
 #include "vmm/snapshot.h"
 #include "vmm/vcpu_state.h"
@@ -49,6 +50,9 @@ struct snapshot_meta {
 	char parent_dir[PATH_MAX];
 	uint8_t secret[VM_SECRET_LEN];
 	char cmdline[CMDLINE_MAX];
+	/* The CPU features the guest was shown; absent in state files written before they were recorded. */
+	bool has_cpu_features;
+	struct cpu_features cpu_features;
 };
 
 /* One device's section: its bytes are the device's own (malloc'ed, freed with the image). */

@@ -192,6 +192,48 @@ static void test_wrong_host_cpu_refused(void)
 	expect_refusal(dir, EXDEV, "OtherVendor");
 }
 
+/*
+ * The CPU features the guest was shown survive the state file, a state file without them
+ * (written before they were recorded) still reads, and a host lacking one of them is refused
+ * with the feature's name. The "host" here is a synthetic feature set: the state file is the
+ * test copy whose metadata claims avx512f, and the host set lacks it.
+ */
+static void test_cpu_features_recorded_and_checked(void)
+{
+	struct cpu_features host = { { 0 } };
+	struct vm_snapshot_info info;
+	char dir[PATH_MAX], err[512] = "";
+
+	path_in(dir, sizeof(dir), root, "features");
+	fill_image(&image, VM_SNAPSHOT_BASE);
+	image.meta.has_cpu_features = true;
+	image.meta.cpu_features.regs[CPU_FEATURE_LEAF1_ECX] = (1u << 28) | (1u << 31); /* avx */
+	image.meta.cpu_features.regs[CPU_FEATURE_LEAF7_EBX] = (1u << 5) | (1u << 16);
+	image.meta.cpu_features.regs[CPU_FEATURE_LEAF7_EDX] = 1u << 1; /* a bit with no name */
+	write_snapshot(dir, &image);
+	CHECK_INT_EQ(vm_snapshot_inspect(dir, &info, err, sizeof(err)), 0);
+	CHECK(info.has_cpu_features);
+	CHECK(info.cpu_features.regs[CPU_FEATURE_LEAF7_EBX] == ((1u << 5) | (1u << 16)));
+	CHECK(info.cpu_features.regs[CPU_FEATURE_LEAF1_ECX] == ((1u << 28) | (1u << 31)));
+
+	host = info.cpu_features;
+	CHECK_INT_EQ(cpu_features_check(&info.cpu_features, &host, err, sizeof(err)), 0);
+	host.regs[CPU_FEATURE_LEAF7_EBX] &= ~(1u << 16);
+	CHECK_INT_EQ(cpu_features_check(&info.cpu_features, &host, err, sizeof(err)), -EXDEV);
+	CHECK(strstr(err, "shown CPU feature avx512f, which this host lacks") != NULL);
+	host = info.cpu_features;
+	host.regs[CPU_FEATURE_LEAF1_ECX] = 1u << 28; /* the hypervisor bit is voidbox's own */
+	CHECK_INT_EQ(cpu_features_check(&info.cpu_features, &host, err, sizeof(err)), 0);
+	host.regs[CPU_FEATURE_LEAF7_EDX] = 0;
+	CHECK_INT_EQ(cpu_features_check(&info.cpu_features, &host, err, sizeof(err)), -EXDEV);
+	CHECK(strstr(err, "CPUID.7.0:EDX[1]") != NULL);
+
+	fill_image(&image, VM_SNAPSHOT_BASE); /* no features: the older layout */
+	write_snapshot(dir, &image);
+	CHECK_INT_EQ(vm_snapshot_inspect(dir, &info, err, sizeof(err)), 0);
+	CHECK(!info.has_cpu_features);
+}
+
 static void test_unknown_device_refused(void)
 {
 	char dir[PATH_MAX];
@@ -366,6 +408,7 @@ int main(void)
 	RUN_TEST(test_truncated_state_refused);
 	RUN_TEST(test_wrong_version_refused);
 	RUN_TEST(test_wrong_host_cpu_refused);
+	RUN_TEST(test_cpu_features_recorded_and_checked);
 	RUN_TEST(test_unknown_device_refused);
 	RUN_TEST(test_newer_device_section_refused);
 	RUN_TEST(test_device_sections_round_trip);

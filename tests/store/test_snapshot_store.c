@@ -324,7 +324,10 @@ static void test_evict_lru_by_mtime(void)
 	CHECK_INT_EQ(snapshot_store_find("bbbb", &entry, err, sizeof(err)), -ENOENT);
 	CHECK_INT_EQ(snapshot_store_find("aaaa2", &entry, err, sizeof(err)), 0);
 
-	/* touching makes a snapshot the most recently used; a base's diffs leave with it */
+	/*
+	 * A base stays while it has a diff, even when it is the oldest: the newer bbbb goes,
+	 * then the diff, and that is enough. Touching makes a snapshot the most recently used.
+	 */
 	CHECK_INT_EQ(store_fake(HASH_B, NULL, 2, id), 0);
 	set_age("bbbb000000000000", 5000);
 	set_age("aaaa222200000000", 4000);
@@ -333,15 +336,131 @@ static void test_evict_lru_by_mtime(void)
 	CHECK_INT_EQ(snapshot_store_evict_lru(each, &evicted, &remaining, err, sizeof(err)), 0);
 	CHECK_INT_EQ(evicted, 2);
 	CHECK_INT_EQ(store_count(), 1);
-	CHECK_INT_EQ(snapshot_store_find("bbbb", &entry, err, sizeof(err)), 0);
+	CHECK_INT_EQ(snapshot_store_find("aaaa2", &entry, err, sizeof(err)), 0);
 	CHECK_INT_EQ(snapshot_store_touch(entry.path), 0);
-	CHECK_INT_EQ(snapshot_store_find("bbbb", &entry, err, sizeof(err)), 0);
+	CHECK_INT_EQ(snapshot_store_find("aaaa2", &entry, err, sizeof(err)), 0);
 	CHECK(entry.last_used > 5000);
 
 	CHECK_INT_EQ(snapshot_store_evict_lru(0, &evicted, &remaining, err, sizeof(err)), 0);
 	CHECK_INT_EQ(evicted, 1);
 	CHECK_INT_EQ(remaining, 0);
 	CHECK_INT_EQ(store_count(), 0);
+}
+
+/*
+ * Garbage collection under a cap: a snapshot a process holds (as every restore does) is never
+ * evicted, nor is a base while its diff stays, nor the snapshot just written; the cap comes
+ * from VOIDBOX_SNAPSHOT_CACHE_MAX; delete refuses a held snapshot.
+ */
+static void test_gc_spares_in_use_and_bases(void)
+{
+	struct snapshot_store_gc_result result;
+	struct snapshot_store_entry held, entry;
+	struct snapshot_store_hold hold;
+	char err[ERR_MAX], id[SNAPSHOT_STORE_ID_MAX];
+	uint64_t each;
+
+	reset_home();
+	CHECK_INT_EQ(store_fake(HASH_A1, NULL, 2, id), 0);
+	CHECK_INT_EQ(store_fake(HASH_A2, NULL, 2, id), 0);
+	CHECK_INT_EQ(store_fake(HASH_A2, "aaaa222200000000", 2, id), 0);
+	CHECK_INT_EQ(store_fake(HASH_B, NULL, 2, id), 0);
+	set_age("aaaa111100000000", 1000);
+	set_age("aaaa222200000000", 2000);
+	set_age("aaaa222200000000-diff-1", 3000);
+	set_age("bbbb000000000000", 4000);
+	CHECK_INT_EQ(snapshot_store_find("bbbb", &entry, err, sizeof(err)), 0);
+	each = entry.size_bytes;
+
+	/* the oldest is held by a "running VM": it is spared, and so is the diff's base */
+	CHECK_INT_EQ(snapshot_store_find("aaaa1", &held, err, sizeof(err)), 0);
+	CHECK_INT_EQ(snapshot_store_hold(held.path, &hold, err, sizeof(err)), 0);
+	CHECK_INT_EQ(hold.count, 1);
+	CHECK(snapshot_store_in_use(held.path));
+	CHECK_INT_EQ(snapshot_store_delete("aaaa1", NULL, err, sizeof(err)), -EBUSY);
+	CHECK(strstr(err, "in use by a running VM") != NULL);
+	CHECK_INT_EQ(snapshot_store_gc(0, "bbbb000000000000", &result, err, sizeof(err)), 0);
+	/* the diff, then its base once it has none; the held one and bbbb (kept) stay */
+	CHECK_INT_EQ(result.evicted, 2);
+	CHECK_INT_EQ(result.spared_in_use, 1);
+	CHECK_INT_EQ(store_count(), 2);
+	CHECK_INT_EQ(snapshot_store_find("aaaa1", &entry, err, sizeof(err)), 0);
+	CHECK_INT_EQ(snapshot_store_find("bbbb", &entry, err, sizeof(err)), 0);
+	CHECK(result.remaining_bytes >= 2 * each);
+
+	/* a held diff holds its base too, and the base is spared as a base of a diff */
+	CHECK_INT_EQ(store_fake(HASH_A2, NULL, 2, id), 0);
+	CHECK_INT_EQ(store_fake(HASH_A2, "aaaa222200000000", 2, id), 0);
+	set_age("aaaa222200000000", 500);
+	snapshot_store_release(&hold);
+	CHECK(!snapshot_store_in_use(held.path));
+	CHECK_INT_EQ(snapshot_store_find("aaaa222200000000-diff-1", &held, err, sizeof(err)), 0);
+	CHECK_INT_EQ(snapshot_store_hold(held.path, &hold, err, sizeof(err)), 0);
+	CHECK_INT_EQ(hold.count, 2);
+	CHECK_INT_EQ(snapshot_store_gc(0, NULL, &result, err, sizeof(err)), 0);
+	CHECK_INT_EQ(result.spared_in_use, 1);
+	CHECK_INT_EQ(result.spared_bases, 1);
+	CHECK_INT_EQ(store_count(), 2);
+	CHECK_INT_EQ(snapshot_store_find("aaaa222200000000-diff-1", &entry, err, sizeof(err)), 0);
+	snapshot_store_release(&hold);
+
+	/* the configured cap: a malformed one is refused, a real one applied */
+	setenv(SNAPSHOT_STORE_CACHE_MAX_ENV, "lots", 1);
+	CHECK_INT_EQ(snapshot_store_enforce_cap(NULL, err, sizeof(err)), -EINVAL);
+	CHECK(strstr(err, SNAPSHOT_STORE_CACHE_MAX_ENV) != NULL);
+	setenv(SNAPSHOT_STORE_CACHE_MAX_ENV, "0", 1);
+	CHECK_INT_EQ(snapshot_store_enforce_cap(NULL, err, sizeof(err)), 0);
+	CHECK_INT_EQ(store_count(), 0);
+	unsetenv(SNAPSHOT_STORE_CACHE_MAX_ENV);
+}
+
+/* Commit records every file's SHA-256; verify finds a flipped byte and names the file. */
+static void test_manifest_and_verify(void)
+{
+	struct snapshot_store_entry entry;
+	char err[ERR_MAX], id[SNAPSHOT_STORE_ID_MAX], path[PATH_MAX];
+	char hex[SNAPSHOT_MANIFEST_SHA256_HEX_LEN + 1];
+	uint64_t size = 0;
+	int fd;
+
+	reset_home();
+	CHECK_INT_EQ(store_fake(HASH_A1, NULL, 3, id), 0);
+	if (snapshot_store_verify("aaaa1", &entry, err, sizeof(err)) != 0)
+		fprintf(stderr, "  verify: %s\n", err);
+	CHECK_INT_EQ(snapshot_store_verify("aaaa1", &entry, err, sizeof(err)), 0);
+	snprintf(path, sizeof(path), "%s/%s", entry.path, SNAPSHOT_MANIFEST_FILE);
+	CHECK(path_exists(path));
+	snprintf(path, sizeof(path), "%s/%s", entry.path, SNAPSHOT_STORE_STATE_FILE);
+	fd = open(path, O_WRONLY);
+	CHECK(fd >= 0);
+	CHECK_INT_EQ(pwrite(fd, "y", 1, TEST_PAGE + 7), 1);
+	close(fd);
+	CHECK_INT_EQ(snapshot_store_verify("aaaa1", &entry, err, sizeof(err)), -EBADMSG);
+	CHECK(strstr(err, path) != NULL);
+	CHECK(strstr(err, "SHA-256") != NULL);
+	CHECK_INT_EQ(truncate(path, TEST_PAGE), 0);
+	CHECK_INT_EQ(snapshot_store_verify("aaaa1", &entry, err, sizeof(err)), -EBADMSG);
+	CHECK(strstr(err, "truncated") != NULL);
+	CHECK_INT_EQ(unlink(path), 0);
+	CHECK(snapshot_store_verify("aaaa1", &entry, err, sizeof(err)) < 0);
+	CHECK(snapshot_sha256_file(path, hex, &size, err, sizeof(err)) == -ENOENT);
+	CHECK(strstr(err, path) != NULL);
+}
+
+static void test_parse_size(void)
+{
+	uint64_t value = 0;
+
+	CHECK(snapshot_store_parse_size("512", &value) && value == 512);
+	CHECK(snapshot_store_parse_size("64K", &value) && value == 64ULL << 10);
+	CHECK(snapshot_store_parse_size("3m", &value) && value == 3ULL << 20);
+	CHECK(snapshot_store_parse_size("2G", &value) && value == 2ULL << 30);
+	CHECK(snapshot_store_parse_size("1T", &value) && value == 1ULL << 40);
+	CHECK(!snapshot_store_parse_size("-1G", &value));
+	CHECK(!snapshot_store_parse_size("1GB", &value));
+	CHECK(!snapshot_store_parse_size("G", &value));
+	CHECK(!snapshot_store_parse_size("99999999999999999999", &value));
+	CHECK(!snapshot_store_parse_size("17179869184G", &value));
 }
 
 static void test_resolution_precedence(void)
@@ -431,6 +550,9 @@ int main(void)
 	RUN_TEST(test_commit_is_atomic);
 	RUN_TEST(test_list_find_delete_by_prefix);
 	RUN_TEST(test_evict_lru_by_mtime);
+	RUN_TEST(test_gc_spares_in_use_and_bases);
+	RUN_TEST(test_manifest_and_verify);
+	RUN_TEST(test_parse_size);
 	RUN_TEST(test_resolution_precedence);
 	RUN_TEST(test_voidbox_home);
 
