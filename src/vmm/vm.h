@@ -41,6 +41,13 @@ enum vm_exit_reason {
 	VM_EXIT_GUEST_TRIPLE_FAULT, /* the CPU could not deliver an exception: a guest crash */
 };
 
+/* A host directory shared with the guest over virtio-fs (src/devices/fs.c). */
+struct vm_share {
+	const char *host_dir; /* an existing directory */
+	const char *tag;      /* what the guest mounts: `mount -t virtiofs TAG DIR` */
+	bool read_only;	      /* the host server answers EROFS to every change */
+};
+
 struct vm_config {
 	const char *kernel_path;    /* bzImage */
 	const char *initramfs_path; /* NULL: none */
@@ -62,6 +69,9 @@ struct vm_config {
 	uint64_t vsock_cid; /* guest CID (>= 3); 0: a random one */
 	/* Leaves out the virtio-rng entropy device every VM otherwise has. */
 	bool no_entropy_device;
+	/* virtio-fs: one device per share, in this order; a restore re-opens the saved ones. */
+	const struct vm_share *shares;
+	unsigned int share_count;
 };
 
 struct vm;
