@@ -68,6 +68,14 @@ int cli_sandbox_start(const char *command, const char *snapshot_ref,
 		      const struct sandbox_config *cfg, bool track_dirty_pages,
 		      struct sandbox **out, char *err, size_t errlen);
 
+/*
+ * Adds one --mount HOST_DIR:GUEST_DIR[:ro|:rw] to cfg (text is split in place). 0, or
+ * CLI_EXIT_USAGE after printing why.
+ */
+int cli_mount_add(const char *command, struct sandbox_config *cfg, char *text);
+#define CLI_MOUNT_USAGE \
+	"  --mount HOST:GUEST[:ro|:rw]  share a host directory at GUEST (default rw; repeatable)\n"
+
 /* True when argv[i] is -h or --help: every subcommand honours it. */
 bool cli_wants_help(int argc, char **argv);
 

@@ -39,6 +39,7 @@ enum cli_exec_option {
 	CLI_EXEC_OPT_SERIAL_LOG,
 	CLI_EXEC_OPT_BOOT_TIMEOUT,
 	CLI_EXEC_OPT_SNAPSHOT,
+	CLI_EXEC_OPT_MOUNT,
 	CLI_EXEC_OPT_HELP,
 };
 
@@ -53,6 +54,7 @@ static const struct option cli_exec_options[] = {
 	{ "serial-log", required_argument, NULL, CLI_EXEC_OPT_SERIAL_LOG },
 	{ "boot-timeout", required_argument, NULL, CLI_EXEC_OPT_BOOT_TIMEOUT },
 	{ "snapshot", required_argument, NULL, CLI_EXEC_OPT_SNAPSHOT },
+	{ "mount", required_argument, NULL, CLI_EXEC_OPT_MOUNT },
 	{ "help", no_argument, NULL, CLI_EXEC_OPT_HELP },
 	{ NULL, 0, NULL, 0 },
 };
@@ -70,6 +72,7 @@ static void cli_exec_usage(FILE *out)
 		"usage: voidbox exec [--memory MB] [--vcpus N] [--env K=V]... [--timeout S]\n"
 		"                    [--kernel PATH] [--initramfs PATH] [--workdir DIR]\n"
 		"                    [--serial-log PATH] [--boot-timeout S] [--snapshot ID]\n"
+		"                    [--mount HOST:GUEST[:ro|:rw]]...\n"
 		"                    -- PROGRAM [ARGS...]\n\n"
 		"Boots a micro-VM, runs PROGRAM in it as the sandbox user and exits with its exit\n"
 		"code. stdout and stderr stream live; piped stdin is delivered to the program.\n\n"
@@ -83,7 +86,8 @@ static void cli_exec_usage(FILE *out)
 		"  --serial-log PATH  write the guest console here (default: a file kept on failure)\n"
 		"  --boot-timeout S   give up when the guest agent has not answered after S seconds\n"
 		"  --snapshot ID      restore from a snapshot (id prefix, else a snapshot directory)\n"
-		"                     instead of booting; one that is not found warns and cold-boots\n",
+		"                     instead of booting; one that is not found warns and cold-boots\n"
+		CLI_MOUNT_USAGE,
 		SANDBOX_DEFAULT_MEMORY_MB, SANDBOX_DEFAULT_VCPUS);
 }
 
@@ -185,6 +189,10 @@ static int cli_exec_parse(int argc, char **argv, struct cli_exec_args *args)
 			break;
 		case CLI_EXEC_OPT_SNAPSHOT:
 			args->snapshot = optarg;
+			break;
+		case CLI_EXEC_OPT_MOUNT:
+			if (cli_mount_add("exec", &args->sandbox, optarg) != 0)
+				return CLI_EXIT_USAGE;
 			break;
 		case CLI_EXEC_OPT_HELP:
 			cli_exec_usage(stdout);

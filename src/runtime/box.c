@@ -104,7 +104,11 @@ void box_config_from_spec(struct box_config *cfg, const struct spec *spec,
 	cfg->vcpus = spec->sandbox.vcpus;
 	cfg->env = &spec->sandbox.env;
 	cfg->snapshot = spec->sandbox.snapshot;
+	cfg->mounts = spec->sandbox.mounts;
+	cfg->mount_count = spec->sandbox.mount_count;
 	if (box && box->has_sandbox) {
+		cfg->box_mounts = box->sandbox.mounts;
+		cfg->box_mount_count = box->sandbox.mount_count;
 		struct spec_box_resources resources;
 
 		spec_box_resources(spec, box, &resources);

@@ -85,6 +85,11 @@ struct box_config {
 	 * NULL: cold boot. One that resolves to nothing warns and cold-boots (docs/snapshots.md).
 	 */
 	const char *snapshot;
+	/* Host directories to share (sandbox.mounts, then the box's own); borrowed. */
+	const struct spec_mount *mounts;
+	size_t mount_count;
+	const struct spec_mount *box_mounts;
+	size_t box_mount_count;
 };
 
 /* Called for each piece of output in arrival order (mock: once per stream). */

@@ -318,6 +318,7 @@ static int sandbox_prepare(const char *serial_log_path, struct sandbox **out, ch
 int sandbox_start(const struct sandbox_config *cfg, struct sandbox **out, char *err,
 		  size_t errlen)
 {
+	struct sandbox_mounts_plan *mounts = NULL;
 	struct vm_config vm_cfg;
 	struct sandbox *sandbox;
 	long started_ms = monotonic_ms();
@@ -327,9 +328,14 @@ int sandbox_start(const struct sandbox_config *cfg, struct sandbox **out, char *
 	rc = sandbox_check_kvm(err, errlen);
 	if (rc < 0)
 		return rc;
-	rc = sandbox_prepare(cfg->serial_log_path, &sandbox, err, errlen);
+	rc = sandbox_mounts_plan(cfg, &mounts, err, errlen);
 	if (rc < 0)
 		return rc;
+	rc = sandbox_prepare(cfg->serial_log_path, &sandbox, err, errlen);
+	if (rc < 0) {
+		sandbox_mounts_plan_free(mounts);
+		return rc;
+	}
 	if (getrandom(sandbox->secret, sizeof(sandbox->secret), 0) != sizeof(sandbox->secret)) {
 		rc = -errno;
 		snprintf(err, errlen, "cannot draw a session secret: %s", strerror(errno));
@@ -339,7 +345,9 @@ int sandbox_start(const struct sandbox_config *cfg, struct sandbox **out, char *
 	memset(&vm_cfg, 0, sizeof(vm_cfg));
 	vm_cfg.kernel_path = cfg->kernel_path;
 	vm_cfg.initramfs_path = cfg->initramfs_path;
-	vm_cfg.cmdline = cfg->extra_cmdline;
+	vm_cfg.cmdline = mounts->cmdline;
+	vm_cfg.shares = mounts->shares;
+	vm_cfg.share_count = mounts->share_count;
 	vm_cfg.memory_mb = cfg->memory_mb ? cfg->memory_mb : SANDBOX_DEFAULT_MEMORY_MB;
 	vm_cfg.vcpus = cfg->vcpus ? cfg->vcpus : SANDBOX_DEFAULT_VCPUS;
 	vm_cfg.serial_log_path = sandbox->serial_log_path;
@@ -352,6 +360,8 @@ int sandbox_start(const struct sandbox_config *cfg, struct sandbox **out, char *
 		vm_cfg.vmlinux_cache_dir = sandbox->kernel_cache_dir;
 	vm_cfg.vsock_cid = sandbox_random_cid();
 	rc = vm_create(&vm_cfg, &sandbox->vm, err, errlen);
+	sandbox_mounts_plan_free(mounts); /* the devices and command line hold copies */
+	mounts = NULL;
 	if (rc < 0)
 		goto fail;
 	log_info(SANDBOX_LOG, "booting %s (%u MiB, %u vCPU), console in %s", cfg->kernel_path,
@@ -373,6 +383,7 @@ int sandbox_start(const struct sandbox_config *cfg, struct sandbox **out, char *
 	return 0;
 
 fail:
+	sandbox_mounts_plan_free(mounts);
 	sandbox_destroy(sandbox, true);
 	return rc;
 }

@@ -23,6 +23,18 @@
 #define SANDBOX_DEFAULT_VCPUS 1
 #define SANDBOX_DEFAULT_BOOT_TIMEOUT_MS 120000
 
+/* At most this many host directories per sandbox (each one virtio-mmio slot). */
+#define SANDBOX_MAX_MOUNTS 8
+/* The kernel command line words the mounts may take, with the extra arguments. */
+#define SANDBOX_MOUNTS_CMDLINE_MAX 2048
+
+/* A host directory the guest sees at guest_dir (docs/devices.md, virtio-fs). */
+struct sandbox_mount {
+	const char *host_dir;
+	const char *guest_dir; /* absolute; no spaces or colons */
+	bool read_only;	       /* writes answer EROFS, enforced by the host */
+};
+
 struct sandbox_config {
 	const char *kernel_path;
 	const char *initramfs_path;
@@ -39,7 +51,30 @@ struct sandbox_config {
 	 * boot; true boots the bzImage as given, keeping the decompressor's KASLR.
 	 */
 	bool boot_compressed_kernel;
+	/* Host directories shared over virtio-fs; a restored sandbox keeps its snapshot's. */
+	struct sandbox_mount mounts[SANDBOX_MAX_MOUNTS];
+	unsigned int mount_count;
 };
+
+/*
+ * Splits "HOST_DIR:GUEST_DIR[:ro|:rw]" (default rw) in place into out; the strings point into
+ * text. 0, or -EINVAL with a sentence in err.
+ */
+int sandbox_mount_parse(char *text, struct sandbox_mount *out, char *err, size_t errlen);
+
+/* What sandbox_start hands the VM for cfg's mounts: devices and command line words. */
+struct sandbox_mounts_plan {
+	struct vm_share shares[SANDBOX_MAX_MOUNTS];
+	char host_dirs[SANDBOX_MAX_MOUNTS][PATH_MAX]; /* resolved */
+	char tags[SANDBOX_MAX_MOUNTS][16];
+	unsigned int share_count;
+	char cmdline[SANDBOX_MOUNTS_CMDLINE_MAX]; /* cfg's extra arguments, then the mounts */
+};
+
+/* Checks cfg's mounts (directories, guest paths) and plans them; -errno with a sentence. */
+int sandbox_mounts_plan(const struct sandbox_config *cfg, struct sandbox_mounts_plan **out,
+			char *err, size_t errlen);
+void sandbox_mounts_plan_free(struct sandbox_mounts_plan *plan);
 
 /* $VOIDBOX_HOME/cache/kernels: where extracted kernels are kept. */
 int sandbox_kernel_cache_dir(char *out, size_t len);
