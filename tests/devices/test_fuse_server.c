@@ -790,6 +790,11 @@ static void test_device_queues(void)
 	queues = virtio_mmio_read32(fs_device_transport(dev), VIRTIO_MMIO_CONFIG + FS_TAG_LEN);
 	CHECK_STR_EQ(tag, "voidbox0");
 	CHECK_INT_EQ(queues, 1);
+	/* no shared memory region (DAX): the guest driver must see length -1, not 0 */
+	virtio_mmio_write32(fs_device_transport(dev), VIRTIO_MMIO_SHM_SEL, 0);
+	CHECK(virtio_mmio_read32(fs_device_transport(dev), VIRTIO_MMIO_SHM_LEN_LOW) == UINT32_MAX);
+	CHECK(virtio_mmio_read32(fs_device_transport(dev), VIRTIO_MMIO_SHM_LEN_HIGH) ==
+	      UINT32_MAX);
 	CHECK(fake_guest_setup(&guest, fs_device_transport(dev), FS_QUEUE_COUNT, ~0ull) &
 	      VIRTIO_STATUS_DRIVER_OK);
 	hdr.len = sizeof(hdr) + sizeof(init);
