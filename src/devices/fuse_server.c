@@ -4,9 +4,9 @@
  * Shape: a request is parsed through a bounded cursor (fuse_req) that hands out fixed-size
  * argument structs by copy and names only when they are NUL-terminated inside the request,
  * one component long and neither "." nor ".."; the reply is built in a bounded buffer
- * (fuse_reply) whose overflow is an error, never a write past it. One function per opcode,
- * dispatched from a table, each returning 0 or -errno: the dispatcher turns that into the
- * reply header, so no path can forget to answer.
+ * (fuse_reply) whose overflow is an error, never a write past it. One function per opcode
+ * (or per family of opcodes), dispatched by one switch, each returning 0 or -errno: the
+ * dispatcher turns that into the reply header, so no path can forget to answer.
  *
  * Inodes: node id N is slot N - 1 of a growable table (node id 1, the root, is slot 0), each an
  * O_PATH fd found by one openat2(RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS, O_NOFOLLOW) per
@@ -759,16 +759,6 @@ static int remove_entry(struct fuse_op_ctx *ctx, int flags)
 	return unlinkat(dirfd, name, flags) < 0 ? -errno : 0;
 }
 
-static int op_unlink(struct fuse_op_ctx *ctx)
-{
-	return remove_entry(ctx, 0);
-}
-
-static int op_rmdir(struct fuse_op_ctx *ctx)
-{
-	return remove_entry(ctx, AT_REMOVEDIR);
-}
-
 static int rename_names(struct fuse_op_ctx *ctx, uint64_t newdir, unsigned int flags)
 {
 	const char *old_name, *new_name;
@@ -972,22 +962,13 @@ static int op_statfs(struct fuse_op_ctx *ctx)
 	return reply_put(ctx->rep, &out, sizeof(out));
 }
 
-static int op_release(struct fuse_op_ctx *ctx)
+static int op_release(struct fuse_op_ctx *ctx, enum fuse_handle_kind kind)
 {
 	struct fuse_release_in in;
 
 	if (!req_copy(ctx->req, &in, sizeof(in)))
 		return -EINVAL;
-	return handle_release(ctx->s, in.fh, FUSE_HANDLE_FILE);
-}
-
-static int op_releasedir(struct fuse_op_ctx *ctx)
-{
-	struct fuse_release_in in;
-
-	if (!req_copy(ctx->req, &in, sizeof(in)))
-		return -EINVAL;
-	return handle_release(ctx->s, in.fh, FUSE_HANDLE_DIR);
+	return handle_release(ctx->s, in.fh, kind);
 }
 
 static int sync_handle(struct fuse_op_ctx *ctx, enum fuse_handle_kind kind)
@@ -1003,16 +984,6 @@ static int sync_handle(struct fuse_op_ctx *ctx, enum fuse_handle_kind kind)
 	if ((in.fsync_flags & FUSE_FSYNC_FDATASYNC) ? fdatasync(fd) : fsync(fd))
 		return -errno;
 	return 0;
-}
-
-static int op_fsync(struct fuse_op_ctx *ctx)
-{
-	return sync_handle(ctx, FUSE_HANDLE_FILE);
-}
-
-static int op_fsyncdir(struct fuse_op_ctx *ctx)
-{
-	return sync_handle(ctx, FUSE_HANDLE_DIR);
 }
 
 static int op_flush(struct fuse_op_ctx *ctx)
@@ -1286,16 +1257,6 @@ static int readdir_common(struct fuse_op_ctx *ctx, bool plus)
 	return rc;
 }
 
-static int op_readdir(struct fuse_op_ctx *ctx)
-{
-	return readdir_common(ctx, false);
-}
-
-static int op_readdirplus(struct fuse_op_ctx *ctx)
-{
-	return readdir_common(ctx, true);
-}
-
 static int op_access(struct fuse_op_ctx *ctx)
 {
 	struct fuse_access_in in;
@@ -1357,55 +1318,50 @@ static int op_lseek(struct fuse_op_ctx *ctx)
 	return reply_put(ctx->rep, &out, sizeof(out));
 }
 
-/* POSIX locks stay in the guest kernel: ENOSYS makes it lock locally, per VM. */
-static int op_not_implemented(struct fuse_op_ctx *ctx)
-{
-	(void)ctx;
-	return -ENOSYS;
-}
-
-typedef int (*fuse_op_fn)(struct fuse_op_ctx *ctx);
-
-static fuse_op_fn fuse_op_for(uint32_t opcode)
+/*
+ * One case per opcode the server answers. POSIX locks (GETLK, SETLK, SETLKW) and everything
+ * else answer ENOSYS: the guest kernel then keeps locks local to its VM.
+ */
+static int fuse_dispatch(struct fuse_op_ctx *ctx, uint32_t opcode)
 {
 	switch (opcode) {
-	case FUSE_INIT: return op_init;
-	case FUSE_DESTROY: return op_destroy;
-	case FUSE_LOOKUP: return op_lookup;
-	case FUSE_FORGET: return op_forget;
-	case FUSE_BATCH_FORGET: return op_batch_forget;
-	case FUSE_GETATTR: return op_getattr;
-	case FUSE_SETATTR: return op_setattr;
-	case FUSE_READLINK: return op_readlink;
-	case FUSE_SYMLINK: return op_symlink;
-	case FUSE_MKNOD: return op_mknod;
-	case FUSE_MKDIR: return op_mkdir;
-	case FUSE_UNLINK: return op_unlink;
-	case FUSE_RMDIR: return op_rmdir;
-	case FUSE_RENAME: return op_rename;
-	case FUSE_RENAME2: return op_rename2;
-	case FUSE_LINK: return op_link;
-	case FUSE_OPEN: return op_open;
-	case FUSE_CREATE: return op_create;
-	case FUSE_READ: return op_read;
-	case FUSE_WRITE: return op_write;
-	case FUSE_STATFS: return op_statfs;
-	case FUSE_RELEASE: return op_release;
-	case FUSE_RELEASEDIR: return op_releasedir;
-	case FUSE_FSYNC: return op_fsync;
-	case FUSE_FSYNCDIR: return op_fsyncdir;
-	case FUSE_FLUSH: return op_flush;
-	case FUSE_SETXATTR: return op_setxattr;
-	case FUSE_GETXATTR: return op_getxattr;
-	case FUSE_LISTXATTR: return op_listxattr;
-	case FUSE_REMOVEXATTR: return op_removexattr;
-	case FUSE_OPENDIR: return op_opendir;
-	case FUSE_READDIR: return op_readdir;
-	case FUSE_READDIRPLUS: return op_readdirplus;
-	case FUSE_ACCESS: return op_access;
-	case FUSE_FALLOCATE: return op_fallocate;
-	case FUSE_LSEEK: return op_lseek;
-	default: return op_not_implemented;
+	case FUSE_INIT: return op_init(ctx);
+	case FUSE_DESTROY: return op_destroy(ctx);
+	case FUSE_LOOKUP: return op_lookup(ctx);
+	case FUSE_FORGET: return op_forget(ctx);
+	case FUSE_BATCH_FORGET: return op_batch_forget(ctx);
+	case FUSE_GETATTR: return op_getattr(ctx);
+	case FUSE_SETATTR: return op_setattr(ctx);
+	case FUSE_READLINK: return op_readlink(ctx);
+	case FUSE_SYMLINK: return op_symlink(ctx);
+	case FUSE_MKNOD: return op_mknod(ctx);
+	case FUSE_MKDIR: return op_mkdir(ctx);
+	case FUSE_UNLINK: return remove_entry(ctx, 0);
+	case FUSE_RMDIR: return remove_entry(ctx, AT_REMOVEDIR);
+	case FUSE_RENAME: return op_rename(ctx);
+	case FUSE_RENAME2: return op_rename2(ctx);
+	case FUSE_LINK: return op_link(ctx);
+	case FUSE_OPEN: return op_open(ctx);
+	case FUSE_CREATE: return op_create(ctx);
+	case FUSE_READ: return op_read(ctx);
+	case FUSE_WRITE: return op_write(ctx);
+	case FUSE_STATFS: return op_statfs(ctx);
+	case FUSE_RELEASE: return op_release(ctx, FUSE_HANDLE_FILE);
+	case FUSE_RELEASEDIR: return op_release(ctx, FUSE_HANDLE_DIR);
+	case FUSE_FSYNC: return sync_handle(ctx, FUSE_HANDLE_FILE);
+	case FUSE_FSYNCDIR: return sync_handle(ctx, FUSE_HANDLE_DIR);
+	case FUSE_FLUSH: return op_flush(ctx);
+	case FUSE_SETXATTR: return op_setxattr(ctx);
+	case FUSE_GETXATTR: return op_getxattr(ctx);
+	case FUSE_LISTXATTR: return op_listxattr(ctx);
+	case FUSE_REMOVEXATTR: return op_removexattr(ctx);
+	case FUSE_OPENDIR: return op_opendir(ctx);
+	case FUSE_READDIR: return readdir_common(ctx, false);
+	case FUSE_READDIRPLUS: return readdir_common(ctx, true);
+	case FUSE_ACCESS: return op_access(ctx);
+	case FUSE_FALLOCATE: return op_fallocate(ctx);
+	case FUSE_LSEEK: return op_lseek(ctx);
+	default: return -ENOSYS;
 	}
 }
 
@@ -1431,13 +1387,13 @@ size_t fuse_server_handle(struct fuse_server *server, const uint8_t *in, size_t 
 	}
 	req.len = hdr.len; /* what the header claims, never more than arrived */
 	if (hdr.opcode == FUSE_FORGET || hdr.opcode == FUSE_BATCH_FORGET) {
-		fuse_op_for(hdr.opcode)(&ctx);
+		fuse_dispatch(&ctx, hdr.opcode);
 		return 0;
 	}
 	if (!server->initialized && hdr.opcode != FUSE_INIT)
 		rc = -EIO;
 	else
-		rc = fuse_op_for(hdr.opcode)(&ctx);
+		rc = fuse_dispatch(&ctx, hdr.opcode);
 reply:
 	reply_hdr.unique = hdr.unique;
 	reply_hdr.error = rc < 0 ? rc : 0;
