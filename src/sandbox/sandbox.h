@@ -25,6 +25,8 @@
 
 /* At most this many host directories per sandbox (each one virtio-mmio slot). */
 #define SANDBOX_MAX_MOUNTS 8
+/* A virtio-fs tag (36 bytes) and its NUL. */
+#define SANDBOX_MOUNT_TAG_MAX 37
 /* The kernel command line words the mounts may take, with the extra arguments. */
 #define SANDBOX_MOUNTS_CMDLINE_MAX 2048
 
@@ -66,7 +68,7 @@ int sandbox_mount_parse(char *text, struct sandbox_mount *out, char *err, size_t
 struct sandbox_mounts_plan {
 	struct vm_share shares[SANDBOX_MAX_MOUNTS];
 	char host_dirs[SANDBOX_MAX_MOUNTS][PATH_MAX]; /* resolved */
-	char tags[SANDBOX_MAX_MOUNTS][16];
+	char tags[SANDBOX_MAX_MOUNTS][SANDBOX_MOUNT_TAG_MAX];
 	unsigned int share_count;
 	char cmdline[SANDBOX_MOUNTS_CMDLINE_MAX]; /* cfg's extra arguments, then the mounts */
 };
