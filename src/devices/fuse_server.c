@@ -72,11 +72,25 @@ struct fuse_inode {
 
 enum fuse_handle_kind { FUSE_HANDLE_FREE, FUSE_HANDLE_FILE, FUSE_HANDLE_DIR };
 
+/*
+ * A directory handle's read position. Offsets of some file systems (tmpfs) are ordinals, so
+ * seeking to one after entries before it were removed skips live entries: the stream keeps
+ * the host fd where the guest left it, with the entries read from the host but not yet sent,
+ * and seeks only when the guest asks for another offset than the one it was last given.
+ */
+struct fuse_dir_stream {
+	uint8_t buf[FUSE_DIRENTS_BUFFER];
+	size_t len;      /* bytes getdents64 filled */
+	size_t pos;      /* the next entry not sent yet */
+	uint64_t offset; /* the offset the guest continues from when it picks up here */
+};
+
 struct fuse_handle {
 	enum fuse_handle_kind kind;
 	int fd;
 	uint64_t nodeid;
 	int flags;
+	struct fuse_dir_stream *dir; /* directories, once read */
 };
 
 struct fuse_server {
@@ -473,6 +487,7 @@ static int handle_release(struct fuse_server *s, uint64_t fh, enum fuse_handle_k
 	handle = &s->handles[fh - 1];
 	if (handle->fd >= 0)
 		close(handle->fd);
+	free(handle->dir);
 	*handle = (struct fuse_handle){ .kind = FUSE_HANDLE_FREE, .fd = -1 };
 	s->handle_count--;
 	return 0;
@@ -986,15 +1001,6 @@ static int sync_handle(struct fuse_op_ctx *ctx, enum fuse_handle_kind kind)
 	return 0;
 }
 
-static int op_flush(struct fuse_op_ctx *ctx)
-{
-	struct fuse_flush_in in;
-
-	if (!req_copy(ctx->req, &in, sizeof(in)))
-		return -EINVAL;
-	return handle_fd(ctx->s, in.fh, FUSE_HANDLE_FILE) < 0 ? -EBADF : 0;
-}
-
 /* xattrs: only the user namespace, so the guest cannot change ACLs or security labels. */
 static int xattr_node_path(struct fuse_op_ctx *ctx, char *path)
 {
@@ -1215,13 +1221,35 @@ static bool readdir_put(struct fuse_op_ctx *ctx, size_t limit, bool plus,
 	return true;
 }
 
+/* Positions the stream at offset: nothing to do when the guest continues where it left. */
+static int dir_stream_seek(struct fuse_handle *handle, uint64_t offset)
+{
+	struct fuse_dir_stream *dir = handle->dir;
+
+	if (!dir) {
+		dir = calloc(1, sizeof(*dir));
+		if (!dir)
+			return -ENOMEM;
+		handle->dir = dir;
+		if (lseek(handle->fd, 0, SEEK_SET) < 0)
+			return -errno;
+	}
+	if (offset == dir->offset)
+		return 0;
+	if (lseek(handle->fd, (off_t)offset, SEEK_SET) < 0)
+		return -errno;
+	dir->len = dir->pos = 0;
+	dir->offset = offset;
+	return 0;
+}
+
 static int readdir_common(struct fuse_op_ctx *ctx, bool plus)
 {
 	struct fuse_read_in in;
-	char *buf;
+	struct fuse_handle *handle;
+	struct fuse_dir_stream *dir;
 	size_t limit;
-	long got;
-	int fd, rc = 0;
+	int fd, rc;
 
 	if (!req_copy(ctx->req, &in, sizeof(in)))
 		return -EINVAL;
@@ -1230,31 +1258,33 @@ static int readdir_common(struct fuse_op_ctx *ctx, bool plus)
 		return fd;
 	if (in.offset > (uint64_t)INT64_MAX)
 		return -EINVAL;
+	handle = &ctx->s->handles[in.fh - 1];
+	rc = dir_stream_seek(handle, in.offset);
+	if (rc < 0)
+		return rc;
+	dir = handle->dir;
 	limit = in.size < ctx->rep->cap ? in.size : ctx->rep->cap;
-	if (lseek(fd, (off_t)in.offset, SEEK_SET) < 0)
-		return -errno;
-	buf = malloc(FUSE_DIRENTS_BUFFER);
-	if (!buf)
-		return -ENOMEM;
-	while ((got = syscall(SYS_getdents64, fd, buf, FUSE_DIRENTS_BUFFER)) > 0) {
-		bool full = false;
+	for (;;) {
+		const struct linux_dirent64 *d;
 
-		for (long at = 0; at < got;) {
-			const struct linux_dirent64 *d = (const struct linux_dirent64 *)(buf + at);
+		if (dir->pos >= dir->len) {
+			long got = syscall(SYS_getdents64, fd, dir->buf, sizeof(dir->buf));
 
-			if (!readdir_put(ctx, limit, plus, d)) {
-				full = true;
-				break;
-			}
-			at += d->d_reclen;
+			if (got < 0)
+				return -errno;
+			dir->len = (size_t)got;
+			dir->pos = 0;
+			if (got == 0)
+				return 0;
 		}
-		if (full)
-			break;
+		d = (const struct linux_dirent64 *)(dir->buf + dir->pos);
+		if (d->d_reclen == 0 || d->d_reclen > dir->len - dir->pos)
+			return -EIO; /* the host kernel's own buffer: never, but never loop on it */
+		if (!readdir_put(ctx, limit, plus, d))
+			return 0; /* stays pending for the next READDIR */
+		dir->pos += d->d_reclen;
+		dir->offset = (uint64_t)d->d_off;
 	}
-	if (got < 0)
-		rc = -errno;
-	free(buf);
-	return rc;
 }
 
 static int op_access(struct fuse_op_ctx *ctx)
@@ -1320,7 +1350,10 @@ static int op_lseek(struct fuse_op_ctx *ctx)
 
 /*
  * One case per opcode the server answers. POSIX locks (GETLK, SETLK, SETLKW) and everything
- * else answer ENOSYS: the guest kernel then keeps locks local to its VM.
+ * else answer ENOSYS: the guest kernel then keeps locks local to its VM. So does FLUSH: writes
+ * reach the host file at once (no server-side cache), so a flush has nothing to do, and its
+ * ENOSYS tells the kernel to stop sending one at every close() -- two round trips of the
+ * four or six a small file's create costs.
  */
 static int fuse_dispatch(struct fuse_op_ctx *ctx, uint32_t opcode)
 {
@@ -1350,7 +1383,6 @@ static int fuse_dispatch(struct fuse_op_ctx *ctx, uint32_t opcode)
 	case FUSE_RELEASEDIR: return op_release(ctx, FUSE_HANDLE_DIR);
 	case FUSE_FSYNC: return sync_handle(ctx, FUSE_HANDLE_FILE);
 	case FUSE_FSYNCDIR: return sync_handle(ctx, FUSE_HANDLE_DIR);
-	case FUSE_FLUSH: return op_flush(ctx);
 	case FUSE_SETXATTR: return op_setxattr(ctx);
 	case FUSE_GETXATTR: return op_getxattr(ctx);
 	case FUSE_LISTXATTR: return op_listxattr(ctx);

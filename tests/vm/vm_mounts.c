@@ -153,6 +153,11 @@ static void test_metadata_operations(void)
 		 "test -d b && test ! -e b/c && test ! -e b/gone && echo ok", rw_dir);
 	CHECK_INT_EQ(host(cmd, out, sizeof(out)), 0);
 	CHECK_STR_EQ(out, "600 4\n0123\nok");
+	/* rm -r of a directory larger than one READDIR reply, removing while it reads */
+	CHECK_INT_EQ(sh(vm, "mkdir " TEST_GUEST_RW "/many && cd " TEST_GUEST_RW "/many && i=0; "
+			"while [ $i -lt 300 ]; do : > file-$i; i=$((i+1)); done; "
+			"cd / && rm -r " TEST_GUEST_RW "/many && echo gone", out, sizeof(out)), 0);
+	CHECK_STR_EQ(out, "gone");
 	/* the host changes a file the guest has cached: the guest sees it within the timeout */
 	snprintf(cmd, sizeof(cmd), "printf changed > %s/a/moved", rw_dir);
 	CHECK_INT_EQ(host(cmd, NULL, 0), 0);
