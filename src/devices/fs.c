@@ -30,6 +30,7 @@
 #include <linux/kvm.h>
 #include <sys/eventfd.h>
 #include <sys/ioctl.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include "common/log.h"
@@ -42,6 +43,7 @@
 #define FS_NOTIFY_WIDTH 4u /* QUEUE_NOTIFY is a 32-bit register */
 
 static const char *const log_module = "virtio-fs";
+static pthread_once_t fs_fd_limit_once = PTHREAD_ONCE_INIT;
 
 struct fs_device {
 	pthread_mutex_t lock;
@@ -201,6 +203,24 @@ static const struct virtio_device_ops fs_virtio_ops = {
 
 /* ---- lifetime ---- */
 
+/*
+ * Every inode the guest holds is an O_PATH fd, and the guest forgets inodes only when its
+ * cache lets them go, so a share needs far more fds than the usual soft limit of 1024 (a
+ * `tar x` of a few thousand files would fail with EMFILE). The soft limit is raised to the
+ * hard one, once per process.
+ */
+static void fs_raise_fd_limit(void)
+{
+	struct rlimit limit;
+
+	if (getrlimit(RLIMIT_NOFILE, &limit) == 0 && limit.rlim_cur < limit.rlim_max) {
+		limit.rlim_cur = limit.rlim_max;
+		if (setrlimit(RLIMIT_NOFILE, &limit) < 0)
+			log_debug(log_module, "cannot raise the open file limit: %s",
+				  strerror(errno));
+	}
+}
+
 static void fs_device_free(struct fs_device *dev)
 {
 	fuse_server_destroy(dev->server);
@@ -232,6 +252,7 @@ struct fs_device *fs_device_create(const struct fs_device_config *cfg, char *err
 
 	if (fs_check_config(cfg, err, errlen) < 0)
 		return NULL;
+	pthread_once(&fs_fd_limit_once, fs_raise_fd_limit);
 	dev = calloc(1, sizeof(*dev));
 	if (!dev) {
 		snprintf(err, errlen, "out of memory creating the share %s", cfg->host_dir);

@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
 #include <unistd.h>
@@ -32,6 +33,7 @@
 #define TEST_GUEST_TEXT "written by the guest"
 #define TEST_READ_SIZE 4096u
 #define TEST_DIR_MAX 256
+#define TEST_LOW_FD_LIMIT 256u
 #define TEST_NAME_MAX 64
 
 struct fx {
@@ -743,7 +745,13 @@ static void test_handle_limit(void)
 	struct fx f;
 	uint64_t node, fh = 0;
 	unsigned int opened = 0;
+	struct rlimit limit;
 
+	/* the table's limit, not the process's, must be what stops it */
+	if (getrlimit(RLIMIT_NOFILE, &limit) == 0) {
+		limit.rlim_cur = limit.rlim_max;
+		setrlimit(RLIMIT_NOFILE, &limit);
+	}
 	CHECK_INT_EQ(fx_init(&f, FUSE_SERVER_READ_WRITE), 0);
 	host_write(&f, "many", "m");
 	node = lookup(&f, TEST_ROOT, "many", NULL);
@@ -830,9 +838,14 @@ static void test_device_queues(void)
 	char dir[] = "/tmp/voidbox-fs-dev-XXXXXX", err[256], tag[FS_TAG_LEN + 1] = "";
 	const uint64_t in_gpa = 0x100000, out_gpa = 0x110000;
 	uint32_t id = 0, used = 0, queues = 0;
+	struct rlimit limit;
 
 	CHECK(mkdtemp(dir) != NULL);
 	CHECK_INT_EQ(fake_guest_init(&guest), 0);
+	/* a share raises the soft open-file limit to the hard one (each inode is an fd) */
+	CHECK(getrlimit(RLIMIT_NOFILE, &limit) == 0);
+	limit.rlim_cur = TEST_LOW_FD_LIMIT < limit.rlim_max ? TEST_LOW_FD_LIMIT : limit.rlim_max;
+	CHECK(setrlimit(RLIMIT_NOFILE, &limit) == 0);
 	cfg.host_dir = dir;
 	cfg.mem = &guest.mem;
 	cfg.irq = fake_guest_irq(&guest);
@@ -840,6 +853,7 @@ static void test_device_queues(void)
 	CHECK(dev != NULL);
 	if (!dev)
 		return;
+	CHECK(getrlimit(RLIMIT_NOFILE, &limit) == 0 && limit.rlim_cur == limit.rlim_max);
 	CHECK_INT_EQ(virtio_mmio_read32(fs_device_transport(dev), VIRTIO_MMIO_DEVICE_ID),
 		     VIRTIO_ID_FS);
 	for (unsigned int i = 0; i < FS_TAG_LEN; i += 4) {
