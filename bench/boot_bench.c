@@ -40,6 +40,7 @@
 #include <linux/vm_sockets.h>
 
 #include "boot_measure.h"
+#include "vsock_cid.h"
 #include "host/control_channel.h"
 #include "proto/protocol.h"
 #include "sandbox/sandbox.h"
@@ -489,43 +490,6 @@ out:
 
 /* ---- QEMU microvm with vhost-vsock ----------------------------------------------------- */
 
-/* A blocking AF_VSOCK stream to (cid, port), or -errno after about timeout_ms. */
-static int vsock_connect_cid(unsigned int cid, unsigned int port, int timeout_ms)
-{
-	struct sockaddr_vm addr = { .svm_family = AF_VSOCK, .svm_cid = cid, .svm_port = port };
-	struct pollfd pfd;
-	int fd, err = 0, flags;
-	socklen_t errlen = sizeof(err);
-
-	fd = socket(AF_VSOCK, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-	if (fd < 0)
-		return -errno;
-	if (connect(fd, (struct sockaddr *)&addr, sizeof(addr)) < 0) {
-		if (errno != EINPROGRESS) {
-			err = errno;
-			goto fail;
-		}
-		pfd = (struct pollfd){ .fd = fd, .events = POLLOUT };
-		if (poll(&pfd, 1, timeout_ms) <= 0) {
-			err = ETIMEDOUT;
-			goto fail;
-		}
-		if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &errlen) < 0)
-			err = errno;
-		if (err)
-			goto fail;
-	}
-	flags = fcntl(fd, F_GETFL);
-	if (flags < 0 || fcntl(fd, F_SETFL, flags & ~O_NONBLOCK) < 0) {
-		err = errno;
-		goto fail;
-	}
-	return fd;
-fail:
-	close(fd);
-	return -err;
-}
-
 struct qemu_peer {
 	unsigned int cid;
 };
@@ -534,7 +498,7 @@ static int qemu_vsock_connector(void *opaque, int timeout_ms)
 {
 	const struct qemu_peer *peer = opaque;
 
-	return vsock_connect_cid(peer->cid, PROTO_GUEST_AGENT_PORT,
+	return bench_vsock_connect_cid(peer->cid, PROTO_GUEST_AGENT_PORT,
 				 timeout_ms > 0 ? timeout_ms : CHANNEL_CONNECT_TIMEOUT_MS);
 }
 
@@ -573,7 +537,7 @@ static int qemu_wait_for_agent(pid_t pid, unsigned int cid, double deadline_ms)
 	int status;
 
 	while (boot_now_ms() < deadline_ms) {
-		int fd = vsock_connect_cid(cid, PROTO_GUEST_AGENT_PORT, PROBE_CONNECT_TIMEOUT_MS);
+		int fd = bench_vsock_connect_cid(cid, PROTO_GUEST_AGENT_PORT, PROBE_CONNECT_TIMEOUT_MS);
 
 		if (fd >= 0) {
 			close(fd);

@@ -152,7 +152,7 @@ static void agent_init_devices(const char *cmdline_text)
 /* Every boot: the host's channel, and the entropy device that seeds the guest's RNG. */
 static const char *const agent_modules_for_vsock[] = { "virtio_mmio", "vmw_vsock_virtio_transport",
 						       "virtio_rng" };
-static const char *const agent_modules_for_shares[] = { "9pnet_virtio", "9p", "virtiofs" };
+static const char *const agent_modules_for_shares[] = { "fuse", "virtiofs", "9pnet_virtio", "9p" };
 static const char *const agent_modules_for_network[] = { "virtio_net" };
 /* ext4 mounts nothing without a crc32c driver, which it asks for by an alias (no modprobe). */
 static const char *const agent_modules_for_oci_root[] = { "virtio_blk", "crc32c_generic", "ext4",

@@ -182,16 +182,18 @@ static void mounts_setup_one(const struct mount_spec *spec)
 {
 	unsigned long flags = mounts_flags(spec);
 	const char *kind = "virtiofs";
-	int err = 0;
+	int err = 0, virtiofs_err = 0;
 
 	mounts_mkdir_p(spec->guest_path);
 	if (mount(spec->tag, spec->guest_path, "virtiofs", flags, NULL) < 0) {
+		virtiofs_err = errno;
 		kind = "9p";
 		err = mounts_try_9p(spec);
 	}
 	if (err) {
-		agent_error("mount %d (%s on %s) failed: %s; the share is missing in the guest",
-			    spec->index, spec->tag, spec->guest_path, strerror(-err));
+		agent_error("mount %d (%s on %s) failed: virtiofs: %s, 9p: %s; the share is missing "
+			    "in the guest", spec->index, spec->tag, spec->guest_path,
+			    strerror(virtiofs_err), strerror(-err));
 		return;
 	}
 	agent_info("mounted %s on %s (%s, %s)", spec->tag, spec->guest_path, kind,

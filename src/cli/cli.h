@@ -168,6 +168,14 @@ int cli_network_finish(struct cli_network *net, const char *command,
 		       struct sandbox_config *cfg);
 void cli_network_usage(FILE *out);
 
+/*
+ * Adds one --mount HOST_DIR:GUEST_DIR[:ro|:rw] to cfg (text is split in place). 0, or
+ * CLI_EXIT_USAGE after printing why.
+ */
+int cli_mount_add(const char *command, struct sandbox_config *cfg, char *text);
+#define CLI_MOUNT_USAGE \
+	"  --mount HOST:GUEST[:ro|:rw]  share a host directory at GUEST (default rw; repeatable)\n"
+
 /* True when argv[i] is -h or --help: every subcommand honours it. */
 bool cli_wants_help(int argc, char **argv);
 

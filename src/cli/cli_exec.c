@@ -41,6 +41,7 @@ enum cli_exec_option {
 	CLI_EXEC_OPT_BOOT_TIMEOUT,
 	CLI_EXEC_OPT_SNAPSHOT,
 	CLI_EXEC_OPT_DISK,
+	CLI_EXEC_OPT_MOUNT,
 	CLI_EXEC_OPT_HELP,
 };
 
@@ -57,6 +58,7 @@ static const struct option cli_exec_options[] = {
 	{ "snapshot", required_argument, NULL, CLI_EXEC_OPT_SNAPSHOT },
 	{ "disk", required_argument, NULL, CLI_EXEC_OPT_DISK },
 	CLI_NETWORK_LONG_OPTIONS
+	{ "mount", required_argument, NULL, CLI_EXEC_OPT_MOUNT },
 	{ "help", no_argument, NULL, CLI_EXEC_OPT_HELP },
 	{ NULL, 0, NULL, 0 },
 };
@@ -78,6 +80,7 @@ static void cli_exec_usage(FILE *out)
 		"                    [--serial-log PATH] [--boot-timeout S] [--snapshot ID]\n"
 		"                    [--disk PATH[:ro]]...\n"
 		"                    [--network [--publish H:G] [--allow CIDR] [--deny CIDR]...]\n"
+		"                    [--mount HOST:GUEST[:ro|:rw]]...\n"
 		"                    -- PROGRAM [ARGS...]\n\n"
 		"Boots a micro-VM, runs PROGRAM in it as the sandbox user and exits with its exit\n"
 		"code. stdout and stderr stream live; piped stdin is delivered to the program.\n\n"
@@ -93,7 +96,8 @@ static void cli_exec_usage(FILE *out)
 		"  --snapshot ID      restore from a snapshot (id prefix, else a snapshot directory)\n"
 		"                     instead of booting; one that is not found warns and cold-boots\n"
 		"  --disk PATH[:ro]   attach a host file as /dev/vda, /dev/vdb... (repeatable; :ro\n"
-		"                     read-only); the sandbox user may read and write it\n",
+		"                     read-only); the sandbox user may read and write it\n"
+		CLI_MOUNT_USAGE,
 		SANDBOX_DEFAULT_MEMORY_MB, SANDBOX_DEFAULT_VCPUS);
 	cli_network_usage(out);
 }
@@ -190,6 +194,10 @@ static int cli_exec_parse(int argc, char **argv, struct cli_exec_args *args)
 			break;
 		case CLI_EXEC_OPT_DISK:
 			if (cli_add_disk("exec", optarg, args->disks, &args->sandbox) < 0)
+				return CLI_EXIT_USAGE;
+			break;
+		case CLI_EXEC_OPT_MOUNT:
+			if (cli_mount_add("exec", &args->sandbox, optarg) != 0)
 				return CLI_EXIT_USAGE;
 			break;
 		case CLI_EXEC_OPT_HELP:

@@ -40,6 +40,7 @@ enum cli_fork_option {
 	CLI_FORK_OPT_VCPUS,
 	CLI_FORK_OPT_WARMUP,
 	CLI_FORK_OPT_TIMEOUT,
+	CLI_FORK_OPT_MOUNT,
 	CLI_FORK_OPT_HELP,
 };
 
@@ -53,6 +54,7 @@ static const struct option cli_fork_options[] = {
 	{ "warmup", required_argument, NULL, CLI_FORK_OPT_WARMUP },
 	{ "timeout", required_argument, NULL, CLI_FORK_OPT_TIMEOUT },
 	CLI_NETWORK_LONG_OPTIONS
+	{ "mount", required_argument, NULL, CLI_FORK_OPT_MOUNT },
 	{ "help", no_argument, NULL, CLI_FORK_OPT_HELP },
 	{ NULL, 0, NULL, 0 },
 };
@@ -85,7 +87,8 @@ static void cli_fork_usage(FILE *out)
 {
 	fprintf(out,
 		"usage: voidbox fork --children N [--snapshot ID | --kernel K --initramfs I --memory MB --vcpus V]\n"
-		"                    [--warmup 'SHELL COMMAND'] [--timeout S] [--network ...] -- PROGRAM [ARGS...]\n\n"
+		"                    [--warmup 'SHELL COMMAND'] [--timeout S] [--network ...]\n"
+		"                    [--mount HOST:GUEST[:ro|:rw]]... -- PROGRAM [ARGS...]\n\n"
 		"Boots a parent VM (or restores it from --snapshot), runs the warm-up command in it,\n"
 		"forks it into N live copy-on-write children, then runs PROGRAM in the parent and in\n"
 		"every child at once with %s=0 (parent) or 1..N (children), prints each one's\n"
@@ -95,7 +98,9 @@ static void cli_fork_usage(FILE *out)
 		"  --children N     children to fork (1..%u)\n"
 		"  --snapshot ID    restore the parent from a snapshot (id prefix or directory)\n"
 		"  --warmup CMD     run `sh -c CMD` in the parent before forking (must exit 0)\n"
-		"  --timeout S      kill each PROGRAM after S seconds\n",
+		"  --timeout S      kill each PROGRAM after S seconds\n"
+		CLI_MOUNT_USAGE
+		"Children share the parent's mounts: the same host directories, written by all.\n",
 		CLI_FORK_INDEX_ENV, CLI_FORK_MAX_CHILDREN);
 	cli_network_usage(out);
 }
@@ -129,6 +134,8 @@ static int cli_fork_parse_option(int option, struct cli_fork_args *a)
 	case CLI_FORK_OPT_TIMEOUT:
 		return cli_parse_uint("fork", "--timeout", optarg, 1, UINT32_MAX, &a->timeout_secs) ?
 			       0 : CLI_EXIT_USAGE;
+	case CLI_FORK_OPT_MOUNT:
+		return cli_mount_add("fork", &a->sandbox, optarg);
 	case CLI_FORK_OPT_HELP:
 		cli_fork_usage(stdout);
 		return -1;

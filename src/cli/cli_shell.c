@@ -47,6 +47,7 @@ enum cli_shell_option {
 	CLI_SHELL_OPT_INITRAMFS,
 	CLI_SHELL_OPT_SNAPSHOT,
 	CLI_SHELL_OPT_DISK,
+	CLI_SHELL_OPT_MOUNT,
 	CLI_SHELL_OPT_HELP,
 };
 
@@ -61,6 +62,7 @@ static const struct option cli_shell_options[] = {
 	{ "snapshot", required_argument, NULL, CLI_SHELL_OPT_SNAPSHOT },
 	{ "disk", required_argument, NULL, CLI_SHELL_OPT_DISK },
 	CLI_NETWORK_LONG_OPTIONS
+	{ "mount", required_argument, NULL, CLI_SHELL_OPT_MOUNT },
 	{ "help", no_argument, NULL, CLI_SHELL_OPT_HELP },
 	{ NULL, 0, NULL, 0 },
 };
@@ -88,13 +90,15 @@ static void cli_shell_usage(FILE *out)
 	fprintf(out,
 		"usage: voidbox shell [--program P] [--memory MB] [--vcpus N] [--env K=V]...\n"
 		"                     [--workdir DIR (default: the sandbox user's home)] [--kernel PATH] [--initramfs PATH] [--snapshot ID]\n"
-		"                     [--disk PATH[:ro]]... [-- ARGS...]\n"
-		"                     [--network [--publish H:G] [--allow CIDR] [--deny CIDR]...]\n\n"
+		"                     [--disk PATH[:ro]]... [--mount HOST:GUEST[:ro|:rw]]...\n"
+		"                     [--network [--publish H:G] [--allow CIDR] [--deny CIDR]...]\n"
+		"                     [-- ARGS...]\n\n"
 		"Boots a micro-VM and opens an interactive terminal running P (default %s) in it;\n"
 		"exits with P's exit code. The VM console and voidbox's own log go to files.\n"
 		"--snapshot ID restores the VM from a snapshot (id prefix, else a snapshot directory)\n"
 		"instead of booting it; one that is not found warns and cold-boots.\n"
-		"--disk PATH[:ro] attaches a host file as /dev/vda, /dev/vdb... (repeatable).\n",
+		"--disk PATH[:ro] attaches a host file as /dev/vda, /dev/vdb... (repeatable).\n"
+		CLI_MOUNT_USAGE,
 		SHELL_DEFAULT_PROGRAM);
 	cli_network_usage(out);
 }
@@ -163,6 +167,10 @@ static int cli_shell_parse(int argc, char **argv, struct cli_shell_session *s)
 			break;
 		case CLI_SHELL_OPT_DISK:
 			if (cli_add_disk("shell", optarg, s->disks, &s->sandbox) < 0)
+				return CLI_EXIT_USAGE;
+			break;
+		case CLI_SHELL_OPT_MOUNT:
+			if (cli_mount_add("shell", &s->sandbox, optarg) != 0)
 				return CLI_EXIT_USAGE;
 			break;
 		case CLI_SHELL_OPT_HELP:

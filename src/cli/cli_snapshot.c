@@ -36,6 +36,7 @@
 #define CLI_SNAPSHOT_BYTES_PER_MIB (1024.0 * 1024.0)
 #define CLI_SNAPSHOT_TIME_TEXT 32
 #define CLI_SNAPSHOT_HEX_WORD 11 /* "0x" + 8 hex digits + NUL */
+#define CLI_SNAPSHOT_MOUNT_NAME_MAX (2 * PATH_MAX + 16)
 
 /* The device kinds a sandbox's VM may have (the VMM's registry), part of the config hash. */
 /* The device kinds the VM will have: the network device only when it is networked. */
@@ -61,6 +62,7 @@ enum cli_snapshot_option {
 	CLI_SNAPSHOT_OPT_MAX_BYTES,
 	CLI_SNAPSHOT_OPT_OUTPUT_FILE,
 	CLI_SNAPSHOT_OPT_DIFF_ONLY,
+	CLI_SNAPSHOT_OPT_MOUNT,
 	CLI_SNAPSHOT_OPT_HELP,
 };
 
@@ -73,6 +75,7 @@ static const struct option cli_snapshot_create_options[] = {
 	{ "diff", no_argument, NULL, CLI_SNAPSHOT_OPT_DIFF },
 	{ "from", required_argument, NULL, CLI_SNAPSHOT_OPT_FROM },
 	CLI_NETWORK_LONG_OPTIONS
+	{ "mount", required_argument, NULL, CLI_SNAPSHOT_OPT_MOUNT },
 	{ "help", no_argument, NULL, CLI_SNAPSHOT_OPT_HELP },
 	{ NULL, 0, NULL, 0 },
 };
@@ -100,6 +103,7 @@ struct cli_snapshot_create {
 	bool diff;
 	const char *from;
 	char **program; /* NULL: CLI_SNAPSHOT_DEFAULT_PROGRAM */
+	struct sandbox_config mounts; /* only its mounts: --mount, part of the config hash */
 	int program_argc;
 	struct cli_network network;
 	struct sandbox_config network_cfg; /* only .network: what --network asked for */
@@ -109,7 +113,8 @@ static void cli_snapshot_usage(FILE *out)
 {
 	fprintf(out,
 		"usage: voidbox snapshot create [--spec FILE | --kernel K --initramfs I --memory MB --vcpus N]\n"
-		"                               [--diff --from BASE] [--network ...] [-- PROGRAM [ARGS...]]\n"
+		"                               [--mount HOST:GUEST[:ro|:rw]]... [--network ...]\n"
+		"                               [--diff --from BASE] [-- PROGRAM [ARGS...]]\n"
 		"       voidbox snapshot list\n"
 		"       voidbox snapshot inspect ID\n"
 		"       voidbox snapshot delete PREFIX\n"
@@ -122,6 +127,7 @@ static void cli_snapshot_usage(FILE *out)
 		"create   cold-boots the VM, runs PROGRAM (default `true`) and saves a base snapshot once\n"
 		"         it exits 0; with --diff --from BASE it restores BASE, runs PROGRAM and saves only\n"
 		"         the pages that changed, as BASE-diff-N. --spec takes the sandbox section of a spec.\n"
+		"         --mount shares a host directory (repeatable); a restore re-opens it.\n"
 		"list     every snapshot with kind, parent, size and last use\n"
 		"inspect  one snapshot (an unambiguous id prefix): the store's record and the VMM's checks\n"
 		"delete   one snapshot by id prefix; deleting a base deletes its diffs\n"
@@ -163,6 +169,23 @@ int cli_sandbox_resolve_image(const char *command, const char *snapshot_ref,
 	return 0;
 }
 
+int cli_mount_add(const char *command, struct sandbox_config *cfg, char *text)
+{
+	char err[CLI_SNAPSHOT_ERROR_MAX];
+
+	if (cfg->mount_count >= SANDBOX_MAX_MOUNTS) {
+		fprintf(stderr, "voidbox %s: at most %d --mount: share a parent directory\n",
+			command, SANDBOX_MAX_MOUNTS);
+		return CLI_EXIT_USAGE;
+	}
+	if (sandbox_mount_parse(text, &cfg->mounts[cfg->mount_count], err, sizeof(err)) < 0) {
+		fprintf(stderr, "voidbox %s: %s\n", command, err);
+		return CLI_EXIT_USAGE;
+	}
+	cfg->mount_count++;
+	return 0;
+}
+
 int cli_sandbox_start(const char *command, const char *snapshot_ref,
 		      const struct sandbox_config *cfg, bool track_dirty_pages,
 		      struct sandbox **out, char *err, size_t errlen)
@@ -185,6 +208,23 @@ int cli_sandbox_start(const char *command, const char *snapshot_ref,
 }
 
 /* ---- create ---- */
+
+/* Each mount as "mount:HOST:GUEST:MODE", hashed like a device: another share, another id. */
+static size_t cli_snapshot_mount_names(const struct cli_snapshot_create *c,
+				       char names[][CLI_SNAPSHOT_MOUNT_NAME_MAX],
+				       const char **out, size_t room)
+{
+	size_t count = 0;
+
+	for (unsigned int i = 0; i < c->mounts.mount_count && count < room; i++) {
+		const struct sandbox_mount *mount = &c->mounts.mounts[i];
+
+		snprintf(names[i], CLI_SNAPSHOT_MOUNT_NAME_MAX, "mount:%s:%s:%s", mount->host_dir,
+			 mount->guest_dir, mount->read_only ? "ro" : "rw");
+		out[count++] = names[i];
+	}
+	return count;
+}
 
 static int cli_snapshot_create_parse(int argc, char **argv, struct cli_snapshot_create *c)
 {
@@ -225,6 +265,10 @@ static int cli_snapshot_create_parse(int argc, char **argv, struct cli_snapshot_
 		case CLI_SNAPSHOT_OPT_FROM:
 			c->from = optarg;
 			break;
+		case CLI_SNAPSHOT_OPT_MOUNT:
+			if (cli_mount_add("snapshot create", &c->mounts, optarg) != 0)
+				return CLI_EXIT_USAGE;
+			break;
 		case CLI_SNAPSHOT_OPT_HELP:
 			cli_snapshot_usage(stdout);
 			return -1;
@@ -243,8 +287,9 @@ static int cli_snapshot_create_parse(int argc, char **argv, struct cli_snapshot_
 		fprintf(stderr, "voidbox snapshot create: --diff and --from BASE go together\n");
 		return CLI_EXIT_USAGE;
 	}
-	if (c->diff && (c->spec_path || c->kernel || c->initramfs || c->memory_mb || c->vcpus)) {
-		fprintf(stderr, "voidbox snapshot create: a diff takes its VM from BASE; drop --spec, --kernel, --initramfs, --memory and --vcpus\n");
+	if (c->diff && (c->spec_path || c->kernel || c->initramfs || c->memory_mb || c->vcpus ||
+			c->mounts.mount_count)) {
+		fprintf(stderr, "voidbox snapshot create: a diff takes its VM from BASE; drop --spec, --kernel, --initramfs, --memory, --vcpus and --mount\n");
 		return CLI_EXIT_USAGE;
 	}
 	if (optind < argc) {
@@ -374,11 +419,7 @@ static int cli_snapshot_create_in_store(const struct cli_globals *globals,
 					const struct snapshot_store_config *config,
 					const char *hash, const struct snapshot_store_entry *base)
 {
-	struct sandbox_config cfg = { .kernel_path = config->kernel_path,
-				      .initramfs_path = config->initramfs_path,
-				      .memory_mb = config->memory_mb, .vcpus = config->vcpus,
-				      .host = cli_host_settings(),
-				      .network = c->network_cfg.network };
+	struct sandbox_config cfg = c->mounts; /* its --mount entries; the rest is set below */
 	struct vm_snapshot_options opts = {
 		.type = c->diff ? VM_SNAPSHOT_DIFF : VM_SNAPSHOT_BASE,
 		.parent_dir = c->diff ? base->path : NULL,
@@ -390,6 +431,12 @@ static int cli_snapshot_create_in_store(const struct cli_globals *globals,
 	long start_ms = 0, save_ms = 0, started;
 	int status = CLI_EXIT_FAILURE;
 
+	cfg.kernel_path = config->kernel_path;
+	cfg.initramfs_path = config->initramfs_path;
+	cfg.memory_mb = config->memory_mb;
+	cfg.vcpus = config->vcpus;
+	cfg.host = cli_host_settings();
+	cfg.network = c->network_cfg.network;
 	if (snapshot_store_begin(hash, c->diff ? base->id : NULL, &txn, err, sizeof(err)) < 0) {
 		fprintf(stderr, "voidbox snapshot create: %s\n", err);
 		return CLI_EXIT_FAILURE;
@@ -421,6 +468,7 @@ static int cli_snapshot_create(const struct cli_globals *globals, int argc, char
 {
 	struct cli_snapshot_create c = { 0 };
 	const char *device_names[VM_MAX_DEVICES];
+	char mount_names[SANDBOX_MAX_MOUNTS][CLI_SNAPSHOT_MOUNT_NAME_MAX];
 	struct snapshot_store_config config = {
 		.devices = device_names,
 	};
@@ -458,6 +506,9 @@ static int cli_snapshot_create(const struct cli_globals *globals, int argc, char
 		config.initramfs_path = image.initramfs[0] ? image.initramfs : NULL;
 		config.memory_mb = c.memory_mb ? c.memory_mb : SANDBOX_DEFAULT_MEMORY_MB;
 		config.vcpus = c.vcpus ? c.vcpus : SANDBOX_DEFAULT_VCPUS;
+		config.device_count += cli_snapshot_mount_names(&c, mount_names,
+								device_names + config.device_count,
+								VM_MAX_DEVICES - config.device_count);
 		if (snapshot_store_config_hash(&config, hash, err, sizeof(err)) < 0) {
 			fprintf(stderr, "voidbox snapshot create: %s\n", err);
 			goto out;

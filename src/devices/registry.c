@@ -6,7 +6,7 @@
 
 #include "vmm/device.h"
 
-#define VM_DEVICE_KINDS(X) X(serial) X(i8042) X(vsock) X(rng) X(blk) X(net)
+#define VM_DEVICE_KINDS(X) X(serial) X(i8042) X(vsock) X(rng) X(blk) X(net) X(fs)
 
 #define VM_DEVICE_DECLARE(kind) extern const struct vm_device_type kind##_device_type;
 #define VM_DEVICE_ENTRY(kind) &kind##_device_type,

@@ -301,6 +301,12 @@ static uint32_t virtio_mmio_read_reg(struct virtio_mmio *t, uint64_t offset)
 		return status;
 	case VIRTIO_MMIO_CONFIG_GENERATION:
 		return t->config_generation;
+	case VIRTIO_MMIO_SHM_LEN_LOW:
+	case VIRTIO_MMIO_SHM_LEN_HIGH:
+	case VIRTIO_MMIO_SHM_BASE_LOW:
+	case VIRTIO_MMIO_SHM_BASE_HIGH:
+		/* a length of 0 would be a region: virtio-fs would then map a DAX window */
+		return VIRTIO_MMIO_NO_SHM_REGION;
 	default:
 		return 0;
 	}

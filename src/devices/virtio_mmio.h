@@ -50,6 +50,12 @@ enum virtio_mmio_reg {
 	VIRTIO_MMIO_QUEUE_DRIVER_HIGH = 0x094,
 	VIRTIO_MMIO_QUEUE_DEVICE_LOW = 0x0a0,
 	VIRTIO_MMIO_QUEUE_DEVICE_HIGH = 0x0a4,
+	/* Shared memory regions (VIRTIO 1.2 §4.2.2): none here, so length and base read as -1. */
+	VIRTIO_MMIO_SHM_SEL = 0x0ac,
+	VIRTIO_MMIO_SHM_LEN_LOW = 0x0b0,
+	VIRTIO_MMIO_SHM_LEN_HIGH = 0x0b4,
+	VIRTIO_MMIO_SHM_BASE_LOW = 0x0b8,
+	VIRTIO_MMIO_SHM_BASE_HIGH = 0x0bc,
 	VIRTIO_MMIO_CONFIG_GENERATION = 0x0fc,
 	VIRTIO_MMIO_CONFIG = 0x100,
 };
@@ -57,6 +63,9 @@ enum virtio_mmio_reg {
 #define VIRTIO_MMIO_MAGIC 0x74726976u /* "virt" */
 #define VIRTIO_MMIO_VERSION_MODERN 2u
 #define VIRTIO_MMIO_VENDOR 0x554d4551u /* "QEMU", as the guest drivers expect nothing else */
+
+/* What a shared memory region's length and base read as when the region does not exist. */
+#define VIRTIO_MMIO_NO_SHM_REGION 0xffffffffu
 
 #define VIRTIO_MMIO_INT_USED_BUFFER 1u
 #define VIRTIO_MMIO_INT_CONFIG_CHANGE 2u

@@ -23,7 +23,7 @@
 /* Features agent and pipeline runs honour today (the rest are refused before a VM boots). */
 #define AGENT_SUPPORTED_FEATURES \
 	(SPEC_FEATURE_BIT(SPEC_FEATURE_SKILL_MCP) | SPEC_FEATURE_BIT(SPEC_FEATURE_SNAPSHOT) | \
-	 SPEC_FEATURE_BIT(SPEC_FEATURE_NETWORK))
+	 SPEC_FEATURE_BIT(SPEC_FEATURE_NETWORK) | SPEC_FEATURE_BIT(SPEC_FEATURE_MOUNTS))
 
 #define AGENT_CLAUDE_JSON_PATH "/home/sandbox/.claude.json"
 #define AGENT_CLAUDE_SETTINGS_PATH "/workspace/.claude/settings.json"

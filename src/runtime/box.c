@@ -99,7 +99,11 @@ void box_config_from_spec(struct box_config *cfg, const struct spec *spec,
 	cfg->snapshot = spec->sandbox.snapshot;
 	cfg->network = spec->sandbox.network;
 	cfg->network_spec = &spec->sandbox;
+	cfg->mounts = spec->sandbox.mounts;
+	cfg->mount_count = spec->sandbox.mount_count;
 	if (box && box->has_sandbox) {
+		cfg->box_mounts = box->sandbox.mounts;
+		cfg->box_mount_count = box->sandbox.mount_count;
 		struct spec_box_resources resources;
 
 		spec_box_resources(spec, box, &resources);

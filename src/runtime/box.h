@@ -93,6 +93,11 @@ struct box_config {
 	 */
 	bool network;
 	const struct spec_sandbox *network_spec;
+	/* Host directories to share (sandbox.mounts, then the box's own); borrowed. */
+	const struct spec_mount *mounts;
+	size_t mount_count;
+	const struct spec_mount *box_mounts;
+	size_t box_mount_count;
 };
 
 /* Called for each piece of output in arrival order (mock: once per stream). */

@@ -210,6 +210,31 @@ static int local_network_cidrs(char *const *items, size_t count, const char *fie
 	return 0;
 }
 
+/* The spec's mounts, then the box's, as the sandbox takes them. */
+static int local_mounts(const struct box_config *cfg, struct sandbox_config *sandbox_cfg,
+			char *err, size_t errlen)
+{
+	const struct spec_mount *lists[] = { cfg->mounts, cfg->box_mounts };
+	size_t counts[] = { cfg->mount_count, cfg->box_mount_count };
+
+	for (size_t list = 0; list < sizeof(lists) / sizeof(lists[0]); list++) {
+		for (size_t i = 0; i < counts[list]; i++) {
+			struct sandbox_mount *mount;
+
+			if (sandbox_cfg->mount_count >= SANDBOX_MAX_MOUNTS) {
+				snprintf(err, errlen, "sandbox.mounts: at most %d mounts: share a "
+					 "parent directory", SANDBOX_MAX_MOUNTS);
+				return -E2BIG;
+			}
+			mount = &sandbox_cfg->mounts[sandbox_cfg->mount_count++];
+			mount->host_dir = lists[list][i].host;
+			mount->guest_dir = lists[list][i].guest;
+			mount->read_only = lists[list][i].mode == SPEC_MOUNT_MODE_RO;
+		}
+	}
+	return 0;
+}
+
 /* The spec's network (sandbox.network and its fields) as the device's config. */
 static int local_network_config(const struct spec_sandbox *spec, struct net_config *out,
 				char *err, size_t errlen)
@@ -254,10 +279,13 @@ int box_local_open(struct box *box, const struct box_config *cfg, char *err, siz
 		.serial_log_path = cfg->serial_log_path,
 		.host = cfg->host,
 	};
-	struct local_box *local = calloc(1, sizeof(*local));
+	struct local_box *local;
 	uint64_t start = clock_monotonic_ms();
-	int rc;
+	int rc = local_mounts(cfg, &sandbox_cfg, err, errlen);
 
+	if (rc < 0)
+		return rc;
+	local = calloc(1, sizeof(*local));
 	if (!local) {
 		snprintf(err, errlen, "out of memory opening a sandbox");
 		return -ENOMEM;

@@ -364,13 +364,14 @@ int sandbox_disk_parse(char *arg, struct vm_disk *disk, char *err, size_t errlen
 }
 
 /*
- * The extra kernel arguments: the caller's, then the agent's request for eth0 if networked,
- * then how many disks the agent waits for.
+ * The extra kernel arguments: extra (the caller's and the mounts'), then the agent's request
+ * for eth0 if networked, then how many disks the agent waits for.
  */
-static int sandbox_cmdline(const struct sandbox_config *cfg, char *out, size_t len, char *err,
-			   size_t errlen)
+static int sandbox_cmdline(const struct sandbox_config *cfg, const char *extra, char *out,
+			   size_t len, char *err, size_t errlen)
 {
-	const char *extra = cfg->extra_cmdline ? cfg->extra_cmdline : "";
+	if (!extra)
+		extra = "";
 	int written = snprintf(out, len, "%s%s%s", extra, cfg->network && *extra ? " " : "",
 			       cfg->network ? SANDBOX_NETWORK_CMDLINE : "");
 
@@ -389,6 +390,7 @@ static int sandbox_cmdline(const struct sandbox_config *cfg, char *out, size_t l
 int sandbox_start(const struct sandbox_config *cfg, struct sandbox **out, char *err,
 		  size_t errlen)
 {
+	struct sandbox_mounts_plan *mounts = NULL;
 	struct vm_config vm_cfg;
 	struct sandbox *sandbox;
 	char cmdline[SANDBOX_CMDLINE_MAX];
@@ -399,9 +401,14 @@ int sandbox_start(const struct sandbox_config *cfg, struct sandbox **out, char *
 	rc = sandbox_check_kvm(cfg->host, err, errlen);
 	if (rc < 0)
 		return rc;
-	rc = sandbox_prepare(cfg->serial_log_path, cfg->host, &sandbox, err, errlen);
+	rc = sandbox_mounts_plan(cfg, &mounts, err, errlen);
 	if (rc < 0)
 		return rc;
+	rc = sandbox_prepare(cfg->serial_log_path, cfg->host, &sandbox, err, errlen);
+	if (rc < 0) {
+		sandbox_mounts_plan_free(mounts);
+		return rc;
+	}
 	if (getrandom(sandbox->secret, sizeof(sandbox->secret), 0) != sizeof(sandbox->secret)) {
 		rc = -errno;
 		snprintf(err, errlen, "cannot draw a session secret: %s", strerror(errno));
@@ -411,13 +418,16 @@ int sandbox_start(const struct sandbox_config *cfg, struct sandbox **out, char *
 	memset(&vm_cfg, 0, sizeof(vm_cfg));
 	vm_cfg.kernel_path = cfg->kernel_path;
 	vm_cfg.initramfs_path = cfg->initramfs_path;
-	rc = sandbox_cmdline(cfg, cmdline, sizeof(cmdline), err, errlen);
+	/* the mounts' plan already holds the caller's extra arguments and the mount words */
+	rc = sandbox_cmdline(cfg, mounts->cmdline, cmdline, sizeof(cmdline), err, errlen);
 	if (rc < 0)
 		goto fail;
 	vm_cfg.cmdline = cmdline[0] ? cmdline : NULL;
 	vm_cfg.network = cfg->network;
 	vm_cfg.disks = cfg->disks;
 	vm_cfg.disk_count = cfg->disk_count;
+	vm_cfg.shares = mounts->shares;
+	vm_cfg.share_count = mounts->share_count;
 	vm_cfg.memory_mb = cfg->memory_mb ? cfg->memory_mb : SANDBOX_DEFAULT_MEMORY_MB;
 	vm_cfg.vcpus = cfg->vcpus ? cfg->vcpus : SANDBOX_DEFAULT_VCPUS;
 	vm_cfg.serial_log_path = sandbox->serial_log_path;
@@ -431,6 +441,8 @@ int sandbox_start(const struct sandbox_config *cfg, struct sandbox **out, char *
 		vm_cfg.vmlinux_cache_dir = sandbox->kernel_cache_dir;
 	vm_cfg.vsock_cid = sandbox_random_cid();
 	rc = vm_create(&vm_cfg, &sandbox->vm, err, errlen);
+	sandbox_mounts_plan_free(mounts); /* the devices and command line hold copies */
+	mounts = NULL;
 	if (rc < 0)
 		goto fail;
 	log_info(SANDBOX_LOG, "booting %s (%u MiB, %u vCPU), console in %s", cfg->kernel_path,
@@ -458,6 +470,7 @@ int sandbox_start(const struct sandbox_config *cfg, struct sandbox **out, char *
 	return 0;
 
 fail:
+	sandbox_mounts_plan_free(mounts);
 	sandbox_destroy(sandbox, true);
 	return rc;
 }

@@ -43,6 +43,20 @@ struct sandbox_host_settings {
 	int liveness_timeout_ms;    /* a long exec's liveness answer time; 0: 60 s, < 0: off */
 };
 
+/* At most this many host directories per sandbox (each one virtio-mmio slot). */
+#define SANDBOX_MAX_MOUNTS 8
+/* A virtio-fs tag (36 bytes) and its NUL. */
+#define SANDBOX_MOUNT_TAG_MAX 37
+/* The kernel command line words the mounts may take, with the extra arguments. */
+#define SANDBOX_MOUNTS_CMDLINE_MAX 2048
+
+/* A host directory the guest sees at guest_dir (docs/devices.md, virtio-fs). */
+struct sandbox_mount {
+	const char *host_dir;
+	const char *guest_dir; /* absolute; no spaces or colons */
+	bool read_only;	       /* writes answer EROFS, enforced by the host */
+};
+
 struct sandbox_config {
 	const char *kernel_path;
 	const char *initramfs_path;
@@ -78,6 +92,9 @@ struct sandbox_config {
 	 * device; set, the VM gets virtio-net with this policy and the agent brings eth0 up.
 	 */
 	const struct net_config *network;
+	/* Host directories shared over virtio-fs; a restored sandbox keeps its snapshot's. */
+	struct sandbox_mount mounts[SANDBOX_MAX_MOUNTS];
+	unsigned int mount_count;
 };
 
 /* The host's default policy: every command, the SANDBOX_DEFAULT_* limits. */
@@ -89,6 +106,26 @@ const struct proto_set_policy *sandbox_default_policy(void);
  * suffix is given as ./:ro). 0, or -EINVAL with err for an empty path.
  */
 int sandbox_disk_parse(char *arg, struct vm_disk *disk, char *err, size_t errlen);
+
+/*
+ * Splits "HOST_DIR:GUEST_DIR[:ro|:rw]" (default rw) in place into out; the strings point into
+ * text. 0, or -EINVAL with a sentence in err.
+ */
+int sandbox_mount_parse(char *text, struct sandbox_mount *out, char *err, size_t errlen);
+
+/* What sandbox_start hands the VM for cfg's mounts: devices and command line words. */
+struct sandbox_mounts_plan {
+	struct vm_share shares[SANDBOX_MAX_MOUNTS];
+	char host_dirs[SANDBOX_MAX_MOUNTS][PATH_MAX]; /* resolved */
+	char tags[SANDBOX_MAX_MOUNTS][SANDBOX_MOUNT_TAG_MAX];
+	unsigned int share_count;
+	char cmdline[SANDBOX_MOUNTS_CMDLINE_MAX]; /* cfg's extra arguments, then the mounts */
+};
+
+/* Checks cfg's mounts (directories, guest paths) and plans them; -errno with a sentence. */
+int sandbox_mounts_plan(const struct sandbox_config *cfg, struct sandbox_mounts_plan **out,
+			char *err, size_t errlen);
+void sandbox_mounts_plan_free(struct sandbox_mounts_plan *plan);
 
 /* $VOIDBOX_HOME/cache/kernels: where extracted kernels are kept. */
 int sandbox_kernel_cache_dir(char *out, size_t len);

@@ -57,6 +57,11 @@ int sandbox_open(const struct sandbox_config *cfg, const char *snapshot_ref,
 		snprintf(err, errlen, "%s", reason);
 		return rc;
 	}
+	if (cfg->mount_count) {
+		snprintf(err, errlen, "a sandbox restored from a snapshot keeps the mounts it was "
+			 "snapshotted with: drop the mounts, or cold-boot without the snapshot");
+		return -EINVAL;
+	}
 	log_info("sandbox", "restoring snapshot %s (%s)", info->snapshot_dir,
 		 source == SNAPSHOT_STORE_SOURCE_ID ? "from the store" : "a directory");
 	restore.snapshot_dir = info->snapshot_dir;

@@ -62,12 +62,13 @@
 #define IMAGE_ENTRIES_INITIAL 512
 #define IMAGE_TIME_FORMAT "%Y-%m-%dT%H:%M:%SZ"
 
-/* What the agent needs now (vsock, entropy) and later (9p mounts, networking, overlay, disks). */
+/* What the agent needs: vsock, entropy, host shares (virtio-fs, else 9p), networking, overlay, disks. */
 static const char *const image_default_modules[] = {
 	"virtio", "virtio_ring", "virtio_mmio",
 	"vsock", "vmw_vsock_virtio_transport_common", "vmw_vsock_virtio_transport",
 	"virtio_rng",
 	"netfs", "fscache", "9pnet", "9pnet_virtio", "9p",
+	"fuse", "virtiofs",
 	"failover", "net_failover", "virtio_net",
 	"overlay", "virtio_blk", "ext4",
 	/* ext4 asks the crypto API for crc32c at every mount, by an alias nothing here resolves */

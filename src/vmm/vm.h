@@ -51,6 +51,12 @@ struct vm_disk {
 	bool read_only; /* opened O_RDONLY and offered with VIRTIO_BLK_F_RO */
 };
 struct net_config; /* src/devices/net.h */
+/* A host directory shared with the guest over virtio-fs (src/devices/fs.c). */
+struct vm_share {
+	const char *host_dir; /* an existing directory */
+	const char *tag;      /* what the guest mounts: `mount -t virtiofs TAG DIR` */
+	bool read_only;	      /* the host server answers EROFS to every change */
+};
 
 struct vm_config {
 	const char *kernel_path;    /* bzImage */
@@ -91,6 +97,9 @@ struct vm_config {
 	 * policy and published ports; NULL: the VM has no network device.
 	 */
 	const struct net_config *network;
+	/* virtio-fs: one device per share, in this order; a restore re-opens the saved ones. */
+	const struct vm_share *shares;
+	unsigned int share_count;
 };
 
 struct vm;

@@ -321,16 +321,32 @@ static void test_run_refuses_unsupported(void)
 	static struct cli_result result;
 	char path[TEST_PATH_MAX];
 
-	write_spec("mounts.yaml",
-		   "kind: workflow\nname: m\nsandbox:\n  mode: mock\n  mounts:\n"
-		   "    - {host: /tmp, guest: /data}\nworkflow:\n  steps:\n"
+	write_spec("observe.yaml",
+		   "kind: workflow\nname: m\nsandbox:\n  mode: mock\n"
+		   "observe: {traces: true}\nworkflow:\n  steps:\n"
 		   "    - name: a\n      run: {program: echo}\n",
 		   path, sizeof(path));
 	run_voidbox(&result, (const char *const[]){ "run", "--file", path, NULL });
 	CHECK_INT_EQ(result.status, 1);
 	CHECK(strstr(result.err, "not supported yet") != NULL);
-	CHECK(strstr(result.err, "mounts.yaml:6:") != NULL);
+	CHECK(strstr(result.err, "observe.yaml:5:") != NULL);
 	CHECK(strstr(result.out, "FAILED") != NULL);
+}
+
+/* sandbox.mounts is a supported feature: the spec runs (a mock box shares nothing). */
+static void test_run_accepts_mounts(void)
+{
+	static struct cli_result result;
+	char path[TEST_PATH_MAX];
+
+	write_spec("mounts.yaml",
+		   "kind: workflow\nname: m\nsandbox:\n  mode: mock\n  mounts:\n"
+		   "    - {host: /tmp, guest: /data, mode: rw}\nworkflow:\n  steps:\n"
+		   "    - name: a\n      run: {program: echo}\n",
+		   path, sizeof(path));
+	run_voidbox(&result, (const char *const[]){ "run", "--file", path, NULL });
+	CHECK_INT_EQ(result.status, 0);
+	CHECK(strstr(result.err, "not supported yet") == NULL);
 }
 
 /* kind sandbox: "is ready" on stderr, then it stays up until SIGTERM and exits 0. */
@@ -628,6 +644,7 @@ int main(int argc, char **argv)
 	RUN_TEST(test_run_agent_and_pipeline_examples);
 	RUN_TEST(test_run_failure_and_input);
 	RUN_TEST(test_run_refuses_unsupported);
+	RUN_TEST(test_run_accepts_mounts);
 	RUN_TEST(test_run_sandbox_kind_waits_for_signal);
 	RUN_TEST(test_validate);
 	RUN_TEST(test_inspect);

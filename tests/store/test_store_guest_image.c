@@ -87,7 +87,8 @@ static void make_fake_kernel_deb(const char *root, char *deb, size_t deb_len)
 	static const char *const builtin[] = {
 		"virtio", "virtio_ring", "virtio_mmio", "vsock", "vmw_vsock_virtio_transport_common",
 		"netfs", "fscache", "9pnet", "9pnet_virtio", "9p", "failover", "net_failover",
-		"virtio_net", "overlay", "virtio_blk", "ext4", "virtio_rng", "crc32c_generic",
+		"virtio_net", "overlay", "virtio_blk", "ext4", "virtio_rng", "crc32c_generic", "fuse",
+		"virtiofs",
 	};
 	char path[PATH_MAX], cmd[3 * PATH_MAX], list[2048] = "";
 

@@ -1,0 +1,502 @@
+/*
+ * virtio-fs (VIRTIO 1.2 §5.11): the transport side of a shared host directory. Config space is
+ * the tag (36 bytes, NUL-padded) and num_request_queues (1); queue 0 is hiprio (FORGET and
+ * BATCH_FORGET, no reply), queue 1 carries every other request.
+ *
+ * A vCPU's queue notify only writes an eventfd -- in KVM itself, through an ioeventfd on the
+ * QUEUE_NOTIFY register, when the VM has one; the device's worker thread then pops chains,
+ * copies the readable part into a host buffer, has fuse_server answer it, and copies the reply
+ * into the writable part. Copying keeps guest RAM the VMM's private mapping (no vhost-user
+ * shared memory) and means the server never touches a guest pointer. The worker holds the
+ * device lock for a whole request, from pop to push: a snapshot (which takes the same lock
+ * until resume) therefore never sees a request half-served, and the ring indices it saves
+ * agree with the memory file.
+ *
+ * The snapshot section is the tag, the host directory, the access mode, the transport's
+ * registers and ring indices, and the server's inode and handle tables (by path relative to
+ * the share). A restore re-opens the host directory it names; a restored or forked VM shares
+ * that directory with whoever else uses it.
+ */
+#include "devices/fs.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <linux/kvm.h>
+#include <sys/eventfd.h>
+#include <sys/ioctl.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include "common/log.h"
+#include "vmm/device.h"
+
+#define FS_STATE_VERSION 1u
+#define FS_QUEUE_NUM_MAX 256
+#define FS_CONFIG_SIZE (FS_TAG_LEN + sizeof(uint32_t))
+#define FS_REQUEST_QUEUES 1u
+#define FS_NOTIFY_WIDTH 4u /* QUEUE_NOTIFY is a 32-bit register */
+
+static const char *const log_module = "virtio-fs";
+static pthread_once_t fs_fd_limit_once = PTHREAD_ONCE_INIT;
+
+struct fs_device {
+	pthread_mutex_t lock;
+	struct virtio_mmio *transport;
+	struct virtqueue *queues; /* the transport's, while the driver has the device running */
+	struct fuse_server *server;
+	char tag[FS_TAG_LEN + 1];
+	char host_dir[PATH_MAX];
+	enum fuse_server_access access;
+	enum fs_worker_mode mode;
+	int kick_fd;
+	pthread_t worker;
+	bool worker_started;
+	atomic_bool stopping;
+	struct virtqueue_chain chain; /* the chain being served (large: not on a stack) */
+	uint8_t *request;
+	uint8_t *reply;
+};
+
+static void fs_kick(struct fs_device *dev)
+{
+	uint64_t one = 1;
+
+	if (dev->kick_fd >= 0 && write(dev->kick_fd, &one, sizeof(one)) < 0)
+		log_debug(log_module, "kick failed: %s", strerror(errno));
+}
+
+/* One chain: request in, reply out. Called with the device lock held. */
+static uint32_t fs_serve_chain(struct fs_device *dev)
+{
+	size_t in_len = dev->chain.readable_len < FUSE_SERVER_MAX_REQUEST
+				? (size_t)dev->chain.readable_len
+				: FUSE_SERVER_MAX_REQUEST;
+	size_t out_cap = dev->chain.writable_len < FUSE_SERVER_MAX_REPLY
+				 ? (size_t)dev->chain.writable_len
+				 : FUSE_SERVER_MAX_REPLY;
+	size_t reply_len;
+
+	in_len = virtqueue_chain_read(&dev->chain, 0, dev->request, in_len);
+	reply_len = fuse_server_handle(dev->server, dev->request, in_len, dev->reply, out_cap);
+	return (uint32_t)virtqueue_chain_write(&dev->chain, 0, dev->reply, reply_len);
+}
+
+static unsigned int fs_serve_queue(struct fs_device *dev, struct virtqueue *vq)
+{
+	unsigned int served = 0;
+	int rc;
+
+	if (!vq->configured || vq->broken)
+		return 0;
+	while ((rc = virtqueue_pop(vq, &dev->chain)) == 1) {
+		uint32_t written = fs_serve_chain(dev);
+
+		if (virtqueue_push(vq, dev->chain.head, written) < 0) {
+			rc = -EIO;
+			break;
+		}
+		served++;
+	}
+	if (rc < 0)
+		virtio_mmio_mark_broken(dev->transport);
+	if (served && virtqueue_should_signal(vq))
+		virtio_mmio_signal_used(dev->transport);
+	return served;
+}
+
+static unsigned int fs_serve_locked(struct fs_device *dev)
+{
+	unsigned int served = 0;
+
+	for (unsigned int i = 0; dev->queues && i < FS_QUEUE_COUNT; i++)
+		served += fs_serve_queue(dev, &dev->queues[i]);
+	return served;
+}
+
+unsigned int fs_device_poll(struct fs_device *dev)
+{
+	unsigned int served;
+
+	pthread_mutex_lock(&dev->lock);
+	served = fs_serve_locked(dev);
+	pthread_mutex_unlock(&dev->lock);
+	return served;
+}
+
+static void *fs_worker_main(void *arg)
+{
+	struct fs_device *dev = arg;
+	uint64_t kicks;
+
+	while (!atomic_load(&dev->stopping)) {
+		if (read(dev->kick_fd, &kicks, sizeof(kicks)) < 0 && errno != EINTR) {
+			log_error(log_module, "%s: worker stopped: %s; the guest's share hangs",
+				  dev->tag, strerror(errno));
+			break;
+		}
+		if (!atomic_load(&dev->stopping))
+			fs_device_poll(dev);
+	}
+	return NULL;
+}
+
+/* ---- virtio device ops ---- */
+
+static void fs_config_read(void *opaque, uint32_t offset, uint8_t *data, uint32_t len)
+{
+	struct fs_device *dev = opaque;
+	uint8_t config[FS_CONFIG_SIZE] = { 0 };
+	uint32_t queues = FS_REQUEST_QUEUES;
+
+	memcpy(config, dev->tag, strlen(dev->tag));
+	for (unsigned int i = 0; i < sizeof(queues); i++)
+		config[FS_TAG_LEN + i] = (uint8_t)(queues >> (8 * i));
+	memcpy(data, config + offset, len); /* the transport checked offset + len */
+}
+
+static void fs_queue_notify(void *opaque, unsigned int queue_index)
+{
+	struct fs_device *dev = opaque;
+
+	(void)queue_index;
+	if (dev->mode == FS_WORKER_THREAD)
+		fs_kick(dev);
+}
+
+static int fs_activate(void *opaque, struct virtqueue *queues, unsigned int queue_count,
+		       uint64_t driver_features)
+{
+	struct fs_device *dev = opaque;
+
+	(void)driver_features;
+	if (queue_count != FS_QUEUE_COUNT || !queues[FS_QUEUE_REQUEST].configured)
+		return -EINVAL;
+	dev->queues = queues;
+	return 0;
+}
+
+static void fs_reset(void *opaque)
+{
+	struct fs_device *dev = opaque;
+
+	dev->queues = NULL;
+}
+
+static const struct virtio_device_ops fs_virtio_ops = {
+	.device_id = VIRTIO_ID_FS,
+	.features = (1ull << VIRTIO_F_VERSION_1) | (1ull << VIRTIO_RING_F_EVENT_IDX) |
+		    (1ull << VIRTIO_RING_F_INDIRECT_DESC),
+	.queue_count = FS_QUEUE_COUNT,
+	.queue_num_max = FS_QUEUE_NUM_MAX,
+	.config_size = FS_CONFIG_SIZE,
+	.config_read = fs_config_read,
+	.queue_notify = fs_queue_notify,
+	.activate = fs_activate,
+	.reset = fs_reset,
+};
+
+/* ---- lifetime ---- */
+
+/*
+ * Every inode the guest holds is an O_PATH fd, and the guest forgets inodes only when its
+ * cache lets them go, so a share needs far more fds than the usual soft limit of 1024 (a
+ * `tar x` of a few thousand files would fail with EMFILE). The soft limit is raised to the
+ * hard one, once per process.
+ */
+static void fs_raise_fd_limit(void)
+{
+	struct rlimit limit;
+
+	if (getrlimit(RLIMIT_NOFILE, &limit) == 0 && limit.rlim_cur < limit.rlim_max) {
+		limit.rlim_cur = limit.rlim_max;
+		if (setrlimit(RLIMIT_NOFILE, &limit) < 0)
+			log_debug(log_module, "cannot raise the open file limit: %s",
+				  strerror(errno));
+	}
+}
+
+static void fs_device_free(struct fs_device *dev)
+{
+	fuse_server_destroy(dev->server);
+	if (dev->kick_fd >= 0)
+		close(dev->kick_fd);
+	virtio_mmio_destroy(dev->transport);
+	free(dev->request);
+	free(dev->reply);
+	pthread_mutex_destroy(&dev->lock);
+	free(dev);
+}
+
+static int fs_check_config(const struct fs_device_config *cfg, char *err, size_t errlen)
+{
+	if (!cfg->tag || !cfg->tag[0] || strlen(cfg->tag) > FS_TAG_LEN) {
+		snprintf(err, errlen, "a virtio-fs tag must be 1 to %d bytes", FS_TAG_LEN);
+		return -EINVAL;
+	}
+	if (!cfg->host_dir || strlen(cfg->host_dir) >= PATH_MAX || !cfg->mem) {
+		snprintf(err, errlen, "a shared directory needs a host path and guest memory");
+		return -EINVAL;
+	}
+	return 0;
+}
+
+struct fs_device *fs_device_create(const struct fs_device_config *cfg, char *err, size_t errlen)
+{
+	struct fs_device *dev;
+
+	if (fs_check_config(cfg, err, errlen) < 0)
+		return NULL;
+	pthread_once(&fs_fd_limit_once, fs_raise_fd_limit);
+	dev = calloc(1, sizeof(*dev));
+	if (!dev) {
+		snprintf(err, errlen, "out of memory creating the share %s", cfg->host_dir);
+		return NULL;
+	}
+	pthread_mutex_init(&dev->lock, NULL);
+	dev->kick_fd = -1;
+	dev->mode = cfg->worker_mode;
+	dev->access = cfg->access;
+	atomic_init(&dev->stopping, false);
+	snprintf(dev->tag, sizeof(dev->tag), "%s", cfg->tag);
+	snprintf(dev->host_dir, sizeof(dev->host_dir), "%s", cfg->host_dir);
+	dev->request = malloc(FUSE_SERVER_MAX_REQUEST);
+	dev->reply = malloc(FUSE_SERVER_MAX_REPLY);
+	dev->kick_fd = eventfd(0, EFD_CLOEXEC);
+	if (!dev->request || !dev->reply || dev->kick_fd < 0) {
+		snprintf(err, errlen, "cannot set up the share %s: %s", cfg->host_dir,
+			 strerror(errno ? errno : ENOMEM));
+		goto fail;
+	}
+	dev->server = fuse_server_create(cfg->host_dir, cfg->access, err, errlen);
+	if (!dev->server)
+		goto fail;
+	struct virtio_mmio_config transport_cfg = {
+		.ops = &fs_virtio_ops, .opaque = dev, .mem = cfg->mem, .irq = cfg->irq,
+		.device_lock = &dev->lock,
+	};
+	dev->transport = virtio_mmio_create(&transport_cfg);
+	if (!dev->transport) {
+		snprintf(err, errlen, "out of memory creating the share's transport");
+		goto fail;
+	}
+	if (dev->mode == FS_WORKER_THREAD) {
+		int rc = pthread_create(&dev->worker, NULL, fs_worker_main, dev);
+
+		if (rc) {
+			snprintf(err, errlen, "cannot start the share's worker thread: %s",
+				 strerror(rc));
+			goto fail;
+		}
+		dev->worker_started = true;
+	}
+	return dev;
+fail:
+	fs_device_free(dev);
+	return NULL;
+}
+
+void fs_device_destroy(struct fs_device *dev)
+{
+	if (!dev)
+		return;
+	if (dev->worker_started) {
+		atomic_store(&dev->stopping, true);
+		fs_kick(dev);
+		pthread_join(dev->worker, NULL);
+	}
+	fs_device_free(dev);
+}
+
+struct virtio_mmio *fs_device_transport(struct fs_device *dev)
+{
+	return dev->transport;
+}
+
+struct fuse_server *fs_device_server(struct fs_device *dev)
+{
+	return dev->server;
+}
+
+/* ---- as a VM device ---- */
+
+static int fs_vm_save(void *opaque, struct byte_writer *out)
+{
+	struct fs_device *dev = opaque;
+	struct virtio_mmio_state state;
+
+	virtio_mmio_state_get(dev->transport, &state);
+	pthread_mutex_lock(&dev->lock); /* released by fs_vm_resume */
+	for (unsigned int i = 0; dev->queues && i < FS_QUEUE_COUNT && i < state.queue_count; i++) {
+		state.queues[i].last_avail_idx = dev->queues[i].last_avail_idx;
+		state.queues[i].used_idx = dev->queues[i].used_idx;
+	}
+	byte_writer_string(out, dev->tag);
+	byte_writer_string(out, dev->host_dir);
+	byte_writer_u8(out, (uint8_t)dev->access);
+	virtio_mmio_state_write(out, &state);
+	fuse_server_save(dev->server, out);
+	return 0;
+}
+
+static void fs_vm_resume(void *opaque)
+{
+	struct fs_device *dev = opaque;
+
+	pthread_mutex_unlock(&dev->lock);
+}
+
+struct fs_saved_identity {
+	char tag[FS_TAG_LEN + 1];
+	char host_dir[PATH_MAX];
+	enum fuse_server_access access;
+};
+
+static bool fs_read_identity(struct byte_reader *in, struct fs_saved_identity *id)
+{
+	uint8_t access;
+
+	byte_reader_string(in, id->tag, sizeof(id->tag));
+	byte_reader_string(in, id->host_dir, sizeof(id->host_dir));
+	access = byte_reader_u8(in);
+	id->access = access == FUSE_SERVER_READ_ONLY ? FUSE_SERVER_READ_ONLY
+						     : FUSE_SERVER_READ_WRITE;
+	return !in->failed && id->tag[0] && id->host_dir[0] && access <= FUSE_SERVER_READ_ONLY;
+}
+
+static int fs_vm_restore(void *opaque, struct byte_reader *in, uint32_t version, char *err,
+			 size_t errlen)
+{
+	struct fs_device *dev = opaque;
+	struct fs_saved_identity id;
+	struct virtio_mmio_state state;
+	int rc;
+
+	(void)version;
+	if (!fs_read_identity(in, &id) || strcmp(id.tag, dev->tag) != 0) {
+		snprintf(err, errlen, "the share's saved state is malformed: take the snapshot "
+			 "again");
+		return -EBADMSG;
+	}
+	virtio_mmio_state_read(in, &state);
+	pthread_mutex_lock(&dev->lock);
+	rc = in->failed ? -EBADMSG : fuse_server_restore(dev->server, in);
+	pthread_mutex_unlock(&dev->lock);
+	if (rc < 0 || byte_reader_finish(in) < 0) {
+		snprintf(err, errlen, "the share %s has a malformed saved state: take the "
+			 "snapshot again", dev->host_dir);
+		return -EBADMSG;
+	}
+	rc = virtio_mmio_state_set(dev->transport, &state);
+	if (rc < 0) {
+		snprintf(err, errlen, "the share %s refused its saved state: %s", dev->host_dir,
+			 strerror(-rc));
+		return rc;
+	}
+	fs_kick(dev); /* requests the guest queued before the snapshot */
+	return 0;
+}
+
+static void fs_vm_destroy(void *opaque)
+{
+	fs_device_destroy(opaque);
+}
+
+extern const struct vm_device_type fs_device_type;
+
+static const struct vm_device_ops fs_vm_ops = {
+	.state_version = FS_STATE_VERSION,
+	.save = fs_vm_save,
+	.resume = fs_vm_resume,
+	.restore = fs_vm_restore,
+	.destroy = fs_vm_destroy,
+};
+
+/*
+ * Binds the QUEUE_NOTIFY register to the worker's eventfd in KVM: a notify then wakes the
+ * worker without leaving the kernel, instead of an MMIO exit to a vCPU thread that writes the
+ * eventfd itself (each request waits for one notify, so this is most of a small request's
+ * cost under nested virtualization). Without it the MMIO path still works.
+ */
+static void fs_bind_notify(struct fs_device *dev, int kvm_fd, uint64_t base)
+{
+	struct kvm_ioeventfd notify = { .addr = base + VIRTIO_MMIO_QUEUE_NOTIFY,
+					.len = FS_NOTIFY_WIDTH, .fd = dev->kick_fd };
+
+	if (kvm_fd < 0 || ioctl(kvm_fd, KVM_IOEVENTFD, &notify) < 0)
+		log_debug(log_module, "%s: notifies take the MMIO path: %s", dev->tag,
+			  kvm_fd < 0 ? "no KVM fd" : strerror(errno));
+}
+
+static int fs_vm_attach(struct vm *vm, const char *tag, const char *host_dir,
+			enum fuse_server_access access, char *err, size_t errlen)
+{
+	struct vm_virtio_mmio_slot slot;
+	struct fs_device *dev;
+	int rc = vm_virtio_mmio_slot_reserve(vm, &slot);
+
+	if (rc < 0) {
+		snprintf(err, errlen, "no virtio-mmio slot left for the share %s: use fewer "
+			 "mounts", host_dir);
+		return rc;
+	}
+	struct fs_device_config cfg = { .tag = tag, .host_dir = host_dir, .access = access,
+					.mem = vm_guest_memory(vm), .irq = slot.irq,
+					.worker_mode = FS_WORKER_THREAD };
+
+	dev = fs_device_create(&cfg, err, errlen);
+	if (!dev)
+		return -EIO;
+	rc = vm_device_attach(vm, &fs_device_type, dev);
+	if (rc < 0) {
+		fs_device_destroy(dev);
+		snprintf(err, errlen, "too many devices for the share %s: %s", host_dir,
+			 strerror(-rc));
+		return rc;
+	}
+	rc = vm_virtio_mmio_slot_attach(vm, &slot, virtio_mmio_access, dev->transport);
+	if (rc < 0) {
+		snprintf(err, errlen, "cannot attach the share %s at 0x%" PRIx64 ": %s", host_dir,
+			 slot.base, strerror(-rc));
+		return rc;
+	}
+	fs_bind_notify(dev, vm_kvm_fd(vm), slot.base);
+	return 0;
+}
+
+/* A cold boot makes one device per share the config names; a restore, the one saved. */
+static int fs_vm_create(struct vm *vm, const struct vm_config *cfg,
+			const struct vm_device_section *saved, char *err, size_t errlen)
+{
+	struct fs_saved_identity id;
+	struct byte_reader in;
+	int rc = 0;
+
+	if (saved) {
+		byte_reader_init(&in, saved->state, saved->state_len);
+		if (!fs_read_identity(&in, &id)) {
+			snprintf(err, errlen, "the share section of the snapshot is malformed: "
+				 "take the snapshot again");
+			return -EBADMSG;
+		}
+		return fs_vm_attach(vm, id.tag, id.host_dir, id.access, err, errlen);
+	}
+	for (unsigned int i = 0; rc == 0 && i < cfg->share_count; i++) {
+		rc = fs_vm_attach(vm, cfg->shares[i].tag, cfg->shares[i].host_dir,
+				  cfg->shares[i].read_only ? FUSE_SERVER_READ_ONLY
+							   : FUSE_SERVER_READ_WRITE,
+				  err, errlen);
+	}
+	return rc;
+}
+
+const struct vm_device_type fs_device_type = {
+	.name = "fs",
+	.ops = &fs_vm_ops,
+	.create = fs_vm_create,
+};

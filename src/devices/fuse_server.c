@@ -1,0 +1,1710 @@
+/*
+ * The FUSE protocol (<linux/fuse.h>, 7.x) served from one host directory, for virtio-fs.
+ *
+ * Shape: a request is parsed through a bounded cursor (fuse_req) that hands out fixed-size
+ * argument structs by copy and names only when they are NUL-terminated inside the request,
+ * one component long and neither "." nor ".."; the reply is built in a bounded buffer
+ * (fuse_reply) whose overflow is an error, never a write past it. One function per opcode
+ * (or per family of opcodes), dispatched by one switch, each returning 0 or -errno: the
+ * dispatcher turns that into the reply header, so no path can forget to answer.
+ *
+ * Inodes: node id N is slot N - 1 of a growable table (node id 1, the root, is slot 0), each an
+ * O_PATH fd found by one openat2(RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS, O_NOFOLLOW) per
+ * name, deduplicated by (st_dev, st_ino) through a hash so a hard link is one node. A node is
+ * freed when the guest forgets it as often as it looked it up. Opening for I/O goes through
+ * /proc/self/fd/N of the O_PATH fd (the exact inode, no name to race), and only for regular
+ * files and directories. Handles are slots of a fixed table; fh = slot + 1.
+ *
+ * Snapshots save every node's path relative to the share, read back from the O_PATH fd's
+ * /proc link (the kernel follows renames for us); a node whose inode was deleted or moved out
+ * of the share is saved as stale and answers ESTALE after a restore.
+ */
+#include "devices/fuse_server.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <linux/fuse.h>
+#include <linux/openat2.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/statfs.h>
+#include <sys/syscall.h>
+#include <sys/xattr.h>
+#include <unistd.h>
+
+#define FUSE_ROOT_NODE 1u
+#define FUSE_PROTO_MAJOR 7u
+/* The oldest minor whose request and reply layouts this server writes (Linux 4.20+). */
+#define FUSE_PROTO_MINOR_MIN 28u
+#define FUSE_PAGE_SIZE 4096u
+#define FUSE_CACHE_TIMEOUT_SEC 1u
+#define FUSE_INODE_HASH_BUCKETS 4096u
+#define FUSE_INODE_TABLE_INITIAL 64u
+#define FUSE_NO_SLOT UINT32_MAX
+#define FUSE_GUEST_NOBODY 65534u
+#define FUSE_XATTR_VALUE_MAX 65536u
+#define FUSE_DIRENTS_BUFFER 32768u
+#define FUSE_PROC_FD_PATH_MAX 48u
+#define FUSE_NSEC_PER_SEC 1000000000L
+#define FUSE_STATE_MAGIC 0x46555345u /* "FUSE" */
+#define FUSE_XATTR_USER_PREFIX "user."
+#define FUSE_RESOLVE_FLAGS (RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS)
+#define FUSE_RENAME_FLAGS_KNOWN (RENAME_NOREPLACE | RENAME_EXCHANGE)
+#define FUSE_OPEN_FLAGS_STRIPPED (O_CREAT | O_EXCL | O_NOCTTY)
+#define FUSE_INIT_FLAGS_OFFERED                                                                \
+	(FUSE_ASYNC_READ | FUSE_BIG_WRITES | FUSE_MAX_PAGES | FUSE_DO_READDIRPLUS |            \
+	 FUSE_READDIRPLUS_AUTO | FUSE_PARALLEL_DIROPS | FUSE_ATOMIC_O_TRUNC)
+
+struct fuse_inode {
+	int fd; /* O_PATH; -1 when the slot is free or the inode went stale */
+	bool used;
+	uint64_t nlookup;
+	uint64_t generation;
+	dev_t dev;
+	ino_t ino;
+	mode_t type; /* S_IFMT bits */
+	uint32_t hash_next;
+};
+
+enum fuse_handle_kind { FUSE_HANDLE_FREE, FUSE_HANDLE_FILE, FUSE_HANDLE_DIR };
+
+/*
+ * A directory handle's read position. Offsets of some file systems (tmpfs) are ordinals, so
+ * seeking to one after entries before it were removed skips live entries: the stream keeps
+ * the host fd where the guest left it, with the entries read from the host but not yet sent,
+ * and seeks only when the guest asks for another offset than the one it was last given.
+ */
+struct fuse_dir_stream {
+	uint8_t buf[FUSE_DIRENTS_BUFFER];
+	size_t len;      /* bytes getdents64 filled */
+	size_t pos;      /* the next entry not sent yet */
+	uint64_t offset; /* the offset the guest continues from when it picks up here */
+};
+
+struct fuse_handle {
+	enum fuse_handle_kind kind;
+	int fd;
+	uint64_t nodeid;
+	int flags;
+	struct fuse_dir_stream *dir; /* directories, once read */
+};
+
+struct fuse_server {
+	int root_fd;
+	enum fuse_server_access access;
+	uid_t host_uid;
+	gid_t host_gid;
+	bool initialized;
+	uint32_t proto_minor;
+	uint64_t next_generation;
+	struct fuse_inode *inodes;
+	uint32_t inode_capacity;
+	uint32_t inode_count;
+	uint32_t hash[FUSE_INODE_HASH_BUCKETS];
+	struct fuse_handle handles[FUSE_SERVER_MAX_HANDLES];
+	uint32_t handle_count;
+};
+
+/* ---- request cursor and reply buffer ---- */
+
+struct fuse_req {
+	const uint8_t *data;
+	size_t len;
+	size_t off;
+};
+
+struct fuse_reply {
+	uint8_t *data; /* payload area, after the reply header */
+	size_t cap;
+	size_t len;
+};
+
+static bool req_copy(struct fuse_req *req, void *dst, size_t size)
+{
+	if (req->len - req->off < size)
+		return false;
+	memcpy(dst, req->data + req->off, size);
+	req->off += size;
+	return true;
+}
+
+/* A NUL-terminated string inside the request, at most max_len bytes before the NUL. */
+static const char *req_string(struct fuse_req *req, size_t max_len)
+{
+	const char *start = (const char *)req->data + req->off;
+	size_t room = req->len - req->off;
+	const char *nul = memchr(start, '\0', room);
+
+	if (!nul || (size_t)(nul - start) > max_len)
+		return NULL;
+	req->off += (size_t)(nul - start) + 1;
+	return start;
+}
+
+/* One path component the guest names: never empty, ".", "..", or containing '/'. */
+static int req_name(struct fuse_req *req, const char **name)
+{
+	const char *text = req_string(req, NAME_MAX);
+
+	if (!text)
+		return -EINVAL;
+	if (text[0] == '\0' || strchr(text, '/') || strcmp(text, ".") == 0 ||
+	    strcmp(text, "..") == 0)
+		return -EINVAL;
+	*name = text;
+	return 0;
+}
+
+static int reply_put(struct fuse_reply *rep, const void *data, size_t len)
+{
+	if (rep->cap - rep->len < len)
+		return -ERANGE;
+	memcpy(rep->data + rep->len, data, len);
+	rep->len += len;
+	return 0;
+}
+
+/* ---- host calls that cannot leave the share ---- */
+
+static int fuse_openat_beneath(int dirfd, const char *path, int flags, mode_t mode,
+			       uint64_t resolve)
+{
+	struct open_how how = { .flags = (uint64_t)(flags | O_CLOEXEC | O_NOFOLLOW),
+				.mode = (flags & O_CREAT) ? mode : 0,
+				.resolve = resolve };
+	long fd = syscall(SYS_openat2, dirfd, path, &how, sizeof(how));
+
+	return fd < 0 ? -errno : (int)fd;
+}
+
+static void fuse_proc_path(char *out, int fd)
+{
+	snprintf(out, FUSE_PROC_FD_PATH_MAX, "/proc/self/fd/%d", fd);
+}
+
+/* ---- inode table ---- */
+
+static uint32_t inode_hash(dev_t dev, ino_t ino)
+{
+	uint64_t key = (uint64_t)ino * 0x9e3779b97f4a7c15ull ^ (uint64_t)dev;
+
+	return (uint32_t)(key >> 32) % FUSE_INODE_HASH_BUCKETS;
+}
+
+static void inode_hash_remove(struct fuse_server *s, uint32_t slot)
+{
+	uint32_t *link = &s->hash[inode_hash(s->inodes[slot].dev, s->inodes[slot].ino)];
+
+	while (*link != FUSE_NO_SLOT) {
+		if (*link == slot) {
+			*link = s->inodes[slot].hash_next;
+			return;
+		}
+		link = &s->inodes[*link].hash_next;
+	}
+}
+
+static void inode_hash_insert(struct fuse_server *s, uint32_t slot)
+{
+	uint32_t *head = &s->hash[inode_hash(s->inodes[slot].dev, s->inodes[slot].ino)];
+
+	s->inodes[slot].hash_next = *head;
+	*head = slot;
+}
+
+static uint32_t inode_find(const struct fuse_server *s, dev_t dev, ino_t ino)
+{
+	uint32_t slot = s->hash[inode_hash(dev, ino)];
+
+	while (slot != FUSE_NO_SLOT) {
+		const struct fuse_inode *node = &s->inodes[slot];
+
+		if (node->fd >= 0 && node->dev == dev && node->ino == ino)
+			return slot;
+		slot = node->hash_next;
+	}
+	return FUSE_NO_SLOT;
+}
+
+static int inode_table_grow(struct fuse_server *s, uint32_t needed)
+{
+	uint32_t capacity = s->inode_capacity ? s->inode_capacity : FUSE_INODE_TABLE_INITIAL;
+	struct fuse_inode *grown;
+
+	if (needed > FUSE_SERVER_MAX_INODES)
+		return -ENFILE;
+	while (capacity < needed)
+		capacity *= 2;
+	if (capacity > FUSE_SERVER_MAX_INODES)
+		capacity = FUSE_SERVER_MAX_INODES;
+	if (capacity <= s->inode_capacity)
+		return 0;
+	grown = realloc(s->inodes, capacity * sizeof(*grown));
+	if (!grown)
+		return -ENOMEM;
+	for (uint32_t i = s->inode_capacity; i < capacity; i++)
+		grown[i] = (struct fuse_inode){ .fd = -1, .hash_next = FUSE_NO_SLOT };
+	s->inodes = grown;
+	s->inode_capacity = capacity;
+	return 0;
+}
+
+static void inode_release(struct fuse_server *s, uint32_t slot)
+{
+	struct fuse_inode *node = &s->inodes[slot];
+
+	if (!node->used)
+		return;
+	if (node->fd >= 0) {
+		inode_hash_remove(s, slot);
+		close(node->fd);
+	}
+	*node = (struct fuse_inode){ .fd = -1, .hash_next = FUSE_NO_SLOT };
+	s->inode_count--;
+}
+
+/* Takes fd (an O_PATH fd with st); the slot's lookup count starts at zero. */
+static int inode_install(struct fuse_server *s, uint32_t slot, int fd, const struct stat *st)
+{
+	struct fuse_inode *node = &s->inodes[slot];
+
+	*node = (struct fuse_inode){ .fd = fd, .used = true, .generation = ++s->next_generation,
+				     .dev = st->st_dev, .ino = st->st_ino,
+				     .type = st->st_mode & S_IFMT, .hash_next = FUSE_NO_SLOT };
+	if (fd >= 0)
+		inode_hash_insert(s, slot);
+	s->inode_count++;
+	return 0;
+}
+
+static int inode_new(struct fuse_server *s, int fd, const struct stat *st, uint32_t *out)
+{
+	uint32_t slot = 0;
+	int rc;
+
+	if (s->inode_count >= FUSE_SERVER_MAX_INODES)
+		return -ENFILE;
+	while (slot < s->inode_capacity && s->inodes[slot].used)
+		slot++;
+	if (slot == s->inode_capacity) {
+		rc = inode_table_grow(s, slot + 1);
+		if (rc < 0)
+			return rc;
+	}
+	inode_install(s, slot, fd, st);
+	*out = slot;
+	return 0;
+}
+
+/* The slot of a node id the guest names; -ESTALE when it is unknown or its inode is gone. */
+static int node_slot(const struct fuse_server *s, uint64_t nodeid, uint32_t *slot)
+{
+	if (nodeid == 0 || nodeid > s->inode_capacity || !s->inodes[nodeid - 1].used)
+		return -ESTALE;
+	if (s->inodes[nodeid - 1].fd < 0)
+		return -ESTALE;
+	*slot = (uint32_t)(nodeid - 1);
+	return 0;
+}
+
+static int node_fd(const struct fuse_server *s, uint64_t nodeid)
+{
+	uint32_t slot;
+	int rc = node_slot(s, nodeid, &slot);
+
+	return rc < 0 ? rc : s->inodes[slot].fd;
+}
+
+static int node_dir_fd(const struct fuse_server *s, uint64_t nodeid)
+{
+	uint32_t slot;
+	int rc = node_slot(s, nodeid, &slot);
+
+	if (rc < 0)
+		return rc;
+	return s->inodes[slot].type == S_IFDIR ? s->inodes[slot].fd : -ENOTDIR;
+}
+
+/* Opens the node's inode itself for I/O: only regular files and directories. */
+static int node_reopen(const struct fuse_server *s, uint64_t nodeid, int flags)
+{
+	char path[FUSE_PROC_FD_PATH_MAX];
+	uint32_t slot;
+	int rc = node_slot(s, nodeid, &slot), fd;
+
+	if (rc < 0)
+		return rc;
+	if (s->inodes[slot].type != S_IFREG && s->inodes[slot].type != S_IFDIR)
+		return -EACCES;
+	fuse_proc_path(path, s->inodes[slot].fd);
+	fd = open(path, (flags & ~FUSE_OPEN_FLAGS_STRIPPED) | O_CLOEXEC);
+	return fd < 0 ? -errno : fd;
+}
+
+/* ---- attributes ---- */
+
+static uint32_t guest_uid(const struct fuse_server *s, uid_t uid)
+{
+	return uid == s->host_uid ? FUSE_SERVER_GUEST_ID : FUSE_GUEST_NOBODY;
+}
+
+static uint32_t guest_gid(const struct fuse_server *s, gid_t gid)
+{
+	return gid == s->host_gid ? FUSE_SERVER_GUEST_ID : FUSE_GUEST_NOBODY;
+}
+
+static void attr_from_stat(const struct fuse_server *s, const struct stat *st, struct fuse_attr *a)
+{
+	*a = (struct fuse_attr){
+		.ino = st->st_ino,
+		.size = (uint64_t)st->st_size,
+		.blocks = (uint64_t)st->st_blocks,
+		.atime = (uint64_t)st->st_atim.tv_sec,
+		.mtime = (uint64_t)st->st_mtim.tv_sec,
+		.ctime = (uint64_t)st->st_ctim.tv_sec,
+		.atimensec = (uint32_t)st->st_atim.tv_nsec,
+		.mtimensec = (uint32_t)st->st_mtim.tv_nsec,
+		.ctimensec = (uint32_t)st->st_ctim.tv_nsec,
+		.mode = st->st_mode,
+		.nlink = (uint32_t)st->st_nlink,
+		.uid = guest_uid(s, st->st_uid),
+		.gid = guest_gid(s, st->st_gid),
+		.rdev = (uint32_t)st->st_rdev,
+		.blksize = (uint32_t)st->st_blksize,
+	};
+}
+
+static int stat_fd(int fd, struct stat *st)
+{
+	return fstatat(fd, "", st, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW) < 0 ? -errno : 0;
+}
+
+static void entry_fill(const struct fuse_server *s, uint32_t slot, const struct stat *st,
+		       struct fuse_entry_out *entry)
+{
+	*entry = (struct fuse_entry_out){ .nodeid = slot + 1ull,
+					  .generation = s->inodes[slot].generation,
+					  .entry_valid = FUSE_CACHE_TIMEOUT_SEC,
+					  .attr_valid = FUSE_CACHE_TIMEOUT_SEC };
+	attr_from_stat(s, st, &entry->attr);
+}
+
+/* Looks name up beneath the parent; counts one lookup of the node it fills entry with. */
+static int lookup_child(struct fuse_server *s, uint64_t parent, const char *name,
+			struct fuse_entry_out *entry)
+{
+	int dirfd = node_dir_fd(s, parent), fd, rc;
+	struct stat st;
+	uint32_t slot;
+
+	if (dirfd < 0)
+		return dirfd;
+	fd = fuse_openat_beneath(dirfd, name, O_PATH, 0, FUSE_RESOLVE_FLAGS);
+	if (fd < 0)
+		return fd;
+	rc = stat_fd(fd, &st);
+	if (rc < 0) {
+		close(fd);
+		return rc;
+	}
+	slot = inode_find(s, st.st_dev, st.st_ino);
+	if (slot != FUSE_NO_SLOT) {
+		close(fd);
+	} else {
+		rc = inode_new(s, fd, &st, &slot);
+		if (rc < 0) {
+			close(fd);
+			return rc;
+		}
+	}
+	s->inodes[slot].nlookup++;
+	entry_fill(s, slot, &st, entry);
+	return 0;
+}
+
+static int reply_entry_of(struct fuse_server *s, uint64_t parent, const char *name,
+			  struct fuse_reply *rep)
+{
+	struct fuse_entry_out entry;
+	int rc = lookup_child(s, parent, name, &entry);
+
+	return rc < 0 ? rc : reply_put(rep, &entry, sizeof(entry));
+}
+
+static void forget_node(struct fuse_server *s, uint64_t nodeid, uint64_t count)
+{
+	struct fuse_inode *node;
+
+	if (nodeid <= FUSE_ROOT_NODE || nodeid > s->inode_capacity)
+		return;
+	node = &s->inodes[nodeid - 1];
+	if (!node->used)
+		return;
+	node->nlookup = count >= node->nlookup ? 0 : node->nlookup - count;
+	if (node->nlookup == 0)
+		inode_release(s, (uint32_t)(nodeid - 1));
+}
+
+/* ---- handles ---- */
+
+static int handle_new(struct fuse_server *s, enum fuse_handle_kind kind, int fd, uint64_t nodeid,
+		      int flags, uint64_t *fh)
+{
+	for (uint32_t i = 0; i < FUSE_SERVER_MAX_HANDLES; i++) {
+		if (s->handles[i].kind != FUSE_HANDLE_FREE)
+			continue;
+		s->handles[i] = (struct fuse_handle){ .kind = kind, .fd = fd, .nodeid = nodeid,
+						      .flags = flags };
+		s->handle_count++;
+		*fh = i + 1ull;
+		return 0;
+	}
+	return -ENFILE;
+}
+
+static int handle_fd(const struct fuse_server *s, uint64_t fh, enum fuse_handle_kind kind)
+{
+	const struct fuse_handle *handle;
+
+	if (fh == 0 || fh > FUSE_SERVER_MAX_HANDLES)
+		return -EBADF;
+	handle = &s->handles[fh - 1];
+	if (handle->kind != kind)
+		return -EBADF;
+	return handle->fd < 0 ? -ESTALE : handle->fd;
+}
+
+static int handle_release(struct fuse_server *s, uint64_t fh, enum fuse_handle_kind kind)
+{
+	struct fuse_handle *handle;
+
+	if (fh == 0 || fh > FUSE_SERVER_MAX_HANDLES || s->handles[fh - 1].kind != kind)
+		return -EBADF;
+	handle = &s->handles[fh - 1];
+	if (handle->fd >= 0)
+		close(handle->fd);
+	free(handle->dir);
+	*handle = (struct fuse_handle){ .kind = FUSE_HANDLE_FREE, .fd = -1 };
+	s->handle_count--;
+	return 0;
+}
+
+/* ---- operations ---- */
+
+struct fuse_op_ctx {
+	struct fuse_server *s;
+	const struct fuse_in_header *hdr;
+	struct fuse_req *req;
+	struct fuse_reply *rep;
+};
+
+static bool read_only(const struct fuse_op_ctx *ctx)
+{
+	return ctx->s->access == FUSE_SERVER_READ_ONLY;
+}
+
+static int op_init(struct fuse_op_ctx *ctx)
+{
+	struct fuse_init_in in = { 0 };
+	struct fuse_init_out out = { 0 };
+	const size_t base_len = offsetof(struct fuse_init_in, flags2);
+
+	if (!req_copy(ctx->req, &in, base_len))
+		return -EINVAL;
+	if (in.major != FUSE_PROTO_MAJOR || in.minor < FUSE_PROTO_MINOR_MIN)
+		return -EPROTO;
+	ctx->s->proto_minor = in.minor < FUSE_KERNEL_MINOR_VERSION ? in.minor
+								    : FUSE_KERNEL_MINOR_VERSION;
+	out.major = FUSE_PROTO_MAJOR;
+	out.minor = ctx->s->proto_minor;
+	out.max_readahead = in.max_readahead;
+	out.flags = in.flags & FUSE_INIT_FLAGS_OFFERED;
+	out.max_background = 64;
+	out.congestion_threshold = 48;
+	out.max_write = FUSE_SERVER_MAX_WRITE;
+	out.time_gran = 1;
+	out.max_pages = FUSE_SERVER_MAX_WRITE / FUSE_PAGE_SIZE;
+	ctx->s->initialized = true;
+	return reply_put(ctx->rep, &out, sizeof(out));
+}
+
+static void server_drop_all(struct fuse_server *s);
+
+static int op_destroy(struct fuse_op_ctx *ctx)
+{
+	server_drop_all(ctx->s);
+	ctx->s->initialized = false;
+	return 0;
+}
+
+static int op_lookup(struct fuse_op_ctx *ctx)
+{
+	const char *name;
+	int rc = req_name(ctx->req, &name);
+
+	return rc < 0 ? rc : reply_entry_of(ctx->s, ctx->hdr->nodeid, name, ctx->rep);
+}
+
+static int op_forget(struct fuse_op_ctx *ctx)
+{
+	struct fuse_forget_in in;
+
+	if (req_copy(ctx->req, &in, sizeof(in)))
+		forget_node(ctx->s, ctx->hdr->nodeid, in.nlookup);
+	return 0;
+}
+
+static int op_batch_forget(struct fuse_op_ctx *ctx)
+{
+	struct fuse_batch_forget_in in;
+	struct fuse_forget_one one;
+
+	if (!req_copy(ctx->req, &in, sizeof(in)))
+		return 0;
+	for (uint32_t i = 0; i < in.count && req_copy(ctx->req, &one, sizeof(one)); i++)
+		forget_node(ctx->s, one.nodeid, one.nlookup);
+	return 0;
+}
+
+static int reply_attr_of_fd(struct fuse_op_ctx *ctx, int fd)
+{
+	struct fuse_attr_out out = { .attr_valid = FUSE_CACHE_TIMEOUT_SEC };
+	struct stat st;
+	int rc = stat_fd(fd, &st);
+
+	if (rc < 0)
+		return rc;
+	attr_from_stat(ctx->s, &st, &out.attr);
+	return reply_put(ctx->rep, &out, sizeof(out));
+}
+
+static int op_getattr(struct fuse_op_ctx *ctx)
+{
+	struct fuse_getattr_in in;
+	int fd;
+
+	if (!req_copy(ctx->req, &in, sizeof(in)))
+		return -EINVAL;
+	fd = node_fd(ctx->s, ctx->hdr->nodeid);
+	return fd < 0 ? fd : reply_attr_of_fd(ctx, fd);
+}
+
+static int setattr_owner(struct fuse_op_ctx *ctx, const struct fuse_setattr_in *in)
+{
+	if ((in->valid & FATTR_UID) && in->uid != FUSE_SERVER_GUEST_ID)
+		return -EPERM;
+	if ((in->valid & FATTR_GID) && in->gid != FUSE_SERVER_GUEST_ID)
+		return -EPERM;
+	(void)ctx;
+	return 0; /* the host user owns what it can change: nothing to do */
+}
+
+static int setattr_size(struct fuse_op_ctx *ctx, const struct fuse_setattr_in *in)
+{
+	int fd, rc = 0;
+
+	if (in->size > (uint64_t)INT64_MAX)
+		return -EFBIG;
+	if (in->valid & FATTR_FH) {
+		fd = handle_fd(ctx->s, in->fh, FUSE_HANDLE_FILE);
+		if (fd < 0)
+			return fd;
+		return ftruncate(fd, (off_t)in->size) < 0 ? -errno : 0;
+	}
+	fd = node_reopen(ctx->s, ctx->hdr->nodeid, O_WRONLY);
+	if (fd < 0)
+		return fd;
+	if (ftruncate(fd, (off_t)in->size) < 0)
+		rc = -errno;
+	close(fd);
+	return rc;
+}
+
+static int setattr_times(struct fuse_op_ctx *ctx, const struct fuse_setattr_in *in, int node)
+{
+	struct timespec times[2] = { { .tv_nsec = UTIME_OMIT }, { .tv_nsec = UTIME_OMIT } };
+	char path[FUSE_PROC_FD_PATH_MAX];
+
+	if (in->atimensec >= FUSE_NSEC_PER_SEC || in->mtimensec >= FUSE_NSEC_PER_SEC)
+		return -EINVAL;
+
+	if (in->valid & FATTR_ATIME_NOW)
+		times[0].tv_nsec = UTIME_NOW;
+	else if (in->valid & FATTR_ATIME)
+		times[0] = (struct timespec){ .tv_sec = (time_t)in->atime,
+					      .tv_nsec = in->atimensec };
+	if (in->valid & FATTR_MTIME_NOW)
+		times[1].tv_nsec = UTIME_NOW;
+	else if (in->valid & FATTR_MTIME)
+		times[1] = (struct timespec){ .tv_sec = (time_t)in->mtime,
+					      .tv_nsec = in->mtimensec };
+	fuse_proc_path(path, node);
+	return utimensat(AT_FDCWD, path, times, 0) < 0 ? -errno : 0;
+}
+
+static int op_setattr(struct fuse_op_ctx *ctx)
+{
+	struct fuse_setattr_in in;
+	char path[FUSE_PROC_FD_PATH_MAX];
+	uint32_t slot;
+	int rc, node;
+
+	if (!req_copy(ctx->req, &in, sizeof(in)))
+		return -EINVAL;
+	rc = node_slot(ctx->s, ctx->hdr->nodeid, &slot);
+	if (rc < 0)
+		return rc;
+	if (read_only(ctx))
+		return -EROFS;
+	node = ctx->s->inodes[slot].fd;
+	if (ctx->s->inodes[slot].type == S_IFLNK)
+		return -EPERM; /* a symlink's own mode, owner and times are not the guest's to set */
+	rc = setattr_owner(ctx, &in);
+	if (rc == 0 && (in.valid & FATTR_MODE)) {
+		fuse_proc_path(path, node);
+		if (chmod(path, in.mode & ALLPERMS) < 0)
+			rc = -errno;
+	}
+	if (rc == 0 && (in.valid & FATTR_SIZE))
+		rc = setattr_size(ctx, &in);
+	if (rc == 0 && (in.valid & (FATTR_ATIME | FATTR_MTIME | FATTR_ATIME_NOW | FATTR_MTIME_NOW)))
+		rc = setattr_times(ctx, &in, node);
+	return rc < 0 ? rc : reply_attr_of_fd(ctx, node);
+}
+
+static int op_readlink(struct fuse_op_ctx *ctx)
+{
+	char target[PATH_MAX];
+	int fd = node_fd(ctx->s, ctx->hdr->nodeid);
+	ssize_t len;
+
+	if (fd < 0)
+		return fd;
+	len = readlinkat(fd, "", target, sizeof(target));
+	if (len < 0)
+		return -errno;
+	return reply_put(ctx->rep, target, (size_t)len);
+}
+
+/* The parent directory of a change, refused on a read-only share. */
+static int change_dir_fd(struct fuse_op_ctx *ctx, uint64_t nodeid)
+{
+	int fd = node_dir_fd(ctx->s, nodeid);
+
+	if (fd >= 0 && read_only(ctx))
+		return -EROFS;
+	return fd;
+}
+
+static int op_symlink(struct fuse_op_ctx *ctx)
+{
+	const char *name, *target;
+	int dirfd, rc = req_name(ctx->req, &name);
+
+	if (rc < 0)
+		return rc;
+	target = req_string(ctx->req, PATH_MAX - 1);
+	if (!target || target[0] == '\0')
+		return -EINVAL;
+	dirfd = change_dir_fd(ctx, ctx->hdr->nodeid);
+	if (dirfd < 0)
+		return dirfd;
+	if (symlinkat(target, dirfd, name) < 0)
+		return -errno;
+	return reply_entry_of(ctx->s, ctx->hdr->nodeid, name, ctx->rep);
+}
+
+static int op_mknod(struct fuse_op_ctx *ctx)
+{
+	struct fuse_mknod_in in;
+	const char *name;
+	int dirfd, fd, rc;
+
+	if (!req_copy(ctx->req, &in, sizeof(in)))
+		return -EINVAL;
+	rc = req_name(ctx->req, &name);
+	if (rc < 0)
+		return rc;
+	if ((in.mode & S_IFMT) != S_IFREG)
+		return -EPERM; /* devices, fifos and sockets stay out of the user's directory */
+	dirfd = change_dir_fd(ctx, ctx->hdr->nodeid);
+	if (dirfd < 0)
+		return dirfd;
+	fd = fuse_openat_beneath(dirfd, name, O_CREAT | O_EXCL | O_WRONLY, in.mode & ALLPERMS,
+				 FUSE_RESOLVE_FLAGS);
+	if (fd < 0)
+		return fd;
+	close(fd);
+	return reply_entry_of(ctx->s, ctx->hdr->nodeid, name, ctx->rep);
+}
+
+static int op_mkdir(struct fuse_op_ctx *ctx)
+{
+	struct fuse_mkdir_in in;
+	const char *name;
+	int dirfd, rc;
+
+	if (!req_copy(ctx->req, &in, sizeof(in)))
+		return -EINVAL;
+	rc = req_name(ctx->req, &name);
+	if (rc < 0)
+		return rc;
+	dirfd = change_dir_fd(ctx, ctx->hdr->nodeid);
+	if (dirfd < 0)
+		return dirfd;
+	if (mkdirat(dirfd, name, in.mode & ALLPERMS) < 0)
+		return -errno;
+	return reply_entry_of(ctx->s, ctx->hdr->nodeid, name, ctx->rep);
+}
+
+static int remove_entry(struct fuse_op_ctx *ctx, int flags)
+{
+	const char *name;
+	int dirfd, rc = req_name(ctx->req, &name);
+
+	if (rc < 0)
+		return rc;
+	dirfd = change_dir_fd(ctx, ctx->hdr->nodeid);
+	if (dirfd < 0)
+		return dirfd;
+	return unlinkat(dirfd, name, flags) < 0 ? -errno : 0;
+}
+
+static int rename_names(struct fuse_op_ctx *ctx, uint64_t newdir, unsigned int flags)
+{
+	const char *old_name, *new_name;
+	int old_dir, new_dir, rc;
+
+	if (flags & ~(unsigned int)FUSE_RENAME_FLAGS_KNOWN)
+		return -EINVAL;
+	rc = req_name(ctx->req, &old_name);
+	if (rc == 0)
+		rc = req_name(ctx->req, &new_name);
+	if (rc < 0)
+		return rc;
+	old_dir = change_dir_fd(ctx, ctx->hdr->nodeid);
+	if (old_dir < 0)
+		return old_dir;
+	new_dir = change_dir_fd(ctx, newdir);
+	if (new_dir < 0)
+		return new_dir;
+	return renameat2(old_dir, old_name, new_dir, new_name, flags) < 0 ? -errno : 0;
+}
+
+static int op_rename(struct fuse_op_ctx *ctx)
+{
+	struct fuse_rename_in in;
+
+	if (!req_copy(ctx->req, &in, sizeof(in)))
+		return -EINVAL;
+	return rename_names(ctx, in.newdir, 0);
+}
+
+static int op_rename2(struct fuse_op_ctx *ctx)
+{
+	struct fuse_rename2_in in;
+
+	if (!req_copy(ctx->req, &in, sizeof(in)))
+		return -EINVAL;
+	return rename_names(ctx, in.newdir, in.flags);
+}
+
+static int op_link(struct fuse_op_ctx *ctx)
+{
+	struct fuse_link_in in;
+	char path[FUSE_PROC_FD_PATH_MAX];
+	const char *name;
+	uint32_t slot;
+	int dirfd, rc;
+
+	if (!req_copy(ctx->req, &in, sizeof(in)))
+		return -EINVAL;
+	rc = req_name(ctx->req, &name);
+	if (rc < 0)
+		return rc;
+	rc = node_slot(ctx->s, in.oldnodeid, &slot);
+	if (rc < 0)
+		return rc;
+	/* /proc/self/fd of a symlink could resolve to its target: only files are linked */
+	if (ctx->s->inodes[slot].type != S_IFREG)
+		return -EPERM;
+	dirfd = change_dir_fd(ctx, ctx->hdr->nodeid);
+	if (dirfd < 0)
+		return dirfd;
+	fuse_proc_path(path, ctx->s->inodes[slot].fd);
+	if (linkat(AT_FDCWD, path, dirfd, name, AT_SYMLINK_FOLLOW) < 0)
+		return -errno;
+	return reply_entry_of(ctx->s, ctx->hdr->nodeid, name, ctx->rep);
+}
+
+static bool open_flags_write(int flags)
+{
+	return (flags & O_ACCMODE) != O_RDONLY || (flags & O_TRUNC);
+}
+
+static int reply_open(struct fuse_op_ctx *ctx, enum fuse_handle_kind kind, int fd, int flags)
+{
+	struct fuse_open_out out = { 0 };
+	int rc = handle_new(ctx->s, kind, fd, ctx->hdr->nodeid, flags, &out.fh);
+
+	if (rc < 0) {
+		close(fd);
+		return rc;
+	}
+	return reply_put(ctx->rep, &out, sizeof(out));
+}
+
+static int op_open(struct fuse_op_ctx *ctx)
+{
+	struct fuse_open_in in;
+	int fd, flags;
+	uint32_t slot;
+	int rc;
+
+	if (!req_copy(ctx->req, &in, sizeof(in)))
+		return -EINVAL;
+	flags = (int)in.flags & ~FUSE_OPEN_FLAGS_STRIPPED;
+	if (open_flags_write(flags) && read_only(ctx))
+		return -EROFS;
+	rc = node_slot(ctx->s, ctx->hdr->nodeid, &slot);
+	if (rc < 0)
+		return rc;
+	if (ctx->s->inodes[slot].type == S_IFDIR)
+		return -EISDIR;
+	fd = node_reopen(ctx->s, ctx->hdr->nodeid, flags);
+	return fd < 0 ? fd : reply_open(ctx, FUSE_HANDLE_FILE, fd, flags & ~O_TRUNC);
+}
+
+static int op_create(struct fuse_op_ctx *ctx)
+{
+	struct fuse_create_in in;
+	struct {
+		struct fuse_entry_out entry;
+		struct fuse_open_out open;
+	} out = { 0 };
+	const char *name;
+	int dirfd, fd, flags, rc;
+
+	if (!req_copy(ctx->req, &in, sizeof(in)))
+		return -EINVAL;
+	rc = req_name(ctx->req, &name);
+	if (rc < 0)
+		return rc;
+	dirfd = change_dir_fd(ctx, ctx->hdr->nodeid);
+	if (dirfd < 0)
+		return dirfd;
+	flags = ((int)in.flags & ~(O_NOCTTY | O_DIRECTORY)) | O_CREAT;
+	fd = fuse_openat_beneath(dirfd, name, flags, in.mode & ALLPERMS, FUSE_RESOLVE_FLAGS);
+	if (fd < 0)
+		return fd;
+	rc = lookup_child(ctx->s, ctx->hdr->nodeid, name, &out.entry);
+	if (rc == 0)
+		rc = handle_new(ctx->s, FUSE_HANDLE_FILE, fd, out.entry.nodeid,
+				flags & ~(FUSE_OPEN_FLAGS_STRIPPED | O_TRUNC), &out.open.fh);
+	if (rc < 0) {
+		if (out.entry.nodeid)
+			forget_node(ctx->s, out.entry.nodeid, 1);
+		close(fd);
+		return rc;
+	}
+	return reply_put(ctx->rep, &out, sizeof(out));
+}
+
+static int op_read(struct fuse_op_ctx *ctx)
+{
+	struct fuse_read_in in;
+	size_t size;
+	ssize_t got;
+	int fd;
+
+	if (!req_copy(ctx->req, &in, sizeof(in)))
+		return -EINVAL;
+	fd = handle_fd(ctx->s, in.fh, FUSE_HANDLE_FILE);
+	if (fd < 0)
+		return fd;
+	if (in.offset > (uint64_t)INT64_MAX)
+		return -EINVAL;
+	size = in.size < FUSE_SERVER_MAX_WRITE ? in.size : FUSE_SERVER_MAX_WRITE;
+	if (size > ctx->rep->cap - ctx->rep->len)
+		size = ctx->rep->cap - ctx->rep->len;
+	got = pread(fd, ctx->rep->data + ctx->rep->len, size, (off_t)in.offset);
+	if (got < 0)
+		return -errno;
+	ctx->rep->len += (size_t)got;
+	return 0;
+}
+
+static int op_write(struct fuse_op_ctx *ctx)
+{
+	struct fuse_write_in in;
+	struct fuse_write_out out = { 0 };
+	ssize_t done;
+	int fd;
+
+	if (!req_copy(ctx->req, &in, sizeof(in)))
+		return -EINVAL;
+	if (in.size > FUSE_SERVER_MAX_WRITE || in.size > ctx->req->len - ctx->req->off ||
+	    in.offset > (uint64_t)INT64_MAX)
+		return -EINVAL;
+	if (read_only(ctx))
+		return -EROFS;
+	fd = handle_fd(ctx->s, in.fh, FUSE_HANDLE_FILE);
+	if (fd < 0)
+		return fd;
+	done = pwrite(fd, ctx->req->data + ctx->req->off, in.size, (off_t)in.offset);
+	if (done < 0)
+		return -errno;
+	out.size = (uint32_t)done;
+	return reply_put(ctx->rep, &out, sizeof(out));
+}
+
+static int op_statfs(struct fuse_op_ctx *ctx)
+{
+	struct fuse_statfs_out out = { 0 };
+	struct statfs st;
+
+	if (fstatfs(ctx->s->root_fd, &st) < 0)
+		return -errno;
+	out.st = (struct fuse_kstatfs){ .blocks = st.f_blocks, .bfree = st.f_bfree,
+					.bavail = st.f_bavail, .files = st.f_files,
+					.ffree = st.f_ffree, .bsize = (uint32_t)st.f_bsize,
+					.namelen = (uint32_t)st.f_namelen,
+					.frsize = (uint32_t)st.f_frsize };
+	return reply_put(ctx->rep, &out, sizeof(out));
+}
+
+static int op_release(struct fuse_op_ctx *ctx, enum fuse_handle_kind kind)
+{
+	struct fuse_release_in in;
+
+	if (!req_copy(ctx->req, &in, sizeof(in)))
+		return -EINVAL;
+	return handle_release(ctx->s, in.fh, kind);
+}
+
+static int sync_handle(struct fuse_op_ctx *ctx, enum fuse_handle_kind kind)
+{
+	struct fuse_fsync_in in;
+	int fd;
+
+	if (!req_copy(ctx->req, &in, sizeof(in)))
+		return -EINVAL;
+	fd = handle_fd(ctx->s, in.fh, kind);
+	if (fd < 0)
+		return fd;
+	if ((in.fsync_flags & FUSE_FSYNC_FDATASYNC) ? fdatasync(fd) : fsync(fd))
+		return -errno;
+	return 0;
+}
+
+/* xattrs: only the user namespace, so the guest cannot change ACLs or security labels. */
+static int xattr_node_path(struct fuse_op_ctx *ctx, char *path)
+{
+	uint32_t slot;
+	int rc = node_slot(ctx->s, ctx->hdr->nodeid, &slot);
+
+	if (rc < 0)
+		return rc;
+	if (ctx->s->inodes[slot].type != S_IFREG && ctx->s->inodes[slot].type != S_IFDIR)
+		return -EPERM;
+	fuse_proc_path(path, ctx->s->inodes[slot].fd);
+	return 0;
+}
+
+static int xattr_name(struct fuse_op_ctx *ctx, const char **name)
+{
+	const char *text = req_string(ctx->req, XATTR_NAME_MAX);
+
+	if (!text || text[0] == '\0')
+		return -EINVAL;
+	if (strncmp(text, FUSE_XATTR_USER_PREFIX, strlen(FUSE_XATTR_USER_PREFIX)) != 0)
+		return -EOPNOTSUPP;
+	*name = text;
+	return 0;
+}
+
+static int op_setxattr(struct fuse_op_ctx *ctx)
+{
+	struct fuse_setxattr_in in;
+	char path[FUSE_PROC_FD_PATH_MAX];
+	const char *name;
+	int rc;
+
+	if (!req_copy(ctx->req, &in, FUSE_COMPAT_SETXATTR_IN_SIZE))
+		return -EINVAL;
+	rc = xattr_name(ctx, &name);
+	if (rc < 0)
+		return rc;
+	if (in.size > FUSE_XATTR_VALUE_MAX || in.size > ctx->req->len - ctx->req->off)
+		return -EINVAL;
+	if (read_only(ctx))
+		return -EROFS;
+	rc = xattr_node_path(ctx, path);
+	if (rc < 0)
+		return rc;
+	return setxattr(path, name, ctx->req->data + ctx->req->off, in.size, (int)in.flags) < 0
+		       ? -errno
+		       : 0;
+}
+
+/* GETXATTR and LISTXATTR: size 0 asks for the length, else the value (ERANGE if larger). */
+static int reply_xattr(struct fuse_op_ctx *ctx, uint32_t size, ssize_t got)
+{
+	struct fuse_getxattr_out out = { 0 };
+
+	if (got < 0)
+		return -errno;
+	if (size == 0) {
+		out.size = (uint32_t)got;
+		ctx->rep->len = 0;
+		return reply_put(ctx->rep, &out, sizeof(out));
+	}
+	ctx->rep->len += (size_t)got;
+	return 0;
+}
+
+static size_t xattr_room(struct fuse_op_ctx *ctx, uint32_t size)
+{
+	size_t room = ctx->rep->cap - ctx->rep->len;
+
+	if (size == 0) /* the length only: ask the host for as much as fits */
+		return room < FUSE_XATTR_VALUE_MAX ? room : FUSE_XATTR_VALUE_MAX;
+	return size < room ? size : room;
+}
+
+static int op_getxattr(struct fuse_op_ctx *ctx)
+{
+	struct fuse_getxattr_in in;
+	char path[FUSE_PROC_FD_PATH_MAX];
+	const char *name;
+	int rc;
+
+	if (!req_copy(ctx->req, &in, sizeof(in)))
+		return -EINVAL;
+	rc = xattr_name(ctx, &name);
+	if (rc == -EOPNOTSUPP)
+		return -ENODATA; /* other namespaces read as empty */
+	if (rc == 0)
+		rc = xattr_node_path(ctx, path);
+	if (rc < 0)
+		return rc;
+	return reply_xattr(ctx, in.size,
+			   getxattr(path, name, ctx->rep->data + ctx->rep->len,
+				    xattr_room(ctx, in.size)));
+}
+
+/* Keeps only user.* names in a NUL-separated list; returns the new length. */
+static size_t xattr_filter_user(char *list, size_t len)
+{
+	size_t kept = 0, prefix = strlen(FUSE_XATTR_USER_PREFIX);
+
+	for (size_t at = 0; at < len;) {
+		size_t one = strnlen(list + at, len - at) + 1;
+
+		if (at + one > len)
+			break;
+		if (strncmp(list + at, FUSE_XATTR_USER_PREFIX, prefix) == 0) {
+			memmove(list + kept, list + at, one);
+			kept += one;
+		}
+		at += one;
+	}
+	return kept;
+}
+
+static int op_listxattr(struct fuse_op_ctx *ctx)
+{
+	struct fuse_getxattr_in in;
+	struct fuse_getxattr_out out = { 0 };
+	char path[FUSE_PROC_FD_PATH_MAX];
+	char *list;
+	ssize_t got;
+	size_t kept;
+	int rc;
+
+	if (!req_copy(ctx->req, &in, sizeof(in)))
+		return -EINVAL;
+	rc = xattr_node_path(ctx, path);
+	if (rc < 0)
+		return rc;
+	list = malloc(FUSE_XATTR_VALUE_MAX);
+	if (!list)
+		return -ENOMEM;
+	got = listxattr(path, list, FUSE_XATTR_VALUE_MAX);
+	if (got < 0) {
+		rc = -errno;
+		goto out;
+	}
+	kept = xattr_filter_user(list, (size_t)got);
+	if (in.size == 0) {
+		out.size = (uint32_t)kept;
+		rc = reply_put(ctx->rep, &out, sizeof(out));
+	} else {
+		rc = kept > in.size ? -ERANGE : reply_put(ctx->rep, list, kept);
+	}
+out:
+	free(list);
+	return rc;
+}
+
+static int op_removexattr(struct fuse_op_ctx *ctx)
+{
+	char path[FUSE_PROC_FD_PATH_MAX];
+	const char *name;
+	int rc = xattr_name(ctx, &name);
+
+	if (rc < 0)
+		return rc;
+	if (read_only(ctx))
+		return -EROFS;
+	rc = xattr_node_path(ctx, path);
+	if (rc < 0)
+		return rc;
+	return removexattr(path, name) < 0 ? -errno : 0;
+}
+
+static int op_opendir(struct fuse_op_ctx *ctx)
+{
+	struct fuse_open_in in;
+	int fd;
+
+	if (!req_copy(ctx->req, &in, sizeof(in)))
+		return -EINVAL;
+	if (node_dir_fd(ctx->s, ctx->hdr->nodeid) < 0)
+		return node_dir_fd(ctx->s, ctx->hdr->nodeid);
+	fd = node_reopen(ctx->s, ctx->hdr->nodeid, O_RDONLY | O_DIRECTORY);
+	return fd < 0 ? fd : reply_open(ctx, FUSE_HANDLE_DIR, fd, O_RDONLY | O_DIRECTORY);
+}
+
+struct linux_dirent64 {
+	uint64_t d_ino;
+	int64_t d_off;
+	unsigned short d_reclen;
+	unsigned char d_type;
+	char d_name[];
+};
+
+static bool dirent_is_dot(const char *name)
+{
+	return strcmp(name, ".") == 0 || strcmp(name, "..") == 0;
+}
+
+/* Appends one entry; false when it does not fit (nothing written then). */
+static bool readdir_put(struct fuse_op_ctx *ctx, size_t limit, bool plus,
+			const struct linux_dirent64 *d)
+{
+	size_t name_len = strlen(d->d_name);
+	size_t entry_len = (plus ? FUSE_NAME_OFFSET_DIRENTPLUS : FUSE_NAME_OFFSET) + name_len;
+	size_t padded = FUSE_DIRENT_ALIGN(entry_len);
+	uint8_t *at = ctx->rep->data + ctx->rep->len;
+	struct fuse_dirent dirent = { .ino = d->d_ino, .off = (uint64_t)d->d_off,
+				      .namelen = (uint32_t)name_len, .type = d->d_type };
+	struct fuse_entry_out entry = { 0 };
+
+	if (ctx->rep->len + padded > limit)
+		return false;
+	if (plus && !dirent_is_dot(d->d_name) &&
+	    lookup_child(ctx->s, ctx->hdr->nodeid, d->d_name, &entry) < 0)
+		memset(&entry, 0, sizeof(entry)); /* vanished meanwhile: node id 0, not linked */
+	memset(at, 0, padded);
+	if (plus) {
+		memcpy(at, &entry, sizeof(entry));
+		at += sizeof(entry);
+	}
+	memcpy(at, &dirent, FUSE_NAME_OFFSET);
+	memcpy(at + FUSE_NAME_OFFSET, d->d_name, name_len);
+	ctx->rep->len += padded;
+	return true;
+}
+
+/* Positions the stream at offset: nothing to do when the guest continues where it left. */
+static int dir_stream_seek(struct fuse_handle *handle, uint64_t offset)
+{
+	struct fuse_dir_stream *dir = handle->dir;
+
+	if (!dir) {
+		dir = calloc(1, sizeof(*dir));
+		if (!dir)
+			return -ENOMEM;
+		handle->dir = dir;
+		if (lseek(handle->fd, 0, SEEK_SET) < 0)
+			return -errno;
+	}
+	if (offset == dir->offset)
+		return 0;
+	if (lseek(handle->fd, (off_t)offset, SEEK_SET) < 0)
+		return -errno;
+	dir->len = dir->pos = 0;
+	dir->offset = offset;
+	return 0;
+}
+
+static int readdir_common(struct fuse_op_ctx *ctx, bool plus)
+{
+	struct fuse_read_in in;
+	struct fuse_handle *handle;
+	struct fuse_dir_stream *dir;
+	size_t limit;
+	int fd, rc;
+
+	if (!req_copy(ctx->req, &in, sizeof(in)))
+		return -EINVAL;
+	fd = handle_fd(ctx->s, in.fh, FUSE_HANDLE_DIR);
+	if (fd < 0)
+		return fd;
+	if (in.offset > (uint64_t)INT64_MAX)
+		return -EINVAL;
+	handle = &ctx->s->handles[in.fh - 1];
+	rc = dir_stream_seek(handle, in.offset);
+	if (rc < 0)
+		return rc;
+	dir = handle->dir;
+	limit = in.size < ctx->rep->cap ? in.size : ctx->rep->cap;
+	for (;;) {
+		const struct linux_dirent64 *d;
+
+		if (dir->pos >= dir->len) {
+			long got = syscall(SYS_getdents64, fd, dir->buf, sizeof(dir->buf));
+
+			if (got < 0)
+				return -errno;
+			dir->len = (size_t)got;
+			dir->pos = 0;
+			if (got == 0)
+				return 0;
+		}
+		d = (const struct linux_dirent64 *)(dir->buf + dir->pos);
+		if (d->d_reclen == 0 || d->d_reclen > dir->len - dir->pos)
+			return -EIO; /* the host kernel's own buffer: never, but never loop on it */
+		if (!readdir_put(ctx, limit, plus, d))
+			return 0; /* stays pending for the next READDIR */
+		dir->pos += d->d_reclen;
+		dir->offset = (uint64_t)d->d_off;
+	}
+}
+
+static int op_access(struct fuse_op_ctx *ctx)
+{
+	struct fuse_access_in in;
+	char path[FUSE_PROC_FD_PATH_MAX];
+	uint32_t slot;
+	int rc;
+
+	if (!req_copy(ctx->req, &in, sizeof(in)))
+		return -EINVAL;
+	rc = node_slot(ctx->s, ctx->hdr->nodeid, &slot);
+	if (rc < 0)
+		return rc;
+	if ((in.mask & W_OK) && read_only(ctx))
+		return -EROFS;
+	if (ctx->s->inodes[slot].type == S_IFLNK)
+		return 0; /* /proc/self/fd would check the target, perhaps outside the share */
+	fuse_proc_path(path, ctx->s->inodes[slot].fd);
+	return faccessat(AT_FDCWD, path, (int)(in.mask & (R_OK | W_OK | X_OK)), 0) < 0 ? -errno
+										       : 0;
+}
+
+static int op_fallocate(struct fuse_op_ctx *ctx)
+{
+	struct fuse_fallocate_in in;
+	int fd;
+
+	if (!req_copy(ctx->req, &in, sizeof(in)))
+		return -EINVAL;
+	if (in.offset > (uint64_t)INT64_MAX || in.length > (uint64_t)INT64_MAX)
+		return -EINVAL;
+	if (read_only(ctx))
+		return -EROFS;
+	fd = handle_fd(ctx->s, in.fh, FUSE_HANDLE_FILE);
+	if (fd < 0)
+		return fd;
+	return fallocate(fd, (int)in.mode, (off_t)in.offset, (off_t)in.length) < 0 ? -errno : 0;
+}
+
+static int op_lseek(struct fuse_op_ctx *ctx)
+{
+	struct fuse_lseek_in in;
+	struct fuse_lseek_out out = { 0 };
+	off_t at;
+	int fd;
+
+	if (!req_copy(ctx->req, &in, sizeof(in)))
+		return -EINVAL;
+	if (in.whence != SEEK_DATA && in.whence != SEEK_HOLE)
+		return -EINVAL;
+	if (in.offset > (uint64_t)INT64_MAX)
+		return -EINVAL;
+	fd = handle_fd(ctx->s, in.fh, FUSE_HANDLE_FILE);
+	if (fd < 0)
+		return fd;
+	at = lseek(fd, (off_t)in.offset, (int)in.whence);
+	if (at < 0)
+		return -errno;
+	out.offset = (uint64_t)at;
+	return reply_put(ctx->rep, &out, sizeof(out));
+}
+
+/*
+ * One case per opcode the server answers. POSIX locks (GETLK, SETLK, SETLKW) and everything
+ * else answer ENOSYS: the guest kernel then keeps locks local to its VM. So does FLUSH: writes
+ * reach the host file at once (no server-side cache), so a flush has nothing to do, and its
+ * ENOSYS tells the kernel to stop sending one at every close() -- two round trips of the
+ * four or six a small file's create costs.
+ */
+static int fuse_dispatch(struct fuse_op_ctx *ctx, uint32_t opcode)
+{
+	switch (opcode) {
+	case FUSE_INIT: return op_init(ctx);
+	case FUSE_DESTROY: return op_destroy(ctx);
+	case FUSE_LOOKUP: return op_lookup(ctx);
+	case FUSE_FORGET: return op_forget(ctx);
+	case FUSE_BATCH_FORGET: return op_batch_forget(ctx);
+	case FUSE_GETATTR: return op_getattr(ctx);
+	case FUSE_SETATTR: return op_setattr(ctx);
+	case FUSE_READLINK: return op_readlink(ctx);
+	case FUSE_SYMLINK: return op_symlink(ctx);
+	case FUSE_MKNOD: return op_mknod(ctx);
+	case FUSE_MKDIR: return op_mkdir(ctx);
+	case FUSE_UNLINK: return remove_entry(ctx, 0);
+	case FUSE_RMDIR: return remove_entry(ctx, AT_REMOVEDIR);
+	case FUSE_RENAME: return op_rename(ctx);
+	case FUSE_RENAME2: return op_rename2(ctx);
+	case FUSE_LINK: return op_link(ctx);
+	case FUSE_OPEN: return op_open(ctx);
+	case FUSE_CREATE: return op_create(ctx);
+	case FUSE_READ: return op_read(ctx);
+	case FUSE_WRITE: return op_write(ctx);
+	case FUSE_STATFS: return op_statfs(ctx);
+	case FUSE_RELEASE: return op_release(ctx, FUSE_HANDLE_FILE);
+	case FUSE_RELEASEDIR: return op_release(ctx, FUSE_HANDLE_DIR);
+	case FUSE_FSYNC: return sync_handle(ctx, FUSE_HANDLE_FILE);
+	case FUSE_FSYNCDIR: return sync_handle(ctx, FUSE_HANDLE_DIR);
+	case FUSE_SETXATTR: return op_setxattr(ctx);
+	case FUSE_GETXATTR: return op_getxattr(ctx);
+	case FUSE_LISTXATTR: return op_listxattr(ctx);
+	case FUSE_REMOVEXATTR: return op_removexattr(ctx);
+	case FUSE_OPENDIR: return op_opendir(ctx);
+	case FUSE_READDIR: return readdir_common(ctx, false);
+	case FUSE_READDIRPLUS: return readdir_common(ctx, true);
+	case FUSE_ACCESS: return op_access(ctx);
+	case FUSE_FALLOCATE: return op_fallocate(ctx);
+	case FUSE_LSEEK: return op_lseek(ctx);
+	default: return -ENOSYS;
+	}
+}
+
+size_t fuse_server_handle(struct fuse_server *server, const uint8_t *in, size_t in_len,
+			  uint8_t *out, size_t out_cap)
+{
+	struct fuse_in_header hdr;
+	struct fuse_out_header reply_hdr = { 0 };
+	struct fuse_req req = { .data = in, .len = in_len };
+	struct fuse_reply rep;
+	struct fuse_reply rep_init = { .data = out + sizeof(reply_hdr),
+				       .cap = out_cap > sizeof(reply_hdr) ? out_cap - sizeof(reply_hdr)
+									  : 0 };
+	struct fuse_op_ctx ctx = { .s = server, .hdr = &hdr, .req = &req, .rep = &rep };
+	int rc;
+
+	rep = rep_init;
+	if (out_cap < sizeof(reply_hdr) || !req_copy(&req, &hdr, sizeof(hdr)))
+		return 0;
+	if (hdr.len < sizeof(hdr) || hdr.len > in_len) {
+		rc = -EINVAL;
+		goto reply;
+	}
+	req.len = hdr.len; /* what the header claims, never more than arrived */
+	if (hdr.opcode == FUSE_FORGET || hdr.opcode == FUSE_BATCH_FORGET) {
+		fuse_dispatch(&ctx, hdr.opcode);
+		return 0;
+	}
+	if (!server->initialized && hdr.opcode != FUSE_INIT)
+		rc = -EIO;
+	else
+		rc = fuse_dispatch(&ctx, hdr.opcode);
+reply:
+	reply_hdr.unique = hdr.unique;
+	reply_hdr.error = rc < 0 ? rc : 0;
+	reply_hdr.len = (uint32_t)sizeof(reply_hdr) + (rc < 0 ? 0 : (uint32_t)rep.len);
+	memcpy(out, &reply_hdr, sizeof(reply_hdr));
+	return reply_hdr.len;
+}
+
+/* ---- lifetime ---- */
+
+static void server_drop_all(struct fuse_server *s)
+{
+	for (uint32_t i = 0; i < FUSE_SERVER_MAX_HANDLES; i++) {
+		if (s->handles[i].kind != FUSE_HANDLE_FREE)
+			handle_release(s, i + 1ull, s->handles[i].kind);
+	}
+	for (uint32_t i = 1; i < s->inode_capacity; i++)
+		inode_release(s, i);
+}
+
+struct fuse_server *fuse_server_create(const char *host_dir, enum fuse_server_access access,
+				       char *err, size_t errlen)
+{
+	struct fuse_server *s = calloc(1, sizeof(*s));
+	struct stat st;
+	int fd;
+
+	if (!s) {
+		snprintf(err, errlen, "out of memory for the share %s", host_dir);
+		return NULL;
+	}
+	fd = open(host_dir, O_PATH | O_DIRECTORY | O_CLOEXEC);
+	if (fd < 0 || fstat(fd, &st) < 0) {
+		snprintf(err, errlen, "cannot open the host directory %s to share it: %s", host_dir,
+			 strerror(errno));
+		goto fail;
+	}
+	for (uint32_t i = 0; i < FUSE_INODE_HASH_BUCKETS; i++)
+		s->hash[i] = FUSE_NO_SLOT;
+	for (uint32_t i = 0; i < FUSE_SERVER_MAX_HANDLES; i++)
+		s->handles[i].fd = -1;
+	s->root_fd = fd;
+	s->access = access;
+	s->host_uid = geteuid();
+	s->host_gid = getegid();
+	if (inode_table_grow(s, 1) < 0) {
+		snprintf(err, errlen, "out of memory for the share %s", host_dir);
+		goto fail;
+	}
+	s->root_fd = fd;
+	inode_install(s, 0, fd, &st);
+	s->inodes[0].nlookup = 1;
+	return s;
+fail:
+	if (fd >= 0)
+		close(fd);
+	free(s->inodes);
+	free(s);
+	return NULL;
+}
+
+void fuse_server_destroy(struct fuse_server *server)
+{
+	if (!server)
+		return;
+	server_drop_all(server);
+	inode_release(server, 0); /* closes root_fd */
+	free(server->inodes);
+	free(server);
+}
+
+size_t fuse_server_inode_count(const struct fuse_server *server)
+{
+	return server->inode_count;
+}
+
+size_t fuse_server_handle_count(const struct fuse_server *server)
+{
+	return server->handle_count;
+}
+
+/* ---- snapshots ---- */
+
+/* The node's path relative to the share ("" for the root); false when it left the share. */
+static bool node_relative_path(const struct fuse_server *s, const char *root, int fd, char *out,
+			       size_t cap)
+{
+	char path[FUSE_PROC_FD_PATH_MAX], target[PATH_MAX];
+	size_t root_len = strlen(root);
+	struct stat st;
+	ssize_t len;
+
+	(void)s;
+	fuse_proc_path(path, fd);
+	len = readlink(path, target, sizeof(target) - 1);
+	if (len < 0 || stat_fd(fd, &st) < 0 || st.st_nlink == 0)
+		return false;
+	target[len] = '\0';
+	if (strcmp(target, root) == 0) {
+		out[0] = '\0';
+		return true;
+	}
+	if (root_len == 1) /* the share is "/": every path is beneath it */
+		root_len = 0;
+	if (strncmp(target, root, root_len) != 0 || target[root_len] != '/')
+		return false;
+	snprintf(out, cap, "%s", target + root_len + 1);
+	return true;
+}
+
+void fuse_server_save(struct fuse_server *server, struct byte_writer *out)
+{
+	char proc[FUSE_PROC_FD_PATH_MAX], root[PATH_MAX], rel[PATH_MAX];
+	ssize_t len;
+
+	fuse_proc_path(proc, server->root_fd);
+	len = readlink(proc, root, sizeof(root) - 1);
+	root[len < 0 ? 0 : len] = '\0';
+	byte_writer_u32(out, FUSE_STATE_MAGIC);
+	byte_writer_u8(out, server->initialized);
+	byte_writer_u32(out, server->proto_minor);
+	byte_writer_u64(out, server->next_generation);
+	byte_writer_u32(out, server->inode_count);
+	for (uint32_t i = 0; i < server->inode_capacity; i++) {
+		const struct fuse_inode *node = &server->inodes[i];
+		bool live = node->used && node->fd >= 0 &&
+			    node_relative_path(server, root, node->fd, rel, sizeof(rel));
+
+		if (!node->used)
+			continue;
+		byte_writer_u64(out, i + 1ull);
+		byte_writer_u64(out, node->nlookup);
+		byte_writer_u64(out, node->generation);
+		byte_writer_u8(out, live);
+		byte_writer_string(out, live ? rel : "");
+	}
+	byte_writer_u32(out, server->handle_count);
+	for (uint32_t i = 0; i < FUSE_SERVER_MAX_HANDLES; i++) {
+		const struct fuse_handle *handle = &server->handles[i];
+
+		if (handle->kind == FUSE_HANDLE_FREE)
+			continue;
+		byte_writer_u64(out, i + 1ull);
+		byte_writer_u8(out, (uint8_t)handle->kind);
+		byte_writer_u64(out, handle->nodeid);
+		byte_writer_u32(out, (uint32_t)handle->flags);
+	}
+}
+
+struct fuse_saved_node {
+	uint64_t nodeid;
+	uint64_t nlookup;
+	uint64_t generation;
+	bool live;
+	char path[PATH_MAX];
+};
+
+/* One saved node from in; false when malformed. */
+static bool restore_read_node(struct byte_reader *in, struct fuse_saved_node *node)
+{
+	node->nodeid = byte_reader_u64(in);
+	node->nlookup = byte_reader_u64(in);
+	node->generation = byte_reader_u64(in);
+	node->live = byte_reader_u8(in) != 0;
+	byte_reader_string(in, node->path, sizeof(node->path));
+	return !in->failed && node->nodeid >= FUSE_ROOT_NODE &&
+	       node->nodeid <= FUSE_SERVER_MAX_INODES &&
+	       (node->nodeid != FUSE_ROOT_NODE || (node->live && node->path[0] == '\0'));
+}
+
+/* Opens a saved path beneath the root without following any symlink; -1 when it is gone. */
+static int restore_open_path(const struct fuse_server *s, const struct fuse_saved_node *node,
+			     struct stat *st)
+{
+	int fd;
+
+	if (!node->live)
+		return -1;
+	fd = fuse_openat_beneath(s->root_fd, node->path, O_PATH, 0,
+				 FUSE_RESOLVE_FLAGS | RESOLVE_NO_SYMLINKS);
+	if (fd >= 0 && stat_fd(fd, st) < 0) {
+		close(fd);
+		fd = -1;
+	}
+	return fd < 0 ? -1 : fd;
+}
+
+static int restore_nodes(struct fuse_server *s, struct byte_reader *in, uint32_t count)
+{
+	struct fuse_saved_node *node = malloc(sizeof(*node));
+	struct stat st = { 0 };
+	int rc = 0;
+
+	if (!node)
+		return -ENOMEM;
+	for (uint32_t i = 0; i < count && rc == 0; i++) {
+		uint32_t slot;
+		int fd;
+
+		if (!restore_read_node(in, node)) {
+			rc = -EBADMSG;
+			break;
+		}
+		slot = (uint32_t)(node->nodeid - 1);
+		rc = inode_table_grow(s, slot + 1);
+		if (rc < 0)
+			break;
+		if (s->inodes[slot].used && slot != 0) {
+			rc = -EBADMSG;
+			break;
+		}
+		if (slot == 0) {
+			s->inodes[0].nlookup = node->nlookup;
+			s->inodes[0].generation = node->generation;
+			continue;
+		}
+		fd = restore_open_path(s, node, &st);
+		inode_install(s, slot, fd, &st);
+		s->inodes[slot].nlookup = node->nlookup;
+		s->inodes[slot].generation = node->generation;
+		if (fd < 0)
+			s->inodes[slot].type = 0;
+	}
+	free(node);
+	return rc;
+}
+
+static int restore_handles(struct fuse_server *s, struct byte_reader *in, uint32_t count)
+{
+	for (uint32_t i = 0; i < count; i++) {
+		uint64_t fh = byte_reader_u64(in);
+		uint8_t kind = byte_reader_u8(in);
+		uint64_t nodeid = byte_reader_u64(in);
+		int flags = (int)byte_reader_u32(in);
+		struct fuse_handle *handle;
+
+		if (in->failed || fh == 0 || fh > FUSE_SERVER_MAX_HANDLES ||
+		    (kind != FUSE_HANDLE_FILE && kind != FUSE_HANDLE_DIR) ||
+		    s->handles[fh - 1].kind != FUSE_HANDLE_FREE)
+			return -EBADMSG;
+		handle = &s->handles[fh - 1];
+		*handle = (struct fuse_handle){ .kind = (enum fuse_handle_kind)kind,
+						.nodeid = nodeid,
+						.flags = flags & ~(FUSE_OPEN_FLAGS_STRIPPED | O_TRUNC),
+						.fd = -1 };
+		if (s->access == FUSE_SERVER_READ_ONLY && open_flags_write(handle->flags))
+			handle->flags = (handle->flags & ~O_ACCMODE) | O_RDONLY;
+		handle->fd = node_reopen(s, nodeid, handle->flags);
+		if (handle->fd < 0)
+			handle->fd = -1; /* answers ESTALE */
+		s->handle_count++;
+	}
+	return 0;
+}
+
+int fuse_server_restore(struct fuse_server *server, struct byte_reader *in)
+{
+	uint32_t inode_count, handle_count;
+	int rc;
+
+	if (byte_reader_u32(in) != FUSE_STATE_MAGIC)
+		return -EBADMSG;
+	server_drop_all(server);
+	server->initialized = byte_reader_u8(in) != 0;
+	server->proto_minor = byte_reader_u32(in);
+	server->next_generation = byte_reader_u64(in);
+	inode_count = byte_reader_u32(in);
+	if (in->failed || inode_count == 0 || inode_count > FUSE_SERVER_MAX_INODES)
+		rc = -EBADMSG;
+	else
+		rc = restore_nodes(server, in, inode_count);
+	handle_count = rc == 0 ? byte_reader_u32(in) : 0;
+	if (rc == 0 && (in->failed || handle_count > FUSE_SERVER_MAX_HANDLES))
+		rc = -EBADMSG;
+	if (rc == 0)
+		rc = restore_handles(server, in, handle_count);
+	if (rc < 0) {
+		server_drop_all(server);
+		server->initialized = false;
+	}
+	return rc;
+}

@@ -1,0 +1,75 @@
+/*
+ * An in-process FUSE server for one host directory: the file-system half of virtio-fs. It
+ * takes one whole request (the bytes the guest put in a chain's readable buffers) and writes
+ * one whole reply, so it knows nothing of virtqueues and tests and fuzzers call it directly.
+ *
+ * Every inode the guest knows is an O_PATH fd opened beneath the share's root one name at a
+ * time, never following a symlink (openat2 with RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS and
+ * O_NOFOLLOW), and every later call is relative to such an fd, so `..`, absolute symlinks and
+ * a symlink swapped in between two requests never reach outside the share. Host files belong
+ * to the user running voidbox; the guest sees that user as uid/gid 1000 (the sandbox user),
+ * and every other owner as nobody.
+ *
+ * Not thread-safe: one device worker calls it.
+ */
+#ifndef VOIDBOX_DEVICES_FUSE_SERVER_H
+#define VOIDBOX_DEVICES_FUSE_SERVER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "common/byte_buffer.h"
+
+/* The largest WRITE payload and READ reply offered (fits a 256-entry queue, one page each). */
+#define FUSE_SERVER_MAX_WRITE (128u * 4096u)
+/* Headers and fixed arguments a request or reply carries beside its payload, at most. */
+#define FUSE_SERVER_HEADER_ROOM 4096u
+/* The largest request and reply buffers the server reads or writes. */
+#define FUSE_SERVER_MAX_REQUEST (FUSE_SERVER_MAX_WRITE + FUSE_SERVER_HEADER_ROOM)
+#define FUSE_SERVER_MAX_REPLY (FUSE_SERVER_MAX_WRITE + FUSE_SERVER_HEADER_ROOM)
+/* Inodes the guest may hold and files it may keep open, per share: each is a host fd. */
+#define FUSE_SERVER_MAX_INODES 16384u
+#define FUSE_SERVER_MAX_HANDLES 1024u
+/* The uid and gid the guest sees for the host user (the guest agent's sandbox user). */
+#define FUSE_SERVER_GUEST_ID 1000u
+
+enum fuse_server_access {
+	FUSE_SERVER_READ_WRITE,
+	FUSE_SERVER_READ_ONLY, /* every change answers EROFS, whatever the guest's mount says */
+};
+
+struct fuse_server;
+
+/*
+ * Opens host_dir (which must be a directory) as the share's root. NULL with a sentence in err.
+ * The server answers as the calling process's effective uid/gid.
+ */
+struct fuse_server *fuse_server_create(const char *host_dir, enum fuse_server_access access,
+				       char *err, size_t errlen);
+void fuse_server_destroy(struct fuse_server *server);
+
+/*
+ * Serves one request of in_len bytes; writes the reply into out (out_cap bytes) and returns
+ * its length, or 0 when the request gets no reply (FORGET, BATCH_FORGET, a request too short
+ * to carry a header). A malformed request gets an error reply; nothing the guest sends makes
+ * it fail otherwise.
+ */
+size_t fuse_server_handle(struct fuse_server *server, const uint8_t *in, size_t in_len,
+			  uint8_t *out, size_t out_cap);
+
+/* Inodes and open handles held now (for tests and limits). */
+size_t fuse_server_inode_count(const struct fuse_server *server);
+size_t fuse_server_handle_count(const struct fuse_server *server);
+
+/*
+ * Snapshot support: the inode table (node id, lookup count, path relative to the share) and
+ * the open handles (node, open flags). Restore re-opens each path beneath the share's root;
+ * one that vanished answers ESTALE from then on. restore refuses malformed input (-EBADMSG)
+ * and then leaves the server holding only its root, uninitialized.
+ */
+void fuse_server_save(struct fuse_server *server, struct byte_writer *out);
+int fuse_server_restore(struct fuse_server *server, struct byte_reader *in);
+
+#endif
