@@ -163,9 +163,9 @@ static void expect_import_refused(const char *home, const char *archive, const c
 	store_listing(home, before, sizeof(before));
 	CHECK(snapshot_archive_import(archive, &result, err, sizeof(err)) < 0);
 	fprintf(stderr, "  refused: %s\n", err);
-	if (!strstr(err, needle))
-		fprintf(stderr, "  error '%s' lacks '%s'\n", err, needle);
-	CHECK(strstr(err, needle) != NULL);
+	if (!needle || !strstr(err, needle))
+		fprintf(stderr, "  error '%s' lacks '%s'\n", err, needle ? needle : "(nothing)");
+	CHECK(needle && strstr(err, needle) != NULL);
 	store_listing(home, after, sizeof(after));
 	CHECK_STR_EQ(after, before);
 }
