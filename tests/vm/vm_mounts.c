@@ -29,6 +29,7 @@
 #include "store/guest_image.h"
 #include "vmm/kvm.h"
 #include "vmm/snapshot.h"
+#include "vm_test.h"
 
 #define TEST_VM_MEMORY_MB 512
 #define TEST_VM_VCPUS 1 /* 2-vCPU guests here wedged now and then under this I/O in the nested harness */
@@ -50,40 +51,6 @@ static char top[sizeof(TEST_DIR_TEMPLATE)];
 static char rw_dir[PATH_MAX / 4], ro_dir[PATH_MAX / 4], empty_dir[PATH_MAX / 4];
 static char outside_dir[PATH_MAX / 4], snap_dir[PATH_MAX / 4], log_dir[PATH_MAX / 4];
 
-/* Runs a shell script in box; returns its exit code (-1 on RPC failure), stdout trimmed. */
-static int sh(struct sandbox *box, const char *script, char *out, size_t out_len)
-{
-	struct proto_exec_request req;
-	struct proto_exec_response resp;
-	char *args[] = { "-c", (char *)script };
-	char err[512];
-	int code;
-
-	memset(&req, 0, sizeof(req));
-	memset(&resp, 0, sizeof(resp));
-	req.program = "sh";
-	req.args = args;
-	req.args_count = 2;
-	if (sandbox_exec(box, &req, NULL, NULL, &resp, err, sizeof(err)) < 0) {
-		fprintf(stderr, "  exec '%s' failed: %s\n", script, err);
-		return -1;
-	}
-	code = resp.exit_code;
-	if (out && out_len) {
-		size_t n = resp.stdout_data.len < out_len - 1 ? resp.stdout_data.len : out_len - 1;
-
-		memcpy(out, resp.stdout_data.data, n);
-		while (n > 0 && (out[n - 1] == '\n' || out[n - 1] == '\r'))
-			n--;
-		out[n] = '\0';
-	}
-	if (code != 0 && resp.stderr_data.len)
-		fprintf(stderr, "  guest stderr of '%s': %.*s\n", script,
-			(int)(resp.stderr_data.len < 512 ? resp.stderr_data.len : 512),
-			(const char *)resp.stderr_data.data);
-	proto_exec_response_free(&resp);
-	return code;
-}
 
 /* Runs a host shell command; its exit code and trimmed stdout. */
 static int host(const char *cmd, char *out, size_t out_len)
@@ -363,14 +330,9 @@ int main(void)
 {
 	struct guest_image_paths image;
 	struct sandbox_config cfg;
-	char why[512], err[1024], serial_log[PATH_MAX], cmd[TEST_CMD_MAX];
+	char err[1024], serial_log[PATH_MAX], cmd[TEST_CMD_MAX];
 
-	setvbuf(stdout, NULL, _IOLBF, 0);
-	log_init_from_env();
-	if (!kvm_probe_usable(why, sizeof(why)))
-		harness_skip_all(why);
-	if (guest_image_resolve(NULL, NULL, &image, err, sizeof(err)) < 0)
-		harness_skip_all(err);
+	vm_test_require_vm(&image);
 	if (setup_dirs() < 0) {
 		perror("setting up the host directories");
 		return 1;

@@ -42,6 +42,7 @@
 #include "store/guest_image.h"
 #include "vmm/kvm.h"
 #include "vmm/snapshot.h"
+#include "vm_test.h"
 
 #define TEST_VM_MEMORY_MB 256
 #define TEST_VM_VCPUS 1
@@ -646,20 +647,12 @@ int main(int argc, char **argv)
 {
 	struct net_config net;
 	struct net_cidr loopback;
-	char why[512], err[1024];
 	int http_fd, dns_fd, probe_fd;
 
-	setvbuf(stdout, NULL, _IOLBF, 0);
-	log_init_from_env();
-	if (argc != 2) {
-		fprintf(stderr, "usage: vm_network VOIDBOX_CLI\n");
-		return 1;
-	}
+	if (argc != 2)
+		harness_fail_setup("usage: vm_network VOIDBOX_CLI");
 	voidbox_cli = argv[1];
-	if (!kvm_probe_usable(why, sizeof(why)))
-		harness_skip_all(why);
-	if (guest_image_resolve(NULL, NULL, &image, err, sizeof(err)) < 0)
-		harness_skip_all(err);
+	vm_test_require_vm(&image);
 	snprintf(work_dir, sizeof(work_dir), "%s", TEST_WORK_TEMPLATE);
 	if (!mkdtemp(work_dir) || loopback_up() < 0) {
 		perror("setting up (work directory, loopback)");

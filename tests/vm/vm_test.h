@@ -11,7 +11,6 @@
 
 #include "common/log.h"
 #include "harness.h"
-#include "host/control_channel.h"
 #include "sandbox/sandbox.h"
 #include "store/guest_image.h"
 #include "vmm/kvm.h"
@@ -45,6 +44,7 @@ static inline int sh(struct sandbox *box, const char *script, char *out, size_t 
 	struct proto_exec_request req;
 	struct proto_exec_response resp;
 	char *args[] = { "-c", (char *)script };
+	char err[VM_TEST_REASON_MAX];
 	int code;
 
 	memset(&req, 0, sizeof(req));
@@ -52,8 +52,8 @@ static inline int sh(struct sandbox *box, const char *script, char *out, size_t 
 	req.program = "sh";
 	req.args = args;
 	req.args_count = 2;
-	if (control_channel_exec(sandbox_channel(box), &req, NULL, NULL, &resp) < 0) {
-		fprintf(stderr, "  exec '%s' failed: %s\n", script, control_channel_last_error());
+	if (sandbox_exec(box, &req, NULL, NULL, &resp, err, sizeof(err)) < 0) {
+		fprintf(stderr, "  exec '%s' failed: %s\n", script, err);
 		return -1;
 	}
 	code = resp.exit_code;
