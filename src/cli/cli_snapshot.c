@@ -38,7 +38,6 @@
 #define CLI_SNAPSHOT_HEX_WORD 11 /* "0x" + 8 hex digits + NUL */
 #define CLI_SNAPSHOT_MOUNT_NAME_MAX (2 * PATH_MAX + 16)
 
-/* The device kinds a sandbox's VM may have (the VMM's registry), part of the config hash. */
 /* The device kinds the VM will have: the network device only when it is networked. */
 static size_t cli_snapshot_device_names(const char *names[VM_MAX_DEVICES], bool network)
 {

@@ -101,24 +101,7 @@ void byte_writer_string(struct byte_writer *w, const char *text)
 	byte_writer_bytes(w, text, len);
 }
 
-size_t byte_writer_reserve(struct byte_writer *w, size_t len)
-{
-	size_t at = w->len;
 
-	if (!byte_writer_grow(w, len))
-		return 0;
-	memset(w->data + w->len, 0, len);
-	w->len += len;
-	return at;
-}
-
-void byte_writer_patch_u64(struct byte_writer *w, size_t offset, uint64_t value)
-{
-	if (w->failed || offset > w->len || w->len - offset < sizeof(value))
-		return;
-	for (size_t i = 0; i < sizeof(value); i++)
-		w->data[offset + i] = (uint8_t)(value >> (i * BITS_PER_BYTE));
-}
 
 void byte_reader_init(struct byte_reader *r, const void *data, size_t len)
 {

@@ -42,10 +42,6 @@ void byte_writer_u64(struct byte_writer *w, uint64_t value);
 void byte_writer_bytes(struct byte_writer *w, const void *data, size_t len);
 /* A u16 length, then the bytes, no terminator; a longer string fails the writer. */
 void byte_writer_string(struct byte_writer *w, const char *text);
-/* Reserves len zero bytes and returns their offset (to patch later); check failure at the end. */
-size_t byte_writer_reserve(struct byte_writer *w, size_t len);
-/* Overwrites 8 bytes at offset (from byte_writer_reserve) with value, little-endian. */
-void byte_writer_patch_u64(struct byte_writer *w, size_t offset, uint64_t value);
 
 void byte_reader_init(struct byte_reader *r, const void *data, size_t len);
 uint8_t byte_reader_u8(struct byte_reader *r);

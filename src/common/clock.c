@@ -22,10 +22,3 @@ struct timespec clock_deadline_after_ms(long long timeout_ms)
 	return (struct timespec){ .tv_sec = (time_t)(at / CLOCK_NSEC_PER_SEC),
 				  .tv_nsec = (long)(at % CLOCK_NSEC_PER_SEC) };
 }
-
-long long clock_ms_until(uint64_t deadline_ms)
-{
-	uint64_t now = clock_monotonic_ms();
-
-	return now >= deadline_ms ? 0 : (long long)(deadline_ms - now);
-}

@@ -20,7 +20,5 @@ uint64_t clock_monotonic_ms(void);
  * condition variable whose clock is CLOCK_MONOTONIC). A negative timeout counts as 0.
  */
 struct timespec clock_deadline_after_ms(long long timeout_ms);
-/* Milliseconds left until deadline_ms (a clock_monotonic_ms value): 0 once it passed. */
-long long clock_ms_until(uint64_t deadline_ms);
 
 #endif
