@@ -570,12 +570,8 @@ static int blk_vm_save(void *opaque, struct byte_writer *out)
 	struct blk_identity id;
 	struct stat st;
 
-	virtio_mmio_state_get(dev->transport, &state);
-	pthread_mutex_lock(&dev->lock); /* released by blk_vm_resume: no request runs */
-	if (dev->queue && state.queue_count >= BLK_QUEUE_COUNT) {
-		state.queues[0].last_avail_idx = dev->queue->last_avail_idx;
-		state.queues[0].used_idx = dev->queue->used_idx;
-	}
+	/* dev->lock stays held until blk_vm_resume: no request runs */
+	virtio_mmio_state_get_held(dev->transport, &state);
 	if (fstat(dev->disk.fd, &st) < 0)
 		return -errno;
 	blk_identity_of(&st, &id);
@@ -640,7 +636,7 @@ struct blk_attach_ctx {
 };
 
 static int blk_attach_create(void *opaque, const struct guest_memory *mem, struct irq_line irq,
-			     void **out, char *err, size_t errlen)
+			     struct virtio_attached *out, char *err, size_t errlen)
 {
 	struct blk_attach_ctx *ctx = opaque;
 	struct blk_device *dev = blk_device_create(mem, irq, &ctx->disk, BLK_WORKER_THREAD, err,
@@ -650,18 +646,9 @@ static int blk_attach_create(void *opaque, const struct guest_memory *mem, struc
 		return -ENOMEM;
 	ctx->taken = true;
 	snprintf(dev->path, sizeof(dev->path), "%s", ctx->path);
-	*out = dev;
+	out->dev = dev;
+	out->transport = dev->transport;
 	return 0;
-}
-
-static struct virtio_mmio *blk_attach_transport(void *dev)
-{
-	return blk_device_transport(dev);
-}
-
-static void blk_attach_destroy(void *dev)
-{
-	blk_free(dev);
 }
 
 /* Opens one disk (the config's, or the one a snapshot section names) and attaches it. */
@@ -671,8 +658,7 @@ static int blk_vm_attach(struct vm *vm, const char *path, bool read_only,
 	struct blk_attach_ctx ctx = { .path = path };
 	char what[PATH_MAX + sizeof("the disk ")];
 	const struct virtio_attach spec = {
-		.type = &blk_device_type, .what = what, .create = blk_attach_create,
-		.transport = blk_attach_transport, .destroy = blk_attach_destroy, .ctx = &ctx,
+		.type = &blk_device_type, .what = what, .create = blk_attach_create, .ctx = &ctx,
 	};
 	struct blk_identity id;
 	int rc;
@@ -685,7 +671,7 @@ static int blk_vm_attach(struct vm *vm, const char *path, bool read_only,
 	rc = blk_disk_open(path, read_only, saved_id, &ctx.disk, &id, err, errlen);
 	if (rc < 0)
 		return rc;
-	rc = virtio_attach(vm, &spec, NULL, err, errlen);
+	rc = virtio_attach(vm, &spec, err, errlen);
 	if (rc < 0 && !ctx.taken)
 		close(ctx.disk.fd);
 	return rc;

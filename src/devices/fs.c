@@ -328,12 +328,7 @@ static int fs_vm_save(void *opaque, struct byte_writer *out)
 	struct fs_device *dev = opaque;
 	struct virtio_mmio_state state;
 
-	virtio_mmio_state_get(dev->transport, &state);
-	pthread_mutex_lock(&dev->lock); /* released by fs_vm_resume */
-	for (unsigned int i = 0; dev->queues && i < FS_QUEUE_COUNT && i < state.queue_count; i++) {
-		state.queues[i].last_avail_idx = dev->queues[i].last_avail_idx;
-		state.queues[i].used_idx = dev->queues[i].used_idx;
-	}
+	virtio_mmio_state_get_held(dev->transport, &state); /* dev->lock, until fs_vm_resume */
 	byte_writer_string(out, dev->tag);
 	byte_writer_string(out, dev->host_dir);
 	byte_writer_u8(out, (uint8_t)dev->access);
@@ -415,35 +410,25 @@ static const struct vm_device_ops fs_vm_ops = {
 	.destroy = fs_vm_destroy,
 };
 
+/*
+ * A notify only wakes the worker: bound in KVM (kick_fd) it does so without an exit to a vCPU
+ * thread (each request waits for one notify, so this is most of a small request's cost under
+ * nested virtualization).
+ */
 static int fs_attach_create(void *ctx, const struct guest_memory *mem, struct irq_line irq,
-			    void **dev, char *err, size_t errlen)
+			    struct virtio_attached *out, char *err, size_t errlen)
 {
 	struct fs_device_config *cfg = ctx;
+	struct fs_device *dev;
 
 	cfg->mem = mem;
 	cfg->irq = irq;
-	*dev = fs_device_create(cfg, err, errlen);
-	return *dev ? 0 : -EIO;
-}
-
-static struct virtio_mmio *fs_attach_transport(void *dev)
-{
-	return fs_device_transport(dev);
-}
-
-static void fs_attach_destroy(void *dev)
-{
-	fs_device_destroy(dev);
-}
-
-/*
- * A notify only wakes the worker: bound in KVM it does so without an exit to a vCPU thread
- * (each request waits for one notify, so this is most of a small request's cost under nested
- * virtualization).
- */
-static int fs_attach_kick_fd(void *dev)
-{
-	return ((struct fs_device *)dev)->kick_fd;
+	dev = fs_device_create(cfg, err, errlen);
+	if (!dev)
+		return -EIO;
+	*out = (struct virtio_attached){ .dev = dev, .transport = dev->transport,
+					 .kick_fd = dev->kick_fd };
+	return 0;
 }
 
 static int fs_vm_attach(struct vm *vm, const char *tag, const char *host_dir,
@@ -453,13 +438,11 @@ static int fs_vm_attach(struct vm *vm, const char *tag, const char *host_dir,
 					.worker_mode = FS_WORKER_THREAD };
 	char what[PATH_MAX + sizeof("the share ")];
 	const struct virtio_attach spec = {
-		.type = &fs_device_type, .what = what, .create = fs_attach_create,
-		.transport = fs_attach_transport, .destroy = fs_attach_destroy,
-		.kick_fd = fs_attach_kick_fd, .ctx = &cfg,
+		.type = &fs_device_type, .what = what, .create = fs_attach_create, .ctx = &cfg,
 	};
 
 	snprintf(what, sizeof(what), "the share %s", host_dir);
-	return virtio_attach(vm, &spec, NULL, err, errlen);
+	return virtio_attach(vm, &spec, err, errlen);
 }
 
 /* A cold boot makes one device per share the config names; a restore, the one saved. */

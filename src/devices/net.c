@@ -972,25 +972,15 @@ static const struct vm_device_ops net_vm_ops = {
 };
 
 static int net_attach_create(void *ctx, const struct guest_memory *mem, struct irq_line irq,
-			     void **dev, char *err, size_t errlen)
+			     struct virtio_attached *out, char *err, size_t errlen)
 {
-	*dev = net_device_create(ctx, mem, irq, err, errlen);
-	return *dev ? 0 : -EIO;
-}
+	struct net_device *dev = net_device_create(ctx, mem, irq, err, errlen);
 
-static struct virtio_mmio *net_attach_transport(void *dev)
-{
-	return net_device_transport(dev);
-}
-
-static void net_attach_destroy(void *dev)
-{
-	net_device_destroy(dev);
-}
-
-static int net_attach_kick_fd(void *dev)
-{
-	return ((struct net_device *)dev)->kick_fd;
+	if (!dev)
+		return -EIO;
+	*out = (struct virtio_attached){ .dev = dev, .transport = dev->transport,
+					 .kick_fd = dev->kick_fd };
+	return 0;
 }
 
 /* Created when the config asks for a network; a restore takes the policy from the section. */
@@ -1000,8 +990,7 @@ static int net_vm_create(struct vm *vm, const struct vm_config *cfg,
 	struct net_config net_cfg;
 	const struct virtio_attach spec = {
 		.type = &net_device_type, .what = "the network device",
-		.create = net_attach_create, .transport = net_attach_transport,
-		.destroy = net_attach_destroy, .kick_fd = net_attach_kick_fd, .ctx = &net_cfg,
+		.create = net_attach_create, .ctx = &net_cfg,
 	};
 
 	if (!saved && !cfg->network)
@@ -1019,7 +1008,7 @@ static int net_vm_create(struct vm *vm, const struct vm_config *cfg,
 	} else {
 		net_cfg = *cfg->network;
 	}
-	return virtio_attach(vm, &spec, NULL, err, errlen);
+	return virtio_attach(vm, &spec, err, errlen);
 }
 
 const struct vm_device_type net_device_type = {

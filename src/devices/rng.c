@@ -217,25 +217,18 @@ void rng_device_destroy(struct rng_device *dev)
 }
 
 static int rng_attach_create(void *ctx, const struct guest_memory *mem, struct irq_line irq,
-			     void **dev, char *err, size_t errlen)
+			     struct virtio_attached *out, char *err, size_t errlen)
 {
+	struct rng_device *dev = rng_device_create(mem, irq);
+
 	(void)ctx;
-	*dev = rng_device_create(mem, irq);
-	if (!*dev) {
+	if (!dev) {
 		snprintf(err, errlen, "out of memory creating the entropy device");
 		return -ENOMEM;
 	}
+	out->dev = dev;
+	out->transport = dev->transport;
 	return 0;
-}
-
-static struct virtio_mmio *rng_attach_transport(void *dev)
-{
-	return rng_device_transport(dev);
-}
-
-static void rng_attach_destroy(void *dev)
-{
-	rng_destroy(dev);
 }
 
 /* Every VM has one, unless its config turns it off. */
@@ -243,14 +236,12 @@ static int rng_vm_create(struct vm *vm, const struct vm_config *cfg,
 			 const struct vm_device_section *saved, char *err, size_t errlen)
 {
 	const struct virtio_attach spec = {
-		.type = &rng_device_type, .what = "the entropy device",
-		.create = rng_attach_create, .transport = rng_attach_transport,
-		.destroy = rng_attach_destroy,
+		.type = &rng_device_type, .what = "the entropy device", .create = rng_attach_create,
 	};
 
 	if (!saved && cfg->no_entropy_device)
 		return 0;
-	return virtio_attach(vm, &spec, NULL, err, errlen);
+	return virtio_attach(vm, &spec, err, errlen);
 }
 
 const struct vm_device_type rng_device_type = {

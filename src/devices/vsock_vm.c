@@ -31,13 +31,7 @@ static int vsock_vm_save(void *opaque, struct byte_writer *out)
 	struct vsock_device *dev = opaque;
 	struct virtio_mmio_state state;
 
-	virtio_mmio_state_get(dev->transport, &state);
-	pthread_mutex_lock(&dev->lock); /* released by vsock_vm_resume */
-	for (unsigned int i = 0; dev->active && dev->queues && i < VSOCK_QUEUE_COUNT &&
-				 i < state.queue_count; i++) {
-		state.queues[i].last_avail_idx = dev->queues[i].last_avail_idx;
-		state.queues[i].used_idx = dev->queues[i].used_idx;
-	}
+	virtio_mmio_state_get_held(dev->transport, &state); /* dev->lock, until resume */
 	byte_writer_u64(out, dev->guest_cid);
 	virtio_mmio_state_write(out, &state);
 	return 0;
@@ -136,29 +130,19 @@ static int vsock_vm_pick_cid(const struct vm_config *cfg, const struct vm_device
 }
 
 static int vsock_attach_create(void *ctx, const struct guest_memory *mem, struct irq_line irq,
-			       void **dev, char *err, size_t errlen)
+			       struct virtio_attached *out, char *err, size_t errlen)
 {
 	struct vsock_device_config *vsock_cfg = ctx;
+	struct vsock_device *dev;
 
 	vsock_cfg->mem = mem;
 	vsock_cfg->irq = irq;
-	*dev = vsock_device_create(vsock_cfg, err, errlen);
-	return *dev ? 0 : -EIO;
-}
-
-static struct virtio_mmio *vsock_attach_transport(void *dev)
-{
-	return ((struct vsock_device *)dev)->transport;
-}
-
-static void vsock_attach_destroy(void *dev)
-{
-	vsock_device_destroy(dev);
-}
-
-static int vsock_attach_kick_fd(void *dev)
-{
-	return vsock_device_kick_fd(dev);
+	dev = vsock_device_create(vsock_cfg, err, errlen);
+	if (!dev)
+		return -EIO;
+	*out = (struct virtio_attached){ .dev = dev, .transport = dev->transport,
+					 .kick_fd = vsock_device_kick_fd(dev) };
+	return 0;
 }
 
 static int vsock_vm_create(struct vm *vm, const struct vm_config *cfg,
@@ -171,8 +155,7 @@ static int vsock_vm_create(struct vm *vm, const struct vm_config *cfg,
 	};
 	const struct virtio_attach spec = {
 		.type = &vsock_device_type, .what = "vsock", .create = vsock_attach_create,
-		.transport = vsock_attach_transport, .destroy = vsock_attach_destroy,
-		.kick_fd = vsock_attach_kick_fd, .ctx = &vsock_cfg,
+		.ctx = &vsock_cfg,
 	};
 	uint64_t cid = 0;
 	int rc;
@@ -183,7 +166,7 @@ static int vsock_vm_create(struct vm *vm, const struct vm_config *cfg,
 	if (rc < 0)
 		return rc;
 	vsock_cfg.guest_cid = cid;
-	rc = virtio_attach(vm, &spec, NULL, err, errlen);
+	rc = virtio_attach(vm, &spec, err, errlen);
 	if (rc == 0)
 		vm_set_vsock_cid(vm, cid);
 	return rc;
