@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "mcp_http.h"
+#include "tool_io.h"
 
 #define MCP_HTTP_BACKLOG 16
 #define MCP_HTTP_TIMEOUT_SECS 15
@@ -151,21 +152,6 @@ int mcp_http_parse_head(const char *buf, size_t len, struct mcp_http_request *ou
 
 /* ---- the server ----------------------------------------------------------------------------- */
 
-static int mcp_http_write_all(int fd, const char *data, size_t len)
-{
-	while (len) {
-		ssize_t n = write(fd, data, len);
-
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n <= 0)
-			return -EIO;
-		data += n;
-		len -= (size_t)n;
-	}
-	return 0;
-}
-
 static void mcp_http_respond(int fd, int status, const char *reason, const char *extra_headers,
 			     const char *body)
 {
@@ -179,7 +165,7 @@ static void mcp_http_respond(int fd, int status, const char *reason, const char 
 		     body ? "Content-Type: application/json\r\n" : "", body_len,
 		     body ? body : "") < 0)
 		return;
-	mcp_http_write_all(fd, text, strlen(text));
+	tool_write_all(fd, text, strlen(text));
 	free(text);
 }
 

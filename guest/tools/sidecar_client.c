@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "sidecar_client.h"
+#include "tool_io.h"
 
 #define CLIENT_SCHEME "http://"
 #define CLIENT_LOCALHOST "localhost"
@@ -83,21 +84,6 @@ static int client_connect(const struct sidecar_endpoint *ep, char *err, size_t e
 		return rc;
 	}
 	return fd;
-}
-
-static int client_write_all(int fd, const char *data, size_t len)
-{
-	while (len) {
-		ssize_t n = write(fd, data, len);
-
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n <= 0)
-			return -EIO;
-		data += n;
-		len -= (size_t)n;
-	}
-	return 0;
 }
 
 /* Reads to EOF, at most SIDECAR_CLIENT_RESPONSE_MAX bytes. */
@@ -186,7 +172,7 @@ int sidecar_call(const struct sidecar_endpoint *ep, const char *method, const ch
 		free(request);
 		return fd;
 	}
-	rc = client_write_all(fd, request, strlen(request));
+	rc = tool_write_all(fd, request, strlen(request));
 	if (rc == 0)
 		rc = client_read_all(fd, &raw, &raw_len);
 	if (rc == 0)
