@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 
 #include <curl/curl.h>
@@ -29,6 +30,7 @@
 #define MESSAGING_URL_MAX 64
 #define MESSAGING_TIMEOUT_SECS 10L
 #define MESSAGING_ANSWER_MAX (4u * 1024u * 1024u)
+#define MESSAGING_RUN_DIR_MODE 0700
 
 /* The sidecar's answer as it arrives, at most MESSAGING_ANSWER_MAX bytes. */
 struct messaging_answer {
@@ -80,6 +82,10 @@ char **daemon_messaging_child_env(const struct daemon *d, const char *run_id)
 		return NULL;
 	}
 	at++;
+	/* the run's directory holds the socket; an inline spec or input may have made it */
+	snprintf(path, sizeof(path), "%s/runs/%s", d->state_dir, run_id);
+	if (mkdir(path, MESSAGING_RUN_DIR_MODE) < 0 && errno != EEXIST)
+		log_warn("daemon", "run %s: cannot create %s: %s", run_id, path, strerror(errno));
 	if (daemon_messaging_control_path(d, run_id, path, sizeof(path)) == 0 &&
 	    asprintf(&env[at], MESSAGING_CONTROL_ENV "=%s", path) >= 0)
 		at++;

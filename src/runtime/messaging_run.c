@@ -37,13 +37,11 @@ int run_messaging_open(const char *spec_name, const struct run_messaging_options
 		free(rm);
 		return rc;
 	}
-	if (options && options->control_path) {
-		rc = sidecar_listen_control(rm->sc, options->control_path, err, errlen);
-		if (rc < 0) {
-			run_messaging_close(rm);
-			return rc;
-		}
-	}
+	/* without its control socket the run's agents still talk; only the host cannot steer */
+	if (options && options->control_path &&
+	    sidecar_listen_control(rm->sc, options->control_path, err, errlen) < 0)
+		log_warn("messaging", "%s; the daemon's inbox and intents routes will answer 404 for this run",
+			 err);
 	*out = rm;
 	return 0;
 }

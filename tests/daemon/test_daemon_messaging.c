@@ -124,19 +124,33 @@ static void test_child_env(void)
 	char **env;
 	bool has_id = false, has_control = false, has_path = false;
 
-	snprintf(test_daemon.state_dir, sizeof(test_daemon.state_dir), "/tmp/state");
+	char dir[] = "/tmp/voidbox-daemon-env-XXXXXX", expected[TEST_PATH_MAX];
+	struct stat st;
+
+	if (!mkdtemp(dir))
+		harness_fail_setup("mkdtemp");
+	snprintf(test_daemon.state_dir, sizeof(test_daemon.state_dir), "%s", dir);
+	snprintf(expected, sizeof(expected), "%s/runs", dir); /* the daemon makes runs/ */
+	mkdir(expected, 0700);
+	snprintf(expected, sizeof(expected), "VOIDBOX_SIDECAR_CONTROL=%s/runs/run-7/sidecar.sock",
+		 dir);
 	setenv("VOIDBOX_RUN_ID", "stale", 1);
 	env = daemon_messaging_child_env(&test_daemon, "run-7");
 	CHECK(env != NULL);
 	for (size_t i = 0; env && env[i]; i++) {
 		has_id |= strcmp(env[i], "VOIDBOX_RUN_ID=run-7") == 0;
 		CHECK(strcmp(env[i], "VOIDBOX_RUN_ID=stale") != 0);
-		has_control |= strcmp(env[i], "VOIDBOX_SIDECAR_CONTROL=/tmp/state/runs/run-7/sidecar.sock") == 0;
+		has_control |= strcmp(env[i], expected) == 0;
 		has_path |= strncmp(env[i], "PATH=", 5) == 0;
 	}
 	CHECK(has_id && has_control && has_path == (getenv("PATH") != NULL));
 	daemon_messaging_child_env_free(env);
 	unsetenv("VOIDBOX_RUN_ID");
+	/* the socket's directory exists before the run starts */
+	snprintf(expected, sizeof(expected), "%s/runs/run-7", dir);
+	CHECK(stat(expected, &st) == 0 && S_ISDIR(st.st_mode));
+	snprintf(expected, sizeof(expected), "rm -rf '%s'", dir);
+	CHECK(system(expected) == 0);
 }
 
 int main(void)
