@@ -105,8 +105,8 @@ static int mcp_http_request_line(const char *line, size_t len, struct mcp_http_r
 
 int mcp_http_parse_head(const char *buf, size_t len, struct mcp_http_request *out)
 {
-	const char *end, *line;
-	size_t head_len;
+	const char *end;
+	size_t head_len, lines_len, pos = 0;
 	bool first = true;
 	int rc;
 
@@ -117,12 +117,19 @@ int mcp_http_parse_head(const char *buf, size_t len, struct mcp_http_request *ou
 	head_len = (size_t)(end - buf) + strlen(MCP_HTTP_HEAD_END);
 	if (head_len > MCP_HTTP_HEAD_MAX)
 		return -E2BIG;
-	for (line = buf; line < end + strlen(MCP_HTTP_LINE_END);) {
-		const char *eol = memmem(line, (size_t)(end + strlen(MCP_HTTP_LINE_END) - line),
-					 MCP_HTTP_LINE_END, strlen(MCP_HTTP_LINE_END));
-		size_t line_len = (size_t)(eol - line);
+	/* every line of the head with its CRLF, the blank line's excluded */
+	lines_len = (size_t)(end - buf) + strlen(MCP_HTTP_LINE_END);
+	while (pos < lines_len) {
+		const char *line = buf + pos;
+		const char *eol = memmem(line, lines_len - pos, MCP_HTTP_LINE_END,
+					 strlen(MCP_HTTP_LINE_END));
+		size_t line_len;
 		const char *colon;
 
+		if (!eol)
+			return -EINVAL;
+		line_len = (size_t)(eol - line);
+		pos += line_len + strlen(MCP_HTTP_LINE_END);
 		if (memchr(line, '\0', line_len))
 			return -EINVAL;
 		if (first) {
@@ -145,7 +152,6 @@ int mcp_http_parse_head(const char *buf, size_t len, struct mcp_http_request *ou
 		}
 		if (rc < 0)
 			return rc;
-		line = eol + strlen(MCP_HTTP_LINE_END);
 	}
 	return (int)head_len;
 }
