@@ -121,14 +121,13 @@ int mcp_http_parse_head(const char *buf, size_t len, struct mcp_http_request *ou
 	lines_len = (size_t)(end - buf) + strlen(MCP_HTTP_LINE_END);
 	while (pos < lines_len) {
 		const char *line = buf + pos;
-		const char *eol = memmem(line, lines_len - pos, MCP_HTTP_LINE_END,
-					 strlen(MCP_HTTP_LINE_END));
-		size_t line_len;
+		size_t line_len = 0;
 		const char *colon;
 
-		if (!eol)
-			return -EINVAL;
-		line_len = (size_t)(eol - line);
+		/* the head ends in CRLF CRLF, so every line here ends in CRLF */
+		while (pos + line_len + 1 < lines_len &&
+		       !(line[line_len] == '\r' && line[line_len + 1] == '\n'))
+			line_len++;
 		pos += line_len + strlen(MCP_HTTP_LINE_END);
 		if (memchr(line, '\0', line_len))
 			return -EINVAL;
