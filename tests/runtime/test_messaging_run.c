@@ -4,7 +4,8 @@
  * so it swaps the address, as the user-mode network does). A two-stage pipeline proves that
  * what the first agent sends reaches the second's inbox once the stage ends; the hook also
  * records what each agent was given: VOID_SIDECAR_URL, void-mcp in .mcp.json or, for codex,
- * in config.toml, and nothing at all for a box without messaging.
+ * in config.toml, and nothing at all for a box without messaging. The shipped example
+ * (examples/messaging-pipeline.yaml, argv[1] is the directory) loads and runs in mock mode.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -252,11 +253,41 @@ static void test_codex_agent_gets_config_toml(void)
 	spec_free(spec);
 }
 
-int main(void)
+static const char *examples_dir = "examples";
+
+static void test_example_runs_in_mock_mode(void)
 {
+	struct spec_diagnostics diag;
+	struct run_report report;
+	char path[TEST_TEXT_MAX];
+	struct spec *spec;
+
+	snprintf(path, sizeof(path), "%s/messaging-pipeline.yaml", examples_dir);
+	spec_diagnostics_init(&diag);
+	spec = spec_load_file(path, &diag);
+	if (!spec || diag.count)
+		spec_diagnostics_print(&diag, stderr);
+	CHECK(spec != NULL && diag.count == 0);
+	spec_diagnostics_free(&diag);
+	if (!spec)
+		return;
+	CHECK(spec->pipeline.box_count == 2 && spec->pipeline.boxes[0].messaging.enabled &&
+	      spec->pipeline.boxes[1].messaging.enabled);
+	CHECK_INT_EQ(run_report_init(&report, spec->name, spec->kind), 0);
+	CHECK_INT_EQ(pipeline_run(spec, NULL, &report), 0);
+	CHECK(report.success);
+	run_report_free(&report);
+	spec_free(spec);
+}
+
+int main(int argc, char **argv)
+{
+	if (argc > 1)
+		examples_dir = argv[1];
 	curl_global_init(CURL_GLOBAL_DEFAULT);
 	RUN_TEST(test_pipeline_intent_reaches_next_agent);
 	RUN_TEST(test_codex_agent_gets_config_toml);
+	RUN_TEST(test_example_runs_in_mock_mode);
 	curl_global_cleanup();
 	return harness_finish();
 }
