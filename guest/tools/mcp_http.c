@@ -27,6 +27,36 @@
 #define MCP_HTTP_DECIMAL 10
 #define MCP_HTTP_LINE_END "\r\n"
 #define MCP_HTTP_HEAD_END "\r\n\r\n"
+/* a Content-Length's digits and its NUL (more than any size_t has) */
+#define MCP_HTTP_NUMBER_MAX 24
+
+/* The answers this server gives: a closed set, each with its code and reason phrase. */
+enum mcp_http_status {
+	MCP_STATUS_OK,
+	MCP_STATUS_ACCEPTED,
+	MCP_STATUS_BAD_REQUEST,
+	MCP_STATUS_FORBIDDEN,
+	MCP_STATUS_NOT_FOUND,
+	MCP_STATUS_METHOD_NOT_ALLOWED,
+	MCP_STATUS_LENGTH_REQUIRED,
+	MCP_STATUS_PAYLOAD_TOO_LARGE,
+	MCP_STATUS_INTERNAL_ERROR,
+};
+
+static const struct {
+	int code;
+	const char *reason;
+} mcp_http_statuses[] = {
+	[MCP_STATUS_OK] = { 200, "OK" },
+	[MCP_STATUS_ACCEPTED] = { 202, "Accepted" },
+	[MCP_STATUS_BAD_REQUEST] = { 400, "Bad Request" },
+	[MCP_STATUS_FORBIDDEN] = { 403, "Forbidden" },
+	[MCP_STATUS_NOT_FOUND] = { 404, "Not Found" },
+	[MCP_STATUS_METHOD_NOT_ALLOWED] = { 405, "Method Not Allowed" },
+	[MCP_STATUS_LENGTH_REQUIRED] = { 411, "Length Required" },
+	[MCP_STATUS_PAYLOAD_TOO_LARGE] = { 413, "Payload Too Large" },
+	[MCP_STATUS_INTERNAL_ERROR] = { 500, "Internal Server Error" },
+};
 
 struct mcp_http_sessions {
 	char ids[MCP_HTTP_SESSIONS_MAX][MCP_HTTP_SESSION_ID_MAX + 1];
@@ -50,7 +80,7 @@ static int mcp_http_copy(char *out, size_t max, const char *value, size_t len)
 static int mcp_http_header(struct mcp_http_request *out, const char *name, size_t name_len,
 			   const char *value, size_t value_len)
 {
-	char number[24];
+	char number[MCP_HTTP_NUMBER_MAX];
 	char *end;
 
 #define MCP_HTTP_IS(literal) (name_len == strlen(literal) && strncasecmp(name, literal, name_len) == 0)
@@ -78,6 +108,11 @@ static int mcp_http_header(struct mcp_http_request *out, const char *name, size_
 	return 0;
 }
 
+static bool mcp_http_is_method(const char *text, size_t len, const char *method)
+{
+	return len == strlen(method) && strncmp(text, method, len) == 0;
+}
+
 static int mcp_http_request_line(const char *line, size_t len, struct mcp_http_request *out)
 {
 	const char *sp1 = memchr(line, ' ', len), *sp2, *query;
@@ -90,10 +125,10 @@ static int mcp_http_request_line(const char *line, size_t len, struct mcp_http_r
 	    strncmp(sp2 + 1, "HTTP/1.", strlen("HTTP/1.")) != 0)
 		return -EINVAL;
 	method_len = (size_t)(sp1 - line);
-	out->method = method_len == 4 && strncmp(line, "POST", 4) == 0	   ? MCP_HTTP_POST
-		      : method_len == 3 && strncmp(line, "GET", 3) == 0	   ? MCP_HTTP_GET
-		      : method_len == 6 && strncmp(line, "DELETE", 6) == 0 ? MCP_HTTP_DELETE
-									   : MCP_HTTP_OTHER;
+	out->method = mcp_http_is_method(line, method_len, "POST")     ? MCP_HTTP_POST
+		      : mcp_http_is_method(line, method_len, "GET")    ? MCP_HTTP_GET
+		      : mcp_http_is_method(line, method_len, "DELETE") ? MCP_HTTP_DELETE
+								       : MCP_HTTP_OTHER;
 	path_len = (size_t)(sp2 - (sp1 + 1));
 	query = memchr(sp1 + 1, '?', path_len);
 	if (query)
@@ -157,7 +192,7 @@ int mcp_http_parse_head(const char *buf, size_t len, struct mcp_http_request *ou
 
 /* ---- the server ----------------------------------------------------------------------------- */
 
-static void mcp_http_respond(int fd, int status, const char *reason, const char *extra_headers,
+static void mcp_http_respond(int fd, enum mcp_http_status status, const char *extra_headers,
 			     const char *body)
 {
 	char *text = NULL;
@@ -166,7 +201,8 @@ static void mcp_http_respond(int fd, int status, const char *reason, const char 
 	if (asprintf(&text,
 		     "HTTP/1.1 %d %s\r\nConnection: close\r\nCache-Control: no-store\r\n%s"
 		     "%sContent-Length: %zu\r\n\r\n%s",
-		     status, reason, extra_headers ? extra_headers : "",
+		     mcp_http_statuses[status].code, mcp_http_statuses[status].reason,
+		     extra_headers ? extra_headers : "",
 		     body ? "Content-Type: application/json\r\n" : "", body_len,
 		     body ? body : "") < 0)
 		return;
@@ -174,14 +210,14 @@ static void mcp_http_respond(int fd, int status, const char *reason, const char 
 	free(text);
 }
 
-static void mcp_http_refuse(int fd, int status, const char *reason, const char *message)
+static void mcp_http_refuse(int fd, enum mcp_http_status status, const char *message)
 {
 	char body[MCP_HTTP_ORIGIN_MAX * 2];
 
 	snprintf(body, sizeof(body),
 		 "{\"jsonrpc\":\"2.0\",\"id\":null,\"error\":{\"code\":-32600,\"message\":\"%s\"}}",
 		 message);
-	mcp_http_respond(fd, status, reason, NULL, body);
+	mcp_http_respond(fd, status, NULL, body);
 }
 
 static bool mcp_http_origin_ok(const char *origin)
@@ -277,17 +313,17 @@ static void mcp_http_post(int fd, const struct mcp_server *srv, struct mcp_http_
 	enum mcp_message_class cls;
 
 	if (req->protocol_version[0] && !mcp_protocol_supported(req->protocol_version)) {
-		mcp_http_refuse(fd, 400, "Bad Request", "unsupported MCP-Protocol-Version");
+		mcp_http_refuse(fd, MCP_STATUS_BAD_REQUEST, "unsupported MCP-Protocol-Version");
 		return;
 	}
 	if (!mcp_is_initialize(body, req->content_length)) {
 		if (!req->session_id[0]) {
-			mcp_http_refuse(fd, 400, "Bad Request",
+			mcp_http_refuse(fd, MCP_STATUS_BAD_REQUEST,
 					"missing Mcp-Session-Id: send initialize first");
 			return;
 		}
 		if (mcp_http_session_find(sessions, req->session_id) < 0) {
-			mcp_http_refuse(fd, 404, "Not Found",
+			mcp_http_refuse(fd, MCP_STATUS_NOT_FOUND,
 					"unknown Mcp-Session-Id: start a new session");
 			return;
 		}
@@ -296,17 +332,17 @@ static void mcp_http_post(int fd, const struct mcp_server *srv, struct mcp_http_
 	if (initialize && reply) {
 		if (mcp_http_session_new(sessions, session, sizeof(session)) < 0) {
 			free(reply);
-			mcp_http_refuse(fd, 500, "Internal Server Error", "cannot make a session id");
+			mcp_http_refuse(fd, MCP_STATUS_INTERNAL_ERROR, "cannot make a session id");
 			return;
 		}
 		snprintf(header, sizeof(header), "Mcp-Session-Id: %s\r\n", session);
 	}
 	if (cls == MCP_MESSAGE_NOTIFICATION)
-		mcp_http_respond(fd, 202, "Accepted", NULL, NULL);
+		mcp_http_respond(fd, MCP_STATUS_ACCEPTED, NULL, NULL);
 	else if (cls == MCP_MESSAGE_INVALID)
-		mcp_http_respond(fd, 400, "Bad Request", NULL, reply);
+		mcp_http_respond(fd, MCP_STATUS_BAD_REQUEST, NULL, reply);
 	else
-		mcp_http_respond(fd, 200, "OK", header, reply);
+		mcp_http_respond(fd, MCP_STATUS_OK, header, reply);
 	free(reply);
 }
 
@@ -319,27 +355,27 @@ static void mcp_http_connection(int fd, const struct mcp_server *srv,
 	int rc = mcp_http_read(fd, &req, &body);
 
 	if (rc == -E2BIG || rc == -EFBIG)
-		mcp_http_refuse(fd, 413, "Payload Too Large", "the request is over the limit");
+		mcp_http_refuse(fd, MCP_STATUS_PAYLOAD_TOO_LARGE, "the request is over the limit");
 	else if (rc == -ENOSYS)
-		mcp_http_refuse(fd, 411, "Length Required", "send a Content-Length");
+		mcp_http_refuse(fd, MCP_STATUS_LENGTH_REQUIRED, "send a Content-Length");
 	else if (rc < 0)
-		mcp_http_refuse(fd, 400, "Bad Request", "malformed HTTP request");
+		mcp_http_refuse(fd, MCP_STATUS_BAD_REQUEST, "malformed HTTP request");
 	else if (strcmp(req.path, MCP_HTTP_ENDPOINT) != 0)
-		mcp_http_refuse(fd, 404, "Not Found", "the MCP endpoint is /mcp");
+		mcp_http_refuse(fd, MCP_STATUS_NOT_FOUND, "the MCP endpoint is /mcp");
 	else if (!mcp_http_origin_ok(req.origin))
-		mcp_http_refuse(fd, 403, "Forbidden", "Origin not allowed");
+		mcp_http_refuse(fd, MCP_STATUS_FORBIDDEN, "Origin not allowed");
 	else if (req.method == MCP_HTTP_POST)
 		mcp_http_post(fd, srv, sessions, &req, body);
 	else if (req.method == MCP_HTTP_DELETE) {
 		slot = mcp_http_session_find(sessions, req.session_id);
 		if (slot < 0) {
-			mcp_http_refuse(fd, 404, "Not Found", "unknown Mcp-Session-Id");
+			mcp_http_refuse(fd, MCP_STATUS_NOT_FOUND, "unknown Mcp-Session-Id");
 		} else {
 			sessions->ids[slot][0] = '\0';
-			mcp_http_respond(fd, 200, "OK", NULL, NULL);
+			mcp_http_respond(fd, MCP_STATUS_OK, NULL, NULL);
 		}
 	} else {
-		mcp_http_respond(fd, 405, "Method Not Allowed", "Allow: POST, DELETE\r\n", NULL);
+		mcp_http_respond(fd, MCP_STATUS_METHOD_NOT_ALLOWED, "Allow: POST, DELETE\r\n", NULL);
 	}
 	free(body);
 }

@@ -27,6 +27,9 @@
 #define CLIENT_DECIMAL 10
 #define CLIENT_STATUS_PREFIX "HTTP/1."
 #define CLIENT_HEAD_END "\r\n\r\n"
+/* "HTTP/1.x NNN": the status code starts after the minor version and a space */
+#define CLIENT_STATUS_CODE_OFFSET (sizeof(CLIENT_STATUS_PREFIX) - 1 + 2)
+#define CLIENT_STATUS_LINE_MIN (CLIENT_STATUS_CODE_OFFSET + 3)
 
 int sidecar_endpoint_parse(const char *url, struct sidecar_endpoint *out)
 {
@@ -138,9 +141,9 @@ static int client_split(char *raw, size_t len, struct sidecar_reply *reply)
 	size_t body_off;
 
 	if (strncmp(raw, CLIENT_STATUS_PREFIX, strlen(CLIENT_STATUS_PREFIX)) != 0 || !head_end ||
-	    len < strlen(CLIENT_STATUS_PREFIX) + 5)
+	    len < CLIENT_STATUS_LINE_MIN)
 		return -EPROTO;
-	reply->status = atoi(raw + strlen(CLIENT_STATUS_PREFIX) + 2);
+	reply->status = atoi(raw + CLIENT_STATUS_CODE_OFFSET);
 	body_off = (size_t)(head_end - raw) + strlen(CLIENT_HEAD_END);
 	reply->len = len - body_off;
 	reply->body = malloc(reply->len + 1);

@@ -24,6 +24,7 @@
 #define VMCP_DEFAULT_PORT 8222u
 #define VMCP_PORT_MAX 65535ul
 #define VMCP_DECIMAL 10
+#define VMCP_LINE_START 4096u /* the first line buffer; it doubles up to MCP_MESSAGE_MAX */
 #define VMCP_TOO_LONG "{\"jsonrpc\":\"2.0\",\"id\":null,\"error\":{\"code\":-32700,\"message\":\"parse error: the message is over the size limit\"}}"
 
 static int vmcp_sidecar(void *opaque, const char *method, const char *path, const char *body,
@@ -63,7 +64,7 @@ static int vmcp_read_line(FILE *in, char **buf, size_t *cap, size_t *len, bool *
 		if (*too_long)
 			continue;
 		if (*len + 1 >= *cap) {
-			size_t grown_cap = *cap ? *cap * 2 : 4096;
+			size_t grown_cap = *cap ? *cap * 2 : VMCP_LINE_START;
 			char *grown;
 
 			if (*len >= MCP_MESSAGE_MAX) {

@@ -26,6 +26,7 @@
 #define VM_PATH_MAX 64
 #define VM_HTTP_OK_MIN 200
 #define VM_HTTP_OK_END 300
+#define VM_SINCE_DIGITS_MAX 20 /* the digits of the largest inbox version (a uint64) */
 
 static const char *const vm_kinds[] = { "proposal", "signal", "evaluation", NULL };
 static const char *const vm_audiences[] = { "broadcast", "leader", NULL };
@@ -87,7 +88,7 @@ static int vm_inbox(int argc, char **argv)
 	if (argc == 2)
 		return vm_call("GET", path, NULL, false);
 	if (argc != 4 || strcmp(argv[2], "--since") != 0 || !argv[3][0] ||
-	    strspn(argv[3], "0123456789") != strlen(argv[3]) || strlen(argv[3]) > 20) {
+	    strspn(argv[3], "0123456789") != strlen(argv[3]) || strlen(argv[3]) > VM_SINCE_DIGITS_MAX) {
 		fprintf(stderr, "void-message: inbox takes --since N (a whole number)\n");
 		return VM_EXIT_USAGE;
 	}

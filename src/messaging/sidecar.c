@@ -42,6 +42,7 @@
 #define SIDECAR_KEY_SEPARATOR "\x1f"
 #define SIDECAR_IDEMPOTENCY_HEADER "Idempotency-Key"
 #define SIDECAR_OPERATOR_ID "operator"
+#define SIDECAR_DECIMAL 10
 
 /* Who a listener serves: one member agent, or the host's control socket. */
 enum sidecar_listener_kind {
@@ -670,7 +671,7 @@ static enum MHD_Result sidecar_first_call(struct MHD_Connection *conn, void **co
 	if (!req)
 		return MHD_NO;
 	*con_cls = req;
-	if (length && strtoull(length, NULL, 10) > MESSAGING_BODY_MAX) {
+	if (length && strtoull(length, NULL, SIDECAR_DECIMAL) > MESSAGING_BODY_MAX) {
 		req->answered = true;
 		return sidecar_fail(conn, MESSAGING_ERR_PAYLOAD_TOO_LARGE,
 				    "the body is over the sidecar's limit of %u bytes", MESSAGING_BODY_MAX);
