@@ -84,6 +84,9 @@ static int agent_provision_skills(struct box *box, const struct agent_task *task
 			rc = agent_write(box, stage, item->guest_path, item->content,
 					 item->content_len);
 	}
+	if (rc == 0 && task->sidecar_url)
+		rc = agent_write(box, stage, RUN_MESSAGING_SKILL_PATH, RUN_MESSAGING_SKILL,
+				 strlen(RUN_MESSAGING_SKILL));
 	if (rc == 0 && task->sidecar_url) {
 		char *merged = run_messaging_mcp_json(plan.mcp_json, task->sidecar_url);
 

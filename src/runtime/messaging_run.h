@@ -15,6 +15,18 @@
 #define RUN_MESSAGING_MCP_NAME "void"
 #define RUN_MESSAGING_MCP_PROGRAM "void-mcp"
 #define RUN_MESSAGING_CODEX_CONFIG_PATH "/home/sandbox/.codex/config.toml"
+/* the inline skill that tells the agent how to message its peers (upstream's name) */
+#define RUN_MESSAGING_SKILL_PATH "/workspace/.claude/skills/void-messaging.md"
+#define RUN_MESSAGING_SKILL                                                                   \
+	"# void-messaging\n\n"                                                                \
+	"You share this run with other agents. Talk to them through the messaging sidecar:\n\n" \
+	"- `void-message context`: your candidate id, role, peers and the iteration\n"        \
+	"- `void-message inbox [--since N]`: your peers' messages (N: the version last read)\n" \
+	"- `void-message send --kind proposal|signal|evaluation --audience broadcast|leader "   \
+	"--summary TEXT [--priority high|normal|low]`: tell your peers or the leader\n\n"      \
+	"The MCP server `void` offers the same as tools: read_shared_context, "                \
+	"read_peer_messages, broadcast_observation, recommend_to_leader. Messages reach their " \
+	"readers when the current stage ends; at most 3 per stage, 4096 bytes each.\n"
 /* The address of the host's loopback from inside the guest (the user-mode network's gateway). */
 #define RUN_MESSAGING_GUEST_HOST "10.0.2.2"
 

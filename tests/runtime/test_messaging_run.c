@@ -29,6 +29,7 @@ struct test_agent_seen {
 	char url[64];	     /* VOID_SIDECAR_URL as given; "" when absent */
 	bool mcp_has_void;   /* .mcp.json names void-mcp with that URL */
 	bool codex_has_void; /* config.toml declares [mcp_servers.void] */
+	bool has_skill;	     /* the void-messaging skill tells it how */
 	char answer[TEST_TEXT_MAX];
 };
 
@@ -141,6 +142,8 @@ static int test_agent_exec(struct box *box, void *opaque, const struct box_exec_
 	agent->mcp_has_void = url && file_mentions(box, "/workspace/.mcp.json", "void-mcp", url);
 	agent->codex_has_void = url && file_mentions(box, "/home/sandbox/.codex/config.toml",
 						     "[mcp_servers.void]", url);
+	agent->has_skill = file_mentions(box, "/workspace/.claude/skills/void-messaging.md",
+					 "void-message send", "read_peer_messages");
 	if (url && strstr(prompt, "send: ")) {
 		const char *text = strstr(prompt, "send: ") + strlen("send: ");
 
@@ -210,6 +213,7 @@ static void test_pipeline_intent_reaches_next_agent(void)
 	CHECK(strncmp(scout->url, TEST_GUEST_PREFIX, strlen(TEST_GUEST_PREFIX)) == 0);
 	CHECK(strcmp(scout->url, reader->url) != 0); /* one listener per member */
 	CHECK(scout->mcp_has_void && reader->mcp_has_void);
+	CHECK(scout->has_skill && reader->has_skill && !loner->has_skill);
 	CHECK_STR_EQ(loner->url, "");
 	CHECK(strstr(scout->answer, "\"intent_id\"") != NULL);
 	inbox = json_loads(reader->answer, 0, NULL);
