@@ -89,7 +89,10 @@ size_t agent_check(const struct spec *spec, struct spec_diagnostics *diag);
 /* `voidbox run` for an agent spec; report initialised by the caller. Same return as invoke. */
 int agent_run(const struct spec *spec, const struct agent_options *options,
 	      struct run_report *report);
-/* The same in a box the caller opened. */
+/*
+ * The same in a box the caller opened. No messaging: agent_run starts the sidecar before the
+ * box opens, since the box's network must allow it.
+ */
 int agent_run_in_box(const struct spec *spec, struct box *box, const struct agent_options *options,
 		     struct run_report *report);
 
