@@ -15,6 +15,10 @@
  * under the workspace. MOCK_CLAUDE_ROOT prefixes every guest path (the workspace and the output
  * file) and MOCK_CLAUDE_WORKSPACE relocates /workspace alone, so the host's unit tests can run
  * the very same binary.
+ *
+ * MOCK_CLAUDE_BASH is a shell command the mock runs (sh -c) before it answers, as an agent's
+ * Bash tool would; its stdout and exit status join the result text. VM tests use it to make a
+ * "model" act inside the guest, e.g. call void-message (docs/messaging.md).
  */
 #include <dirent.h>
 #include <errno.h>
@@ -24,6 +28,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -46,6 +51,8 @@
 #define MOCK_COST_DIGITS 10
 #define MOCK_EXIT_ERROR 1
 #define MOCK_EXIT_USAGE 2
+#define MOCK_BASH_ENV "MOCK_CLAUDE_BASH"
+#define MOCK_BASH_OUTPUT_MAX (16u * 1024u)
 
 enum mock_scenario {
 	MOCK_SCENARIO_SIMPLE,
@@ -480,6 +487,39 @@ static void mock_write_output(const struct mock_config *cfg, const char *summary
 	free(path);
 }
 
+/* Runs $MOCK_CLAUDE_BASH and appends "; bash (exit N): <stdout>" to *summary. */
+static void mock_run_bash(char **summary)
+{
+	const char *command = getenv(MOCK_BASH_ENV);
+	char output[MOCK_BASH_OUTPUT_MAX + 1];
+	char *joined = NULL;
+	size_t got;
+	int status;
+	FILE *pipe;
+
+	if (!command || !*command)
+		return;
+	fflush(stdout);
+	pipe = popen(command, "r");
+	if (!pipe) {
+		fprintf(stderr, "claude-code (mock): cannot run %s: %s\n", MOCK_BASH_ENV,
+			strerror(errno));
+		return;
+	}
+	got = fread(output, 1, MOCK_BASH_OUTPUT_MAX, pipe);
+	output[got] = '\0';
+	while (fgetc(pipe) != EOF)
+		;
+	status = pclose(pipe);
+	while (got && output[got - 1] == '\n')
+		output[--got] = '\0';
+	if (asprintf(&joined, "%s; bash (exit %d): %s", *summary,
+		     WIFEXITED(status) ? WEXITSTATUS(status) : -1, output) >= 0) {
+		free(*summary);
+		*summary = joined;
+	}
+}
+
 static void mock_emit_result(const struct mock_config *cfg, const char *summary, bool is_error)
 {
 	unsigned long long api_ms = MOCK_API_MS_PER_TURN * cfg->turns;
@@ -554,6 +594,8 @@ int main(int argc, char **argv)
 		summary = mock_summary(&cfg, &found);
 	if (!summary)
 		return MOCK_EXIT_ERROR;
+	if (!is_error)
+		mock_run_bash(&summary);
 	if (!is_error)
 		mock_write_output(&cfg, summary);
 	mock_emit_result(&cfg, summary, is_error);

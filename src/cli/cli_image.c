@@ -33,6 +33,33 @@
 #ifndef VOIDBOX_MOCK_CLAUDE_BUILD_PATH
 #define VOIDBOX_MOCK_CLAUDE_BUILD_PATH ""
 #endif
+/* the messaging tools every image carries (docs/messaging.md) */
+#define CLI_IMAGE_TOOL_MODE 0755
+#ifndef VOIDBOX_VOID_MESSAGE_BUILD_PATH
+#define VOIDBOX_VOID_MESSAGE_BUILD_PATH ""
+#endif
+#ifndef VOIDBOX_VOID_MCP_BUILD_PATH
+#define VOIDBOX_VOID_MCP_BUILD_PATH ""
+#endif
+
+/* A static guest tool: found through its variable, beside this executable, or in the build. */
+struct cli_image_tool {
+	const char *name;
+	const char *env;
+	const char *build_path;
+	const char *guest_path;
+};
+
+static const struct cli_image_tool cli_image_messaging_tools[] = {
+	{ "void-message", "VOIDBOX_VOID_MESSAGE", VOIDBOX_VOID_MESSAGE_BUILD_PATH,
+	  "/usr/local/bin/void-message" },
+	{ "void-mcp", "VOIDBOX_VOID_MCP", VOIDBOX_VOID_MCP_BUILD_PATH, "/usr/local/bin/void-mcp" },
+};
+
+#define CLI_IMAGE_MESSAGING_TOOL_COUNT \
+	(sizeof(cli_image_messaging_tools) / sizeof(cli_image_messaging_tools[0]))
+/* the mock agent and the messaging tools */
+#define CLI_IMAGE_EXTRA_FILES_MAX (1 + CLI_IMAGE_MESSAGING_TOOL_COUNT)
 
 static void cli_image_usage(FILE *out)
 {
@@ -77,10 +104,10 @@ static const char *cli_image_find_agent(const char *flag, char *buf, size_t bufl
 	return NULL;
 }
 
-/* $VOIDBOX_MOCK_CLAUDE, else voidbox-mock-claude beside this executable, else this build's. */
-static const char *cli_image_find_mock_agent(char *buf, size_t buflen)
+/* $env, else name beside this executable, else this build's copy. */
+static const char *cli_image_find_tool(const struct cli_image_tool *tool, char *buf, size_t buflen)
 {
-	const char *env = getenv(CLI_IMAGE_MOCK_AGENT_ENV);
+	const char *env = getenv(tool->env);
 	ssize_t len = readlink("/proc/self/exe", buf, buflen - 1);
 	char *slash;
 
@@ -89,14 +116,43 @@ static const char *cli_image_find_mock_agent(char *buf, size_t buflen)
 	if (len > 0) {
 		buf[len] = '\0';
 		slash = strrchr(buf, '/');
-		if (slash && (size_t)(slash - buf) + sizeof(CLI_IMAGE_MOCK_AGENT_NAME) + 1 < buflen) {
-			strcpy(slash + 1, CLI_IMAGE_MOCK_AGENT_NAME);
+		if (slash && (size_t)(slash - buf) + strlen(tool->name) + 2 < buflen) {
+			strcpy(slash + 1, tool->name);
 			if (cli_image_is_file(buf))
 				return buf;
 		}
 	}
-	return cli_image_is_file(VOIDBOX_MOCK_CLAUDE_BUILD_PATH) ? VOIDBOX_MOCK_CLAUDE_BUILD_PATH :
-								   NULL;
+	return cli_image_is_file(tool->build_path) ? tool->build_path : NULL;
+}
+
+/* $VOIDBOX_MOCK_CLAUDE, else voidbox-mock-claude beside this executable, else this build's. */
+static const char *cli_image_find_mock_agent(char *buf, size_t buflen)
+{
+	static const struct cli_image_tool mock = { CLI_IMAGE_MOCK_AGENT_NAME,
+						    CLI_IMAGE_MOCK_AGENT_ENV,
+						    VOIDBOX_MOCK_CLAUDE_BUILD_PATH,
+						    CLI_IMAGE_MOCK_AGENT_GUEST };
+
+	return cli_image_find_tool(&mock, buf, buflen);
+}
+
+/* Adds void-message and void-mcp; a missing one is a warning (agents lose messaging). */
+static void cli_image_add_messaging_tools(struct guest_image_extra_file *files, size_t *count,
+					  char (*bufs)[PATH_MAX])
+{
+	for (size_t i = 0; i < CLI_IMAGE_MESSAGING_TOOL_COUNT; i++) {
+		const struct cli_image_tool *tool = &cli_image_messaging_tools[i];
+		const char *path = cli_image_find_tool(tool, bufs[i], PATH_MAX);
+
+		if (!path) {
+			fprintf(stderr, "voidbox image build: warning: cannot find %s (build it with ninja, or set %s=PATH); agents in this image cannot use messaging\n",
+				tool->name, tool->env);
+			continue;
+		}
+		files[(*count)++] = (struct guest_image_extra_file){ .host_path = path,
+								     .guest_path = tool->guest_path,
+								     .mode = CLI_IMAGE_TOOL_MODE };
+	}
 }
 
 /*
@@ -126,6 +182,10 @@ static int cli_image_build(int argc, char **argv)
 	struct guest_image_build_options options;
 	struct guest_image_extra_file mock_agent = { .guest_path = CLI_IMAGE_MOCK_AGENT_GUEST,
 						     .mode = CLI_IMAGE_MOCK_AGENT_MODE };
+	struct guest_image_extra_file extra_files[CLI_IMAGE_EXTRA_FILES_MAX];
+	char tool_bufs[CLI_IMAGE_MESSAGING_TOOL_COUNT][PATH_MAX];
+	size_t extra_count = 0;
+	bool with_mock = false;
 	char mock_buf[PATH_MAX];
 	char agent_buf[PATH_MAX];
 	const char *agent_flag = NULL;
@@ -150,8 +210,7 @@ static int cli_image_build(int argc, char **argv)
 					CLI_IMAGE_MOCK_AGENT_NAME, CLI_IMAGE_MOCK_AGENT_ENV);
 				return CLI_EXIT_FAILURE;
 			}
-			options.extra_files = &mock_agent;
-			options.extra_file_count = 1;
+			with_mock = true;
 		} else {
 			fprintf(stderr, "voidbox image build: unexpected '%s' (see voidbox image --help)\n",
 				argv[i]);
@@ -159,6 +218,11 @@ static int cli_image_build(int argc, char **argv)
 		}
 	}
 	options.archive_mtime = cli_source_date_epoch();
+	if (with_mock)
+		extra_files[extra_count++] = mock_agent;
+	cli_image_add_messaging_tools(extra_files, &extra_count, tool_bufs);
+	options.extra_files = extra_files;
+	options.extra_file_count = extra_count;
 	options.agent_path = cli_image_find_agent(agent_flag, agent_buf, sizeof(agent_buf));
 	if (!options.agent_path) {
 		fprintf(stderr,

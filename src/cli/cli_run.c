@@ -38,6 +38,9 @@
 #include "runtime/spec.h"
 #include "runtime/workflow.h"
 
+/* the daemon's run id and the messaging sidecar's control socket for a daemon-started run */
+#define CLI_RUN_ID_ENV "VOIDBOX_RUN_ID"
+#define CLI_SIDECAR_CONTROL_ENV "VOIDBOX_SIDECAR_CONTROL"
 #define CLI_RUN_MAX_TIMEOUT_SECS (24u * 3600u)
 #define CLI_RUN_DECIMAL 10
 #define CLI_RUN_ERROR_MAX 1024
@@ -322,6 +325,9 @@ static void cli_run_agent_options(const struct cli_run_args *args, struct agent_
 	out->serial_log_path = args->workflow.serial_log_path;
 	out->host = cli_host_settings();
 	out->host_env = host_env_lookup;
+	/* set by `voidbox serve` for the runs it starts (docs/messaging.md) */
+	out->messaging.run_id = getenv(CLI_RUN_ID_ENV);
+	out->messaging.control_path = getenv(CLI_SIDECAR_CONTROL_ENV);
 }
 
 /* Checks spec for its kind; prints the errors with their positions. True when it can run. */

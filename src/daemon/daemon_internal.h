@@ -294,4 +294,20 @@ int daemon_listen_open(const struct daemon_address *address, unsigned *bound_por
 int daemon_token_load(const char *path, char *token, size_t token_size, char *err,
 		      size_t errlen);
 
+/* ---- messaging.c (docs/messaging.md) ---- */
+
+/* <state_dir>/runs/<id>/sidecar.sock; -ENAMETOOLONG when it does not fit a unix socket. */
+int daemon_messaging_control_path(const struct daemon *d, const char *run_id, char *out,
+				  size_t len);
+/* The run's environment: the daemon's plus VOIDBOX_RUN_ID and VOIDBOX_SIDECAR_CONTROL. */
+char **daemon_messaging_child_env(const struct daemon *d, const char *run_id);
+void daemon_messaging_child_env_free(char **env);
+/*
+ * The messaging routes (PUT .../inbox, POST .../messages, GET .../intents). false: url is not
+ * one of them. true: *failed says whether err or (*status, *answer) is the reply.
+ */
+bool daemon_messaging_route(struct daemon *d, const char *url, const char *method,
+			    const char *body, size_t len, unsigned *status, json_t **answer,
+			    struct daemon_error *err, bool *failed);
+
 #endif

@@ -64,6 +64,7 @@ struct exec_run {
 	uint32_t attempt;
 	char input_path[DAEMON_PATH_MAX];
 	json_t *streamed; /* {stage: true} for stages whose output came as stage.output lines */
+	char **child_env; /* the run's environment (messaging.c), built before the fork */
 };
 
 /* How one attempt ended. */
@@ -243,7 +244,7 @@ static void exec_child(const struct exec_run *run, char *const argv[], int out_f
 	if (null_fd < 0 || dup2(null_fd, STDIN_FILENO) < 0 || dup2(out_fd, STDOUT_FILENO) < 0 ||
 	    dup2(err_fd, STDERR_FILENO) < 0 || dup2(events_fd, EXEC_EVENTS_FD) < 0)
 		_exit(EXIT_FAILURE);
-	execv(run->d->voidbox_exe, argv);
+	execve(run->d->voidbox_exe, argv, run->child_env ? run->child_env : environ);
 	dprintf(STDERR_FILENO, "voidbox serve: cannot start %s: %s\n", run->d->voidbox_exe,
 		strerror(errno));
 	_exit(EXIT_FAILURE);
@@ -403,15 +404,20 @@ static int exec_attempt(struct exec_run *run, struct exec_outcome *outcome)
 			rc = -errno;
 			goto out;
 		}
+	run->child_env = daemon_messaging_child_env(run->d, run->id);
 	pid = fork();
 	if (pid < 0) {
 		rc = -errno;
+		daemon_messaging_child_env_free(run->child_env);
+		run->child_env = NULL;
 		goto out;
 	}
 	if (pid == 0)
 		exec_child(run, argv, pipes[EXEC_STREAM_STDOUT][1], pipes[EXEC_STREAM_STDERR][1],
 			   pipes[EXEC_STREAM_EVENTS][1], parent);
 	setpgid(pid, pid);
+	daemon_messaging_child_env_free(run->child_env);
+	run->child_env = NULL;
 	for (size_t i = 0; i < EXEC_STREAM_COUNT; i++) {
 		close(pipes[i][1]);
 		pipes[i][1] = -1;

@@ -634,6 +634,22 @@ static bool http_method_allowed(enum daemon_route route, const char *method)
 	}
 }
 
+/* The run messaging routes (messaging.c), or the daemon's 404. */
+static enum MHD_Result http_messaging(struct MHD_Connection *conn, struct daemon *d,
+				      const char *url, const char *method,
+				      const struct http_request *request)
+{
+	struct daemon_error err;
+	json_t *answer = NULL;
+	unsigned status = 0;
+	bool failed;
+
+	if (!daemon_messaging_route(d, url, method, request->body, request->len, &status, &answer,
+				    &err, &failed))
+		return http_fail(conn, DAEMON_ERR_NOT_FOUND, "route not found");
+	return failed ? http_send_error(conn, &err) : http_send_json(conn, status, answer);
+}
+
 static enum MHD_Result http_dispatch(struct MHD_Connection *conn, struct daemon *d,
 				     const char *url, const char *method,
 				     const struct http_request *request)
@@ -671,7 +687,7 @@ static enum MHD_Result http_dispatch(struct MHD_Connection *conn, struct daemon 
 	case DAEMON_ROUTE_NONE:
 		break;
 	}
-	return http_fail(conn, DAEMON_ERR_NOT_FOUND, "route not found");
+	return http_messaging(conn, d, url, method, request);
 }
 
 /* The checks made before the body is read: token, then declared size. */

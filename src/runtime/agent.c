@@ -84,12 +84,38 @@ static int agent_provision_skills(struct box *box, const struct agent_task *task
 			rc = agent_write(box, stage, item->guest_path, item->content,
 					 item->content_len);
 	}
+	if (rc == 0 && task->sidecar_url)
+		rc = agent_write(box, stage, RUN_MESSAGING_SKILL_PATH, RUN_MESSAGING_SKILL,
+				 strlen(RUN_MESSAGING_SKILL));
+	if (rc == 0 && task->sidecar_url) {
+		char *merged = run_messaging_mcp_json(plan.mcp_json, task->sidecar_url);
+
+		if (!merged)
+			rc = agent_fail(stage, -ENOMEM, "cannot add void-mcp to %s",
+					SKILLS_MCP_CONFIG_PATH);
+		free(plan.mcp_json);
+		plan.mcp_json = merged;
+	}
 	if (rc == 0 && plan.mcp_json) {
 		rc = agent_write(box, stage, SKILLS_MCP_CONFIG_PATH, plan.mcp_json,
 				 strlen(plan.mcp_json));
 		*has_mcp = rc == 0;
 	}
 	skills_plan_free(&plan);
+	return rc;
+}
+
+/* codex reads its MCP servers from config.toml, not .mcp.json. */
+static int agent_provision_codex_messaging(struct box *box, const struct agent_task *task,
+					   struct run_stage *stage)
+{
+	char *toml = run_messaging_codex_toml(task->sidecar_url);
+	int rc;
+
+	if (!toml)
+		return agent_fail(stage, -ENOMEM, "out of memory");
+	rc = agent_write(box, stage, RUN_MESSAGING_CODEX_CONFIG_PATH, toml, strlen(toml));
+	free(toml);
 	return rc;
 }
 
@@ -219,6 +245,10 @@ static int agent_exec(struct box *box, const struct agent_task *task,
 		return -ENOMEM;
 	for (size_t i = 0; i < inv->env_count; i++)
 		env[i] = (struct box_env_var){ inv->env[i].name, inv->env[i].value };
+	/* the one slot calloc left over */
+	if (task->sidecar_url)
+		env[req.env_count++] = (struct box_env_var){ RUN_MESSAGING_URL_ENV,
+							     task->sidecar_url };
 	memset(&result, 0, sizeof(result));
 	rc = box_exec(box, &req, &result);
 	free(env);
@@ -257,6 +287,8 @@ static int agent_prepare(struct box *box, const struct agent_task *task, const c
 	int rc;
 
 	rc = agent_provision_skills(box, task, stage, &llm_req.has_mcp_config);
+	if (rc == 0 && !claude && task->sidecar_url)
+		rc = agent_provision_codex_messaging(box, task, stage);
 	if (rc == 0 && claude)
 		rc = agent_bootstrap_claude(box, task, stage);
 	if (rc == 0 && task->input)
@@ -332,8 +364,20 @@ static void agent_report_finish(struct run_report *report, const struct run_stag
 				     stage->error ? stage->error : strerror(-rc));
 }
 
+/* agent_run_in_box with the agent's messaging sidecar URL (NULL: messaging is off). */
+static int agent_run_in_box_with(const struct spec *spec, struct box *box,
+				 const struct agent_options *options, const char *sidecar_url,
+				 struct run_report *report);
+
 int agent_run_in_box(const struct spec *spec, struct box *box, const struct agent_options *options,
 		     struct run_report *report)
+{
+	return agent_run_in_box_with(spec, box, options, NULL, report);
+}
+
+static int agent_run_in_box_with(const struct spec *spec, struct box *box,
+				 const struct agent_options *options, const char *sidecar_url,
+				 struct run_report *report)
 {
 	struct agent_task task = {
 		.name = spec->name, .prompt = spec->agent.prompt, .skills = spec->agent.skills,
@@ -344,6 +388,7 @@ int agent_run_in_box(const struct spec *spec, struct box *box, const struct agen
 		.input_len = options ? options->input_len : 0,
 		.host_env = options ? options->host_env : NULL,
 		.host_env_ctx = options ? options->host_env_ctx : NULL,
+		.sidecar_url = sidecar_url,
 	};
 	struct run_stage *stage = run_report_add_stage(report, spec->name);
 	char *file_output = NULL;
@@ -365,6 +410,8 @@ int agent_run(const struct spec *spec, const struct agent_options *options,
 {
 	struct spec_diagnostics diag;
 	struct agent_mock mock = { 0 };
+	struct run_messaging *messaging = NULL;
+	char sidecar_url[RUN_MESSAGING_URL_MAX] = "";
 	struct box_config cfg;
 	struct box *box = NULL;
 	char err[AGENT_ERROR_MAX];
@@ -392,14 +439,30 @@ int agent_run(const struct spec *spec, const struct agent_options *options,
 		mock.exec = options->mock_exec;
 		mock.exec_opaque = options->mock_exec_opaque;
 	}
+	if (spec->agent.messaging.enabled) {
+		rc = run_messaging_open(spec->name, options ? &options->messaging : NULL, &messaging,
+					err, sizeof(err));
+		if (rc == 0)
+			rc = run_messaging_join(messaging, spec->name, sidecar_url,
+						sizeof(sidecar_url), err, sizeof(err));
+		if (rc < 0) {
+			run_messaging_close(messaging);
+			run_report_set_error(report, "%s", err);
+			return rc;
+		}
+		cfg.network = true;
+		cfg.messaging = true;
+	}
 	rc = box_open(&cfg, &box, err, sizeof(err));
 	if (rc < 0) {
+		run_messaging_close(messaging);
 		run_report_set_error(report, "%s", err);
 		return rc;
 	}
 	mock.box = box;
-	rc = agent_run_in_box(spec, box, options, report);
+	rc = agent_run_in_box_with(spec, box, options, messaging ? sidecar_url : NULL, report);
 	box_close(box, rc != 0);
+	run_messaging_close(messaging);
 	return rc;
 }
 

@@ -17,13 +17,15 @@
 #include <stdint.h>
 
 #include "runtime/box.h"
+#include "runtime/messaging_run.h"
 #include "runtime/run_report.h"
 #include "runtime/spec.h"
 
 /* Features agent and pipeline runs honour today (the rest are refused before a VM boots). */
 #define AGENT_SUPPORTED_FEATURES \
 	(SPEC_FEATURE_BIT(SPEC_FEATURE_SKILL_MCP) | SPEC_FEATURE_BIT(SPEC_FEATURE_SNAPSHOT) | \
-	 SPEC_FEATURE_BIT(SPEC_FEATURE_NETWORK) | SPEC_FEATURE_BIT(SPEC_FEATURE_MOUNTS))
+	 SPEC_FEATURE_BIT(SPEC_FEATURE_NETWORK) | SPEC_FEATURE_BIT(SPEC_FEATURE_MOUNTS) |     \
+	 SPEC_FEATURE_BIT(SPEC_FEATURE_MESSAGING))
 
 #define AGENT_CLAUDE_JSON_PATH "/home/sandbox/.claude.json"
 #define AGENT_CLAUDE_SETTINGS_PATH "/workspace/.claude/settings.json"
@@ -47,6 +49,8 @@ struct agent_options {
 	int (*mock_exec)(struct box *box, void *opaque, const struct box_exec_request *req,
 			 struct box_exec_result *result);
 	void *mock_exec_opaque;
+	/* the run's id and control socket for the messaging sidecar (docs/messaging.md) */
+	struct run_messaging_options messaging;
 };
 
 /* One invocation: what a `kind: agent` spec or one pipeline box asks for. */
@@ -62,6 +66,8 @@ struct agent_task {
 	size_t input_len;
 	spec_env_lookup_fn host_env;
 	void *host_env_ctx;
+	/* http://10.0.2.2:PORT of this agent's messaging sidecar; NULL: messaging is off */
+	const char *sidecar_url;
 };
 
 /*
@@ -83,7 +89,10 @@ size_t agent_check(const struct spec *spec, struct spec_diagnostics *diag);
 /* `voidbox run` for an agent spec; report initialised by the caller. Same return as invoke. */
 int agent_run(const struct spec *spec, const struct agent_options *options,
 	      struct run_report *report);
-/* The same in a box the caller opened. */
+/*
+ * The same in a box the caller opened. No messaging: agent_run starts the sidecar before the
+ * box opens, since the box's network must allow it.
+ */
 int agent_run_in_box(const struct spec *spec, struct box *box, const struct agent_options *options,
 		     struct run_report *report);
 

@@ -98,6 +98,8 @@ struct box_config {
 	size_t mount_count;
 	const struct spec_mount *box_mounts;
 	size_t box_mount_count;
+	/* the agent talks to the run's messaging sidecar: the egress policy must reach 10.0.2.2 */
+	bool messaging;
 };
 
 /* Called for each piece of output in arrival order (mock: once per stream). */

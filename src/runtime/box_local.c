@@ -19,6 +19,8 @@
 #include "devices/net.h"
 #include "sandbox/sandbox.h"
 
+/* a CIDR prefix naming one IPv4 address */
+#define LOCAL_SINGLE_ADDRESS_PREFIX 32
 #define LOCAL_FILE_TIMEOUT_MS CONTROL_CHANNEL_TIMEOUT_DEFAULT
 #define LOCAL_ERROR_MAX 1024
 
@@ -268,6 +270,25 @@ static int local_network_config(const struct spec_sandbox *spec, struct net_conf
 	return 0;
 }
 
+/*
+ * A messaging agent reaches its sidecar at 10.0.2.2, the host's 127.0.0.1: an allow list gets
+ * 127.0.0.1/32 added, and a deny list that covers it is worth a warning now, since inside the
+ * guest the only symptom is a refused connection.
+ */
+static void local_network_allow_sidecar(const char *name, struct net_policy *policy)
+{
+	const struct net_cidr loopback = { .addr = NET_HOST_LOOPBACK_ADDR,
+					   .prefix = LOCAL_SINGLE_ADDRESS_PREFIX };
+
+	for (unsigned int i = 0; i < policy->deny_count; i++)
+		if (net_cidr_contains(&policy->deny[i], NET_HOST_LOOPBACK_ADDR))
+			log_warn("box", "[box:%s] sandbox.network_deny covers 127.0.0.1, which the guest reaches as 10.0.2.2: the agent cannot reach its messaging sidecar",
+				 name);
+	if (policy->allow_count && net_policy_add_allow(policy, &loopback) < 0)
+		log_warn("box", "[box:%s] sandbox.network_allow is full: 127.0.0.1/32 for the messaging sidecar was not added",
+			 name);
+}
+
 int box_local_open(struct box *box, const struct box_config *cfg, char *err, size_t errlen)
 {
 	struct net_config network;
@@ -296,6 +317,8 @@ int box_local_open(struct box *box, const struct box_config *cfg, char *err, siz
 			free(local);
 			return rc;
 		}
+		if (cfg->messaging)
+			local_network_allow_sidecar(box->name, &network.policy);
 		sandbox_cfg.network = &network;
 	}
 	rc = local_start(box, cfg, &sandbox_cfg, &local->sandbox, err, errlen);

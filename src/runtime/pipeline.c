@@ -29,7 +29,14 @@ struct pipeline_box_run {
 	char *file_output; /* what the agent wrote to its output file, or NULL */
 	bool opened;
 	enum box_mode mode; /* what the box really was, once opened */
+	const char *sidecar_url; /* the box's messaging sidecar; NULL: messaging is off */
 	int rc;
+};
+
+/* The run's messaging: the sidecar and each box's URL ("" for boxes without messaging). */
+struct pipeline_messaging {
+	struct run_messaging *rm;
+	char (*urls)[RUN_MESSAGING_URL_MAX]; /* indexed like spec->pipeline.boxes */
 };
 
 struct pipeline_pool {
@@ -70,6 +77,7 @@ static void pipeline_run_box(struct pipeline_box_run *run)
 		.timeout_secs = box->has_timeout_secs ? box->timeout_secs : 0,
 		.input = run->input, .input_len = run->input_len,
 		.host_env = agent->host_env, .host_env_ctx = agent->host_env_ctx,
+		.sidecar_url = run->sidecar_url,
 	};
 	struct box_config cfg;
 	struct box *handle = NULL;
@@ -79,6 +87,10 @@ static void pipeline_run_box(struct pipeline_box_run *run)
 	if (agent->override_mode)
 		cfg.mode = agent->mode;
 	cfg.name = box->name;
+	if (run->sidecar_url) {
+		cfg.network = true;
+		cfg.messaging = true;
+	}
 	cfg.mock_handler = agent_mock_handler;
 	cfg.mock_opaque = &mock;
 	run->stage->ran = true;
@@ -160,6 +172,7 @@ static char *pipeline_merge(const struct pipeline_box_run *runs, size_t count)
 static struct pipeline_box_run *pipeline_stage_runs(const struct spec *spec,
 						    const struct spec_stage *stage,
 						    const struct pipeline_options *options,
+						    const struct pipeline_messaging *messaging,
 						    struct run_report *report, const char *carry)
 {
 	struct pipeline_box_run *runs = calloc(stage->box_count, sizeof(*runs));
@@ -174,9 +187,12 @@ static struct pipeline_box_run *pipeline_stage_runs(const struct spec *spec,
 			free(runs);
 			return NULL;
 		}
+		const char *url = messaging->urls ? messaging->urls[stage->box_indices[i]] : "";
+
 		runs[i] = (struct pipeline_box_run){ .spec = spec, .box = box, .options = options,
 						     .input = carry,
-						     .input_len = carry ? strlen(carry) : 0 };
+						     .input_len = carry ? strlen(carry) : 0,
+						     .sidecar_url = url[0] ? url : NULL };
 	}
 	for (size_t i = 0; i < stage->box_count; i++)
 		runs[i].stage = &report->stages[first + i];
@@ -208,12 +224,13 @@ static void pipeline_mark_skipped(const struct spec *spec, size_t from, struct r
 
 /* Runs one stage; on success replaces *carry. Returns 0 or the first failing box's rc. */
 static int pipeline_run_stage(const struct spec *spec, size_t stage_index,
-			      const struct pipeline_options *options, struct run_report *report,
+			      const struct pipeline_options *options,
+			      const struct pipeline_messaging *messaging, struct run_report *report,
 			      char **carry)
 {
 	const struct spec_stage *stage = &spec->pipeline.stages[stage_index];
 	struct pipeline_box_run *runs =
-		pipeline_stage_runs(spec, stage, options, report, *carry);
+		pipeline_stage_runs(spec, stage, options, messaging, report, *carry);
 	char *next = NULL;
 	int rc = 0;
 
@@ -227,6 +244,8 @@ static int pipeline_run_stage(const struct spec *spec, size_t stage_index,
 		pipeline_run_box(&runs[0]);
 	for (size_t i = 0; i < stage->box_count; i++)
 		run_report_stage_finished(report, runs[i].stage);
+	/* the stage is over: what its agents sent reaches the next stage's inboxes */
+	run_messaging_advance(messaging->rm);
 	if (!report->sandbox_mode && runs[0].opened)
 		run_report_set_sandbox_mode(report, box_mode_name(runs[0].mode));
 	for (size_t i = 0; i < stage->box_count && rc == 0; i++) {
@@ -253,9 +272,39 @@ static int pipeline_run_stage(const struct spec *spec, size_t stage_index,
 	return rc;
 }
 
+/* Starts the sidecar and joins every box with messaging enabled; none: nothing started. */
+static int pipeline_messaging_open(const struct spec *spec, const struct pipeline_options *options,
+				   struct pipeline_messaging *out, struct run_report *report)
+{
+	char err[PIPELINE_ERROR_MAX];
+	int rc = 0;
+
+	memset(out, 0, sizeof(*out));
+	for (size_t i = 0; i < spec->pipeline.box_count && !out->urls; i++)
+		if (spec->pipeline.boxes[i].messaging.enabled)
+			out->urls = calloc(spec->pipeline.box_count, sizeof(*out->urls));
+	if (!out->urls)
+		return 0;
+	rc = run_messaging_open(spec->name, &options->agent.messaging, &out->rm, err, sizeof(err));
+	for (size_t i = 0; rc == 0 && i < spec->pipeline.box_count; i++)
+		if (spec->pipeline.boxes[i].messaging.enabled)
+			rc = run_messaging_join(out->rm, spec->pipeline.boxes[i].name, out->urls[i],
+						sizeof(out->urls[i]), err, sizeof(err));
+	if (rc < 0)
+		run_report_set_error(report, "%s", err);
+	return rc;
+}
+
+static void pipeline_messaging_close(struct pipeline_messaging *messaging)
+{
+	run_messaging_close(messaging->rm);
+	free(messaging->urls);
+}
+
 int pipeline_run(const struct spec *spec, const struct pipeline_options *options,
 		 struct run_report *report)
 {
+	struct pipeline_messaging messaging;
 	static const struct pipeline_options defaults;
 	struct spec_diagnostics diag;
 	char *carry = NULL;
@@ -276,13 +325,15 @@ int pipeline_run(const struct spec *spec, const struct pipeline_options *options
 		if (!carry)
 			return -ENOMEM;
 	}
-	for (size_t s = 0; s < spec->pipeline.stage_count; s++) {
-		rc = pipeline_run_stage(spec, s, options, report, &carry);
+	rc = pipeline_messaging_open(spec, options, &messaging, report);
+	for (size_t s = 0; rc == 0 && s < spec->pipeline.stage_count; s++) {
+		rc = pipeline_run_stage(spec, s, options, &messaging, report, &carry);
 		if (rc < 0) {
 			pipeline_mark_skipped(spec, s + 1, report);
 			break;
 		}
 	}
+	pipeline_messaging_close(&messaging);
 	run_report_sum_usage(report);
 	report->success = rc == 0;
 	if (rc == 0)

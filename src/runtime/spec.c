@@ -62,6 +62,7 @@ static void spec_box_free(struct spec_box *box)
 {
 	free(box->name);
 	free(box->prompt);
+	free(box->messaging.provider_bridge);
 	spec_skills_free(box->skills, box->skill_count);
 	spec_llm_free(&box->llm);
 	spec_env_free(&box->sandbox.env);

@@ -276,6 +276,8 @@ struct spec_box {
 	size_t output_count;
 	struct spec_box_input *inputs;
 	size_t input_count;
+	bool has_messaging;
+	struct spec_messaging messaging;
 	struct spec_pos pos;
 };
 

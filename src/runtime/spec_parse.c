@@ -444,10 +444,9 @@ static void spec_walk_skills(struct spec_walk *walk, const struct spec_node *map
 /* ---- agent -------------------------------------------------------------------------------- */
 
 static void spec_walk_messaging(struct spec_walk *walk, const struct spec_node *node,
-				struct spec_messaging *messaging)
+				const char *path, struct spec_messaging *messaging)
 {
 	static const char *const keys[] = { "enabled", "provider_bridge" };
-	const char *path = "agent.messaging";
 
 	if (!spec_walk_expect(walk, node, path, SPEC_NODE_MAP))
 		return;
@@ -501,7 +500,7 @@ static void spec_walk_agent(struct spec_walk *walk, const struct spec_node *node
 	messaging = spec_walk_field(node, "messaging");
 	if (messaging) {
 		agent->has_messaging = true;
-		spec_walk_messaging(walk, messaging, &agent->messaging);
+		spec_walk_messaging(walk, messaging, "agent.messaging", &agent->messaging);
 	}
 	spec_walk_agent_mode(walk, node, agent);
 }
@@ -593,8 +592,9 @@ static void spec_walk_box_inputs(struct spec_walk *walk, const struct spec_node 
 static void spec_walk_box(struct spec_walk *walk, const struct spec_node *node, const char *path,
 			  struct spec_box *box)
 {
-	static const char *const keys[] = { "name",    "prompt",  "skills",  "llm",
-					     "timeout_secs", "sandbox", "outputs", "inputs" };
+	static const char *const keys[] = { "name",	    "prompt",  "skills",  "llm",
+					     "timeout_secs", "sandbox", "outputs", "inputs",
+					     "messaging" };
 	const struct spec_node *child;
 	char child_path[SPEC_PATH_MAX];
 
@@ -623,6 +623,12 @@ static void spec_walk_box(struct spec_walk *walk, const struct spec_node *node, 
 	}
 	spec_walk_box_outputs(walk, node, path, box);
 	spec_walk_box_inputs(walk, node, path, box);
+	child = spec_walk_field(node, "messaging");
+	if (child) {
+		box->has_messaging = true;
+		spec_format(child_path, sizeof(child_path), "%s.messaging", path);
+		spec_walk_messaging(walk, child, child_path, &box->messaging);
+	}
 }
 
 /* A stage's type may be left out: `boxes:` makes it a fan_out, `name:` a box stage. */

@@ -275,6 +275,13 @@ static void test_stream_json_scenarios(void)
 	stream_json_result_free(&result);
 	free(text);
 
+	/* MOCK_CLAUDE_BASH: the command's output and status join the result text */
+	text = run_mock("simple", "MOCK_CLAUDE_BASH='echo from-shell; exit 3'", &status);
+	CHECK(text && stream_json_parse(text, strlen(text), &result) == 0);
+	CHECK(result.result_text && strstr(result.result_text, "; bash (exit 3): from-shell"));
+	stream_json_result_free(&result);
+	free(text);
+
 	text = run_mock("error", "MOCK_CLAUDE_ERROR=boom", &status);
 	CHECK(text && WIFEXITED(status) && WEXITSTATUS(status) == 1);
 	CHECK(text && stream_json_parse(text, strlen(text), &result) == 0);

@@ -82,27 +82,6 @@ static uint8_t test_body_byte(size_t offset)
 	return (uint8_t)((offset * 2654435761u) >> 13);
 }
 
-static int loopback_up(void)
-{
-	struct ifreq ifr;
-	int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-	int rc = 0;
-
-	if (fd < 0)
-		return -errno;
-	memset(&ifr, 0, sizeof(ifr));
-	snprintf(ifr.ifr_name, sizeof(ifr.ifr_name), "lo");
-	if (ioctl(fd, SIOCGIFFLAGS, &ifr) < 0) {
-		rc = -errno;
-	} else if (!(ifr.ifr_flags & IFF_UP)) {
-		ifr.ifr_flags |= IFF_UP | IFF_RUNNING;
-		if (ioctl(fd, SIOCSIFFLAGS, &ifr) < 0)
-			rc = -errno;
-	}
-	close(fd);
-	return rc;
-}
-
 /* A socket bound to 127.0.0.1 on a port the kernel picks; *port is set. */
 static int bind_loopback(int type, uint16_t *port)
 {
@@ -654,7 +633,7 @@ int main(int argc, char **argv)
 	voidbox_cli = argv[1];
 	vm_test_require_vm(&image);
 	snprintf(work_dir, sizeof(work_dir), "%s", TEST_WORK_TEMPLATE);
-	if (!mkdtemp(work_dir) || loopback_up() < 0) {
+	if (!mkdtemp(work_dir) || vm_test_loopback_up() < 0) {
 		perror("setting up (work directory, loopback)");
 		return 1;
 	}

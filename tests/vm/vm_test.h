@@ -1,22 +1,91 @@
 /*
- * What VM test programs share: the check that VMs can boot here at all, and sh(), one shell
- * script in a sandbox, the way they look at the guest. Header-only so each test program, a
- * single file, includes it without a library.
+ * What VM test programs share: the check that VMs can boot here at all, sh(), one shell
+ * script in a sandbox, the way they look at the guest, and vm_test_initramfs_with(), a test
+ * image made of the built one plus a few files. Header-only so each test program, a single
+ * file, includes it without a library.
  */
 #ifndef VOIDBOX_TESTS_VM_TEST_H
 #define VOIDBOX_TESTS_VM_TEST_H
 
+#include <errno.h>
+#include <net/if.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include "cli/host_env.h"
 #include "common/log.h"
 #include "harness.h"
 #include "sandbox/sandbox.h"
+#include "store/cpio_newc.h"
 #include "store/guest_image.h"
 #include "vmm/kvm.h"
 
 #define VM_TEST_REASON_MAX 1024
+#define VM_TEST_COPY_CHUNK 65536
+#define VM_TEST_BIN_DIR_MODE 0755
+#define VM_TEST_BIN_MODE 0755
+
+/* One host file that vm_test_initramfs_with puts at /usr/local/bin/<name>. */
+struct vm_test_bin {
+	const char *name;
+	const char *host_path;
+};
+
+static inline int vm_test_sink_write(void *ctx, const void *data, size_t len)
+{
+	return fwrite(data, 1, len, ctx) == len ? 0 : -EIO;
+}
+
+/*
+ * Writes a copy of the initramfs base followed by a second cpio archive holding bins under
+ * /usr/local/bin (the kernel unpacks concatenated archives in order), so a test gets the mock
+ * agent or the guest tools without building an image. path is a mkstemp template, filled in.
+ */
+static inline int vm_test_initramfs_with(const char *base, const struct vm_test_bin *bins,
+					 size_t count, char *path)
+{
+	static const char *const dirs[] = { "usr", "usr/local", "usr/local/bin" };
+	char buf[VM_TEST_COPY_CHUNK], guest[VM_TEST_REASON_MAX];
+	struct cpio_writer writer;
+	FILE *in, *out;
+	size_t got;
+	int fd, rc = 0;
+
+	fd = mkstemp(path);
+	if (fd < 0)
+		return -errno;
+	out = fdopen(fd, "wb");
+	in = fopen(base, "rb");
+	if (!out || !in) {
+		if (out)
+			fclose(out);
+		if (in)
+			fclose(in);
+		return -EIO;
+	}
+	while ((got = fread(buf, 1, sizeof(buf), in)) > 0)
+		if (fwrite(buf, 1, got, out) != got)
+			rc = -EIO;
+	fclose(in);
+	/* archives start 4-byte aligned; a newc archive's length already is */
+	cpio_writer_init(&writer, vm_test_sink_write, out, 0);
+	for (size_t i = 0; rc == 0 && i < sizeof(dirs) / sizeof(dirs[0]); i++)
+		rc = cpio_writer_add_directory(&writer, dirs[i], VM_TEST_BIN_DIR_MODE);
+	for (size_t i = 0; rc == 0 && i < count; i++) {
+		snprintf(guest, sizeof(guest), "usr/local/bin/%s", bins[i].name);
+		rc = cpio_writer_add_file_from_path(&writer, guest, VM_TEST_BIN_MODE,
+						    bins[i].host_path);
+	}
+	if (rc == 0)
+		rc = cpio_writer_finish(&writer);
+	if (fclose(out) != 0 && rc == 0)
+		rc = -EIO;
+	return rc;
+}
 
 /*
  * Line-buffers stdout, reads the environment (host_env_apply: VOIDBOX_LOG_LEVEL, VOIDBOX_HOME,
@@ -34,6 +103,31 @@ static inline void vm_test_require_vm(struct guest_image_paths *image)
 		harness_skip_vm(why);
 	if (guest_image_resolve(NULL, NULL, image, why, sizeof(why)) < 0)
 		harness_skip_vm(why);
+}
+
+/*
+ * Brings the loopback interface up: L1 of the nested harness starts with it down, and a test
+ * whose guests reach host servers at 10.0.2.2 (the host's 127.0.0.1) needs it. 0 or -errno.
+ */
+static inline int vm_test_loopback_up(void)
+{
+	struct ifreq ifr;
+	int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+	int rc = 0;
+
+	if (fd < 0)
+		return -errno;
+	memset(&ifr, 0, sizeof(ifr));
+	snprintf(ifr.ifr_name, sizeof(ifr.ifr_name), "lo");
+	if (ioctl(fd, SIOCGIFFLAGS, &ifr) < 0) {
+		rc = -errno;
+	} else if (!(ifr.ifr_flags & IFF_UP)) {
+		ifr.ifr_flags |= IFF_UP | IFF_RUNNING;
+		if (ioctl(fd, SIOCSIFFLAGS, &ifr) < 0)
+			rc = -errno;
+	}
+	close(fd);
+	return rc;
 }
 
 /*
