@@ -20,6 +20,7 @@
 #include "runtime/llm.h"
 #include "runtime/skills.h"
 #include "runtime/stream_json.h"
+#include "store/agent_flavour.h"
 
 #define AGENT_ERROR_MAX 1024
 #define AGENT_CLAUDE_JSON "{\"hasCompletedOnboarding\":true}\n"
@@ -273,6 +274,12 @@ static int agent_prepare(struct box *box, const struct agent_task *task, const c
 	return rc;
 }
 
+const char *agent_guest_image_name(const struct spec_llm *llm)
+{
+	return agent_flavour_name(llm && llm->provider == SPEC_LLM_PROVIDER_CODEX ?
+					  AGENT_FLAVOUR_CODEX : AGENT_FLAVOUR_CLAUDE);
+}
+
 int agent_invoke(struct box *box, const struct agent_task *task, struct run_stage *stage,
 		 char **file_output)
 {
@@ -381,6 +388,7 @@ int agent_run(const struct spec *spec, const struct agent_options *options,
 	}
 	spec_diagnostics_free(&diag);
 	box_config_from_spec(&cfg, spec, NULL);
+	cfg.image_name = agent_guest_image_name(spec->has_llm ? &spec->llm : NULL);
 	if (options && options->override_mode)
 		cfg.mode = options->mode;
 	if (options) {

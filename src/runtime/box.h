@@ -98,6 +98,12 @@ struct box_config {
 	size_t mount_count;
 	const struct spec_mount *box_mounts;
 	size_t box_mount_count;
+	/*
+	 * The built image to boot when kernel and initramfs resolve to no explicit choice: an
+	 * agent flavour's ("claude", "codex"), whose absence is an error naming the command that
+	 * builds it. NULL: the default image.
+	 */
+	const char *image_name;
 };
 
 /* Called for each piece of output in arrival order (mock: once per stream). */

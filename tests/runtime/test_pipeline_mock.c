@@ -377,6 +377,81 @@ static void test_remote_skill_fails_before_exec(void)
 	spec_free(spec);
 }
 
+static void write_empty(const char *dir, const char *name)
+{
+	char path[TEST_PATH_MAX];
+	FILE *file;
+
+	snprintf(path, sizeof(path), "%s/%s", dir, name);
+	file = fopen(path, "w");
+	CHECK(file != NULL);
+	if (file)
+		fclose(file);
+}
+
+/*
+ * An agent boots its provider's flavour image, never the default one in its place: with only
+ * the default image built, claude and codex agents stop before any boot with the command that
+ * builds theirs.
+ */
+static void test_agent_needs_its_flavour_image(void)
+{
+	static const char *const yaml[] = {
+		"api_version: v1\nkind: agent\nname: f\nsandbox: {mode: auto}\n"
+		"llm: {provider: claude}\nagent: {prompt: hi}\n",
+		"api_version: v1\nkind: agent\nname: f\nsandbox: {mode: local}\n"
+		"llm: {provider: codex}\nagent: {prompt: hi}\n",
+	};
+	static const char *const expected[] = { "`voidbox image build --flavour claude`",
+						"`voidbox image build --flavour codex`" };
+	char home[] = "/tmp/voidbox-test-flavour-XXXXXX", dir[TEST_PATH_MAX];
+	char *saved_kernel = getenv("VOID_BOX_KERNEL");
+	char *saved_initramfs = getenv("VOID_BOX_INITRAMFS");
+	char *saved_home = getenv("VOIDBOX_HOME");
+
+	saved_kernel = saved_kernel ? strdup(saved_kernel) : NULL;
+	saved_initramfs = saved_initramfs ? strdup(saved_initramfs) : NULL;
+	saved_home = saved_home ? strdup(saved_home) : NULL;
+	CHECK(mkdtemp(home) != NULL);
+	snprintf(dir, sizeof(dir), "%s/images", home);
+	CHECK_INT_EQ(mkdir(dir, 0755), 0);
+	snprintf(dir, sizeof(dir), "%s/images/default", home);
+	CHECK_INT_EQ(mkdir(dir, 0755), 0);
+	write_empty(dir, "vmlinuz");
+	write_empty(dir, "initramfs.cpio");
+	setenv("VOIDBOX_HOME", home, 1);
+	unsetenv("VOID_BOX_KERNEL");
+	unsetenv("VOID_BOX_INITRAMFS");
+	for (size_t i = 0; i < sizeof(yaml) / sizeof(yaml[0]); i++) {
+		struct spec *spec = load(yaml[i]);
+		struct run_report report;
+
+		CHECK(spec != NULL);
+		if (!spec)
+			continue;
+		CHECK_INT_EQ(run_report_init(&report, spec->name, spec->kind), 0);
+		CHECK_INT_EQ(agent_run(spec, NULL, &report), -ENOENT);
+		CHECK(report.error && strstr(report.error, expected[i]));
+		if (report.error && !strstr(report.error, expected[i]))
+			fprintf(stderr, "  error: %s\n", report.error);
+		run_report_free(&report);
+		spec_free(spec);
+	}
+	if (saved_home)
+		setenv("VOIDBOX_HOME", saved_home, 1);
+	else
+		unsetenv("VOIDBOX_HOME");
+	if (saved_kernel)
+		setenv("VOID_BOX_KERNEL", saved_kernel, 1);
+	if (saved_initramfs)
+		setenv("VOID_BOX_INITRAMFS", saved_initramfs, 1);
+	free(saved_home);
+	free(saved_kernel);
+	free(saved_initramfs);
+	snprintf(dir, sizeof(dir), "rm -rf %s", home);
+	CHECK_INT_EQ(system(dir), 0);
+}
+
 int main(int argc, char **argv)
 {
 	if (argc < 3) {
@@ -390,6 +465,7 @@ int main(int argc, char **argv)
 	RUN_TEST(test_pipeline_first_failure_stops);
 	RUN_TEST(test_example_with_builtin_mock);
 	RUN_TEST(test_remote_skill_fails_before_exec);
+	RUN_TEST(test_agent_needs_its_flavour_image);
 	state_reset();
 	return harness_finish();
 }
