@@ -326,9 +326,11 @@ static void test_pipeline_first_failure_stops(void)
 	spec_free(spec);
 }
 
-/* The shipped example in a plain mock box, answered by the built-in stand-in. */
+/* The shipped example (real VMs as written) in mock boxes, answered by the built-in stand-in. */
 static void test_example_with_builtin_mock(void)
 {
+	struct pipeline_options options = { .agent = { .override_mode = true,
+						       .mode = BOX_MODE_MOCK } };
 	char path[TEST_PATH_MAX];
 	struct spec_diagnostics diag;
 	struct run_report report;
@@ -342,7 +344,7 @@ static void test_example_with_builtin_mock(void)
 	if (!spec)
 		return;
 	CHECK_INT_EQ(run_report_init(&report, spec->name, spec->kind), 0);
-	CHECK_INT_EQ(pipeline_run(spec, NULL, &report), 0);
+	CHECK_INT_EQ(pipeline_run(spec, &options, &report), 0);
 	CHECK(report.success);
 	CHECK_INT_EQ((long)report.stage_count, 4);
 	CHECK(strstr(report.output, "mock: completed 'Merge the three reviews") != NULL);
