@@ -17,6 +17,7 @@
 
 #include "common/log.h"
 #include "runtime/agent.h"
+#include "runtime/codex_json.h"
 #include "runtime/llm.h"
 #include "runtime/skills.h"
 #include "runtime/stream_json.h"
@@ -180,10 +181,12 @@ static int agent_fill_stream(struct run_stage *stage, const struct llm_invocatio
 			     const struct box_exec_result *result)
 {
 	struct stream_json_result parsed;
-	int rc = stream_json_parse(result->stdout_data, result->stdout_len, &parsed);
+	int rc = inv->stream_json ?
+			 stream_json_parse(result->stdout_data, result->stdout_len, &parsed) :
+			 codex_json_parse(result->stdout_data, result->stdout_len, &parsed);
 
 	if (rc < 0)
-		return agent_fail(stage, rc, "cannot parse the agent's stream-json output: %s",
+		return agent_fail(stage, rc, "cannot parse the agent's JSON output: %s",
 				  strerror(-rc));
 	stage->input_tokens = parsed.input_tokens;
 	stage->output_tokens = parsed.output_tokens;
@@ -236,7 +239,8 @@ static int agent_exec(struct box *box, const struct agent_task *task,
 				inv->program, task->timeout_secs);
 		goto out;
 	}
-	if (inv->stream_json)
+	/* both CLIs print JSON events: claude-code stream-json, codex `exec --json` */
+	if (inv->stream_json || inv->provider == SPEC_LLM_PROVIDER_CODEX)
 		rc = agent_fill_stream(stage, inv, &result);
 	else
 		rc = run_stage_set_output(stage, result.stdout_data, result.stdout_len);
