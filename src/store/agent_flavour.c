@@ -2,7 +2,7 @@
  * Flavour preparation (see agent_flavour.h): a table of what each flavour takes from its
  * pinned tarball and from the host, and a straight pipeline over it (cache directory, fetch,
  * verify, unpack, libraries, generated /etc files). The external tools (curl, tar, ldd) run
- * through posix_spawnp with no shell, their stdout captured only where it is parsed.
+ * through store_run_tool with no shell, their stdout captured only where it is parsed.
  *
  * A cached tarball is trusted only after it hashes to its pin again, so a corrupted or
  * replaced cache entry is fetched anew instead of being unpacked; a download that does not
@@ -13,13 +13,11 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <openssl/evp.h>
-#include <spawn.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include "common/log.h"
@@ -32,9 +30,11 @@
 #define FLAVOUR_SHA512_BYTES 64
 /* base64 of 64 bytes: 88 characters and the NUL */
 #define FLAVOUR_SHA512_BASE64_MAX 89
-#define FLAVOUR_HASH_CHUNK 65536
+#define FLAVOUR_DIGEST_ALGORITHM "sha512"
 #define FLAVOUR_CAPTURE_MAX (64 * 1024)
-#define FLAVOUR_MEMBERS_MAX 2
+#define FLAVOUR_MEMBERS_MAX 3
+/* tar -xzf TARBALL -C DIR: the arguments before the members */
+#define FLAVOUR_TAR_FIXED_ARGS 5
 #define FLAVOUR_HOST_PROGRAMS_MAX 1
 #define FLAVOUR_DIR_MODE 0755
 #define FLAVOUR_EXEC_MODE 0755
@@ -82,7 +82,9 @@ static const struct flavour_pin flavour_pins[] = {
 		.version = AGENT_PIN_CODEX_VERSION,
 		.tarball = AGENT_PIN_CODEX_TARBALL,
 		.integrity = AGENT_PIN_CODEX_INTEGRITY,
+		/* codex runs its code-mode host from beside its own executable */
 		.members = { { AGENT_PIN_CODEX_MEMBER, "/usr/local/bin/codex" },
+			     { AGENT_PIN_CODEX_HOST_MEMBER, "/usr/local/bin/codex-code-mode-host" },
 			     { AGENT_PIN_CODEX_RG_MEMBER, "/usr/local/bin/rg" } },
 	},
 };
@@ -129,34 +131,12 @@ const char *agent_flavour_version(enum agent_flavour flavour)
 
 static int flavour_sha512_base64(const char *path, char out[FLAVOUR_SHA512_BASE64_MAX])
 {
-	unsigned char digest[EVP_MAX_MD_SIZE], chunk[FLAVOUR_HASH_CHUNK];
+	unsigned char digest[EVP_MAX_MD_SIZE];
 	unsigned int digest_len = 0;
-	EVP_MD_CTX *ctx = EVP_MD_CTX_new();
-	int fd = open(path, O_RDONLY | O_CLOEXEC), rc = 0;
+	int rc = store_file_digest(path, FLAVOUR_DIGEST_ALGORITHM, digest, &digest_len);
 
-	if (fd < 0 || !ctx || EVP_DigestInit_ex(ctx, EVP_sha512(), NULL) != 1) {
-		rc = fd < 0 ? -errno : -ENOMEM;
-		goto out;
-	}
-	for (;;) {
-		ssize_t got = read(fd, chunk, sizeof(chunk));
-
-		if (got < 0 && errno == EINTR)
-			continue;
-		if (got < 0) {
-			rc = -errno;
-			goto out;
-		}
-		if (got == 0)
-			break;
-		EVP_DigestUpdate(ctx, chunk, (size_t)got);
-	}
-	EVP_DigestFinal_ex(ctx, digest, &digest_len);
-	EVP_EncodeBlock((unsigned char *)out, digest, (int)digest_len);
-out:
-	EVP_MD_CTX_free(ctx);
-	if (fd >= 0)
-		close(fd);
+	if (rc == 0)
+		EVP_EncodeBlock((unsigned char *)out, digest, (int)digest_len);
 	return rc;
 }
 
@@ -249,56 +229,6 @@ int agent_flavour_ldd_paths(const char *ldd_output, char paths[][PATH_MAX], size
 	return 0;
 }
 
-/* ---- tools ---------------------------------------------------------------------------- */
-
-/* Runs argv (no shell); stdout to capture (NUL-terminated) or to our stderr. */
-static int flavour_run(const char *const argv[], char *capture, size_t capture_len, char *err,
-		       size_t errlen)
-{
-	posix_spawn_file_actions_t actions;
-	int pipe_fds[2] = { -1, -1 }, status = 0, rc;
-	size_t used = 0;
-	pid_t pid;
-
-	if (capture && pipe2(pipe_fds, O_CLOEXEC) < 0)
-		return -errno;
-	posix_spawn_file_actions_init(&actions);
-	posix_spawn_file_actions_addopen(&actions, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
-	posix_spawn_file_actions_adddup2(&actions, capture ? pipe_fds[1] : STDERR_FILENO,
-					 STDOUT_FILENO);
-	rc = posix_spawnp(&pid, argv[0], &actions, NULL, (char *const *)argv, environ);
-	posix_spawn_file_actions_destroy(&actions);
-	if (capture)
-		close(pipe_fds[1]);
-	if (rc != 0) {
-		if (capture)
-			close(pipe_fds[0]);
-		store_error(err, errlen, "cannot run %s: %s (install it)", argv[0], strerror(rc));
-		return -rc;
-	}
-	while (capture) {
-		ssize_t got = read(pipe_fds[0], capture + used, capture_len - used - 1);
-
-		if (got < 0 && errno == EINTR)
-			continue;
-		if (got <= 0 || (used += (size_t)got) + 1 >= capture_len)
-			break;
-	}
-	if (capture) {
-		capture[used] = '\0';
-		close(pipe_fds[0]);
-	}
-	while (waitpid(pid, &status, 0) < 0)
-		if (errno != EINTR)
-			return -errno;
-	if (WIFEXITED(status) && WEXITSTATUS(status) == 0)
-		return 0;
-	store_error(err, errlen, "`%s` failed (%s %d)", argv[0],
-		    WIFEXITED(status) ? "exit status" : "signal",
-		    WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status));
-	return -EIO;
-}
-
 /* ---- pipeline ------------------------------------------------------------------------- */
 
 static int flavour_prepare_dirs(struct flavour_work *work)
@@ -350,7 +280,7 @@ static int flavour_fetch(struct flavour_work *work)
 	snprintf(partial, sizeof(partial), "%s.part", work->tarball);
 	log_info(LOG_MODULE, "downloading %s@%s (%s)", work->pin->package, work->pin->version,
 		 work->pin->tarball);
-	rc = flavour_run(curl, NULL, 0, work->err, work->errlen);
+	rc = store_run_tool(curl, NULL, NULL, 0, work->err, work->errlen);
 	if (rc < 0) {
 		unlink(partial);
 		store_error(work->err, work->errlen, "cannot download %s: check the network "
@@ -410,7 +340,7 @@ static int flavour_add_libraries(struct flavour_work *work, const char *program)
 	int rc = paths && output ? 0 : -ENOMEM;
 
 	if (rc == 0)
-		rc = flavour_run(ldd, output, FLAVOUR_CAPTURE_MAX, work->err, work->errlen);
+		rc = store_run_tool(ldd, NULL, output, FLAVOUR_CAPTURE_MAX, work->err, work->errlen);
 	/* ldd fails on static programs on some hosts; its text says so either way */
 	if (rc == -EIO && output && (strstr(output, FLAVOUR_LDD_STATIC) ||
 				     strstr(output, FLAVOUR_LDD_NOT_DYNAMIC)))
@@ -429,18 +359,16 @@ static int flavour_add_libraries(struct flavour_work *work, const char *program)
 
 static int flavour_unpack(struct flavour_work *work)
 {
-	const char *tar[4 + FLAVOUR_MEMBERS_MAX + 1] = { "tar", "-xzf", work->tarball, "-C" };
-	size_t argc = 4;
+	const char *tar[FLAVOUR_TAR_FIXED_ARGS + FLAVOUR_MEMBERS_MAX + 1] = {
+		"tar", "-xzf", work->tarball, "-C", work->unpack_dir
+	};
+	size_t argc = FLAVOUR_TAR_FIXED_ARGS;
 	int rc;
 
-	tar[argc++] = work->unpack_dir;
-	for (size_t i = 0; i < FLAVOUR_MEMBERS_MAX && work->pin->members[i].member; i++) {
-		if (argc + 1 >= sizeof(tar) / sizeof(tar[0]))
-			break;
+	for (size_t i = 0; i < FLAVOUR_MEMBERS_MAX && work->pin->members[i].member; i++)
 		tar[argc++] = work->pin->members[i].member;
-	}
 	tar[argc] = NULL;
-	rc = flavour_run(tar, NULL, 0, work->err, work->errlen);
+	rc = store_run_tool(tar, NULL, NULL, 0, work->err, work->errlen);
 	if (rc < 0)
 		store_error(work->err, work->errlen, "cannot unpack %s into %s: is it the pinned "
 			    "package?", work->tarball, work->unpack_dir);

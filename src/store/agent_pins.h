@@ -11,8 +11,8 @@
  *
  * claude-code ships a native (Bun-compiled) binary per platform; the glibc build is taken and
  * its libraries come from the host's Debian glibc (the musl build would need a musl loader the
- * image does not otherwise have). codex ships a static-pie musl binary and a static ripgrep,
- * which need nothing else.
+ * image does not otherwise have). codex ships static-pie musl binaries (codex, the code-mode
+ * host it runs for its default model's JavaScript tool, ripgrep), which need nothing else.
  */
 #ifndef VOIDBOX_STORE_AGENT_PINS_H
 #define VOIDBOX_STORE_AGENT_PINS_H
@@ -32,6 +32,7 @@
 #define AGENT_PIN_CODEX_INTEGRITY \
 	"sha512-o05NyAOCDygSPRo1yinzxvkRSdmsZyBD9E7mbpmjRanSfM8lypqWtQgEo4XfNkwhuCR2aFu8mlGOsQGFXVbVww=="
 #define AGENT_PIN_CODEX_MEMBER "package/vendor/x86_64-unknown-linux-musl/bin/codex"
+#define AGENT_PIN_CODEX_HOST_MEMBER "package/vendor/x86_64-unknown-linux-musl/bin/codex-code-mode-host"
 #define AGENT_PIN_CODEX_RG_MEMBER "package/vendor/x86_64-unknown-linux-musl/codex-path/rg"
 
 #endif
