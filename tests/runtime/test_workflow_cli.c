@@ -475,6 +475,20 @@ static void test_inspect(void)
 	run_voidbox(&result, (const char *const[]){ "inspect", "--file", "/nonexistent.yaml",
 						    NULL });
 	CHECK_INT_EQ(result.status, 1);
+
+	/* an agent resolves its provider's flavour image, and says how to build it */
+	write_spec("inspect-codex.yaml",
+		   "kind: agent\nname: coder\nllm: {provider: codex}\nagent: {prompt: hi}\n",
+		   path, sizeof(path));
+	run_voidbox(&result, (const char *const[]){ "--output", "json", "inspect", "--file", path,
+						    NULL });
+	CHECK_INT_EQ(result.status, 0);
+	json = parse_json(result.out);
+	sandbox = json_object_get(json, "sandbox");
+	CHECK(json_string_value(json_object_get(sandbox, "resolution_error")) &&
+	      strstr(json_string_value(json_object_get(sandbox, "resolution_error")),
+		     "voidbox image build --flavour codex"));
+	json_decref(json);
 }
 
 /* One skill of each string form and an inline one, each with where it lands in the guest. */
