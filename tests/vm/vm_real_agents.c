@@ -33,6 +33,7 @@
 #include <jansson.h>
 
 #include "harness.h"
+#include "vm_test.h"
 #include "store/guest_image.h"
 #include "vmm/kvm.h"
 
@@ -46,7 +47,6 @@
 #define TEST_RUN_TIMEOUT_SECS 1500
 #define TEST_PORT_WAIT_STEPS 1200
 #define TEST_PORT_WAIT_US (100 * 1000)
-#define TEST_POLL_US (100 * 1000)
 #define TEST_GUEST_MOUNT "/workspace/shared"
 #define TEST_FILE_NAME "greeting.txt"
 #define TEST_ANSWER "I wrote greeting.txt in the shared directory."
@@ -77,6 +77,18 @@ static const struct agent_case agent_cases[] = {
 		.content = "hello from the real claude-code in a voidbox VM\n",
 		.key_seen = TEST_API_KEY,
 		.reports_cost = true,
+	},
+	{
+		.flavour = "codex",
+		.api = "openai",
+		/* a model other than codex's default, which offers only its code-mode tool */
+		.llm_yaml = "  provider: codex\n"
+			    "  model: gpt-5-codex\n"
+			    "  base_url: http://10.0.2.2:%u/v1\n",
+		.env_yaml = "    OPENAI_API_KEY: " TEST_API_KEY "\n",
+		.content = "hello from the real codex in a voidbox VM\n",
+		.key_seen = "Bearer " TEST_API_KEY,
+		.reports_cost = false,
 	},
 };
 
@@ -109,32 +121,6 @@ static const char spec_template[] =
 	"agent:\n"
 	"  prompt: Write the greeting file into " TEST_GUEST_MOUNT ", then say what you did.\n"
 	"  timeout_secs: %d\n";
-
-static long now_secs(void)
-{
-	struct timespec now;
-
-	clock_gettime(CLOCK_MONOTONIC, &now);
-	return (long)now.tv_sec;
-}
-
-/* Waits for pid up to timeout_secs, killing it after; returns its wait status or -1. */
-static int wait_bounded(pid_t pid, long timeout_secs)
-{
-	long deadline = now_secs() + timeout_secs;
-	int status;
-
-	while (now_secs() < deadline) {
-		pid_t done = waitpid(pid, &status, WNOHANG);
-
-		if (done == pid)
-			return status;
-		usleep(TEST_POLL_US);
-	}
-	kill(pid, SIGKILL);
-	waitpid(pid, &status, 0);
-	return -1;
-}
 
 static char *read_text(const char *path)
 {
@@ -248,7 +234,7 @@ static json_t *run_agent(const struct agent_case *agent, int *status, long *wall
 	out_fd = open(out_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
 	if (out_fd < 0)
 		return NULL;
-	start = now_secs();
+	start = vm_test_now_secs();
 	pid = fork();
 	if (pid == 0) {
 		dup2(out_fd, STDOUT_FILENO);
@@ -261,8 +247,8 @@ static json_t *run_agent(const struct agent_case *agent, int *status, long *wall
 		_exit(127);
 	}
 	close(out_fd);
-	*status = pid > 0 ? wait_bounded(pid, TEST_RUN_TIMEOUT_SECS) : -1;
-	*wall_secs = now_secs() - start;
+	*status = pid > 0 ? vm_test_wait_bounded(pid, TEST_RUN_TIMEOUT_SECS) : -1;
+	*wall_secs = vm_test_now_secs() - start;
 	report = json_load_file(out_path, 0, NULL);
 	if (!report)
 		show_file("voidbox run printed no JSON report", agent->flavour, "report.json");
@@ -348,6 +334,11 @@ static void test_real_claude_code(void)
 	run_case(&agent_cases[0]);
 }
 
+static void test_real_codex(void)
+{
+	run_case(&agent_cases[1]);
+}
+
 int main(int argc, char **argv)
 {
 	struct guest_image_paths image;
@@ -372,6 +363,7 @@ int main(int argc, char **argv)
 		harness_fail_setup("cannot create a scratch directory (mkdtemp)");
 	loopback_up();
 	RUN_TEST(test_real_claude_code);
+	RUN_TEST(test_real_codex);
 	standin_stop();
 	snprintf(cleanup, sizeof(cleanup), "rm -rf %s", scratch);
 	if (system(cleanup) != 0)

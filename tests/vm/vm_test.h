@@ -6,8 +6,12 @@
 #ifndef VOIDBOX_TESTS_VM_TEST_H
 #define VOIDBOX_TESTS_VM_TEST_H
 
+#include <signal.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "common/log.h"
 #include "harness.h"
@@ -16,6 +20,7 @@
 #include "vmm/kvm.h"
 
 #define VM_TEST_REASON_MAX 1024
+#define VM_TEST_POLL_US (100 * 1000)
 
 /*
  * Line-buffers stdout, reads VOIDBOX_LOG_LEVEL, and skips the whole program (harness_skip_vm:
@@ -70,6 +75,31 @@ static inline int sh(struct sandbox *box, const char *script, char *out, size_t 
 			(const char *)resp.stderr_data.data);
 	proto_exec_response_free(&resp);
 	return code;
+}
+
+/* Seconds on the monotonic clock. */
+static inline long vm_test_now_secs(void)
+{
+	struct timespec now;
+
+	clock_gettime(CLOCK_MONOTONIC, &now);
+	return (long)now.tv_sec;
+}
+
+/* Waits for a child up to timeout_secs, killing it after; returns its wait status or -1. */
+static inline int vm_test_wait_bounded(pid_t pid, long timeout_secs)
+{
+	long deadline = vm_test_now_secs() + timeout_secs;
+	int status;
+
+	while (vm_test_now_secs() < deadline) {
+		if (waitpid(pid, &status, WNOHANG) == pid)
+			return status;
+		usleep(VM_TEST_POLL_US);
+	}
+	kill(pid, SIGKILL);
+	waitpid(pid, &status, 0);
+	return -1;
 }
 
 #endif
