@@ -18,7 +18,8 @@
 static const char *const codex_tool_item_types[] = { "command_execution", "file_change",
 						     "mcp_tool_call", "web_search" };
 
-#define CODEX_TOOL_ITEM_TYPE_COUNT (sizeof(codex_tool_item_types) / sizeof(codex_tool_item_types[0]))
+#define CODEX_TOOL_ITEM_TYPE_COUNT \
+	(sizeof(codex_tool_item_types) / sizeof(codex_tool_item_types[0]))
 
 struct codex_reader {
 	struct stream_json_result *out;

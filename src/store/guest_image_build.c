@@ -143,7 +143,7 @@ struct image_build {
 
 /* ---- child processes ------------------------------------------------------------------ */
 
-/* Runs a tool (store_run_tool); with capture, its stdout (NUL-terminated, truncated) lands there. */
+/* Runs a tool (store_run_tool); with capture, its stdout lands there, NUL-terminated. */
 static int image_run_tool(struct image_build *build, const char *const argv[], const char *cwd,
 			  char *capture, size_t capture_len)
 {
