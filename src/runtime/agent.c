@@ -173,7 +173,7 @@ static int agent_bootstrap_claude(struct box *box, const struct agent_task *task
 	box_exec_result_free(&result);
 	if (rc < 0)
 		return agent_fail(stage, rc,
-				  "claude-code is not in the guest image: build an image that has it (for tests: voidbox image build --name test --with-mock-agent, then VOID_BOX_INITRAMFS=<its initramfs>)");
+				  "claude-code is not in the guest image: boot the claude flavour image (voidbox image build --flavour claude; a spec's kernel, initramfs or VOID_BOX_* variables chose another), or for tests one with the mock (voidbox image build --name test --with-mock-agent, then VOID_BOX_INITRAMFS=<its initramfs>)");
 	return 0;
 }
 

@@ -379,6 +379,39 @@ static void test_remote_skill_fails_before_exec(void)
 	spec_free(spec);
 }
 
+/* A guest without claude-code: the probe's `command -v` fails. */
+static int test_exec_without_claude(struct box *box, void *opaque,
+				    const struct box_exec_request *req,
+				    struct box_exec_result *result)
+{
+	(void)box;
+	(void)opaque;
+	if (strcmp(req->program, "sh") != 0 || req->arg_count != 2 ||
+	    !strstr(req->args[1], "command -v"))
+		return 0;
+	result->stdout_data = strdup("");
+	result->stderr_data = strdup("");
+	result->exit_code = 1;
+	return result->stdout_data && result->stderr_data ? 1 : -ENOMEM;
+}
+
+/* An image without claude-code fails the run before the exec, naming the image to build. */
+static void test_missing_claude_names_the_flavour(void)
+{
+	struct agent_options options = { .mock_exec = test_exec_without_claude };
+	struct spec *spec = load(agent_yaml);
+	struct run_report report;
+
+	CHECK(spec != NULL);
+	if (!spec)
+		return;
+	CHECK_INT_EQ(run_report_init(&report, spec->name, spec->kind), 0);
+	CHECK(agent_run(spec, &options, &report) < 0);
+	CHECK(report.error && strstr(report.error, "voidbox image build --flavour claude"));
+	run_report_free(&report);
+	spec_free(spec);
+}
+
 static void write_empty(const char *dir, const char *name)
 {
 	char path[TEST_PATH_MAX];
@@ -468,6 +501,7 @@ int main(int argc, char **argv)
 	RUN_TEST(test_example_with_builtin_mock);
 	RUN_TEST(test_remote_skill_fails_before_exec);
 	RUN_TEST(test_agent_needs_its_flavour_image);
+	RUN_TEST(test_missing_claude_names_the_flavour);
 	state_reset();
 	return harness_finish();
 }
