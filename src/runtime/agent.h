@@ -40,7 +40,7 @@ struct agent_options {
 	const char *serial_log_path;
 	/* the host's sandbox settings; NULL: defaults */
 	const struct sandbox_host_settings *host;
-	/* host environment lookup for provider keys; NULL: getenv */
+	/* the host's environment for provider keys and HOME (the CLI's: getenv); NULL: empty */
 	spec_env_lookup_fn host_env;
 	void *host_env_ctx;
 	/* mock boxes only: answers execs instead of the built-in stand-in (see agent_mock) */

@@ -18,6 +18,7 @@
 #include "harness.h"
 #include "runtime/agent.h"
 #include "runtime/pipeline.h"
+#include "store/store_settings.h"
 
 #define TEST_MAX_PROMPTS 16
 #define TEST_OUTPUT_MAX (1u << 20)
@@ -440,13 +441,7 @@ static void test_agent_needs_its_flavour_image(void)
 	static const char *const expected[] = { "`voidbox image build --flavour claude`",
 						"`voidbox image build --flavour codex`" };
 	char home[] = "/tmp/voidbox-test-flavour-XXXXXX", dir[TEST_PATH_MAX];
-	char *saved_kernel = getenv("VOID_BOX_KERNEL");
-	char *saved_initramfs = getenv("VOID_BOX_INITRAMFS");
-	char *saved_home = getenv("VOIDBOX_HOME");
 
-	saved_kernel = saved_kernel ? strdup(saved_kernel) : NULL;
-	saved_initramfs = saved_initramfs ? strdup(saved_initramfs) : NULL;
-	saved_home = saved_home ? strdup(saved_home) : NULL;
 	CHECK(mkdtemp(home) != NULL);
 	snprintf(dir, sizeof(dir), "%s/images", home);
 	CHECK_INT_EQ(mkdir(dir, 0755), 0);
@@ -454,9 +449,8 @@ static void test_agent_needs_its_flavour_image(void)
 	CHECK_INT_EQ(mkdir(dir, 0755), 0);
 	write_empty(dir, "vmlinuz");
 	write_empty(dir, "initramfs.cpio");
-	setenv("VOIDBOX_HOME", home, 1);
-	unsetenv("VOID_BOX_KERNEL");
-	unsetenv("VOID_BOX_INITRAMFS");
+	/* only the default image, and no kernel or initramfs named anywhere */
+	CHECK_INT_EQ(store_settings_set(&(struct store_settings){ .voidbox_home = home }), 0);
 	for (size_t i = 0; i < sizeof(yaml) / sizeof(yaml[0]); i++) {
 		struct spec *spec = load(yaml[i]);
 		struct run_report report;
@@ -472,17 +466,7 @@ static void test_agent_needs_its_flavour_image(void)
 		run_report_free(&report);
 		spec_free(spec);
 	}
-	if (saved_home)
-		setenv("VOIDBOX_HOME", saved_home, 1);
-	else
-		unsetenv("VOIDBOX_HOME");
-	if (saved_kernel)
-		setenv("VOID_BOX_KERNEL", saved_kernel, 1);
-	if (saved_initramfs)
-		setenv("VOID_BOX_INITRAMFS", saved_initramfs, 1);
-	free(saved_home);
-	free(saved_kernel);
-	free(saved_initramfs);
+	CHECK_INT_EQ(store_settings_set(NULL), 0);
 	snprintf(dir, sizeof(dir), "rm -rf %s", home);
 	CHECK_INT_EQ(system(dir), 0);
 }

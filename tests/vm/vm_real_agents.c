@@ -32,7 +32,9 @@
 
 #include <jansson.h>
 
+#include "cli/host_env.h"
 #include "harness.h"
+#include "store/store_settings.h"
 #include "vm_test.h"
 #include "store/guest_image.h"
 #include "vmm/kvm.h"
@@ -342,7 +344,7 @@ static void test_real_codex(void)
 int main(int argc, char **argv)
 {
 	struct guest_image_paths image;
-	char why[TEST_REASON_MAX], cleanup[TEST_PATH_MAX];
+	char why[TEST_REASON_MAX], cleanup[TEST_PATH_MAX], home_dir[PATH_MAX];
 
 	setvbuf(stdout, NULL, _IOLBF, 0);
 	if (argc < 3) {
@@ -353,8 +355,10 @@ int main(int argc, char **argv)
 	standin_script = argv[2];
 	if (!kvm_probe_usable(why, sizeof(why)))
 		harness_skip_vm(why);
-	unsetenv(GUEST_IMAGE_ENV_KERNEL);
-	unsetenv(GUEST_IMAGE_ENV_INITRAMFS);
+	/* the flavour images as a run without kernel or initramfs settings finds them */
+	if (host_env_apply() < 0 || guest_image_home(home_dir, sizeof(home_dir)) < 0 ||
+	    store_settings_set(&(struct store_settings){ .voidbox_home = home_dir }) < 0)
+		harness_fail_setup("cannot read the voidbox home from the environment");
 	for (size_t i = 0; i < AGENT_CASE_COUNT; i++)
 		if (guest_image_resolve_named(agent_cases[i].flavour, NULL, NULL, &image, why,
 					      sizeof(why)) < 0)
