@@ -14,6 +14,7 @@
 #include "cli/cli.h"
 #include "common/log.h"
 #include "sandbox/sandbox.h"
+#include "store/agent_flavour.h"
 #include "store/guest_image.h"
 #include "vmm/vmlinux.h"
 
@@ -66,11 +67,15 @@ static void cli_image_usage(FILE *out)
 	fprintf(out,
 		"usage: voidbox image build [--name NAME] [--agent PATH] [--kernel-deb PATH] [--gzip]\n"
 		"                           [--with-mock-agent]  (adds the mock claude-code for tests)\n"
+		"                           [--flavour claude|codex]  (adds that agent CLI from npm)\n"
 		"       voidbox image list\n"
 		"       voidbox image clean [NAME | --all]\n\n"
 		"Guest images (a Debian kernel and an initramfs whose /init is the voidbox agent)\n"
 		"live in $VOIDBOX_HOME/images (default ~/.void-box/images). build fetches the kernel\n"
-		"and busybox from Debian's package archive with apt-get and assembles the image.\n");
+		"and busybox from Debian's package archive with apt-get and assembles the image.\n"
+		"--flavour builds the image of that name with the pinned agent CLI (src/store/\n"
+		"agent_pins.h) fetched from registry.npmjs.org and checked against its sha512;\n"
+		"agent specs with provider claude or codex run on it.\n");
 }
 
 static bool cli_image_is_file(const char *path)
@@ -177,8 +182,42 @@ static int cli_image_prepare_kernel_cache(const char *name)
 	return CLI_EXIT_OK;
 }
 
+/* The flavour's files, then the mock agent if asked for, as the build's extra files. */
+static int cli_image_add_flavour(const char *flavour_name,
+				 struct guest_image_build_options *options,
+				 struct agent_flavour_files **files)
+{
+	enum agent_flavour flavour;
+	char err[CLI_IMAGE_ERROR_MAX];
+
+	if (agent_flavour_parse(flavour_name, &flavour) < 0) {
+		fprintf(stderr, "voidbox image build: unknown flavour '%s' (claude or codex)\n",
+			flavour_name);
+		return CLI_EXIT_USAGE;
+	}
+	if (options->extra_file_count) {
+		fprintf(stderr, "voidbox image build: --flavour and --with-mock-agent both install "
+			"the agent CLI: pick one\n");
+		return CLI_EXIT_USAGE;
+	}
+	*files = calloc(1, sizeof(**files));
+	if (!*files || agent_flavour_prepare(flavour, *files, err, sizeof(err)) < 0) {
+		fprintf(stderr, "voidbox image build: flavour %s: %s\n", flavour_name,
+			*files ? err : "out of memory");
+		return CLI_EXIT_FAILURE;
+	}
+	if (!options->name)
+		options->name = agent_flavour_name(flavour);
+	options->extra_files = (*files)->files;
+	options->extra_file_count = (*files)->count;
+	return CLI_EXIT_OK;
+}
+
 static int cli_image_build(int argc, char **argv)
 {
+	struct agent_flavour_files *flavour_files = NULL;
+	const char *flavour = NULL;
+	int rc;
 	struct guest_image_build_options options;
 	struct guest_image_extra_file mock_agent = { .guest_path = CLI_IMAGE_MOCK_AGENT_GUEST,
 						     .mode = CLI_IMAGE_MOCK_AGENT_MODE };
@@ -201,6 +240,8 @@ static int cli_image_build(int argc, char **argv)
 			agent_flag = argv[++i];
 		} else if (strcmp(argv[i], "--kernel-deb") == 0 && has_value) {
 			options.kernel_deb = argv[++i];
+		} else if (strcmp(argv[i], "--flavour") == 0 && has_value) {
+			flavour = argv[++i];
 		} else if (strcmp(argv[i], "--gzip") == 0) {
 			options.compression = GUEST_IMAGE_COMPRESSION_GZIP;
 		} else if (strcmp(argv[i], "--with-mock-agent") == 0) {
@@ -233,7 +274,14 @@ static int cli_image_build(int argc, char **argv)
 	/* progress lines are the point of this command: show them unless asked otherwise */
 	if (log_get_level() > LOG_LEVEL_INFO && !getenv("VOIDBOX_LOG_LEVEL"))
 		log_set_level(LOG_LEVEL_INFO);
-	if (guest_image_build(&options, err, sizeof(err)) < 0) {
+	rc = flavour ? cli_image_add_flavour(flavour, &options, &flavour_files) : CLI_EXIT_OK;
+	if (rc != CLI_EXIT_OK) {
+		free(flavour_files);
+		return rc;
+	}
+	rc = guest_image_build(&options, err, sizeof(err));
+	free(flavour_files);
+	if (rc < 0) {
 		fprintf(stderr, "voidbox image build: %s\n", err);
 		return CLI_EXIT_FAILURE;
 	}

@@ -12,6 +12,7 @@
 #include <jansson.h>
 
 #include "cli/cli.h"
+#include "runtime/agent.h"
 #include "runtime/box.h"
 #include "runtime/spec.h"
 #include "store/guest_image.h"
@@ -83,10 +84,16 @@ static int cli_inspect_parse(int argc, char **argv, const char **file)
 
 static void cli_inspect_resolve(const struct spec *spec, struct cli_inspect_resolution *out)
 {
+	/* agents and pipeline boxes boot their provider's flavour image, as the runtime does */
+	bool agent = spec->kind == SPEC_KIND_AGENT || spec->kind == SPEC_KIND_PIPELINE;
+	const char *image_name = agent ? agent_guest_image_name(spec->has_llm ? &spec->llm : NULL) :
+					 NULL;
+
 	memset(out, 0, sizeof(*out));
 	out->mode = box_mode_from_spec(spec->sandbox.mode);
-	out->resolved = guest_image_resolve(spec->sandbox.kernel, spec->sandbox.initramfs,
-					    &out->image, out->reason, sizeof(out->reason)) == 0;
+	out->resolved = guest_image_resolve_named(image_name, spec->sandbox.kernel,
+						  spec->sandbox.initramfs, &out->image,
+						  out->reason, sizeof(out->reason)) == 0;
 	if (out->resolved)
 		out->reason[0] = '\0';
 	if (out->mode == BOX_MODE_MOCK)

@@ -17,9 +17,11 @@
 
 #include "common/log.h"
 #include "runtime/agent.h"
+#include "runtime/codex_json.h"
 #include "runtime/llm.h"
 #include "runtime/skills.h"
 #include "runtime/stream_json.h"
+#include "store/agent_flavour.h"
 
 #define AGENT_ERROR_MAX 1024
 #define AGENT_CLAUDE_JSON "{\"hasCompletedOnboarding\":true}\n"
@@ -196,7 +198,7 @@ static int agent_bootstrap_claude(struct box *box, const struct agent_task *task
 	box_exec_result_free(&result);
 	if (rc < 0)
 		return agent_fail(stage, rc,
-				  "claude-code is not in the guest image: build an image that has it (for tests: voidbox image build --name test --with-mock-agent, then VOID_BOX_INITRAMFS=<its initramfs>)");
+				  "claude-code is not in the guest image: boot the claude flavour image (voidbox image build --flavour claude; a spec's kernel, initramfs or VOID_BOX_* variables chose another), or for tests one with the mock (voidbox image build --name test --with-mock-agent, then VOID_BOX_INITRAMFS=<its initramfs>)");
 	return 0;
 }
 
@@ -204,10 +206,12 @@ static int agent_fill_stream(struct run_stage *stage, const struct llm_invocatio
 			     const struct box_exec_result *result)
 {
 	struct stream_json_result parsed;
-	int rc = stream_json_parse(result->stdout_data, result->stdout_len, &parsed);
+	int rc = inv->stream_json ?
+			 stream_json_parse(result->stdout_data, result->stdout_len, &parsed) :
+			 codex_json_parse(result->stdout_data, result->stdout_len, &parsed);
 
 	if (rc < 0)
-		return agent_fail(stage, rc, "cannot parse the agent's stream-json output: %s",
+		return agent_fail(stage, rc, "cannot parse the agent's JSON output: %s",
 				  strerror(-rc));
 	stage->input_tokens = parsed.input_tokens;
 	stage->output_tokens = parsed.output_tokens;
@@ -264,7 +268,8 @@ static int agent_exec(struct box *box, const struct agent_task *task,
 				inv->program, task->timeout_secs);
 		goto out;
 	}
-	if (inv->stream_json)
+	/* both CLIs print JSON events: claude-code stream-json, codex `exec --json` */
+	if (inv->stream_json || inv->provider == SPEC_LLM_PROVIDER_CODEX)
 		rc = agent_fill_stream(stage, inv, &result);
 	else
 		rc = run_stage_set_output(stage, result.stdout_data, result.stdout_len);
@@ -302,6 +307,12 @@ static int agent_prepare(struct box *box, const struct agent_task *task, const c
 	rc = llm_invocation_build(&llm_req, inv);
 	free(prompt);
 	return rc;
+}
+
+const char *agent_guest_image_name(const struct spec_llm *llm)
+{
+	return agent_flavour_name(llm && llm->provider == SPEC_LLM_PROVIDER_CODEX ?
+					  AGENT_FLAVOUR_CODEX : AGENT_FLAVOUR_CLAUDE);
 }
 
 int agent_invoke(struct box *box, const struct agent_task *task, struct run_stage *stage,
@@ -427,6 +438,7 @@ int agent_run(const struct spec *spec, const struct agent_options *options,
 	}
 	spec_diagnostics_free(&diag);
 	box_config_from_spec(&cfg, spec, NULL);
+	cfg.image_name = agent_guest_image_name(spec->has_llm ? &spec->llm : NULL);
 	if (options && options->override_mode)
 		cfg.mode = options->mode;
 	if (options) {

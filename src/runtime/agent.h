@@ -81,6 +81,13 @@ int agent_invoke(struct box *box, const struct agent_task *task, struct run_stag
 		 char **file_output);
 
 /*
+ * The agent flavour image an agent with this llm section boots (docs/images.md): "codex" for
+ * provider codex, "claude" for every claude-shaped provider, which all run claude-code.
+ * Explicit kernel/initramfs choices (spec, flag, VOID_BOX_* variables) still win.
+ */
+const char *agent_guest_image_name(const struct spec_llm *llm);
+
+/*
  * Adds an error to diag for everything that stops spec from running as an agent here (another
  * kind, a mode other than task, unsupported features). Returns the number of errors added.
  */

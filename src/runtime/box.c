@@ -191,8 +191,15 @@ static int box_resolve_mode(struct box *box, const struct box_config *cfg, char 
 		box->mode = BOX_MODE_MOCK;
 		return 0;
 	}
-	if (guest_image_resolve(cfg->kernel, cfg->initramfs, &image, reason, sizeof(reason)) <
-	    0) {
+	if (cfg->image_name) {
+		if (guest_image_resolve_named(cfg->image_name, cfg->kernel, cfg->initramfs, &image,
+					      reason, sizeof(reason)) < 0) {
+			snprintf(err, errlen, "this agent runs on the %s image: %s", cfg->image_name,
+				 reason);
+			return -ENOENT;
+		}
+	} else if (guest_image_resolve(cfg->kernel, cfg->initramfs, &image, reason,
+				       sizeof(reason)) < 0) {
 		/* auto never turns into the scripted mock: a run must not pass for a real one */
 		snprintf(err, errlen, "sandbox mode %s needs a VM but %s: build one with `voidbox "
 			 "image build`, or set sandbox.mode: mock to run the scripted stand-in "

@@ -100,6 +100,12 @@ struct box_config {
 	size_t box_mount_count;
 	/* the agent talks to the run's messaging sidecar: the egress policy must reach 10.0.2.2 */
 	bool messaging;
+	/*
+	 * The built image to boot when kernel and initramfs resolve to no explicit choice: an
+	 * agent flavour's ("claude", "codex"), whose absence is an error naming the command that
+	 * builds it. NULL: the default image.
+	 */
+	const char *image_name;
 };
 
 /* Called for each piece of output in arrival order (mock: once per stream). */

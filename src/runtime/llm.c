@@ -15,6 +15,15 @@
 #define LLM_OLLAMA_AUTH_TOKEN "ollama"
 #define LLM_LM_STUDIO_API_KEY "lm-studio"
 #define LLM_ARGS_MAX 16
+/*
+ * codex reaches another endpoint only through a provider of its own config: base_url becomes
+ * the provider "voidbox" (OpenAI Responses API, key from OPENAI_API_KEY) given with -c.
+ */
+#define LLM_CODEX_PROVIDER "voidbox"
+#define LLM_CODEX_PROVIDER_FORMAT                                                              \
+	"model_providers." LLM_CODEX_PROVIDER "={name=\"" LLM_CODEX_PROVIDER "\",base_url=\"%s\"," \
+	"wire_api=\"responses\",env_key=\"OPENAI_API_KEY\"}"
+#define LLM_CODEX_PROVIDER_SELECT "model_provider=" LLM_CODEX_PROVIDER
 
 struct llm_builder {
 	struct llm_invocation *inv;
@@ -147,7 +156,41 @@ static void llm_claude_args(struct llm_builder *b, const struct spec_llm *llm)
 	}
 }
 
-static void llm_codex(struct llm_builder *b)
+/* base_url as a TOML basic string's body: quotes and backslashes escaped, controls dropped. */
+static char *llm_toml_escape(const char *text)
+{
+	char *out = malloc(strlen(text) * 2 + 1), *cursor = out;
+
+	for (; out && *text; text++) {
+		if ((unsigned char)*text < 0x20 || *text == 0x7f)
+			continue;
+		if (*text == '"' || *text == '\\')
+			*cursor++ = '\\';
+		*cursor++ = *text;
+	}
+	if (out)
+		*cursor = '\0';
+	return out;
+}
+
+static void llm_codex_provider(struct llm_builder *b, const char *base_url)
+{
+	char *escaped = llm_toml_escape(base_url), *arg = NULL;
+
+	if (!escaped || asprintf(&arg, LLM_CODEX_PROVIDER_FORMAT, escaped) < 0) {
+		free(escaped);
+		b->error = -ENOMEM;
+		return;
+	}
+	llm_add_arg(b, "-c");
+	llm_add_arg(b, arg);
+	llm_add_arg(b, "-c");
+	llm_add_arg(b, LLM_CODEX_PROVIDER_SELECT);
+	free(arg);
+	free(escaped);
+}
+
+static void llm_codex(struct llm_builder *b, const struct spec_llm *llm)
 {
 	llm_set_env(b, "HOME", LLM_GUEST_HOME);
 	llm_copy_host_env(b, "OPENAI_API_KEY");
@@ -155,6 +198,12 @@ static void llm_codex(struct llm_builder *b)
 	llm_add_arg(b, "--json");
 	llm_add_arg(b, "--skip-git-repo-check");
 	llm_add_arg(b, "--dangerously-bypass-approvals-and-sandbox");
+	if (llm && llm->model) {
+		llm_add_arg(b, "--model");
+		llm_add_arg(b, llm->model);
+	}
+	if (llm && llm->base_url)
+		llm_codex_provider(b, llm->base_url);
 	llm_add_arg(b, b->req->full_prompt);
 }
 
@@ -170,7 +219,7 @@ int llm_invocation_build(const struct llm_invocation_request *req, struct llm_in
 		return -ENOMEM;
 	if (out->provider == SPEC_LLM_PROVIDER_CODEX) {
 		out->program = strdup(LLM_CODEX_PROGRAM);
-		llm_codex(&b);
+		llm_codex(&b, llm);
 	} else {
 		out->program = strdup(LLM_CLAUDE_PROGRAM);
 		out->stream_json = true;

@@ -84,6 +84,7 @@ static void pipeline_run_box(struct pipeline_box_run *run)
 	char err[PIPELINE_ERROR_MAX];
 
 	box_config_from_spec(&cfg, run->spec, box);
+	cfg.image_name = agent_guest_image_name(task.llm);
 	if (agent->override_mode)
 		cfg.mode = agent->mode;
 	cfg.name = box->name;

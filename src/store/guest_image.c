@@ -218,11 +218,12 @@ int guest_image_clean(const char *name, char *err, size_t errlen)
 	return rc;
 }
 
-/* The default image's initramfs: whichever of the two compressions it was built with. */
-static int guest_image_default_file(const char *file, char *out, size_t out_len)
+/* A built image's file (its initramfs: whichever of the two compressions it has). */
+static int guest_image_default_file(const char *image_name, const char *file, char *out,
+				    size_t out_len)
 {
 	char dir[PATH_MAX];
-	int rc = guest_image_dir(GUEST_IMAGE_DEFAULT_NAME, dir, sizeof(dir));
+	int rc = guest_image_dir(image_name, dir, sizeof(dir));
 
 	if (rc < 0)
 		return rc;
@@ -231,10 +232,11 @@ static int guest_image_default_file(const char *file, char *out, size_t out_len)
 	return access(out, F_OK) == 0 ? 0 : -ENOENT;
 }
 
-static int guest_image_pick(const char *flag_value, const char *flag_name, const char *env_value,
-			    const char *env_name, const char *const *default_files,
-			    size_t default_count, char *out, size_t out_len, char *err,
-			    size_t errlen)
+/* One file of a run's image: the flag, else the environment's value, else the named image's. */
+static int guest_image_pick(const char *image_name, const char *flag_value,
+			    const char *flag_name, const char *env_value, const char *env_name,
+			    const char *const *default_files, size_t default_count, char *out,
+			    size_t out_len, char *err, size_t errlen)
 {
 	const char *chosen = NULL, *source = NULL;
 
@@ -254,14 +256,21 @@ static int guest_image_pick(const char *flag_value, const char *flag_name, const
 		int rc = -ENOENT;
 
 		for (size_t i = 0; i < default_count && rc < 0; i++)
-			rc = guest_image_default_file(default_files[i], out, out_len);
+			rc = guest_image_default_file(image_name, default_files[i], out, out_len);
+		if (rc < 0 && strcmp(image_name, GUEST_IMAGE_DEFAULT_NAME) != 0) {
+			store_error(err, errlen,
+				    "no guest image '%s': build it with `voidbox image build "
+				    "--flavour %s` (or pass %s / set %s)", image_name, image_name,
+				    flag_name, env_name);
+			return -ENOENT;
+		}
 		if (rc < 0) {
 			store_error(err, errlen,
 				    "no guest image: run `voidbox image build` (or pass "
 				    "%s / set %s)", flag_name, env_name);
 			return -ENOENT;
 		}
-		source = "the default image";
+		source = "the built image";
 	}
 	if (access(out, R_OK) < 0) {
 		int saved = errno;
@@ -275,17 +284,27 @@ static int guest_image_pick(const char *flag_value, const char *flag_name, const
 int guest_image_resolve(const char *flag_kernel, const char *flag_initramfs,
 			struct guest_image_paths *out, char *err, size_t errlen)
 {
+	return guest_image_resolve_named(NULL, flag_kernel, flag_initramfs, out, err, errlen);
+}
+
+int guest_image_resolve_named(const char *image_name, const char *flag_kernel,
+			      const char *flag_initramfs, struct guest_image_paths *out,
+			      char *err, size_t errlen)
+{
 	static const char *const kernel_files[] = { GUEST_IMAGE_KERNEL_FILE };
 	static const char *const initramfs_files[] = { GUEST_IMAGE_INITRAMFS_FILE,
 						       GUEST_IMAGE_INITRAMFS_GZ_FILE };
 	const struct store_settings *settings = store_settings_get();
 	int rc;
 
-	rc = guest_image_pick(flag_kernel, "--kernel", settings->kernel, GUEST_IMAGE_ENV_KERNEL,
-			      kernel_files, 1, out->kernel, sizeof(out->kernel), err, errlen);
+	if (!image_name)
+		image_name = GUEST_IMAGE_DEFAULT_NAME;
+	rc = guest_image_pick(image_name, flag_kernel, "--kernel", settings->kernel,
+			      GUEST_IMAGE_ENV_KERNEL, kernel_files, 1, out->kernel,
+			      sizeof(out->kernel), err, errlen);
 	if (rc < 0)
 		return rc;
-	return guest_image_pick(flag_initramfs, "--initramfs", settings->initramfs,
+	return guest_image_pick(image_name, flag_initramfs, "--initramfs", settings->initramfs,
 				GUEST_IMAGE_ENV_INITRAMFS, initramfs_files, 2, out->initramfs,
 				sizeof(out->initramfs), err, errlen);
 }

@@ -88,5 +88,13 @@ int guest_image_clean(const char *name, char *err, size_t errlen);
  */
 int guest_image_resolve(const char *flag_kernel, const char *flag_initramfs,
 			struct guest_image_paths *out, char *err, size_t errlen);
+/*
+ * The same choice with the named image (an agent flavour's, "claude") in place of the
+ * default one; NULL names the default. A missing named image's error names the command that
+ * builds it: `voidbox image build --flavour NAME`.
+ */
+int guest_image_resolve_named(const char *image_name, const char *flag_kernel,
+			      const char *flag_initramfs, struct guest_image_paths *out,
+			      char *err, size_t errlen);
 
 #endif

@@ -56,7 +56,8 @@
 #define IMAGE_CAPTURE_MAX (256 * 1024)
 #define IMAGE_VERSION_MAX 128
 #define IMAGE_SHA256_HEX_LEN 65
-#define IMAGE_HASH_CHUNK 65536
+#define IMAGE_DIGEST_ALGORITHM "sha256"
+#define IMAGE_COPY_CHUNK 65536
 #define IMAGE_GZIP_LEVEL 6
 #define IMAGE_MANIFEST_FORMAT 1
 #define IMAGE_ENTRIES_INITIAL 512
@@ -142,69 +143,11 @@ struct image_build {
 
 /* ---- child processes ------------------------------------------------------------------ */
 
-static void image_child_exec(const char *const argv[], const char *cwd, int capture_fd)
-{
-	int null_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
-
-	if (null_fd >= 0)
-		dup2(null_fd, STDIN_FILENO);
-	dup2(capture_fd >= 0 ? capture_fd : STDERR_FILENO, STDOUT_FILENO);
-	if (cwd && chdir(cwd) < 0)
-		_exit(127);
-	execvp(argv[0], (char *const *)argv);
-	_exit(127);
-}
-
-/* Runs a tool; with capture, its stdout (NUL-terminated, truncated to fit) lands there. */
+/* Runs a tool (store_run_tool); with capture, its stdout lands there, NUL-terminated. */
 static int image_run_tool(struct image_build *build, const char *const argv[], const char *cwd,
 			  char *capture, size_t capture_len)
 {
-	int pipe_fds[2] = { -1, -1 }, status;
-	size_t used = 0;
-	pid_t pid;
-
-	if (capture && pipe2(pipe_fds, O_CLOEXEC) < 0)
-		return -errno;
-	pid = fork();
-	if (pid < 0) {
-		int saved = errno;
-
-		if (capture) {
-			close(pipe_fds[0]);
-			close(pipe_fds[1]);
-		}
-		return -saved;
-	}
-	if (pid == 0)
-		image_child_exec(argv, cwd, capture ? pipe_fds[1] : -1);
-	if (capture) {
-		close(pipe_fds[1]);
-		for (;;) {
-			char sink[IMAGE_HASH_CHUNK];
-			char *dest = used + 1 < capture_len ? capture + used : sink;
-			size_t room = used + 1 < capture_len ? capture_len - used - 1 : sizeof(sink);
-			ssize_t got = read(pipe_fds[0], dest, room);
-
-			if (got < 0 && errno == EINTR)
-				continue;
-			if (got <= 0)
-				break;
-			if (dest != sink)
-				used += (size_t)got;
-		}
-		capture[used] = '\0';
-		close(pipe_fds[0]);
-	}
-	while (waitpid(pid, &status, 0) < 0)
-		if (errno != EINTR)
-			return -errno;
-	if (WIFEXITED(status) && WEXITSTATUS(status) == 0)
-		return 0;
-	store_error(build->err, build->errlen, "`%s %s` failed (%s %d)", argv[0],
-		    argv[1] ? argv[1] : "",
-		    WIFEXITED(status) ? "exit status" : "signal",
-		    WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status));
-	return -EIO;
+	return store_run_tool(argv, cwd, capture, capture_len, build->err, build->errlen);
 }
 
 static void image_trim(char *text)
@@ -220,7 +163,7 @@ static void image_trim(char *text)
 
 static int image_copy_file(const char *from, const char *to)
 {
-	char chunk[IMAGE_HASH_CHUNK];
+	char chunk[IMAGE_COPY_CHUNK];
 	int in, out, rc = 0;
 
 	in = open(from, O_RDONLY | O_CLOEXEC);
@@ -254,38 +197,12 @@ static int image_copy_file(const char *from, const char *to)
 
 static int image_sha256_file(const char *path, char hex[IMAGE_SHA256_HEX_LEN])
 {
-	unsigned char digest[EVP_MAX_MD_SIZE], chunk[IMAGE_HASH_CHUNK];
+	unsigned char digest[EVP_MAX_MD_SIZE];
 	unsigned int digest_len = 0;
-	EVP_MD_CTX *ctx;
-	int fd, rc = 0;
+	int rc = store_file_digest(path, IMAGE_DIGEST_ALGORITHM, digest, &digest_len);
 
-	fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0)
-		return -errno;
-	ctx = EVP_MD_CTX_new();
-	if (!ctx || EVP_DigestInit_ex(ctx, EVP_sha256(), NULL) != 1) {
-		rc = -ENOMEM;
-		goto out;
-	}
-	for (;;) {
-		ssize_t got = read(fd, chunk, sizeof(chunk));
-
-		if (got < 0 && errno == EINTR)
-			continue;
-		if (got < 0) {
-			rc = -errno;
-			goto out;
-		}
-		if (got == 0)
-			break;
-		EVP_DigestUpdate(ctx, chunk, (size_t)got);
-	}
-	EVP_DigestFinal_ex(ctx, digest, &digest_len);
-	for (unsigned int i = 0; i < digest_len; i++)
+	for (unsigned int i = 0; rc == 0 && i < digest_len; i++)
 		snprintf(hex + 2 * i, 3, "%02x", digest[i]);
-out:
-	EVP_MD_CTX_free(ctx);
-	close(fd);
 	return rc;
 }
 

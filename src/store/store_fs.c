@@ -1,14 +1,23 @@
-/* Directory removal, no-replace renames and the error and path helpers of the stores (see store_fs.h). */
+/*
+ * Directory removal, no-replace renames, file digests and the error and path helpers of the
+ * stores (see store_fs.h).
+ */
 #include "store/store_fs.h"
 
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
+#include <openssl/evp.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #define STORE_REMOVE_FD_LIMIT 32
+#define STORE_DIGEST_CHUNK 65536
+#define STORE_TOOL_SINK 65536
+#define STORE_TOOL_EXEC_FAILED 127
 
 void store_error(char *err, size_t errlen, const char *fmt, ...)
 {
@@ -53,4 +62,115 @@ int store_rename_noreplace(const char *from, const char *to)
 	if (rename(from, to) == 0)
 		return 0;
 	return errno == ENOTEMPTY || errno == EEXIST ? -EEXIST : -errno;
+}
+
+int store_file_digest(const char *path, const char *algorithm, unsigned char *digest,
+		      unsigned int *digest_len)
+{
+	const EVP_MD *md = EVP_get_digestbyname(algorithm);
+	unsigned char chunk[STORE_DIGEST_CHUNK];
+	EVP_MD_CTX *ctx = NULL;
+	int fd = -1, rc = 0;
+
+	if (!md)
+		return -EINVAL;
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	ctx = EVP_MD_CTX_new();
+	if (!ctx || EVP_DigestInit_ex(ctx, md, NULL) != 1) {
+		rc = -ENOMEM;
+		goto out;
+	}
+	for (;;) {
+		ssize_t got = read(fd, chunk, sizeof(chunk));
+
+		if (got < 0 && errno == EINTR)
+			continue;
+		if (got < 0) {
+			rc = -errno;
+			goto out;
+		}
+		if (got == 0)
+			break;
+		if (EVP_DigestUpdate(ctx, chunk, (size_t)got) != 1) {
+			rc = -EIO;
+			goto out;
+		}
+	}
+	if (EVP_DigestFinal_ex(ctx, digest, digest_len) != 1)
+		rc = -EIO;
+out:
+	EVP_MD_CTX_free(ctx);
+	close(fd);
+	return rc;
+}
+
+static void store_tool_child(const char *const argv[], const char *cwd, int capture_fd)
+{
+	int null_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+
+	if (null_fd >= 0)
+		dup2(null_fd, STDIN_FILENO);
+	dup2(capture_fd >= 0 ? capture_fd : STDERR_FILENO, STDOUT_FILENO);
+	if (cwd && chdir(cwd) < 0)
+		_exit(STORE_TOOL_EXEC_FAILED);
+	execvp(argv[0], (char *const *)argv);
+	_exit(STORE_TOOL_EXEC_FAILED);
+}
+
+static void store_tool_capture(int fd, char *capture, size_t capture_len)
+{
+	size_t used = 0;
+
+	for (;;) {
+		char sink[STORE_TOOL_SINK];
+		char *dest = used + 1 < capture_len ? capture + used : sink;
+		size_t room = used + 1 < capture_len ? capture_len - used - 1 : sizeof(sink);
+		ssize_t got = read(fd, dest, room);
+
+		if (got < 0 && errno == EINTR)
+			continue;
+		if (got <= 0)
+			break;
+		if (dest != sink)
+			used += (size_t)got;
+	}
+	capture[used] = '\0';
+}
+
+int store_run_tool(const char *const argv[], const char *cwd, char *capture, size_t capture_len,
+		   char *err, size_t errlen)
+{
+	int pipe_fds[2] = { -1, -1 }, status;
+	pid_t pid;
+
+	if (capture && (capture_len == 0 || pipe2(pipe_fds, O_CLOEXEC) < 0))
+		return capture_len == 0 ? -EINVAL : -errno;
+	pid = fork();
+	if (pid < 0) {
+		int saved = errno;
+
+		if (capture) {
+			close(pipe_fds[0]);
+			close(pipe_fds[1]);
+		}
+		return -saved;
+	}
+	if (pid == 0)
+		store_tool_child(argv, cwd, capture ? pipe_fds[1] : -1);
+	if (capture) {
+		close(pipe_fds[1]);
+		store_tool_capture(pipe_fds[0], capture, capture_len);
+		close(pipe_fds[0]);
+	}
+	while (waitpid(pid, &status, 0) < 0)
+		if (errno != EINTR)
+			return -errno;
+	if (WIFEXITED(status) && WEXITSTATUS(status) == 0)
+		return 0;
+	store_error(err, errlen, "`%s %s` failed (%s %d)", argv[0], argv[1] ? argv[1] : "",
+		    WIFEXITED(status) ? "exit status" : "signal",
+		    WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status));
+	return -EIO;
 }

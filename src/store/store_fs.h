@@ -26,4 +26,22 @@ int store_remove_tree(const char *path);
  */
 int store_rename_noreplace(const char *from, const char *to);
 
+/*
+ * Runs a tool (argv[0] looked up in PATH, no shell) in cwd (NULL: ours) with stdin from
+ * /dev/null. With capture, its stdout lands there NUL-terminated (the rest is read and
+ * dropped, so the tool never blocks); without, it goes to our stderr, never our stdout.
+ * 0 when it exits 0; -EIO with "`tool arg` failed (exit status N)" in err; -errno when it
+ * cannot start.
+ */
+int store_run_tool(const char *const argv[], const char *cwd, char *capture, size_t capture_len,
+		   char *err, size_t errlen);
+
+/*
+ * The digest of a whole file under the named OpenSSL algorithm ("sha256", "sha512") into
+ * digest (at least EVP_MAX_MD_SIZE bytes), its length in *digest_len. 0, -errno, or -EINVAL
+ * for an unknown algorithm.
+ */
+int store_file_digest(const char *path, const char *algorithm, unsigned char *digest,
+		      unsigned int *digest_len);
+
 #endif

@@ -4,6 +4,7 @@
  * output produced by the real mock agent (its path is argv[1]), fed in awkward chunk sizes.
  */
 #include <errno.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,6 +12,7 @@
 #include <unistd.h>
 
 #include "harness.h"
+#include "runtime/codex_json.h"
 #include "runtime/llm.h"
 #include "runtime/skills.h"
 #include "runtime/stream_json.h"
@@ -123,6 +125,88 @@ static void test_llm_codex(void)
 	CHECK_STR_EQ(llm_invocation_env(&inv, "HOME"), "/home/sandbox");
 	CHECK(!inv.stream_json);
 	llm_invocation_free(&inv);
+
+	/* base_url becomes a provider of codex's own config; a quote cannot break out of it */
+	CHECK_INT_EQ(build(SPEC_LLM_PROVIDER_CODEX, "gpt-5-codex", "http://10.0.2.2:8080/v1\"x",
+			   true, &inv), 0);
+	CHECK_STR_EQ(join_args(&inv),
+		     "codex exec --json --skip-git-repo-check "
+		     "--dangerously-bypass-approvals-and-sandbox --model gpt-5-codex -c "
+		     "model_providers.voidbox={name=\"voidbox\",base_url=\"http://10.0.2.2:8080/v1"
+		     "\\\"x\",wire_api=\"responses\",env_key=\"OPENAI_API_KEY\"} -c "
+		     "model_provider=voidbox do it");
+	llm_invocation_free(&inv);
+}
+
+/* codex `exec --json` as 0.169 prints it, with a stray line and a failed command. */
+static const char codex_session[] =
+	"{\"type\":\"thread.started\",\"thread_id\":\"t-1\"}\n"
+	"{\"type\":\"item.completed\",\"item\":{\"id\":\"item_0\",\"type\":\"error\","
+	"\"message\":\"no metadata\"}}\n"
+	"not json at all\n"
+	"{\"type\":\"turn.started\"}\n"
+	"{\"type\":\"item.completed\",\"item\":{\"id\":\"item_1\",\"type\":"
+	"\"command_execution\",\"command\":\"printf hi > f\",\"exit_code\":0,"
+	"\"status\":\"completed\"}}\n"
+	"{\"type\":\"item.completed\",\"item\":{\"id\":\"item_2\",\"type\":"
+	"\"command_execution\",\"exit_code\":2,\"status\":\"failed\"}}\n"
+	"{\"type\":\"item.completed\",\"item\":{\"id\":\"item_3\",\"type\":\"agent_message\","
+	"\"text\":\"draft\"}}\n"
+	"{\"type\":\"item.completed\",\"item\":{\"id\":\"item_4\",\"type\":\"agent_message\","
+	"\"text\":\"I wrote f.\"}}\n"
+	"{\"type\":\"turn.completed\",\"usage\":{\"input_tokens\":2700,"
+	"\"cached_input_tokens\":0,\"output_tokens\":120}}";
+
+static void test_codex_json(void)
+{
+	static const char failed[] =
+		"{\"type\":\"turn.started\"}\n"
+		"{\"type\":\"error\",\"message\":\"Reconnecting... 1/5\"}\n"
+		"{\"type\":\"turn.failed\",\"error\":{\"message\":\"quota exceeded\"}}\n";
+	static const char hostile[] =
+		"{\"type\":\"turn.completed\",\"usage\":{\"input_tokens\":-5,"
+		"\"output_tokens\":\"many\"}}\n"
+		"{\"type\":\"turn.completed\",\"usage\":{\"input_tokens\":9223372036854775807}}\n"
+		"{\"type\":\"turn.completed\",\"usage\":{\"input_tokens\":9223372036854775807}}\n"
+		"{\"type\":\"turn.completed\",\"usage\":{\"input_tokens\":9223372036854775807}}\n"
+		"{\"type\":7}\n[1,2]\n{\"type\":\"item.completed\",\"item\":5}\n"
+		"{\"type\":\"item.completed\",\"item\":{\"type\":\"agent_message\",\"text\":3}}\n";
+	struct stream_json_result result;
+
+	/* the last agent message is the answer; turns, tokens, tool calls counted */
+	CHECK_INT_EQ(codex_json_parse(codex_session, strlen(codex_session), &result), 0);
+	CHECK(result.has_result_event && !result.is_error);
+	CHECK_STR_EQ(result.result_text, "I wrote f.");
+	CHECK_STR_EQ(result.session_id, "t-1");
+	CHECK_INT_EQ(result.num_turns, 1);
+	CHECK_INT_EQ(result.input_tokens, 2700);
+	CHECK_INT_EQ(result.output_tokens, 120);
+	CHECK_INT_EQ(result.tool_call_count, 2);
+	CHECK(result.tool_call_count == 2 && !result.tool_calls[0].result_is_error &&
+	      result.tool_calls[1].result_is_error);
+	CHECK_INT_EQ(result.skipped_lines, 1);
+	CHECK(result.cost_usd == 0.0);
+	stream_json_result_free(&result);
+
+	/* a failed turn is an error result carrying its message; reconnect notices are not */
+	CHECK_INT_EQ(codex_json_parse(failed, strlen(failed), &result), 0);
+	CHECK(result.has_result_event && result.is_error);
+	CHECK_STR_EQ(result.result_text, "quota exceeded");
+	stream_json_result_free(&result);
+
+	/* no turn event: no result */
+	CHECK_INT_EQ(codex_json_parse("{\"type\":\"turn.started\"}", 23, &result), 0);
+	CHECK(!result.has_result_event);
+	stream_json_result_free(&result);
+
+	/* hostile values count as nothing, never wrap or crash */
+	CHECK_INT_EQ(codex_json_parse(hostile, strlen(hostile), &result), 0);
+	CHECK_INT_EQ(result.num_turns, 4);
+	CHECK(result.input_tokens == UINT64_MAX);
+	CHECK_INT_EQ(result.output_tokens, 0);
+	CHECK(result.result_text == NULL);
+	CHECK_INT_EQ(result.skipped_lines, 1);
+	stream_json_result_free(&result);
 }
 
 static void test_prompt(void)
@@ -326,6 +410,7 @@ int main(int argc, char **argv)
 	RUN_TEST(test_llm_claude);
 	RUN_TEST(test_llm_local_and_custom);
 	RUN_TEST(test_llm_codex);
+	RUN_TEST(test_codex_json);
 	RUN_TEST(test_prompt);
 	RUN_TEST(test_skills_plan);
 	RUN_TEST(test_stream_json_scenarios);

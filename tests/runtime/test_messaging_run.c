@@ -103,14 +103,20 @@ static bool file_mentions(struct box *box, const char *path, const char *a, cons
 }
 
 /* A stream-json answer whose result text is text. */
-static int test_answer(struct box_exec_result *result, const char *text)
+/* The final answer in the program's own event format: codex `exec --json` or stream-json. */
+static int test_answer(struct box_exec_result *result, const char *program, const char *text)
 {
-	json_t *final = json_pack("{s:s, s:s, s:b, s:i, s:s}", "type", "result", "subtype",
-				  "success", "is_error", 0, "num_turns", 1, "result", text);
+	json_t *final = strcmp(program, "codex") == 0 ?
+				json_pack("{s:s, s:{s:s, s:s}}", "type", "item.completed", "item",
+					  "type", "agent_message", "text", text) :
+				json_pack("{s:s, s:s, s:b, s:i, s:s}", "type", "result", "subtype",
+					  "success", "is_error", 0, "num_turns", 1, "result", text);
+	const char *trailer = strcmp(program, "codex") == 0 ?
+				      "{\"type\":\"turn.completed\",\"usage\":{}}\n" : "";
 	char *line = final ? json_dumps(final, JSON_COMPACT) : NULL;
 
 	json_decref(final);
-	if (!line || asprintf(&result->stdout_data, "%s\n", line) < 0)
+	if (!line || asprintf(&result->stdout_data, "%s\n%s", line, trailer) < 0)
 		result->stdout_data = NULL;
 	free(line);
 	result->stdout_len = result->stdout_data ? strlen(result->stdout_data) : 0;
@@ -154,7 +160,7 @@ static int test_agent_exec(struct box *box, void *opaque, const struct box_exec_
 	} else if (url && strstr(prompt, "read")) {
 		test_sidecar(url, "GET", "/v1/inbox", NULL, agent->answer);
 	}
-	return test_answer(result, agent->answer[0] ? agent->answer : "no messaging");
+	return test_answer(result, program, agent->answer[0] ? agent->answer : "no messaging");
 }
 
 static struct spec *load(const char *yaml)

@@ -18,6 +18,7 @@
 #include "harness.h"
 #include "runtime/agent.h"
 #include "runtime/pipeline.h"
+#include "store/store_settings.h"
 
 #define TEST_MAX_PROMPTS 16
 #define TEST_OUTPUT_MAX (1u << 20)
@@ -326,9 +327,11 @@ static void test_pipeline_first_failure_stops(void)
 	spec_free(spec);
 }
 
-/* The shipped example in a plain mock box, answered by the built-in stand-in. */
+/* The shipped example (real VMs as written) in mock boxes, answered by the built-in stand-in. */
 static void test_example_with_builtin_mock(void)
 {
+	struct pipeline_options options = { .agent = { .override_mode = true,
+						       .mode = BOX_MODE_MOCK } };
 	char path[TEST_PATH_MAX];
 	struct spec_diagnostics diag;
 	struct run_report report;
@@ -342,7 +345,7 @@ static void test_example_with_builtin_mock(void)
 	if (!spec)
 		return;
 	CHECK_INT_EQ(run_report_init(&report, spec->name, spec->kind), 0);
-	CHECK_INT_EQ(pipeline_run(spec, NULL, &report), 0);
+	CHECK_INT_EQ(pipeline_run(spec, &options, &report), 0);
 	CHECK(report.success);
 	CHECK_INT_EQ((long)report.stage_count, 4);
 	CHECK(strstr(report.output, "mock: completed 'Merge the three reviews") != NULL);
@@ -377,6 +380,97 @@ static void test_remote_skill_fails_before_exec(void)
 	spec_free(spec);
 }
 
+/* A guest without claude-code: the probe's `command -v` fails. */
+static int test_exec_without_claude(struct box *box, void *opaque,
+				    const struct box_exec_request *req,
+				    struct box_exec_result *result)
+{
+	(void)box;
+	(void)opaque;
+	if (strcmp(req->program, "sh") != 0 || req->arg_count != 2 ||
+	    !strstr(req->args[1], "command -v"))
+		return 0;
+	result->stdout_data = strdup("");
+	result->stderr_data = strdup("");
+	result->exit_code = 1;
+	return result->stdout_data && result->stderr_data ? 1 : -ENOMEM;
+}
+
+/* An image without claude-code fails the run before the exec, naming the image to build. */
+static void test_missing_claude_names_the_flavour(void)
+{
+	struct agent_options options = { .mock_exec = test_exec_without_claude };
+	struct spec *spec = load(agent_yaml);
+	struct run_report report;
+
+	CHECK(spec != NULL);
+	if (!spec)
+		return;
+	CHECK_INT_EQ(run_report_init(&report, spec->name, spec->kind), 0);
+	CHECK(agent_run(spec, &options, &report) < 0);
+	CHECK(report.error && strstr(report.error, "voidbox image build --flavour claude"));
+	run_report_free(&report);
+	spec_free(spec);
+}
+
+static void write_empty(const char *dir, const char *name)
+{
+	char path[TEST_PATH_MAX];
+	FILE *file;
+
+	snprintf(path, sizeof(path), "%s/%s", dir, name);
+	file = fopen(path, "w");
+	CHECK(file != NULL);
+	if (file)
+		fclose(file);
+}
+
+/*
+ * An agent boots its provider's flavour image, never the default one in its place: with only
+ * the default image built, claude and codex agents stop before any boot with the command that
+ * builds theirs.
+ */
+static void test_agent_needs_its_flavour_image(void)
+{
+	static const char *const yaml[] = {
+		"api_version: v1\nkind: agent\nname: f\nsandbox: {mode: auto}\n"
+		"llm: {provider: claude}\nagent: {prompt: hi}\n",
+		"api_version: v1\nkind: agent\nname: f\nsandbox: {mode: local}\n"
+		"llm: {provider: codex}\nagent: {prompt: hi}\n",
+	};
+	static const char *const expected[] = { "`voidbox image build --flavour claude`",
+						"`voidbox image build --flavour codex`" };
+	char home[] = "/tmp/voidbox-test-flavour-XXXXXX", dir[TEST_PATH_MAX];
+
+	CHECK(mkdtemp(home) != NULL);
+	snprintf(dir, sizeof(dir), "%s/images", home);
+	CHECK_INT_EQ(mkdir(dir, 0755), 0);
+	snprintf(dir, sizeof(dir), "%s/images/default", home);
+	CHECK_INT_EQ(mkdir(dir, 0755), 0);
+	write_empty(dir, "vmlinuz");
+	write_empty(dir, "initramfs.cpio");
+	/* only the default image, and no kernel or initramfs named anywhere */
+	CHECK_INT_EQ(store_settings_set(&(struct store_settings){ .voidbox_home = home }), 0);
+	for (size_t i = 0; i < sizeof(yaml) / sizeof(yaml[0]); i++) {
+		struct spec *spec = load(yaml[i]);
+		struct run_report report;
+
+		CHECK(spec != NULL);
+		if (!spec)
+			continue;
+		CHECK_INT_EQ(run_report_init(&report, spec->name, spec->kind), 0);
+		CHECK_INT_EQ(agent_run(spec, NULL, &report), -ENOENT);
+		CHECK(report.error && strstr(report.error, expected[i]));
+		if (report.error && !strstr(report.error, expected[i]))
+			fprintf(stderr, "  error: %s\n", report.error);
+		run_report_free(&report);
+		spec_free(spec);
+	}
+	CHECK_INT_EQ(store_settings_set(NULL), 0);
+	snprintf(dir, sizeof(dir), "rm -rf %s", home);
+	CHECK_INT_EQ(system(dir), 0);
+}
+
 int main(int argc, char **argv)
 {
 	if (argc < 3) {
@@ -390,6 +484,8 @@ int main(int argc, char **argv)
 	RUN_TEST(test_pipeline_first_failure_stops);
 	RUN_TEST(test_example_with_builtin_mock);
 	RUN_TEST(test_remote_skill_fails_before_exec);
+	RUN_TEST(test_agent_needs_its_flavour_image);
+	RUN_TEST(test_missing_claude_names_the_flavour);
 	state_reset();
 	return harness_finish();
 }

@@ -100,7 +100,8 @@ static void test_example_workflow(void)
 	if (!spec)
 		goto out;
 	CHECK_INT_EQ(spec->kind, SPEC_KIND_WORKFLOW);
-	CHECK_INT_EQ(spec->sandbox.mode, SPEC_SANDBOX_MODE_MOCK);
+	/* the examples run in real VMs unless the run asks for the mock */
+	CHECK_INT_EQ(spec->sandbox.mode, SPEC_SANDBOX_MODE_AUTO);
 	CHECK_INT_EQ(spec->workflow.step_count, 2);
 	CHECK_STR_EQ(spec->workflow.steps[0].program, "echo");
 	CHECK_STR_EQ(spec->workflow.steps[0].args[0], "hello from workflow");
@@ -142,7 +143,9 @@ static void test_example_pipeline_fanout(void)
 	CHECK_INT_EQ(spec->pipeline.boxes[0].skills[0].type, SPEC_SKILL_AGENT);
 	CHECK_STR_EQ(spec->pipeline.boxes[0].skills[0].value, "claude-code");
 	CHECK_INT_EQ(spec->pipeline.boxes[1].timeout_secs, 300);
-	CHECK_INT_EQ(spec->sandbox.memory_mb, 512);
+	CHECK_INT_EQ(spec->sandbox.memory_mb, 2048);
+	CHECK_INT_EQ(spec->sandbox.mode, SPEC_SANDBOX_MODE_AUTO);
+	CHECK(spec->sandbox.network);
 out:
 	spec_free(spec);
 	spec_diagnostics_free(&diag);
@@ -163,6 +166,9 @@ static void test_example_agent_and_sandbox(void)
 		CHECK_STR_EQ(spec->sandbox.env.vars[0].value, "sk-test-secret");
 		CHECK(spec->sandbox.env.vars[0].copy_from_host);
 		CHECK_INT_EQ(spec->agent.timeout_secs, 120);
+		CHECK_INT_EQ(spec->sandbox.mode, SPEC_SANDBOX_MODE_AUTO);
+		CHECK_INT_EQ(spec->sandbox.memory_mb, 2048);
+		CHECK(spec->sandbox.network);
 	}
 	spec_free(spec);
 	spec_diagnostics_free(&diag);
@@ -642,7 +648,7 @@ static const char workflow_json[] =
 	"  \"api_version\": \"v1\",\n"
 	"  \"kind\": \"workflow\",\n"
 	"  \"name\": \"hello-workflow\",\n"
-	"  \"sandbox\": {\"mode\": \"mock\"},\n"
+	"  \"sandbox\": {\"memory_mb\": 512},\n"
 	"  \"workflow\": {\n"
 	"    \"steps\": [\n"
 	"      {\"name\": \"fetch\", \"run\": {\"program\": \"echo\", \"args\": [\"hello from "
@@ -877,7 +883,7 @@ static void test_to_json_redacts_host_values(void)
 	CHECK(json_is_true(json_object_get(json_object_get(env, "ANTHROPIC_API_KEY"), "from_host")));
 	CHECK_STR_EQ(json_string_value(json_object_get(env, "GREETING")), "hello");
 	CHECK_INT_EQ(json_integer_value(json_object_get(json_object_get(json, "sandbox"),
-						       "memory_mb")), 1024);
+						       "memory_mb")), 2048);
 	CHECK_STR_EQ(json_string_value(json_object_get(json_object_get(json, "agent"),
 						      "output_file")), "/workspace/output.json");
 	free(text);

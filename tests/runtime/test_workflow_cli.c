@@ -123,8 +123,9 @@ static void test_run_example_human_and_json(void)
 	json_t *json;
 
 	snprintf(path, sizeof(path), "%s/workflow.yaml", examples_dir);
+	/* the example boots a real VM as written; --sandbox-mode mock needs none */
 	run_voidbox(&result, (const char *const[]){ "--log-level", "info", "run", "--file", path,
-						    NULL });
+						    "--sandbox-mode", "mock", NULL });
 	CHECK_INT_EQ(result.status, 0);
 	CHECK(strstr(result.out, "HELLO FROM WORKFLOW") != NULL);
 	CHECK(strstr(result.out, "succeeded") != NULL);
@@ -132,7 +133,7 @@ static void test_run_example_human_and_json(void)
 	      NULL);
 
 	run_voidbox(&result, (const char *const[]){ "--output", "json", "run", "--file", path,
-						    NULL });
+						    "--sandbox-mode", "mock", NULL });
 	CHECK_INT_EQ(result.status, 0);
 	json = parse_json(result.out);
 	CHECK(json != NULL);
@@ -149,7 +150,7 @@ static void test_run_example_human_and_json(void)
 	json_decref(json);
 }
 
-/* The shipped agent and fan-out pipeline examples run as written (mock mode, no VM). */
+/* The shipped agent and fan-out pipeline examples run with --sandbox-mode mock (no VM). */
 /* Runs voidbox with fd 3 open on temp_dir/events, the way the daemon does; returns its status. */
 static int run_voidbox_with_events(const char *const *args, char *events, size_t events_size)
 {
@@ -199,6 +200,7 @@ static void test_run_stage_events(void)
 
 	snprintf(path, sizeof(path), "%s/workflow.yaml", examples_dir);
 	CHECK_INT_EQ(run_voidbox_with_events((const char *const[]){ "run", "--file", path,
+								    "--sandbox-mode", "mock",
 								    "--events-fd", "3", NULL },
 					     events, sizeof(events)), 0);
 	for (line = strtok_r(events, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
@@ -249,7 +251,7 @@ static void test_run_agent_and_pipeline_examples(void)
 
 	snprintf(path, sizeof(path), "%s/agent.yaml", examples_dir);
 	run_voidbox(&result, (const char *const[]){ "--output", "json", "run", "--file", path,
-						    NULL });
+						    "--sandbox-mode", "mock", NULL });
 	CHECK_INT_EQ(result.status, 0);
 	json = parse_json(result.out);
 	CHECK(json != NULL);
@@ -263,7 +265,7 @@ static void test_run_agent_and_pipeline_examples(void)
 
 	snprintf(path, sizeof(path), "%s/pipeline-fanout.yaml", examples_dir);
 	run_voidbox(&result, (const char *const[]){ "--output", "json", "run", "--file", path,
-						    NULL });
+						    "--sandbox-mode", "mock", NULL });
 	CHECK_INT_EQ(result.status, 0);
 	json = parse_json(result.out);
 	CHECK(json != NULL);
@@ -504,6 +506,20 @@ static void test_inspect(void)
 	run_voidbox(&result, (const char *const[]){ "inspect", "--file", "/nonexistent.yaml",
 						    NULL });
 	CHECK_INT_EQ(result.status, 1);
+
+	/* an agent resolves its provider's flavour image, and says how to build it */
+	write_spec("inspect-codex.yaml",
+		   "kind: agent\nname: coder\nllm: {provider: codex}\nagent: {prompt: hi}\n",
+		   path, sizeof(path));
+	run_voidbox(&result, (const char *const[]){ "--output", "json", "inspect", "--file", path,
+						    NULL });
+	CHECK_INT_EQ(result.status, 0);
+	json = parse_json(result.out);
+	sandbox = json_object_get(json, "sandbox");
+	CHECK(json_string_value(json_object_get(sandbox, "resolution_error")) &&
+	      strstr(json_string_value(json_object_get(sandbox, "resolution_error")),
+		     "voidbox image build --flavour codex"));
+	json_decref(json);
 }
 
 /* One skill of each string form and an inline one, each with where it lands in the guest. */

@@ -10,6 +10,7 @@
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -63,6 +64,31 @@ static void test_remove_tree(void)
 }
 
 /* The whole scratch tree the tests above left behind goes too, files and subdirectories. */
+/* A file's digest under a named algorithm; an unknown name and a missing file are errors. */
+static void test_file_digest(void)
+{
+	/* sha256 of "hello\n" */
+	static const unsigned char hello_sha256[] = {
+		0x58, 0x91, 0xb5, 0xb5, 0x22, 0xd5, 0xdf, 0x08, 0x6d, 0x0f, 0xf0, 0xb1, 0x10, 0xfb,
+		0xd9, 0xd2, 0x1b, 0xb4, 0xfc, 0x71, 0x63, 0xaf, 0x34, 0xd0, 0x82, 0x86, 0xa2, 0xe8,
+		0x46, 0xf6, 0xbe, 0x03,
+	};
+	unsigned char digest[64];
+	unsigned int len = 0;
+	char dir[PATH_MAX], file[PATH_MAX + 8];
+
+	snprintf(dir, sizeof(dir), "%s/digest", root);
+	make_dir_with_file(dir, "hello\n");
+	snprintf(file, sizeof(file), "%s/state", dir);
+	CHECK_INT_EQ(store_file_digest(file, "sha256", digest, &len), 0);
+	CHECK_INT_EQ(len, sizeof(hello_sha256));
+	CHECK(memcmp(digest, hello_sha256, sizeof(hello_sha256)) == 0);
+	CHECK_INT_EQ(store_file_digest(file, "sha512", digest, &len), 0);
+	CHECK_INT_EQ(len, 64);
+	CHECK_INT_EQ(store_file_digest(file, "no-such-digest", digest, &len), -EINVAL);
+	CHECK_INT_EQ(store_file_digest("/nonexistent/file", "sha256", digest, &len), -ENOENT);
+}
+
 static void test_remove_scratch_root(void)
 {
 	CHECK_INT_EQ(store_remove_tree(root), 0);
@@ -75,6 +101,7 @@ int main(void)
 		harness_fail_setup("cannot create a temporary directory (mkdtemp)");
 	RUN_TEST(test_rename_noreplace);
 	RUN_TEST(test_remove_tree);
+	RUN_TEST(test_file_digest);
 	RUN_TEST(test_remove_scratch_root);
 	return harness_finish();
 }

@@ -311,6 +311,47 @@ static void test_resolution_precedence(void)
 	CHECK_INT_EQ(guest_image_clean(NULL, err, sizeof(err)), 0);
 }
 
+/* A flavour's image: used by name, never the default in its place; env still wins. */
+static void test_named_resolution(void)
+{
+	char err[ERR_MAX] = "", expect[PATH_MAX], env_initramfs[PATH_MAX], env_kernel[PATH_MAX];
+	struct guest_image_paths paths;
+
+	use_settings(NULL, NULL);
+	CHECK_INT_EQ(guest_image_clean(NULL, err, sizeof(err)), 0);
+	make_image_files(GUEST_IMAGE_DEFAULT_NAME, "initramfs.cpio");
+
+	/* the default image exists, the flavour's does not: the error names the build command */
+	CHECK_INT_EQ(guest_image_resolve_named("claude", NULL, NULL, &paths, err, sizeof(err)),
+		     -ENOENT);
+	CHECK(strstr(err, "`voidbox image build --flavour claude`") != NULL);
+
+	make_image_files("claude", "initramfs.cpio");
+	CHECK_INT_EQ(guest_image_resolve_named("claude", NULL, NULL, &paths, err, sizeof(err)), 0);
+	snprintf(expect, sizeof(expect), "%s/images/claude/initramfs.cpio", home);
+	CHECK_STR_EQ(paths.initramfs, expect);
+	snprintf(expect, sizeof(expect), "%s/images/claude/vmlinuz", home);
+	CHECK_STR_EQ(paths.kernel, expect);
+
+	/* NULL is the default image, as guest_image_resolve */
+	CHECK_INT_EQ(guest_image_resolve_named(NULL, NULL, NULL, &paths, err, sizeof(err)), 0);
+	snprintf(expect, sizeof(expect), "%s/images/default/initramfs.cpio", home);
+	CHECK_STR_EQ(paths.initramfs, expect);
+
+	/* an explicit choice (the environment's here) beats the flavour, so test images work */
+	snprintf(env_initramfs, sizeof(env_initramfs), "%s/env-initramfs", home);
+	snprintf(env_kernel, sizeof(env_kernel), "%s/env-kernel", home);
+	write_text(env_initramfs, "e");
+	write_text(env_kernel, "k");
+	use_settings(env_kernel, env_initramfs);
+	CHECK_INT_EQ(guest_image_resolve_named("codex", NULL, NULL, &paths, err, sizeof(err)), 0);
+	CHECK_STR_EQ(paths.initramfs, env_initramfs);
+	CHECK_STR_EQ(paths.kernel, env_kernel);
+
+	use_settings(NULL, NULL);
+	CHECK_INT_EQ(guest_image_clean(NULL, err, sizeof(err)), 0);
+}
+
 static void test_list_and_clean(void)
 {
 	struct guest_image_info *images = NULL;
@@ -372,6 +413,7 @@ int main(int argc, char **argv)
 
 	RUN_TEST(test_home_and_names);
 	RUN_TEST(test_resolution_precedence);
+	RUN_TEST(test_named_resolution);
 	RUN_TEST(test_list_and_clean);
 	RUN_TEST(test_build_errors);
 	RUN_SEPARATE_TEST(test_build_from_fake_kernel_package);

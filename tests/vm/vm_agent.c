@@ -71,32 +71,6 @@ static const char pipeline_spec[] =
 	"    - {type: fan_out, boxes: [alpha, beta, gamma]}\n"
 	"    - {type: box, name: writer}\n";
 
-static long now_secs(void)
-{
-	struct timespec now;
-
-	clock_gettime(CLOCK_MONOTONIC, &now);
-	return (long)now.tv_sec;
-}
-
-/* Waits for pid up to timeout_secs, killing it after; returns its wait status or -1. */
-static int wait_bounded(pid_t pid, long timeout_secs)
-{
-	long deadline = now_secs() + timeout_secs;
-	int status;
-
-	while (now_secs() < deadline) {
-		pid_t done = waitpid(pid, &status, WNOHANG);
-
-		if (done == pid)
-			return status;
-		usleep(TEST_MS_PER_SEC * 100);
-	}
-	kill(pid, SIGKILL);
-	waitpid(pid, &status, 0);
-	return -1;
-}
-
 static json_t *run_pipeline(int *status)
 {
 	char spec_path[] = "/tmp/voidbox-agent-spec-XXXXXX.yaml";
@@ -119,7 +93,7 @@ static json_t *run_pipeline(int *status)
 		execv(voidbox_cli, argv);
 		_exit(127);
 	}
-	*status = wait_bounded(pid, TEST_RUN_TIMEOUT_SECS);
+	*status = vm_test_wait_bounded(pid, TEST_RUN_TIMEOUT_SECS);
 	report = json_load_file(out_path, 0, NULL);
 	if (!report) {
 		char command[128];
@@ -178,10 +152,10 @@ static void test_pipeline_fan_out_report(void)
 static bool pty_expect(int fd, char *seen, size_t cap, size_t *len, const char *needle,
 		       long timeout_secs)
 {
-	long deadline = now_secs() + timeout_secs;
+	long deadline = vm_test_now_secs() + timeout_secs;
 	struct pollfd pfd = { .fd = fd, .events = POLLIN };
 
-	while (now_secs() < deadline) {
+	while (vm_test_now_secs() < deadline) {
 		ssize_t got;
 
 		seen[*len] = '\0';
@@ -222,7 +196,7 @@ static void test_shell_exit_code(void)
 	CHECK(pty_expect(master, seen, sizeof(seen), &len, "size=30 100", 60));
 	CHECK(write(master, "exit 3\r", 7) == 7);
 	pty_expect(master, seen, sizeof(seen), &len, "\x01never", 5);
-	status = wait_bounded(pid, 60);
+	status = vm_test_wait_bounded(pid, 60);
 	CHECK(status >= 0 && WIFEXITED(status));
 	CHECK_INT_EQ(WIFEXITED(status) ? WEXITSTATUS(status) : -1, TEST_SHELL_EXIT);
 	/* nothing but the session reaches the terminal: no logger lines ("<level> <module>: ") */

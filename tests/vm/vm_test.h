@@ -9,11 +9,14 @@
 
 #include <errno.h>
 #include <net/if.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "cli/host_env.h"
@@ -86,6 +89,7 @@ static inline int vm_test_initramfs_with(const char *base, const struct vm_test_
 		rc = -EIO;
 	return rc;
 }
+#define VM_TEST_POLL_US (100 * 1000)
 
 /*
  * Line-buffers stdout, reads the environment (host_env_apply: VOIDBOX_LOG_LEVEL, VOIDBOX_HOME,
@@ -166,6 +170,31 @@ static inline int sh(struct sandbox *box, const char *script, char *out, size_t 
 			(const char *)resp.stderr_data.data);
 	proto_exec_response_free(&resp);
 	return code;
+}
+
+/* Seconds on the monotonic clock. */
+static inline long vm_test_now_secs(void)
+{
+	struct timespec now;
+
+	clock_gettime(CLOCK_MONOTONIC, &now);
+	return (long)now.tv_sec;
+}
+
+/* Waits for a child up to timeout_secs, killing it after; returns its wait status or -1. */
+static inline int vm_test_wait_bounded(pid_t pid, long timeout_secs)
+{
+	long deadline = vm_test_now_secs() + timeout_secs;
+	int status;
+
+	while (vm_test_now_secs() < deadline) {
+		if (waitpid(pid, &status, WNOHANG) == pid)
+			return status;
+		usleep(VM_TEST_POLL_US);
+	}
+	kill(pid, SIGKILL);
+	waitpid(pid, &status, 0);
+	return -1;
 }
 
 #endif
