@@ -45,9 +45,12 @@
 #include "common/log.h"
 #include "devices/blk.h"
 #include "vmm/device.h"
+#include "vmm/thread_filter.h"
 
 #define BLK_LOG "blk"
 #define BLK_STATE_VERSION 1u
+/* The worker's name in /proc/PID/task (at most 15 bytes). */
+#define BLK_WORKER_THREAD_NAME "blk-worker"
 #define BLK_QUEUE_COUNT 1
 #define BLK_QUEUE_NUM_MAX 128
 /* Data segments per request: the queue size less the header and status descriptors. */
@@ -282,6 +285,8 @@ static void *blk_worker(void *opaque)
 	struct blk_device *dev = opaque;
 	uint64_t kicks;
 
+	vmm_thread_enter(VMM_THREAD_BLOCK_WORKER, BLK_WORKER_THREAD_NAME,
+			 dev->mode == BLK_WORKER_CONFINED_THREAD);
 	while (!atomic_load(&dev->stopping)) {
 		if (read(dev->kick_fd, &kicks, sizeof(kicks)) < 0 && errno != EINTR &&
 		    errno != EAGAIN)
@@ -309,7 +314,7 @@ static void blk_queue_notify(void *opaque, unsigned int queue_index)
 	struct blk_device *dev = opaque;
 
 	(void)queue_index;
-	if (dev->mode == BLK_WORKER_THREAD) {
+	if (dev->mode != BLK_WORKER_CALLER) {
 		blk_kick(dev);
 		return;
 	}
@@ -352,7 +357,7 @@ static int blk_activate(void *opaque, struct virtqueue *queues, unsigned int que
 	 * A restored device starts with whatever the guest queued before the snapshot, and the
 	 * guest will not notify for those again: serve them now (a fresh ring is empty).
 	 */
-	if (dev->mode == BLK_WORKER_THREAD)
+	if (dev->mode != BLK_WORKER_CALLER)
 		blk_kick(dev);
 	else
 		blk_serve_queue(dev);
@@ -422,7 +427,7 @@ struct blk_device *blk_device_create(const struct guest_memory *mem, struct irq_
 			 dev->kick_fd < 0 ? strerror(errno) : "out of memory");
 		goto fail;
 	}
-	if (mode == BLK_WORKER_THREAD) {
+	if (mode != BLK_WORKER_CALLER) {
 		rc = pthread_create(&dev->worker, NULL, blk_worker, dev);
 		if (rc != 0) {
 			snprintf(err, errlen, "cannot start a disk worker thread: %s",
@@ -654,8 +659,10 @@ static int blk_vm_attach(struct vm *vm, const char *path, bool read_only,
 		close(disk.fd);
 		return rc;
 	}
-	dev = blk_device_create(vm_guest_memory(vm), slot.irq, &disk, BLK_WORKER_THREAD, err,
-				errlen);
+	dev = blk_device_create(vm_guest_memory(vm), slot.irq, &disk,
+				vm_thread_filters_on(vm) ? BLK_WORKER_CONFINED_THREAD
+							 : BLK_WORKER_THREAD,
+				err, errlen);
 	if (!dev) {
 		close(disk.fd);
 		return -ENOMEM;

@@ -35,7 +35,10 @@
 
 #include "common/log.h"
 #include "vmm/device.h"
+#include "vmm/thread_filter.h"
 
+/* The worker's name in /proc/PID/task (at most 15 bytes). */
+#define FS_WORKER_THREAD_NAME "fs-worker"
 #define FS_STATE_VERSION 1u
 #define FS_QUEUE_NUM_MAX 256
 #define FS_CONFIG_SIZE (FS_TAG_LEN + sizeof(uint32_t))
@@ -54,6 +57,7 @@ struct fs_device {
 	char host_dir[PATH_MAX];
 	enum fuse_server_access access;
 	enum fs_worker_mode mode;
+	bool confine_worker;
 	int kick_fd;
 	pthread_t worker;
 	bool worker_started;
@@ -134,6 +138,7 @@ static void *fs_worker_main(void *arg)
 	struct fs_device *dev = arg;
 	uint64_t kicks;
 
+	vmm_thread_enter(VMM_THREAD_SHARE_WORKER, FS_WORKER_THREAD_NAME, dev->confine_worker);
 	while (!atomic_load(&dev->stopping)) {
 		if (read(dev->kick_fd, &kicks, sizeof(kicks)) < 0 && errno != EINTR) {
 			log_error(log_module, "%s: worker stopped: %s; the guest's share hangs",
@@ -261,6 +266,7 @@ struct fs_device *fs_device_create(const struct fs_device_config *cfg, char *err
 	pthread_mutex_init(&dev->lock, NULL);
 	dev->kick_fd = -1;
 	dev->mode = cfg->worker_mode;
+	dev->confine_worker = cfg->confine_worker;
 	dev->access = cfg->access;
 	atomic_init(&dev->stopping, false);
 	snprintf(dev->tag, sizeof(dev->tag), "%s", cfg->tag);
@@ -447,7 +453,8 @@ static int fs_vm_attach(struct vm *vm, const char *tag, const char *host_dir,
 	}
 	struct fs_device_config cfg = { .tag = tag, .host_dir = host_dir, .access = access,
 					.mem = vm_guest_memory(vm), .irq = slot.irq,
-					.worker_mode = FS_WORKER_THREAD };
+					.worker_mode = FS_WORKER_THREAD,
+					.confine_worker = vm_thread_filters_on(vm) };
 
 	dev = fs_device_create(&cfg, err, errlen);
 	if (!dev)

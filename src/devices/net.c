@@ -33,7 +33,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
-#include <sys/prctl.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -43,11 +42,12 @@
 #include "devices/net.h"
 #include "devices/virtqueue.h"
 #include "vmm/device.h"
+#include "vmm/thread_filter.h"
 
 #define NET_LOG "net"
 /*
- * The worker runs without a seccomp filter: libslirp opens the guest's sockets and connects
- * them there, which the device-worker role forbids; a role of its own is not written yet.
+ * The worker runs under the network role's seccomp filter (vmm/thread_filter.h): libslirp
+ * opens and connects the guest's IPv4/IPv6 sockets there, and nothing else.
  */
 #define NET_WORKER_THREAD_NAME "net-worker"
 #define NET_STATE_VERSION 1u
@@ -509,7 +509,7 @@ static void *net_worker_main(void *opaque)
 {
 	struct net_device *dev = opaque;
 
-	prctl(PR_SET_NAME, NET_WORKER_THREAD_NAME, 0, 0, 0);
+	vmm_thread_enter(VMM_THREAD_NET_WORKER, NET_WORKER_THREAD_NAME, dev->cfg.confine_worker);
 
 	while (net_worker_checkpoint(dev)) {
 		uint32_t timeout = NET_POLL_MAX_MS;
@@ -994,6 +994,7 @@ static int net_vm_create(struct vm *vm, const struct vm_config *cfg,
 	} else {
 		net_cfg = *cfg->network;
 	}
+	net_cfg.confine_worker = vm_thread_filters_on(vm);
 	rc = vm_virtio_mmio_slot_reserve(vm, &slot);
 	if (rc < 0) {
 		snprintf(err, errlen, "no virtio-mmio slot left for the network device");
