@@ -329,6 +329,7 @@ static void test_fork_three_children(void)
 	char out[TEST_OUTPUT_MAX], script[TEST_OUTPUT_MAX], err[1024];
 	long started = now_ms();
 	int rc = sandbox_fork(parent_vm, TEST_FORK_CHILDREN, children, err, sizeof(err));
+	int vcpus = 0;
 
 	fprintf(stderr, "  fork of %d children in %ld ms\n", TEST_FORK_CHILDREN, now_ms() - started);
 	CHECK_INT_EQ(rc, 0);
@@ -341,6 +342,9 @@ static void test_fork_three_children(void)
 		CHECK_INT_EQ(urandom_sample(children[i], random_samples[i]), 0);
 	for (int i = 1; i < TEST_FORK_CHILDREN; i++)
 		CHECK(strcmp(random_samples[0], random_samples[i]) != 0);
+	/* restored VMs confine their threads too: the parent's and every child's vCPUs */
+	CHECK_INT_EQ(vm_test_unconfined_vmm_threads("vcpu", &vcpus), 0);
+	CHECK(vcpus >= (TEST_FORK_CHILDREN + 1) * TEST_VM_VCPUS);
 	for (int i = 0; i < TEST_FORK_CHILDREN; i++) {
 		snprintf(script, sizeof(script), "echo %d > /tmp/child-%d", i, i);
 		CHECK_INT_EQ(sh(children[i], script, NULL, 0), 0);
