@@ -133,11 +133,30 @@ unsigned int fs_device_poll(struct fs_device *dev)
 	return served;
 }
 
+/*
+ * The worker reaches no file outside its share (Landlock; read-only shares only read), on top
+ * of the FUSE server's own openat2(RESOLVE_BENEATH). A kernel without Landlock leaves that to
+ * the server alone, which is worth a debug line, not a warning on every boot.
+ */
+static void fs_worker_restrict_files(const struct fs_device *dev)
+{
+	int rc = vmm_thread_restrict_to_dir(dev->host_dir, dev->access == FUSE_SERVER_READ_ONLY);
+
+	if (rc == -EOPNOTSUPP)
+		log_debug(log_module, "%s: no Landlock in this kernel; the share's worker is "
+			  "confined by its seccomp filter only", dev->tag);
+	else if (rc < 0)
+		log_error(log_module, "%s: cannot limit the share's worker to %s: %s", dev->tag,
+			  dev->host_dir, strerror(-rc));
+}
+
 static void *fs_worker_main(void *arg)
 {
 	struct fs_device *dev = arg;
 	uint64_t kicks;
 
+	if (dev->confine_worker)
+		fs_worker_restrict_files(dev);
 	vmm_thread_enter(VMM_THREAD_SHARE_WORKER, FS_WORKER_THREAD_NAME, dev->confine_worker);
 	while (!atomic_load(&dev->stopping)) {
 		if (read(dev->kick_fd, &kicks, sizeof(kicks)) < 0 && errno != EINTR) {

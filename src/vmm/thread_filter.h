@@ -29,6 +29,18 @@ int vmm_thread_confine(enum vmm_thread_role role);
 /* The role's name for logs ("vcpu", "device worker", ...). */
 const char *vmm_thread_role_name(enum vmm_thread_role role);
 /*
+ * Limits the calling thread's file access to the tree beneath dir (Landlock), for a share's
+ * worker: every kind of access there, or with read_only only reading; nothing elsewhere. A
+ * seccomp filter bounds which calls a thread makes, this bounds which files they reach, so a
+ * subverted FUSE server cannot open the user's files through a path outside its share. Call
+ * it before vmm_thread_enter (whose filter forbids the Landlock calls). 0; -EOPNOTSUPP where
+ * the kernel has no Landlock, or only its first version (which refuses every rename across
+ * directories); or -errno.
+ */
+int vmm_thread_restrict_to_dir(const char *dir, bool read_only);
+/* Whether vmm_thread_restrict_to_dir can work on this kernel (it changes nothing). */
+bool vmm_thread_restrict_usable(void);
+/*
  * What a device worker or reader calls first: names the calling thread thread_name (so
  * /proc/PID/task shows which thread is which; NULL keeps the name it has) and, when confine,
  * installs the role's filter.
