@@ -140,7 +140,8 @@ unsigned int fs_device_poll(struct fs_device *dev)
  */
 static void fs_worker_restrict_files(const struct fs_device *dev)
 {
-	int rc = vmm_thread_restrict_to_dir(dev->host_dir, dev->access == FUSE_SERVER_READ_ONLY);
+	const char *const share[] = { dev->host_dir };
+	int rc = vmm_thread_restrict_to_dirs(share, 1, dev->access == FUSE_SERVER_READ_ONLY);
 
 	if (rc == -EOPNOTSUPP)
 		log_debug(log_module, "%s: no Landlock in this kernel; the share's worker is "

@@ -27,6 +27,8 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <inttypes.h>
+#include <libgen.h>
+#include <limits.h>
 #include <poll.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -50,6 +52,8 @@
  * opens and connects the guest's IPv4/IPv6 sockets there, and nothing else.
  */
 #define NET_WORKER_THREAD_NAME "net-worker"
+/* Where libslirp reads the host's resolvers (NET_RESOLV_CONF): the worker may read there. */
+#define NET_HOST_CONFIG_DIR "/etc"
 #define NET_STATE_VERSION 1u
 #define NET_QUEUE_RX 0u
 #define NET_QUEUE_TX 1u
@@ -505,10 +509,39 @@ static bool net_worker_checkpoint(struct net_device *dev)
 	return running;
 }
 
+/*
+ * The worker reads files only where libslirp looks for the host's resolvers: /etc, and the
+ * directory /etc/resolv.conf resolves into (systemd-resolved keeps it under /run). Its
+ * seccomp filter lets it open files read-only but cannot judge paths; Landlock keeps a
+ * subverted worker from reading the user's files and sending them out. Without Landlock the
+ * filter alone remains, worth a debug line.
+ */
+static void net_worker_restrict_files(void)
+{
+	char resolv_dir[PATH_MAX];
+	const char *dirs[] = { NET_HOST_CONFIG_DIR, resolv_dir };
+	size_t count = 1;
+	int rc;
+
+	if (realpath(NET_RESOLV_CONF, resolv_dir)) {
+		dirname(resolv_dir);
+		count = 2;
+	}
+	rc = vmm_thread_restrict_to_dirs(dirs, count, true);
+	if (rc == -EOPNOTSUPP)
+		log_debug(NET_LOG, "no Landlock in this kernel; the network worker is confined by "
+			  "its seccomp filter only");
+	else if (rc < 0)
+		log_error(NET_LOG, "cannot limit the network worker's files to %s: %s",
+			  NET_HOST_CONFIG_DIR, strerror(-rc));
+}
+
 static void *net_worker_main(void *opaque)
 {
 	struct net_device *dev = opaque;
 
+	if (dev->cfg.confine_worker)
+		net_worker_restrict_files();
 	vmm_thread_enter(VMM_THREAD_NET_WORKER, NET_WORKER_THREAD_NAME, dev->cfg.confine_worker);
 
 	while (net_worker_checkpoint(dev)) {

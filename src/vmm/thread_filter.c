@@ -206,32 +206,39 @@ bool vmm_thread_restrict_usable(void)
 	return landlock_handled_rights() != 0;
 }
 
-int vmm_thread_restrict_to_dir(const char *dir, bool read_only)
+/* Adds "dir and everything beneath it, with rights" to the ruleset. 0 or -errno. */
+static int landlock_allow_beneath(int ruleset_fd, const char *dir, uint64_t rights)
+{
+	struct landlock_path_beneath_attr beneath = { .allowed_access = rights };
+	int rc = 0;
+
+	beneath.parent_fd = open(dir, O_PATH | O_DIRECTORY | O_CLOEXEC);
+	if (beneath.parent_fd < 0)
+		return -errno;
+	if (syscall(SYS_landlock_add_rule, ruleset_fd, LANDLOCK_RULE_PATH_BENEATH, &beneath, 0) < 0)
+		rc = -errno;
+	close(beneath.parent_fd);
+	return rc;
+}
+
+int vmm_thread_restrict_to_dirs(const char *const dirs[], size_t count, bool read_only)
 {
 	uint64_t handled = landlock_handled_rights();
 	struct landlock_ruleset_attr ruleset = { .handled_access_fs = handled };
-	struct landlock_path_beneath_attr beneath = {
-		.allowed_access = read_only ? LANDLOCK_ACCESS_FS_READ_ONLY : handled,
-	};
 	int ruleset_fd, rc = 0;
 
 	if (!handled)
 		return -EOPNOTSUPP;
-	beneath.parent_fd = open(dir, O_PATH | O_DIRECTORY | O_CLOEXEC);
-	if (beneath.parent_fd < 0)
-		return -errno;
 	ruleset_fd = (int)syscall(SYS_landlock_create_ruleset, &ruleset, sizeof(ruleset), 0);
-	if (ruleset_fd < 0) {
-		rc = -errno;
-		goto out;
-	}
-	if (syscall(SYS_landlock_add_rule, ruleset_fd, LANDLOCK_RULE_PATH_BENEATH, &beneath, 0) < 0 ||
-	    prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0 ||
-	    syscall(SYS_landlock_restrict_self, ruleset_fd, 0) < 0)
+	if (ruleset_fd < 0)
+		return -errno;
+	for (size_t i = 0; i < count && rc == 0; i++)
+		rc = landlock_allow_beneath(ruleset_fd, dirs[i],
+					    read_only ? LANDLOCK_ACCESS_FS_READ_ONLY : handled);
+	if (rc == 0 && (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0 ||
+			syscall(SYS_landlock_restrict_self, ruleset_fd, 0) < 0))
 		rc = -errno;
 	close(ruleset_fd);
-out:
-	close(beneath.parent_fd);
 	return rc;
 }
 

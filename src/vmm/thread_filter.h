@@ -13,6 +13,7 @@
 #define VOIDBOX_VMM_THREAD_FILTER_H
 
 #include <stdbool.h>
+#include <stddef.h>
 
 enum vmm_thread_role {
 	VMM_THREAD_VCPU,	  /* KVM_RUN and the port/MMIO handlers it calls */
@@ -29,16 +30,16 @@ int vmm_thread_confine(enum vmm_thread_role role);
 /* The role's name for logs ("vcpu", "device worker", ...). */
 const char *vmm_thread_role_name(enum vmm_thread_role role);
 /*
- * Limits the calling thread's file access to the tree beneath dir (Landlock), for a share's
- * worker: every kind of access there, or with read_only only reading; nothing elsewhere. A
- * seccomp filter bounds which calls a thread makes, this bounds which files they reach, so a
- * subverted FUSE server cannot open the user's files through a path outside its share. Call
- * it before vmm_thread_enter (whose filter forbids the Landlock calls). 0; -EOPNOTSUPP where
- * the kernel has no Landlock, or only its first version (which refuses every rename across
- * directories); or -errno.
+ * Limits the calling thread's file access to the trees beneath dirs (Landlock): every kind of
+ * access there, or with read_only only reading; nothing elsewhere. A seccomp filter bounds
+ * which calls a thread makes, this bounds which files they reach: a share's worker reaches
+ * its share, the network worker only what libslirp reads (/etc/resolv.conf), so neither can
+ * open the user's files. Call it before vmm_thread_enter (whose filter forbids the Landlock
+ * calls). 0; -EOPNOTSUPP where the kernel has no Landlock, or only its first version (which
+ * refuses every rename across directories); or -errno (nothing restricted).
  */
-int vmm_thread_restrict_to_dir(const char *dir, bool read_only);
-/* Whether vmm_thread_restrict_to_dir can work on this kernel (it changes nothing). */
+int vmm_thread_restrict_to_dirs(const char *const dirs[], size_t count, bool read_only);
+/* Whether vmm_thread_restrict_to_dirs can work on this kernel (it changes nothing). */
 bool vmm_thread_restrict_usable(void);
 /*
  * What a device worker or reader calls first: names the calling thread thread_name (so

@@ -485,7 +485,9 @@ static void *confined_thread(void *arg)
 	char outside[PATH_MAX];
 	int fd;
 
-	run->restrict_rc = run->landlock ? vmm_thread_restrict_to_dir(run->f->dir, false) : 0;
+	const char *const share[] = { run->f->dir };
+
+	run->restrict_rc = run->landlock ? vmm_thread_restrict_to_dirs(share, 1, false) : 0;
 	vmm_thread_enter(VMM_THREAD_SHARE_WORKER, TEST_WORKER_NAME, true);
 	check_directory_operations(run->f);
 	check_mknod_xattr_statfs(run->f);
@@ -542,7 +544,9 @@ static void *read_only_thread(void *arg)
 	char path[PATH_MAX];
 	int fd;
 
-	probe->restrict_rc = vmm_thread_restrict_to_dir(probe->dir, true);
+	const char *const share[] = { probe->dir };
+
+	probe->restrict_rc = vmm_thread_restrict_to_dirs(share, 1, true);
 	snprintf(path, sizeof(path), "%s/file", probe->dir);
 	fd = open(path, O_RDONLY | O_CLOEXEC);
 	probe->read_errno = fd < 0 ? errno : 0;

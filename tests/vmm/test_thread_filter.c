@@ -8,6 +8,7 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -24,6 +25,8 @@
 #define TEST_STATUS_MAX 4096
 #define TEST_THREAD_NAME "probe-worker"
 #define TEST_READ_PATH "/etc/hostname"
+#define TEST_DIR_TEMPLATE "/tmp/voidbox-landlock-XXXXXX"
+#define TEST_FILE_NAME "file"
 
 /* What one role may do, of the calls the probe makes. */
 struct role_expect {
@@ -151,18 +154,94 @@ static void test_every_role_filtered(void)
 		check_role(&role_expects[i]);
 }
 
+struct landlock_probe {
+	const char *dirs[2];
+	const char *elsewhere;
+	int restrict_rc;
+	int read_errno[2]; /* a file in each allowed directory */
+	int elsewhere_errno;
+	int create_errno;  /* a new file in the first directory */
+};
+
+static int open_errno(const char *dir, const char *name, int flags)
+{
+	char path[PATH_MAX];
+
+	snprintf(path, sizeof(path), "%s/%s", dir, name);
+	return call_errno(open(path, flags | O_CLOEXEC, 0600));
+}
+
+static void *landlock_thread(void *arg)
+{
+	struct landlock_probe *p = arg;
+
+	p->restrict_rc = vmm_thread_restrict_to_dirs(p->dirs, 2, true);
+	for (int i = 0; i < 2; i++)
+		p->read_errno[i] = open_errno(p->dirs[i], TEST_FILE_NAME, O_RDONLY);
+	p->elsewhere_errno = open_errno(p->elsewhere, TEST_FILE_NAME, O_RDONLY);
+	p->create_errno = open_errno(p->dirs[0], "new", O_WRONLY | O_CREAT);
+	return NULL;
+}
+
+/*
+ * Landlock (its own meson test: it skips where the kernel has none): a thread held to two
+ * directories, read-only, reads files in both, nothing in a third, and creates nothing.
+ */
+static void test_restrict_to_dirs(void)
+{
+	char dirs[3][sizeof(TEST_DIR_TEMPLATE)];
+	struct landlock_probe p = { 0 };
+	pthread_t thread;
+
+	if (!vmm_thread_restrict_usable())
+		harness_skip_all("this kernel has no Landlock (version 2 or later)");
+	for (int i = 0; i < 3; i++) {
+		char path[PATH_MAX];
+		int fd;
+
+		snprintf(dirs[i], sizeof(dirs[i]), "%s", TEST_DIR_TEMPLATE);
+		if (!mkdtemp(dirs[i]))
+			harness_fail_setup("a temporary directory");
+		snprintf(path, sizeof(path), "%s/%s", dirs[i], TEST_FILE_NAME);
+		fd = open(path, O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
+		if (fd < 0)
+			harness_fail_setup("a file in a temporary directory");
+		close(fd);
+	}
+	p.dirs[0] = dirs[0];
+	p.dirs[1] = dirs[1];
+	p.elsewhere = dirs[2];
+	CHECK_INT_EQ(pthread_create(&thread, NULL, landlock_thread, &p), 0);
+	pthread_join(thread, NULL);
+	CHECK_INT_EQ(p.restrict_rc, 0);
+	CHECK_INT_EQ(p.read_errno[0], 0);
+	CHECK_INT_EQ(p.read_errno[1], 0);
+	CHECK_INT_EQ(p.elsewhere_errno, EACCES);
+	CHECK_INT_EQ(p.create_errno, EACCES);
+	/* the restriction was the thread's alone */
+	CHECK_INT_EQ(open_errno(dirs[2], TEST_FILE_NAME, O_RDONLY), 0);
+	for (int i = 0; i < 3; i++) {
+		char cmd[PATH_MAX];
+
+		snprintf(cmd, sizeof(cmd), "rm -rf %s", dirs[i]);
+		CHECK_INT_EQ(system(cmd), 0);
+	}
+}
+
 static void test_unknown_role_refused(void)
 {
 	CHECK_INT_EQ(vmm_thread_confine(VMM_THREAD_ROLE_COUNT), -EINVAL);
 	CHECK_STR_EQ(vmm_thread_role_name(VMM_THREAD_ROLE_COUNT), "unknown");
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
+	harness_select(argc, argv);
 	if (HARNESS_UNDER_VALGRIND)
 		harness_skip_all("valgrind cannot run threads that installed seccomp filters; the "
 				 "plain and ASan builds run this test");
 	RUN_TEST(test_every_role_filtered);
 	RUN_TEST(test_unknown_role_refused);
+	RUN_SEPARATE_TEST(test_restrict_to_dirs);
 	return harness_finish();
 }
