@@ -33,7 +33,7 @@ static void seed_frame(struct seed *seed, uint8_t type, uint32_t id, const void 
 		       size_t len)
 {
 	bool with_id = seed->data[0] & SEED_MULTIPLEXED && type != PROTO_MSG_PING &&
-		       type != PROTO_MSG_PONG;
+		       type != PROTO_MSG_PONG && type != PROTO_MSG_CHALLENGE;
 	size_t prefix = with_id ? PROTO_REQUEST_ID_SIZE : 0;
 	uint8_t *p = seed->data + seed->len;
 
@@ -183,11 +183,14 @@ static void seed_handshake(struct seed *seed)
 	struct proto_ping ping = { .version = PROTO_VERSION, .flags = PROTO_FLAG_SUPPORTS_MULTIPLEX };
 	struct proto_pong pong = { .version = PROTO_VERSION, .flags = PROTO_FLAG_SUPPORTS_MULTIPLEX };
 	uint8_t ping_body[PROTO_PING_SIZE], pong_body[PROTO_PONG_SIZE];
+	uint8_t nonce[PROTO_NONCE_SIZE];
 
-	memset(ping.secret, 0xab, sizeof(ping.secret));
+	memset(nonce, 0xcd, sizeof(nonce));
+	memset(ping.proof, 0xab, sizeof(ping.proof));
 	proto_ping_encode(&ping, ping_body);
 	proto_pong_encode(&pong, pong_body);
 	seed_begin(seed, false);
+	seed_frame(seed, PROTO_MSG_CHALLENGE, 0, nonce, sizeof(nonce));
 	seed_frame(seed, PROTO_MSG_PING, 0, ping_body, sizeof(ping_body));
 	seed_frame(seed, PROTO_MSG_PONG, 0, pong_body, sizeof(pong_body));
 	seed_frame(seed, PROTO_MSG_SNAPSHOT_READY, 0, NULL, 0);

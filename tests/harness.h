@@ -31,6 +31,14 @@
 #define HARNESS_REQUIRE_VM_ENV "VOIDBOX_REQUIRE_VM"
 #define HARNESS_ONLY_OPTION "--only="
 
+/* Whether the program runs under valgrind, which cannot run seccomp-filtered threads. */
+#if defined(__has_include) && __has_include(<valgrind/valgrind.h>)
+#include <valgrind/valgrind.h>
+#define HARNESS_UNDER_VALGRIND (RUNNING_ON_VALGRIND != 0)
+#else
+#define HARNESS_UNDER_VALGRIND false
+#endif
+
 static int harness_checks_failed_in_test;
 static int harness_checks_failed_outside_tests;
 static const char *harness_current_test;

@@ -40,22 +40,29 @@ static uint8_t restore_secret[PROTO_SECRET_SIZE];
 static struct restore_conn_entry restore_conns[RESTORE_MAX_CONNS];
 static size_t restore_conn_count;
 
-/* Caller holds restore_lock. */
-static bool restore_secret_matches_locked(const struct agent_context *ctx,
-					  const uint8_t secret[PROTO_SECRET_SIZE])
+/* Whether proof answers nonce under the current secret. Caller holds restore_lock. */
+static bool restore_proof_matches_locked(const struct agent_context *ctx,
+					 const uint8_t proof[PROTO_PROOF_SIZE],
+					 const uint8_t nonce[PROTO_NONCE_SIZE])
 {
-	if (restore_rekeyed)
-		return proto_secret_equal(secret, restore_secret);
-	return ctx->has_secret && proto_secret_equal(secret, ctx->secret);
+	uint8_t expected[PROTO_PROOF_SIZE];
+	bool matches;
+
+	if (!restore_rekeyed && !ctx->has_secret)
+		return false;
+	proto_handshake_proof(restore_rekeyed ? restore_secret : ctx->secret, nonce, expected);
+	matches = proto_secret_equal(proof, expected);
+	explicit_bzero(expected, sizeof(expected));
+	return matches;
 }
 
-int restore_authenticate(const struct agent_context *ctx, const uint8_t secret[PROTO_SECRET_SIZE],
-			 int fd)
+int restore_authenticate(const struct agent_context *ctx, const uint8_t proof[PROTO_PROOF_SIZE],
+			 const uint8_t nonce[PROTO_NONCE_SIZE], int fd)
 {
 	int verdict = 0;
 
 	pthread_mutex_lock(&restore_lock);
-	if (!restore_secret_matches_locked(ctx, secret))
+	if (!restore_proof_matches_locked(ctx, proof, nonce))
 		verdict = -EACCES;
 	else if (restore_conn_count >= RESTORE_MAX_CONNS)
 		verdict = -EMFILE;

@@ -20,19 +20,22 @@
 #include <stdint.h>
 
 #include "conn.h"
+#include "proto/protocol.h"
 
 #define RESTORE_REKEY_PATH "/etc/voidbox/restore.json"
 
 /*
- * Returns 0 when secret is the current session secret (the rekeyed one, or ctx's before that);
- * fd is then registered as authenticated under that secret, in the same step, so a rekey
+ * Returns 0 when proof is proto_handshake_proof of nonce under the current session secret (the
+ * rekeyed one, or ctx's before that); fd is then registered as authenticated under that
+ * secret, in the same step, so a rekey
  * cannot fall between the check and the registration and leave fd counted as newer than
  * the secret it used. Every fd passed here is unregistered when its connection ends.
- * -EACCES: wrong secret. -EMFILE: RESTORE_MAX_CONNS connections are registered already; the
+ * -EACCES: wrong proof (a wrong secret, or a proof recorded for another connection's nonce). -EMFILE: RESTORE_MAX_CONNS connections are registered already; the
  * connection must be refused, because one the registry does not hold would survive a rekey.
  */
 #define RESTORE_MAX_CONNS 256
-int restore_authenticate(const struct agent_context *ctx, const uint8_t secret[32], int fd);
+int restore_authenticate(const struct agent_context *ctx, const uint8_t proof[PROTO_PROOF_SIZE],
+			 const uint8_t nonce[PROTO_NONCE_SIZE], int fd);
 void restore_conn_unregister(int fd);
 bool restore_is_rekey_path(const char *path);
 /*

@@ -22,6 +22,7 @@
 #include <linux/vm_sockets.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <sys/reboot.h>
 #include <sys/socket.h>
 #include <sys/un.h>
@@ -51,20 +52,41 @@ static void server_set_timeout(int fd, int option, int secs)
 	setsockopt(fd, SOL_SOCKET, option, &tv, sizeof(tv));
 }
 
-/* Returns 0 once the peer is authenticated and has received the Pong. */
+/* Opens the handshake with a Challenge: a nonce no earlier connection was given. */
+static int server_send_challenge(struct agent_conn *conn, uint8_t nonce[PROTO_NONCE_SIZE])
+{
+	int err;
+
+	if (getrandom(nonce, PROTO_NONCE_SIZE, 0) != PROTO_NONCE_SIZE) {
+		agent_warn("handshake: closing: no random bytes for the challenge");
+		return -EIO;
+	}
+	pthread_mutex_lock(&conn->write_lock);
+	err = proto_frame_write(conn->fd, PROTO_MSG_CHALLENGE, false, 0, nonce, PROTO_NONCE_SIZE);
+	pthread_mutex_unlock(&conn->write_lock);
+	return err;
+}
+
+/*
+ * Challenge, Ping with the proof over it, Pong (docs/protocol.md §3). Returns 0 once the peer
+ * is authenticated and has received the Pong.
+ */
 static int server_handshake(struct agent_conn *conn)
 {
 	const struct agent_context *ctx = conn->ctx;
 	struct proto_ping ping;
 	struct proto_pong pong = { .version = PROTO_VERSION,
 				   .flags = PROTO_FLAG_SUPPORTS_MULTIPLEX };
-	uint8_t pong_body[PROTO_PONG_SIZE];
+	uint8_t pong_body[PROTO_PONG_SIZE], nonce[PROTO_NONCE_SIZE];
 	struct agent_frame frame;
 	const char *why = "?";
 	enum frame_result result;
 	int err = -EACCES;
 
+	memset(&ping, 0, sizeof(ping));
 	server_set_timeout(conn->fd, SO_RCVTIMEO, SERVER_HANDSHAKE_TIMEOUT_SECS);
+	if (server_send_challenge(conn, nonce) < 0)
+		return -EPROTO;
 	result = frame_reader_read(conn->fd, false, SERVER_PREAUTH_MAX_PAYLOAD, &frame, &why);
 	if (result != FRAME_OK) {
 		agent_warn("handshake: closing: %s", result == FRAME_EOF ? "peer closed" : why);
@@ -78,14 +100,14 @@ static int server_handshake(struct agent_conn *conn)
 		agent_warn("handshake: closing: malformed Ping");
 		goto out;
 	}
-	err = restore_authenticate(ctx, ping.secret, conn->fd);
+	err = restore_authenticate(ctx, ping.proof, nonce, conn->fd);
 	if (err == -EMFILE) {
 		agent_warn("handshake: closing: %d connections are open already; close one first",
 			   RESTORE_MAX_CONNS);
 		goto out;
 	}
 	if (err) {
-		agent_warn("handshake: closing: %s", ctx->has_secret ? "wrong session secret" :
+		agent_warn("handshake: closing: %s", ctx->has_secret ? "wrong proof of the session secret" :
 					"the agent has no session secret (voidbox.secret missing)");
 		goto out;
 	}

@@ -46,9 +46,12 @@
 #include "devices/blk.h"
 #include "devices/virtio_attach.h"
 #include "vmm/device.h"
+#include "vmm/thread_filter.h"
 
 #define BLK_LOG "blk"
 #define BLK_STATE_VERSION 1u
+/* The worker's name in /proc/PID/task (at most 15 bytes). */
+#define BLK_WORKER_THREAD_NAME "blk-worker"
 #define BLK_QUEUE_COUNT 1
 #define BLK_QUEUE_NUM_MAX 128
 /* Data segments per request: the queue size less the header and status descriptors. */
@@ -283,6 +286,8 @@ static void *blk_worker(void *opaque)
 	struct blk_device *dev = opaque;
 	uint64_t kicks;
 
+	vmm_thread_enter(VMM_THREAD_BLOCK_WORKER, BLK_WORKER_THREAD_NAME,
+			 dev->mode == BLK_WORKER_CONFINED_THREAD);
 	while (!atomic_load(&dev->stopping)) {
 		if (read(dev->kick_fd, &kicks, sizeof(kicks)) < 0 && errno != EINTR &&
 		    errno != EAGAIN)
@@ -310,7 +315,7 @@ static void blk_queue_notify(void *opaque, unsigned int queue_index)
 	struct blk_device *dev = opaque;
 
 	(void)queue_index;
-	if (dev->mode == BLK_WORKER_THREAD) {
+	if (dev->mode != BLK_WORKER_CALLER) {
 		blk_kick(dev);
 		return;
 	}
@@ -353,7 +358,7 @@ static int blk_activate(void *opaque, struct virtqueue *queues, unsigned int que
 	 * A restored device starts with whatever the guest queued before the snapshot, and the
 	 * guest will not notify for those again: serve them now (a fresh ring is empty).
 	 */
-	if (dev->mode == BLK_WORKER_THREAD)
+	if (dev->mode != BLK_WORKER_CALLER)
 		blk_kick(dev);
 	else
 		blk_serve_queue(dev);
@@ -423,7 +428,7 @@ struct blk_device *blk_device_create(const struct guest_memory *mem, struct irq_
 			 dev->kick_fd < 0 ? strerror(errno) : "out of memory");
 		goto fail;
 	}
-	if (mode == BLK_WORKER_THREAD) {
+	if (mode != BLK_WORKER_CALLER) {
 		rc = pthread_create(&dev->worker, NULL, blk_worker, dev);
 		if (rc != 0) {
 			snprintf(err, errlen, "cannot start a disk worker thread: %s",
@@ -632,6 +637,7 @@ static const struct vm_device_ops blk_vm_ops = {
 struct blk_attach_ctx {
 	const char *path;
 	struct blk_disk disk;
+	bool confine; /* the worker runs under its seccomp filter (the VM's thread filters are on) */
 	bool taken;
 };
 
@@ -639,8 +645,10 @@ static int blk_attach_create(void *opaque, const struct guest_memory *mem, struc
 			     struct virtio_attached *out, char *err, size_t errlen)
 {
 	struct blk_attach_ctx *ctx = opaque;
-	struct blk_device *dev = blk_device_create(mem, irq, &ctx->disk, BLK_WORKER_THREAD, err,
-						   errlen);
+	struct blk_device *dev = blk_device_create(mem, irq, &ctx->disk,
+						   ctx->confine ? BLK_WORKER_CONFINED_THREAD :
+								  BLK_WORKER_THREAD,
+						   err, errlen);
 
 	if (!dev)
 		return -ENOMEM;
@@ -655,7 +663,7 @@ static int blk_attach_create(void *opaque, const struct guest_memory *mem, struc
 static int blk_vm_attach(struct vm *vm, const char *path, bool read_only,
 			 const struct blk_identity *saved_id, char *err, size_t errlen)
 {
-	struct blk_attach_ctx ctx = { .path = path };
+	struct blk_attach_ctx ctx = { .path = path, .confine = vm_thread_filters_on(vm) };
 	char what[PATH_MAX + sizeof("the disk ")];
 	const struct virtio_attach spec = {
 		.type = &blk_device_type, .what = what, .create = blk_attach_create, .ctx = &ctx,

@@ -83,10 +83,14 @@ void blk_request_parse(const struct virtqueue_chain *chain, const struct blk_dis
 uint32_t blk_disk_serve(const struct blk_disk *disk, const struct virtqueue_chain *chain,
 			uint8_t *status);
 
-/* Where requests are served: a worker thread, or the notifying thread (tests, the fuzzer). */
+/*
+ * Where requests are served: a worker thread (confined by the disk role's seccomp filter,
+ * vmm/thread_filter.h, or not), or the notifying thread (tests, the fuzzer).
+ */
 enum blk_worker_mode {
 	BLK_WORKER_THREAD,
 	BLK_WORKER_CALLER,
+	BLK_WORKER_CONFINED_THREAD,
 };
 
 struct blk_device;

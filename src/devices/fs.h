@@ -36,6 +36,7 @@ struct fs_device_config {
 	const struct guest_memory *mem;
 	struct irq_line irq;
 	enum fs_worker_mode worker_mode;
+	bool confine_worker; /* the worker installs its seccomp filter (vmm/thread_filter.h) */
 };
 
 struct fs_device;

@@ -35,6 +35,8 @@ struct net_config {
 	uint16_t dns_server_port;
 	struct net_publish publish[NET_MAX_PUBLISH];
 	unsigned int publish_count;
+	/* Set by the VM, not the user: the worker installs its seccomp filter (thread_filter.h). */
+	bool confine_worker;
 };
 
 /* What the device has done, for tests and logs. */

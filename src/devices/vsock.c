@@ -17,7 +17,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
-#include <sys/prctl.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -286,16 +285,8 @@ static int vsock_loop_once(struct vsock_device *dev, int timeout_ms)
 static void *vsock_worker_main(void *arg)
 {
 	struct vsock_device *dev = arg;
-	int confined;
 
-	prctl(PR_SET_NAME, VSOCK_WORKER_THREAD_NAME, 0, 0, 0);
-	confined = dev->confine_worker ? vmm_thread_confine(VMM_THREAD_DEVICE_WORKER) : 0;
-
-	if (confined < 0) {
-		/* the device stays up, unconfined, rather than cut the guest off its host */
-		log_error(log_module, "cannot install the worker's seccomp filter: %s",
-			  strerror(-confined));
-	}
+	vmm_thread_enter(VMM_THREAD_DEVICE_WORKER, VSOCK_WORKER_THREAD_NAME, dev->confine_worker);
 	while (!atomic_load(&dev->stopping)) {
 		int rc = vsock_loop_once(dev, -1);
 

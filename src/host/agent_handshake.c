@@ -1,6 +1,9 @@
 /*
- * Connect loop and handshake. The agent may not be listening yet (the VM is booting), so every
- * transient failure (connect refused, no Pong in time, EOF) is retried with a doubling backoff
+ * Connect loop and handshake. The handshake is a challenge-response (docs/protocol.md §3): the
+ * agent opens with a Challenge (a fresh nonce), the host answers with Ping carrying an HMAC of
+ * that nonce under the session secret, and the agent answers Pong; the secret itself never
+ * crosses the wire. The agent may not be listening yet (the VM is booting), so every
+ * transient failure (connect refused, no Challenge or Pong in time, EOF) is retried with a doubling backoff
  * until the deadline, while a Pong that proves the agent speaks another protocol ends the loop
  * at once: retrying cannot fix a version mismatch, and the user must hear about it.
  *
@@ -67,19 +70,60 @@ int agent_connect_deadline_ms(const struct control_channel_config *cfg)
 	return cfg->connect_deadline_ms > 0 ? cfg->connect_deadline_ms : CONNECT_DEFAULT_DEADLINE_MS;
 }
 
-/* Sends Ping and validates Pong; *kind says whether a failure is worth retrying. */
+/*
+ * Reads the agent's Challenge into nonce. An agent of an older protocol waits for Ping
+ * instead, so no Challenge within the wait is a retry like a missing Pong.
+ */
+static int handshake_read_challenge(int fd, int timeout_ms, uint8_t nonce[PROTO_NONCE_SIZE],
+				    enum handshake_outcome_kind *kind, char *reason,
+				    size_t reason_len)
+{
+	struct proto_frame frame;
+	int rc = proto_frame_read_timed(fd, false, timeout_ms, &frame);
+
+	if (rc == -ETIMEDOUT || rc == -ETIME) {
+		snprintf(reason, reason_len, "no Challenge from the agent within %d ms (an agent "
+			 "older than protocol version %u never sends one)", timeout_ms,
+			 PROTO_VERSION);
+		return -ETIMEDOUT;
+	}
+	if (rc < 0) {
+		snprintf(reason, reason_len, "reading the agent's Challenge failed: %s",
+			 strerror(-rc));
+		return rc;
+	}
+	if (frame.type != PROTO_MSG_CHALLENGE || frame.body_len != PROTO_CHALLENGE_SIZE) {
+		snprintf(reason, reason_len, "the agent opened with %s of %zu bytes instead of a "
+			 "Challenge: rebuild the guest image with this voidbox's agent",
+			 proto_msg_type_name(frame.type), frame.body_len);
+		proto_frame_free(&frame);
+		*kind = HANDSHAKE_FATAL;
+		return -EPROTO;
+	}
+	memcpy(nonce, frame.body, PROTO_NONCE_SIZE);
+	proto_frame_free(&frame);
+	return 0;
+}
+
+/*
+ * Answers the agent's Challenge with Ping (the proof over its nonce, never the secret) and
+ * validates Pong; *kind says whether a failure is worth retrying.
+ */
 static int handshake_run(const struct control_channel_config *cfg, int fd, int pong_timeout_ms,
 			 enum handshake_outcome_kind *kind, char *reason, size_t reason_len)
 {
 	struct proto_ping ping = { .version = PROTO_VERSION,
 				   .flags = PROTO_FLAG_SUPPORTS_MULTIPLEX };
-	uint8_t ping_body[PROTO_PING_SIZE];
+	uint8_t ping_body[PROTO_PING_SIZE], nonce[PROTO_NONCE_SIZE];
 	struct proto_frame frame;
 	struct proto_pong pong;
 	int rc;
 
 	*kind = HANDSHAKE_RETRY;
-	memcpy(ping.secret, cfg->secret, PROTO_SECRET_SIZE);
+	rc = handshake_read_challenge(fd, pong_timeout_ms, nonce, kind, reason, reason_len);
+	if (rc < 0)
+		return rc;
+	proto_handshake_proof(cfg->secret, nonce, ping.proof);
 	proto_ping_encode(&ping, ping_body);
 	rc = set_socket_timeout(fd, SO_SNDTIMEO, SEND_TIMEOUT_MS);
 	if (rc == 0)

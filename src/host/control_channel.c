@@ -34,6 +34,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <time.h>
@@ -45,6 +46,8 @@
 #include "host/control_channel_internal.h"
 
 #define LOG_MODULE "channel"
+/* The reader thread's name in /proc/PID/task (at most 15 bytes). */
+#define CHANNEL_READER_THREAD_NAME "channel-reader"
 #define CHANNEL_PONG_TIMEOUT_MAX_MS 2000
 /* bytes of undelivered stream frames one connection may hold before the reader pauses */
 #define STREAM_QUEUE_BYTES_MAX (8u * 1024u * 1024u)
@@ -99,6 +102,7 @@ struct channel_conn {
 	int fd;
 	pthread_t reader;
 	bool reader_started;
+	void (*reader_start)(void);  /* control_channel_config.reader_start */
 	pthread_mutex_t lock;        /* slots, dead, reason, queued_bytes */
 	pthread_mutex_t write_lock;  /* one frame at a time on the socket */
 	pthread_cond_t queue_space;  /* the reader waits here while the stream queues are full */
@@ -328,6 +332,10 @@ static void *conn_reader_run(void *arg)
 {
 	struct channel_conn *conn = arg;
 
+	/* named, so /proc/PID/task shows which thread is which (and tests can find it) */
+	prctl(PR_SET_NAME, CHANNEL_READER_THREAD_NAME, 0, 0, 0);
+	if (conn->reader_start)
+		conn->reader_start();
 	for (;;) {
 		struct proto_frame frame;
 		char reason[CONTROL_CHANNEL_ERROR_MAX];
@@ -347,7 +355,7 @@ static void *conn_reader_run(void *arg)
 	}
 }
 
-static int conn_start(int fd, struct channel_conn **out)
+static int conn_start(int fd, void (*reader_start)(void), struct channel_conn **out)
 {
 	struct channel_conn *conn = calloc(1, sizeof(*conn));
 	int rc;
@@ -358,6 +366,7 @@ static int conn_start(int fd, struct channel_conn **out)
 	}
 	atomic_init(&conn->refs, 1);
 	conn->fd = fd;
+	conn->reader_start = reader_start;
 	pthread_mutex_init(&conn->lock, NULL);
 	pthread_mutex_init(&conn->write_lock, NULL);
 	pthread_cond_init(&conn->queue_space, NULL);
@@ -433,7 +442,7 @@ static int channel_acquire(struct control_channel *ch, struct channel_conn **out
 		pthread_mutex_unlock(&ch->establish_lock);
 		return control_channel_fail(fd, "%s", reason);
 	}
-	rc = conn_start(fd, &conn);
+	rc = conn_start(fd, ch->cfg.reader_start, &conn);
 	if (rc < 0) {
 		pthread_mutex_unlock(&ch->establish_lock);
 		return control_channel_fail(rc, "starting the control channel reader failed: %s",

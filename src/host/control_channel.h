@@ -44,6 +44,11 @@ struct control_channel_config {
 	 * before the call fails; 0 means 60 s, a negative value turns the check off.
 	 */
 	int liveness_timeout_ms;
+	/*
+	 * Called first on each connection's reader thread, before it reads a byte from the guest:
+	 * the sandbox installs the reader's seccomp filter there. NULL: the reader runs as is.
+	 */
+	void (*reader_start)(void);
 };
 
 struct control_channel;

@@ -31,6 +31,8 @@
 #define FRAME_MS_PER_SEC 1000
 #define FRAME_NS_PER_MS 1000000L
 #define FRAME_NS_PER_SEC 1000000000L
+/* What the handshake proof's MAC covers before the nonce: binds it to this use and version. */
+#define HANDSHAKE_PROOF_LABEL "voidbox-handshake-v3"
 #define HEX_DIGITS_PER_BYTE 2
 #define HEX_NIBBLE_BITS 4
 #define HEX_NIBBLE_MASK 0x0fu
@@ -65,6 +67,7 @@ static const char *const proto_type_names[] = {
 	[PROTO_MSG_PTY_CLOSED] = "PtyClosed",
 	[PROTO_MSG_SET_POLICY] = "SetPolicy",
 	[PROTO_MSG_SET_POLICY_RESPONSE] = "SetPolicyResponse",
+	[PROTO_MSG_CHALLENGE] = "Challenge",
 };
 
 bool proto_msg_type_is_valid(uint8_t type)
@@ -116,7 +119,8 @@ void proto_header_build(uint8_t header[PROTO_HEADER_SIZE], uint32_t payload_len,
 
 static bool frame_carries_request_id(uint8_t type, bool multiplexed)
 {
-	return multiplexed && type != PROTO_MSG_PING && type != PROTO_MSG_PONG;
+	return multiplexed && type != PROTO_MSG_PING && type != PROTO_MSG_PONG &&
+	       type != PROTO_MSG_CHALLENGE;
 }
 
 void proto_frame_free(struct proto_frame *frame)
@@ -433,14 +437,14 @@ int proto_frame_write(int fd, uint8_t type, bool multiplexed, uint32_t request_i
 
 int proto_ping_decode(const uint8_t *body, size_t len, struct proto_ping *out)
 {
-	const size_t version_end = PROTO_SECRET_SIZE + HANDSHAKE_VERSION_SIZE;
+	const size_t version_end = PROTO_PROOF_SIZE + HANDSHAKE_VERSION_SIZE;
 
 	memset(out, 0, sizeof(*out));
-	if (len < PROTO_SECRET_SIZE)
+	if (len < PROTO_PROOF_SIZE)
 		return -EPROTO;
-	memcpy(out->secret, body, PROTO_SECRET_SIZE);
+	memcpy(out->proof, body, PROTO_PROOF_SIZE);
 	if (len >= version_end)
-		out->version = le32_load(body + PROTO_SECRET_SIZE);
+		out->version = le32_load(body + PROTO_PROOF_SIZE);
 	if (len >= PROTO_PING_SIZE)
 		out->flags = body[version_end];
 	return 0;
@@ -448,9 +452,22 @@ int proto_ping_decode(const uint8_t *body, size_t len, struct proto_ping *out)
 
 void proto_ping_encode(const struct proto_ping *ping, uint8_t out[PROTO_PING_SIZE])
 {
-	memcpy(out, ping->secret, PROTO_SECRET_SIZE);
-	le32_store(out + PROTO_SECRET_SIZE, ping->version);
-	out[PROTO_SECRET_SIZE + HANDSHAKE_VERSION_SIZE] = ping->flags;
+	memcpy(out, ping->proof, PROTO_PROOF_SIZE);
+	le32_store(out + PROTO_PROOF_SIZE, ping->version);
+	out[PROTO_PROOF_SIZE + HANDSHAKE_VERSION_SIZE] = ping->flags;
+}
+
+void proto_handshake_proof(const uint8_t secret[PROTO_SECRET_SIZE],
+			   const uint8_t nonce[PROTO_NONCE_SIZE], uint8_t out[PROTO_PROOF_SIZE])
+{
+	static const char label[] = HANDSHAKE_PROOF_LABEL;
+	const struct proto_bytes_piece pieces[] = {
+		{ (const uint8_t *)label, sizeof(label) - 1 },
+		{ nonce, PROTO_NONCE_SIZE },
+	};
+
+	proto_hmac_sha256(secret, PROTO_SECRET_SIZE, pieces, sizeof(pieces) / sizeof(pieces[0]),
+			  out);
 }
 
 int proto_pong_decode(const uint8_t *body, size_t len, struct proto_pong *out)

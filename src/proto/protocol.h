@@ -25,10 +25,15 @@
  */
 #define PROTO_JSON_VALUES_MAX (256u * 1024u)
 #define PROTO_REQUEST_ID_SIZE 4
-#define PROTO_VERSION 2u
+#define PROTO_VERSION 3u
 #define PROTO_FLAG_SUPPORTS_MULTIPLEX 0x01u
 #define PROTO_SECRET_SIZE 32
-#define PROTO_PING_SIZE (PROTO_SECRET_SIZE + 4 + 1)
+/* The agent's challenge (a fresh random nonce) and the host's proof (HMAC-SHA256) over it. */
+#define PROTO_NONCE_SIZE 32
+#define PROTO_SHA256_SIZE 32
+#define PROTO_PROOF_SIZE PROTO_SHA256_SIZE
+#define PROTO_CHALLENGE_SIZE PROTO_NONCE_SIZE
+#define PROTO_PING_SIZE (PROTO_PROOF_SIZE + 4 + 1)
 #define PROTO_PONG_SIZE (4 + 1)
 #define PROTO_GUEST_AGENT_PORT 1234u
 /* exit_code reported when the process died by a signal (exec) */
@@ -64,7 +69,8 @@ enum proto_msg_type {
 	PROTO_MSG_PTY_CLOSED = 27,
 	PROTO_MSG_SET_POLICY = 28,
 	PROTO_MSG_SET_POLICY_RESPONSE = 29,
-	PROTO_MSG_TYPE_LAST = PROTO_MSG_SET_POLICY_RESPONSE,
+	PROTO_MSG_CHALLENGE = 30,
+	PROTO_MSG_TYPE_LAST = PROTO_MSG_CHALLENGE,
 };
 
 bool proto_msg_type_is_valid(uint8_t type);
@@ -127,18 +133,39 @@ int proto_frame_write(int fd, uint8_t type, bool multiplexed, uint32_t request_i
 
 /* ---- handshake --------------------------------------------------------------------------- */
 
+/*
+ * Challenge-response (docs/protocol.md §3): on accept the agent sends Challenge, a fresh nonce;
+ * the host answers with Ping, whose proof is proto_handshake_proof(secret, nonce); the agent
+ * checks it and sends Pong. The secret never crosses the wire, and a recorded Ping proves
+ * nothing on a later connection, whose nonce differs.
+ */
 struct proto_ping {
-	uint8_t secret[PROTO_SECRET_SIZE];
+	uint8_t proof[PROTO_PROOF_SIZE];
 	uint32_t version;
 	uint8_t flags;
 };
+
+/* HMAC-SHA256(secret, "voidbox-handshake-v3" || nonce): what the host's Ping carries. */
+void proto_handshake_proof(const uint8_t secret[PROTO_SECRET_SIZE],
+			   const uint8_t nonce[PROTO_NONCE_SIZE], uint8_t out[PROTO_PROOF_SIZE]);
+
+/* Bytes hashed as one message (src/proto/hmac_sha256.c). */
+struct proto_bytes_piece {
+	const uint8_t *data;
+	size_t len;
+};
+
+void proto_sha256(const struct proto_bytes_piece *pieces, size_t count,
+		  uint8_t out[PROTO_SHA256_SIZE]);
+void proto_hmac_sha256(const uint8_t *key, size_t key_len, const struct proto_bytes_piece *pieces,
+		       size_t count, uint8_t out[PROTO_SHA256_SIZE]);
 
 struct proto_pong {
 	uint32_t version;
 	uint8_t flags;
 };
 
-/* Append-only parsing as upstream: <32 bytes invalid (-EPROTO); missing tail fields are 0. */
+/* Append-only parsing: <32 bytes invalid (-EPROTO); missing tail fields are 0. */
 int proto_ping_decode(const uint8_t *body, size_t len, struct proto_ping *out);
 void proto_ping_encode(const struct proto_ping *ping, uint8_t out[PROTO_PING_SIZE]);
 int proto_pong_decode(const uint8_t *body, size_t len, struct proto_pong *out);

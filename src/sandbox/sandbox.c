@@ -30,7 +30,9 @@
 #include "host/vsock_connect.h"
 #include "store/guest_image.h"
 #include "store/snapshot_store.h"
+#include "vmm/device.h"
 #include "vmm/kvm.h"
+#include "vmm/thread_filter.h"
 
 #define SANDBOX_LOG "sandbox"
 #define SANDBOX_RUNTIME_TEMPLATE "voidbox-XXXXXX"
@@ -200,6 +202,12 @@ static int sandbox_vsock_connector(void *opaque, int timeout_ms)
 	return vsock_host_connect(sandbox->socket_path, PROTO_GUEST_AGENT_PORT, timeout_ms);
 }
 
+/* Every reader of the control channel parses what the guest sends, under its filter. */
+static void sandbox_confine_channel_reader(void)
+{
+	vmm_thread_enter(VMM_THREAD_CHANNEL_READER, NULL, true); /* the channel named it */
+}
+
 /* connect_deadline_ms: how long the handshake may retry; 0 is the channel's default. */
 static int sandbox_open_channel(struct sandbox *sandbox, int connect_deadline_ms, char *err,
 				size_t errlen)
@@ -215,6 +223,8 @@ static int sandbox_open_channel(struct sandbox *sandbox, int connect_deadline_ms
 						  ? connect_deadline_ms
 						  : sandbox->host.connect_deadline_ms;
 	channel_cfg.liveness_timeout_ms = sandbox->host.liveness_timeout_ms;
+	if (vm_thread_filters_on(sandbox->vm))
+		channel_cfg.reader_start = sandbox_confine_channel_reader;
 	memcpy(channel_cfg.secret, sandbox->secret, sizeof(channel_cfg.secret));
 	sandbox->channel = control_channel_create(&channel_cfg);
 	if (!sandbox->channel) {

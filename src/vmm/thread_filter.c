@@ -1,18 +1,48 @@
 /*
  * The allow lists of thread_filter.h, built with libseccomp. The lists are what the loops
  * call, read off the code: KVM ioctls and interrupt lines, reads and writes on descriptors
- * the thread was handed (the console log, eventfds, the vsock sockets), memory management for
- * malloc, futexes for the locks, the clock, getrandom for the entropy device, signals for the
- * kicks, and thread exit.
+ * the thread was handed (the console log, eventfds, the vsock sockets, a disk), memory
+ * management for malloc, futexes for the locks, the clock, getrandom for the entropy device,
+ * signals for the kicks, and thread exit. Every role shares the common list and adds its own
+ * (one table, indexed by role); two roles add calls with their arguments pinned: the network
+ * worker may make IPv4 and IPv6 sockets only and open files read-only (libslirp reads
+ * /etc/resolv.conf for the guest's DNS), never a unix, netlink or packet socket. A share's
+ * worker is also held beneath its directory by Landlock, since seccomp cannot judge paths.
  */
 #include "vmm/thread_filter.h"
 
 #include <errno.h>
+#include <fcntl.h>
+#include <linux/landlock.h>
 #include <seccomp.h>
 #include <stddef.h>
+#include <string.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "common/log.h"
 
 #define FILTER_DENY_ERRNO EPERM
+/* The open flags that would let a read-only role create, truncate or write a file. */
+#define FILTER_WRITE_OPEN_FLAGS ((scmp_datum_t)(O_ACCMODE | O_CREAT | O_TRUNC | O_APPEND))
+/* Where the flags are in open(path, flags) and openat(dirfd, path, flags). */
+#define FILTER_OPEN_FLAGS_ARG 1
+#define FILTER_OPENAT_FLAGS_ARG 2
+
+#define FILTER_COUNT(list) (sizeof(list) / sizeof((list)[0]))
+
+/*
+ * Landlock: the version that can rename across directories (REFER). Later rights (TRUNCATE,
+ * device ioctls) are left unhandled: the share role's seccomp filter has no path-based
+ * truncate, and the worker opens no devices.
+ */
+#define LANDLOCK_ABI_REFER 2
+/* Every file access right of Landlock's first version (bits 0 to MAKE_SYM). */
+#define LANDLOCK_ACCESS_FS_ABI1 ((LANDLOCK_ACCESS_FS_MAKE_SYM << 1) - 1)
+#define LANDLOCK_ACCESS_FS_READ_ONLY \
+	(LANDLOCK_ACCESS_FS_EXECUTE | LANDLOCK_ACCESS_FS_READ_FILE | LANDLOCK_ACCESS_FS_READ_DIR)
 
 /* Every role: memory, locks, time, signals, logging, exit. */
 static const int filter_common_calls[] = {
@@ -31,15 +61,72 @@ static const int filter_common_calls[] = {
 	SCMP_SYS(epoll_ctl), SCMP_SYS(shutdown),
 };
 
-/* A device worker also waits on its descriptors and serves the host's connections. */
-static const int filter_worker_calls[] = {
+/* The vsock worker also waits on its descriptors and serves the host's connections. */
+static const int filter_device_worker_calls[] = {
 	SCMP_SYS(epoll_wait), SCMP_SYS(epoll_pwait), SCMP_SYS(accept), SCMP_SYS(accept4),
 	SCMP_SYS(recvfrom), SCMP_SYS(sendto), SCMP_SYS(recvmsg), SCMP_SYS(sendmsg),
 	SCMP_SYS(getsockopt), SCMP_SYS(setsockopt), SCMP_SYS(fcntl), SCMP_SYS(poll),
 	SCMP_SYS(ppoll),
 };
 
-#define FILTER_COUNT(list) (sizeof(list) / sizeof((list)[0]))
+/* A disk's worker moves data between its file and the chain's buffers, and flushes. */
+static const int filter_block_worker_calls[] = {
+	SCMP_SYS(preadv), SCMP_SYS(pwritev), SCMP_SYS(preadv2), SCMP_SYS(pwritev2),
+	SCMP_SYS(fdatasync), SCMP_SYS(fsync),
+};
+
+/*
+ * A share's FUSE server: every call works on descriptors opened beneath the share with
+ * openat2(RESOLVE_BENEATH) (src/devices/fuse_server.c), or on /proc/self/fd paths of them.
+ */
+static const int filter_share_worker_calls[] = {
+	SCMP_SYS(open), SCMP_SYS(openat), SCMP_SYS(openat2), SCMP_SYS(statx), SCMP_SYS(stat),
+	SCMP_SYS(lstat), SCMP_SYS(fstatfs), SCMP_SYS(statfs), SCMP_SYS(access),
+	SCMP_SYS(faccessat), SCMP_SYS(faccessat2), SCMP_SYS(fallocate), SCMP_SYS(fdatasync),
+	SCMP_SYS(fsync), SCMP_SYS(ftruncate), SCMP_SYS(getxattr), SCMP_SYS(lgetxattr),
+	SCMP_SYS(fgetxattr), SCMP_SYS(setxattr), SCMP_SYS(lsetxattr), SCMP_SYS(fsetxattr),
+	SCMP_SYS(listxattr), SCMP_SYS(llistxattr), SCMP_SYS(flistxattr), SCMP_SYS(removexattr),
+	SCMP_SYS(lremovexattr), SCMP_SYS(fremovexattr), SCMP_SYS(linkat), SCMP_SYS(mkdirat), SCMP_SYS(mknodat),
+	SCMP_SYS(readlink), SCMP_SYS(readlinkat), SCMP_SYS(renameat), SCMP_SYS(renameat2),
+	SCMP_SYS(symlinkat), SCMP_SYS(unlinkat), SCMP_SYS(utimensat), SCMP_SYS(chmod),
+	SCMP_SYS(fchmod), SCMP_SYS(fchmodat), SCMP_SYS(getdents64), SCMP_SYS(dup),
+	SCMP_SYS(fcntl), SCMP_SYS(geteuid),
+};
+
+/* libslirp's loop: the guest's connections and datagrams (socket() itself is pinned below). */
+static const int filter_net_worker_calls[] = {
+	SCMP_SYS(poll), SCMP_SYS(ppoll), SCMP_SYS(connect), SCMP_SYS(bind), SCMP_SYS(listen),
+	SCMP_SYS(accept), SCMP_SYS(accept4), SCMP_SYS(getsockname), SCMP_SYS(getpeername),
+	SCMP_SYS(recvfrom), SCMP_SYS(sendto), SCMP_SYS(recvmsg), SCMP_SYS(sendmsg),
+	SCMP_SYS(getsockopt), SCMP_SYS(setsockopt), SCMP_SYS(fcntl), SCMP_SYS(stat),
+	SCMP_SYS(statx),
+};
+
+/* The control channel's reader waits for frames with a deadline. */
+static const int filter_channel_reader_calls[] = {
+	SCMP_SYS(poll), SCMP_SYS(ppoll), SCMP_SYS(recvfrom), SCMP_SYS(recvmsg),
+};
+
+struct filter_role {
+	const char *name;
+	const int *calls;
+	size_t count;
+	bool net_pinned; /* also socket(AF_INET/AF_INET6) and read-only opens */
+};
+
+static const struct filter_role filter_roles[VMM_THREAD_ROLE_COUNT] = {
+	[VMM_THREAD_VCPU] = { "vcpu", NULL, 0, false },
+	[VMM_THREAD_DEVICE_WORKER] = { "device worker", filter_device_worker_calls,
+				       FILTER_COUNT(filter_device_worker_calls), false },
+	[VMM_THREAD_BLOCK_WORKER] = { "disk worker", filter_block_worker_calls,
+				      FILTER_COUNT(filter_block_worker_calls), false },
+	[VMM_THREAD_SHARE_WORKER] = { "share worker", filter_share_worker_calls,
+				      FILTER_COUNT(filter_share_worker_calls), false },
+	[VMM_THREAD_NET_WORKER] = { "network worker", filter_net_worker_calls,
+				    FILTER_COUNT(filter_net_worker_calls), true },
+	[VMM_THREAD_CHANNEL_READER] = { "channel reader", filter_channel_reader_calls,
+					FILTER_COUNT(filter_channel_reader_calls), false },
+};
 
 static int filter_allow(scmp_filter_ctx ctx, const int *calls, size_t count)
 {
@@ -52,11 +139,35 @@ static int filter_allow(scmp_filter_ctx ctx, const int *calls, size_t count)
 	return 0;
 }
 
+/* socket() for IPv4 and IPv6 only; open() and openat() without a flag that writes. */
+static int filter_allow_net_pinned(scmp_filter_ctx ctx)
+{
+	int rc = seccomp_rule_add(ctx, SCMP_ACT_ALLOW, SCMP_SYS(socket), 1,
+				  SCMP_A0(SCMP_CMP_EQ, AF_INET, 0));
+
+	if (rc == 0)
+		rc = seccomp_rule_add(ctx, SCMP_ACT_ALLOW, SCMP_SYS(socket), 1,
+				      SCMP_A0(SCMP_CMP_EQ, AF_INET6, 0));
+	if (rc == 0)
+		rc = seccomp_rule_add(ctx, SCMP_ACT_ALLOW, SCMP_SYS(open), 1,
+				      SCMP_CMP(FILTER_OPEN_FLAGS_ARG, SCMP_CMP_MASKED_EQ,
+					       FILTER_WRITE_OPEN_FLAGS, 0));
+	if (rc == 0)
+		rc = seccomp_rule_add(ctx, SCMP_ACT_ALLOW, SCMP_SYS(openat), 1,
+				      SCMP_CMP(FILTER_OPENAT_FLAGS_ARG, SCMP_CMP_MASKED_EQ,
+					       FILTER_WRITE_OPEN_FLAGS, 0));
+	return rc;
+}
+
 int vmm_thread_confine(enum vmm_thread_role role)
 {
+	const struct filter_role *spec;
 	scmp_filter_ctx ctx;
 	int rc;
 
+	if ((unsigned int)role >= VMM_THREAD_ROLE_COUNT)
+		return -EINVAL;
+	spec = &filter_roles[role];
 	/* unprivileged seccomp needs it; it only stops privilege gains through exec */
 	if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0)
 		return -errno;
@@ -67,8 +178,10 @@ int vmm_thread_confine(enum vmm_thread_role role)
 	rc = seccomp_attr_set(ctx, SCMP_FLTATR_CTL_TSYNC, 0);
 	if (rc == 0)
 		rc = filter_allow(ctx, filter_common_calls, FILTER_COUNT(filter_common_calls));
-	if (rc == 0 && role == VMM_THREAD_DEVICE_WORKER)
-		rc = filter_allow(ctx, filter_worker_calls, FILTER_COUNT(filter_worker_calls));
+	if (rc == 0)
+		rc = filter_allow(ctx, spec->calls, spec->count);
+	if (rc == 0 && spec->net_pinned)
+		rc = filter_allow_net_pinned(ctx);
 	if (rc == 0)
 		rc = seccomp_load(ctx);
 	seccomp_release(ctx);
@@ -77,5 +190,66 @@ int vmm_thread_confine(enum vmm_thread_role role)
 
 const char *vmm_thread_role_name(enum vmm_thread_role role)
 {
-	return role == VMM_THREAD_VCPU ? "vcpu" : "device worker";
+	return (unsigned int)role < VMM_THREAD_ROLE_COUNT ? filter_roles[role].name : "unknown";
+}
+
+/* The file rights the restriction handles; 0 where Landlock is missing or too old. */
+static uint64_t landlock_handled_rights(void)
+{
+	long abi = syscall(SYS_landlock_create_ruleset, NULL, 0, LANDLOCK_CREATE_RULESET_VERSION);
+
+	return abi < LANDLOCK_ABI_REFER ? 0 : LANDLOCK_ACCESS_FS_ABI1 | LANDLOCK_ACCESS_FS_REFER;
+}
+
+bool vmm_thread_restrict_usable(void)
+{
+	return landlock_handled_rights() != 0;
+}
+
+/* Adds "dir and everything beneath it, with rights" to the ruleset. 0 or -errno. */
+static int landlock_allow_beneath(int ruleset_fd, const char *dir, uint64_t rights)
+{
+	struct landlock_path_beneath_attr beneath = { .allowed_access = rights };
+	int rc = 0;
+
+	beneath.parent_fd = open(dir, O_PATH | O_DIRECTORY | O_CLOEXEC);
+	if (beneath.parent_fd < 0)
+		return -errno;
+	if (syscall(SYS_landlock_add_rule, ruleset_fd, LANDLOCK_RULE_PATH_BENEATH, &beneath, 0) < 0)
+		rc = -errno;
+	close(beneath.parent_fd);
+	return rc;
+}
+
+int vmm_thread_restrict_to_dirs(const char *const dirs[], size_t count, bool read_only)
+{
+	uint64_t handled = landlock_handled_rights();
+	struct landlock_ruleset_attr ruleset = { .handled_access_fs = handled };
+	int ruleset_fd, rc = 0;
+
+	if (!handled)
+		return -EOPNOTSUPP;
+	ruleset_fd = (int)syscall(SYS_landlock_create_ruleset, &ruleset, sizeof(ruleset), 0);
+	if (ruleset_fd < 0)
+		return -errno;
+	for (size_t i = 0; i < count && rc == 0; i++)
+		rc = landlock_allow_beneath(ruleset_fd, dirs[i],
+					    read_only ? LANDLOCK_ACCESS_FS_READ_ONLY : handled);
+	if (rc == 0 && (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0 ||
+			syscall(SYS_landlock_restrict_self, ruleset_fd, 0) < 0))
+		rc = -errno;
+	close(ruleset_fd);
+	return rc;
+}
+
+void vmm_thread_enter(enum vmm_thread_role role, const char *thread_name, bool confine)
+{
+	int rc;
+
+	if (thread_name)
+		prctl(PR_SET_NAME, thread_name, 0, 0, 0);
+	rc = confine ? vmm_thread_confine(role) : 0;
+	if (rc < 0)
+		log_error("vmm", "cannot install the %s seccomp filter: %s; the thread runs "
+			  "unconfined", vmm_thread_role_name(role), strerror(-rc));
 }

@@ -95,29 +95,65 @@ static void client_timeout(int fd, int ms)
 	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
 }
 
+/* Reads the Challenge the agent opens every connection with. 0, or -1. */
+static int client_read_challenge(int fd, uint8_t nonce[PROTO_NONCE_SIZE])
+{
+	struct proto_frame frame = { 0 };
+	int rc = -1;
+
+	client_timeout(fd, READ_TIMEOUT_MS);
+	if (proto_frame_read(fd, false, &frame) == 0 && frame.type == PROTO_MSG_CHALLENGE &&
+	    frame.body_len == PROTO_NONCE_SIZE) {
+		memcpy(nonce, frame.body, PROTO_NONCE_SIZE);
+		rc = 0;
+	}
+	proto_frame_free(&frame);
+	return rc;
+}
+
+/* The Ping a host with key sends in answer to nonce. */
+static void client_ping_body(const uint8_t *key, const uint8_t nonce[PROTO_NONCE_SIZE],
+			     uint8_t flags, uint8_t body[PROTO_PING_SIZE])
+{
+	struct proto_ping ping = { .version = PROTO_VERSION, .flags = flags };
+
+	proto_handshake_proof(key, nonce, ping.proof);
+	proto_ping_encode(&ping, body);
+}
+
+/* Sends a Ping body and reads the Pong: 0 when the agent accepted it. */
+static int client_ping(int fd, const uint8_t body[PROTO_PING_SIZE])
+{
+	struct proto_frame frame = { 0 };
+	struct proto_pong pong;
+	int rc = -1;
+
+	if (proto_frame_write(fd, PROTO_MSG_PING, false, 0, body, PROTO_PING_SIZE) == 0 &&
+	    proto_frame_read(fd, false, &frame) == 0 && frame.type == PROTO_MSG_PONG &&
+	    proto_pong_decode(frame.body, frame.body_len, &pong) == 0 &&
+	    pong.version == PROTO_VERSION && pong.flags == PROTO_FLAG_SUPPORTS_MULTIPLEX)
+		rc = 0;
+	proto_frame_free(&frame);
+	return rc;
+}
+
 /* Returns the connected fd after a successful handshake, or -1. */
 static int client_open_with(const uint8_t *key, uint8_t flags)
 {
-	struct proto_ping ping = { .version = PROTO_VERSION, .flags = flags };
-	uint8_t body[PROTO_PING_SIZE];
-	struct proto_frame frame = { 0 };
-	struct proto_pong pong;
+	uint8_t nonce[PROTO_NONCE_SIZE], body[PROTO_PING_SIZE];
 	int fd = client_connect();
 
 	if (fd < 0)
 		return -1;
-	client_timeout(fd, READ_TIMEOUT_MS);
-	memcpy(ping.secret, key, PROTO_SECRET_SIZE);
-	proto_ping_encode(&ping, body);
-	if (proto_frame_write(fd, PROTO_MSG_PING, false, 0, body, sizeof(body)) != 0 ||
-	    proto_frame_read(fd, false, &frame) != 0 || frame.type != PROTO_MSG_PONG ||
-	    proto_pong_decode(frame.body, frame.body_len, &pong) != 0 ||
-	    pong.version != PROTO_VERSION || pong.flags != PROTO_FLAG_SUPPORTS_MULTIPLEX) {
-		proto_frame_free(&frame);
+	if (client_read_challenge(fd, nonce) < 0) {
 		close(fd);
 		return -1;
 	}
-	proto_frame_free(&frame);
+	client_ping_body(key, nonce, flags, body);
+	if (client_ping(fd, body) < 0) {
+		close(fd);
+		return -1;
+	}
 	return fd;
 }
 
@@ -274,8 +310,9 @@ static bool output_is(const struct proto_bytes *bytes, const char *text)
 
 static void test_handshake_rejections(void)
 {
-	uint8_t wrong[PROTO_SECRET_SIZE];
-	struct proto_ping ping = { .version = PROTO_VERSION };
+	uint8_t wrong[PROTO_SECRET_SIZE], nonce[PROTO_NONCE_SIZE];
+	struct proto_ping ping = { .version = PROTO_VERSION,
+				   .flags = PROTO_FLAG_SUPPORTS_MULTIPLEX };
 	uint8_t body[PROTO_PING_SIZE];
 	int fd;
 
@@ -287,14 +324,15 @@ static void test_handshake_rejections(void)
 	/* A request before the Ping closes the connection. */
 	fd = client_connect();
 	CHECK(fd >= 0);
+	CHECK_INT_EQ(client_read_challenge(fd, nonce), 0);
 	CHECK_INT_EQ(proto_frame_write(fd, PROTO_MSG_SNAPSHOT_READY, false, 0, NULL, 0), 0);
 	CHECK(client_sees_close(fd));
 	close(fd);
 
-	/* A Ping with a wrong secret gets no Pong, just a close. */
+	/* A Ping carrying the secret itself (the old protocol's) is no proof: just a close. */
 	fd = client_connect();
-	memcpy(ping.secret, wrong, sizeof(wrong));
-	ping.flags = PROTO_FLAG_SUPPORTS_MULTIPLEX;
+	CHECK_INT_EQ(client_read_challenge(fd, nonce), 0);
+	memcpy(ping.proof, secret, sizeof(ping.proof));
 	proto_ping_encode(&ping, body);
 	CHECK_INT_EQ(proto_frame_write(fd, PROTO_MSG_PING, false, 0, body, sizeof(body)), 0);
 	CHECK(client_sees_close(fd));
@@ -302,6 +340,33 @@ static void test_handshake_rejections(void)
 
 	fd = client_open();
 	CHECK(fd >= 0);
+	close(fd);
+}
+
+/*
+ * The secret never crosses the wire and a recorded handshake cannot be replayed: every
+ * connection gets a fresh Challenge, the Ping answers it with an HMAC (the secret's bytes are
+ * not in it), and a Ping recorded on one connection is refused on the next.
+ */
+static void test_handshake_not_replayable(void)
+{
+	uint8_t first_nonce[PROTO_NONCE_SIZE], second_nonce[PROTO_NONCE_SIZE];
+	uint8_t recorded[PROTO_PING_SIZE];
+	int fd = client_connect();
+
+	CHECK(fd >= 0);
+	CHECK_INT_EQ(client_read_challenge(fd, first_nonce), 0);
+	client_ping_body(secret, first_nonce, PROTO_FLAG_SUPPORTS_MULTIPLEX, recorded);
+	CHECK(memmem(recorded, sizeof(recorded), secret, sizeof(secret)) == NULL);
+	CHECK_INT_EQ(client_ping(fd, recorded), 0);
+	close(fd);
+
+	fd = client_connect();
+	CHECK(fd >= 0);
+	CHECK_INT_EQ(client_read_challenge(fd, second_nonce), 0);
+	CHECK(memcmp(first_nonce, second_nonce, PROTO_NONCE_SIZE) != 0);
+	CHECK_INT_EQ(proto_frame_write(fd, PROTO_MSG_PING, false, 0, recorded, sizeof(recorded)), 0);
+	CHECK(client_sees_close(fd));
 	close(fd);
 }
 
@@ -1066,6 +1131,7 @@ int main(int argc, char **argv)
 	if (harness_only_test)
 		allow_everything_for_separate_test();
 	RUN_TEST(test_handshake_rejections);
+	RUN_TEST(test_handshake_not_replayable);
 	RUN_TEST(test_connection_registry_full_refuses);
 	RUN_TEST(test_policy_required_and_set_once);
 	RUN_TEST(test_exec_basic);

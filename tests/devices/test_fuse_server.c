@@ -11,6 +11,7 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <linux/fuse.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,6 +24,7 @@
 #include "devices/fuse_server.h"
 #include "fake_guest.h"
 #include "harness.h"
+#include "vmm/thread_filter.h"
 
 #define TEST_REPLY_CAP FUSE_SERVER_MAX_REPLY
 #define TEST_REQUEST_CAP FUSE_SERVER_MAX_REQUEST
@@ -35,6 +37,7 @@
 #define TEST_DIR_MAX 256
 #define TEST_LOW_FD_LIMIT 256u
 #define TEST_NAME_MAX 64
+#define TEST_WORKER_NAME "fs-worker"
 
 struct fx {
 	char dir[TEST_DIR_MAX];     /* the share */
@@ -321,9 +324,10 @@ static void test_create_write_read(void)
 	fx_free(&f);
 }
 
-static void test_directory_operations(void)
+/* Directories, attributes, renames across directories, links, symlinks and removals. */
+static void check_directory_operations(struct fx *fp)
 {
-	struct fx f;
+	struct fx f = *fp; /* a copy: the calls below advance its request ids and results */
 	struct fuse_setattr_in set = { 0 };
 	struct fuse_rename2_in rename = { 0 };
 	struct fuse_link_in link = { 0 };
@@ -332,7 +336,6 @@ static void test_directory_operations(void)
 	struct stat st;
 	uint64_t a, b, fh = 0, file;
 
-	CHECK_INT_EQ(fx_init(&f, FUSE_SERVER_READ_WRITE), 0);
 	a = mkdir_node(&f, TEST_ROOT, "a");
 	b = a ? mkdir_node(&f, a, "b") : 0;
 	CHECK(a && b);
@@ -399,18 +402,27 @@ static void test_directory_operations(void)
 	CHECK(!host_exists(path));
 	host_path(&f, "moved", path);
 	CHECK(!host_exists(path));
+	*fp = f;
+}
+
+static void test_directory_operations(void)
+{
+	struct fx f;
+
+	CHECK_INT_EQ(fx_init(&f, FUSE_SERVER_READ_WRITE), 0);
+	check_directory_operations(&f);
 	fx_free(&f);
 }
 
-static void test_mknod_xattr_statfs(void)
+/* MKNOD (regular files only), user.* xattrs, STATFS. */
+static void check_mknod_xattr_statfs(struct fx *fp)
 {
-	struct fx f;
+	struct fx f = *fp; /* a copy: the calls below advance its request ids and results */
 	struct fuse_mknod_in mknod = { .mode = S_IFREG | TEST_MODE_FILE };
 	struct fuse_setxattr_in set = { .size = 3 };
 	struct fuse_getxattr_in get = { .size = 64 };
 	uint64_t node;
 
-	CHECK_INT_EQ(fx_init(&f, FUSE_SERVER_READ_WRITE), 0);
 	call(&f, FUSE_MKNOD, TEST_ROOT, &mknod, sizeof(mknod), "plain", 6, NULL, 0);
 	CHECK_INT_EQ(f.error, 0);
 	node = ((struct fuse_entry_out *)payload(&f))->nodeid;
@@ -447,6 +459,128 @@ static void test_mknod_xattr_statfs(void)
 	call(&f, FUSE_STATFS, TEST_ROOT, NULL, 0, NULL, 0, NULL, 0);
 	CHECK_INT_EQ(f.error, 0);
 	CHECK(((struct fuse_statfs_out *)payload(&f))->st.bsize > 0);
+	*fp = f;
+}
+
+static void test_mknod_xattr_statfs(void)
+{
+	struct fx f;
+
+	CHECK_INT_EQ(fx_init(&f, FUSE_SERVER_READ_WRITE), 0);
+	check_mknod_xattr_statfs(&f);
+	fx_free(&f);
+}
+
+struct confined_run {
+	struct fx *f;
+	bool landlock;
+	int restrict_rc;
+	int outside_errno; /* open() of a file outside the share, once confined */
+};
+
+/* The share's worker as the device runs it: Landlock (when asked), then the seccomp filter. */
+static void *confined_thread(void *arg)
+{
+	struct confined_run *run = arg;
+	char outside[PATH_MAX];
+	int fd;
+
+	const char *const share[] = { run->f->dir };
+
+	run->restrict_rc = run->landlock ? vmm_thread_restrict_to_dirs(share, 1, false) : 0;
+	vmm_thread_enter(VMM_THREAD_SHARE_WORKER, TEST_WORKER_NAME, true);
+	check_directory_operations(run->f);
+	check_mknod_xattr_statfs(run->f);
+	snprintf(outside, sizeof(outside), "%s/secret", run->f->outside);
+	fd = open(outside, O_RDONLY | O_CLOEXEC);
+	run->outside_errno = fd < 0 ? errno : 0;
+	if (fd >= 0)
+		close(fd);
+	return NULL;
+}
+
+static void run_confined(bool landlock)
+{
+	struct confined_run confined = { .landlock = landlock };
+	char cmd[PATH_MAX + 32];
+	struct fx f;
+	pthread_t thread;
+
+	CHECK_INT_EQ(fx_init(&f, FUSE_SERVER_READ_WRITE), 0);
+	snprintf(cmd, sizeof(cmd), "printf x > %s/secret", f.outside);
+	CHECK_INT_EQ(run(cmd), 0);
+	confined.f = &f;
+	CHECK_INT_EQ(pthread_create(&thread, NULL, confined_thread, &confined), 0);
+	pthread_join(thread, NULL);
+	CHECK_INT_EQ(confined.restrict_rc, 0);
+	/* beside the share: readable to the share role's seccomp filter, not to Landlock */
+	CHECK_INT_EQ(confined.outside_errno, landlock ? EACCES : 0);
+	fx_free(&f);
+}
+
+/*
+ * Every operation above works in a thread under the share role's seccomp filter: its allow
+ * list holds what the server calls (valgrind cannot run filtered threads; the plain and ASan
+ * builds run this).
+ */
+static void test_operations_under_share_filter(void)
+{
+	if (HARNESS_UNDER_VALGRIND)
+		return;
+	run_confined(false);
+}
+
+struct read_only_probe {
+	const char *dir;
+	int restrict_rc;
+	int read_errno;	  /* open(dir/file, O_RDONLY) */
+	int create_errno; /* open(dir/new, O_WRONLY | O_CREAT) */
+};
+
+/* A read-only share's worker: held beneath its directory, and only reading there. */
+static void *read_only_thread(void *arg)
+{
+	struct read_only_probe *probe = arg;
+	char path[PATH_MAX];
+	int fd;
+
+	const char *const share[] = { probe->dir };
+
+	probe->restrict_rc = vmm_thread_restrict_to_dirs(share, 1, true);
+	snprintf(path, sizeof(path), "%s/file", probe->dir);
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	probe->read_errno = fd < 0 ? errno : 0;
+	if (fd >= 0)
+		close(fd);
+	snprintf(path, sizeof(path), "%s/new", probe->dir);
+	fd = open(path, O_WRONLY | O_CREAT | O_CLOEXEC, TEST_MODE_FILE);
+	probe->create_errno = fd < 0 ? errno : 0;
+	if (fd >= 0)
+		close(fd);
+	return NULL;
+}
+
+/* The same under Landlock too: the share is all the worker reaches (its own meson test). */
+static void test_operations_under_landlock(void)
+{
+	struct read_only_probe probe = { 0 };
+	struct fx f;
+	pthread_t thread;
+
+	if (HARNESS_UNDER_VALGRIND)
+		harness_skip_all("valgrind cannot run threads that installed seccomp filters");
+	if (!vmm_thread_restrict_usable())
+		harness_skip_all("this kernel has no Landlock (version 2 or later)");
+	run_confined(true);
+
+	CHECK_INT_EQ(fx_init(&f, FUSE_SERVER_READ_ONLY), 0);
+	host_write(&f, "file", TEST_HOST_TEXT);
+	probe.dir = f.dir;
+	CHECK_INT_EQ(pthread_create(&thread, NULL, read_only_thread, &probe), 0);
+	pthread_join(thread, NULL);
+	CHECK_INT_EQ(probe.restrict_rc, 0);
+	CHECK_INT_EQ(probe.read_errno, 0);
+	CHECK_INT_EQ(probe.create_errno, EACCES);
 	fx_free(&f);
 }
 
@@ -895,11 +1029,14 @@ static void test_device_queues(void)
 	rmdir(dir);
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
+	harness_select(argc, argv);
 	RUN_TEST(test_init_negotiates);
 	RUN_TEST(test_create_write_read);
 	RUN_TEST(test_directory_operations);
+	RUN_TEST(test_operations_under_share_filter);
+	RUN_SEPARATE_TEST(test_operations_under_landlock);
 	RUN_TEST(test_mknod_xattr_statfs);
 	RUN_TEST(test_readdir_and_forget);
 	RUN_TEST(test_readdir_while_removing);

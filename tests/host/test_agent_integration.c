@@ -675,12 +675,19 @@ static int raw_connect(void)
 	return fd;
 }
 
+/* Reads the agent's Challenge and answers it with a Ping proving key. */
 static void raw_ping(int fd, const uint8_t *key, uint8_t flags)
 {
 	struct proto_ping ping = { .version = PROTO_VERSION, .flags = flags };
 	uint8_t body[PROTO_PING_SIZE];
+	struct proto_frame challenge;
 
-	memcpy(ping.secret, key, PROTO_SECRET_SIZE);
+	CHECK_INT_EQ(proto_frame_read(fd, false, &challenge), 0);
+	CHECK_INT_EQ(challenge.type, PROTO_MSG_CHALLENGE);
+	CHECK_INT_EQ(challenge.body_len, PROTO_NONCE_SIZE);
+	if (challenge.body_len == PROTO_NONCE_SIZE)
+		proto_handshake_proof(key, challenge.body, ping.proof);
+	proto_frame_free(&challenge);
 	proto_ping_encode(&ping, body);
 	proto_frame_write(fd, PROTO_MSG_PING, false, 0, body, sizeof(body));
 }

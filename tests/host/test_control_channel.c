@@ -45,6 +45,7 @@ enum fake_mode {
 	FAKE_HALF_PONG,     /* answers Ping with two bytes of a header, then nothing */
 	FAKE_FLOOD,         /* answers an exec with FAKE_FLOOD_CHUNKS large output chunks */
 	FAKE_PTY_STALL,     /* opens a PTY, then sends two bytes of a frame and stops */
+	FAKE_NO_CHALLENGE,  /* an agent of protocol 2: waits for Ping without a Challenge */
 };
 
 struct fake_agent {
@@ -53,6 +54,8 @@ struct fake_agent {
 	atomic_int connections;
 	atomic_int requests;
 	atomic_int chunks_sent;
+	atomic_int secret_on_wire; /* handshakes whose Ping held the secret's bytes */
+	atomic_uint nonce_counter; /* makes every Challenge differ */
 	pthread_mutex_t lock;
 	pthread_t threads[FAKE_MAX_CONNECTIONS];
 	int fds[FAKE_MAX_CONNECTIONS];
@@ -218,13 +221,21 @@ static bool fake_handshake(struct fake_conn *fc)
 	struct proto_frame frame;
 	struct proto_ping ping;
 	struct proto_pong pong = { .version = PROTO_VERSION, .flags = PROTO_FLAG_SUPPORTS_MULTIPLEX };
-	uint8_t body[PROTO_PONG_SIZE];
+	uint8_t body[PROTO_PONG_SIZE], nonce[PROTO_NONCE_SIZE] = { 0 }, proof[PROTO_PROOF_SIZE];
+	unsigned int serial = atomic_fetch_add(&fc->agent->nonce_counter, 1);
 
+	memcpy(nonce, &serial, sizeof(serial));
+	if (fc->agent->mode != FAKE_NO_CHALLENGE &&
+	    proto_frame_write(fc->fd, PROTO_MSG_CHALLENGE, false, 0, nonce, sizeof(nonce)) < 0)
+		return false;
 	if (proto_frame_read(fc->fd, false, &frame) < 0)
 		return false;
+	if (memmem(frame.body, frame.body_len, fc->agent->secret, PROTO_SECRET_SIZE))
+		atomic_fetch_add(&fc->agent->secret_on_wire, 1);
 	proto_ping_decode(frame.body, frame.body_len, &ping);
 	proto_frame_free(&frame);
-	if (!proto_secret_equal(ping.secret, fc->agent->secret) ||
+	proto_handshake_proof(fc->agent->secret, nonce, proof);
+	if (!proto_secret_equal(ping.proof, proof) ||
 	    !(ping.flags & PROTO_FLAG_SUPPORTS_MULTIPLEX))
 		return false;
 	if (fc->agent->mode == FAKE_HALF_PONG) {
@@ -440,6 +451,36 @@ static void test_handshake_validation(void)
 {
 	expect_handshake_refused(FAKE_PONG_V1, "version 1");
 	expect_handshake_refused(FAKE_PONG_NO_MUX, "without multiplexing");
+}
+
+/* The host answers the Challenge with a proof: the secret's bytes never cross the wire. */
+static void test_handshake_sends_proof_not_secret(void)
+{
+	struct fake_agent agent;
+	struct control_channel *ch;
+
+	fake_init(&agent, FAKE_NORMAL);
+	ch = channel_for(&agent, 0);
+	CHECK_INT_EQ(control_channel_connect(ch), 0);
+	CHECK_INT_EQ(atomic_load(&agent.connections), 1);
+	CHECK_INT_EQ(atomic_load(&agent.secret_on_wire), 0);
+	control_channel_destroy(ch);
+	fake_finish(&agent);
+}
+
+/* An agent that sends no Challenge (an older image) fails with a sentence that says so. */
+static void test_agent_without_challenge(void)
+{
+	struct fake_agent agent;
+	struct control_channel *ch;
+
+	fake_init(&agent, FAKE_NO_CHALLENGE);
+	ch = channel_for(&agent, FAKE_SHORT_DEADLINE_MS);
+	CHECK(control_channel_connect(ch) < 0);
+	CHECK(strstr(control_channel_last_error(), "Challenge") != NULL);
+	CHECK_INT_EQ(atomic_load(&agent.secret_on_wire), 0);
+	control_channel_destroy(ch);
+	fake_finish(&agent);
 }
 
 static void test_wrong_secret(void)
@@ -858,6 +899,8 @@ int main(void)
 	RUN_TEST(test_exec_and_files);
 	RUN_TEST(test_handshake_validation);
 	RUN_TEST(test_wrong_secret);
+	RUN_TEST(test_handshake_sends_proof_not_secret);
+	RUN_TEST(test_agent_without_challenge);
 	RUN_TEST(test_out_of_order_replies);
 	RUN_TEST(test_stray_request_id_dropped);
 	RUN_TEST(test_connection_loss_and_reconnect);

@@ -15,11 +15,14 @@
 #include <unistd.h>
 
 #define TEST_REQUEST_ID 0xa1b2c3d4u
-#define TEST_FIRST_INVALID_TYPE 30
+#define TEST_FIRST_INVALID_TYPE 31
 #define TEST_BIG_BODY_LEN (256u * 1024u)
 /* the handshake bodies' sizes as docs/protocol.md §3 lays them out, independent of the code */
 #define WIRE_PING_BYTES 37
 #define WIRE_PONG_BYTES 5
+/* RFC 4231: test case 1's key is 20 bytes of 0x0b, case 6's 131 bytes of 0xaa */
+#define TEST_HMAC_CASE1_KEY 20
+#define TEST_HMAC_LONG_KEY 131
 #define WIRE_CANARY 0xee
 
 static void test_type_table(void)
@@ -35,6 +38,7 @@ static void test_type_table(void)
 	CHECK_STR_EQ(proto_msg_type_name(0), "Invalid");
 	CHECK_STR_EQ(proto_msg_type_name(PROTO_MSG_SET_POLICY), "SetPolicy");
 	CHECK_STR_EQ(proto_msg_type_name(PROTO_MSG_SET_POLICY_RESPONSE), "SetPolicyResponse");
+	CHECK_STR_EQ(proto_msg_type_name(PROTO_MSG_CHALLENGE), "Challenge");
 	CHECK_STR_EQ(proto_msg_type_name(TEST_FIRST_INVALID_TYPE), "Invalid");
 }
 
@@ -359,17 +363,17 @@ static void test_ping_pong(void)
 	struct proto_pong pong = { .version = PROTO_VERSION, .flags = PROTO_FLAG_SUPPORTS_MULTIPLEX };
 	struct proto_pong pong_out;
 	uint8_t ping_buf[PROTO_PING_SIZE], pong_buf[PROTO_PONG_SIZE];
-	/* secret (32 bytes), version u32 LE, flags; version u32 LE, flags */
+	/* proof (32 bytes), version u32 LE, flags; version u32 LE, flags */
 	uint8_t expected_ping[WIRE_PING_BYTES], ping_wire[WIRE_PING_BYTES + 1];
-	static const uint8_t expected_pong[WIRE_PONG_BYTES] = { 2, 0, 0, 0, 1 };
+	static const uint8_t expected_pong[WIRE_PONG_BYTES] = { 3, 0, 0, 0, 1 };
 	uint8_t pong_wire[WIRE_PONG_BYTES + 1];
 
-	for (int i = 0; i < PROTO_SECRET_SIZE; i++)
-		ping.secret[i] = (uint8_t)(i + 100);
+	for (int i = 0; i < PROTO_PROOF_SIZE; i++)
+		ping.proof[i] = (uint8_t)(i + 100);
 	/* the wire layout of docs/protocol.md §3, byte for byte, and not one byte more */
-	for (int i = 0; i < PROTO_SECRET_SIZE; i++)
+	for (int i = 0; i < PROTO_PROOF_SIZE; i++)
 		expected_ping[i] = (uint8_t)(i + 100);
-	memcpy(expected_ping + 32, (const uint8_t[]){ 2, 0, 0, 0, 1 }, 5);
+	memcpy(expected_ping + 32, (const uint8_t[]){ 3, 0, 0, 0, 1 }, 5);
 	memset(ping_wire, WIRE_CANARY, sizeof(ping_wire));
 	proto_ping_encode(&ping, ping_wire);
 	CHECK(memcmp(ping_wire, expected_ping, sizeof(expected_ping)) == 0);
@@ -381,12 +385,12 @@ static void test_ping_pong(void)
 
 	proto_ping_encode(&ping, ping_buf);
 	CHECK_INT_EQ(proto_ping_decode(ping_buf, sizeof(ping_buf), &ping_out), 0);
-	CHECK(proto_secret_equal(ping.secret, ping_out.secret));
-	CHECK_INT_EQ(ping_out.version, 2);
+	CHECK(proto_secret_equal(ping.proof, ping_out.proof));
+	CHECK_INT_EQ(ping_out.version, 3);
 	CHECK_INT_EQ(ping_out.flags, 1);
 	/* append-only: a v1 ping has no flags, a v0 ping not even a version */
 	CHECK_INT_EQ(proto_ping_decode(ping_buf, 36, &ping_out), 0);
-	CHECK_INT_EQ(ping_out.version, 2);
+	CHECK_INT_EQ(ping_out.version, 3);
 	CHECK_INT_EQ(ping_out.flags, 0);
 	CHECK_INT_EQ(proto_ping_decode(ping_buf, 32, &ping_out), 0);
 	CHECK_INT_EQ(ping_out.version, 0);
@@ -394,12 +398,79 @@ static void test_ping_pong(void)
 
 	proto_pong_encode(&pong, pong_buf);
 	CHECK_INT_EQ(proto_pong_decode(pong_buf, sizeof(pong_buf), &pong_out), 0);
-	CHECK_INT_EQ(pong_out.version, 2);
+	CHECK_INT_EQ(pong_out.version, 3);
 	CHECK_INT_EQ(pong_out.flags, 1);
 	CHECK_INT_EQ(proto_pong_decode(pong_buf, 4, &pong_out), 0);
 	CHECK_INT_EQ(pong_out.flags, 0);
 	CHECK_INT_EQ(proto_pong_decode(pong_buf, 0, &pong_out), 0);
 	CHECK_INT_EQ(pong_out.version, 0);
+}
+
+/* Parses hex into out; the test vectors below are written the way their RFCs print them. */
+static size_t hex_bytes(const char *hex, uint8_t *out)
+{
+	size_t n = strlen(hex) / 2;
+
+	for (size_t i = 0; i < n; i++)
+		sscanf(hex + 2 * i, "%2hhx", &out[i]);
+	return n;
+}
+
+static bool digest_is(const uint8_t digest[PROTO_SHA256_SIZE], const char *hex)
+{
+	uint8_t expected[PROTO_SHA256_SIZE];
+
+	return hex_bytes(hex, expected) == PROTO_SHA256_SIZE &&
+	       memcmp(digest, expected, PROTO_SHA256_SIZE) == 0;
+}
+
+/* FIPS 180-4's "abc" and two-block message; RFC 4231 cases 1, 2 and 6 (a key over a block). */
+static void test_sha256_and_hmac_vectors(void)
+{
+	static const char two_blocks[] =
+		"abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq";
+	static const char case6_data[] = "Test Using Larger Than Block-Size Key - Hash Key First";
+	uint8_t digest[PROTO_SHA256_SIZE], key[TEST_HMAC_LONG_KEY];
+	struct proto_bytes_piece abc[] = { { (const uint8_t *)"a", 1 }, { (const uint8_t *)"bc", 2 } };
+	struct proto_bytes_piece piece = { (const uint8_t *)two_blocks, strlen(two_blocks) };
+
+	proto_sha256(abc, 2, digest);
+	CHECK(digest_is(digest, "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"));
+	proto_sha256(&piece, 1, digest);
+	CHECK(digest_is(digest, "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1"));
+
+	memset(key, 0x0b, TEST_HMAC_CASE1_KEY);
+	piece = (struct proto_bytes_piece){ (const uint8_t *)"Hi There", 8 };
+	proto_hmac_sha256(key, TEST_HMAC_CASE1_KEY, &piece, 1, digest);
+	CHECK(digest_is(digest, "b0344c61d8db38535ca8afceaf0bf12b881dc200c9833da726e9376c2e32cff7"));
+	piece = (struct proto_bytes_piece){ (const uint8_t *)"what do ya want for nothing?", 28 };
+	proto_hmac_sha256((const uint8_t *)"Jefe", 4, &piece, 1, digest);
+	CHECK(digest_is(digest, "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843"));
+	memset(key, 0xaa, TEST_HMAC_LONG_KEY);
+	piece = (struct proto_bytes_piece){ (const uint8_t *)case6_data, strlen(case6_data) };
+	proto_hmac_sha256(key, TEST_HMAC_LONG_KEY, &piece, 1, digest);
+	CHECK(digest_is(digest, "60e431591ee0b67f0d8a26aacbf5b77f8e0bc6213728c5140546040f0ee37f54"));
+}
+
+/* The proof depends on the secret and on the nonce, and is not the secret. */
+static void test_handshake_proof(void)
+{
+	uint8_t secret[PROTO_SECRET_SIZE], nonce[PROTO_NONCE_SIZE];
+	uint8_t proof[PROTO_PROOF_SIZE], again[PROTO_PROOF_SIZE];
+
+	memset(secret, 0x5a, sizeof(secret));
+	memset(nonce, 0x11, sizeof(nonce));
+	proto_handshake_proof(secret, nonce, proof);
+	proto_handshake_proof(secret, nonce, again);
+	CHECK(memcmp(proof, again, sizeof(proof)) == 0);
+	CHECK(memcmp(proof, secret, sizeof(proof)) != 0);
+	nonce[0] ^= 1;
+	proto_handshake_proof(secret, nonce, again);
+	CHECK(memcmp(proof, again, sizeof(proof)) != 0);
+	nonce[0] ^= 1;
+	secret[31] ^= 1;
+	proto_handshake_proof(secret, nonce, again);
+	CHECK(memcmp(proof, again, sizeof(proof)) != 0);
 }
 
 static void test_secret(void)
@@ -489,6 +560,8 @@ int main(void)
 	RUN_TEST(test_timed_read_large_body);
 	RUN_TEST(test_write_to_closed_peer);
 	RUN_TEST(test_ping_pong);
+	RUN_TEST(test_sha256_and_hmac_vectors);
+	RUN_TEST(test_handshake_proof);
 	RUN_TEST(test_secret);
 	RUN_TEST(test_base64);
 	return harness_finish();

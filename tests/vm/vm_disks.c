@@ -162,6 +162,12 @@ static void test_writable_disk_reaches_host(void)
 	CHECK(file_has(rw_path, TEST_RW_SECTOR * TEST_SECTOR, TEST_RW_TEXT));
 }
 
+/* After reads, writes and flushes: both disk workers served them under their filter. */
+static void test_disk_workers_confined(void)
+{
+	vm_test_check_threads_confined("blk-worker");
+}
+
 static void test_snapshot_restore_rules(void)
 {
 	struct vm_snapshot_options opts = { .type = VM_SNAPSHOT_BASE,
@@ -348,6 +354,7 @@ int main(int argc, char **argv)
 	RUN_TEST(test_guest_sees_disks);
 	RUN_TEST(test_read_only_disk_refuses_writes);
 	RUN_TEST(test_writable_disk_reaches_host);
+	RUN_TEST(test_disk_workers_confined);
 	RUN_TEST(test_snapshot_restore_rules);
 	if (first_vm)
 		sandbox_destroy(first_vm, true);

@@ -238,6 +238,12 @@ static struct sandbox *restore(const char *dir)
 	return box;
 }
 
+/* After every kind of file call: the shares' workers served them under their filter. */
+static void test_share_workers_confined(void)
+{
+	vm_test_check_threads_confined("fs-worker");
+}
+
 static void test_snapshot_restore_keeps_mounts(void)
 {
 	const struct vm_snapshot_options opts = { .type = VM_SNAPSHOT_BASE,
@@ -363,6 +369,7 @@ int main(void)
 	RUN_TEST(test_symlinks_stay_inside);
 	RUN_TEST(test_tar_with_links);
 	RUN_TEST(test_big_file_both_ways);
+	RUN_TEST(test_share_workers_confined);
 	RUN_TEST(test_snapshot_restore_keeps_mounts);
 	RUN_TEST(test_fork_shares_directory);
 	sandbox_destroy(vm, harness_tests_failed > 0);

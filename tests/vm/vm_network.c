@@ -491,6 +491,12 @@ static void test_fork_children_fetch_at_once(void)
 	}
 }
 
+/* After real traffic and DNS: the network worker (libslirp) ran them under its filter. */
+static void test_net_worker_confined(void)
+{
+	vm_test_check_threads_confined("net-worker");
+}
+
 static int start_vm(const struct net_config *net, const char *log_name, struct sandbox **out)
 {
 	struct sandbox_config cfg = { 0 };
@@ -669,6 +675,7 @@ int main(int argc, char **argv)
 	RUN_TEST(test_deny_list_refuses_fast);
 	RUN_TEST(test_publish_reaches_guest_httpd);
 	RUN_TEST(test_dns_through_10_0_2_3);
+	RUN_TEST(test_net_worker_confined);
 	RUN_TEST(test_rate_cap_triggers_and_recovers);
 	RUN_TEST(test_snapshot_restore_fetches);
 	RUN_TEST(test_fork_children_fetch_at_once);

@@ -9,7 +9,6 @@
  * Needs a /dev/kvm that runs standard guests (tests/vm/run-vm-suite finds one or skips; under
  * VOIDBOX_REQUIRE_VM=1 a skip is a failure).
  */
-#include <dirent.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -35,7 +34,6 @@
 #define TEST_CONNECT_TIMEOUT_MS 2000
 #define TEST_RESTORE_TIMEOUT_MS 60000
 #define TEST_OUTPUT_MAX 256
-#define TEST_STATUS_MAX 4096
 /* how old the base snapshot is when it is restored, so a stale guest clock shows */
 #define TEST_CLOCK_AGE_S 3
 #define TEST_HEX_LEN (2 * PROTO_SECRET_SIZE + 1)
@@ -303,55 +301,18 @@ static void test_fork_cold_parent(void)
 }
 
 /*
- * Every vCPU thread and device worker of the running VMM (this process) is confined by its
- * seccomp filter: the kernel shows Seccomp: 2 for each (src/vmm/thread_filter.h).
+ * Every thread of the running VMM (this process) that serves the guest -- vCPUs, the vsock
+ * worker, the control channel's readers -- is confined by its role's seccomp filter: the
+ * kernel shows Seccomp: 2 for each (src/vmm/thread_filter.h).
  */
 static void test_vmm_threads_confined(void)
 {
-	DIR *tasks = opendir("/proc/self/task");
-	struct dirent *task;
-	int vcpus = 0, workers = 0, unconfined = 0;
+	int vcpus = 0;
 
-	CHECK(tasks != NULL);
-	while (tasks && (task = readdir(tasks))) {
-		char path[PATH_MAX], comm[TEST_OUTPUT_MAX] = "", status[TEST_STATUS_MAX] = "";
-		FILE *file;
-		size_t n;
-
-		if (task->d_name[0] == '.')
-			continue;
-		snprintf(path, sizeof(path), "/proc/self/task/%s/comm", task->d_name);
-		file = fopen(path, "r");
-		if (!file || !fgets(comm, sizeof(comm), file)) {
-			if (file)
-				fclose(file);
-			continue;
-		}
-		fclose(file);
-		bool vcpu = strncmp(comm, "vcpu", strlen("vcpu")) == 0;
-		bool worker = strncmp(comm, "vsock-worker", strlen("vsock-worker")) == 0;
-
-		if (!vcpu && !worker)
-			continue;
-		snprintf(path, sizeof(path), "/proc/self/task/%s/status", task->d_name);
-		file = fopen(path, "r");
-		n = file ? fread(status, 1, sizeof(status) - 1, file) : 0;
-		if (file)
-			fclose(file);
-		status[n] = '\0';
-		vcpus += vcpu;
-		workers += worker;
-		if (!strstr(status, "\nSeccomp:\t2\n")) {
-			fprintf(stderr, "  thread %s (%.*s) is not filtered\n", task->d_name,
-				(int)strcspn(comm, "\n"), comm);
-			unconfined++;
-		}
-	}
-	if (tasks)
-		closedir(tasks);
+	CHECK_INT_EQ(vm_test_unconfined_vmm_threads("vcpu", &vcpus), 0);
 	CHECK(vcpus >= TEST_VM_VCPUS);
-	CHECK(workers >= 1);
-	CHECK_INT_EQ(unconfined, 0);
+	vm_test_check_threads_confined("vsock-worker");
+	vm_test_check_threads_confined("channel-reader");
 }
 
 /* The cold-booted VM has its entropy device (the restores and forks below check theirs). */
@@ -368,6 +329,7 @@ static void test_fork_three_children(void)
 	char out[TEST_OUTPUT_MAX], script[TEST_OUTPUT_MAX], err[1024];
 	long started = now_ms();
 	int rc = sandbox_fork(parent_vm, TEST_FORK_CHILDREN, children, err, sizeof(err));
+	int vcpus = 0;
 
 	fprintf(stderr, "  fork of %d children in %ld ms\n", TEST_FORK_CHILDREN, now_ms() - started);
 	CHECK_INT_EQ(rc, 0);
@@ -380,6 +342,9 @@ static void test_fork_three_children(void)
 		CHECK_INT_EQ(urandom_sample(children[i], random_samples[i]), 0);
 	for (int i = 1; i < TEST_FORK_CHILDREN; i++)
 		CHECK(strcmp(random_samples[0], random_samples[i]) != 0);
+	/* restored VMs confine their threads too: the parent's and every child's vCPUs */
+	CHECK_INT_EQ(vm_test_unconfined_vmm_threads("vcpu", &vcpus), 0);
+	CHECK(vcpus >= (TEST_FORK_CHILDREN + 1) * TEST_VM_VCPUS);
 	for (int i = 0; i < TEST_FORK_CHILDREN; i++) {
 		snprintf(script, sizeof(script), "echo %d > /tmp/child-%d", i, i);
 		CHECK_INT_EQ(sh(children[i], script, NULL, 0), 0);

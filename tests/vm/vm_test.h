@@ -10,6 +10,9 @@
 #include <errno.h>
 #include <net/if.h>
 #include <signal.h>
+#include <dirent.h>
+#include <limits.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -195,6 +198,86 @@ static inline int vm_test_wait_bounded(pid_t pid, long timeout_secs)
 	kill(pid, SIGKILL);
 	waitpid(pid, &status, 0);
 	return -1;
+}
+
+/* The names the VMM gives the threads it confines (src/vmm/thread_filter.h, one per role). */
+static const char *const vm_test_vmm_thread_names[] = {
+	"vcpu", "vsock-worker", "blk-worker", "fs-worker", "net-worker", "channel-reader",
+};
+
+#define VM_TEST_STATUS_MAX 4096
+#define VM_TEST_COMM_MAX 32
+
+/*
+ * Reads /proc/self/task/TID/FILE into out (NUL-terminated, trailing newline kept); false when
+ * the thread is gone.
+ */
+static inline bool vm_test_task_file(const char *tid, const char *file, char *out, size_t len)
+{
+	char path[PATH_MAX];
+	FILE *stream;
+	size_t n;
+
+	snprintf(path, sizeof(path), "/proc/self/task/%s/%s", tid, file);
+	stream = fopen(path, "r");
+	if (!stream)
+		return false;
+	n = fread(out, 1, len - 1, stream);
+	fclose(stream);
+	out[n] = '\0';
+	return n > 0;
+}
+
+/*
+ * Walks every thread of this process (the VMM and its host side run in it): each thread that
+ * has one of vm_test_vmm_thread_names must show Seccomp: 2 in its status; each one that does
+ * not is named on stderr and counted in the result. *named (may be NULL) is how many threads'
+ * names start with `name`, so a caller also proves the role it cares about was there.
+ */
+static inline int vm_test_unconfined_vmm_threads(const char *name, int *named)
+{
+	DIR *tasks = opendir("/proc/self/task");
+	struct dirent *task;
+	int unconfined = 0;
+
+	if (named)
+		*named = 0;
+	if (!tasks)
+		return -1;
+	while ((task = readdir(tasks))) {
+		char comm[VM_TEST_COMM_MAX], status[VM_TEST_STATUS_MAX];
+		bool vmm = false;
+
+		if (task->d_name[0] == '.' ||
+		    !vm_test_task_file(task->d_name, "comm", comm, sizeof(comm)))
+			continue;
+		comm[strcspn(comm, "\n")] = '\0';
+		for (size_t i = 0; i < sizeof(vm_test_vmm_thread_names) /
+					       sizeof(vm_test_vmm_thread_names[0]); i++)
+			vmm |= strncmp(comm, vm_test_vmm_thread_names[i],
+				       strlen(vm_test_vmm_thread_names[i])) == 0;
+		if (!vmm)
+			continue;
+		if (named && strncmp(comm, name, strlen(name)) == 0)
+			(*named)++;
+		if (!vm_test_task_file(task->d_name, "status", status, sizeof(status)) ||
+		    !strstr(status, "\nSeccomp:\t2\n")) {
+			fprintf(stderr, "  thread %s (%s) is not filtered\n", task->d_name, comm);
+			unconfined++;
+		}
+	}
+	closedir(tasks);
+	return unconfined;
+}
+
+/* Checks every confined VMM thread of this process, and that at least one is `name`. */
+static inline void vm_test_check_threads_confined(const char *name)
+{
+	int named = 0;
+
+	CHECK_INT_EQ(vm_test_unconfined_vmm_threads(name, &named), 0);
+	CHECK(named >= 1);
+	fprintf(stderr, "  %d %s thread(s), every VMM thread filtered\n", named, name);
 }
 
 #endif

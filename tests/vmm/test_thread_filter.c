@@ -1,15 +1,20 @@
 /*
- * The seccomp filters of vCPU and device-worker threads: once a thread installed its role's
- * filter, the kernel reports it filtered (Seccomp: 2 in its status), the calls its loop needs
- * still work, and calls outside its list -- opening a file, making a socket, starting a
- * process -- fail with EPERM. Other threads of the process stay unfiltered.
+ * The seccomp filters of the VMM's thread roles: once a thread installed its role's filter,
+ * the kernel reports it filtered (Seccomp: 2 in its status), the calls its loop needs still
+ * work, and calls outside its list -- starting a process, making a unix socket, opening a
+ * file for writing where the role has no business to -- fail with EPERM. Each role is probed
+ * with the same calls and checked against a table of what it may do. Other threads of the
+ * process stay unfiltered.
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -17,103 +22,226 @@
 #include "harness.h"
 #include "vmm/thread_filter.h"
 
-#if defined(__has_include) && __has_include(<valgrind/valgrind.h>)
-#include <valgrind/valgrind.h>
-#define TEST_UNDER_VALGRIND (RUNNING_ON_VALGRIND != 0)
-#else
-#define TEST_UNDER_VALGRIND 0
-#endif
-
 #define TEST_STATUS_MAX 4096
+#define TEST_THREAD_NAME "probe-worker"
+#define TEST_READ_PATH "/etc/hostname"
+#define TEST_DIR_TEMPLATE "/tmp/voidbox-landlock-XXXXXX"
+#define TEST_FILE_NAME "file"
+
+/* What one role may do, of the calls the probe makes. */
+struct role_expect {
+	enum vmm_thread_role role;
+	bool open_read;	  /* open(TEST_READ_PATH, O_RDONLY) */
+	bool open_write;  /* open(scratch, O_WRONLY | O_CREAT) */
+	bool inet_socket; /* socket(AF_INET, SOCK_DGRAM) */
+	bool fdatasync;	  /* fdatasync on a descriptor it was handed */
+};
+
+static const struct role_expect role_expects[] = {
+	{ VMM_THREAD_VCPU, false, false, false, false },
+	{ VMM_THREAD_DEVICE_WORKER, false, false, false, false },
+	{ VMM_THREAD_BLOCK_WORKER, false, false, false, true },
+	{ VMM_THREAD_SHARE_WORKER, true, true, false, true },
+	{ VMM_THREAD_NET_WORKER, true, false, true, false },
+	{ VMM_THREAD_CHANNEL_READER, false, false, false, false },
+};
 
 struct probe {
 	enum vmm_thread_role role;
-	int confine_rc;
-	int seccomp_mode;  /* from /proc/thread-self/status */
-	int open_errno;	   /* open() of a file */
-	int socket_errno;  /* socket() */
-	int fork_errno;	   /* fork() */
-	bool pipe_write_ok;
+	const char *scratch_path;
+	int scratch_fd;	   /* handed to the thread, as a disk would be */
 	int pipe_fd;
+	int seccomp_mode;  /* from /proc/thread-self/status */
+	char comm[32];	   /* from /proc/thread-self/comm */
+	int open_read_errno;
+	int open_write_errno;
+	int inet_errno;	   /* socket(AF_INET) */
+	int unix_errno;	   /* socket(AF_UNIX) */
+	int netlink_errno; /* socket(AF_NETLINK) */
+	int fork_errno;	   /* fork() */
+	int fdatasync_errno;
+	bool pipe_write_ok;
 };
 
-/* The Seccomp: line of this thread's status, read before the filter forbids open(). */
-static int thread_seccomp_mode(int status_fd)
+static int call_errno(long rc)
 {
-	char text[TEST_STATUS_MAX] = "";
-	ssize_t n = pread(status_fd, text, sizeof(text) - 1, 0);
-	const char *line = n > 0 ? strstr(text, "\nSeccomp:") : NULL;
+	int err = rc < 0 ? errno : 0;
 
-	return line ? atoi(line + strlen("\nSeccomp:")) : -1;
+	if (rc >= 0)
+		close((int)rc);
+	return err;
+}
+
+/* Reads what one of this thread's /proc files says through a descriptor opened beforehand. */
+static void read_proc_text(int fd, char *out, size_t len)
+{
+	ssize_t n = fd >= 0 ? pread(fd, out, len - 1, 0) : -1;
+
+	out[n > 0 ? n : 0] = '\0';
 }
 
 static void *probe_thread(void *arg)
 {
 	struct probe *p = arg;
 	int status_fd = open("/proc/thread-self/status", O_RDONLY | O_CLOEXEC);
-	int fd;
+	int comm_fd = open("/proc/thread-self/comm", O_RDONLY | O_CLOEXEC);
+	char status[TEST_STATUS_MAX];
+	const char *line;
 
-	p->confine_rc = vmm_thread_confine(p->role);
-	p->seccomp_mode = thread_seccomp_mode(status_fd);
+	vmm_thread_enter(p->role, TEST_THREAD_NAME, true);
+	read_proc_text(status_fd, status, sizeof(status));
+	read_proc_text(comm_fd, p->comm, sizeof(p->comm));
+	p->comm[strcspn(p->comm, "\n")] = '\0';
 	close(status_fd);
-	fd = open("/etc/hostname", O_RDONLY);
-	p->open_errno = fd < 0 ? errno : 0;
-	fd = socket(AF_UNIX, SOCK_STREAM, 0);
-	p->socket_errno = fd < 0 ? errno : 0;
+	close(comm_fd);
+	line = strstr(status, "\nSeccomp:");
+	p->seccomp_mode = line ? atoi(line + strlen("\nSeccomp:")) : -1;
+	p->open_read_errno = call_errno(open(TEST_READ_PATH, O_RDONLY | O_CLOEXEC));
+	p->open_write_errno = call_errno(open(p->scratch_path, O_WRONLY | O_CREAT | O_CLOEXEC,
+					      0600));
+	p->inet_errno = call_errno(socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0));
+	p->unix_errno = call_errno(socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+	p->netlink_errno = call_errno(socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC, 0));
 	/* fork() through the raw call: glibc's wrapper runs handlers first */
 	p->fork_errno = syscall(SYS_clone, SIGCHLD, 0, 0, 0, 0) < 0 ? errno : 0;
+	p->fdatasync_errno = fdatasync(p->scratch_fd) < 0 ? errno : 0;
 	p->pipe_write_ok = write(p->pipe_fd, "x", 1) == 1;
 	return NULL;
 }
 
-static void run_probe(struct probe *p)
+static void check_role(const struct role_expect *expect)
 {
+	char scratch[] = "/tmp/voidbox-filter-XXXXXX";
+	struct probe p = { .role = expect->role, .scratch_path = scratch };
 	int pipe_fds[2];
 	pthread_t thread;
+	int fd;
 
-	CHECK_INT_EQ(pipe(pipe_fds), 0);
-	p->pipe_fd = pipe_fds[1];
-	CHECK_INT_EQ(pthread_create(&thread, NULL, probe_thread, p), 0);
+	fprintf(stderr, "  role %s\n", vmm_thread_role_name(expect->role));
+	p.scratch_fd = mkstemp(scratch);
+	if (p.scratch_fd < 0 || pipe(pipe_fds) < 0)
+		harness_fail_setup("a scratch file and a pipe");
+	p.pipe_fd = pipe_fds[1];
+	CHECK_INT_EQ(pthread_create(&thread, NULL, probe_thread, &p), 0);
 	pthread_join(thread, NULL);
 	close(pipe_fds[0]);
 	close(pipe_fds[1]);
-}
+	close(p.scratch_fd);
+	unlink(scratch);
 
-static void check_role(enum vmm_thread_role role)
-{
-	struct probe p = { .role = role };
-	int fd;
-
-	run_probe(&p);
-	CHECK_INT_EQ(p.confine_rc, 0);
 	CHECK_INT_EQ(p.seccomp_mode, 2);
-	CHECK_INT_EQ(p.open_errno, EPERM);
-	CHECK_INT_EQ(p.socket_errno, EPERM);
-	CHECK_INT_EQ(p.fork_errno, EPERM);
+	CHECK_STR_EQ(p.comm, TEST_THREAD_NAME);
 	CHECK(p.pipe_write_ok);
+	CHECK_INT_EQ(p.fork_errno, EPERM);
+	CHECK_INT_EQ(p.unix_errno, EPERM);
+	CHECK_INT_EQ(p.netlink_errno, EPERM);
+	CHECK_INT_EQ(p.open_read_errno, expect->open_read ? 0 : EPERM);
+	CHECK_INT_EQ(p.open_write_errno, expect->open_write ? 0 : EPERM);
+	CHECK_INT_EQ(p.inet_errno, expect->inet_socket ? 0 : EPERM);
+	CHECK_INT_EQ(p.fdatasync_errno, expect->fdatasync ? 0 : EPERM);
 	/* the filter was the probe thread's alone */
-	fd = open("/etc/hostname", O_RDONLY);
+	fd = open(TEST_READ_PATH, O_RDONLY);
 	CHECK(fd >= 0);
 	if (fd >= 0)
 		close(fd);
 }
 
-static void test_vcpu_filter(void)
+static void test_every_role_filtered(void)
 {
-	check_role(VMM_THREAD_VCPU);
+	CHECK_INT_EQ((int)(sizeof(role_expects) / sizeof(role_expects[0])),
+		     VMM_THREAD_ROLE_COUNT);
+	for (size_t i = 0; i < sizeof(role_expects) / sizeof(role_expects[0]); i++)
+		check_role(&role_expects[i]);
 }
 
-static void test_device_worker_filter(void)
+struct landlock_probe {
+	const char *dirs[2];
+	const char *elsewhere;
+	int restrict_rc;
+	int read_errno[2]; /* a file in each allowed directory */
+	int elsewhere_errno;
+	int create_errno;  /* a new file in the first directory */
+};
+
+static int open_errno(const char *dir, const char *name, int flags)
 {
-	check_role(VMM_THREAD_DEVICE_WORKER);
+	char path[PATH_MAX];
+
+	snprintf(path, sizeof(path), "%s/%s", dir, name);
+	return call_errno(open(path, flags | O_CLOEXEC, 0600));
 }
 
-int main(void)
+static void *landlock_thread(void *arg)
 {
-	if (TEST_UNDER_VALGRIND)
+	struct landlock_probe *p = arg;
+
+	p->restrict_rc = vmm_thread_restrict_to_dirs(p->dirs, 2, true);
+	for (int i = 0; i < 2; i++)
+		p->read_errno[i] = open_errno(p->dirs[i], TEST_FILE_NAME, O_RDONLY);
+	p->elsewhere_errno = open_errno(p->elsewhere, TEST_FILE_NAME, O_RDONLY);
+	p->create_errno = open_errno(p->dirs[0], "new", O_WRONLY | O_CREAT);
+	return NULL;
+}
+
+/*
+ * Landlock (its own meson test: it skips where the kernel has none): a thread held to two
+ * directories, read-only, reads files in both, nothing in a third, and creates nothing.
+ */
+static void test_restrict_to_dirs(void)
+{
+	char dirs[3][sizeof(TEST_DIR_TEMPLATE)];
+	struct landlock_probe p = { 0 };
+	pthread_t thread;
+
+	if (!vmm_thread_restrict_usable())
+		harness_skip_all("this kernel has no Landlock (version 2 or later)");
+	for (int i = 0; i < 3; i++) {
+		char path[PATH_MAX];
+		int fd;
+
+		snprintf(dirs[i], sizeof(dirs[i]), "%s", TEST_DIR_TEMPLATE);
+		if (!mkdtemp(dirs[i]))
+			harness_fail_setup("a temporary directory");
+		snprintf(path, sizeof(path), "%s/%s", dirs[i], TEST_FILE_NAME);
+		fd = open(path, O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
+		if (fd < 0)
+			harness_fail_setup("a file in a temporary directory");
+		close(fd);
+	}
+	p.dirs[0] = dirs[0];
+	p.dirs[1] = dirs[1];
+	p.elsewhere = dirs[2];
+	CHECK_INT_EQ(pthread_create(&thread, NULL, landlock_thread, &p), 0);
+	pthread_join(thread, NULL);
+	CHECK_INT_EQ(p.restrict_rc, 0);
+	CHECK_INT_EQ(p.read_errno[0], 0);
+	CHECK_INT_EQ(p.read_errno[1], 0);
+	CHECK_INT_EQ(p.elsewhere_errno, EACCES);
+	CHECK_INT_EQ(p.create_errno, EACCES);
+	/* the restriction was the thread's alone */
+	CHECK_INT_EQ(open_errno(dirs[2], TEST_FILE_NAME, O_RDONLY), 0);
+	for (int i = 0; i < 3; i++) {
+		char cmd[PATH_MAX];
+
+		snprintf(cmd, sizeof(cmd), "rm -rf %s", dirs[i]);
+		CHECK_INT_EQ(system(cmd), 0);
+	}
+}
+
+static void test_unknown_role_refused(void)
+{
+	CHECK_INT_EQ(vmm_thread_confine(VMM_THREAD_ROLE_COUNT), -EINVAL);
+	CHECK_STR_EQ(vmm_thread_role_name(VMM_THREAD_ROLE_COUNT), "unknown");
+}
+
+int main(int argc, char **argv)
+{
+	harness_select(argc, argv);
+	if (HARNESS_UNDER_VALGRIND)
 		harness_skip_all("valgrind cannot run threads that installed seccomp filters; the "
 				 "plain and ASan builds run this test");
-	RUN_TEST(test_vcpu_filter);
-	RUN_TEST(test_device_worker_filter);
+	RUN_TEST(test_every_role_filtered);
+	RUN_TEST(test_unknown_role_refused);
+	RUN_SEPARATE_TEST(test_restrict_to_dirs);
 	return harness_finish();
 }

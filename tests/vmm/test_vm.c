@@ -15,13 +15,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#if defined(__has_include) && __has_include(<valgrind/valgrind.h>)
-#include <valgrind/valgrind.h>
-#define TEST_UNDER_VALGRIND (RUNNING_ON_VALGRIND != 0)
-#else
-#define TEST_UNDER_VALGRIND false
-#endif
-
 #include "harness.h"
 #include "vmm/vm.h"
 
@@ -119,7 +112,7 @@ static void test_lifecycle(const char *kernel_path)
 				 .serial_log_path = serial_log, .vmlinux_cache_dir = dir,
 				 .no_entropy_device = true, /* so the first slot is free */
 				 /* valgrind cannot run threads that installed seccomp filters */
-				 .no_thread_filters = TEST_UNDER_VALGRIND };
+				 .no_thread_filters = HARNESS_UNDER_VALGRIND };
 
 	CHECK_INT_EQ(vm_create(&cfg, &vm, err, sizeof(err)), 0);
 	if (!vm) {
@@ -167,7 +160,7 @@ static void test_devices_attach(const char *kernel_path)
 	const struct vm_share shares[] = { { .tag = "attach-test", .host_dir = share } };
 	struct vm_config cfg = { .kernel_path = kernel_path, .memory_mb = 64, .vcpus = 1,
 				 .vmlinux_cache_dir = dir, .shares = shares, .share_count = 1,
-				 .no_thread_filters = TEST_UNDER_VALGRIND };
+				 .no_thread_filters = HARNESS_UNDER_VALGRIND };
 
 	CHECK_INT_EQ(vm_create(&cfg, &vm, err, sizeof(err)), 0);
 	if (!vm) {
