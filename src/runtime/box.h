@@ -98,6 +98,11 @@ struct box_config {
 	size_t mount_count;
 	const struct spec_mount *box_mounts;
 	size_t box_mount_count;
+	/*
+	 * sandbox.image: an OCI reference whose pulled root filesystem the VM boots as its root
+	 * (pulled anonymously when it is not cached); NULL: the initramfs is the root. Borrowed.
+	 */
+	const char *image;
 };
 
 /* Called for each piece of output in arrival order (mock: once per stream). */
