@@ -20,6 +20,7 @@
 
 #include <jansson.h>
 
+#include "common/path.h"
 #include "store/guest_image.h"
 #include "store/oci_layer.h"
 #include "store/oci_rootfs.h"
@@ -43,25 +44,6 @@ int oci_image_dir(char *out, size_t size)
 	int rc = guest_image_home(home, sizeof(home));
 
 	return rc < 0 ? rc : store_join(out, size, home, OCI_IMAGE_SUBDIR);
-}
-
-static int oci_image_mkdirs(const char *path)
-{
-	char partial[PATH_MAX];
-	size_t len = strlen(path);
-
-	if (len >= sizeof(partial))
-		return -ENAMETOOLONG;
-	memcpy(partial, path, len + 1);
-	for (char *p = partial + 1; *p; p++) {
-		if (*p != '/')
-			continue;
-		*p = '\0';
-		if (mkdir(partial, OCI_IMAGE_DIR_MODE) < 0 && errno != EEXIST)
-			return -errno;
-		*p = '/';
-	}
-	return mkdir(partial, OCI_IMAGE_DIR_MODE) < 0 && errno != EEXIST ? -errno : 0;
 }
 
 /* oci_dir/refs/<sha256 hex of the canonical reference>.json */
@@ -117,7 +99,7 @@ static int oci_image_build_rootfs(const char *oci_dir, const struct oci_manifest
 		snprintf(err, errlen, "the image store %s is too deep", oci_dir);
 		return -ENAMETOOLONG;
 	}
-	rc = oci_image_mkdirs(dir);
+	rc = path_mkdirs(dir, OCI_IMAGE_DIR_MODE);
 	if (rc < 0 || !mkdtemp(scratch)) {
 		rc = rc < 0 ? rc : -errno;
 		snprintf(err, errlen, "cannot make a scratch directory in %s: %s", dir, strerror(-rc));
@@ -146,7 +128,7 @@ static int oci_image_build_rootfs(const char *oci_dir, const struct oci_manifest
 	}
 	snprintf(dir, sizeof(dir), "%s", rootfs_path);
 	*strrchr(dir, '/') = '\0';
-	rc = oci_image_mkdirs(dir);
+	rc = path_mkdirs(dir, OCI_IMAGE_DIR_MODE);
 	if (rc < 0) {
 		snprintf(err, errlen, "cannot make %s: %s", dir, strerror(-rc));
 		goto out;
@@ -168,7 +150,7 @@ static int oci_image_write_ref(const char *oci_dir, const struct oci_image_info 
 	if (rc == 0 && snprintf(dir, sizeof(dir), "%s/%s", oci_dir, OCI_IMAGE_REFS) >= (int)sizeof(dir))
 		rc = -ENAMETOOLONG;
 	if (rc == 0)
-		rc = oci_image_mkdirs(dir);
+		rc = path_mkdirs(dir, OCI_IMAGE_DIR_MODE);
 	if (rc < 0) {
 		snprintf(err, errlen, "cannot record %s in %s: %s", info->reference, oci_dir,
 			 strerror(-rc));

@@ -38,7 +38,26 @@ TOKEN = "voidbox-test-token-0123456789"
 SERVICE = "voidbox-fixture"
 OS_RELEASE = 'PRETTY_NAME="voidbox OCI test image"\nID=voidboxtest\n'
 BUSYBOX_APPLETS = ["sh", "cat", "ls", "test", "echo", "grep", "mount", "stat", "id", "readlink"]
-READY_TIMEOUT_S = 30
+# a Go program starting under the nested harness's TCG emulation takes its time
+READY_TIMEOUT_S = 180
+
+
+class Checks:
+    """Prints one line per check; failed() says how many failed."""
+
+    def __init__(self):
+        self.failures = 0
+
+    def __call__(self, cond, what, detail=""):
+        if cond:
+            print("ok: " + what)
+        else:
+            self.failures += 1
+            print("FAIL: %s %s" % (what, detail))
+
+    def finish(self):
+        print("%d failure(s)" % self.failures)
+        return 1 if self.failures else 0
 
 
 def free_port():
@@ -83,7 +102,11 @@ class Registry:
                     break
             except OSError:
                 if self.proc.poll() is not None or time.monotonic() > deadline:
-                    raise SystemExit("docker-registry did not start; see %s/registry.log" % self.root)
+                    self.log.flush()
+                    with open(self.log.name, errors="replace") as f:
+                        said = f.read()[-2000:]
+                    raise SystemExit("docker-registry did not start (status %s): %s" %
+                                     (self.proc.poll(), said))
                 time.sleep(0.1)
 
     def blob_data_path(self, digest):

@@ -22,16 +22,7 @@ import tempfile
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import oci_registry_fixture as fx  # noqa: E402
 
-failures = 0
-
-
-def check(cond, what, detail=""):
-    global failures
-    if cond:
-        print("ok: " + what)
-    else:
-        failures += 1
-        print("FAIL: %s %s" % (what, detail))
+check = fx.Checks()
 
 
 def main():
@@ -133,8 +124,7 @@ def main():
     finally:
         fixture.stop()
         shutil.rmtree(work, ignore_errors=True)
-    print("%d failure(s)" % failures)
-    return 1 if failures else 0
+    return check.finish()
 
 
 if __name__ == "__main__":
