@@ -497,8 +497,7 @@ static int oci_client_init(struct oci_client *client, const struct oci_ref *ref,
 	memset(client, 0, sizeof(*client));
 	client->ref = ref;
 	client->options = options;
-	client->scheme = oci_registry_is_loopback(ref->registry) || options->insecure ? "http" :
-											  "https";
+	client->scheme = oci_registry_scheme(ref->registry, options->insecure);
 	client->curl = curl_easy_init();
 	if (!client->curl) {
 		snprintf(err, errlen, "cannot start libcurl");

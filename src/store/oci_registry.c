@@ -193,6 +193,11 @@ bool oci_registry_is_loopback(const char *registry)
 	return true;
 }
 
+const char *oci_registry_scheme(const char *registry, bool insecure)
+{
+	return insecure || oci_registry_is_loopback(registry) ? "http" : "https";
+}
+
 /* RFC 7230 token characters. */
 static bool oci_token_char(char c)
 {

@@ -57,6 +57,8 @@ int oci_ref_parse(const char *text, struct oci_ref *out, char *err, size_t errle
 int oci_ref_format(const struct oci_ref *ref, char *out, size_t size);
 /* true for localhost, 127.0.0.0/8 and [::1] (with or without a port): plain HTTP is allowed. */
 bool oci_registry_is_loopback(const char *registry);
+/* "http" for a loopback registry or when insecure, else "https". */
+const char *oci_registry_scheme(const char *registry, bool insecure);
 
 enum oci_auth_scheme {
 	OCI_AUTH_SCHEME_NONE,

@@ -1,7 +1,7 @@
 /*
  * What voidbox reads from a registry, without a registry: image references spelled the ways
  * Docker accepts (and refused when they could name a path or a header), loopback detection
- * (plain HTTP is allowed only there), WWW-Authenticate challenges (Basic, Bearer with any
+ * (plain HTTP is allowed only there, or anywhere with --insecure), WWW-Authenticate challenges (Basic, Bearer with any
  * parameter order, quoted and token values, unknown schemes and overlong values refused),
  * token answers (a token that could split a header refused), and manifests: OCI and Docker
  * image manifests, an index resolved to linux/amd64 whatever its order, and refusals of
@@ -66,6 +66,10 @@ static void test_loopback(void)
 	CHECK(!oci_registry_is_loopback("localhost.example"));
 	CHECK(!oci_registry_is_loopback(OCI_DEFAULT_REGISTRY));
 	CHECK(!oci_registry_is_loopback("[::1]x"));
+	/* plain HTTP only to loopback, or elsewhere when the user said --insecure */
+	CHECK_STR_EQ(oci_registry_scheme("127.0.0.1:5000", false), "http");
+	CHECK_STR_EQ(oci_registry_scheme("registry.example:5000", false), "https");
+	CHECK_STR_EQ(oci_registry_scheme("registry.example:5000", true), "http");
 }
 
 static int parse_challenge(const char *text, struct oci_auth_challenge *out)
