@@ -1,11 +1,12 @@
 /*
  * What voidbox reads from a registry, without a registry: image references spelled the ways
  * Docker accepts (and refused when they could name a path or a header), loopback detection
- * (plain HTTP is allowed only there, or anywhere with --insecure), WWW-Authenticate challenges (Basic, Bearer with any
- * parameter order, quoted and token values, unknown schemes and overlong values refused),
- * token answers (a token that could split a header refused), and manifests: OCI and Docker
- * image manifests, an index resolved to linux/amd64 whatever its order, and refusals of
- * schema 1, foreign layers, bad digests, too many layers and oversized layers.
+ * (plain HTTP only there, or anywhere with --insecure), WWW-Authenticate challenges (Basic,
+ * Bearer with any parameter order, quoted and token values, unknown schemes and overlong
+ * values refused), token answers (a token that could split a header refused), and
+ * manifests: OCI and Docker image manifests, an index resolved to linux/amd64 whatever its
+ * order, and refusals of schema 1, foreign layers, bad digests, too many layers and
+ * oversized layers.
  */
 #include <errno.h>
 #include <stdio.h>
