@@ -16,6 +16,7 @@ registry's storage so it no longer matches its digest.
 """
 
 import base64
+import contextlib
 import hashlib
 import http.client
 import http.server
@@ -25,6 +26,7 @@ import shutil
 import socket
 import socketserver
 import subprocess
+import tempfile
 import threading
 import time
 import urllib.request
@@ -283,3 +285,17 @@ class Fixture:
             self.proxy.server_close()
         for registry in self.registries:
             registry.stop()
+
+
+@contextlib.contextmanager
+def session(prefix):
+    """A fresh work directory and a Fixture in it; both are gone afterwards."""
+    work = tempfile.mkdtemp(prefix=prefix)
+    fixture = None
+    try:
+        fixture = Fixture(os.path.join(work, "fixture"))
+        yield fixture, work
+    finally:
+        if fixture:
+            fixture.stop()
+        shutil.rmtree(work, ignore_errors=True)
