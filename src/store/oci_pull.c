@@ -84,6 +84,7 @@ struct oci_client {
 	/* progress of the blob being fetched */
 	const char *progress_label;
 	unsigned long long progress_total;
+	int progress_shown; /* the percentage on screen; -1: none yet */
 };
 
 static size_t oci_on_body(char *data, size_t size, size_t nmemb, void *opaque)
@@ -174,7 +175,7 @@ static int oci_on_progress(void *opaque, curl_off_t dltotal, curl_off_t dlnow, c
 	struct oci_client *client = opaque;
 	FILE *out = client->options->progress_stream ? client->options->progress_stream : stderr;
 	unsigned long long total = client->progress_total, now = (unsigned long long)dlnow;
-	int filled;
+	int filled, percent;
 
 	(void)dltotal;
 	(void)ultotal;
@@ -183,10 +184,14 @@ static int oci_on_progress(void *opaque, curl_off_t dltotal, curl_off_t dlnow, c
 		return 0;
 	if (now > total)
 		now = total;
+	percent = (int)(now * OCI_PERCENT / total);
+	if (percent == client->progress_shown)
+		return 0; /* redrawn only when the figure changes */
+	client->progress_shown = percent;
 	filled = (int)(now * OCI_BAR_WIDTH / total);
-	fprintf(out, "\r%s [%-*.*s] %6.1f/%.1f MiB %3llu%%", client->progress_label, OCI_BAR_WIDTH,
+	fprintf(out, "\r%s [%-*.*s] %6.1f/%.1f MiB %3d%%", client->progress_label, OCI_BAR_WIDTH,
 		filled, "##############################", (double)now / OCI_BYTES_PER_MIB,
-		(double)total / OCI_BYTES_PER_MIB, now * OCI_PERCENT / total);
+		(double)total / OCI_BYTES_PER_MIB, percent);
 	fflush(out);
 	return 0;
 }
@@ -463,6 +468,7 @@ static int oci_fetch_blob(struct oci_client *client, const struct oci_descriptor
 		oci_progress_line(client, "%s: downloading %.1f MiB\n", label, desc->size);
 	client->progress_label = label;
 	client->progress_total = desc->size;
+	client->progress_shown = -1;
 	rc = oci_request(client, "blobs", desc->digest, NULL, &sink, err, errlen);
 	client->progress_label = NULL;
 	if (client->options->progress == OCI_PROGRESS_BAR)
