@@ -7,6 +7,7 @@
 #define VOIDBOX_CLI_CLI_H
 
 #include <getopt.h>
+#include <limits.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stddef.h>
@@ -135,6 +136,25 @@ int cli_add_disk(const char *command, char *arg, struct vm_disk *disks,
 /* -1 after printing why when --disk and --snapshot were both given, else 0. */
 int cli_check_disks_fit_snapshot(const char *command, const char *snapshot_ref,
 				 const struct sandbox_config *cfg);
+
+/* `voidbox image pull|rm` and the pulled images in `image list` (cli_oci.c). */
+int cli_image_pull(int argc, char **argv);
+int cli_image_rm(int argc, char **argv);
+/* Human: a table after the guest images; json: array elements (a comma first if after_others). */
+int cli_image_list_pulled(bool json, bool after_others);
+
+/* Where --image's root filesystem path lives while the sandbox config points at it. */
+struct cli_image_root {
+	char rootfs_path[PATH_MAX];
+};
+
+/*
+ * --image REF: the pulled image's root filesystem (pulled now when it is not cached) becomes
+ * /dev/vda, read-only, with the kernel command line word that makes it the guest's root; the
+ * --disk files move up one. ref NULL does nothing. 0, or -1 after printing why.
+ */
+int cli_image_attach(const char *command, const char *ref, const char *snapshot_ref,
+		     struct vm_disk *disks, struct sandbox_config *cfg, struct cli_image_root *root);
 
 /*
  * The networking flags of exec, shell, fork and snapshot create (cli_network.c). Their option

@@ -42,6 +42,7 @@ enum cli_exec_option {
 	CLI_EXEC_OPT_SNAPSHOT,
 	CLI_EXEC_OPT_DISK,
 	CLI_EXEC_OPT_MOUNT,
+	CLI_EXEC_OPT_IMAGE,
 	CLI_EXEC_OPT_HELP,
 };
 
@@ -59,6 +60,7 @@ static const struct option cli_exec_options[] = {
 	{ "disk", required_argument, NULL, CLI_EXEC_OPT_DISK },
 	CLI_NETWORK_LONG_OPTIONS
 	{ "mount", required_argument, NULL, CLI_EXEC_OPT_MOUNT },
+	{ "image", required_argument, NULL, CLI_EXEC_OPT_IMAGE },
 	{ "help", no_argument, NULL, CLI_EXEC_OPT_HELP },
 	{ NULL, 0, NULL, 0 },
 };
@@ -70,6 +72,8 @@ struct cli_exec_args {
 	const char *snapshot; /* --snapshot; NULL: cold boot */
 	struct vm_disk disks[VM_MAX_DISKS]; /* --disk */
 	struct cli_network network;
+	const char *image; /* --image */
+	struct cli_image_root image_root;
 };
 
 static void cli_exec_usage(FILE *out)
@@ -80,7 +84,7 @@ static void cli_exec_usage(FILE *out)
 		"                    [--serial-log PATH] [--boot-timeout S] [--snapshot ID]\n"
 		"                    [--disk PATH[:ro]]...\n"
 		"                    [--network [--publish H:G] [--allow CIDR] [--deny CIDR]...]\n"
-		"                    [--mount HOST:GUEST[:ro|:rw]]...\n"
+		"                    [--mount HOST:GUEST[:ro|:rw]]... [--image REF]\n"
 		"                    -- PROGRAM [ARGS...]\n\n"
 		"Boots a micro-VM, runs PROGRAM in it as the sandbox user and exits with its exit\n"
 		"code. stdout and stderr stream live; piped stdin is delivered to the program.\n\n"
@@ -97,7 +101,9 @@ static void cli_exec_usage(FILE *out)
 		"                     instead of booting; one that is not found warns and cold-boots\n"
 		"  --disk PATH[:ro]   attach a host file as /dev/vda, /dev/vdb... (repeatable; :ro\n"
 		"                     read-only); the sandbox user may read and write it\n"
-		CLI_MOUNT_USAGE,
+		CLI_MOUNT_USAGE
+		"  --image REF        boot from a pulled OCI image's root filesystem (pulled now\n"
+		"                     when it is not cached; see voidbox image pull)\n",
 		SANDBOX_DEFAULT_MEMORY_MB, SANDBOX_DEFAULT_VCPUS);
 	cli_network_usage(out);
 }
@@ -200,6 +206,9 @@ static int cli_exec_parse(int argc, char **argv, struct cli_exec_args *args)
 			if (cli_mount_add("exec", &args->sandbox, optarg) != 0)
 				return CLI_EXIT_USAGE;
 			break;
+		case CLI_EXEC_OPT_IMAGE:
+			args->image = optarg;
+			break;
 		case CLI_EXEC_OPT_HELP:
 			cli_exec_usage(stdout);
 			return -1;
@@ -215,6 +224,9 @@ static int cli_exec_parse(int argc, char **argv, struct cli_exec_args *args)
 		fprintf(stderr, "voidbox exec: no program given: voidbox exec [OPTIONS] -- PROGRAM [ARGS...]\n");
 		return CLI_EXIT_USAGE;
 	}
+	if (cli_image_attach("exec", args->image, args->snapshot, args->disks, &args->sandbox,
+			     &args->image_root) < 0)
+		return CLI_EXIT_FAILURE;
 	args->request.program = argv[optind];
 	args->request.args = argv + optind + 1;
 	args->request.args_count = (size_t)(argc - optind - 1);

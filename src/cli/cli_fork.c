@@ -41,6 +41,7 @@ enum cli_fork_option {
 	CLI_FORK_OPT_WARMUP,
 	CLI_FORK_OPT_TIMEOUT,
 	CLI_FORK_OPT_MOUNT,
+	CLI_FORK_OPT_IMAGE,
 	CLI_FORK_OPT_HELP,
 };
 
@@ -55,6 +56,7 @@ static const struct option cli_fork_options[] = {
 	{ "timeout", required_argument, NULL, CLI_FORK_OPT_TIMEOUT },
 	CLI_NETWORK_LONG_OPTIONS
 	{ "mount", required_argument, NULL, CLI_FORK_OPT_MOUNT },
+	{ "image", required_argument, NULL, CLI_FORK_OPT_IMAGE },
 	{ "help", no_argument, NULL, CLI_FORK_OPT_HELP },
 	{ NULL, 0, NULL, 0 },
 };
@@ -68,6 +70,9 @@ struct cli_fork_args {
 	char **program;
 	int program_argc;
 	struct cli_network network;
+	const char *image; /* --image: the parent (and so every child) boots from it */
+	struct vm_disk image_disk[1];
+	struct cli_image_root image_root;
 };
 
 /* One run of PROGRAM in one member of the family. */
@@ -97,6 +102,7 @@ static void cli_fork_usage(FILE *out)
 		"(published ports stay with the parent).\n\n"
 		"  --children N     children to fork (1..%u)\n"
 		"  --snapshot ID    restore the parent from a snapshot (id prefix or directory)\n"
+		"  --image REF      boot the parent from a pulled OCI image (pulled when absent)\n"
 		"  --warmup CMD     run `sh -c CMD` in the parent before forking (must exit 0)\n"
 		"  --timeout S      kill each PROGRAM after S seconds\n"
 		CLI_MOUNT_USAGE
@@ -136,6 +142,9 @@ static int cli_fork_parse_option(int option, struct cli_fork_args *a)
 			       0 : CLI_EXIT_USAGE;
 	case CLI_FORK_OPT_MOUNT:
 		return cli_mount_add("fork", &a->sandbox, optarg);
+	case CLI_FORK_OPT_IMAGE:
+		a->image = optarg;
+		return 0;
 	case CLI_FORK_OPT_HELP:
 		cli_fork_usage(stdout);
 		return -1;
@@ -171,6 +180,9 @@ static int cli_fork_parse(int argc, char **argv, struct cli_fork_args *a)
 		fprintf(stderr, "voidbox fork: no program given: voidbox fork --children N -- PROGRAM [ARGS...]\n");
 		return CLI_EXIT_USAGE;
 	}
+	if (cli_image_attach("fork", a->image, a->snapshot, a->image_disk, &a->sandbox,
+			     &a->image_root) < 0)
+		return CLI_EXIT_FAILURE;
 	a->program = argv + optind;
 	a->program_argc = argc - optind;
 	return 0;

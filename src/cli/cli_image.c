@@ -1,5 +1,6 @@
 /*
- * `voidbox image build|list|clean`: the front end of src/store/guest_image. The agent binary
+ * `voidbox image build|list|clean`: the front end of src/store/guest_image (pull and rm, and
+ * the pulled half of list, are in cli_oci.c). The agent binary
  * that becomes the image's /init is found the way a user would expect: --agent, then
  * VOIDBOX_AGENT, then a voidbox-agent beside this executable (an install), then the one this
  * build produced.
@@ -69,13 +70,20 @@ static void cli_image_usage(FILE *out)
 		"                           [--with-mock-agent]  (adds the mock claude-code for tests)\n"
 		"                           [--flavour claude|codex]  (adds that agent CLI from npm)\n"
 		"       voidbox image list\n"
-		"       voidbox image clean [NAME | --all]\n\n"
+		"       voidbox image clean [NAME | --all]\n"
+		"       voidbox image pull [--username USER [--password-stdin]] [--insecure] [--quiet] REF\n"
+		"       voidbox image rm REF...\n\n"
 		"Guest images (a Debian kernel and an initramfs whose /init is the voidbox agent)\n"
 		"live in $VOIDBOX_HOME/images (default ~/.void-box/images). build fetches the kernel\n"
 		"and busybox from Debian's package archive with apt-get and assembles the image.\n"
 		"--flavour builds the image of that name with the pinned agent CLI (src/store/\n"
 		"agent_pins.h) fetched from registry.npmjs.org and checked against its sha512;\n"
-		"agent specs with provider claude or codex run on it.\n");
+		"agent specs with provider claude or codex run on it.\n\n"
+		"pull fetches an OCI image from a registry (credentials: --username with\n"
+		"--password-stdin, else VOIDBOX_REGISTRY_AUTH=USER:PASSWORD) and makes its root\n"
+		"filesystem, which `exec|shell|fork --image REF` boot; a registry on loopback is\n"
+		"spoken to over plain HTTP, any other over HTTPS unless --insecure. rm forgets a\n"
+		"pulled image.\n");
 }
 
 static bool cli_image_is_file(const char *path)
@@ -304,9 +312,16 @@ static int cli_image_list(const struct cli_globals *globals)
 			printf("%s{\"name\":\"%s\",\"kernel\":\"%s\",\"size_bytes\":%llu,\"built_at\":\"%s\"}",
 			       i ? "," : "", images[i].name, images[i].kernel_release,
 			       (unsigned long long)images[i].size_bytes, images[i].built_at);
+		/* pulled OCI images are elements of the same array, with "reference" for "name" */
+		if (cli_image_list_pulled(true, count > 0) != CLI_EXIT_OK) {
+			free(images);
+			return CLI_EXIT_FAILURE;
+		}
 		printf("]\n");
 	} else if (count == 0) {
 		printf("no guest images; build one with: voidbox image build\n");
+		free(images);
+		return cli_image_list_pulled(false, false);
 	} else {
 		printf("%-16s %-24s %10s  %s\n", "NAME", "KERNEL", "SIZE", "BUILT");
 		for (size_t i = 0; i < count; i++)
@@ -315,7 +330,7 @@ static int cli_image_list(const struct cli_globals *globals)
 			       images[i].built_at);
 	}
 	free(images);
-	return CLI_EXIT_OK;
+	return globals->output == CLI_OUTPUT_JSON ? CLI_EXIT_OK : cli_image_list_pulled(false, false);
 }
 
 static int cli_image_clean(int argc, char **argv)
@@ -347,6 +362,11 @@ int cli_image_run(const struct cli_globals *globals, int argc, char **argv)
 		return cli_image_list(globals);
 	if (strcmp(argv[1], "clean") == 0)
 		return cli_image_clean(argc - 1, argv + 1);
-	fprintf(stderr, "voidbox image: unknown subcommand '%s' (build, list or clean)\n", argv[1]);
+	if (strcmp(argv[1], "pull") == 0)
+		return cli_image_pull(argc - 1, argv + 1);
+	if (strcmp(argv[1], "rm") == 0)
+		return cli_image_rm(argc - 1, argv + 1);
+	fprintf(stderr, "voidbox image: unknown subcommand '%s' (build, list, clean, pull or rm)\n",
+		argv[1]);
 	return CLI_EXIT_USAGE;
 }

@@ -48,6 +48,7 @@ enum cli_shell_option {
 	CLI_SHELL_OPT_SNAPSHOT,
 	CLI_SHELL_OPT_DISK,
 	CLI_SHELL_OPT_MOUNT,
+	CLI_SHELL_OPT_IMAGE,
 	CLI_SHELL_OPT_HELP,
 };
 
@@ -63,6 +64,7 @@ static const struct option cli_shell_options[] = {
 	{ "disk", required_argument, NULL, CLI_SHELL_OPT_DISK },
 	CLI_NETWORK_LONG_OPTIONS
 	{ "mount", required_argument, NULL, CLI_SHELL_OPT_MOUNT },
+	{ "image", required_argument, NULL, CLI_SHELL_OPT_IMAGE },
 	{ "help", no_argument, NULL, CLI_SHELL_OPT_HELP },
 	{ NULL, 0, NULL, 0 },
 };
@@ -80,6 +82,8 @@ struct cli_shell_session {
 	const char *snapshot; /* --snapshot; NULL: cold boot */
 	struct vm_disk disks[VM_MAX_DISKS]; /* --disk */
 	struct cli_network network;
+	const char *image; /* --image */
+	struct cli_image_root image_root;
 };
 
 /* SIGWINCH's self-pipe: the handler may only write(). */
@@ -98,6 +102,7 @@ static void cli_shell_usage(FILE *out)
 		"--snapshot ID restores the VM from a snapshot (id prefix, else a snapshot directory)\n"
 		"instead of booting it; one that is not found warns and cold-boots.\n"
 		"--disk PATH[:ro] attaches a host file as /dev/vda, /dev/vdb... (repeatable).\n"
+		"--image REF boots from a pulled OCI image's root filesystem (pulled when absent).\n"
 		CLI_MOUNT_USAGE,
 		SHELL_DEFAULT_PROGRAM);
 	cli_network_usage(out);
@@ -173,6 +178,9 @@ static int cli_shell_parse(int argc, char **argv, struct cli_shell_session *s)
 			if (cli_mount_add("shell", &s->sandbox, optarg) != 0)
 				return CLI_EXIT_USAGE;
 			break;
+		case CLI_SHELL_OPT_IMAGE:
+			s->image = optarg;
+			break;
 		case CLI_SHELL_OPT_HELP:
 			cli_shell_usage(stdout);
 			return -1;
@@ -184,6 +192,9 @@ static int cli_shell_parse(int argc, char **argv, struct cli_shell_session *s)
 	if (cli_check_disks_fit_snapshot("shell", s->snapshot, &s->sandbox) < 0 ||
 	    cli_network_finish(&s->network, "shell", &s->sandbox) < 0)
 		return CLI_EXIT_USAGE;
+	if (cli_image_attach("shell", s->image, s->snapshot, s->disks, &s->sandbox,
+			     &s->image_root) < 0)
+		return CLI_EXIT_FAILURE;
 	s->open.args = argv + optind;
 	s->open.args_count = (size_t)(argc - optind);
 	return 0;

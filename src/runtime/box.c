@@ -101,6 +101,7 @@ void box_config_from_spec(struct box_config *cfg, const struct spec *spec,
 	cfg->network_spec = &spec->sandbox;
 	cfg->mounts = spec->sandbox.mounts;
 	cfg->mount_count = spec->sandbox.mount_count;
+	cfg->image = spec->sandbox.image;
 	if (box && box->has_sandbox) {
 		cfg->box_mounts = box->sandbox.mounts;
 		cfg->box_mount_count = box->sandbox.mount_count;

@@ -106,6 +106,11 @@ struct box_config {
 	 * builds it. NULL: the default image.
 	 */
 	const char *image_name;
+	/*
+	 * sandbox.image: an OCI reference whose pulled root filesystem the VM boots as its root
+	 * (pulled anonymously when it is not cached); NULL: the initramfs is the root. Borrowed.
+	 */
+	const char *image;
 };
 
 /* Called for each piece of output in arrival order (mock: once per stream). */

@@ -18,6 +18,7 @@
 #include "runtime/box_internal.h"
 #include "devices/net.h"
 #include "sandbox/sandbox.h"
+#include "store/oci_image.h"
 
 /* a CIDR prefix naming one IPv4 address */
 #define LOCAL_SINGLE_ADDRESS_PREFIX 32
@@ -289,8 +290,44 @@ static void local_network_allow_sidecar(const char *name, struct net_policy *pol
 			 name);
 }
 
+/*
+ * sandbox.image: the pulled root filesystem (pulled now, anonymously, when it is not cached;
+ * a registry that wants credentials is pulled from with `voidbox image pull` first) as the
+ * read-only /dev/vda the agent switches root to.
+ */
+static int local_image(const struct box *box, const char *ref, struct oci_image_info *image,
+		       struct vm_disk *disk, struct sandbox_config *sandbox_cfg, char *err,
+		       size_t errlen)
+{
+	struct oci_pull_options options = { .progress = OCI_PROGRESS_NONE };
+	char oci_dir[PATH_MAX], reason[LOCAL_ERROR_MAX];
+	int rc = oci_image_dir(oci_dir, sizeof(oci_dir));
+
+	if (rc < 0) {
+		snprintf(err, errlen, "sandbox.image: cannot find the voidbox home; set VOIDBOX_HOME or HOME");
+		return rc;
+	}
+	options.oci_dir = oci_dir;
+	rc = oci_image_find(oci_dir, ref, image, reason, sizeof(reason));
+	if (rc == -ENOENT) {
+		log_info("box", "[box:%s] pulling image %s", box->name, ref);
+		rc = oci_image_pull(ref, &options, image, reason, sizeof(reason));
+	}
+	if (rc < 0) {
+		snprintf(err, errlen, "sandbox.image: %s", reason);
+		return rc;
+	}
+	*disk = (struct vm_disk){ .path = image->rootfs_path, .read_only = true };
+	sandbox_cfg->disks = disk;
+	sandbox_cfg->disk_count = 1;
+	sandbox_cfg->extra_cmdline = OCI_IMAGE_ROOT_CMDLINE;
+	return 0;
+}
+
 int box_local_open(struct box *box, const struct box_config *cfg, char *err, size_t errlen)
 {
+	struct oci_image_info image;
+	struct vm_disk image_disk;
 	struct net_config network;
 	struct sandbox_config sandbox_cfg = {
 		.kernel_path = box->kernel,
@@ -304,6 +341,8 @@ int box_local_open(struct box *box, const struct box_config *cfg, char *err, siz
 	uint64_t start = clock_monotonic_ms();
 	int rc = local_mounts(cfg, &sandbox_cfg, err, errlen);
 
+	if (rc == 0 && cfg->image)
+		rc = local_image(box, cfg->image, &image, &image_disk, &sandbox_cfg, err, errlen);
 	if (rc < 0)
 		return rc;
 	local = calloc(1, sizeof(*local));

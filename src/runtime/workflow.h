@@ -25,7 +25,7 @@
 /* The SPEC_FEATURE_BIT set the workflow engine runs today (see docs/runtime.md). */
 #define WORKFLOW_SUPPORTED_FEATURES \
 	(SPEC_FEATURE_BIT(SPEC_FEATURE_SNAPSHOT) | SPEC_FEATURE_BIT(SPEC_FEATURE_NETWORK) | \
-	 SPEC_FEATURE_BIT(SPEC_FEATURE_MOUNTS))
+	 SPEC_FEATURE_BIT(SPEC_FEATURE_MOUNTS) | SPEC_FEATURE_BIT(SPEC_FEATURE_IMAGE))
 
 struct workflow_options {
 	/* stdin of every step without stdin_from (`voidbox run --input`); NULL: none */

@@ -101,6 +101,18 @@ static int oci_hash_finish(EVP_MD_CTX *hash, char *out)
 	return 0;
 }
 
+int oci_digest_of(const void *data, size_t len, char *out)
+{
+	EVP_MD_CTX *hash = EVP_MD_CTX_new();
+	int rc = -EIO;
+
+	if (hash && EVP_DigestInit_ex(hash, EVP_sha256(), NULL) == 1 &&
+	    EVP_DigestUpdate(hash, data, len) == 1)
+		rc = oci_hash_finish(hash, out);
+	EVP_MD_CTX_free(hash);
+	return rc;
+}
+
 static void oci_blob_writer_free(struct oci_blob_writer *writer)
 {
 	if (writer->fd >= 0)

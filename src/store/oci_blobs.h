@@ -40,6 +40,9 @@ int oci_blob_writer_commit(struct oci_blob_writer *writer, char *err, size_t err
 /* Drops a blob being written (its temporary file goes). NULL is fine. */
 void oci_blob_writer_abort(struct oci_blob_writer *writer);
 
+/* The sha256 digest of len bytes as "sha256:<hex>" (out holds OCI_DIGEST_LEN + 1). 0 or -EIO. */
+int oci_digest_of(const void *data, size_t len, char *out);
+
 /* Hashes the file at path: 0 when it matches digest, -EBADMSG (err says so) or -errno. */
 int oci_blob_verify_file(const char *path, const char *digest, char *err, size_t errlen);
 

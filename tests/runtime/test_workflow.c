@@ -264,11 +264,12 @@ static void test_input_and_default_output(void)
 static void test_unsupported_feature_refused(void)
 {
 	static const char text[] =
-		"kind: workflow\nname: img\nsandbox: {mode: mock, image: alpine}\n"
+		"kind: workflow\nname: img\nsandbox: {mode: mock, guest_image: alpine}\n"
 		"workflow:\n  steps:\n    - name: a\n      run: {program: echo}\n";
 	struct spec *spec = load_text(text);
 	struct spec_diagnostics diag;
 	struct run_report report;
+	struct box_config cfg;
 
 	CHECK(spec != NULL);
 	if (!spec)
@@ -282,6 +283,19 @@ static void test_unsupported_feature_refused(void)
 	CHECK(report.error && strstr(report.error, "not supported yet"));
 	CHECK_INT_EQ(report.stage_count, 0);
 	run_report_free(&report);
+	spec_free(spec);
+
+	/* sandbox.image is supported: the box boots the pulled image as its root */
+	spec = load_text("kind: workflow\nname: img\nsandbox: {mode: mock, image: alpine}\n"
+			 "workflow:\n  steps:\n    - name: a\n      run: {program: echo}\n");
+	CHECK(spec != NULL);
+	if (!spec)
+		return;
+	spec_diagnostics_init(&diag);
+	CHECK_INT_EQ(workflow_check(spec, &diag), 0);
+	spec_diagnostics_free(&diag);
+	box_config_from_spec(&cfg, spec, NULL);
+	CHECK_STR_EQ(cfg.image, "alpine");
 	spec_free(spec);
 
 	spec = load_text("kind: sandbox\nname: s\n");

@@ -1,0 +1,367 @@
+/*
+ * The local store of pulled images (see oci_image.h). Everything a pull publishes appears by
+ * rename: blobs through the verifying writer, the rootfs through oci_rootfs_build_ext4's
+ * temporary name, the reference file through a temporary beside it, so an interrupted pull
+ * leaves either nothing or a whole image. Layers are applied in a scratch tree under
+ * oci/tmp/ that is removed whatever happens; every layer blob is hashed again right before it
+ * is applied, so a cache file altered after its download is never used.
+ */
+#include "store/oci_image.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <jansson.h>
+
+#include "common/path.h"
+#include "store/guest_image.h"
+#include "store/oci_layer.h"
+#include "store/oci_rootfs.h"
+#include "store/store_fs.h"
+
+#define OCI_IMAGE_SUBDIR "oci"
+#define OCI_IMAGE_IMAGES "images"
+#define OCI_IMAGE_REFS "refs"
+#define OCI_IMAGE_TMP "tmp"
+#define OCI_IMAGE_REF_SUFFIX ".json"
+#define OCI_IMAGE_UNPACK_TEMPLATE "unpack-XXXXXX"
+#define OCI_IMAGE_TREE "tree"
+#define OCI_IMAGE_DIR_MODE 0755
+#define OCI_IMAGE_TIME_FORMAT "%Y-%m-%dT%H:%M:%SZ"
+#define OCI_IMAGE_LIST_GROWTH 16
+#define OCI_IMAGE_REF_FILE_MAX (64u << 10)
+
+int oci_image_dir(char *out, size_t size)
+{
+	char home[PATH_MAX];
+	int rc = guest_image_home(home, sizeof(home));
+
+	return rc < 0 ? rc : store_join(out, size, home, OCI_IMAGE_SUBDIR);
+}
+
+/* oci_dir/refs/<sha256 hex of the canonical reference>.json */
+static int oci_image_ref_path(const char *oci_dir, const char *canonical, char *out,
+			      size_t size)
+{
+	char digest[OCI_DIGEST_LEN + 1];
+	int n;
+
+	if (oci_digest_of(canonical, strlen(canonical), digest) < 0)
+		return -EIO;
+	n = snprintf(out, size, "%s/%s/%s%s", oci_dir, OCI_IMAGE_REFS,
+		     digest + strlen(OCI_DIGEST_ALGORITHM), OCI_IMAGE_REF_SUFFIX);
+	return n < 0 || (size_t)n >= size ? -ENAMETOOLONG : 0;
+}
+
+static int oci_image_rootfs_path(const char *oci_dir, const char *manifest_digest, char *out,
+				 size_t size)
+{
+	int n;
+
+	if (oci_digest_check(manifest_digest) < 0)
+		return -EINVAL;
+	n = snprintf(out, size, "%s/%s/%s/%s", oci_dir, OCI_IMAGE_IMAGES,
+		     manifest_digest + strlen(OCI_DIGEST_ALGORITHM), OCI_IMAGE_ROOTFS_FILE);
+	return n < 0 || (size_t)n >= size ? -ENAMETOOLONG : 0;
+}
+
+static int oci_image_canonical(const char *ref_text, char *out, size_t size, char *err,
+			       size_t errlen)
+{
+	struct oci_ref ref;
+	int rc = oci_ref_parse(ref_text, &ref, err, errlen);
+
+	if (rc == 0 && oci_ref_format(&ref, out, size) < 0) {
+		snprintf(err, errlen, "image reference '%.64s' is too long", ref_text);
+		rc = -ENAMETOOLONG;
+	}
+	return rc;
+}
+
+/* Applies the manifest's layers, lowest first, onto a scratch tree; builds rootfs_path. */
+static int oci_image_build_rootfs(const char *oci_dir, const struct oci_manifest *manifest,
+				  const char *rootfs_path, char *err, size_t errlen)
+{
+	char scratch[PATH_MAX], tree[PATH_MAX], blob[PATH_MAX], dir[PATH_MAX];
+	struct oci_layer_stats stats;
+	int rc;
+
+	if (snprintf(scratch, sizeof(scratch), "%s/%s/%s", oci_dir, OCI_IMAGE_TMP,
+		     OCI_IMAGE_UNPACK_TEMPLATE) >= (int)sizeof(scratch) ||
+	    snprintf(dir, sizeof(dir), "%s/%s", oci_dir, OCI_IMAGE_TMP) >= (int)sizeof(dir)) {
+		snprintf(err, errlen, "the image store %s is too deep", oci_dir);
+		return -ENAMETOOLONG;
+	}
+	rc = path_mkdirs(dir, OCI_IMAGE_DIR_MODE);
+	if (rc < 0 || !mkdtemp(scratch)) {
+		rc = rc < 0 ? rc : -errno;
+		snprintf(err, errlen, "cannot make a scratch directory in %s: %s", dir, strerror(-rc));
+		return rc;
+	}
+	rc = store_join(tree, sizeof(tree), scratch, OCI_IMAGE_TREE);
+	if (rc == 0 && mkdir(tree, OCI_IMAGE_DIR_MODE) < 0)
+		rc = -errno;
+	if (rc < 0) {
+		snprintf(err, errlen, "cannot make the unpack tree in %s: %s", scratch, strerror(-rc));
+		goto out;
+	}
+	for (size_t i = 0; i < manifest->layer_count; i++) {
+		const char *digest = manifest->layers[i].digest;
+
+		rc = oci_blob_path(oci_dir, digest, blob, sizeof(blob));
+		if (rc == 0)
+			rc = oci_blob_verify_file(blob, digest, err, errlen);
+		if (rc == 0)
+			rc = oci_layer_apply(blob, tree, &stats, err, errlen);
+		if (rc < 0)
+			goto out;
+		if (stats.skipped)
+			fprintf(stderr, "warning: layer %s: %llu entries could not be created here and were skipped\n",
+				digest, (unsigned long long)stats.skipped);
+	}
+	snprintf(dir, sizeof(dir), "%s", rootfs_path);
+	*strrchr(dir, '/') = '\0';
+	rc = path_mkdirs(dir, OCI_IMAGE_DIR_MODE);
+	if (rc < 0) {
+		snprintf(err, errlen, "cannot make %s: %s", dir, strerror(-rc));
+		goto out;
+	}
+	rc = oci_rootfs_build_ext4(tree, rootfs_path, err, errlen);
+out:
+	store_remove_tree(scratch);
+	return rc;
+}
+
+static int oci_image_write_ref(const char *oci_dir, const struct oci_image_info *info,
+			       char *err, size_t errlen)
+{
+	char path[PATH_MAX], tmp[PATH_MAX + 8], dir[PATH_MAX];
+	json_t *root;
+	int rc;
+
+	rc = oci_image_ref_path(oci_dir, info->reference, path, sizeof(path));
+	if (rc == 0 && snprintf(dir, sizeof(dir), "%s/%s", oci_dir, OCI_IMAGE_REFS) >= (int)sizeof(dir))
+		rc = -ENAMETOOLONG;
+	if (rc == 0)
+		rc = path_mkdirs(dir, OCI_IMAGE_DIR_MODE);
+	if (rc < 0) {
+		snprintf(err, errlen, "cannot record %s in %s: %s", info->reference, oci_dir,
+			 strerror(-rc));
+		return rc;
+	}
+	snprintf(tmp, sizeof(tmp), "%s.tmp", path);
+	root = json_pack("{s:i, s:s, s:s, s:i, s:s}", "format", 1, "reference", info->reference,
+			 "manifest", info->manifest_digest, "layers", (int)info->layer_count,
+			 "pulled_at", info->pulled_at);
+	rc = root && json_dump_file(root, tmp, JSON_INDENT(2)) == 0 ? 0 : -EIO;
+	json_decref(root);
+	if (rc == 0 && rename(tmp, path) < 0)
+		rc = -errno;
+	if (rc < 0) {
+		unlink(tmp);
+		snprintf(err, errlen, "cannot write %s: %s", path, strerror(-rc));
+	}
+	return rc;
+}
+
+int oci_image_pull(const char *ref_text, const struct oci_pull_options *options,
+		   struct oci_image_info *out, char *err, size_t errlen)
+{
+	struct oci_pull_result *result = calloc(1, sizeof(*result));
+	struct oci_ref ref;
+	struct stat st;
+	time_t now = time(NULL);
+	struct tm tm;
+	int rc;
+
+	memset(out, 0, sizeof(*out));
+	if (!result) {
+		snprintf(err, errlen, "out of memory pulling %s", ref_text);
+		return -ENOMEM;
+	}
+	rc = oci_ref_parse(ref_text, &ref, err, errlen);
+	if (rc == 0 && oci_ref_format(&ref, out->reference, sizeof(out->reference)) < 0) {
+		snprintf(err, errlen, "image reference '%.64s' is too long", ref_text);
+		rc = -ENAMETOOLONG;
+	}
+	if (rc == 0)
+		rc = oci_pull(&ref, options, result, err, errlen);
+	if (rc < 0)
+		goto out;
+	memcpy(out->manifest_digest, result->manifest_digest, sizeof(out->manifest_digest));
+	out->layer_count = (unsigned int)result->manifest.layer_count;
+	rc = oci_image_rootfs_path(options->oci_dir, out->manifest_digest, out->rootfs_path,
+				   sizeof(out->rootfs_path));
+	if (rc < 0) {
+		snprintf(err, errlen, "the image store %s is too deep", options->oci_dir);
+		goto out;
+	}
+	if (stat(out->rootfs_path, &st) < 0) {
+		rc = oci_image_build_rootfs(options->oci_dir, &result->manifest, out->rootfs_path,
+					    err, errlen);
+		if (rc < 0 || stat(out->rootfs_path, &st) < 0) {
+			rc = rc < 0 ? rc : -errno;
+			goto out;
+		}
+	}
+	out->rootfs_bytes = (uint64_t)st.st_size;
+	gmtime_r(&now, &tm);
+	strftime(out->pulled_at, sizeof(out->pulled_at), OCI_IMAGE_TIME_FORMAT, &tm);
+	rc = oci_image_write_ref(options->oci_dir, out, err, errlen);
+out:
+	free(result);
+	return rc;
+}
+
+/* Reads one ref file into info (rootfs path and size included). 0, -ENOENT or -EINVAL. */
+static int oci_image_read_ref(const char *oci_dir, const char *path, struct oci_image_info *info)
+{
+	json_error_t jerr;
+	json_t *root = json_load_file(path, JSON_REJECT_DUPLICATES, &jerr);
+	const char *reference = NULL, *manifest = NULL, *pulled_at = "";
+	int layers = 0, rc = -EINVAL;
+	struct stat st;
+
+	memset(info, 0, sizeof(*info));
+	if (!root)
+		return access(path, F_OK) < 0 ? -ENOENT : -EINVAL;
+	if (json_unpack(root, "{s:s, s:s, s?:i, s?:s}", "reference", &reference, "manifest",
+			&manifest, "layers", &layers, "pulled_at", &pulled_at) == 0 &&
+	    strlen(reference) < sizeof(info->reference) &&
+	    strlen(pulled_at) < sizeof(info->pulled_at) && layers >= 0 &&
+	    oci_image_rootfs_path(oci_dir, manifest, info->rootfs_path,
+				  sizeof(info->rootfs_path)) == 0) {
+		snprintf(info->reference, sizeof(info->reference), "%s", reference);
+		snprintf(info->manifest_digest, sizeof(info->manifest_digest), "%s", manifest);
+		snprintf(info->pulled_at, sizeof(info->pulled_at), "%s", pulled_at);
+		info->layer_count = (unsigned int)layers;
+		if (stat(info->rootfs_path, &st) == 0)
+			info->rootfs_bytes = (uint64_t)st.st_size;
+		rc = 0;
+	}
+	json_decref(root);
+	return rc;
+}
+
+int oci_image_find(const char *oci_dir, const char *ref_text, struct oci_image_info *out,
+		   char *err, size_t errlen)
+{
+	char canonical[OCI_REF_TEXT_MAX], path[PATH_MAX];
+	int rc = oci_image_canonical(ref_text, canonical, sizeof(canonical), err, errlen);
+
+	if (rc < 0)
+		return rc;
+	rc = oci_image_ref_path(oci_dir, canonical, path, sizeof(path));
+	if (rc == 0)
+		rc = oci_image_read_ref(oci_dir, path, out);
+	if (rc == 0 && access(out->rootfs_path, R_OK) < 0)
+		rc = -ENOENT;
+	if (rc == -ENOENT)
+		snprintf(err, errlen, "image %s is not pulled; run: voidbox image pull %s", canonical,
+			 ref_text);
+	else if (rc < 0)
+		snprintf(err, errlen, "the record of image %s in %s is unreadable; pull it again",
+			 canonical, oci_dir);
+	return rc;
+}
+
+static int oci_image_compare(const void *a, const void *b)
+{
+	return strcmp(((const struct oci_image_info *)a)->reference,
+		      ((const struct oci_image_info *)b)->reference);
+}
+
+int oci_image_list(const char *oci_dir, struct oci_image_info **out, size_t *count, char *err,
+		   size_t errlen)
+{
+	char dir[PATH_MAX], path[PATH_MAX];
+	struct oci_image_info *list = NULL;
+	size_t used = 0, cap = 0;
+	struct dirent *entry;
+	DIR *handle;
+
+	*out = NULL;
+	*count = 0;
+	if (store_join(dir, sizeof(dir), oci_dir, OCI_IMAGE_REFS) < 0) {
+		snprintf(err, errlen, "the image store %s is too deep", oci_dir);
+		return -ENAMETOOLONG;
+	}
+	handle = opendir(dir);
+	if (!handle)
+		return errno == ENOENT ? 0 : (snprintf(err, errlen, "cannot read %s: %s", dir,
+						       strerror(errno)), -EIO);
+	while ((entry = readdir(handle)) != NULL) {
+		size_t len = strlen(entry->d_name);
+
+		if (len <= strlen(OCI_IMAGE_REF_SUFFIX) ||
+		    strcmp(entry->d_name + len - strlen(OCI_IMAGE_REF_SUFFIX), OCI_IMAGE_REF_SUFFIX) != 0 ||
+		    store_join(path, sizeof(path), dir, entry->d_name) < 0)
+			continue;
+		if (used == cap) {
+			struct oci_image_info *grown =
+				realloc(list, (cap + OCI_IMAGE_LIST_GROWTH) * sizeof(*list));
+
+			if (!grown) {
+				free(list);
+				closedir(handle);
+				snprintf(err, errlen, "out of memory listing images");
+				return -ENOMEM;
+			}
+			list = grown;
+			cap += OCI_IMAGE_LIST_GROWTH;
+		}
+		if (oci_image_read_ref(oci_dir, path, &list[used]) == 0)
+			used++;
+	}
+	closedir(handle);
+	if (used)
+		qsort(list, used, sizeof(*list), oci_image_compare);
+	*out = list;
+	*count = used;
+	return 0;
+}
+
+int oci_image_remove(const char *oci_dir, const char *ref_text, char *err, size_t errlen)
+{
+	struct oci_image_info target, *all = NULL;
+	char canonical[OCI_REF_TEXT_MAX], path[PATH_MAX], image_dir[PATH_MAX];
+	size_t count = 0;
+	bool shared = false;
+	int rc = oci_image_canonical(ref_text, canonical, sizeof(canonical), err, errlen);
+
+	if (rc < 0)
+		return rc;
+	rc = oci_image_ref_path(oci_dir, canonical, path, sizeof(path));
+	if (rc == 0)
+		rc = oci_image_read_ref(oci_dir, path, &target);
+	if (rc < 0) {
+		snprintf(err, errlen, "no pulled image %s (voidbox image list shows them)", canonical);
+		return rc == -EINVAL ? (unlink(path), -EINVAL) : -ENOENT;
+	}
+	if (unlink(path) < 0) {
+		rc = -errno;
+		snprintf(err, errlen, "cannot remove %s: %s", path, strerror(-rc));
+		return rc;
+	}
+	rc = oci_image_list(oci_dir, &all, &count, err, errlen);
+	if (rc < 0)
+		return rc;
+	for (size_t i = 0; i < count; i++)
+		shared |= strcmp(all[i].manifest_digest, target.manifest_digest) == 0;
+	free(all);
+	if (shared)
+		return 0;
+	snprintf(image_dir, sizeof(image_dir), "%s", target.rootfs_path);
+	*strrchr(image_dir, '/') = '\0';
+	rc = store_remove_tree(image_dir);
+	if (rc < 0)
+		snprintf(err, errlen, "cannot remove %s: %s", image_dir, strerror(-rc));
+	return rc;
+}

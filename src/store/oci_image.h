@@ -1,0 +1,55 @@
+/*
+ * Pulled OCI images as root filesystems a VM boots (docs/images.md "OCI images"): a pull
+ * fills the blob cache (oci_pull.h), applies the layers onto a fresh tree (oci_layer.h) and
+ * makes the tree an ext4 image (oci_rootfs.h), kept once per manifest digest under
+ * $VOIDBOX_HOME/oci/images/<hex>/rootfs.ext4. A reference (a tag) points at a manifest
+ * through a small JSON file in oci/refs/, named by the sha256 of the canonical reference, so
+ * any reference is a safe file name and two tags of one image share one rootfs.
+ */
+#ifndef VOIDBOX_STORE_OCI_IMAGE_H
+#define VOIDBOX_STORE_OCI_IMAGE_H
+
+#include <limits.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "store/oci_pull.h"
+
+#define OCI_IMAGE_ROOTFS_FILE "rootfs.ext4"
+/* The kernel command line word that makes the agent boot the first disk as its root. */
+#define OCI_IMAGE_ROOT_CMDLINE "voidbox.oci_rootfs_dev=/dev/vda"
+
+struct oci_image_info {
+	char reference[OCI_REF_TEXT_MAX];	  /* canonical */
+	char manifest_digest[OCI_DIGEST_LEN + 1];
+	char rootfs_path[PATH_MAX];
+	uint64_t rootfs_bytes;
+	unsigned int layer_count;
+	char pulled_at[32];			  /* UTC, ISO 8601 */
+};
+
+/* $VOIDBOX_HOME/oci into out (home NULL: $VOIDBOX_HOME or ~/.void-box). 0 or -errno. */
+int oci_image_dir(char *out, size_t size);
+
+/*
+ * Pulls ref_text into options->oci_dir and makes (or reuses) its root filesystem image.
+ * 0 with *out, or -errno with a sentence in err; a failed pull caches no rootfs and no ref.
+ */
+int oci_image_pull(const char *ref_text, const struct oci_pull_options *options,
+		   struct oci_image_info *out, char *err, size_t errlen);
+
+/* The pulled image ref_text names: 0 with *out, -ENOENT (err says how to pull), -errno. */
+int oci_image_find(const char *oci_dir, const char *ref_text, struct oci_image_info *out,
+		   char *err, size_t errlen);
+
+/* Every pulled reference, sorted; free(*out). 0 or -errno with err. */
+int oci_image_list(const char *oci_dir, struct oci_image_info **out, size_t *count, char *err,
+		   size_t errlen);
+
+/*
+ * Forgets ref_text; its rootfs goes too when no other reference names the same manifest
+ * (the blobs stay in the cache). 0, -ENOENT, or -errno with err.
+ */
+int oci_image_remove(const char *oci_dir, const char *ref_text, char *err, size_t errlen);
+
+#endif

@@ -1,0 +1,128 @@
+#!/usr/bin/env python3
+"""`voidbox image pull|list|rm` against real registries on loopback (oci_registry_fixture.py).
+
+An image with two layers (the second deletes a file and replaces a directory with a file) is
+pulled anonymously, through an index whose first entry is another platform, with basic auth
+(credentials from VOIDBOX_REGISTRY_AUTH; refused without them and with a wrong password) and
+behind a Bearer token endpoint (--username/--password-stdin; refused anonymously). The root
+filesystem is read back with debugfs. A blob altered in the registry is refused with a digest
+error and leaves nothing behind: no blob, no temporary file, no rootfs, no reference. list
+shows every reference; rm keeps a rootfs another reference still names and removes the last.
+
+usage: test_oci_pull.py PATH-TO-VOIDBOX
+"""
+
+import json
+import os
+import subprocess
+import sys
+
+sys.dont_write_bytecode = True  # no __pycache__ in the source tree
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import oci_registry_fixture as fx  # noqa: E402
+
+check = fx.Checks()
+
+
+def main():
+    with fx.session("voidbox-oci-pull-") as (fixture, work):
+        run_checks(os.path.abspath(sys.argv[1]), fixture, work)
+    return check.finish()
+
+
+def run_checks(voidbox, fixture, work):
+    home = os.path.join(work, "home")
+    oci = os.path.join(home, "oci")
+    env = dict(os.environ, VOIDBOX_HOME=home)
+    env.pop("VOIDBOX_REGISTRY_AUTH", None)
+
+    def voidbox_run(*args, extra_env=None, stdin=None):
+        return subprocess.run([voidbox] + list(args), env=dict(env, **(extra_env or {})),
+                              input=stdin, capture_output=True, text=True)
+
+    def debugfs(rootfs, request):
+        r = subprocess.run(["debugfs", "-R", request, rootfs], capture_output=True, text=True)
+        return r.stdout + r.stderr
+
+    anon_ref = fixture.anon.address + "/" + fx.REPO + ":" + fx.TAG
+    r = voidbox_run("image", "pull", anon_ref)
+    check(r.returncode == 0, "anonymous pull", r.stderr)
+    fields = r.stdout.split()
+    check(len(fields) == 4 and fields[1] == fixture.manifest_digest,
+          "the pull reports the manifest digest", r.stdout)
+    check("done" in r.stderr, "progress lines on a non-terminal stderr", r.stderr)
+    rootfs = fields[3] if len(fields) == 4 else ""
+    check(rootfs == os.path.join(oci, "images", fixture.manifest_digest[7:], "rootfs.ext4"),
+          "the rootfs is kept by manifest digest", rootfs)
+    check("voidbox OCI test image" in debugfs(rootfs, "cat /etc/os-release"),
+          "the rootfs holds layer one's /etc/os-release")
+    check("File not found" in debugfs(rootfs, "stat /etc/deleted-file") and
+          "File not found" not in debugfs(rootfs, "stat /etc/os-release"),
+          "layer two's whiteout deleted /etc/deleted-file")
+    check("Type: regular" in debugfs(rootfs, "stat /opt/replaced"),
+          "layer two replaced the directory /opt/replaced with a file")
+
+    r = voidbox_run("image", "pull", fixture.anon.address + "/" + fx.REPO + ":multi")
+    check(r.returncode == 0 and fixture.manifest_digest in r.stdout,
+          "an index resolves to its linux/amd64 entry (not the first)", r.stdout + r.stderr)
+
+    basic_ref = fixture.basic.address + "/" + fx.REPO + ":" + fx.TAG
+    r = voidbox_run("image", "pull", basic_ref)
+    check(r.returncode != 0 and "needs a user name and password" in r.stderr,
+          "basic auth without credentials is refused, saying what to pass", r.stderr)
+    r = voidbox_run("image", "pull", basic_ref,
+                    extra_env={"VOIDBOX_REGISTRY_AUTH": fx.USER + ":wrong"})
+    check(r.returncode != 0 and "refused the credentials" in r.stderr,
+          "basic auth with a wrong password is refused", r.stderr)
+    r = voidbox_run("image", "pull", basic_ref,
+                    extra_env={"VOIDBOX_REGISTRY_AUTH": fx.USER + ":" + fx.PASSWORD})
+    check(r.returncode == 0 and fixture.manifest_digest in r.stdout,
+          "basic auth with VOIDBOX_REGISTRY_AUTH pulls", r.stderr)
+
+    token_ref = fixture.token_address + "/" + fx.REPO + ":" + fx.TAG
+    r = voidbox_run("image", "pull", token_ref)
+    check(r.returncode != 0 and "token endpoint" in r.stderr,
+          "the token endpoint refuses an anonymous pull", r.stderr)
+    r = voidbox_run("image", "pull", "--username", fx.USER, "--password-stdin", token_ref,
+                    stdin=fx.PASSWORD + "\n")
+    check(r.returncode == 0 and fixture.manifest_digest in r.stdout,
+          "a Bearer challenge is answered with a token and the pull succeeds", r.stderr)
+
+    images_before = sorted(os.listdir(os.path.join(oci, "images")))
+    r = voidbox_run("image", "pull", fixture.anon.address + "/" + fx.TAMPERED_REPO + ":" + fx.TAG)
+    check(r.returncode != 0 and "digest mismatch" in r.stderr and
+          fixture.tampered_layer in r.stderr,
+          "a tampered blob is refused with a digest error naming it", r.stderr)
+    blobs = os.listdir(os.path.join(oci, "blobs", "sha256"))
+    check(fixture.tampered_layer[7:] not in blobs, "the tampered blob is not cached")
+    check(not [b for b in blobs if b.startswith(".tmp")], "no temporary file is left", blobs)
+    check(sorted(os.listdir(os.path.join(oci, "images"))) == images_before,
+          "no rootfs is made from a tampered image")
+    check(not os.listdir(os.path.join(oci, "tmp")), "no scratch tree is left")
+
+    r = voidbox_run("image", "list")
+    check(r.returncode == 0 and anon_ref in r.stdout and basic_ref in r.stdout and
+          token_ref in r.stdout and fx.TAMPERED_REPO not in r.stdout,
+          "image list shows the pulled references and not the refused one", r.stdout)
+    r = voidbox_run("--output", "json", "image", "list")
+    try:
+        listed = json.loads(r.stdout)
+    except ValueError:
+        listed = []
+    check(len([e for e in listed if e.get("manifest") == fixture.manifest_digest]) == 4,
+          "image list --output json holds the four references", r.stdout + r.stderr)
+
+    for ref in (anon_ref, basic_ref, token_ref):
+        r = voidbox_run("image", "rm", ref)
+        check(r.returncode == 0, "image rm " + ref, r.stderr)
+    check(os.path.exists(rootfs), "the rootfs stays while a reference names it")
+    r = voidbox_run("image", "rm", fixture.anon.address + "/" + fx.REPO + ":multi")
+    check(r.returncode == 0 and not os.path.exists(rootfs),
+          "removing the last reference removes the rootfs", r.stderr)
+    r = voidbox_run("image", "rm", anon_ref)
+    check(r.returncode != 0 and "no pulled image" in r.stderr,
+          "removing an image that is not pulled fails", r.stderr)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
