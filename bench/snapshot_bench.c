@@ -4,7 +4,8 @@
  *     the snapshot's working-set list (pages fault in one at a time; that restore records the
  *     list) and with it (the listed pages prefetched before the vCPUs run; goal: 20x);
  *   - base snapshot create time and size, diff create time and size against the base;
- *   - fork time per child (and each child's first exec);
+ *   - fork time per child (and each child's first exec), and the whole fork against one restore;
+ *   - an idle VM's diff: restore, wait SB_IDLE_WAIT_S, save a diff; its size against guest RAM;
  *   - QEMU's own save/restore of the same guest for comparison: migrate to a file, then a new
  *     QEMU with `-incoming "exec:cat FILE"` -> first exec over vhost-vsock.
  *
@@ -73,6 +74,8 @@
 #define SB_NS_PER_MS 1000000L
 #define SB_QEMU_ARGV_MAX 32
 #define SB_DIFF_WORKLOAD "dd if=/dev/zero of=/tmp/bench-diff bs=1024 count=1024 2>/dev/null"
+#define SB_IDLE_WAIT_S 10
+#define SB_PERCENT 100.0
 
 struct sb_options {
 	unsigned int runs;
@@ -99,6 +102,7 @@ struct sb_figures {
 	uint64_t diff_bytes;
 	double diff_restore_ms;
 	double fork_ms;
+	uint64_t idle_diff_bytes; /* allocated, after SB_IDLE_WAIT_S idle */
 	double child_exec_ms;	  /* slowest child's first exec after the fork */
 	bool have_qemu;
 	double qemu_cold_ms;
@@ -113,10 +117,12 @@ static void sb_usage(FILE *out)
 		"usage: snapshot_bench [--runs N] [--memory MB] [--children N] [--kernel K]\n"
 		"                      [--initramfs I] [--qemu PATH | --no-qemu] [--qemu-machine M]\n"
 		"                      [--cid N] [--json PATH]\n\n"
-		"Cold boot -> first exec against restore -> first exec (N runs each), snapshot\n"
-		"create time, diff size against base, fork time per child, and QEMU's migrate-to-file\n"
-		"restore of the same guest. Needs a /dev/kvm that runs stock kernels (and\n"
-		"/dev/vhost-vsock for the QEMU part). Defaults: 3 runs, 256 MiB, 4 children.\n");
+		"Cold boot -> first exec against restore -> first exec without and with the\n"
+		"snapshot's working-set list (N runs each), snapshot create time, diff size against\n"
+		"base, fork time per child and against one restore, an idle VM's diff after %d s,\n"
+		"and QEMU's migrate-to-file restore of the same guest. Needs a /dev/kvm that runs\n"
+		"stock kernels (and /dev/vhost-vsock for the QEMU part). Defaults: 3 runs, 256 MiB,\n"
+		"4 children.\n", SB_IDLE_WAIT_S);
 }
 
 static bool sb_number(const char *flag, const char *text, unsigned long max, unsigned int *out)
@@ -336,6 +342,22 @@ static int sb_fork(const char *base, unsigned int n, struct sb_figures *fig)
 	}
 	sandbox_destroy(parent, rc < 0);
 	free(children);
+	return rc;
+}
+
+/* Restore, leave the guest idle SB_IDLE_WAIT_S, save a diff: what an idle VM dirties. */
+static int sb_idle_diff(const char *base, const char *dir, struct sb_figures *fig)
+{
+	struct sandbox *sandbox = NULL;
+	double ignored;
+	int rc = sb_restore(base, true, &sandbox, &ignored);
+
+	if (rc == 0) {
+		sleep(SB_IDLE_WAIT_S);
+		rc = sb_save(sandbox, dir, VM_SNAPSHOT_DIFF, base, &ignored);
+	}
+	sandbox_destroy(sandbox, rc < 0);
+	fig->idle_diff_bytes = sb_dir_bytes(dir, true);
 	return rc;
 }
 
@@ -619,6 +641,11 @@ static void sb_print(const struct sb_options *o, const struct sb_figures *f)
 	printf("  diff restore -> first exec          %9.1f ms\n", f->diff_restore_ms);
 	printf("  fork, per child (%u children)        %9.1f ms   (slowest child's first exec %.1f ms)\n",
 	       o->children, f->fork_ms / o->children, f->child_exec_ms);
+	printf("  fork of %u against one restore        %9.2fx  (%.1f ms against %.1f ms)\n",
+	       o->children, prefetch > 0 ? f->fork_ms / prefetch : 0.0, f->fork_ms, prefetch);
+	printf("  idle diff after %d s                  %9.2f MiB (%.2f%% of guest RAM)\n",
+	       SB_IDLE_WAIT_S, (double)f->idle_diff_bytes / SB_BYTES_PER_MIB,
+	       SB_PERCENT * (double)f->idle_diff_bytes / ((double)o->memory_mb * SB_BYTES_PER_MIB));
 	if (f->have_qemu)
 		printf("  QEMU cold boot -> first exec        %9.1f ms\n"
 		       "  QEMU migrate to file               %9.1f ms   (%.1f MiB)\n"
@@ -654,6 +681,9 @@ static int sb_write_json(const struct sb_options *o, const struct sb_figures *f)
 				    json_integer((json_int_t)f->working_set_pages));
 		json_object_set_new(root, "working_set_runs",
 				    json_integer((json_int_t)f->working_set_runs));
+		json_object_set_new(root, "idle_diff_bytes",
+				    json_integer((json_int_t)f->idle_diff_bytes));
+		json_object_set_new(root, "idle_wait_s", json_integer(SB_IDLE_WAIT_S));
 	} else {
 		json_decref(prefetch);
 	}
@@ -700,11 +730,12 @@ static int sb_voidbox(const struct sb_options *o, const char *workdir, struct sb
 {
 	struct sandbox_config cfg = { .kernel_path = o->kernel, .initramfs_path = o->initramfs,
 				      .memory_mb = o->memory_mb, .vcpus = 1 };
-	char base[PATH_MAX], diff[PATH_MAX];
+	char base[PATH_MAX], diff[PATH_MAX], idle[PATH_MAX];
 	int rc;
 
 	snprintf(base, sizeof(base), "%s/base", workdir);
 	snprintf(diff, sizeof(diff), "%s/diff", workdir);
+	snprintf(idle, sizeof(idle), "%s/idle", workdir);
 	rc = sb_create_base(&cfg, base, fig);
 	for (unsigned int i = 0; rc == 0 && i < o->runs; i++) {
 		struct sandbox *sandbox = NULL;
@@ -728,6 +759,8 @@ static int sb_voidbox(const struct sb_options *o, const char *workdir, struct sb
 		rc = sb_diff(base, diff, fig);
 	if (rc == 0)
 		rc = sb_fork(base, o->children, fig);
+	if (rc == 0)
+		rc = sb_idle_diff(base, idle, fig);
 	return rc;
 }
 
