@@ -23,6 +23,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "common/array.h"
 #include "common/byte_buffer.h"
 #include "common/clock.h"
 #include "common/fd_io.h"
@@ -77,15 +78,9 @@ int working_set_add_page(struct working_set *ws, uint64_t gpa)
 	}
 	if (ws->run_count == WORKING_SET_MAX_RUNS)
 		return -E2BIG;
-	if (ws->run_count == ws->run_cap) {
-		uint32_t cap = ws->run_cap ? ws->run_cap * 2 : WS_INITIAL_RUNS;
-		struct working_set_run *runs = realloc(ws->runs, cap * sizeof(*runs));
-
-		if (!runs)
-			return -ENOMEM;
-		ws->runs = runs;
-		ws->run_cap = cap;
-	}
+	if (!array_reserve_one((void **)&ws->runs, &ws->run_cap, ws->run_count,
+			       sizeof(*ws->runs), WS_INITIAL_RUNS))
+		return -ENOMEM;
 	ws->runs[ws->run_count++] = (struct working_set_run){ .gpa = gpa, .pages = 1 };
 	ws->pages++;
 	return 0;

@@ -48,7 +48,7 @@ struct working_set {
 	uint64_t memory_bytes; /* the guest RAM size it was recorded for */
 	struct working_set_run *runs; /* ascending and disjoint */
 	uint32_t run_count;
-	uint32_t run_cap;
+	size_t run_cap;
 	uint64_t pages; /* sum of the runs' pages */
 };
 
