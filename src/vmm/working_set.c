@@ -262,7 +262,9 @@ int working_set_store(const char *dir, const struct working_set *ws)
 	size_t len = 0;
 	int rc, fd;
 
-	snprintf(tmp_name, sizeof(tmp_name), "." VM_WORKING_SET_FILE ".tmp-%ld", (long)getpid());
+	/* unique per thread: two sandboxes of one process may record into one directory */
+	snprintf(tmp_name, sizeof(tmp_name), "." VM_WORKING_SET_FILE ".tmp-%ld-%ld", (long)getpid(),
+		 (long)gettid());
 	if (snapshot_path(tmp, dir, tmp_name) < 0 ||
 	    snapshot_path(final, dir, VM_WORKING_SET_FILE) < 0)
 		return -ENAMETOOLONG;
