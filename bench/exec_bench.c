@@ -3,8 +3,10 @@
  * answer, over many calls, with the queue doorbells in the kernel (KVM_IOEVENTFD: a guest's
  * queue notify wakes the vsock worker without a vCPU exit to user space) and without them,
  * in the same run on the same kernel and initramfs. The two VMs are booted one after the
- * other and measured in alternating rounds, so machine drift hits both alike. Prints a table
- * and, with --json, every figure.
+ * other and measured in alternating rounds, so machine drift hits both alike. A third series
+ * on the doorbell VM is the transport's floor: SnapshotReady, which the agent's connection
+ * reader answers at once (no process, no JSON body), so exec's cost over a bare round trip
+ * through vsock and the agent is their ratio. Prints a table and, with --json, every figure.
  *
  * Usage: exec_bench [--calls N] [--rounds R] [--json]   (needs a guest image: voidbox image build)
  */
@@ -31,11 +33,15 @@
 #define EB_NSEC_PER_USEC 1000.0
 #define EB_NSEC_PER_SEC 1000000000ULL
 #define EB_PERCENTILE_90 0.9
-#define EB_VARIANTS 2
+#define EB_VARIANTS 3
+#define EB_WITH_DOORBELLS 0
+#define EB_WITHOUT_DOORBELLS 1
+#define EB_AGENT_ECHO 2
 
 struct eb_variant {
 	const char *name;
 	bool no_doorbells;
+	bool echo; /* SnapshotReady on the doorbell VM instead of an exec */
 	struct sandbox *sandbox;
 	double *samples_us;
 	size_t count;
@@ -71,6 +77,18 @@ static int eb_exec_true(struct sandbox *sandbox, double *us)
 	if (rc < 0)
 		fprintf(stderr, "exec_bench: exec of true failed: %s\n", err);
 	proto_exec_response_free(&resp);
+	return rc;
+}
+
+static int eb_echo(struct sandbox *sandbox, double *us)
+{
+	uint64_t started = eb_now_ns();
+	int rc = control_channel_snapshot_ready(sandbox_channel(sandbox), 0);
+
+	*us = (double)(eb_now_ns() - started) / EB_NSEC_PER_USEC;
+	if (rc < 0)
+		fprintf(stderr, "exec_bench: SnapshotReady failed: %s\n",
+			control_channel_last_error());
 	return rc;
 }
 
@@ -119,7 +137,9 @@ static void eb_report(struct eb_variant variants[EB_VARIANTS], bool json)
 						      "max_us",
 						      variants[i].samples_us[variants[i].count - 1]));
 		json_object_set_new(root, "median_ratio_without_over_with",
-				    json_real(median[1] / median[0]));
+				    json_real(median[EB_WITHOUT_DOORBELLS] / median[EB_WITH_DOORBELLS]));
+		json_object_set_new(root, "median_ratio_exec_over_agent_echo",
+				    json_real(median[EB_WITH_DOORBELLS] / median[EB_AGENT_ECHO]));
 		json_dumpf(root, stdout, JSON_INDENT(2));
 		fputc('\n', stdout);
 		json_decref(root);
@@ -131,7 +151,10 @@ static void eb_report(struct eb_variant variants[EB_VARIANTS], bool json)
 		printf("%-22s %8zu %10.0f %10.0f %10.0f\n", variants[i].name, variants[i].count,
 		       variants[i].samples_us[0], median[i],
 		       eb_percentile(&variants[i], EB_PERCENTILE_90));
-	printf("median without / with doorbells: %.2f\n", median[1] / median[0]);
+	printf("median without / with doorbells: %.2f\n",
+	       median[EB_WITHOUT_DOORBELLS] / median[EB_WITH_DOORBELLS]);
+	printf("median exec / agent echo (with doorbells): %.2f\n",
+	       median[EB_WITH_DOORBELLS] / median[EB_AGENT_ECHO]);
 }
 
 static int eb_parse(int argc, char **argv, unsigned int *calls, unsigned int *rounds, bool *json)
@@ -169,6 +192,7 @@ int main(int argc, char **argv)
 	struct eb_variant variants[EB_VARIANTS] = {
 		{ .name = "with doorbells" },
 		{ .name = "without doorbells", .no_doorbells = true },
+		{ .name = "agent echo", .echo = true },
 	};
 	unsigned int calls = EB_DEFAULT_CALLS, rounds = EB_DEFAULT_ROUNDS;
 	struct guest_image_paths image;
@@ -187,7 +211,8 @@ int main(int argc, char **argv)
 	}
 	for (int i = 0; i < EB_VARIANTS; i++) {
 		variants[i].samples_us = calloc((size_t)calls * rounds, sizeof(double));
-		if (!variants[i].samples_us || eb_boot(&variants[i], &image) < 0)
+		if (!variants[i].samples_us ||
+		    (!variants[i].echo && eb_boot(&variants[i], &image) < 0))
 			goto out;
 	}
 	for (unsigned int round = 0; round < rounds; round++)
@@ -195,7 +220,9 @@ int main(int argc, char **argv)
 			for (unsigned int call = 0; call < calls; call++) {
 				struct eb_variant *v = &variants[i];
 
-				if (eb_exec_true(v->sandbox, &v->samples_us[v->count]) < 0)
+				if ((v->echo ? eb_echo(variants[EB_WITH_DOORBELLS].sandbox,
+						       &v->samples_us[v->count])
+					     : eb_exec_true(v->sandbox, &v->samples_us[v->count])) < 0)
 					goto out;
 				v->count++;
 			}

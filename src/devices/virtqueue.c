@@ -155,6 +155,23 @@ static void virtqueue_mark_broken(struct virtqueue *vq, const char *why)
 	vq->broken = true;
 }
 
+uint16_t virtqueue_notify_on_next(struct virtqueue *vq)
+{
+	uint16_t idx;
+
+	if (!vq->configured || vq->broken)
+		return 0;
+	idx = virtqueue_load_avail_idx(vq);
+	__atomic_store_n(virtqueue_avail_event(vq), htole16(idx), __ATOMIC_RELAXED);
+	__atomic_thread_fence(__ATOMIC_SEQ_CST);
+	return idx;
+}
+
+uint16_t virtqueue_avail_idx(struct virtqueue *vq)
+{
+	return vq->configured && !vq->broken ? virtqueue_load_avail_idx(vq) : 0;
+}
+
 bool virtqueue_has_available(struct virtqueue *vq)
 {
 	if (!vq->configured || vq->broken)

@@ -87,6 +87,15 @@ void virtqueue_clear(struct virtqueue *vq);
 bool virtqueue_has_available(struct virtqueue *vq);
 
 /*
+ * The driver's avail index now, after asking it (EVENT_IDX) to notify when it makes the next
+ * buffer available: a device that waits for the driver to hand a buffer back is woken when it
+ * does. 0 for a queue that is not configured.
+ */
+uint16_t virtqueue_notify_on_next(struct virtqueue *vq);
+/* The driver's avail index now (0 for a queue that is not configured). */
+uint16_t virtqueue_avail_idx(struct virtqueue *vq);
+
+/*
  * Pops the next available chain: 1 when one was popped, 0 when none is available, -EIO when
  * the guest's rings are malformed (the queue is then marked broken and stays so).
  * With EVENT_IDX, finding the ring empty asks the driver to notify at its next buffer; until

@@ -7,6 +7,11 @@
  * events, TX queue, RX queue, event queue, housekeeping), so progress never depends on which
  * fd woke us; a vCPU's queue notify only writes an eventfd. A malformed ring marks the
  * transport NEEDS_RESET and the device stops touching the queues until the driver resets.
+ *
+ * After a transport reset (a restored VM), host connection requests are held until the guest
+ * has handled the reset event, which it shows by giving the event buffer back: a REQUEST that
+ * reached it first would be accepted, then reset with the connections from before the
+ * snapshot, and the host would pay a failed handshake and a retry on every restore.
  */
 #include "devices/vsock.h"
 
@@ -17,6 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <sys/random.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -34,6 +40,13 @@
 #define VSOCK_DEADLINE_TICK_MS 100
 #define VSOCK_CONFIG_SIZE 8u /* struct virtio_vsock_config: le64 guest_cid */
 #define VSOCK_CONFIG_BITS_PER_BYTE 8u
+/*
+ * After a transport reset, host ports start at a random point this far past the first one:
+ * the guest still holds the reset sockets of the connections from before the snapshot until
+ * their owners close them, and a REQUEST from one of their host ports would hit such a
+ * socket and be refused.
+ */
+#define VSOCK_RESET_PORT_SPAN 0x40000000u
 /* Chains handled per queue per iteration, so one busy queue cannot starve the others. */
 #define VSOCK_CHAINS_PER_ITERATION 256u
 
@@ -88,6 +101,7 @@ static void vsock_reset(void *opaque)
 	dev->queues = NULL;
 	dev->active = false;
 	dev->event_reset_pending = false;
+	dev->reset_unacked = false;
 }
 
 static const struct virtio_device_ops vsock_ops = {
@@ -215,7 +229,26 @@ static bool vsock_process_event(struct vsock_device *dev)
 		written = (uint32_t)virtqueue_chain_write(&dev->chain, 0, event, sizeof(event));
 	virtqueue_push(vq, dev->chain.head, written);
 	dev->event_reset_pending = false;
+	dev->reset_unacked = true;
+	dev->reset_avail_idx = virtqueue_notify_on_next(vq);
 	return virtqueue_should_signal(vq);
+}
+
+bool vsock_reset_in_flight(struct vsock_device *dev)
+{
+	uint64_t waited_ms;
+
+	if (!dev->event_reset_pending && !dev->reset_unacked)
+		return false;
+	waited_ms = clock_monotonic_ms() - dev->reset_started_ms;
+	if (dev->reset_unacked && vsock_queues_usable(dev) &&
+	    virtqueue_avail_idx(&dev->queues[VSOCK_QUEUE_EVENT]) != dev->reset_avail_idx) {
+		dev->reset_unacked = false;
+		log_debug(log_module, "the guest handled the transport reset after %" PRIu64 " ms",
+			  waited_ms);
+		return false;
+	}
+	return waited_ms < VSOCK_RESET_ACK_MAX_MS;
 }
 
 static void vsock_process_queues(struct vsock_device *dev)
@@ -515,9 +548,15 @@ const char *vsock_device_uds_path(const struct vsock_device *dev)
 
 int vsock_device_reset_transport(struct vsock_device *dev)
 {
+	uint32_t port_offset = 0;
+
 	pthread_mutex_lock(&dev->lock);
 	vsock_conn_close_all(dev);
 	dev->event_reset_pending = true;
+	dev->reset_unacked = false;
+	dev->reset_started_ms = clock_monotonic_ms();
+	if (getrandom(&port_offset, sizeof(port_offset), 0) == sizeof(port_offset))
+		dev->next_local_port = VSOCK_FIRST_LOCAL_PORT + port_offset % VSOCK_RESET_PORT_SPAN;
 	pthread_mutex_unlock(&dev->lock);
 	vsock_kick(dev);
 	return 0;

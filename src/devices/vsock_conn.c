@@ -613,10 +613,10 @@ void vsock_conn_handle_packet(struct vsock_device *dev, const struct vsock_hdr *
 
 /* ---- packets to the guest ---- */
 
-static bool vsock_conn_wants_output(const struct vsock_conn *conn)
+static bool vsock_conn_wants_output(struct vsock_device *dev, const struct vsock_conn *conn)
 {
 	if (conn->state == VSOCK_CONN_CONNECTING)
-		return conn->pending & VSOCK_PENDING_REQUEST;
+		return (conn->pending & VSOCK_PENDING_REQUEST) && !vsock_reset_in_flight(dev);
 	if (conn->state != VSOCK_CONN_ESTABLISHED)
 		return false;
 	return conn->pending || conn->to_guest.len;
@@ -627,7 +627,7 @@ bool vsock_conn_has_output(struct vsock_device *dev)
 	if (dev->orphan_len)
 		return true;
 	for (unsigned int i = 0; i < VSOCK_MAX_CONNECTIONS; i++)
-		if (vsock_conn_wants_output(&dev->conns[i]))
+		if (vsock_conn_wants_output(dev, &dev->conns[i]))
 			return true;
 	return false;
 }
@@ -736,7 +736,7 @@ uint32_t vsock_conn_emit_packet(struct vsock_device *dev, const struct virtqueue
 		unsigned int i = (dev->rr_cursor + n) % VSOCK_MAX_CONNECTIONS;
 		struct vsock_conn *conn = &dev->conns[i];
 
-		if (!vsock_conn_wants_output(conn))
+		if (!vsock_conn_wants_output(dev, conn))
 			continue;
 		dev->rr_cursor = (i + 1) % VSOCK_MAX_CONNECTIONS;
 		return vsock_conn_emit(dev, conn, chain);

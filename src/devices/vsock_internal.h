@@ -144,6 +144,15 @@ struct vsock_device {
 	struct virtqueue *queues;
 	bool active;
 	bool event_reset_pending;
+	/*
+	 * A transport reset the guest has been given but not handled yet: it handles the event,
+	 * then gives the event buffer back (the avail index moves past reset_avail_idx). Until
+	 * then host REQUESTs wait, or the guest's reset would end the new connection too
+	 * (vsock_reset_in_flight, at most VSOCK_RESET_ACK_MAX_MS after reset_started_ms).
+	 */
+	bool reset_unacked;
+	uint16_t reset_avail_idx;
+	uint64_t reset_started_ms;
 
 	struct vsock_conn conns[VSOCK_MAX_CONNECTIONS];
 	unsigned int rr_cursor;
@@ -156,6 +165,13 @@ struct vsock_device {
 	struct virtqueue_chain chain;
 	uint8_t packet[VSOCK_HDR_SIZE + VSOCK_MAX_PAYLOAD];
 };
+
+/*
+ * A transport reset is on its way to the guest or not handled by it yet, and not older than
+ * VSOCK_RESET_ACK_MAX_MS: new host connections wait (vsock.c).
+ */
+#define VSOCK_RESET_ACK_MAX_MS 1000u
+bool vsock_reset_in_flight(struct vsock_device *dev);
 
 /* vsock_conn.c: connections and the packet state machine. */
 void vsock_conn_accept(struct vsock_device *dev);

@@ -14,6 +14,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -33,6 +34,7 @@
 #include "vmm/device.h"
 #include "vmm/kvm.h"
 #include "vmm/thread_filter.h"
+#include "vmm/working_set.h"
 
 #define SANDBOX_LOG "sandbox"
 #define SANDBOX_RUNTIME_TEMPLATE "voidbox-XXXXXX"
@@ -85,6 +87,12 @@ struct sandbox {
 	struct sandbox_host_settings host;
 	/* the snapshot this VM was restored from, locked so eviction leaves it alone */
 	struct snapshot_store_hold snapshot_hold;
+	/*
+	 * Set by a restore: where the first exec's working set is recorded (vmm/working_set.h);
+	 * the flag is taken by exactly one exec, however many run at once.
+	 */
+	char working_set_dir[PATH_MAX];
+	atomic_bool record_working_set;
 };
 
 static int sandbox_boot_timeout_ms(const struct sandbox_config *cfg)
@@ -570,6 +578,7 @@ void sandbox_destroy(struct sandbox *sandbox, bool keep_serial_log)
 #define SANDBOX_RNG_SEED_BYTES 64
 #define SANDBOX_REKEY_ERR_MAX 1024
 #define SANDBOX_NSEC_PER_SEC 1000000000ULL
+#define SANDBOX_NSEC_PER_MSEC 1000000ULL
 
 /* The rekey document: a fresh secret (also stored in sandbox->secret), seed and clock. */
 static int sandbox_rekey_document(struct sandbox *sandbox, char **json)
@@ -668,6 +677,9 @@ int sandbox_start_from_snapshot(const struct sandbox_restore_config *cfg, struct
 	if (rc < 0)
 		goto fail;
 	sandbox->boot_ms = (long)clock_monotonic_ms() - started_ms;
+	snprintf(sandbox->working_set_dir, sizeof(sandbox->working_set_dir), "%s",
+		 cfg->snapshot_dir);
+	atomic_store(&sandbox->record_working_set, true);
 	log_info(SANDBOX_LOG, "restored %s, agent rekeyed after %ld ms", cfg->snapshot_dir,
 		 sandbox->boot_ms);
 	*out = sandbox;
@@ -781,6 +793,29 @@ void sandbox_secret_hex(const struct sandbox *sandbox, char *out)
 	proto_secret_to_hex(sandbox->secret, out);
 }
 
+/*
+ * After a restored sandbox's first exec has answered, the pages its guest touched on the way
+ * are the list the next restore of the same snapshot prefetches. Once per sandbox; a failure
+ * costs only the next restore's speed, so it is a warning, and only a debug line for a
+ * snapshot directory this user cannot write (a shared, read-only store).
+ */
+static void sandbox_record_working_set(struct sandbox *sandbox)
+{
+	struct working_set_stats stats;
+	char err[SANDBOX_REKEY_ERR_MAX];
+	int rc = vm_working_set_record(sandbox->vm, sandbox->working_set_dir, &stats, err,
+				       sizeof(err));
+
+	if (rc == -EACCES || rc == -EPERM || rc == -EROFS)
+		log_debug(SANDBOX_LOG, "%s", err);
+	else if (rc < 0)
+		log_warn(SANDBOX_LOG, "%s", err);
+	else if (stats.pages)
+		log_info(SANDBOX_LOG, "recorded the working set of %s: %llu pages in %u runs "
+			 "in %llu ms", sandbox->working_set_dir, (unsigned long long)stats.pages,
+			 stats.runs, (unsigned long long)(stats.elapsed_ns / SANDBOX_NSEC_PER_MSEC));
+}
+
 int sandbox_exec(struct sandbox *sandbox, const struct proto_exec_request *req,
 		 void (*on_chunk)(const struct proto_exec_output_chunk *chunk, void *opaque),
 		 void *opaque, struct proto_exec_response *out, char *err, size_t errlen)
@@ -790,6 +825,8 @@ int sandbox_exec(struct sandbox *sandbox, const struct proto_exec_request *req,
 	if (rc < 0)
 		snprintf(err, errlen, "%s (guest console: %s)", control_channel_last_error(),
 			 sandbox_serial_log_path(sandbox));
+	if (rc == 0 && atomic_exchange(&sandbox->record_working_set, false))
+		sandbox_record_working_set(sandbox);
 	return rc;
 }
 

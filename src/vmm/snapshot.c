@@ -13,7 +13,8 @@
  * pages. That is also how a diff finds its pages: /proc/self/pagemap marks exactly the pages
  * that are no longer the file's, whoever wrote them. (KVM's dirty log would miss the device's
  * host-side writes.) A VM that saves a base and resumes is remapped over its own new
- * memory.mem for the same reason, so it can save diffs against it later.
+ * memory.mem for the same reason, so it can save diffs against it later. Before the vCPUs
+ * exist, a restore prefetches the pages the snapshot's working-set list names (working_set.h).
  */
 #include "vmm/snapshot.h"
 
@@ -38,6 +39,7 @@
 #include "vmm/snapshot_file.h"
 #include "vmm/vcpu_state.h"
 #include "vmm/vm_internal.h"
+#include "vmm/working_set.h"
 
 #define SNAP_LOG "snapshot"
 #define SNAP_FILE_MODE 0600
@@ -614,6 +616,8 @@ static int snapshot_restore_memory(struct snapshot_restore_ctx *ctx)
 			return rc;
 		}
 	}
+	/* before any vCPU runs: the pages the last first exec needed, in large runs */
+	working_set_prefetch_dir(&vm->mem, ctx->dir, ctx->info.id, NULL);
 	rc = kvm_map_guest_memory(&vm->kvm, &vm->mem);
 	if (rc < 0)
 		snprintf(ctx->err, ctx->errlen, "cannot register guest memory with KVM: %s",

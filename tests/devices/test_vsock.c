@@ -993,6 +993,82 @@ static void test_transport_reset_event(void)
 	peer_stop(&p);
 }
 
+/* Gives the guest two event buffers and delivers a transport reset into the first. */
+static void peer_take_reset(struct peer *p)
+{
+	uint32_t id = 0, len = 0;
+	bool got = false;
+
+	for (uint16_t i = 0; i < 2; i++)
+		fake_guest_set_desc(&p->guest, VSOCK_QUEUE_EVENT, i, EVENT_BUF + 8u * i, 4,
+				    VIRTQ_DESC_F_WRITE, 0);
+	fake_guest_publish(&p->guest, VSOCK_QUEUE_EVENT, 0);
+	fake_guest_publish(&p->guest, VSOCK_QUEUE_EVENT, 1);
+	fake_guest_notify(&p->guest, VSOCK_QUEUE_EVENT);
+	CHECK_INT_EQ(vsock_device_reset_transport(p->dev), 0);
+	for (int i = 0; i < 10 && !got; i++) {
+		vsock_device_poll(p->dev, 10);
+		got = fake_guest_pop_used(&p->guest, VSOCK_QUEUE_EVENT, &id, &len);
+	}
+	CHECK(got);
+	CHECK_INT_EQ(id, 0);
+}
+
+/*
+ * A host connection made while the guest has not handled a transport reset yet waits: its
+ * REQUEST goes out once the guest gives the event buffer back (its reset is done), so the
+ * reset cannot end the new connection. (The hold is bounded by VSOCK_RESET_ACK_MAX_MS; the
+ * check below only counts while that bound has not passed.)
+ */
+static void test_connect_waits_for_reset_handled(void)
+{
+	struct host_client hc = { .timeout_ms = CONNECT_TIMEOUT_MS, .keep_open = true };
+	struct peer p;
+	pthread_t client;
+	uint64_t started;
+
+	CHECK_INT_EQ(peer_start(&p, VSOCK_WORKER_CALLER), 0);
+	peer_take_reset(&p);
+	hc.path = p.path;
+	hc.port = GUEST_LISTEN_PORT;
+	started = now_ms();
+	pthread_create(&client, NULL, host_client_main, &hc);
+	for (int i = 0; i < 20; i++) {
+		peer_step(&p);
+		if (now_ms() - started < VSOCK_RESET_ACK_MAX_MS)
+			CHECK_INT_EQ(p.op_counts[VSOCK_OP_REQUEST], 0);
+	}
+	/* the guest handled the event and gives its buffer back */
+	fake_guest_publish(&p.guest, VSOCK_QUEUE_EVENT, 0);
+	fake_guest_notify(&p.guest, VSOCK_QUEUE_EVENT);
+	CHECK(peer_run(&p, host_finished, &hc, RUN_TIMEOUT_MS));
+	pthread_join(client, NULL);
+	CHECK(hc.fd >= 0);
+	CHECK_INT_EQ(p.op_counts[VSOCK_OP_REQUEST], 1);
+	CHECK_INT_EQ(vsock_device_connection_count(p.dev), 1);
+	/* not a host port the connections from before the reset may have used */
+	CHECK(p.conn.host_port != VSOCK_FIRST_LOCAL_PORT);
+	if (hc.fd >= 0)
+		close(hc.fd);
+	peer_stop(&p);
+}
+
+/* A guest that never gives the event buffer back still gets the connection, late. */
+static void test_connect_after_unhandled_reset(void)
+{
+	struct peer p;
+	int fd;
+
+	CHECK_INT_EQ(peer_start(&p, VSOCK_WORKER_CALLER), 0);
+	peer_take_reset(&p);
+	fd = connect_with_guest(&p, GUEST_LISTEN_PORT, CONNECT_TIMEOUT_MS);
+	CHECK(fd >= 0);
+	CHECK_INT_EQ(p.op_counts[VSOCK_OP_REQUEST], 1);
+	if (fd >= 0)
+		close(fd);
+	peer_stop(&p);
+}
+
 static void test_hostile_tx_ring_needs_reset_then_recovers(void)
 {
 	struct peer p;
@@ -1103,6 +1179,8 @@ int main(void)
 	RUN_TEST(test_host_backlog_is_bounded);
 	RUN_TEST(test_guest_close_gives_host_clean_eof);
 	RUN_TEST(test_transport_reset_event);
+	RUN_TEST(test_connect_waits_for_reset_handled);
+	RUN_TEST(test_connect_after_unhandled_reset);
 	RUN_TEST(test_guest_stopped_ends_host_connections);
 	RUN_TEST(test_hostile_tx_ring_needs_reset_then_recovers);
 	return harness_finish();

@@ -7,6 +7,9 @@
  *   2. `exec --snapshot no-such-id` warns and cold-boots (timed);
  *   3. `exec --snapshot <prefix>` restores and prints the same hostname, twice (its time is
  *      printed beside the cold boot's; the speed goal is bench/snapshot_bench's, not a check);
+ *      the first restore leaves a working-set list beside the snapshot; garbled, it is ignored
+ *      (the restore still answers, and records a valid one again), and a restore that
+ *      prefetches the valid list answers the same;
  *   4. `snapshot list` and `snapshot inspect` show it, restorable, with the CPU features the
  *      guest was shown;
  *   4b. a copy of the base whose metadata claims every CPU feature is refused before the
@@ -42,7 +45,10 @@
 #include "harness.h"
 #include "store/guest_image.h"
 #include "vmm/kvm.h"
+#include "vmm/memory.h"
+#include "vmm/snapshot.h"
 #include "vmm/snapshot_file.h"
+#include "vmm/working_set.h"
 
 /* test paths live under a short mkdtemp directory; truncation cannot happen here */
 #if defined(__GNUC__) && !defined(__clang__)
@@ -74,6 +80,7 @@ static char work_dir[PATH_MAX];
 static char base_id[64];
 static char diff_id[96];
 static double cold_ms;
+static char hostname[TEST_OUTPUT_MAX]; /* what the base's guest answers */
 
 static double now_ms(void)
 {
@@ -228,7 +235,71 @@ static void test_exec_from_snapshot(void)
 	setenv(GUEST_IMAGE_ENV_KERNEL, kernel, 1);
 	CHECK_INT_EQ(again.status, 0);
 	CHECK_STR_EQ(again.out, r.out);
+	snprintf(hostname, sizeof(hostname), "%s", r.out);
 	printf("restore + exec: %.0f ms, %.0f ms (cold %.0f ms)\n", r.ms, again.ms, cold_ms);
+}
+
+/* pages in the base's working-set list, or -1 when it has no valid one */
+static long long base_working_set_pages(void)
+{
+	char dir[PATH_MAX], err[TEST_ERR_MAX];
+	struct vm_snapshot_info info;
+	struct guest_memory layout;
+	struct working_set ws;
+	long long pages;
+
+	snprintf(dir, sizeof(dir), "%s/snapshots/%s", getenv(GUEST_IMAGE_ENV_HOME) ?: "", base_id);
+	if (vm_snapshot_inspect(dir, &info, err, sizeof(err)) < 0 ||
+	    guest_memory_plan(&layout, info.memory_mb, 0, err, sizeof(err)) < 0 ||
+	    working_set_load(dir, info.id, &layout, &ws, err, sizeof(err)) < 0)
+		return -1;
+	pages = (long long)ws.pages;
+	working_set_release(&ws);
+	return pages;
+}
+
+static void garble_base_working_set(void)
+{
+	static const char garbage[] = "not a working-set list";
+	char path[PATH_MAX];
+	int fd;
+
+	snprintf(path, sizeof(path), "%s/snapshots/%s/%s", getenv(GUEST_IMAGE_ENV_HOME) ?: "",
+		 base_id, VM_WORKING_SET_FILE);
+	fd = open(path, O_WRONLY | O_TRUNC);
+	CHECK(fd >= 0);
+	if (fd >= 0) {
+		CHECK_INT_EQ((int)write(fd, garbage, sizeof(garbage)), (int)sizeof(garbage));
+		close(fd);
+	}
+}
+
+/*
+ * The first restore recorded the pages it touched; a garbled list is ignored (the restore
+ * answers the same) and recorded again; a restore that prefetches it answers the same too.
+ */
+static void test_working_set_recorded_and_checked(void)
+{
+	static struct cli_result r;
+	char prefix[TEST_PREFIX_LEN + 1];
+	const char *args[] = { "exec", "--snapshot", prefix, "--", "cat",
+			       "/proc/sys/kernel/hostname", NULL };
+	long long pages = base_working_set_pages();
+
+	snprintf(prefix, sizeof(prefix), "%s", base_id);
+	printf("working set recorded by the first restore: %lld pages\n", pages);
+	CHECK(pages > 0);
+	garble_base_working_set();
+	CHECK(base_working_set_pages() < 0);
+	run_cli(&r, args);
+	CHECK_INT_EQ(r.status, 0);
+	CHECK_STR_EQ(r.out, hostname);
+	CHECK(strstr(r.err, "working-set file is not valid") != NULL);
+	CHECK(base_working_set_pages() > 0);
+	run_cli(&r, args);
+	CHECK_INT_EQ(r.status, 0);
+	CHECK_STR_EQ(r.out, hostname);
+	CHECK(strstr(r.err, "prefetched") != NULL);
 }
 
 static void test_list_and_inspect(void)
@@ -490,6 +561,7 @@ int main(int argc, char **argv)
 	RUN_TEST(test_missing_snapshot_cold_boots);
 	if (base_id[0]) {
 		RUN_TEST(test_exec_from_snapshot);
+		RUN_TEST(test_working_set_recorded_and_checked);
 		RUN_TEST(test_list_and_inspect);
 		RUN_TEST(test_cpu_feature_mismatch_refused);
 		RUN_TEST(test_diff_keeps_its_pages);

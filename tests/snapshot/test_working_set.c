@@ -1,0 +1,356 @@
+/*
+ * The working-set list (vmm/working_set.h) without KVM: runs are built from pages in order,
+ * the file round-trips, every way it can be wrong (truncated, garbled, stale, out of range,
+ * oversized, a symlink) is refused so a restore falls back to lazy faults, and against a real
+ * MAP_PRIVATE file mapping a scan finds exactly the pages touched and a prefetch maps exactly
+ * the listed ones without making them private (a later diff must not see them).
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "harness.h"
+#include "vmm/memory.h"
+#include "vmm/working_set.h"
+
+#define TEST_MEMORY_MB 64
+#define TEST_SNAPSHOT_ID 0x1234abcdULL
+#define TEST_PAGE WORKING_SET_PAGE_SIZE
+#define TEST_GARBAGE_ROUNDS 2000
+#define TEST_GARBAGE_MAX 256
+#define TEST_PAGEMAP_PRESENT (1ULL << 63)
+#define TEST_PAGEMAP_FILE (1ULL << 61)
+#define TEST_ERR_MAX 512
+#define TEST_RUN_OFFSET_IN_FILE WORKING_SET_HEADER_BYTES
+
+static char root[] = "/tmp/voidbox-wset-XXXXXX";
+static struct guest_memory layout;
+
+static void path_in(char *out, size_t len, const char *name)
+{
+	if (snprintf(out, len, "%s/%s", root, name) >= (int)len)
+		out[0] = '\0';
+}
+
+static void write_bytes(const char *name, const void *data, size_t len)
+{
+	char path[PATH_MAX];
+	int fd;
+
+	path_in(path, sizeof(path), name);
+	unlink(path);
+	fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+	CHECK(fd >= 0);
+	CHECK_INT_EQ((int)write(fd, data, len), (int)len);
+	close(fd);
+}
+
+/* pages 3-5 and 100 of the low region */
+static void sample_set(struct working_set *ws)
+{
+	static const uint64_t pages[] = { 3, 4, 5, 100 };
+
+	working_set_init(ws, TEST_SNAPSHOT_ID, layout.total_size);
+	for (size_t i = 0; i < sizeof(pages) / sizeof(pages[0]); i++)
+		CHECK_INT_EQ(working_set_add_page(ws, pages[i] * TEST_PAGE), 0);
+}
+
+static void test_runs_from_pages(void)
+{
+	struct working_set ws;
+
+	sample_set(&ws);
+	CHECK_INT_EQ(ws.run_count, 2);
+	CHECK(ws.runs[0].gpa == 3 * TEST_PAGE && ws.runs[0].pages == 3);
+	CHECK(ws.runs[1].gpa == 100 * TEST_PAGE && ws.runs[1].pages == 1);
+	CHECK(ws.pages == 4);
+	CHECK_INT_EQ(working_set_add_page(&ws, 50 * TEST_PAGE), -EINVAL); /* descending */
+	CHECK_INT_EQ(working_set_add_page(&ws, 200 * TEST_PAGE + 1), -EINVAL);
+	working_set_release(&ws);
+}
+
+static void test_round_trip(void)
+{
+	struct working_set ws, back;
+	uint8_t *data = NULL;
+	size_t len = 0;
+	char err[TEST_ERR_MAX] = "";
+
+	sample_set(&ws);
+	CHECK_INT_EQ(working_set_encode(&ws, &data, &len), 0);
+	CHECK(len == WORKING_SET_HEADER_BYTES + 2 * WORKING_SET_RUN_BYTES);
+	CHECK_INT_EQ(working_set_decode(data, len, &layout, WORKING_SET_DECODE_CHECKED, &back, err,
+					sizeof(err)), 0);
+	CHECK(back.snapshot_id == TEST_SNAPSHOT_ID && back.memory_bytes == layout.total_size);
+	CHECK_INT_EQ(back.run_count, 2);
+	CHECK(back.pages == 4 && back.runs[1].gpa == 100 * TEST_PAGE);
+	working_set_release(&back);
+	/* through the file */
+	CHECK_INT_EQ(working_set_store(root, &ws), 0);
+	CHECK_INT_EQ(working_set_load(root, TEST_SNAPSHOT_ID, &layout, &back, err, sizeof(err)), 0);
+	CHECK(back.pages == 4);
+	working_set_release(&back);
+	free(data);
+	working_set_release(&ws);
+}
+
+static void expect_load(int expected, const char *needle)
+{
+	struct working_set ws;
+	char err[TEST_ERR_MAX] = "";
+	int rc = working_set_load(root, TEST_SNAPSHOT_ID, &layout, &ws, err, sizeof(err));
+
+	CHECK_INT_EQ(rc, expected);
+	if (needle && !strstr(err, needle))
+		fprintf(stderr, "  error '%s' lacks '%s'\n", err, needle);
+	CHECK(!needle || strstr(err, needle) != NULL);
+	CHECK(ws.runs == NULL && ws.run_count == 0);
+}
+
+static void test_bad_files_refused(void)
+{
+	struct working_set ws;
+	uint8_t *data = NULL;
+	size_t len = 0;
+
+	sample_set(&ws);
+	CHECK_INT_EQ(working_set_encode(&ws, &data, &len), 0);
+	write_bytes(VM_WORKING_SET_FILE, data, 0);
+	expect_load(-EBADMSG, "wrong size");
+	for (size_t cut = 1; cut < len; cut += 7) { /* every truncation */
+		write_bytes(VM_WORKING_SET_FILE, data, cut);
+		expect_load(-EBADMSG, "not valid");
+	}
+	data[TEST_RUN_OFFSET_IN_FILE + 1] ^= 0x40; /* a run's address, checksum now wrong */
+	write_bytes(VM_WORKING_SET_FILE, data, len);
+	expect_load(-EBADMSG, "checksum");
+	data[TEST_RUN_OFFSET_IN_FILE + 1] ^= 0x40;
+	data[0] ^= 0xff;
+	write_bytes(VM_WORKING_SET_FILE, data, len);
+	expect_load(-EBADMSG, "magic");
+	data[0] ^= 0xff;
+	free(data);
+	/* recorded for another snapshot, or another memory size */
+	ws.snapshot_id = TEST_SNAPSHOT_ID + 1;
+	CHECK_INT_EQ(working_set_store(root, &ws), 0);
+	expect_load(-ESTALE, "another snapshot");
+	ws.snapshot_id = TEST_SNAPSHOT_ID;
+	ws.memory_bytes = layout.total_size * 2;
+	CHECK_INT_EQ(working_set_store(root, &ws), 0);
+	expect_load(-ESTALE, "another snapshot");
+	working_set_release(&ws);
+}
+
+static void test_runs_checked(void)
+{
+	struct working_set ws;
+	char path[PATH_MAX];
+
+	/* a run past the end of guest memory (checksum valid: the writer is hostile) */
+	working_set_init(&ws, TEST_SNAPSHOT_ID, layout.total_size);
+	CHECK_INT_EQ(working_set_add_page(&ws, layout.total_size - TEST_PAGE), 0);
+	ws.runs[0].pages = 2;
+	CHECK_INT_EQ(working_set_store(root, &ws), 0);
+	expect_load(-EBADMSG, "outside guest memory");
+	ws.runs[0].pages = 0;
+	CHECK_INT_EQ(working_set_store(root, &ws), 0);
+	expect_load(-EBADMSG, "outside guest memory");
+	ws.runs[0] = (struct working_set_run){ .gpa = UINT64_MAX - TEST_PAGE + 1, .pages = 1 };
+	CHECK_INT_EQ(working_set_store(root, &ws), 0);
+	expect_load(-EBADMSG, "outside guest memory");
+	working_set_release(&ws);
+	/* overlapping runs */
+	sample_set(&ws);
+	ws.runs[1].gpa = 4 * TEST_PAGE;
+	CHECK_INT_EQ(working_set_store(root, &ws), 0);
+	expect_load(-EBADMSG, "overlap");
+	working_set_release(&ws);
+	/* a symlink is not followed; an absent file is just absent */
+	path_in(path, sizeof(path), VM_WORKING_SET_FILE);
+	unlink(path);
+	expect_load(-ENOENT, NULL);
+	CHECK_INT_EQ(symlink("/dev/zero", path), 0);
+	expect_load(-ELOOP, NULL);
+	unlink(path);
+}
+
+static void test_oversized_refused(void)
+{
+	size_t len = WORKING_SET_MAX_FILE_BYTES + 1;
+	uint8_t *data = calloc(1, len);
+
+	CHECK(data != NULL);
+	if (!data)
+		return;
+	write_bytes(VM_WORKING_SET_FILE, data, len);
+	expect_load(-EBADMSG, "bounded size");
+	free(data);
+}
+
+static void test_garbage_never_crashes(void)
+{
+	uint8_t buf[TEST_GARBAGE_MAX];
+	struct working_set ws;
+	char err[TEST_ERR_MAX];
+
+	srand(7);
+	for (int round = 0; round < TEST_GARBAGE_ROUNDS; round++) {
+		size_t len = (size_t)rand() % sizeof(buf);
+
+		for (size_t i = 0; i < len; i++)
+			buf[i] = (uint8_t)rand();
+		if (round % 2 && len >= WORKING_SET_HEADER_BYTES) { /* a plausible header */
+			uint32_t magic = WORKING_SET_MAGIC, version = WORKING_SET_VERSION;
+			uint32_t count = (uint32_t)((len - WORKING_SET_HEADER_BYTES) /
+						    WORKING_SET_RUN_BYTES);
+
+			memcpy(buf, &magic, sizeof(magic));
+			memcpy(buf + 4, &version, sizeof(version));
+			memcpy(buf + 24, &count, sizeof(count));
+			memset(buf + 28, 0, 4);
+		}
+		if (working_set_decode(buf, len, &layout, WORKING_SET_DECODE_IGNORE_CHECKSUM, &ws,
+				       err, sizeof(err)) == 0)
+			working_set_release(&ws);
+	}
+	CHECK(1);
+}
+
+/* The low region mapped MAP_PRIVATE from a sparse file the size of guest memory. */
+static int map_memory(struct guest_memory *mem)
+{
+	char path[PATH_MAX];
+	int fd;
+
+	*mem = layout;
+	path_in(path, sizeof(path), "memory.mem");
+	fd = open(path, O_RDWR | O_CREAT, 0600);
+	if (fd < 0 || ftruncate(fd, (off_t)layout.total_size) < 0)
+		return -1;
+	mem->regions[0].host_addr = mmap(NULL, layout.regions[0].size, PROT_READ | PROT_WRITE,
+					 MAP_PRIVATE | MAP_NORESERVE, fd, 0);
+	close(fd);
+	return mem->regions[0].host_addr == MAP_FAILED ? -1 : 0;
+}
+
+static void unmap_memory(struct guest_memory *mem)
+{
+	munmap(mem->regions[0].host_addr, mem->regions[0].size);
+}
+
+static uint64_t pagemap_entry(const void *addr)
+{
+	uint64_t entry = 0;
+	int fd = open("/proc/self/pagemap", O_RDONLY);
+
+	CHECK(fd >= 0);
+	CHECK_INT_EQ((int)pread(fd, &entry, sizeof(entry),
+				(off_t)((uintptr_t)addr / TEST_PAGE * sizeof(entry))),
+		     (int)sizeof(entry));
+	close(fd);
+	return entry;
+}
+
+static void test_scan_and_prefetch(void)
+{
+	struct guest_memory mem;
+	struct working_set touched, again;
+	struct working_set_stats stats;
+	volatile uint8_t sink = 0;
+
+	CHECK_INT_EQ(map_memory(&mem), 0);
+	/* reads of pages 3, 4, 5 and a write of page 100, as a guest would */
+	for (uint64_t page = 3; page <= 5; page++)
+		sink ^= mem.regions[0].host_addr[page * TEST_PAGE];
+	mem.regions[0].host_addr[100 * TEST_PAGE] = 1;
+	CHECK_INT_EQ(working_set_scan(&mem, TEST_SNAPSHOT_ID, &touched), 0);
+	/* read faults map neighbours too (fault-around); the touched pages must be there */
+	CHECK(touched.pages >= 4);
+	CHECK(touched.memory_bytes == layout.total_size);
+	unmap_memory(&mem);
+
+	/* a fresh mapping has nothing mapped; the prefetch maps exactly the list, read-only */
+	struct working_set listed;
+
+	sample_set(&listed);
+	CHECK_INT_EQ(map_memory(&mem), 0);
+	CHECK_INT_EQ(working_set_scan(&mem, TEST_SNAPSHOT_ID, &again), 0);
+	CHECK(again.pages == 0);
+	working_set_release(&again);
+	CHECK_INT_EQ(working_set_prefetch(&mem, &listed, &stats), 0);
+	CHECK(stats.pages == 4 && stats.runs == 2);
+	for (uint64_t page = 3; page <= 5; page++) {
+		uint64_t entry = pagemap_entry(mem.regions[0].host_addr + page * TEST_PAGE);
+
+		CHECK(entry & TEST_PAGEMAP_PRESENT);
+		CHECK(entry & TEST_PAGEMAP_FILE); /* still the file's: a diff will not copy it */
+	}
+	CHECK(pagemap_entry(mem.regions[0].host_addr + 100 * TEST_PAGE) & TEST_PAGEMAP_PRESENT);
+	CHECK(!(pagemap_entry(mem.regions[0].host_addr + 1000 * TEST_PAGE) &
+		TEST_PAGEMAP_PRESENT));
+	unmap_memory(&mem);
+	working_set_release(&listed);
+	working_set_release(&touched);
+	(void)sink;
+}
+
+static void test_prefetch_dir_ignores_bad_list(void)
+{
+	struct guest_memory mem;
+	struct working_set_stats stats = { .pages = 1 };
+	struct working_set ws;
+	uint8_t *data = NULL;
+	size_t len = 0;
+
+	sample_set(&ws);
+	CHECK_INT_EQ(working_set_encode(&ws, &data, &len), 0);
+	data[len - 1] ^= 1; /* garbled */
+	write_bytes(VM_WORKING_SET_FILE, data, len);
+	CHECK_INT_EQ(map_memory(&mem), 0);
+	working_set_prefetch_dir(&mem, root, TEST_SNAPSHOT_ID, &stats);
+	CHECK(stats.pages == 0);
+	CHECK(!(pagemap_entry(mem.regions[0].host_addr + 3 * TEST_PAGE) & TEST_PAGEMAP_PRESENT));
+	/* the memory reads as the file does: the restore goes on with lazy faults */
+	CHECK(mem.regions[0].host_addr[3 * TEST_PAGE] == 0);
+	unmap_memory(&mem);
+	/* a good list for this snapshot is prefetched */
+	CHECK_INT_EQ(working_set_store(root, &ws), 0);
+	CHECK_INT_EQ(map_memory(&mem), 0);
+	working_set_prefetch_dir(&mem, root, TEST_SNAPSHOT_ID, &stats);
+	CHECK(stats.pages == 4);
+	CHECK(pagemap_entry(mem.regions[0].host_addr + 3 * TEST_PAGE) & TEST_PAGEMAP_PRESENT);
+	unmap_memory(&mem);
+	free(data);
+	working_set_release(&ws);
+}
+
+int main(void)
+{
+	char err[TEST_ERR_MAX];
+
+	if (!mkdtemp(root)) {
+		perror("mkdtemp");
+		return 1;
+	}
+	CHECK_INT_EQ(guest_memory_plan(&layout, TEST_MEMORY_MB, 0, err, sizeof(err)), 0);
+	RUN_TEST(test_runs_from_pages);
+	RUN_TEST(test_round_trip);
+	RUN_TEST(test_bad_files_refused);
+	RUN_TEST(test_runs_checked);
+	RUN_TEST(test_oversized_refused);
+	RUN_TEST(test_garbage_never_crashes);
+	RUN_TEST(test_scan_and_prefetch);
+	RUN_TEST(test_prefetch_dir_ignores_bad_list);
+	char cmd[sizeof(root) + 16];
+
+	snprintf(cmd, sizeof(cmd), "rm -rf %s", root);
+	if (system(cmd) != 0)
+		fprintf(stderr, "could not remove %s\n", root);
+	return harness_finish();
+}
