@@ -137,6 +137,7 @@ enum daemon_route {
 	DAEMON_ROUTE_RUN_OUTPUT_FILE,
 	DAEMON_ROUTE_RUN_ARTIFACT,
 	DAEMON_ROUTE_RUN_CANCEL,
+	DAEMON_ROUTE_RUN_STOP,
 };
 
 struct daemon_route_match {
@@ -227,6 +228,8 @@ struct daemon_active_run {
 	bool cancel_requested;
 	uint64_t cancel_deadline_ms; /* SIGKILL after this (monotonic) */
 	char *cancel_reason;
+	bool stop_requested;	   /* POST .../stop: SERVICE_STOP_SIGNAL was sent */
+	uint64_t stop_deadline_ms; /* cancelled after this (monotonic) when still running */
 	struct daemon_active_run *next;
 };
 
@@ -273,6 +276,12 @@ int daemon_exec_start(struct daemon *d, const char *run_id);
  * it is terminal. Returns 0 when the run is (now) terminal, -ENOENT for an unknown run.
  */
 int daemon_exec_cancel(struct daemon *d, const char *run_id, const char *reason);
+/*
+ * Stops a run gracefully: SERVICE_STOP_SIGNAL to its process, which stops its service stages
+ * (their exit codes decide the run's state); a run still going after the policy's grace is
+ * cancelled. Waits until it is terminal; same returns as daemon_exec_cancel.
+ */
+int daemon_exec_stop(struct daemon *d, const char *run_id, const char *reason);
 /* Daemon shutdown: cancels every active run and waits for their threads. */
 void daemon_exec_stop_all(struct daemon *d);
 /* Restart recovery: non-terminal runs become failed with reason daemon_restarted. */

@@ -25,6 +25,7 @@
 
 #include "common/log.h"
 #include "daemon/daemon_internal.h"
+#include "runtime/service.h"
 
 #define EXEC_EVENTS_FD 3
 #define EXEC_POLL_MS 100
@@ -64,6 +65,7 @@ struct exec_run {
 	uint32_t attempt;
 	char input_path[DAEMON_PATH_MAX];
 	json_t *streamed; /* {stage: true} for stages whose output came as stage.output lines */
+	json_t *published; /* {stage: true} for services whose output_file is the artifact */
 };
 
 /* How one attempt ended. */
@@ -138,7 +140,34 @@ static void exec_stage_output(struct exec_run *run, const char *stage, json_t *e
 }
 
 /*
- * A stage line from fd 3: {"type":"stage.started"|"stage.output"|"stage.finished",
+ * A service stage published its output_file while it still runs: it becomes the stage's
+ * output artifact now (so the run's output_ready turns true while it is running) and a
+ * stage.output_ready event says so; it stays the artifact when the stage ends.
+ */
+static void exec_stage_output_ready(struct exec_run *run, const char *stage, json_t *event)
+{
+	json_t *output = json_object_get(event, "output");
+	json_int_t size = json_integer_value(json_object_get(event, "size_bytes"));
+	struct daemon *d = run->d;
+
+	if (!json_is_string(output) || !daemon_name_valid(stage, DAEMON_NAME_MAX))
+		return;
+	json_object_set_new(run->published, stage, json_true());
+	pthread_mutex_lock(&d->lock);
+	daemon_store_put_artifact(d->store, run->id, stage, EXEC_OUTPUT_ARTIFACT,
+				  exec_media_type(json_string_value(output),
+						  json_string_length(output)),
+				  json_string_value(output), json_string_length(output));
+	daemon_event_emit_locked(d, run->id, "stage.output_ready", "info",
+				 "the service published its output", stage, NULL,
+				 json_pack("{s:I, s:I}", "size_bytes", size, "stage_attempt",
+					   (json_int_t)run->attempt));
+	pthread_mutex_unlock(&d->lock);
+}
+
+/*
+ * A stage line from fd 3: {"type":"stage.started"|"stage.output"|"stage.output_ready"|
+ * "stage.finished",
  * "stage":NAME,...}.
  */
 static void exec_stage_event(struct exec_run *run, const char *line, size_t len)
@@ -155,6 +184,8 @@ static void exec_stage_event(struct exec_run *run, const char *line, size_t len)
 	}
 	if (strcmp(type, "stage.output") == 0) {
 		exec_stage_output(run, stage, event);
+	} else if (strcmp(type, "stage.output_ready") == 0) {
+		exec_stage_output_ready(run, stage, event);
 	} else if (strcmp(type, "stage.started") == 0) {
 		pthread_mutex_lock(&d->lock);
 		daemon_store_stage_update(d->store, run->id, stage, "running", run->attempt, 0, 0);
@@ -177,7 +208,8 @@ static void exec_stage_event(struct exec_run *run, const char *line, size_t len)
 		if (output && output_len && !json_object_get(run->streamed, stage))
 			daemon_event_emit_lines(d, run->id, stage, "stdout", output, output_len);
 		pthread_mutex_lock(&d->lock);
-		if (output && daemon_name_valid(stage, DAEMON_NAME_MAX))
+		if (output && daemon_name_valid(stage, DAEMON_NAME_MAX) &&
+		    !json_object_get(run->published, stage))
 			daemon_store_put_artifact(d->store, run->id, stage, EXEC_OUTPUT_ARTIFACT,
 						  exec_media_type(output, output_len), output,
 						  output_len);
@@ -236,7 +268,9 @@ static void exec_child(const struct exec_run *run, char *const argv[], int out_f
 	prctl(PR_SET_PDEATHSIG, SIGKILL);
 	if (getppid() != parent)
 		_exit(EXIT_FAILURE);
+	/* the stop signal stays blocked until `voidbox run` has its handler (cli_run.c) */
 	sigemptyset(&none);
+	sigaddset(&none, SERVICE_STOP_SIGNAL);
 	sigprocmask(SIG_SETMASK, &none, NULL);
 	signal(SIGPIPE, SIG_DFL);
 	null_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
@@ -551,9 +585,21 @@ static bool exec_should_stop(struct exec_run *run, char **reason)
 
 	pthread_mutex_lock(&run->d->lock);
 	active = exec_find_active(run->d, run->id);
-	stop = run->d->stopping || (active && active->cancel_requested);
+	stop = run->d->stopping || (active && (active->cancel_requested || active->stop_requested));
 	if (reason && active && active->cancel_reason)
 		*reason = strdup(active->cancel_reason);
+	pthread_mutex_unlock(&run->d->lock);
+	return stop;
+}
+
+static bool exec_stop_was_requested(struct exec_run *run)
+{
+	struct daemon_active_run *active;
+	bool stop;
+
+	pthread_mutex_lock(&run->d->lock);
+	active = exec_find_active(run->d, run->id);
+	stop = active && active->stop_requested;
 	pthread_mutex_unlock(&run->d->lock);
 	return stop;
 }
@@ -583,7 +629,8 @@ static void exec_end(struct exec_run *run, struct exec_outcome *outcome, int rc)
 			    outcome->exit_code, outcome->report);
 	} else if (outcome->exit_code == 0 &&
 		   json_is_true(json_object_get(outcome->report, "success"))) {
-		exec_finish(run->d, run->id, run->attempt, DAEMON_RUN_SUCCEEDED, NULL, NULL, 0,
+		exec_finish(run->d, run->id, run->attempt, DAEMON_RUN_SUCCEEDED,
+			    exec_stop_was_requested(run) ? "stopped" : NULL, NULL, 0,
 			    outcome->report);
 	} else {
 		exec_failure_text(outcome, error, sizeof(error));
@@ -600,7 +647,8 @@ static void *exec_thread(void *opaque)
 	int rc = exec_write_input(run);
 
 	run->streamed = json_object();
-	if (!run->streamed)
+	run->published = json_object();
+	if (!run->streamed || !run->published)
 		rc = -ENOMEM;
 
 	for (run->attempt = 1; rc == 0; run->attempt++) {
@@ -629,6 +677,7 @@ static void *exec_thread(void *opaque)
 	exec_forget(run->d, run->id);
 	daemon_run_launch_free(&run->launch);
 	json_decref(run->streamed);
+	json_decref(run->published);
 	free(run);
 	return NULL;
 }
@@ -700,10 +749,22 @@ static void exec_timed_wait(struct daemon *d)
 	pthread_cond_timedwait(&d->changed, &d->lock, &deadline);
 }
 
-int daemon_exec_cancel(struct daemon *d, const char *run_id, const char *reason)
+/* The policy's grace period of a run; called with d->lock held. */
+static uint32_t exec_grace_locked(struct daemon *d, const char *run_id)
 {
 	struct daemon_run_launch launch;
-	struct daemon_active_run *active;
+	uint32_t grace = DAEMON_POLICY_DEFAULT_GRACE;
+
+	if (daemon_store_run_launch(d->store, run_id, &launch) == 0) {
+		grace = launch.policy.cancel_grace_period_secs;
+		daemon_run_launch_free(&launch);
+	}
+	return grace;
+}
+
+/* Takes d->lock: 1 when the run is not terminal (the lock stays held), else 0 or -errno. */
+static int exec_lock_unfinished(struct daemon *d, const char *run_id)
+{
 	enum daemon_run_state state;
 	int rc;
 
@@ -711,15 +772,21 @@ int daemon_exec_cancel(struct daemon *d, const char *run_id, const char *reason)
 	rc = daemon_store_run_state(d->store, run_id, &state);
 	if (rc < 0 || daemon_run_state_terminal(state)) {
 		pthread_mutex_unlock(&d->lock);
-		return rc;
+		return rc < 0 ? rc : 0;
 	}
+	return 1;
+}
+
+int daemon_exec_cancel(struct daemon *d, const char *run_id, const char *reason)
+{
+	struct daemon_active_run *active;
+	int rc = exec_lock_unfinished(d, run_id);
+
+	if (rc <= 0)
+		return rc;
 	active = exec_find_active(d, run_id);
 	if (active) {
-		rc = daemon_store_run_launch(d->store, run_id, &launch);
-		exec_request_cancel_locked(active, reason, rc == 0 ? launch.policy.cancel_grace_period_secs
-								   : DAEMON_POLICY_DEFAULT_GRACE);
-		if (rc == 0)
-			daemon_run_launch_free(&launch);
+		exec_request_cancel_locked(active, reason, exec_grace_locked(d, run_id));
 		while (exec_find_active(d, run_id))
 			exec_timed_wait(d);
 		pthread_mutex_unlock(&d->lock);
@@ -732,20 +799,47 @@ int daemon_exec_cancel(struct daemon *d, const char *run_id, const char *reason)
 	return 0;
 }
 
+int daemon_exec_stop(struct daemon *d, const char *run_id, const char *reason)
+{
+	struct daemon_active_run *active;
+	int rc = exec_lock_unfinished(d, run_id);
+	uint32_t grace;
+
+	if (rc <= 0)
+		return rc;
+	active = exec_find_active(d, run_id);
+	if (!active || active->pid <= 0) {
+		/* no process to ask (not started, or between attempts): nothing runs to stop */
+		pthread_mutex_unlock(&d->lock);
+		return daemon_exec_cancel(d, run_id, reason);
+	}
+	grace = exec_grace_locked(d, run_id);
+	if (!active->stop_requested) {
+		active->stop_requested = true;
+		active->stop_deadline_ms = daemon_monotonic_ms() + (uint64_t)grace * EXEC_MS_PER_SEC;
+		daemon_event_emit_locked(d, run_id, "run.stop_requested", "info",
+					 reason ? reason : "stop requested by the client", NULL,
+					 NULL, json_pack("{s:I}", "grace_period_secs",
+							 (json_int_t)grace));
+		kill(active->pid, SERVICE_STOP_SIGNAL);
+	}
+	while ((active = exec_find_active(d, run_id))) {
+		if (!active->cancel_requested && daemon_monotonic_ms() >= active->stop_deadline_ms)
+			exec_request_cancel_locked(active,
+						   "the run did not stop within its grace period",
+						   grace);
+		exec_timed_wait(d);
+	}
+	pthread_mutex_unlock(&d->lock);
+	return 0;
+}
+
 void daemon_exec_stop_all(struct daemon *d)
 {
 	pthread_mutex_lock(&d->lock);
 	d->stopping = true;
-	for (struct daemon_active_run *run = d->active; run; run = run->next) {
-		struct daemon_run_launch launch;
-		uint32_t grace = DAEMON_POLICY_DEFAULT_GRACE;
-
-		if (daemon_store_run_launch(d->store, run->id, &launch) == 0) {
-			grace = launch.policy.cancel_grace_period_secs;
-			daemon_run_launch_free(&launch);
-		}
-		exec_request_cancel_locked(run, "the daemon stopped", grace);
-	}
+	for (struct daemon_active_run *run = d->active; run; run = run->next)
+		exec_request_cancel_locked(run, "the daemon stopped", exec_grace_locked(d, run->id));
 	pthread_cond_broadcast(&d->changed);
 	while (d->active_count > 0)
 		exec_timed_wait(d);

@@ -412,8 +412,10 @@ static enum MHD_Result http_get_artifact(struct MHD_Connection *conn, struct dae
 	return result;
 }
 
-static enum MHD_Result http_cancel_run(struct MHD_Connection *conn, struct daemon *d,
-				       const char *run_id, const struct http_request *request)
+/* POST .../cancel and .../stop: both take {reason?} and answer once the run has ended. */
+static enum MHD_Result http_end_run(struct MHD_Connection *conn, struct daemon *d,
+				    const char *run_id, const struct http_request *request,
+				    enum daemon_route route)
 {
 	struct daemon_error err;
 	json_t *run, *answer;
@@ -422,7 +424,8 @@ static enum MHD_Result http_cancel_run(struct MHD_Connection *conn, struct daemo
 
 	if (daemon_request_parse_cancel(request->body, request->len, &reason, &err) < 0)
 		return http_send_error(conn, &err);
-	rc = daemon_exec_cancel(d, run_id, reason);
+	rc = route == DAEMON_ROUTE_RUN_STOP ? daemon_exec_stop(d, run_id, reason)
+					    : daemon_exec_cancel(d, run_id, reason);
 	free(reason);
 	if (rc == -ENOENT)
 		return http_fail(conn, DAEMON_ERR_NOT_FOUND, "no run has this id");
@@ -626,6 +629,7 @@ static bool http_method_allowed(enum daemon_route route, const char *method)
 	case DAEMON_ROUTE_RUNS:
 		return get || post;
 	case DAEMON_ROUTE_RUN_CANCEL:
+	case DAEMON_ROUTE_RUN_STOP:
 		return post;
 	case DAEMON_ROUTE_NONE:
 		return true;
@@ -667,7 +671,8 @@ static enum MHD_Result http_dispatch(struct MHD_Connection *conn, struct daemon 
 		return http_get_artifact(conn, d, &match, match.artifact,
 					 DAEMON_ERR_ARTIFACT_NOT_FOUND);
 	case DAEMON_ROUTE_RUN_CANCEL:
-		return http_cancel_run(conn, d, match.run_id, request);
+	case DAEMON_ROUTE_RUN_STOP:
+		return http_end_run(conn, d, match.run_id, request, match.route);
 	case DAEMON_ROUTE_NONE:
 		break;
 	}

@@ -398,6 +398,8 @@ static enum daemon_route request_run_route(char segments[][REQUEST_SEGMENT_MAX],
 		return DAEMON_ROUTE_RUN_STAGES;
 	if (count == 3 && strcmp(segments[2], "cancel") == 0)
 		return DAEMON_ROUTE_RUN_CANCEL;
+	if (count == 3 && strcmp(segments[2], "stop") == 0)
+		return DAEMON_ROUTE_RUN_STOP;
 	if (count < 5 || strcmp(segments[2], "stages") != 0 ||
 	    !daemon_name_valid(segments[3], DAEMON_NAME_MAX))
 		return DAEMON_ROUTE_NONE;

@@ -6,6 +6,8 @@
  *
  * The agent's stdout is parsed after the exec rather than chunk by chunk: a box answers with
  * the complete output either way, and one parse keeps the code free of threading concerns.
+ * A `mode: service` agent runs with no timeout under a service watcher (service.h), which
+ * publishes its output file while it runs and stops it on request.
  */
 #include <errno.h>
 #include <stdarg.h>
@@ -18,6 +20,7 @@
 #include "common/log.h"
 #include "runtime/agent.h"
 #include "runtime/llm.h"
+#include "runtime/service.h"
 #include "runtime/skills.h"
 #include "runtime/stream_json.h"
 
@@ -213,6 +216,8 @@ static int agent_exec(struct box *box, const struct agent_task *task,
 		.arg_count = inv->arg_count, .env = env, .env_count = inv->env_count,
 		.working_dir = LLM_GUEST_WORKSPACE, .timeout_secs = task->timeout_secs,
 	};
+	const char *output_file = task->output_file ? task->output_file : SPEC_DEFAULT_OUTPUT_FILE;
+	struct service_watch watch = { 0 };
 	struct box_exec_result result;
 	int rc;
 
@@ -221,7 +226,17 @@ static int agent_exec(struct box *box, const struct agent_task *task,
 	for (size_t i = 0; i < inv->env_count; i++)
 		env[i] = (struct box_env_var){ inv->env[i].name, inv->env[i].value };
 	memset(&result, 0, sizeof(result));
+	if (task->service) {
+		req.service_name = task->name;
+		if (service_watch_start(&watch, box, task->name, output_file, task->report,
+					stage) < 0)
+			log_warn("agent",
+				 "[agent:%s] the service has no watcher: its output is published when it ends and it cannot be stopped",
+				 task->name);
+	}
 	rc = box_exec(box, &req, &result);
+	if (task->service)
+		service_watch_finish(&watch);
 	free(env);
 	if (rc < 0) {
 		rc = agent_fail(stage, rc, "cannot run %s: %s", inv->program,
@@ -239,7 +254,8 @@ static int agent_exec(struct box *box, const struct agent_task *task,
 		rc = agent_fill_stream(stage, inv, &result);
 	else
 		rc = run_stage_set_output(stage, result.stdout_data, result.stdout_len);
-	if (rc == 0 && result.exit_code != 0)
+	if (rc == 0 && result.exit_code != 0 &&
+	    !(task->service && service_stage_succeeded(&watch, result.exit_code, false)))
 		rc = agent_fail(stage, -ECANCELED, "%s exited with status %d", inv->program,
 				result.exit_code);
 out:
@@ -310,7 +326,7 @@ size_t agent_check(const struct spec *spec, struct spec_diagnostics *diag)
 				     "this spec is not an agent spec");
 		return 1;
 	}
-	if (spec->agent.mode != SPEC_AGENT_MODE_TASK) {
+	if (spec->agent.mode == SPEC_AGENT_MODE_INTERACTIVE) {
 		spec_diagnostics_add(diag, SPEC_SEVERITY_ERROR, spec->file, spec->agent.mode_pos,
 				     "use mode: task, or `voidbox shell` for interactive work",
 				     "agent mode %s is not supported yet",
@@ -341,6 +357,8 @@ int agent_run_in_box(const struct spec *spec, struct box *box, const struct agen
 		.skill_count = spec->agent.skill_count, .llm = spec->has_llm ? &spec->llm : NULL,
 		.output_file = spec->agent.output_file,
 		.timeout_secs = spec->agent.has_timeout_secs ? spec->agent.timeout_secs : 0,
+		.service = spec->agent.mode == SPEC_AGENT_MODE_SERVICE,
+		.report = report,
 		.input = options ? options->input : NULL,
 		.input_len = options ? options->input_len : 0,
 		.host_env = options ? options->host_env : NULL,

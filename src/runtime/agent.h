@@ -23,7 +23,8 @@
 /* Features agent and pipeline runs honour today (the rest are refused before a VM boots). */
 #define AGENT_SUPPORTED_FEATURES \
 	(SPEC_FEATURE_BIT(SPEC_FEATURE_SKILL_MCP) | SPEC_FEATURE_BIT(SPEC_FEATURE_SNAPSHOT) | \
-	 SPEC_FEATURE_BIT(SPEC_FEATURE_NETWORK) | SPEC_FEATURE_BIT(SPEC_FEATURE_MOUNTS))
+	 SPEC_FEATURE_BIT(SPEC_FEATURE_NETWORK) | SPEC_FEATURE_BIT(SPEC_FEATURE_MOUNTS) | \
+	 SPEC_FEATURE_BIT(SPEC_FEATURE_SERVICE_MODE))
 
 #define AGENT_CLAUDE_JSON_PATH "/home/sandbox/.claude.json"
 #define AGENT_CLAUDE_SETTINGS_PATH "/workspace/.claude/settings.json"
@@ -58,10 +59,12 @@ struct agent_task {
 	const struct spec_llm *llm; /* NULL: provider claude */
 	const char *output_file;    /* NULL: SPEC_DEFAULT_OUTPUT_FILE */
 	uint32_t timeout_secs;	    /* 0: none */
+	bool service;		    /* mode: service (src/runtime/service.h) */
 	const char *input;	    /* previous stage's output; NULL: none */
 	size_t input_len;
 	spec_env_lookup_fn host_env;
 	void *host_env_ctx;
+	const struct run_report *report; /* whose observer hears a service's output; may be NULL */
 };
 
 /*
@@ -76,7 +79,7 @@ int agent_invoke(struct box *box, const struct agent_task *task, struct run_stag
 
 /*
  * Adds an error to diag for everything that stops spec from running as an agent here (another
- * kind, a mode other than task, unsupported features). Returns the number of errors added.
+ * kind, mode interactive, unsupported features). Returns the number of errors added.
  */
 size_t agent_check(const struct spec *spec, struct spec_diagnostics *diag);
 

@@ -115,6 +115,8 @@ struct box_exec_request {
 	uint32_t timeout_secs;	 /* 0: no timeout */
 	box_chunk_fn on_chunk;	 /* may be NULL */
 	void *chunk_opaque;
+	/* non-NULL: a service (`mode: service`) that box_stop_service(box, this name) stops */
+	const char *service_name;
 };
 
 struct box_exec_result {
@@ -152,6 +154,13 @@ void box_close(struct box *box, bool keep_logs);
 /* Runs one program; see the file comment for the return convention. */
 int box_exec(struct box *box, const struct box_exec_request *req, struct box_exec_result *out);
 void box_exec_result_free(struct box_exec_result *result);
+
+/*
+ * Asks the running service exec called name to end: SIGTERM to its program in a VM (the
+ * program may trap it and exit cleanly), an early end with exit 0 for the mock's mock-serve.
+ * 0 when asked (also when no such service runs any more), or -errno.
+ */
+int box_stop_service(struct box *box, const char *name);
 
 /* File calls: 0 or -errno (-ENOENT for a missing file); the reason is in box_last_error(). */
 int box_write_file(struct box *box, const char *path, const void *data, size_t len);

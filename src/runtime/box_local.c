@@ -6,6 +6,10 @@
  *
  * Requests are translated field by field into the wire structs (borrowing the caller's
  * strings, never freeing them) and responses into the box's NUL-terminated buffers.
+ *
+ * A service exec runs under a small shell prologue that records its pid in a file under /tmp
+ * and then execs the program, so box_stop_service() can SIGTERM exactly that program from a
+ * second exec; the wire protocol needs no signal message for it.
  */
 #include <errno.h>
 #include <limits.h>
@@ -21,6 +25,15 @@
 
 #define LOCAL_FILE_TIMEOUT_MS CONTROL_CHANNEL_TIMEOUT_DEFAULT
 #define LOCAL_ERROR_MAX 1024
+#define LOCAL_PIDFILE_MAX 192
+#define LOCAL_SERVICE_NAME_MAX 128 /* a longer name is cut in its pid file name */
+#define LOCAL_PIDFILE_FORMAT "/tmp/.voidbox-service-%s.pid"
+/* the service prologue: $1 is the pid file, the rest the program and its arguments */
+#define LOCAL_SERVICE_SCRIPT "echo $$ > \"$1\" && shift && exec \"$@\""
+#define LOCAL_STOP_SCRIPT "kill -TERM \"$(cat \"$1\")\" 2>/dev/null; rm -f \"$1\"; exit 0"
+#define LOCAL_SERVICE_ARGV0 "voidbox-service"
+#define LOCAL_SERVICE_PROLOGUE_ARGS 4 /* -c SCRIPT ARGV0 PIDFILE */
+#define LOCAL_STOP_TIMEOUT_SECS 30u
 
 struct local_box {
 	struct sandbox *sandbox;
@@ -64,6 +77,44 @@ static int local_fill_result(const struct box_exec_request *req,
 	return 0;
 }
 
+/* The pid file of service name; characters outside [A-Za-z0-9._-] become '_'. */
+static void local_pidfile(const char *name, char *out, size_t len)
+{
+	char safe[LOCAL_SERVICE_NAME_MAX];
+	size_t i;
+
+	for (i = 0; name[i] && i + 1 < sizeof(safe); i++) {
+		char c = name[i];
+
+		safe[i] = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+					  (c >= '0' && c <= '9') || c == '.' || c == '_' || c == '-'
+				  ? c
+				  : '_';
+	}
+	safe[i] = '\0';
+	snprintf(out, len, LOCAL_PIDFILE_FORMAT, safe);
+}
+
+/* argv of `sh -c PROLOGUE ARGV0 PIDFILE PROGRAM ARGS...` for a service exec; NULL on -ENOMEM. */
+static char **local_service_argv(const struct box_exec_request *req, const char *pidfile,
+				 size_t *count)
+{
+	char **argv = calloc(LOCAL_SERVICE_PROLOGUE_ARGS + 1 + req->arg_count, sizeof(*argv));
+	size_t n = 0;
+
+	if (!argv)
+		return NULL;
+	argv[n++] = "-c";
+	argv[n++] = LOCAL_SERVICE_SCRIPT;
+	argv[n++] = LOCAL_SERVICE_ARGV0;
+	argv[n++] = (char *)pidfile;
+	argv[n++] = (char *)req->program;
+	for (size_t i = 0; i < req->arg_count; i++)
+		argv[n++] = (char *)req->args[i];
+	*count = n;
+	return argv;
+}
+
 static int local_exec(struct box *box, const struct box_exec_request *req,
 		      const struct box_env_var *env, size_t env_count,
 		      struct box_exec_result *out)
@@ -71,6 +122,8 @@ static int local_exec(struct box *box, const struct box_exec_request *req,
 	struct proto_exec_request wire;
 	struct proto_exec_response response;
 	struct local_chunk_relay relay = { .req = req };
+	char pidfile[LOCAL_PIDFILE_MAX];
+	char **service_argv = NULL;
 	int rc;
 
 	memset(&wire, 0, sizeof(wire));
@@ -78,6 +131,16 @@ static int local_exec(struct box *box, const struct box_exec_request *req,
 	wire.program = (char *)req->program;
 	wire.args = (char **)req->args;
 	wire.args_count = req->arg_count;
+	if (req->service_name) {
+		local_pidfile(req->service_name, pidfile, sizeof(pidfile));
+		service_argv = local_service_argv(req, pidfile, &wire.args_count);
+		if (!service_argv) {
+			box_set_error("out of memory building the exec request");
+			return -ENOMEM;
+		}
+		wire.program = "sh";
+		wire.args = service_argv;
+	}
 	wire.stdin_data.data = (uint8_t *)req->stdin_data;
 	wire.stdin_data.len = req->stdin_data ? req->stdin_len : 0;
 	wire.working_dir = (char *)req->working_dir;
@@ -87,6 +150,7 @@ static int local_exec(struct box *box, const struct box_exec_request *req,
 	if (env_count) {
 		wire.env = calloc(env_count, sizeof(*wire.env));
 		if (!wire.env) {
+			free(service_argv);
 			box_set_error("out of memory building the exec request");
 			return -ENOMEM;
 		}
@@ -101,6 +165,7 @@ static int local_exec(struct box *box, const struct box_exec_request *req,
 	rc = sandbox_exec(local->sandbox, &wire, req->on_chunk ? local_on_chunk : NULL, &relay,
 			  &response, err, sizeof(err));
 	free(wire.env);
+	free(service_argv);
 	if (rc < 0) {
 		box_set_error("%s", err);
 		return rc;
@@ -151,6 +216,27 @@ static int local_mkdir_p(struct box *box, const char *path)
 	return rc;
 }
 
+static int local_stop_service(struct box *box, const char *name)
+{
+	char pidfile[LOCAL_PIDFILE_MAX];
+	const char *args[] = { "-c", LOCAL_STOP_SCRIPT, LOCAL_SERVICE_ARGV0, pidfile };
+	struct proto_exec_request wire = { .program = "sh", .args = (char **)args,
+					   .args_count = sizeof(args) / sizeof(args[0]),
+					   .has_timeout = true,
+					   .timeout_secs = LOCAL_STOP_TIMEOUT_SECS };
+	struct proto_exec_response response = { 0 };
+	struct local_box *local = box->backend;
+	char err[LOCAL_ERROR_MAX];
+	int rc;
+
+	local_pidfile(name, pidfile, sizeof(pidfile));
+	rc = sandbox_exec(local->sandbox, &wire, NULL, NULL, &response, err, sizeof(err));
+	if (rc < 0)
+		box_set_error("stopping service %s: %s", name, err);
+	proto_exec_response_free(&response);
+	return rc;
+}
+
 static void local_close(struct box *box, bool keep_logs)
 {
 	struct local_box *local = box->backend;
@@ -164,6 +250,7 @@ static const struct box_ops local_ops = {
 	.write_file = local_write_file,
 	.read_file = local_read_file,
 	.mkdir_p = local_mkdir_p,
+	.stop_service = local_stop_service,
 	.close = local_close,
 };
 

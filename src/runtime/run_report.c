@@ -92,6 +92,13 @@ void run_report_stage_output(const struct run_report *report, const struct run_s
 					       len);
 }
 
+void run_report_stage_output_ready(const struct run_report *report,
+				   const struct run_stage *stage, const void *data, size_t len)
+{
+	if (report && report->observer && report->observer->stage_output_ready)
+		report->observer->stage_output_ready(report->observer->opaque, stage, data, len);
+}
+
 struct run_stage *run_report_add_stage(struct run_report *report, const char *name)
 {
 	struct run_stage *stage;

@@ -49,6 +49,9 @@ struct run_observer {
 	void (*stage_output)(void *opaque, const struct run_stage *stage, bool is_stderr,
 			     const void *data, size_t len);
 	void (*stage_finished)(void *opaque, const struct run_stage *stage);
+	/* a service stage's output_file was first published (the service keeps running) */
+	void (*stage_output_ready)(void *opaque, const struct run_stage *stage, const void *data,
+				   size_t len);
 	void *opaque;
 };
 
@@ -90,6 +93,8 @@ void run_report_stage_started(const struct run_report *report, const struct run_
 void run_report_stage_finished(const struct run_report *report, const struct run_stage *stage);
 void run_report_stage_output(const struct run_report *report, const struct run_stage *stage,
 			     bool is_stderr, const void *data, size_t len);
+void run_report_stage_output_ready(const struct run_report *report,
+				   const struct run_stage *stage, const void *data, size_t len);
 /* Sums the stages' tokens and costs into the report's totals. */
 void run_report_sum_usage(struct run_report *report);
 

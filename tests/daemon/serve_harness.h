@@ -225,6 +225,27 @@ static inline pid_t wait_stage_running(const struct served *served, const char *
 	return 0;
 }
 
+/*
+ * Polls until the run's output_ready is true (bounded); true only when it was seen while the
+ * run was still running (a service published its output_file and keeps going).
+ */
+static inline bool wait_output_ready_running(const struct served *served, const char *run_id)
+{
+	for (int i = 0; i < SERVE_WAIT_ROUNDS; i++) {
+		json_t *run = get_run(served, run_id);
+		const char *status = json_string_value(json_object_get(run, "status"));
+		bool ready = json_is_true(json_object_get(run, "output_ready"));
+		bool running = status && strcmp(status, "running") == 0;
+		bool ended = state_is_terminal(run);
+
+		json_decref(run);
+		if (ready || ended)
+			return ready && running;
+		serve_pause();
+	}
+	return false;
+}
+
 static inline void wait_gone(pid_t pid)
 {
 	for (int i = 0; i < SERVE_WAIT_ROUNDS && !process_probe_gone(pid); i++)

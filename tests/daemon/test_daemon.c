@@ -43,6 +43,8 @@ static char socket_path[TEST_PATH_MAX / 2];
 static char quick_spec[TEST_PATH_MAX];
 static char sleep_spec[TEST_PATH_MAX];
 static char cat_spec[TEST_PATH_MAX];
+static char service_spec[TEST_PATH_MAX];
+static char failing_service_spec[TEST_PATH_MAX];
 
 static const char quick_yaml[] =
 	"api_version: v1\nkind: workflow\nname: quick\nsandbox:\n  mode: mock\n"
@@ -64,6 +66,23 @@ static const char sleep_yaml[] =
 	"        args: [\"3000\"]\n"
 	"    - name: after\n      depends_on: [nap]\n      run:\n        program: echo\n"
 	"        args: [\"never\"]\n";
+
+/* A service that publishes its output file, then stays up until it is stopped. */
+static const char service_yaml[] =
+	"api_version: v1\nkind: workflow\nname: service\nsandbox:\n  mode: mock\n"
+	"workflow:\n  steps:\n"
+	"    - name: web\n      mode: service\n      output_file: /workspace/ready.json\n"
+	"      run:\n        program: mock-serve\n"
+	"        args: [\"/workspace/ready.json\", \"{\\\"port\\\":8080}\"]\n"
+	"    - name: after\n      depends_on: [web]\n      run:\n        program: echo\n"
+	"        args: [\"after the service\"]\n";
+
+/* A service that exits with status 3 on its own. */
+static const char failing_service_yaml[] =
+	"api_version: v1\nkind: workflow\nname: broken-service\nsandbox:\n  mode: mock\n"
+	"workflow:\n  steps:\n"
+	"    - name: web\n      mode: service\n      run:\n        program: mock-exit\n"
+	"        args: [\"3\", \"cannot bind\"]\n";
 
 static void write_file(const char *path, const char *text)
 {
@@ -433,6 +452,111 @@ static void test_sse_live_and_cancel(void)
 	free(id);
 }
 
+static bool events_have(const struct served *served, const char *run_id, const char *type,
+			const char *stage)
+{
+	char path[TEST_PATH_MAX];
+	json_t *events, *event;
+	bool found = false;
+	size_t i;
+	long status;
+
+	snprintf(path, sizeof(path), "/v1/runs/%s/events", run_id);
+	events = call(served, "GET", path, NULL, &status);
+	json_array_foreach(events, i, event) {
+		const char *name = json_string_value(json_object_get(event, "stage_name"));
+
+		if (strcmp(json_string_value(json_object_get(event, "event_type")), type) == 0 &&
+		    (!stage || (name && strcmp(name, stage) == 0)))
+			found = true;
+	}
+	json_decref(events);
+	return found;
+}
+
+/*
+ * A service step publishes its output_file while the run is still running (output_ready,
+ * the artifact, a stage.output_ready event), and POST .../stop ends it gracefully: the
+ * service exits, the step after it runs, the run succeeds with terminal_reason stopped, the
+ * run's process is gone, and a second stop answers the same.
+ */
+static void test_service_output_ready_and_stop(void)
+{
+	char *id = create_run(&unix_daemon, service_spec, "service-1");
+	struct daemon_response response;
+	json_t *first, *second, *run, *stages;
+	char err[TEST_ERR_MAX];
+	long status;
+	pid_t pid;
+
+	if (!id)
+		return;
+	pid = wait_stage_running(&unix_daemon, id, "web");
+	CHECK(wait_output_ready_running(&unix_daemon, id));
+	CHECK(events_have(&unix_daemon, id, "stage.output_ready", "web"));
+	CHECK_INT_EQ(daemon_client_request(&unix_daemon.client, "GET",
+					   "/v1/runs/service-1/stages/web/output-file", NULL,
+					   &response, err, sizeof(err)), 0);
+	CHECK_INT_EQ(response.status, SERVE_HTTP_OK);
+	CHECK_STR_EQ(response.body, "{\"port\":8080}");
+	daemon_response_free(&response);
+	first = call(&unix_daemon, "POST", "/v1/runs/service-1/stop", NULL, &status);
+	CHECK_INT_EQ(status, SERVE_HTTP_OK);
+	CHECK_STR_EQ(json_string_value(json_object_get(first, "state")), "succeeded");
+	if (pid > 0)
+		wait_gone(pid);
+	second = call(&unix_daemon, "POST", "/v1/runs/service-1/stop", "{}", &status);
+	CHECK_INT_EQ(status, SERVE_HTTP_OK);
+	CHECK(json_integer_value(json_object_get(first, "terminal_event_id")) > 0);
+	CHECK(json_equal(json_object_get(first, "terminal_event_id"),
+			 json_object_get(second, "terminal_event_id")));
+	run = get_run(&unix_daemon, id);
+	CHECK_STR_EQ(json_string_value(json_object_get(run, "terminal_reason")), "stopped");
+	CHECK(json_is_true(json_object_get(run, "output_ready")));
+	stages = json_object_get(run, "stage_states");
+	CHECK_STR_EQ(json_string_value(json_object_get(json_object_get(stages, "web"), "status")),
+		     "succeeded");
+	CHECK_STR_EQ(json_string_value(json_object_get(json_object_get(stages, "after"), "status")),
+		     "succeeded");
+	CHECK(events_have(&unix_daemon, id, "run.stop_requested", NULL));
+	json_decref(run);
+	json_decref(first);
+	json_decref(second);
+	free(id);
+}
+
+/* A service that exits non-zero on its own fails its run; stop on a run with no service to
+ * stop (a task step sleeping) cancels it once the grace period is over. */
+static void test_service_exit_mapping(void)
+{
+	json_t *body = json_pack("{s:s, s:s, s:{s:i}}", "file", sleep_spec, "run_id", "no-service",
+				 "policy", "cancel_grace_period_secs", 1);
+	char *text = json_dumps(body, JSON_COMPACT);
+	json_t *run, *answer;
+	long status;
+	pid_t pid;
+
+	run = create_and_finish(json_pack("{s:s, s:s}", "file", failing_service_spec, "run_id",
+					  "service-broken"), "service-broken");
+	CHECK_STR_EQ(json_string_value(json_object_get(run, "status")), "failed");
+	CHECK_STR_EQ(json_string_value(json_object_get(json_object_get(
+			     json_object_get(run, "stage_states"), "web"), "status")),
+		     "failed");
+	json_decref(run);
+	answer = call(&unix_daemon, "POST", "/v1/runs", text, &status);
+	CHECK_INT_EQ(status, SERVE_HTTP_OK);
+	json_decref(answer);
+	pid = wait_stage_running(&unix_daemon, "no-service", "nap");
+	answer = call(&unix_daemon, "POST", "/v1/runs/no-service/stop", NULL, &status);
+	CHECK_INT_EQ(status, SERVE_HTTP_OK);
+	CHECK_STR_EQ(json_string_value(json_object_get(answer, "state")), "cancelled");
+	if (pid > 0)
+		wait_gone(pid);
+	json_decref(answer);
+	json_decref(body);
+	free(text);
+}
+
 /* A daemon killed outright: its run's process dies with it, the socket is replaced, and the
  * next daemon has every run, the active one failed with daemon_restarted. */
 static void test_restart_after_sigkill(void)
@@ -605,6 +729,10 @@ int main(int argc, char **argv)
 	write_file(sleep_spec, sleep_yaml);
 	snprintf(cat_spec, sizeof(cat_spec), "%s/cat.yaml", temp_dir);
 	write_file(cat_spec, cat_yaml);
+	snprintf(service_spec, sizeof(service_spec), "%s/service.yaml", temp_dir);
+	write_file(service_spec, service_yaml);
+	snprintf(failing_service_spec, sizeof(failing_service_spec), "%s/broken.yaml", temp_dir);
+	write_file(failing_service_spec, failing_service_yaml);
 	RUN_TEST(test_request_parsing);
 	snprintf(listen, sizeof(listen), "unix://%s", socket_path);
 	if (!serve_start(&unix_daemon, voidbox_path, state_dir, listen, NULL))
@@ -616,6 +744,8 @@ int main(int argc, char **argv)
 	RUN_TEST(test_inline_spec_and_list);
 	RUN_TEST(test_input_with_file_spec);
 	RUN_TEST(test_sse_live_and_cancel);
+	RUN_TEST(test_service_output_ready_and_stop);
+	RUN_TEST(test_service_exit_mapping);
 	RUN_TEST(test_restart_after_sigkill);
 	RUN_TEST(test_cli_clients);
 	RUN_TEST(test_clean_stop_removes_socket);
