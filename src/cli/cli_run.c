@@ -305,6 +305,24 @@ static void cli_run_stage_output_ready(void *opaque, const struct run_stage *sta
 					      "size_bytes", (json_int_t)len, "output", text));
 }
 
+static void cli_run_telemetry(void *opaque, const char *box_name,
+			      const struct box_telemetry_sample *sample)
+{
+	cli_run_event_write(opaque,
+			    json_pack("{s:s, s:s, s:I, s:I, s:{s:f, s:I, s:I, s:I, s:I, s:I, s:I}}",
+				      "type", "telemetry", "box", box_name, "seq",
+				      (json_int_t)sample->seq, "timestamp_ms",
+				      (json_int_t)sample->timestamp_ms, "guest", "cpu_percent",
+				      sample->system.cpu_percent, "memory_used_bytes",
+				      (json_int_t)sample->system.memory_used_bytes,
+				      "memory_total_bytes",
+				      (json_int_t)sample->system.memory_total_bytes, "net_rx_bytes",
+				      (json_int_t)sample->system.net_rx_bytes, "net_tx_bytes",
+				      (json_int_t)sample->system.net_tx_bytes, "procs_running",
+				      (json_int_t)sample->system.procs_running, "open_fds",
+				      (json_int_t)sample->system.open_fds));
+}
+
 static void cli_run_on_stop_signal(int signal_number)
 {
 	(void)signal_number;
@@ -493,6 +511,7 @@ int cli_run_run(const struct cli_globals *globals, int argc, char **argv)
 		.stage_output = cli_run_stage_output,
 		.stage_finished = cli_run_stage_finished,
 		.stage_output_ready = cli_run_stage_output_ready,
+		.telemetry = cli_run_telemetry,
 	};
 	struct cli_run_args args = { .events_fd = -1 };
 	struct cli_run_events events = { .lock = PTHREAD_MUTEX_INITIALIZER };

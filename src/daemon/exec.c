@@ -5,6 +5,8 @@
  *   writes them), which become stage.* and log.chunk events and the stage's output artifact;
  * - stderr is the run's progress log, streamed line by line as log.chunk events;
  * - stdout is the final run report (JSON), kept on the run when it ends.
+ * fd 3 also relays the guest's telemetry, and the thread samples the run process itself (the
+ * VMM) every DAEMON_HOST_SAMPLE_MS; both become the run's telemetry (telemetry.c).
  * The VMM lives inside that process, so cancelling is signalling the group: SIGTERM, then
  * SIGKILL once the policy's grace period is over. The child asks the kernel for SIGKILL when
  * the thread that forked it dies (PR_SET_PDEATHSIG), so a daemon killed outright takes its
@@ -165,6 +167,42 @@ static void exec_stage_output_ready(struct exec_run *run, const char *stage, jso
 	pthread_mutex_unlock(&d->lock);
 }
 
+/* A guest sample relayed on fd 3: {"type":"telemetry","box":NAME,"guest":{...}}. */
+static void exec_guest_telemetry(struct exec_run *run, json_t *event)
+{
+	const char *box = json_string_value(json_object_get(event, "box"));
+	json_t *guest = daemon_request_guest_sample(json_object_get(event, "guest"));
+
+	if (!guest) {
+		log_warn("daemon", "run %s: ignoring a malformed guest telemetry sample", run->id);
+		return;
+	}
+	pthread_mutex_lock(&run->d->lock);
+	daemon_store_add_telemetry(run->d->store, run->id, daemon_now_ms(),
+				   box && daemon_name_valid(box, DAEMON_NAME_MAX) ? box : NULL,
+				   guest, NULL);
+	pthread_mutex_unlock(&run->d->lock);
+	json_decref(guest);
+}
+
+/* A host sample of the run's process, when one is due (the first at once). */
+static void exec_host_telemetry(struct exec_run *run, pid_t pid,
+				struct daemon_host_sampler *sampler)
+{
+	uint64_t now = daemon_monotonic_ms();
+	json_t *host;
+
+	if (sampler->has_previous && now - sampler->previous_ms < DAEMON_HOST_SAMPLE_MS)
+		return;
+	host = daemon_host_sample(sampler, pid, now);
+	if (!host)
+		return;
+	pthread_mutex_lock(&run->d->lock);
+	daemon_store_add_telemetry(run->d->store, run->id, daemon_now_ms(), NULL, NULL, host);
+	pthread_mutex_unlock(&run->d->lock);
+	json_decref(host);
+}
+
 /*
  * A stage line from fd 3: {"type":"stage.started"|"stage.output"|"stage.output_ready"|
  * "stage.finished",
@@ -177,6 +215,11 @@ static void exec_stage_event(struct exec_run *run, const char *line, size_t len)
 	const char *stage = json_string_value(json_object_get(event, "stage"));
 	struct daemon *d = run->d;
 
+	if (type && strcmp(type, "telemetry") == 0) {
+		exec_guest_telemetry(run, event);
+		json_decref(event);
+		return;
+	}
 	if (!type || !stage) {
 		log_warn("daemon", "run %s: ignoring a malformed stage event", run->id);
 		json_decref(event);
@@ -354,10 +397,12 @@ static void exec_pump(struct exec_run *run, pid_t pid, int fds[EXEC_STREAM_COUNT
 {
 	char chunk[EXEC_READ_CHUNK];
 	size_t open_count = EXEC_STREAM_COUNT;
+	struct daemon_host_sampler sampler = { 0 };
 
 	while (open_count > 0) {
 		struct pollfd pfds[EXEC_STREAM_COUNT];
 
+		exec_host_telemetry(run, pid, &sampler);
 		for (size_t i = 0; i < EXEC_STREAM_COUNT; i++)
 			pfds[i] = (struct pollfd){ .fd = fds[i], .events = POLLIN };
 		if (poll(pfds, EXEC_STREAM_COUNT, EXEC_POLL_MS) < 0 && errno != EINTR)

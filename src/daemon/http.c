@@ -459,6 +459,38 @@ static enum MHD_Result http_list_events(struct MHD_Connection *conn, struct daem
 	return http_send_json(conn, MHD_HTTP_OK, events);
 }
 
+/* GET /v1/runs/{id}/telemetry[?from_seq=N][&stage_name=S] */
+static enum MHD_Result http_telemetry(struct MHD_Connection *conn, struct daemon *d,
+				      const char *run_id)
+{
+	const char *from = MHD_lookup_connection_value(conn, MHD_GET_ARGUMENT_KIND, "from_seq");
+	const char *stage = MHD_lookup_connection_value(conn, MHD_GET_ARGUMENT_KIND,
+							"stage_name");
+	struct daemon_error err;
+	uint64_t from_seq, next_seq;
+	json_t *run, *samples, *answer;
+	int rc;
+
+	if (daemon_request_parse_telemetry_query(from, stage, &from_seq, &err) < 0)
+		return http_send_error(conn, &err);
+	pthread_mutex_lock(&d->lock);
+	run = daemon_store_run_json(d->store, run_id, &rc);
+	samples = run ? daemon_store_telemetry_json(d->store, run_id, from_seq, stage, &next_seq)
+		      : NULL;
+	pthread_mutex_unlock(&d->lock);
+	if (!run && rc == -ENOENT)
+		return http_fail(conn, DAEMON_ERR_NOT_FOUND, "no run has this id");
+	if (!run || !samples) {
+		json_decref(run);
+		return http_fail(conn, DAEMON_ERR_INTERNAL_ERROR, "cannot read the telemetry");
+	}
+	answer = json_pack("{s:s, s:O, s:I, s:o}", "run_id", run_id, "attempt_id",
+			   json_object_get(run, "attempt_id"), "next_seq", (json_int_t)next_seq,
+			   "samples", samples);
+	json_decref(run);
+	return http_send_json(conn, MHD_HTTP_OK, answer);
+}
+
 /* Formats events as SSE frames into stream->pending; notes the end of the run's events. */
 static void http_stream_format(struct http_stream *stream, json_t *events)
 {
@@ -673,6 +705,8 @@ static enum MHD_Result http_dispatch(struct MHD_Connection *conn, struct daemon 
 	case DAEMON_ROUTE_RUN_CANCEL:
 	case DAEMON_ROUTE_RUN_STOP:
 		return http_end_run(conn, d, match.run_id, request, match.route);
+	case DAEMON_ROUTE_RUN_TELEMETRY:
+		return http_telemetry(conn, d, match.run_id);
 	case DAEMON_ROUTE_NONE:
 		break;
 	}

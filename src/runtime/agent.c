@@ -407,6 +407,7 @@ int agent_run(const struct spec *spec, const struct agent_options *options,
 	}
 	cfg.mock_handler = agent_mock_handler;
 	cfg.mock_opaque = &mock;
+	run_report_wire_telemetry(report, &cfg);
 	if (options) {
 		mock.exec = options->mock_exec;
 		mock.exec_opaque = options->mock_exec_opaque;

@@ -23,6 +23,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "proto/protocol.h"
 #include "runtime/spec.h"
 
 enum box_mode {
@@ -55,6 +56,17 @@ struct box_mock_rule {
 struct box;
 struct box_exec_request;
 struct box_exec_result;
+
+/* One sample of the guest agent's telemetry (its TelemetryBatch system metrics). */
+struct box_telemetry_sample {
+	uint64_t seq;
+	uint64_t timestamp_ms; /* the guest's clock */
+	struct proto_system_metrics system;
+};
+
+/* Called on a box thread for every guest sample of a local box, about once a second. */
+typedef void (*box_telemetry_fn)(void *opaque, const char *box_name,
+				 const struct box_telemetry_sample *sample);
 
 /*
  * A programmatic mock: called for every mock exec before the rules; returns 1 after filling
@@ -98,6 +110,9 @@ struct box_config {
 	size_t mount_count;
 	const struct spec_mount *box_mounts;
 	size_t box_mount_count;
+	/* guest telemetry while the box is open (local boxes; a mock has none); NULL: off */
+	box_telemetry_fn on_telemetry;
+	void *telemetry_opaque;
 };
 
 /* Called for each piece of output in arrival order (mock: once per stream). */

@@ -10,9 +10,15 @@
  * A service exec runs under a small shell prologue that records its pid in a file under /tmp
  * and then execs the program, so box_stop_service() can SIGTERM exactly that program from a
  * second exec; the wire protocol needs no signal message for it.
+ *
+ * With cfg->on_telemetry set, one thread holds a telemetry subscription for the box's life and
+ * hands each guest sample on. Closing asks it to end at the next batch and waits a bounded
+ * time; a guest that sends none by then has the channel cancelled under the thread.
  */
 #include <errno.h>
 #include <limits.h>
+#include <pthread.h>
+#include <time.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -35,8 +41,28 @@
 #define LOCAL_SERVICE_PROLOGUE_ARGS 4 /* -c SCRIPT ARGV0 PIDFILE */
 #define LOCAL_STOP_TIMEOUT_SECS 30u
 
+#define LOCAL_TELEMETRY_INTERVAL_MS 1000u
+/* how long close waits for the telemetry thread before cancelling the channel under it */
+#define LOCAL_TELEMETRY_STOP_WAIT_MS 3000L
+#define LOCAL_NS_PER_MS 1000000L
+#define LOCAL_NS_PER_SEC 1000000000L
+
+struct local_telemetry {
+	pthread_t thread;
+	bool started;
+	pthread_mutex_t lock;
+	pthread_cond_t ended_cond;
+	bool stopping;
+	bool ended;
+	box_telemetry_fn fn;
+	void *opaque;
+	const char *box_name; /* the box's own name, which outlives the thread */
+	struct control_channel *channel;
+};
+
 struct local_box {
 	struct sandbox *sandbox;
+	struct local_telemetry telemetry;
 };
 
 static struct control_channel *local_channel(struct box *box)
@@ -237,10 +263,95 @@ static int local_stop_service(struct box *box, const char *name)
 	return rc;
 }
 
+static int local_telemetry_batch(const struct proto_telemetry_batch *batch, void *opaque)
+{
+	struct local_telemetry *telemetry = opaque;
+	struct box_telemetry_sample sample;
+	bool stopping;
+
+	pthread_mutex_lock(&telemetry->lock);
+	stopping = telemetry->stopping;
+	pthread_mutex_unlock(&telemetry->lock);
+	if (stopping)
+		return 1;
+	if (!batch->has_system)
+		return 0;
+	sample = (struct box_telemetry_sample){ .seq = batch->seq,
+						.timestamp_ms = batch->timestamp_ms,
+						.system = batch->system };
+	telemetry->fn(telemetry->opaque, telemetry->box_name, &sample);
+	return 0;
+}
+
+static void *local_telemetry_thread(void *opaque)
+{
+	struct local_telemetry *telemetry = opaque;
+	struct proto_subscribe_telemetry req = { .interval_ms = LOCAL_TELEMETRY_INTERVAL_MS };
+	int rc = control_channel_subscribe_telemetry(telemetry->channel, &req,
+						     local_telemetry_batch, telemetry);
+
+	pthread_mutex_lock(&telemetry->lock);
+	if (rc < 0 && !telemetry->stopping)
+		log_warn("box", "[box:%s] guest telemetry ended: %s", telemetry->box_name,
+			 control_channel_last_error());
+	telemetry->ended = true;
+	pthread_cond_broadcast(&telemetry->ended_cond);
+	pthread_mutex_unlock(&telemetry->lock);
+	return NULL;
+}
+
+static void local_telemetry_start(struct box *box, struct local_box *local,
+				  const struct box_config *cfg)
+{
+	struct local_telemetry *telemetry = &local->telemetry;
+
+	if (!cfg->on_telemetry)
+		return;
+	telemetry->fn = cfg->on_telemetry;
+	telemetry->opaque = cfg->telemetry_opaque;
+	telemetry->box_name = box->name;
+	telemetry->channel = sandbox_channel(local->sandbox);
+	pthread_mutex_init(&telemetry->lock, NULL);
+	pthread_cond_init(&telemetry->ended_cond, NULL);
+	telemetry->started = pthread_create(&telemetry->thread, NULL, local_telemetry_thread,
+					    telemetry) == 0;
+	if (!telemetry->started) {
+		log_warn("box", "[box:%s] cannot start a thread for guest telemetry", box->name);
+		pthread_cond_destroy(&telemetry->ended_cond);
+		pthread_mutex_destroy(&telemetry->lock);
+	}
+}
+
+static void local_telemetry_stop(struct local_telemetry *telemetry)
+{
+	struct timespec deadline;
+
+	if (!telemetry->started)
+		return;
+	clock_gettime(CLOCK_REALTIME, &deadline);
+	deadline.tv_nsec += LOCAL_TELEMETRY_STOP_WAIT_MS * LOCAL_NS_PER_MS;
+	deadline.tv_sec += deadline.tv_nsec / LOCAL_NS_PER_SEC;
+	deadline.tv_nsec %= LOCAL_NS_PER_SEC;
+	pthread_mutex_lock(&telemetry->lock);
+	telemetry->stopping = true;
+	while (!telemetry->ended)
+		if (pthread_cond_timedwait(&telemetry->ended_cond, &telemetry->lock, &deadline) ==
+		    ETIMEDOUT)
+			break;
+	if (!telemetry->ended)
+		control_channel_cancel(telemetry->channel);
+	pthread_mutex_unlock(&telemetry->lock);
+	pthread_join(telemetry->thread, NULL);
+	pthread_cond_destroy(&telemetry->ended_cond);
+	pthread_mutex_destroy(&telemetry->lock);
+	telemetry->started = false;
+}
+
 static void local_close(struct box *box, bool keep_logs)
 {
 	struct local_box *local = box->backend;
 
+	local_telemetry_stop(&local->telemetry);
 	sandbox_destroy(local->sandbox, keep_logs);
 	free(local);
 }
@@ -394,5 +505,6 @@ int box_local_open(struct box *box, const struct box_config *cfg, char *err, siz
 		 (unsigned long long)(clock_monotonic_ms() - start));
 	box->backend = local;
 	box->ops = &local_ops;
+	local_telemetry_start(box, local, cfg);
 	return 0;
 }

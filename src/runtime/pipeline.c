@@ -26,6 +26,7 @@ struct pipeline_box_run {
 	const char *input; /* the carry into this stage; NULL: none */
 	size_t input_len;
 	struct run_stage *stage;
+	const struct run_report *report; /* whose observer hears the box's telemetry */
 	char *file_output; /* what the agent wrote to its output file, or NULL */
 	bool opened;
 	enum box_mode mode; /* what the box really was, once opened */
@@ -81,6 +82,7 @@ static void pipeline_run_box(struct pipeline_box_run *run)
 	cfg.name = box->name;
 	cfg.mock_handler = agent_mock_handler;
 	cfg.mock_opaque = &mock;
+	run_report_wire_telemetry(run->report, &cfg);
 	run->stage->ran = true;
 	run->rc = box_open(&cfg, &handle, err, sizeof(err));
 	if (run->rc < 0) {
@@ -175,7 +177,7 @@ static struct pipeline_box_run *pipeline_stage_runs(const struct spec *spec,
 			return NULL;
 		}
 		runs[i] = (struct pipeline_box_run){ .spec = spec, .box = box, .options = options,
-						     .input = carry,
+						     .report = report, .input = carry,
 						     .input_len = carry ? strlen(carry) : 0 };
 	}
 	for (size_t i = 0; i < stage->box_count; i++)

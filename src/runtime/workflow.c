@@ -416,6 +416,7 @@ int workflow_run(const struct spec *spec, const struct workflow_options *options
 	cfg.mock_rule_count = options->mock_rule_count;
 	cfg.serial_log_path = options->serial_log_path;
 	cfg.host = options->host;
+	run_report_wire_telemetry(report, &cfg);
 	rc = box_open(&cfg, &box, err, sizeof(err));
 	if (rc < 0) {
 		run_report_set_error(report, "%s", err);

@@ -246,6 +246,30 @@ static inline bool wait_output_ready_running(const struct served *served, const 
 	return false;
 }
 
+/* The event_id of the run's first event of type (of stage, unless NULL), or 0. */
+static inline json_int_t first_event_id(const struct served *served, const char *run_id,
+					const char *type, const char *stage)
+{
+	char path[SERVE_PATH_MAX];
+	json_t *events, *event;
+	json_int_t found = 0;
+	size_t index;
+	long status;
+
+	snprintf(path, sizeof(path), "/v1/runs/%s/events", run_id);
+	events = call(served, "GET", path, NULL, &status);
+	json_array_foreach(events, index, event) {
+		const char *name = json_string_value(json_object_get(event, "event_type"));
+		const char *event_stage = json_string_value(json_object_get(event, "stage_name"));
+
+		if (!found && name && strcmp(name, type) == 0 &&
+		    (!stage || (event_stage && strcmp(event_stage, stage) == 0)))
+			found = json_integer_value(json_object_get(event, "event_id"));
+	}
+	json_decref(events);
+	return found;
+}
+
 static inline void wait_gone(pid_t pid)
 {
 	for (int i = 0; i < SERVE_WAIT_ROUNDS && !process_probe_gone(pid); i++)

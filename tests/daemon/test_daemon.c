@@ -452,28 +452,6 @@ static void test_sse_live_and_cancel(void)
 	free(id);
 }
 
-static bool events_have(const struct served *served, const char *run_id, const char *type,
-			const char *stage)
-{
-	char path[TEST_PATH_MAX];
-	json_t *events, *event;
-	bool found = false;
-	size_t i;
-	long status;
-
-	snprintf(path, sizeof(path), "/v1/runs/%s/events", run_id);
-	events = call(served, "GET", path, NULL, &status);
-	json_array_foreach(events, i, event) {
-		const char *name = json_string_value(json_object_get(event, "stage_name"));
-
-		if (strcmp(json_string_value(json_object_get(event, "event_type")), type) == 0 &&
-		    (!stage || (name && strcmp(name, stage) == 0)))
-			found = true;
-	}
-	json_decref(events);
-	return found;
-}
-
 /*
  * A service step publishes its output_file while the run is still running (output_ready,
  * the artifact, a stage.output_ready event), and POST .../stop ends it gracefully: the
@@ -493,7 +471,7 @@ static void test_service_output_ready_and_stop(void)
 		return;
 	pid = wait_stage_running(&unix_daemon, id, "web");
 	CHECK(wait_output_ready_running(&unix_daemon, id));
-	CHECK(events_have(&unix_daemon, id, "stage.output_ready", "web"));
+	CHECK(first_event_id(&unix_daemon, id, "stage.output_ready", "web") > 0);
 	CHECK_INT_EQ(daemon_client_request(&unix_daemon.client, "GET",
 					   "/v1/runs/service-1/stages/web/output-file", NULL,
 					   &response, err, sizeof(err)), 0);
@@ -518,7 +496,7 @@ static void test_service_output_ready_and_stop(void)
 		     "succeeded");
 	CHECK_STR_EQ(json_string_value(json_object_get(json_object_get(stages, "after"), "status")),
 		     "succeeded");
-	CHECK(events_have(&unix_daemon, id, "run.stop_requested", NULL));
+	CHECK(first_event_id(&unix_daemon, id, "run.stop_requested", NULL) > 0);
 	json_decref(run);
 	json_decref(first);
 	json_decref(second);
@@ -555,6 +533,78 @@ static void test_service_exit_mapping(void)
 	json_decref(answer);
 	json_decref(body);
 	free(text);
+}
+
+/* The first telemetry sample of a run with a host part, polled (bounded); NULL if none came. */
+static json_t *wait_host_sample(const struct served *served, const char *run_id)
+{
+	char path[TEST_PATH_MAX];
+	long status;
+
+	snprintf(path, sizeof(path), "/v1/runs/%s/telemetry", run_id);
+	for (int i = 0; i < SERVE_WAIT_ROUNDS; i++) {
+		json_t *answer = call(served, "GET", path, NULL, &status);
+		json_t *sample = json_array_get(json_object_get(answer, "samples"), 0);
+
+		if (json_object_get(sample, "host"))
+			return answer;
+		json_decref(answer);
+		serve_pause();
+	}
+	return NULL;
+}
+
+/*
+ * GET /telemetry while a run goes: host samples of the run's process (the VMM's process;
+ * here a mock run, so no guest part) with its RSS, CPU and I/O; from_seq continues after
+ * next_seq; a bad from_seq or stage_name is 400 and an unknown run 404.
+ */
+static void test_telemetry(void)
+{
+	char *id = create_run(&unix_daemon, sleep_spec, "telemetry-1");
+	json_t *answer, *first, *host, *later, *sample;
+	char path[TEST_PATH_MAX];
+	json_int_t next_seq;
+	size_t i;
+	long status;
+	pid_t pid;
+
+	if (!id)
+		return;
+	pid = wait_stage_running(&unix_daemon, id, "nap");
+	answer = wait_host_sample(&unix_daemon, id);
+	CHECK(answer != NULL);
+	CHECK_STR_EQ(json_string_value(json_object_get(answer, "run_id")), "telemetry-1");
+	CHECK_INT_EQ(json_integer_value(json_object_get(answer, "attempt_id")), 1);
+	first = json_array_get(json_object_get(answer, "samples"), 0);
+	host = json_object_get(first, "host");
+	CHECK_INT_EQ(json_integer_value(json_object_get(first, "seq")), 1);
+	CHECK(json_integer_value(json_object_get(first, "timestamp_ms")) > 0);
+	CHECK(json_integer_value(json_object_get(host, "rss_bytes")) > 0);
+	CHECK(json_is_number(json_object_get(host, "cpu_percent")));
+	CHECK(json_is_integer(json_object_get(host, "io_read_bytes")));
+	CHECK(json_is_integer(json_object_get(host, "io_write_bytes")));
+	next_seq = json_integer_value(json_object_get(answer, "next_seq"));
+	CHECK(next_seq > 1);
+	snprintf(path, sizeof(path), "/v1/runs/telemetry-1/telemetry?from_seq=%lld",
+		 (long long)next_seq);
+	later = call(&unix_daemon, "GET", path, NULL, &status);
+	CHECK_INT_EQ(status, SERVE_HTTP_OK);
+	json_array_foreach(json_object_get(later, "samples"), i, sample)
+		CHECK(json_integer_value(json_object_get(sample, "seq")) >= next_seq);
+	json_decref(later);
+	json_decref(answer);
+	check_error(&unix_daemon, "GET", "/v1/runs/telemetry-1/telemetry?from_seq=x1", NULL, 400,
+		    "INVALID_PARAMS");
+	check_error(&unix_daemon, "GET", "/v1/runs/telemetry-1/telemetry?stage_name=.hidden", NULL,
+		    400, "INVALID_PARAMS");
+	check_error(&unix_daemon, "GET", "/v1/runs/nobody/telemetry", NULL, 404, "NOT_FOUND");
+	answer = call(&unix_daemon, "POST", "/v1/runs/telemetry-1/cancel", NULL, &status);
+	CHECK_INT_EQ(status, SERVE_HTTP_OK);
+	json_decref(answer);
+	if (pid > 0)
+		wait_gone(pid);
+	free(id);
 }
 
 /* A daemon killed outright: its run's process dies with it, the socket is replaced, and the
@@ -746,6 +796,7 @@ int main(int argc, char **argv)
 	RUN_TEST(test_sse_live_and_cancel);
 	RUN_TEST(test_service_output_ready_and_stop);
 	RUN_TEST(test_service_exit_mapping);
+	RUN_TEST(test_telemetry);
 	RUN_TEST(test_restart_after_sigkill);
 	RUN_TEST(test_cli_clients);
 	RUN_TEST(test_clean_stop_removes_socket);

@@ -5,10 +5,8 @@
  * calls, result text carried between stages); and `voidbox shell`, driven through a pty like
  * a user at a terminal, must run a command and exit with the guest's exit code.
  *
- * The test image is the built default image plus the mock agent: the test appends a second
- * cpio archive holding /usr/local/bin/claude-code to a copy of the default initramfs (the
- * kernel unpacks concatenated archives in order), so no extra image build or download is
- * needed. Boots are the cost here (five in all), so every check shares them.
+ * The test image is the built default image plus the mock agent (vm_mock_agent.h). Boots are
+ * the cost here (five in all), so every check shares them.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -26,11 +24,10 @@
 #include <jansson.h>
 
 #include "harness.h"
-#include "store/cpio_newc.h"
 #include "store/guest_image.h"
 #include "vmm/kvm.h"
+#include "vm/vm_mock_agent.h"
 
-#define TEST_COPY_CHUNK 65536
 #define TEST_RUN_OUTPUT_MAX (1u << 20)
 #define TEST_RUN_TIMEOUT_SECS 900
 #define TEST_SHELL_TIMEOUT_SECS 300
@@ -72,54 +69,6 @@ static const char pipeline_spec[] =
 	"  stages:\n"
 	"    - {type: fan_out, boxes: [alpha, beta, gamma]}\n"
 	"    - {type: box, name: writer}\n";
-
-static int sink_write(void *ctx, const void *data, size_t len)
-{
-	return fwrite(data, 1, len, ctx) == len ? 0 : -EIO;
-}
-
-/* A copy of the default initramfs with a second archive holding the mock claude-code. */
-static int build_test_initramfs(void)
-{
-	char buf[TEST_COPY_CHUNK];
-	struct cpio_writer writer;
-	FILE *in, *out;
-	size_t got;
-	int fd, rc = 0;
-
-	fd = mkstemp(test_initramfs);
-	if (fd < 0)
-		return -errno;
-	out = fdopen(fd, "wb");
-	in = fopen(image.initramfs, "rb");
-	if (!out || !in) {
-		if (out)
-			fclose(out);
-		if (in)
-			fclose(in);
-		return -EIO;
-	}
-	while ((got = fread(buf, 1, sizeof(buf), in)) > 0)
-		if (fwrite(buf, 1, got, out) != got)
-			rc = -EIO;
-	fclose(in);
-	/* archives start 4-byte aligned; a newc archive's length already is */
-	cpio_writer_init(&writer, sink_write, out, 0);
-	if (rc == 0)
-		rc = cpio_writer_add_directory(&writer, "usr", 0755);
-	if (rc == 0)
-		rc = cpio_writer_add_directory(&writer, "usr/local", 0755);
-	if (rc == 0)
-		rc = cpio_writer_add_directory(&writer, "usr/local/bin", 0755);
-	if (rc == 0)
-		rc = cpio_writer_add_file_from_path(&writer, "usr/local/bin/claude-code", 0755,
-						    mock_agent);
-	if (rc == 0)
-		rc = cpio_writer_finish(&writer);
-	if (fclose(out) != 0 && rc == 0)
-		rc = -EIO;
-	return rc;
-}
 
 static long now_secs(void)
 {
@@ -297,7 +246,7 @@ int main(int argc, char **argv)
 		harness_skip_vm(why);
 	if (guest_image_resolve(NULL, NULL, &image, err, sizeof(err)) < 0)
 		harness_skip_vm(err);
-	rc = build_test_initramfs();
+	rc = vm_mock_agent_initramfs(image.initramfs, mock_agent, test_initramfs);
 	if (rc < 0) {
 		fprintf(stderr, "FAIL: cannot build the test initramfs: %s\n", strerror(-rc));
 		return 1;
