@@ -4,8 +4,10 @@
  * is a short function that leaves a sentence in the stage on failure, so a report always says
  * which step stopped the run and what to do about it.
  *
- * The agent's stdout is parsed after the exec rather than chunk by chunk: a box answers with
- * the complete output either way, and one parse keeps the code free of threading concerns.
+ * The report's numbers come from one parse of the agent's complete stdout after the exec.
+ * While it runs, a second, live parser reads the output chunk by chunk as the box delivers it
+ * and tells the report's observer one line per stream-json event (`[tool_use] Bash`, ...), so
+ * a daemon run shows the agent's progress as it happens; it never decides the outcome.
  * A `mode: service` agent runs with no timeout under a service watcher (service.h), which
  * publishes its output file while it runs and stops it on request.
  */
@@ -207,6 +209,34 @@ static int agent_fill_stream(struct run_stage *stage, const struct llm_invocatio
 	return rc;
 }
 
+/* The live view of a running agent's output: stream-json events, else the raw text. */
+struct agent_live {
+	const struct run_report *report;
+	const struct run_stage *stage;
+	bool stream_json;
+	struct stream_json_parser parser;
+};
+
+static void agent_live_event(void *opaque, const char *line, size_t len)
+{
+	struct agent_live *live = opaque;
+	char text[STREAM_JSON_EVENT_TEXT_MAX + 1];
+
+	memcpy(text, line, len);
+	text[len] = '\n';
+	run_report_stage_output(live->report, live->stage, false, text, len + 1);
+}
+
+static void agent_live_chunk(void *opaque, bool is_stderr, const void *data, size_t len)
+{
+	struct agent_live *live = opaque;
+
+	if (is_stderr || !live->stream_json)
+		run_report_stage_output(live->report, live->stage, is_stderr, data, len);
+	else if (stream_json_parser_feed(&live->parser, data, len) < 0)
+		live->stream_json = false; /* the final parse reports the problem */
+}
+
 static int agent_exec(struct box *box, const struct agent_task *task,
 		      const struct llm_invocation *inv, struct run_stage *stage)
 {
@@ -217,12 +247,20 @@ static int agent_exec(struct box *box, const struct agent_task *task,
 		.working_dir = LLM_GUEST_WORKSPACE, .timeout_secs = task->timeout_secs,
 	};
 	const char *output_file = task->output_file ? task->output_file : SPEC_DEFAULT_OUTPUT_FILE;
+	struct agent_live live = { .report = task->report, .stage = stage,
+				   .stream_json = inv->stream_json };
 	struct service_watch watch = { 0 };
 	struct box_exec_result result;
 	int rc;
 
 	if (!env)
 		return -ENOMEM;
+	stream_json_parser_init(&live.parser);
+	stream_json_parser_listen(&live.parser, agent_live_event, &live);
+	if (task->report && task->report->observer && task->report->observer->stage_output) {
+		req.on_chunk = agent_live_chunk;
+		req.chunk_opaque = &live;
+	}
 	for (size_t i = 0; i < inv->env_count; i++)
 		env[i] = (struct box_env_var){ inv->env[i].name, inv->env[i].value };
 	memset(&result, 0, sizeof(result));
@@ -237,6 +275,14 @@ static int agent_exec(struct box *box, const struct agent_task *task,
 	rc = box_exec(box, &req, &result);
 	if (task->service)
 		service_watch_finish(&watch);
+	if (req.on_chunk) {
+		struct stream_json_result unused;
+
+		/* an unterminated last line still reaches the listener */
+		if (live.stream_json && stream_json_parser_finish(&live.parser, &unused) == 0)
+			stream_json_result_free(&unused);
+	}
+	stream_json_parser_free(&live.parser);
 	free(env);
 	if (rc < 0) {
 		rc = agent_fail(stage, rc, "cannot run %s: %s", inv->program,

@@ -655,8 +655,18 @@ static int mock_exec(struct box *box, const struct box_exec_request *req,
 	if (run.mock->handler) {
 		int handled = run.mock->handler(run.mock->handler_opaque, req, out);
 
-		if (handled != 0)
-			return handled < 0 ? handled : 0;
+		if (handled < 0)
+			return handled;
+		if (handled > 0) {
+			/* a handler's answer streams like a built-in's: once per stream */
+			if (req->on_chunk && out->stdout_len)
+				req->on_chunk(req->chunk_opaque, false, out->stdout_data,
+					      out->stdout_len);
+			if (req->on_chunk && out->stderr_len)
+				req->on_chunk(req->chunk_opaque, true, out->stderr_data,
+					      out->stderr_len);
+			return 0;
+		}
 	}
 	mock_run_program(&run);
 	if (run.out.failed || run.err.failed) {

@@ -71,6 +71,7 @@ static void pipeline_run_box(struct pipeline_box_run *run)
 		.timeout_secs = box->has_timeout_secs ? box->timeout_secs : 0,
 		.input = run->input, .input_len = run->input_len,
 		.host_env = agent->host_env, .host_env_ctx = agent->host_env_ctx,
+		.report = run->report,
 	};
 	struct box_config cfg;
 	struct box *handle = NULL;

@@ -246,9 +246,9 @@ static inline bool wait_output_ready_running(const struct served *served, const 
 	return false;
 }
 
-/* The event_id of the run's first event of type (of stage, unless NULL), or 0. */
+/* The event_id of the run's first event of type (of stage, with message: unless NULL), or 0. */
 static inline json_int_t first_event_id(const struct served *served, const char *run_id,
-					const char *type, const char *stage)
+					const char *type, const char *stage, const char *message)
 {
 	char path[SERVE_PATH_MAX];
 	json_t *events, *event;
@@ -261,9 +261,11 @@ static inline json_int_t first_event_id(const struct served *served, const char 
 	json_array_foreach(events, index, event) {
 		const char *name = json_string_value(json_object_get(event, "event_type"));
 		const char *event_stage = json_string_value(json_object_get(event, "stage_name"));
+		const char *text = json_string_value(json_object_get(event, "message"));
 
 		if (!found && name && strcmp(name, type) == 0 &&
-		    (!stage || (event_stage && strcmp(event_stage, stage) == 0)))
+		    (!stage || (event_stage && strcmp(event_stage, stage) == 0)) &&
+		    (!message || (text && strcmp(text, message) == 0)))
 			found = json_integer_value(json_object_get(event, "event_id"));
 	}
 	json_decref(events);

@@ -45,6 +45,7 @@ static char sleep_spec[TEST_PATH_MAX];
 static char cat_spec[TEST_PATH_MAX];
 static char service_spec[TEST_PATH_MAX];
 static char failing_service_spec[TEST_PATH_MAX];
+static char agent_spec[TEST_PATH_MAX];
 
 static const char quick_yaml[] =
 	"api_version: v1\nkind: workflow\nname: quick\nsandbox:\n  mode: mock\n"
@@ -76,6 +77,11 @@ static const char service_yaml[] =
 	"        args: [\"/workspace/ready.json\", \"{\\\"port\\\":8080}\"]\n"
 	"    - name: after\n      depends_on: [web]\n      run:\n        program: echo\n"
 	"        args: [\"after the service\"]\n";
+
+/* An agent in a mock box: the in-process stand-in answers with stream-json. */
+static const char agent_yaml[] =
+	"api_version: v1\nkind: agent\nname: helper\nsandbox:\n  mode: mock\n"
+	"agent:\n  prompt: Say hello\n  skills: [\"agent:claude-code\"]\n";
 
 /* A service that exits with status 3 on its own. */
 static const char failing_service_yaml[] =
@@ -471,7 +477,7 @@ static void test_service_output_ready_and_stop(void)
 		return;
 	pid = wait_stage_running(&unix_daemon, id, "web");
 	CHECK(wait_output_ready_running(&unix_daemon, id));
-	CHECK(first_event_id(&unix_daemon, id, "stage.output_ready", "web") > 0);
+	CHECK(first_event_id(&unix_daemon, id, "stage.output_ready", "web", NULL) > 0);
 	CHECK_INT_EQ(daemon_client_request(&unix_daemon.client, "GET",
 					   "/v1/runs/service-1/stages/web/output-file", NULL,
 					   &response, err, sizeof(err)), 0);
@@ -496,7 +502,7 @@ static void test_service_output_ready_and_stop(void)
 		     "succeeded");
 	CHECK_STR_EQ(json_string_value(json_object_get(json_object_get(stages, "after"), "status")),
 		     "succeeded");
-	CHECK(first_event_id(&unix_daemon, id, "run.stop_requested", NULL) > 0);
+	CHECK(first_event_id(&unix_daemon, id, "run.stop_requested", NULL, NULL) > 0);
 	json_decref(run);
 	json_decref(first);
 	json_decref(second);
@@ -605,6 +611,28 @@ static void test_telemetry(void)
 	if (pid > 0)
 		wait_gone(pid);
 	free(id);
+}
+
+/*
+ * An agent's stream-json output reaches the events parsed, one line per event, as the box
+ * delivers it (before the stage's completion), not as raw JSON when the stage ends.
+ */
+static void test_agent_output_parsed_live(void)
+{
+	json_t *run = create_and_finish(json_pack("{s:s, s:s}", "file", agent_spec, "run_id",
+						  "agent-1"), "agent-1");
+	json_int_t system_id, result_id, completed_id;
+
+	CHECK_STR_EQ(json_string_value(json_object_get(run, "status")), "succeeded");
+	json_decref(run);
+	system_id = first_event_id(&unix_daemon, "agent-1", "log.chunk", "helper",
+				   "[system] init model voidbox-mock");
+	result_id = first_event_id(&unix_daemon, "agent-1", "log.chunk", "helper",
+				   "[result] success: mock: completed 'Say hello'");
+	completed_id = first_event_id(&unix_daemon, "agent-1", "stage.completed", "helper", NULL);
+	CHECK(system_id > 0);
+	CHECK(result_id > system_id);
+	CHECK(completed_id > result_id);
 }
 
 /* A daemon killed outright: its run's process dies with it, the socket is replaced, and the
@@ -783,6 +811,8 @@ int main(int argc, char **argv)
 	write_file(service_spec, service_yaml);
 	snprintf(failing_service_spec, sizeof(failing_service_spec), "%s/broken.yaml", temp_dir);
 	write_file(failing_service_spec, failing_service_yaml);
+	snprintf(agent_spec, sizeof(agent_spec), "%s/agent.yaml", temp_dir);
+	write_file(agent_spec, agent_yaml);
 	RUN_TEST(test_request_parsing);
 	snprintf(listen, sizeof(listen), "unix://%s", socket_path);
 	if (!serve_start(&unix_daemon, voidbox_path, state_dir, listen, NULL))
@@ -797,6 +827,7 @@ int main(int argc, char **argv)
 	RUN_TEST(test_service_output_ready_and_stop);
 	RUN_TEST(test_service_exit_mapping);
 	RUN_TEST(test_telemetry);
+	RUN_TEST(test_agent_output_parsed_live);
 	RUN_TEST(test_restart_after_sigkill);
 	RUN_TEST(test_cli_clients);
 	RUN_TEST(test_clean_stop_removes_socket);

@@ -291,8 +291,8 @@ static void test_service_agent_stops_on_request(void)
 			     "status")),
 		     "succeeded");
 	json_decref(run);
-	ready_id = first_event_id(daemon, "vm-service-1", "stage.output_ready", NULL);
-	stop_id = first_event_id(daemon, "vm-service-1", "run.stop_requested", NULL);
+	ready_id = first_event_id(daemon, "vm-service-1", "stage.output_ready", NULL, NULL);
+	stop_id = first_event_id(daemon, "vm-service-1", "run.stop_requested", NULL, NULL);
 	CHECK(ready_id > 0 && stop_id > ready_id);
 	json_decref(body);
 	free(text);
