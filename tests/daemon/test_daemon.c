@@ -171,6 +171,38 @@ static void test_request_parsing(void)
 /* ---- over the unix socket ---- */
 
 static struct served unix_daemon;
+static struct served tcp_daemon;
+
+/*
+ * The listener the contract checks speak to, and the prefix of their run ids: they run once
+ * over the unix socket and again over TCP (test_contract_over_tcp) against the same store.
+ */
+static const struct served *contract = &unix_daemon;
+static const char *contract_prefix = "";
+
+#define TEST_NAME_RING 8
+
+/* base with the pass's prefix, in one of a ring of buffers (a call may use a few at once). */
+static const char *cid(const char *base)
+{
+	static char ring[TEST_NAME_RING][TEST_PATH_MAX];
+	static unsigned next;
+	char *out = ring[next++ % TEST_NAME_RING];
+
+	snprintf(out, TEST_PATH_MAX, "%s%s", contract_prefix, base);
+	return out;
+}
+
+/* "/v1/runs/<prefixed base><rest>" */
+static const char *cpath(const char *base, const char *rest)
+{
+	static char ring[TEST_NAME_RING][TEST_PATH_MAX];
+	static unsigned next;
+	char *out = ring[next++ % TEST_NAME_RING];
+
+	snprintf(out, TEST_PATH_MAX, "/v1/runs/%s%s%s", contract_prefix, base, rest);
+	return out;
+}
 
 static void test_unix_socket_mode(void)
 {
@@ -272,27 +304,27 @@ static void test_error_shapes(void)
 {
 	char *big = malloc(TEST_BIG_BODY + 1);
 
-	check_error(&unix_daemon, "GET", "/v1/runs/no-such-run", NULL, 404, "NOT_FOUND");
-	check_error(&unix_daemon, "GET", "/v1/runs/no-such-run/events", NULL, 404, "NOT_FOUND");
-	check_error(&unix_daemon, "POST", "/v1/runs/no-such-run/cancel", "{}", 404, "NOT_FOUND");
-	check_error(&unix_daemon, "GET", "/v1/elsewhere", NULL, 404, "NOT_FOUND");
-	check_error(&unix_daemon, "DELETE", "/v1/runs", NULL, 405, "METHOD_NOT_ALLOWED");
-	check_error(&unix_daemon, "POST", "/v1/runs", "{not json", 400, "INVALID_SPEC");
-	check_error(&unix_daemon, "POST", "/v1/runs", "{\"spec\":\"kind: nonsense\"}", 400,
+	check_error(contract, "GET", "/v1/runs/no-such-run", NULL, 404, "NOT_FOUND");
+	check_error(contract, "GET", "/v1/runs/no-such-run/events", NULL, 404, "NOT_FOUND");
+	check_error(contract, "POST", "/v1/runs/no-such-run/cancel", "{}", 404, "NOT_FOUND");
+	check_error(contract, "GET", "/v1/elsewhere", NULL, 404, "NOT_FOUND");
+	check_error(contract, "DELETE", "/v1/runs", NULL, 405, "METHOD_NOT_ALLOWED");
+	check_error(contract, "POST", "/v1/runs", "{not json", 400, "INVALID_SPEC");
+	check_error(contract, "POST", "/v1/runs", "{\"spec\":\"kind: nonsense\"}", 400,
 		    "INVALID_SPEC");
-	check_error(&unix_daemon, "POST", "/v1/runs",
+	check_error(contract, "POST", "/v1/runs",
 		    "{\"spec\":\"x\",\"policy\":{\"max_parallel_microvms_per_run\":0}}", 400,
 		    "INVALID_POLICY");
-	check_error(&unix_daemon, "GET", "/v1/runs/order-1/events?from_event_id=abc", NULL, 400,
+	check_error(contract, "GET", "/v1/runs/order-1/events?from_event_id=abc", NULL, 400,
 		    "INVALID_PARAMS");
-	check_error(&unix_daemon, "GET", "/v1/runs?state=sideways", NULL, 400, "INVALID_PARAMS");
+	check_error(contract, "GET", "/v1/runs?state=sideways", NULL, 400, "INVALID_PARAMS");
 	if (!big) {
 		CHECK(big != NULL);
 		return;
 	}
 	memset(big, ' ', TEST_BIG_BODY);
 	big[TEST_BIG_BODY] = '\0';
-	check_error(&unix_daemon, "POST", "/v1/runs", big, 413, "PAYLOAD_TOO_LARGE");
+	check_error(contract, "POST", "/v1/runs", big, 413, "PAYLOAD_TOO_LARGE");
 	free(big);
 }
 
@@ -304,11 +336,11 @@ static json_t *create_and_finish(json_t *body, const char *run_id)
 	long status = 0;
 
 	json_decref(body);
-	answer = text ? call(&unix_daemon, "POST", "/v1/runs", text, &status) : NULL;
+	answer = text ? call(contract, "POST", "/v1/runs", text, &status) : NULL;
 	CHECK_INT_EQ(status, SERVE_HTTP_OK);
 	json_decref(answer);
 	free(text);
-	return wait_terminal(&unix_daemon, run_id);
+	return wait_terminal(contract, run_id);
 }
 
 /* An inline spec runs like a file; the list filter sees it. */
@@ -404,9 +436,10 @@ static bool reader_saw_nap(struct stream_reader *reader)
  */
 static void test_sse_live_and_cancel(void)
 {
-	struct stream_reader reader = { .served = &unix_daemon,
+	char body[TEST_PATH_MAX];
+	struct stream_reader reader = { .served = contract,
 					.lock = PTHREAD_MUTEX_INITIALIZER };
-	char *id = create_run(&unix_daemon, sleep_spec, "live-1");
+	char *id = create_run(contract, sleep_spec, cid("live-1"));
 	json_t *first, *second, *run, *stages;
 	pthread_t thread;
 	long status;
@@ -419,19 +452,19 @@ static void test_sse_live_and_cancel(void)
 	snprintf(reader.path, sizeof(reader.path), "/v1/runs/%s/events", id);
 	if (pthread_create(&thread, NULL, stream_thread, &reader) != 0)
 		harness_fail_setup("cannot start the stream reader thread");
-	pid = wait_stage_running(&unix_daemon, id, "nap");
+	pid = wait_stage_running(contract, id, "nap");
 	for (i = 0; i < SERVE_WAIT_ROUNDS && !reader_saw_nap(&reader); i++)
 		serve_pause();
 	CHECK(reader_saw_nap(&reader));
 	/* idempotent create: the same run_id while it runs is the same run */
-	free(create_run(&unix_daemon, sleep_spec, "live-1"));
-	first = call(&unix_daemon, "POST", "/v1/runs/live-1/cancel", "{\"reason\":\"test\"}",
+	free(create_run(contract, sleep_spec, cid("live-1")));
+	first = call(contract, "POST", cpath("live-1", "/cancel"), "{\"reason\":\"test\"}",
 		     &status);
 	CHECK_INT_EQ(status, SERVE_HTTP_OK);
 	CHECK_STR_EQ(json_string_value(json_object_get(first, "state")), "cancelled");
 	if (pid > 0)
 		wait_gone(pid);
-	second = call(&unix_daemon, "POST", "/v1/runs/live-1/cancel", NULL, &status);
+	second = call(contract, "POST", cpath("live-1", "/cancel"), NULL, &status);
 	CHECK_INT_EQ(status, SERVE_HTTP_OK);
 	CHECK_STR_EQ(json_string_value(json_object_get(second, "state")), "cancelled");
 	CHECK(json_integer_value(json_object_get(first, "terminal_event_id")) > 0);
@@ -442,9 +475,9 @@ static void test_sse_live_and_cancel(void)
 	CHECK(reader.text && strstr(reader.text, "event: run.cancelled\n"));
 	CHECK(reader.text && strstr(reader.text, "event: log.closed\n"));
 	CHECK(reader.text && strstr(reader.text, "id: 1\nevent: run.started\n") == reader.text);
-	check_error(&unix_daemon, "POST", "/v1/runs", "{\"file\":\"/x\",\"run_id\":\"live-1\"}", 409,
-		    "ALREADY_TERMINAL");
-	run = get_run(&unix_daemon, id);
+	snprintf(body, sizeof(body), "{\"file\":\"/x\",\"run_id\":\"%s\"}", cid("live-1"));
+	check_error(contract, "POST", "/v1/runs", body, 409, "ALREADY_TERMINAL");
+	run = get_run(contract, id);
 	CHECK_STR_EQ(json_string_value(json_object_get(run, "terminal_reason")), "cancelled");
 	stages = json_object_get(run, "stage_states");
 	CHECK_STR_EQ(json_string_value(json_object_get(json_object_get(stages, "nap"), "status")),
@@ -466,7 +499,7 @@ static void test_sse_live_and_cancel(void)
  */
 static void test_service_output_ready_and_stop(void)
 {
-	char *id = create_run(&unix_daemon, service_spec, "service-1");
+	char *id = create_run(contract, service_spec, cid("service-1"));
 	struct daemon_response response;
 	json_t *first, *second, *run, *stages;
 	char err[TEST_ERR_MAX];
@@ -475,26 +508,26 @@ static void test_service_output_ready_and_stop(void)
 
 	if (!id)
 		return;
-	pid = wait_stage_running(&unix_daemon, id, "web");
-	CHECK(wait_output_ready_running(&unix_daemon, id));
-	CHECK(first_event_id(&unix_daemon, id, "stage.output_ready", "web", NULL) > 0);
-	CHECK_INT_EQ(daemon_client_request(&unix_daemon.client, "GET",
-					   "/v1/runs/service-1/stages/web/output-file", NULL,
+	pid = wait_stage_running(contract, id, "web");
+	CHECK(wait_output_ready_running(contract, id));
+	CHECK(first_event_id(contract, id, "stage.output_ready", "web", NULL) > 0);
+	CHECK_INT_EQ(daemon_client_request(&contract->client, "GET",
+					   cpath("service-1", "/stages/web/output-file"), NULL,
 					   &response, err, sizeof(err)), 0);
 	CHECK_INT_EQ(response.status, SERVE_HTTP_OK);
 	CHECK_STR_EQ(response.body, "{\"port\":8080}");
 	daemon_response_free(&response);
-	first = call(&unix_daemon, "POST", "/v1/runs/service-1/stop", NULL, &status);
+	first = call(contract, "POST", cpath("service-1", "/stop"), NULL, &status);
 	CHECK_INT_EQ(status, SERVE_HTTP_OK);
 	CHECK_STR_EQ(json_string_value(json_object_get(first, "state")), "succeeded");
 	if (pid > 0)
 		wait_gone(pid);
-	second = call(&unix_daemon, "POST", "/v1/runs/service-1/stop", "{}", &status);
+	second = call(contract, "POST", cpath("service-1", "/stop"), "{}", &status);
 	CHECK_INT_EQ(status, SERVE_HTTP_OK);
 	CHECK(json_integer_value(json_object_get(first, "terminal_event_id")) > 0);
 	CHECK(json_equal(json_object_get(first, "terminal_event_id"),
 			 json_object_get(second, "terminal_event_id")));
-	run = get_run(&unix_daemon, id);
+	run = get_run(contract, id);
 	CHECK_STR_EQ(json_string_value(json_object_get(run, "terminal_reason")), "stopped");
 	CHECK(json_is_true(json_object_get(run, "output_ready")));
 	stages = json_object_get(run, "stage_states");
@@ -502,7 +535,7 @@ static void test_service_output_ready_and_stop(void)
 		     "succeeded");
 	CHECK_STR_EQ(json_string_value(json_object_get(json_object_get(stages, "after"), "status")),
 		     "succeeded");
-	CHECK(first_event_id(&unix_daemon, id, "run.stop_requested", NULL, NULL) > 0);
+	CHECK(first_event_id(contract, id, "run.stop_requested", NULL, NULL) > 0);
 	json_decref(run);
 	json_decref(first);
 	json_decref(second);
@@ -513,7 +546,7 @@ static void test_service_output_ready_and_stop(void)
  * stop (a task step sleeping) cancels it once the grace period is over. */
 static void test_service_exit_mapping(void)
 {
-	json_t *body = json_pack("{s:s, s:s, s:{s:i}}", "file", sleep_spec, "run_id", "no-service",
+	json_t *body = json_pack("{s:s, s:s, s:{s:i}}", "file", sleep_spec, "run_id", cid("no-service"),
 				 "policy", "cancel_grace_period_secs", 1);
 	char *text = json_dumps(body, JSON_COMPACT);
 	json_t *run, *answer;
@@ -521,17 +554,17 @@ static void test_service_exit_mapping(void)
 	pid_t pid;
 
 	run = create_and_finish(json_pack("{s:s, s:s}", "file", failing_service_spec, "run_id",
-					  "service-broken"), "service-broken");
+					  cid("service-broken")), cid("service-broken"));
 	CHECK_STR_EQ(json_string_value(json_object_get(run, "status")), "failed");
 	CHECK_STR_EQ(json_string_value(json_object_get(json_object_get(
 			     json_object_get(run, "stage_states"), "web"), "status")),
 		     "failed");
 	json_decref(run);
-	answer = call(&unix_daemon, "POST", "/v1/runs", text, &status);
+	answer = call(contract, "POST", "/v1/runs", text, &status);
 	CHECK_INT_EQ(status, SERVE_HTTP_OK);
 	json_decref(answer);
-	pid = wait_stage_running(&unix_daemon, "no-service", "nap");
-	answer = call(&unix_daemon, "POST", "/v1/runs/no-service/stop", NULL, &status);
+	pid = wait_stage_running(contract, cid("no-service"), "nap");
+	answer = call(contract, "POST", cpath("no-service", "/stop"), NULL, &status);
 	CHECK_INT_EQ(status, SERVE_HTTP_OK);
 	CHECK_STR_EQ(json_string_value(json_object_get(answer, "state")), "cancelled");
 	if (pid > 0)
@@ -567,7 +600,7 @@ static json_t *wait_host_sample(const struct served *served, const char *run_id)
  */
 static void test_telemetry(void)
 {
-	char *id = create_run(&unix_daemon, sleep_spec, "telemetry-1");
+	char *id = create_run(contract, sleep_spec, cid("telemetry-1"));
 	json_t *answer, *first, *host, *later, *sample;
 	char path[TEST_PATH_MAX];
 	json_int_t next_seq;
@@ -577,10 +610,10 @@ static void test_telemetry(void)
 
 	if (!id)
 		return;
-	pid = wait_stage_running(&unix_daemon, id, "nap");
-	answer = wait_host_sample(&unix_daemon, id);
+	pid = wait_stage_running(contract, id, "nap");
+	answer = wait_host_sample(contract, id);
 	CHECK(answer != NULL);
-	CHECK_STR_EQ(json_string_value(json_object_get(answer, "run_id")), "telemetry-1");
+	CHECK_STR_EQ(json_string_value(json_object_get(answer, "run_id")), cid("telemetry-1"));
 	CHECK_INT_EQ(json_integer_value(json_object_get(answer, "attempt_id")), 1);
 	first = json_array_get(json_object_get(answer, "samples"), 0);
 	host = json_object_get(first, "host");
@@ -592,20 +625,20 @@ static void test_telemetry(void)
 	CHECK(json_is_integer(json_object_get(host, "io_write_bytes")));
 	next_seq = json_integer_value(json_object_get(answer, "next_seq"));
 	CHECK(next_seq > 1);
-	snprintf(path, sizeof(path), "/v1/runs/telemetry-1/telemetry?from_seq=%lld",
+	snprintf(path, sizeof(path), "/v1/runs/%s/telemetry?from_seq=%lld", cid("telemetry-1"),
 		 (long long)next_seq);
-	later = call(&unix_daemon, "GET", path, NULL, &status);
+	later = call(contract, "GET", path, NULL, &status);
 	CHECK_INT_EQ(status, SERVE_HTTP_OK);
 	json_array_foreach(json_object_get(later, "samples"), i, sample)
 		CHECK(json_integer_value(json_object_get(sample, "seq")) >= next_seq);
 	json_decref(later);
 	json_decref(answer);
-	check_error(&unix_daemon, "GET", "/v1/runs/telemetry-1/telemetry?from_seq=x1", NULL, 400,
+	check_error(contract, "GET", cpath("telemetry-1", "/telemetry?from_seq=x1"), NULL, 400,
 		    "INVALID_PARAMS");
-	check_error(&unix_daemon, "GET", "/v1/runs/telemetry-1/telemetry?stage_name=.hidden", NULL,
+	check_error(contract, "GET", cpath("telemetry-1", "/telemetry?stage_name=.hidden"), NULL,
 		    400, "INVALID_PARAMS");
-	check_error(&unix_daemon, "GET", "/v1/runs/nobody/telemetry", NULL, 404, "NOT_FOUND");
-	answer = call(&unix_daemon, "POST", "/v1/runs/telemetry-1/cancel", NULL, &status);
+	check_error(contract, "GET", "/v1/runs/nobody/telemetry", NULL, 404, "NOT_FOUND");
+	answer = call(contract, "POST", cpath("telemetry-1", "/cancel"), NULL, &status);
 	CHECK_INT_EQ(status, SERVE_HTTP_OK);
 	json_decref(answer);
 	if (pid > 0)
@@ -620,16 +653,16 @@ static void test_telemetry(void)
 static void test_agent_output_parsed_live(void)
 {
 	json_t *run = create_and_finish(json_pack("{s:s, s:s}", "file", agent_spec, "run_id",
-						  "agent-1"), "agent-1");
+						  cid("agent-1")), cid("agent-1"));
 	json_int_t system_id, result_id, completed_id;
 
 	CHECK_STR_EQ(json_string_value(json_object_get(run, "status")), "succeeded");
 	json_decref(run);
-	system_id = first_event_id(&unix_daemon, "agent-1", "log.chunk", "helper",
+	system_id = first_event_id(contract, cid("agent-1"), "log.chunk", "helper",
 				   "[system] init model voidbox-mock");
-	result_id = first_event_id(&unix_daemon, "agent-1", "log.chunk", "helper",
+	result_id = first_event_id(contract, cid("agent-1"), "log.chunk", "helper",
 				   "[result] success: mock: completed 'Say hello'");
-	completed_id = first_event_id(&unix_daemon, "agent-1", "stage.completed", "helper", NULL);
+	completed_id = first_event_id(contract, cid("agent-1"), "stage.completed", "helper", NULL);
 	CHECK(system_id > 0);
 	CHECK(result_id > system_id);
 	CHECK(completed_id > result_id);
@@ -789,6 +822,32 @@ static void test_tcp_requires_token(void)
 	unlink(token_file);
 }
 
+/*
+ * The contract again over TCP, with its bearer token on every call: error shapes, idempotent
+ * create and cancel with the SSE stream, a service's output_ready and stop, the exit mapping,
+ * telemetry and the live agent output, with run ids prefixed tcp-.
+ */
+static void test_contract_over_tcp(void)
+{
+	char token_file[TEST_PATH_MAX];
+
+	snprintf(token_file, sizeof(token_file), "%s/contract-token", temp_dir);
+	if (!serve_start(&tcp_daemon, voidbox_path, state_dir, "tcp://127.0.0.1:0", token_file))
+		harness_fail_setup("the TCP daemon did not start");
+	contract = &tcp_daemon;
+	contract_prefix = "tcp-";
+	test_error_shapes();
+	test_sse_live_and_cancel();
+	test_service_output_ready_and_stop();
+	test_service_exit_mapping();
+	test_telemetry();
+	test_agent_output_parsed_live();
+	contract = &unix_daemon;
+	contract_prefix = "";
+	CHECK_INT_EQ(serve_stop(&tcp_daemon, SIGTERM), 0);
+	unlink(token_file);
+}
+
 int main(int argc, char **argv)
 {
 	char listen[TEST_PATH_MAX];
@@ -832,6 +891,7 @@ int main(int argc, char **argv)
 	RUN_TEST(test_cli_clients);
 	RUN_TEST(test_clean_stop_removes_socket);
 	RUN_TEST(test_tcp_requires_token);
+	RUN_TEST(test_contract_over_tcp);
 	if (unix_daemon.pid > 0)
 		serve_stop(&unix_daemon, SIGKILL);
 	{
