@@ -44,6 +44,8 @@
 #define EXEC_NS_PER_MS 1000000L
 #define EXEC_OUTPUT_ARTIFACT "output"
 #define EXEC_RUN_DIR_MODE 0700
+#define EXEC_PARALLEL_ENV "VOIDBOX_MAX_PARALLEL_VMS" /* read by `voidbox run` (cli_env.c) */
+#define EXEC_ENV_ENTRY_MAX 64
 
 enum exec_stream {
 	EXEC_STREAM_EVENTS,
@@ -301,8 +303,8 @@ static void exec_drain_lines(struct exec_run *run, enum exec_stream stream,
 }
 
 /* The child: its own process group, dies with the forking thread, fds 1, 2 and 3 wired. */
-static void exec_child(const struct exec_run *run, char *const argv[], int out_fd, int err_fd,
-		       int events_fd, pid_t parent)
+static void exec_child(const struct exec_run *run, char *const argv[], char *const envp[],
+		       int out_fd, int err_fd, int events_fd, pid_t parent)
 {
 	sigset_t none;
 	int null_fd;
@@ -320,10 +322,34 @@ static void exec_child(const struct exec_run *run, char *const argv[], int out_f
 	if (null_fd < 0 || dup2(null_fd, STDIN_FILENO) < 0 || dup2(out_fd, STDOUT_FILENO) < 0 ||
 	    dup2(err_fd, STDERR_FILENO) < 0 || dup2(events_fd, EXEC_EVENTS_FD) < 0)
 		_exit(EXIT_FAILURE);
-	execv(run->d->voidbox_exe, argv);
+	execve(run->d->voidbox_exe, argv, envp);
 	dprintf(STDERR_FILENO, "voidbox serve: cannot start %s: %s\n", run->d->voidbox_exe,
 		strerror(errno));
 	_exit(EXIT_FAILURE);
+}
+
+/*
+ * The run's environment: the daemon's, with VOIDBOX_MAX_PARALLEL_VMS set to the policy's
+ * max_parallel_microvms_per_run (how many pipeline boxes, each a VM, run at once). Built
+ * before the fork, since the child may not allocate. NULL on -ENOMEM; free the array only.
+ */
+static char **exec_environment(const struct exec_run *run, char *entry, size_t entry_size)
+{
+	static const char name[] = EXEC_PARALLEL_ENV "=";
+	size_t count = 0, n = 0;
+	char **envp;
+
+	while (environ[count])
+		count++;
+	envp = calloc(count + 2, sizeof(*envp));
+	if (!envp)
+		return NULL;
+	for (size_t i = 0; i < count; i++)
+		if (strncmp(environ[i], name, sizeof(name) - 1) != 0)
+			envp[n++] = environ[i];
+	snprintf(entry, entry_size, "%s%u", name, run->launch.policy.max_parallel_microvms_per_run);
+	envp[n] = entry;
+	return envp;
 }
 
 /* Writes the run's input to a file in its directory (argv cannot hold 4 MiB). */
@@ -455,6 +481,8 @@ static int exec_attempt(struct exec_run *run, struct exec_outcome *outcome)
 	int pipes[EXEC_STREAM_COUNT][2] = { { -1, -1 }, { -1, -1 }, { -1, -1 } };
 	int read_fds[EXEC_STREAM_COUNT];
 	char *argv[EXEC_ARGV_MAX];
+	char parallel_entry[EXEC_ENV_ENTRY_MAX];
+	char **envp = NULL;
 	size_t argc = 0;
 	pid_t pid, parent = getpid();
 	int rc = 0;
@@ -477,6 +505,11 @@ static int exec_attempt(struct exec_run *run, struct exec_outcome *outcome)
 		argv[argc++] = run->input_path;
 	}
 	argv[argc] = NULL;
+	envp = exec_environment(run, parallel_entry, sizeof(parallel_entry));
+	if (!envp) {
+		rc = -ENOMEM;
+		goto out;
+	}
 	for (size_t i = 0; i < EXEC_STREAM_COUNT; i++)
 		if (pipe2(pipes[i], O_CLOEXEC) < 0) {
 			rc = -errno;
@@ -488,8 +521,10 @@ static int exec_attempt(struct exec_run *run, struct exec_outcome *outcome)
 		goto out;
 	}
 	if (pid == 0)
-		exec_child(run, argv, pipes[EXEC_STREAM_STDOUT][1], pipes[EXEC_STREAM_STDERR][1],
-			   pipes[EXEC_STREAM_EVENTS][1], parent);
+		exec_child(run, argv, envp, pipes[EXEC_STREAM_STDOUT][1],
+			   pipes[EXEC_STREAM_STDERR][1], pipes[EXEC_STREAM_EVENTS][1], parent);
+	free(envp);
+	envp = NULL;
 	setpgid(pid, pid);
 	for (size_t i = 0; i < EXEC_STREAM_COUNT; i++) {
 		close(pipes[i][1]);
@@ -512,6 +547,7 @@ out:
 			close(pipes[i][1]);
 		free(bufs[i].data);
 	}
+	free(envp);
 	return rc;
 }
 

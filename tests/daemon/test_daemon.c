@@ -35,6 +35,9 @@
 #define TEST_FILE_MODE_MASK 0777
 #define TEST_OWNER_ONLY 0600
 #define TEST_WIDE_MODE 0644
+#define TEST_ENV_MAX (256u * 1024u)
+#define TEST_PARALLEL 3
+#define TEST_PARALLEL_TEXT "3"
 
 static const char *voidbox_path;
 static char temp_dir[] = "/tmp/voidbox-daemon-test-XXXXXX";
@@ -491,6 +494,28 @@ static void test_sse_live_and_cancel(void)
 	free(id);
 }
 
+/* True when process pid's environment holds entry ("NAME=value") exactly. */
+static bool process_env_has(pid_t pid, const char *entry)
+{
+	char path[TEST_PATH_MAX], env[TEST_ENV_MAX];
+	size_t len, at = 0;
+	bool found = false;
+	FILE *file;
+
+	snprintf(path, sizeof(path), "/proc/%d/environ", (int)pid);
+	file = fopen(path, "r");
+	if (!file)
+		return false;
+	len = fread(env, 1, sizeof(env) - 1, file);
+	fclose(file);
+	env[len] = '\0';
+	while (at < len && !found) {
+		found = strcmp(env + at, entry) == 0;
+		at += strlen(env + at) + 1;
+	}
+	return found;
+}
+
 /*
  * A service step publishes its output_file while the run is still running (output_ready,
  * the artifact, a stage.output_ready event), and POST .../stop ends it gracefully: the
@@ -543,11 +568,13 @@ static void test_service_output_ready_and_stop(void)
 }
 
 /* A service that exits non-zero on its own fails its run; stop on a run with no service to
- * stop (a task step sleeping) cancels it once the grace period is over. */
+ * stop (a task step sleeping) cancels it once the grace period is over. That run's process
+ * also carries the policy's parallelism. */
 static void test_service_exit_mapping(void)
 {
-	json_t *body = json_pack("{s:s, s:s, s:{s:i}}", "file", sleep_spec, "run_id", cid("no-service"),
-				 "policy", "cancel_grace_period_secs", 1);
+	json_t *body = json_pack("{s:s, s:s, s:{s:i, s:i}}", "file", sleep_spec, "run_id",
+				 cid("no-service"), "policy", "cancel_grace_period_secs", 1,
+				 "max_parallel_microvms_per_run", TEST_PARALLEL);
 	char *text = json_dumps(body, JSON_COMPACT);
 	json_t *run, *answer;
 	long status;
@@ -564,6 +591,8 @@ static void test_service_exit_mapping(void)
 	CHECK_INT_EQ(status, SERVE_HTTP_OK);
 	json_decref(answer);
 	pid = wait_stage_running(contract, cid("no-service"), "nap");
+	/* the policy's parallelism reaches the run as the pipeline runner's bound */
+	CHECK(process_env_has(pid, "VOIDBOX_MAX_PARALLEL_VMS=" TEST_PARALLEL_TEXT));
 	answer = call(contract, "POST", cpath("no-service", "/stop"), NULL, &status);
 	CHECK_INT_EQ(status, SERVE_HTTP_OK);
 	CHECK_STR_EQ(json_string_value(json_object_get(answer, "state")), "cancelled");
