@@ -105,7 +105,8 @@ static void cli_run_usage(FILE *out)
 		"  --input TEXT         workflow: stdin of every step without stdin_from;\n"
 		"                       agent/pipeline: the first agent's previous-stage input\n"
 		"  --sandbox-mode MODE  override the spec's sandbox.mode (auto, mock or local)\n"
-		"  --step-timeout S     workflow steps that set no timeout_secs (default none)\n"
+		"  --step-timeout S     workflow steps, agents and pipeline boxes that set no\n"
+		"                       timeout_secs (default none; services never time out)\n"
 		"  --serial-log PATH    write the VM console here (default: a file kept on failure)\n"
 		"  --input-file PATH    like --input, with the text read from PATH\n"
 		"  --daemon[=URL]       submit to `voidbox serve` (default socket, or unix://PATH or\n"
@@ -374,6 +375,7 @@ static void cli_run_agent_options(const struct cli_run_args *args, struct agent_
 	out->mode = args->workflow.mode;
 	out->serial_log_path = args->workflow.serial_log_path;
 	out->host = cli_host_settings();
+	out->default_timeout_secs = args->workflow.default_timeout_secs;
 }
 
 /* Checks spec for its kind; prints the errors with their positions. True when it can run. */

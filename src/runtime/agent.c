@@ -402,7 +402,9 @@ int agent_run_in_box(const struct spec *spec, struct box *box, const struct agen
 		.name = spec->name, .prompt = spec->agent.prompt, .skills = spec->agent.skills,
 		.skill_count = spec->agent.skill_count, .llm = spec->has_llm ? &spec->llm : NULL,
 		.output_file = spec->agent.output_file,
-		.timeout_secs = spec->agent.has_timeout_secs ? spec->agent.timeout_secs : 0,
+		.timeout_secs = spec->agent.has_timeout_secs		  ? spec->agent.timeout_secs
+				: spec->agent.mode == SPEC_AGENT_MODE_SERVICE || !options ? 0
+											  : options->default_timeout_secs,
 		.service = spec->agent.mode == SPEC_AGENT_MODE_SERVICE,
 		.report = report,
 		.input = options ? options->input : NULL,

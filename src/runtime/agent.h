@@ -41,6 +41,9 @@ struct agent_options {
 	const char *serial_log_path;
 	/* the host's sandbox settings; NULL: defaults */
 	const struct sandbox_host_settings *host;
+	/* an agent's (or pipeline box's) timeout when it sets no timeout_secs; 0: none. A
+	 * service agent never gets one. (`voidbox run --step-timeout`, the daemon's policy) */
+	uint32_t default_timeout_secs;
 	/* host environment lookup for provider keys; NULL: getenv */
 	spec_env_lookup_fn host_env;
 	void *host_env_ctx;

@@ -68,7 +68,7 @@ static void pipeline_run_box(struct pipeline_box_run *run)
 		.name = box->name, .prompt = box->prompt, .skills = box->skills,
 		.skill_count = box->skill_count, .llm = spec_box_llm(run->spec, box),
 		.output_file = SPEC_DEFAULT_OUTPUT_FILE,
-		.timeout_secs = box->has_timeout_secs ? box->timeout_secs : 0,
+		.timeout_secs = box->has_timeout_secs ? box->timeout_secs : agent->default_timeout_secs,
 		.input = run->input, .input_len = run->input_len,
 		.host_env = agent->host_env, .host_env_ctx = agent->host_env_ctx,
 		.report = run->report,
