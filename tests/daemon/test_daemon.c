@@ -737,9 +737,10 @@ static void test_cli_clients(void)
 		{ "logs", "order-1", "--follow", "--daemon", url_arg, NULL },
 		{ "run", "--file", quick_spec, NULL, "--run-id", "cli-1", NULL },
 		{ "cancel", "order-1", "--daemon", url_arg, NULL },
+		{ "stop", "service-1", "--daemon", url_arg, NULL },
 	};
 	static const char *const expected[] = {
-		"succeeded", "[log.closed]", "run cli-1 submitted", "is succeeded",
+		"succeeded", "[log.closed]", "run cli-1 submitted", "is succeeded", "is succeeded",
 	};
 	char daemon_flag[SERVE_LINE_MAX + 16];
 	json_t *run;
