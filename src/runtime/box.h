@@ -173,7 +173,8 @@ void box_exec_result_free(struct box_exec_result *result);
 /*
  * Asks the running service exec called name to end: SIGTERM to its program in a VM (the
  * program may trap it and exit cleanly), an early end with exit 0 for the mock's mock-serve.
- * 0 when asked (also when no such service runs any more), or -errno.
+ * 0 when asked (also when it was asked before), -EAGAIN when the service has not started far
+ * enough to be asked (ask again), or another -errno.
  */
 int box_stop_service(struct box *box, const char *name);
 

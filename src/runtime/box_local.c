@@ -36,7 +36,12 @@
 #define LOCAL_PIDFILE_FORMAT "/tmp/.voidbox-service-%s.pid"
 /* the service prologue: $1 is the pid file, the rest the program and its arguments */
 #define LOCAL_SERVICE_SCRIPT "echo $$ > \"$1\" && shift && exec \"$@\""
-#define LOCAL_STOP_SCRIPT "kill -TERM \"$(cat \"$1\")\" 2>/dev/null; rm -f \"$1\"; exit 0"
+/* the stop script exits LOCAL_STOP_NOT_YET while the prologue has not written the pid file */
+#define LOCAL_STOP_NOT_YET 3
+#define LOCAL_STRINGIFY(x) #x
+#define LOCAL_TEXT(x) LOCAL_STRINGIFY(x)
+#define LOCAL_STOP_SCRIPT                                                                      \
+	"[ -f \"$1\" ] || exit " LOCAL_TEXT(LOCAL_STOP_NOT_YET) "; kill -TERM \"$(cat \"$1\")\" 2>/dev/null; rm -f \"$1\"; exit 0"
 #define LOCAL_SERVICE_ARGV0 "voidbox-service"
 #define LOCAL_SERVICE_PROLOGUE_ARGS 4 /* -c SCRIPT ARGV0 PIDFILE */
 #define LOCAL_STOP_TIMEOUT_SECS 30u
@@ -259,6 +264,8 @@ static int local_stop_service(struct box *box, const char *name)
 	rc = sandbox_exec(local->sandbox, &wire, NULL, NULL, &response, err, sizeof(err));
 	if (rc < 0)
 		box_set_error("stopping service %s: %s", name, err);
+	else if (response.exit_code == LOCAL_STOP_NOT_YET)
+		rc = -EAGAIN;
 	proto_exec_response_free(&response);
 	return rc;
 }

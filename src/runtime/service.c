@@ -45,12 +45,19 @@ static bool service_try_publish(struct service_watch *watch)
 	return true;
 }
 
-static void service_stop_program(struct service_watch *watch)
+/* Asks the program to stop; false when it must be asked again (it is still starting). */
+static bool service_stop_program(struct service_watch *watch)
 {
-	log_info("service", "[service:%s] stopping on request", watch->name);
-	if (box_stop_service(watch->box, watch->name) < 0)
+	int rc = box_stop_service(watch->box, watch->name);
+
+	if (rc == -EAGAIN)
+		return false;
+	if (rc < 0)
 		log_warn("service", "[service:%s] could not be asked to stop: %s", watch->name,
 			 box_last_error());
+	else
+		log_info("service", "[service:%s] asked to stop", watch->name);
+	return true;
 }
 
 static void *service_watch_thread(void *opaque)
@@ -62,7 +69,7 @@ static void *service_watch_thread(void *opaque)
 	while (!watch->done) {
 		struct timespec deadline;
 		bool publish = !watch->published && tick % SERVICE_OUTPUT_POLL_TICKS == 0;
-		bool stop = !watch->stop_requested && service_stop_requested();
+		bool stop = !watch->stop_sent && service_stop_requested();
 
 		if (stop)
 			watch->stop_requested = true;
@@ -73,8 +80,11 @@ static void *service_watch_thread(void *opaque)
 			watch->published = true;
 			pthread_mutex_unlock(&watch->lock);
 		}
-		if (stop)
-			service_stop_program(watch);
+		if (stop && service_stop_program(watch)) {
+			pthread_mutex_lock(&watch->lock);
+			watch->stop_sent = true;
+			pthread_mutex_unlock(&watch->lock);
+		}
 		tick++;
 		clock_gettime(CLOCK_REALTIME, &deadline);
 		deadline.tv_nsec += (long)SERVICE_TICK_MS * SERVICE_NS_PER_MS;

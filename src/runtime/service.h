@@ -42,7 +42,8 @@ struct service_watch {
 	pthread_cond_t wake;
 	bool done;	     /* set by service_watch_finish */
 	bool published;	     /* the output file was published */
-	bool stop_requested; /* the watcher asked the program to stop */
+	bool stop_requested; /* a stop was requested while the program ran */
+	bool stop_sent;	     /* ... and the program was asked (retried each tick until then) */
 };
 
 /* Starts watching; strings and pointers are borrowed until service_watch_finish. 0 or -errno. */
