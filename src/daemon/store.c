@@ -21,6 +21,10 @@
 #define STORE_SCHEMA_VERSION 1
 #define STORE_BUSY_TIMEOUT_MS 5000
 #define STORE_DIR_MODE 0700
+/* a stage's output is ready once it has an artifact (a service publishes one while running) */
+#define STORE_STAGE_OUTPUT_READY                                                               \
+	"EXISTS (SELECT 1 FROM artifacts WHERE artifacts.run_id = stages.run_id"              \
+	" AND artifacts.stage = stages.name)"
 
 struct daemon_store {
 	sqlite3 *db;
@@ -368,8 +372,8 @@ static json_t *store_stage_states(struct daemon_store *store, const char *id,
 {
 	sqlite3_stmt *stmt;
 	json_t *states = store_query(store,
-		"SELECT name, status, started_at, completed_at FROM stages WHERE run_id = ?"
-		" ORDER BY position;",
+		"SELECT name, status, started_at, completed_at, " STORE_STAGE_OUTPUT_READY
+		" FROM stages WHERE run_id = ? ORDER BY position;",
 		id, json_object(), &stmt);
 
 	*active_count = 0;
@@ -384,6 +388,7 @@ static json_t *store_stage_states(struct daemon_store *store, const char *id,
 			(*active_count)++;
 		store_set_int(state, "started_at", stmt, 2);
 		store_set_int(state, "completed_at", stmt, 3);
+		json_object_set_new(state, "output_ready", json_boolean(sqlite3_column_int(stmt, 4)));
 		json_object_set_new(states, store_column_text(stmt, 0), state);
 	}
 	sqlite3_finalize(stmt);
@@ -521,7 +526,8 @@ json_t *daemon_store_stages_json(struct daemon_store *store, const char *id)
 	sqlite3_stmt *stmt;
 	json_t *stages = store_query(store,
 		"SELECT name, status, depends_on, stage_attempt, started_at, completed_at,"
-		" duration_ms, exit_code FROM stages WHERE run_id = ? ORDER BY position;",
+		" duration_ms, exit_code, " STORE_STAGE_OUTPUT_READY
+		" FROM stages WHERE run_id = ? ORDER BY position;",
 		id, json_array(), &stmt);
 
 	if (!stages)
@@ -540,6 +546,7 @@ json_t *daemon_store_stages_json(struct daemon_store *store, const char *id)
 		store_set_int(stage, "completed_at", stmt, 5);
 		store_set_int(stage, "duration_ms", stmt, 6);
 		store_set_int(stage, "exit_code", stmt, 7);
+		json_object_set_new(stage, "output_ready", json_boolean(sqlite3_column_int(stmt, 8)));
 		json_array_append_new(stages, stage);
 	}
 	sqlite3_finalize(stmt);

@@ -535,6 +535,17 @@ static void test_service_output_ready_and_stop(void)
 		return;
 	pid = wait_stage_running(contract, id, "web");
 	CHECK(wait_output_ready_running(contract, id));
+	/* the stage says so too, in /stages and in the run's stage_states, while it runs */
+	stages = call(contract, "GET", cpath("service-1", "/stages"), NULL, &status);
+	CHECK_STR_EQ(json_string_value(json_object_get(json_array_get(stages, 0), "status")),
+		     "running");
+	CHECK(json_is_true(json_object_get(json_array_get(stages, 0), "output_ready")));
+	CHECK(json_is_false(json_object_get(json_array_get(stages, 1), "output_ready")));
+	json_decref(stages);
+	run = get_run(contract, id);
+	CHECK(json_is_true(json_object_get(
+		json_object_get(json_object_get(run, "stage_states"), "web"), "output_ready")));
+	json_decref(run);
 	CHECK(first_event_id(contract, id, "stage.output_ready", "web", NULL) > 0);
 	CHECK_INT_EQ(daemon_client_request(&contract->client, "GET",
 					   cpath("service-1", "/stages/web/output-file"), NULL,
