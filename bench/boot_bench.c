@@ -39,6 +39,7 @@
 
 #include <linux/vm_sockets.h>
 
+#include "cli/host_env.h"
 #include "boot_measure.h"
 #include "vsock_cid.h"
 #include "host/control_channel.h"
@@ -1001,6 +1002,7 @@ int main(int argc, char **argv)
 		return EXIT_SUCCESS;
 	if (rc)
 		return rc;
+	host_env_apply();
 	if (!mkdtemp(workdir)) {
 		fprintf(stderr, "boot_bench: cannot create a directory in /tmp: %s\n",
 			strerror(errno));

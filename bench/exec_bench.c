@@ -16,6 +16,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "cli/host_env.h"
 #include "sandbox/sandbox.h"
 #include "store/guest_image.h"
 
@@ -179,6 +180,7 @@ int main(int argc, char **argv)
 		fprintf(stderr, "usage: exec_bench [--calls N] [--rounds R] [--json]\n");
 		return EB_EXIT_USAGE;
 	}
+	host_env_apply();
 	if (guest_image_resolve(NULL, NULL, &image, err, sizeof(err)) < 0) {
 		fprintf(stderr, "exec_bench: %s\n", err);
 		return EB_EXIT_FAILED;

@@ -24,6 +24,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "cli/host_env.h"
 #include "boot_measure.h"
 #include "host/control_channel.h"
 #include "proto/protocol.h"
@@ -286,6 +287,7 @@ int main(int argc, char **argv)
 
 	if (parse_options(argc, argv, &opts) < 0)
 		return 2;
+	host_env_apply();
 	if (guest_image_resolve(NULL, NULL, &image, err, sizeof(err)) < 0) {
 		fprintf(stderr, "fs_bench: %s\n", err);
 		return 1;

@@ -33,6 +33,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "cli/host_env.h"
 #include "devices/net.h"
 #include "sandbox/sandbox.h"
 #include "store/guest_image.h"
@@ -420,6 +421,7 @@ int main(int argc, char **argv)
 			return NB_EXIT_USAGE;
 		}
 	}
+	host_env_apply();
 	if (guest_image_resolve(NULL, NULL, &image, err, sizeof(err)) < 0) {
 		fprintf(stderr, "net_bench: %s\n", err);
 		return NB_EXIT_FAILED;

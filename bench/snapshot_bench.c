@@ -31,6 +31,7 @@
 
 #include <linux/vm_sockets.h>
 
+#include "cli/host_env.h"
 #include "boot_measure.h"
 #include "common/log.h"
 #include "host/control_channel.h"
@@ -685,7 +686,7 @@ int main(int argc, char **argv)
 	if (rc != 0)
 		return rc < 0 ? 0 : rc;
 	log_set_level(LOG_LEVEL_WARN);
-	log_init_from_env();
+	host_env_apply();
 	if (guest_image_resolve(o.kernel, o.initramfs, &image, err, sizeof(err)) < 0) {
 		fprintf(stderr, "snapshot_bench: %s\n", err);
 		return SB_EXIT_FAILED;

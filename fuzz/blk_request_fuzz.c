@@ -52,7 +52,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	uint8_t *ram;
 
 	if (!logging_configured) {
-		log_init_from_env();
+		log_set_level_name(getenv(LOG_LEVEL_ENV));
 		logging_configured = true;
 	}
 	if (size < FUZZ_HEADER_BYTES || fuzz_disk_reset() < 0)

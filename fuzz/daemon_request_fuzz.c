@@ -132,7 +132,7 @@ static void daemon_fuzz_string(enum daemon_fuzz_parser parser, const char *text)
 		daemon_fuzz_route(text);
 		break;
 	case DAEMON_FUZZ_ADDRESS:
-		daemon_address_parse(text, &address, err_text, sizeof(err_text));
+		daemon_address_parse(text, NULL, &address, err_text, sizeof(err_text));
 		break;
 	default:
 		break;

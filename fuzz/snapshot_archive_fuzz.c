@@ -18,6 +18,7 @@
 #include "portable/snapshot_archive.h"
 #include "store/snapshot_store.h"
 #include "store/store_fs.h"
+#include "store/store_settings.h"
 
 #define FUZZ_ERR_MAX 1024
 
@@ -78,7 +79,8 @@ static void fuzz_check_archive(const uint8_t *data, size_t size)
 		if (!mkdtemp(fuzz_home))
 			abort();
 		atexit(fuzz_cleanup);
-		setenv("VOIDBOX_HOME", fuzz_home, 1);
+		if (store_settings_set(&(struct store_settings){ .voidbox_home = fuzz_home }) < 0)
+			abort();
 		snprintf(fuzz_archive, sizeof(fuzz_archive), "%s/input.vbsnap", fuzz_home);
 		snprintf(fuzz_store, sizeof(fuzz_store), "%s/%s", fuzz_home, SNAPSHOT_STORE_DIR_NAME);
 	}

@@ -50,7 +50,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	static bool logging_configured;
 
 	if (!logging_configured) {
-		log_init_from_env();
+		log_set_level_name(getenv(LOG_LEVEL_ENV));
 		logging_configured = true;
 	}
 	if (size < FUZZ_HEADER_BYTES)

@@ -83,7 +83,7 @@ static int fuzz_init_once(void)
 	if (fuzz.dev)
 		return 0;
 	fuzz.host_fd = -1;
-	log_init_from_env();
+	log_set_level_name(getenv(LOG_LEVEL_ENV));
 	if (fake_guest_init(&fuzz.guest))
 		return -1;
 	snprintf(fuzz.path, sizeof(fuzz.path), "/tmp/voidbox-vsock-fuzz-%d.sock", (int)getpid());

@@ -62,6 +62,9 @@ int cli_run_submit(const struct cli_globals *globals, const char *url, const cha
 struct sandbox;
 struct sandbox_config;
 struct sandbox_host_settings;
+struct daemon_env;
+struct spec;
+struct spec_diagnostics;
 struct proto_bytes;
 struct proto_exec_request;
 struct guest_image_paths;
@@ -98,6 +101,15 @@ bool cli_parse_uint(const char *command, const char *flag, const char *text, uns
 const struct sandbox_host_settings *cli_host_settings(void);
 /* VOIDBOX_MAX_PARALLEL_VMS (1..64): the VMs a pipeline's fan_out may run at once; 0: default. */
 unsigned cli_max_parallel_vms(void);
+/*
+ * The daemon's default paths' variables (XDG_RUNTIME_DIR, XDG_CONFIG_HOME, HOME,
+ * VOIDBOX_STATE_DIR) for `voidbox serve` and the daemon clients.
+ */
+const struct daemon_env *cli_daemon_env(void);
+/* spec_load_file with the host's environment (host_env_lookup) for copy-from-host entries. */
+struct spec *cli_spec_load(const char *path, struct spec_diagnostics *diag);
+/* $SOURCE_DATE_EPOCH as an image archive's mtime (reproducible builds); 0 when unset. */
+uint32_t cli_source_date_epoch(void);
 
 /* Reads all of stdin when it is a pipe or file; a terminal's stdin is left alone. */
 int cli_exec_read_stdin(struct proto_bytes *out);

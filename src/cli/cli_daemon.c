@@ -130,7 +130,7 @@ static int cli_daemon_client(const char *command, const char *url, const char *t
 		url = getenv(CLI_DAEMON_URL_ENV);
 	if (!token_file)
 		token_file = getenv(CLI_DAEMON_TOKEN_ENV);
-	if (daemon_client_init(client, url, token_file, err, sizeof(err)) < 0) {
+	if (daemon_client_init(client, url, token_file, cli_daemon_env(), err, sizeof(err)) < 0) {
 		fprintf(stderr, "voidbox %s: %s\n", command, err);
 		return CLI_EXIT_USAGE;
 	}
@@ -236,7 +236,8 @@ int cli_serve_run(const struct cli_globals *globals, int argc, char **argv)
 	status = cli_daemon_parse(argc, argv, &args, "listen token-file state-dir");
 	if (status != 0)
 		return status < 0 ? CLI_EXIT_OK : status;
-	if (daemon_address_parse(args.listen, &config.address, err, sizeof(err)) < 0) {
+	config.env = cli_daemon_env();
+	if (daemon_address_parse(args.listen, config.env, &config.address, err, sizeof(err)) < 0) {
 		fprintf(stderr, "voidbox serve: %s\n", err);
 		return CLI_EXIT_USAGE;
 	}

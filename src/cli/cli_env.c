@@ -1,16 +1,20 @@
 /*
- * The host environment variables that tune sandboxes, read in this one place: the layers
- * below the CLI take what they need as sandbox_host_settings and never call getenv. A value
- * that does not parse is ignored with a warning that names it, so a typo never silently
- * changes a timeout.
+ * The host environment variables of the CLI's commands, read in this one place: the layers
+ * below the CLI take what they need as sandbox_host_settings, daemon_env, the image build's
+ * archive_mtime and spec load options, and never call getenv (host_env.c hands the store and
+ * the logger theirs). A value that does not parse is ignored with a warning that names it, so
+ * a typo never silently changes a timeout.
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "cli/cli.h"
+#include "cli/host_env.h"
 #include "common/log.h"
 #include "common/parse_number.h"
+#include "daemon/daemon.h"
+#include "runtime/spec.h"
 #include "sandbox/sandbox.h"
 
 #define CLI_ENV_BOOT_TIMEOUT "VOIDBOX_BOOT_TIMEOUT_SECS"
@@ -25,6 +29,11 @@
 #define CLI_ENV_MS_PER_SEC 1000
 #define CLI_ENV_MAX_PARALLEL_VMS "VOIDBOX_MAX_PARALLEL_VMS"
 #define CLI_ENV_MAX_PARALLEL_LIMIT 64u
+#define CLI_ENV_SOURCE_DATE_EPOCH "SOURCE_DATE_EPOCH"
+#define CLI_ENV_CONFIG_HOME "XDG_CONFIG_HOME"
+#define CLI_ENV_HOME "HOME"
+#define CLI_ENV_STATE_DIR "VOIDBOX_STATE_DIR"
+#define CLI_ENV_DECIMAL 10
 
 /* Seconds from name within [min, max] as milliseconds; 0 when unset or ignored. */
 static int cli_env_seconds_ms(const char *name, uint64_t min, uint64_t max, bool *set)
@@ -82,4 +91,29 @@ unsigned cli_max_parallel_vms(void)
 		return 0;
 	}
 	return (unsigned)value;
+}
+
+uint32_t cli_source_date_epoch(void)
+{
+	const char *epoch = getenv(CLI_ENV_SOURCE_DATE_EPOCH);
+
+	return epoch ? (uint32_t)strtoul(epoch, NULL, CLI_ENV_DECIMAL) : 0;
+}
+
+const struct daemon_env *cli_daemon_env(void)
+{
+	static struct daemon_env env;
+
+	env.runtime_dir = getenv(CLI_ENV_RUNTIME_DIR);
+	env.config_home = getenv(CLI_ENV_CONFIG_HOME);
+	env.home = getenv(CLI_ENV_HOME);
+	env.state_dir = getenv(CLI_ENV_STATE_DIR);
+	return &env;
+}
+
+struct spec *cli_spec_load(const char *path, struct spec_diagnostics *diag)
+{
+	static const struct spec_load_options options = { .env_lookup = host_env_lookup };
+
+	return spec_load_file_with(path, &options, diag);
 }

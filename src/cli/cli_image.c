@@ -158,6 +158,7 @@ static int cli_image_build(int argc, char **argv)
 			return CLI_EXIT_USAGE;
 		}
 	}
+	options.archive_mtime = cli_source_date_epoch();
 	options.agent_path = cli_image_find_agent(agent_flag, agent_buf, sizeof(agent_buf));
 	if (!options.agent_path) {
 		fprintf(stderr,

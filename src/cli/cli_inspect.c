@@ -170,7 +170,7 @@ int cli_inspect_run(const struct cli_globals *globals, int argc, char **argv)
 	if (status != 0)
 		return status < 0 ? CLI_EXIT_OK : status;
 	spec_diagnostics_init(&diag);
-	spec = spec_load_file(file, &diag);
+	spec = cli_spec_load(file, &diag);
 	if (diag.count)
 		spec_diagnostics_print(&diag, stderr);
 	spec_diagnostics_free(&diag);

@@ -29,6 +29,7 @@
 #include <jansson.h>
 
 #include "cli/cli.h"
+#include "cli/host_env.h"
 #include "common/log.h"
 #include "daemon/daemon.h"
 #include "runtime/agent.h"
@@ -376,6 +377,7 @@ static void cli_run_agent_options(const struct cli_run_args *args, struct agent_
 	out->serial_log_path = args->workflow.serial_log_path;
 	out->host = cli_host_settings();
 	out->default_timeout_secs = args->workflow.default_timeout_secs;
+	out->host_env = host_env_lookup;
 }
 
 /* Checks spec for its kind; prints the errors with their positions. True when it can run. */
@@ -537,7 +539,7 @@ int cli_run_run(const struct cli_globals *globals, int argc, char **argv)
 		return status;
 	}
 	spec_diagnostics_init(&diag);
-	spec = spec_load_file(args.file, &diag);
+	spec = cli_spec_load(args.file, &diag);
 	if (diag.count)
 		spec_diagnostics_print(&diag, stderr);
 	spec_diagnostics_free(&diag);

@@ -110,7 +110,7 @@ int cli_skills_run(const struct cli_globals *globals, int argc, char **argv)
 		return CLI_EXIT_USAGE;
 	}
 	spec_diagnostics_init(&diag);
-	spec = spec_load_file(file, &diag);
+	spec = cli_spec_load(file, &diag);
 	if (diag.count)
 		spec_diagnostics_print(&diag, stderr);
 	spec_diagnostics_free(&diag);

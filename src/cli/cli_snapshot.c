@@ -304,7 +304,7 @@ static int cli_snapshot_apply_spec(struct cli_snapshot_create *c, struct spec **
 	struct spec_diagnostics diag;
 
 	spec_diagnostics_init(&diag);
-	*spec = spec_load_file(c->spec_path, &diag);
+	*spec = cli_spec_load(c->spec_path, &diag);
 	if (!*spec) {
 		spec_diagnostics_print(&diag, stderr);
 		spec_diagnostics_free(&diag);

@@ -110,7 +110,7 @@ int cli_validate_run(const struct cli_globals *globals, int argc, char **argv)
 	if (status != 0)
 		return status < 0 ? CLI_EXIT_OK : status;
 	spec_diagnostics_init(&diag);
-	spec = spec_load_file(file, &diag);
+	spec = cli_spec_load(file, &diag);
 	status = spec ? CLI_EXIT_OK : CLI_EXIT_FAILURE;
 	if (globals->output == CLI_OUTPUT_JSON) {
 		if (cli_validate_print_json(file, spec, &diag) < 0)

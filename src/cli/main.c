@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "cli/cli.h"
+#include "cli/host_env.h"
 #include "common/log.h"
 
 static const struct cli_command cli_commands[] = {
@@ -63,7 +64,8 @@ int main(int argc, char **argv)
 	int arg_index = 1;
 
 	log_set_level(LOG_LEVEL_WARN);
-	log_init_from_env();
+	if (host_env_apply() < 0)
+		return CLI_EXIT_FAILURE;
 
 	while (arg_index < argc && argv[arg_index][0] == '-') {
 		const char *flag = argv[arg_index];

@@ -6,7 +6,6 @@
 #include "common/log.h"
 
 #include <pthread.h>
-#include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 #include <time.h>
@@ -41,9 +40,9 @@ enum log_level log_get_level(void)
 	return current_level;
 }
 
-void log_init_from_env(void)
+void log_set_level_name(const char *name)
 {
-	int level = log_level_parse(getenv("VOIDBOX_LOG_LEVEL"));
+	int level = log_level_parse(name);
 
 	if (level >= 0)
 		current_level = (enum log_level)level;

@@ -24,8 +24,11 @@ enum log_level {
 int log_level_parse(const char *name);
 void log_set_level(enum log_level level);
 enum log_level log_get_level(void);
-/* Reads VOIDBOX_LOG_LEVEL when set; keeps the current level otherwise. */
-void log_init_from_env(void);
+/* The variable entry points read the level from. */
+#define LOG_LEVEL_ENV "VOIDBOX_LOG_LEVEL"
+/* Sets the level log_level_parse names (entry points pass $VOIDBOX_LOG_LEVEL); NULL or an
+ * unknown name keeps the current level. */
+void log_set_level_name(const char *name);
 /* Redirects output (default stderr); NULL silences everything. */
 void log_set_stream(FILE *stream);
 

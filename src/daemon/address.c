@@ -18,9 +18,11 @@
 #define ADDRESS_DEFAULT_SOCKET_NAME "voidbox.sock"
 #define ADDRESS_TOKEN_NAME "daemon-token"
 
-void daemon_default_socket(char *out, size_t out_len)
+static const struct daemon_env address_no_env;
+
+void daemon_default_socket(const struct daemon_env *env, char *out, size_t out_len)
 {
-	const char *runtime_dir = getenv("XDG_RUNTIME_DIR");
+	const char *runtime_dir = (env ? env : &address_no_env)->runtime_dir;
 
 	if (runtime_dir && runtime_dir[0] == '/')
 		snprintf(out, out_len, "%s/%s", runtime_dir, ADDRESS_DEFAULT_SOCKET_NAME);
@@ -28,10 +30,10 @@ void daemon_default_socket(char *out, size_t out_len)
 		snprintf(out, out_len, "/tmp/voidbox-%u.sock", (unsigned)getuid());
 }
 
-int daemon_default_token_file(char *out, size_t out_len)
+int daemon_default_token_file(const struct daemon_env *env, char *out, size_t out_len)
 {
-	const char *config = getenv("XDG_CONFIG_HOME");
-	const char *home = getenv("HOME");
+	const char *config = (env ? env : &address_no_env)->config_home;
+	const char *home = (env ? env : &address_no_env)->home;
 
 	if (config && config[0] == '/')
 		snprintf(out, out_len, "%s/voidbox/%s", config, ADDRESS_TOKEN_NAME);
@@ -68,12 +70,13 @@ static int address_parse_tcp(const char *text, struct daemon_address *out, char 
 	return 0;
 }
 
-int daemon_address_parse(const char *text, struct daemon_address *out, char *err, size_t errlen)
+int daemon_address_parse(const char *text, const struct daemon_env *env,
+			 struct daemon_address *out, char *err, size_t errlen)
 {
 	memset(out, 0, sizeof(*out));
 	if (!text) {
 		out->kind = DAEMON_LISTEN_UNIX;
-		daemon_default_socket(out->path, sizeof(out->path));
+		daemon_default_socket(env, out->path, sizeof(out->path));
 		return 0;
 	}
 	if (strncmp(text, ADDRESS_UNIX_PREFIX, strlen(ADDRESS_UNIX_PREFIX)) == 0) {

@@ -54,18 +54,18 @@ static int client_read_token(const char *path, char *token, size_t size, char *e
 }
 
 int daemon_client_init(struct daemon_client *client, const char *url, const char *token_file,
-		       char *err, size_t errlen)
+		       const struct daemon_env *env, char *err, size_t errlen)
 {
 	char path[CLIENT_URL_MAX];
 	int rc;
 
 	memset(client, 0, sizeof(*client));
-	rc = daemon_address_parse(url, &client->address, err, errlen);
+	rc = daemon_address_parse(url, env, &client->address, err, errlen);
 	if (rc < 0 || client->address.kind != DAEMON_LISTEN_TCP)
 		return rc;
 	if (token_file)
 		snprintf(path, sizeof(path), "%s", token_file);
-	else if (daemon_default_token_file(path, sizeof(path)) < 0) {
+	else if (daemon_default_token_file(env, path, sizeof(path)) < 0) {
 		snprintf(err, errlen, "a tcp daemon needs a token: pass --token-file");
 		return -ENOENT;
 	}

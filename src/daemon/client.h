@@ -28,10 +28,11 @@ struct daemon_response {
 
 /*
  * url: unix://PATH, tcp://HOST:PORT or NULL (the default socket). token_file: read for TCP
- * (NULL: the default token file). 0, or negative errno with err set.
+ * (NULL: the default token file). env: the defaults' variables (NULL: unset). 0, or negative
+ * errno with err set.
  */
 int daemon_client_init(struct daemon_client *client, const char *url, const char *token_file,
-		       char *err, size_t errlen);
+		       const struct daemon_env *env, char *err, size_t errlen);
 
 /* One request; body NULL sends none. 0 once any HTTP response arrived, else -EIO with err. */
 int daemon_client_request(const struct daemon_client *client, const char *method,

@@ -44,8 +44,8 @@ uint64_t daemon_monotonic_ms(void)
 
 static int daemon_resolve_state_dir(const struct daemon_config *config, char *out, size_t len)
 {
-	const char *env = getenv("VOIDBOX_STATE_DIR");
-	const char *home = getenv("HOME");
+	const char *env = config->env ? config->env->state_dir : NULL;
+	const char *home = config->env ? config->env->home : NULL;
 	int n;
 
 	if (config->state_dir)
@@ -94,7 +94,7 @@ static int daemon_load_token(struct daemon *d, const struct daemon_config *confi
 		return 0;
 	if (config->token_file) {
 		snprintf(path, sizeof(path), "%s", config->token_file);
-	} else if (daemon_default_token_file(path, sizeof(path)) < 0) {
+	} else if (daemon_default_token_file(config->env, path, sizeof(path)) < 0) {
 		snprintf(err, errlen, "tcp needs a token: pass --token-file FILE");
 		return -ENOENT;
 	}

@@ -25,24 +25,41 @@ struct daemon_address {
 	unsigned port;  /* tcp: 0 picks a free port, printed at startup */
 };
 
+/*
+ * The environment's part in the daemon's default paths. The CLI reads the variables
+ * (cli_daemon_env) and passes this in; nothing in src/daemon reads the environment. A NULL
+ * pointer or field is unset.
+ */
+struct daemon_env {
+	const char *runtime_dir; /* $XDG_RUNTIME_DIR: the default socket's directory */
+	const char *config_home; /* $XDG_CONFIG_HOME: the default token file's */
+	const char *home;	 /* $HOME: for ~/.config and ~/.local/state */
+	const char *state_dir;	 /* $VOIDBOX_STATE_DIR */
+};
+
 struct daemon_config {
 	struct daemon_address address;
+	const struct daemon_env *env; /* NULL: every variable unset */
 	const char *token_file; /* tcp only; NULL: the default path (docs/daemon.md) */
-	const char *state_dir;  /* NULL: $VOIDBOX_STATE_DIR or ~/.local/state/voidbox */
+	const char *state_dir;  /* NULL: env->state_dir or ~/.local/state/voidbox */
 	const char *voidbox_exe; /* the binary that runs each run (normally /proc/self/exe) */
 };
 
 /*
- * Parses unix://PATH, tcp://HOST:PORT or NULL (the default socket) into out. 0, or -EINVAL
- * with err saying what the form should be.
+ * Parses unix://PATH, tcp://HOST:PORT or NULL (the default socket, from env) into out. 0, or
+ * -EINVAL with err saying what the form should be.
  */
-int daemon_address_parse(const char *text, struct daemon_address *out, char *err, size_t errlen);
+int daemon_address_parse(const char *text, const struct daemon_env *env,
+			 struct daemon_address *out, char *err, size_t errlen);
 
 /* The default per-user socket: $XDG_RUNTIME_DIR/voidbox.sock, else /tmp/voidbox-$UID.sock. */
-void daemon_default_socket(char *out, size_t out_len);
+void daemon_default_socket(const struct daemon_env *env, char *out, size_t out_len);
 
-/* The token file used when --token-file is not given: $XDG_CONFIG_HOME/voidbox/daemon-token. */
-int daemon_default_token_file(char *out, size_t out_len);
+/*
+ * The token file used when --token-file is not given: $XDG_CONFIG_HOME/voidbox/daemon-token,
+ * else ~/.config/voidbox/daemon-token; -ENOENT without either variable.
+ */
+int daemon_default_token_file(const struct daemon_env *env, char *out, size_t out_len);
 
 /*
  * Serves until SIGINT or SIGTERM. Prints "voidbox serve: listening on ADDRESS" on stdout once

@@ -44,6 +44,7 @@
 
 #include "common/log.h"
 #include "devices/blk.h"
+#include "devices/virtio_attach.h"
 #include "vmm/device.h"
 
 #define BLK_LOG "blk"
@@ -569,12 +570,8 @@ static int blk_vm_save(void *opaque, struct byte_writer *out)
 	struct blk_identity id;
 	struct stat st;
 
-	virtio_mmio_state_get(dev->transport, &state);
-	pthread_mutex_lock(&dev->lock); /* released by blk_vm_resume: no request runs */
-	if (dev->queue && state.queue_count >= BLK_QUEUE_COUNT) {
-		state.queues[0].last_avail_idx = dev->queue->last_avail_idx;
-		state.queues[0].used_idx = dev->queue->used_idx;
-	}
+	/* dev->lock stays held until blk_vm_resume: no request runs */
+	virtio_mmio_state_get_held(dev->transport, &state);
 	if (fstat(dev->disk.fd, &st) < 0)
 		return -errno;
 	blk_identity_of(&st, &id);
@@ -631,46 +628,52 @@ static const struct vm_device_ops blk_vm_ops = {
 	.destroy = blk_vm_destroy,
 };
 
+/* What blk_attach_create builds on: the open disk, whose fd the device takes on success. */
+struct blk_attach_ctx {
+	const char *path;
+	struct blk_disk disk;
+	bool taken;
+};
+
+static int blk_attach_create(void *opaque, const struct guest_memory *mem, struct irq_line irq,
+			     struct virtio_attached *out, char *err, size_t errlen)
+{
+	struct blk_attach_ctx *ctx = opaque;
+	struct blk_device *dev = blk_device_create(mem, irq, &ctx->disk, BLK_WORKER_THREAD, err,
+						   errlen);
+
+	if (!dev)
+		return -ENOMEM;
+	ctx->taken = true;
+	snprintf(dev->path, sizeof(dev->path), "%s", ctx->path);
+	out->dev = dev;
+	out->transport = dev->transport;
+	return 0;
+}
+
 /* Opens one disk (the config's, or the one a snapshot section names) and attaches it. */
 static int blk_vm_attach(struct vm *vm, const char *path, bool read_only,
 			 const struct blk_identity *saved_id, char *err, size_t errlen)
 {
-	struct vm_virtio_mmio_slot slot;
+	struct blk_attach_ctx ctx = { .path = path };
+	char what[PATH_MAX + sizeof("the disk ")];
+	const struct virtio_attach spec = {
+		.type = &blk_device_type, .what = what, .create = blk_attach_create, .ctx = &ctx,
+	};
 	struct blk_identity id;
-	struct blk_device *dev;
-	struct blk_disk disk;
 	int rc;
 
-	if (strlen(path) >= sizeof(dev->path)) {
+	if (strlen(path) >= sizeof(((struct blk_device *)NULL)->path)) {
 		snprintf(err, errlen, "the disk path %.64s... is too long", path);
 		return -ENAMETOOLONG;
 	}
-	rc = blk_disk_open(path, read_only, saved_id, &disk, &id, err, errlen);
+	snprintf(what, sizeof(what), "the disk %s", path);
+	rc = blk_disk_open(path, read_only, saved_id, &ctx.disk, &id, err, errlen);
 	if (rc < 0)
 		return rc;
-	rc = vm_virtio_mmio_slot_reserve(vm, &slot);
-	if (rc < 0) {
-		snprintf(err, errlen, "no virtio-mmio slot left for the disk %s", path);
-		close(disk.fd);
-		return rc;
-	}
-	dev = blk_device_create(vm_guest_memory(vm), slot.irq, &disk, BLK_WORKER_THREAD, err,
-				errlen);
-	if (!dev) {
-		close(disk.fd);
-		return -ENOMEM;
-	}
-	snprintf(dev->path, sizeof(dev->path), "%s", path);
-	rc = vm_device_attach(vm, &blk_device_type, dev);
-	if (rc < 0) {
-		blk_free(dev);
-		snprintf(err, errlen, "too many devices for the disk %s: %s", path, strerror(-rc));
-		return rc;
-	}
-	rc = vm_virtio_mmio_slot_attach(vm, &slot, virtio_mmio_access, dev->transport);
-	if (rc < 0)
-		snprintf(err, errlen, "cannot attach the disk %s at 0x%" PRIx64 ": %s", path,
-			 slot.base, strerror(-rc));
+	rc = virtio_attach(vm, &spec, err, errlen);
+	if (rc < 0 && !ctx.taken)
+		close(ctx.disk.fd);
 	return rc;
 }
 

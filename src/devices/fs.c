@@ -27,20 +27,18 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <linux/kvm.h>
 #include <sys/eventfd.h>
-#include <sys/ioctl.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
 #include "common/log.h"
+#include "devices/virtio_attach.h"
 #include "vmm/device.h"
 
 #define FS_STATE_VERSION 1u
 #define FS_QUEUE_NUM_MAX 256
 #define FS_CONFIG_SIZE (FS_TAG_LEN + sizeof(uint32_t))
 #define FS_REQUEST_QUEUES 1u
-#define FS_NOTIFY_WIDTH 4u /* QUEUE_NOTIFY is a 32-bit register */
 
 static const char *const log_module = "virtio-fs";
 static pthread_once_t fs_fd_limit_once = PTHREAD_ONCE_INIT;
@@ -330,12 +328,7 @@ static int fs_vm_save(void *opaque, struct byte_writer *out)
 	struct fs_device *dev = opaque;
 	struct virtio_mmio_state state;
 
-	virtio_mmio_state_get(dev->transport, &state);
-	pthread_mutex_lock(&dev->lock); /* released by fs_vm_resume */
-	for (unsigned int i = 0; dev->queues && i < FS_QUEUE_COUNT && i < state.queue_count; i++) {
-		state.queues[i].last_avail_idx = dev->queues[i].last_avail_idx;
-		state.queues[i].used_idx = dev->queues[i].used_idx;
-	}
+	virtio_mmio_state_get_held(dev->transport, &state); /* dev->lock, until fs_vm_resume */
 	byte_writer_string(out, dev->tag);
 	byte_writer_string(out, dev->host_dir);
 	byte_writer_u8(out, (uint8_t)dev->access);
@@ -418,55 +411,38 @@ static const struct vm_device_ops fs_vm_ops = {
 };
 
 /*
- * Binds the QUEUE_NOTIFY register to the worker's eventfd in KVM: a notify then wakes the
- * worker without leaving the kernel, instead of an MMIO exit to a vCPU thread that writes the
- * eventfd itself (each request waits for one notify, so this is most of a small request's
- * cost under nested virtualization). Without it the MMIO path still works.
+ * A notify only wakes the worker: bound in KVM (kick_fd) it does so without an exit to a vCPU
+ * thread (each request waits for one notify, so this is most of a small request's cost under
+ * nested virtualization).
  */
-static void fs_bind_notify(struct fs_device *dev, int kvm_fd, uint64_t base)
+static int fs_attach_create(void *ctx, const struct guest_memory *mem, struct irq_line irq,
+			    struct virtio_attached *out, char *err, size_t errlen)
 {
-	struct kvm_ioeventfd notify = { .addr = base + VIRTIO_MMIO_QUEUE_NOTIFY,
-					.len = FS_NOTIFY_WIDTH, .fd = dev->kick_fd };
+	struct fs_device_config *cfg = ctx;
+	struct fs_device *dev;
 
-	if (kvm_fd < 0 || ioctl(kvm_fd, KVM_IOEVENTFD, &notify) < 0)
-		log_debug(log_module, "%s: notifies take the MMIO path: %s", dev->tag,
-			  kvm_fd < 0 ? "no KVM fd" : strerror(errno));
+	cfg->mem = mem;
+	cfg->irq = irq;
+	dev = fs_device_create(cfg, err, errlen);
+	if (!dev)
+		return -EIO;
+	*out = (struct virtio_attached){ .dev = dev, .transport = dev->transport,
+					 .kick_fd = dev->kick_fd };
+	return 0;
 }
 
 static int fs_vm_attach(struct vm *vm, const char *tag, const char *host_dir,
 			enum fuse_server_access access, char *err, size_t errlen)
 {
-	struct vm_virtio_mmio_slot slot;
-	struct fs_device *dev;
-	int rc = vm_virtio_mmio_slot_reserve(vm, &slot);
-
-	if (rc < 0) {
-		snprintf(err, errlen, "no virtio-mmio slot left for the share %s: use fewer "
-			 "mounts", host_dir);
-		return rc;
-	}
 	struct fs_device_config cfg = { .tag = tag, .host_dir = host_dir, .access = access,
-					.mem = vm_guest_memory(vm), .irq = slot.irq,
 					.worker_mode = FS_WORKER_THREAD };
+	char what[PATH_MAX + sizeof("the share ")];
+	const struct virtio_attach spec = {
+		.type = &fs_device_type, .what = what, .create = fs_attach_create, .ctx = &cfg,
+	};
 
-	dev = fs_device_create(&cfg, err, errlen);
-	if (!dev)
-		return -EIO;
-	rc = vm_device_attach(vm, &fs_device_type, dev);
-	if (rc < 0) {
-		fs_device_destroy(dev);
-		snprintf(err, errlen, "too many devices for the share %s: %s", host_dir,
-			 strerror(-rc));
-		return rc;
-	}
-	rc = vm_virtio_mmio_slot_attach(vm, &slot, virtio_mmio_access, dev->transport);
-	if (rc < 0) {
-		snprintf(err, errlen, "cannot attach the share %s at 0x%" PRIx64 ": %s", host_dir,
-			 slot.base, strerror(-rc));
-		return rc;
-	}
-	fs_bind_notify(dev, vm_kvm_fd(vm), slot.base);
-	return 0;
+	snprintf(what, sizeof(what), "the share %s", host_dir);
+	return virtio_attach(vm, &spec, err, errlen);
 }
 
 /* A cold boot makes one device per share the config names; a restore, the one saved. */

@@ -27,6 +27,7 @@
 #include <limits.h>
 #include <linux/fuse.h>
 #include <linux/openat2.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -700,19 +701,33 @@ static int change_dir_fd(struct fuse_op_ctx *ctx, uint64_t nodeid)
 	return fd;
 }
 
+/*
+ * The start of every op that changes an entry of the request's directory: its fixed-size
+ * argument (none when in is NULL), the entry's name, and the directory's fd (EROFS on a
+ * read-only share). The fd, or -errno.
+ */
+static int change_args(struct fuse_op_ctx *ctx, void *in, size_t in_size, const char **name)
+{
+	int rc;
+
+	if (in && !req_copy(ctx->req, in, in_size))
+		return -EINVAL;
+	rc = req_name(ctx->req, name);
+	if (rc < 0)
+		return rc;
+	return change_dir_fd(ctx, ctx->hdr->nodeid);
+}
+
 static int op_symlink(struct fuse_op_ctx *ctx)
 {
 	const char *name, *target;
-	int dirfd, rc = req_name(ctx->req, &name);
+	int dirfd = change_args(ctx, NULL, 0, &name);
 
-	if (rc < 0)
-		return rc;
+	if (dirfd < 0)
+		return dirfd;
 	target = req_string(ctx->req, PATH_MAX - 1);
 	if (!target || target[0] == '\0')
 		return -EINVAL;
-	dirfd = change_dir_fd(ctx, ctx->hdr->nodeid);
-	if (dirfd < 0)
-		return dirfd;
 	if (symlinkat(target, dirfd, name) < 0)
 		return -errno;
 	return reply_entry_of(ctx->s, ctx->hdr->nodeid, name, ctx->rep);
@@ -722,18 +737,12 @@ static int op_mknod(struct fuse_op_ctx *ctx)
 {
 	struct fuse_mknod_in in;
 	const char *name;
-	int dirfd, fd, rc;
+	int dirfd = change_args(ctx, &in, sizeof(in), &name), fd;
 
-	if (!req_copy(ctx->req, &in, sizeof(in)))
-		return -EINVAL;
-	rc = req_name(ctx->req, &name);
-	if (rc < 0)
-		return rc;
-	if ((in.mode & S_IFMT) != S_IFREG)
-		return -EPERM; /* devices, fifos and sockets stay out of the user's directory */
-	dirfd = change_dir_fd(ctx, ctx->hdr->nodeid);
 	if (dirfd < 0)
 		return dirfd;
+	if ((in.mode & S_IFMT) != S_IFREG)
+		return -EPERM; /* devices, fifos and sockets stay out of the user's directory */
 	fd = fuse_openat_beneath(dirfd, name, O_CREAT | O_EXCL | O_WRONLY, in.mode & ALLPERMS,
 				 FUSE_RESOLVE_FLAGS);
 	if (fd < 0)
@@ -746,14 +755,8 @@ static int op_mkdir(struct fuse_op_ctx *ctx)
 {
 	struct fuse_mkdir_in in;
 	const char *name;
-	int dirfd, rc;
+	int dirfd = change_args(ctx, &in, sizeof(in), &name);
 
-	if (!req_copy(ctx->req, &in, sizeof(in)))
-		return -EINVAL;
-	rc = req_name(ctx->req, &name);
-	if (rc < 0)
-		return rc;
-	dirfd = change_dir_fd(ctx, ctx->hdr->nodeid);
 	if (dirfd < 0)
 		return dirfd;
 	if (mkdirat(dirfd, name, in.mode & ALLPERMS) < 0)
@@ -764,11 +767,8 @@ static int op_mkdir(struct fuse_op_ctx *ctx)
 static int remove_entry(struct fuse_op_ctx *ctx, int flags)
 {
 	const char *name;
-	int dirfd, rc = req_name(ctx->req, &name);
+	int dirfd = change_args(ctx, NULL, 0, &name);
 
-	if (rc < 0)
-		return rc;
-	dirfd = change_dir_fd(ctx, ctx->hdr->nodeid);
 	if (dirfd < 0)
 		return dirfd;
 	return unlinkat(dirfd, name, flags) < 0 ? -errno : 0;
@@ -819,22 +819,16 @@ static int op_link(struct fuse_op_ctx *ctx)
 	char path[FUSE_PROC_FD_PATH_MAX];
 	const char *name;
 	uint32_t slot;
-	int dirfd, rc;
+	int dirfd = change_args(ctx, &in, sizeof(in), &name), rc;
 
-	if (!req_copy(ctx->req, &in, sizeof(in)))
-		return -EINVAL;
-	rc = req_name(ctx->req, &name);
-	if (rc < 0)
-		return rc;
+	if (dirfd < 0)
+		return dirfd;
 	rc = node_slot(ctx->s, in.oldnodeid, &slot);
 	if (rc < 0)
 		return rc;
 	/* /proc/self/fd of a symlink could resolve to its target: only files are linked */
 	if (ctx->s->inodes[slot].type != S_IFREG)
 		return -EPERM;
-	dirfd = change_dir_fd(ctx, ctx->hdr->nodeid);
-	if (dirfd < 0)
-		return dirfd;
 	fuse_proc_path(path, ctx->s->inodes[slot].fd);
 	if (linkat(AT_FDCWD, path, dirfd, name, AT_SYMLINK_FOLLOW) < 0)
 		return -errno;
@@ -887,14 +881,8 @@ static int op_create(struct fuse_op_ctx *ctx)
 		struct fuse_open_out open;
 	} out = { 0 };
 	const char *name;
-	int dirfd, fd, flags, rc;
+	int dirfd = change_args(ctx, &in, sizeof(in), &name), fd, flags, rc;
 
-	if (!req_copy(ctx->req, &in, sizeof(in)))
-		return -EINVAL;
-	rc = req_name(ctx->req, &name);
-	if (rc < 0)
-		return rc;
-	dirfd = change_dir_fd(ctx, ctx->hdr->nodeid);
 	if (dirfd < 0)
 		return dirfd;
 	flags = ((int)in.flags & ~(O_NOCTTY | O_DIRECTORY)) | O_CREAT;
@@ -914,16 +902,34 @@ static int op_create(struct fuse_op_ctx *ctx)
 	return reply_put(ctx->rep, &out, sizeof(out));
 }
 
+/*
+ * The start of every op on an open handle: its argument, whose first field is the handle
+ * (fh) in every such fuse_*_in, and the handle's fd if it is of kind. The fd, or -errno.
+ */
+static int handle_args(struct fuse_op_ctx *ctx, void *in, size_t in_size,
+		       enum fuse_handle_kind kind)
+{
+	uint64_t fh;
+
+	if (in_size < sizeof(fh) || !req_copy(ctx->req, in, in_size))
+		return -EINVAL;
+	memcpy(&fh, in, sizeof(fh));
+	return handle_fd(ctx->s, fh, kind);
+}
+
+_Static_assert(offsetof(struct fuse_read_in, fh) == 0, "handle_args reads fh first");
+_Static_assert(offsetof(struct fuse_write_in, fh) == 0, "handle_args reads fh first");
+_Static_assert(offsetof(struct fuse_fsync_in, fh) == 0, "handle_args reads fh first");
+_Static_assert(offsetof(struct fuse_fallocate_in, fh) == 0, "handle_args reads fh first");
+_Static_assert(offsetof(struct fuse_lseek_in, fh) == 0, "handle_args reads fh first");
+
 static int op_read(struct fuse_op_ctx *ctx)
 {
 	struct fuse_read_in in;
 	size_t size;
 	ssize_t got;
-	int fd;
+	int fd = handle_args(ctx, &in, sizeof(in), FUSE_HANDLE_FILE);
 
-	if (!req_copy(ctx->req, &in, sizeof(in)))
-		return -EINVAL;
-	fd = handle_fd(ctx->s, in.fh, FUSE_HANDLE_FILE);
 	if (fd < 0)
 		return fd;
 	if (in.offset > (uint64_t)INT64_MAX)
@@ -943,18 +949,15 @@ static int op_write(struct fuse_op_ctx *ctx)
 	struct fuse_write_in in;
 	struct fuse_write_out out = { 0 };
 	ssize_t done;
-	int fd;
+	int fd = handle_args(ctx, &in, sizeof(in), FUSE_HANDLE_FILE);
 
-	if (!req_copy(ctx->req, &in, sizeof(in)))
-		return -EINVAL;
+	if (fd < 0)
+		return fd;
 	if (in.size > FUSE_SERVER_MAX_WRITE || in.size > ctx->req->len - ctx->req->off ||
 	    in.offset > (uint64_t)INT64_MAX)
 		return -EINVAL;
 	if (read_only(ctx))
 		return -EROFS;
-	fd = handle_fd(ctx->s, in.fh, FUSE_HANDLE_FILE);
-	if (fd < 0)
-		return fd;
 	done = pwrite(fd, ctx->req->data + ctx->req->off, in.size, (off_t)in.offset);
 	if (done < 0)
 		return -errno;
@@ -989,11 +992,8 @@ static int op_release(struct fuse_op_ctx *ctx, enum fuse_handle_kind kind)
 static int sync_handle(struct fuse_op_ctx *ctx, enum fuse_handle_kind kind)
 {
 	struct fuse_fsync_in in;
-	int fd;
+	int fd = handle_args(ctx, &in, sizeof(in), kind);
 
-	if (!req_copy(ctx->req, &in, sizeof(in)))
-		return -EINVAL;
-	fd = handle_fd(ctx->s, in.fh, kind);
 	if (fd < 0)
 		return fd;
 	if ((in.fsync_flags & FUSE_FSYNC_FDATASYNC) ? fdatasync(fd) : fsync(fd))
@@ -1249,11 +1249,8 @@ static int readdir_common(struct fuse_op_ctx *ctx, bool plus)
 	struct fuse_handle *handle;
 	struct fuse_dir_stream *dir;
 	size_t limit;
-	int fd, rc;
+	int fd = handle_args(ctx, &in, sizeof(in), FUSE_HANDLE_DIR), rc;
 
-	if (!req_copy(ctx->req, &in, sizeof(in)))
-		return -EINVAL;
-	fd = handle_fd(ctx->s, in.fh, FUSE_HANDLE_DIR);
 	if (fd < 0)
 		return fd;
 	if (in.offset > (uint64_t)INT64_MAX)
@@ -1311,17 +1308,14 @@ static int op_access(struct fuse_op_ctx *ctx)
 static int op_fallocate(struct fuse_op_ctx *ctx)
 {
 	struct fuse_fallocate_in in;
-	int fd;
+	int fd = handle_args(ctx, &in, sizeof(in), FUSE_HANDLE_FILE);
 
-	if (!req_copy(ctx->req, &in, sizeof(in)))
-		return -EINVAL;
+	if (fd < 0)
+		return fd;
 	if (in.offset > (uint64_t)INT64_MAX || in.length > (uint64_t)INT64_MAX)
 		return -EINVAL;
 	if (read_only(ctx))
 		return -EROFS;
-	fd = handle_fd(ctx->s, in.fh, FUSE_HANDLE_FILE);
-	if (fd < 0)
-		return fd;
 	return fallocate(fd, (int)in.mode, (off_t)in.offset, (off_t)in.length) < 0 ? -errno : 0;
 }
 
@@ -1330,17 +1324,14 @@ static int op_lseek(struct fuse_op_ctx *ctx)
 	struct fuse_lseek_in in;
 	struct fuse_lseek_out out = { 0 };
 	off_t at;
-	int fd;
+	int fd = handle_args(ctx, &in, sizeof(in), FUSE_HANDLE_FILE);
 
-	if (!req_copy(ctx->req, &in, sizeof(in)))
-		return -EINVAL;
+	if (fd < 0)
+		return fd;
 	if (in.whence != SEEK_DATA && in.whence != SEEK_HOLE)
 		return -EINVAL;
 	if (in.offset > (uint64_t)INT64_MAX)
 		return -EINVAL;
-	fd = handle_fd(ctx->s, in.fh, FUSE_HANDLE_FILE);
-	if (fd < 0)
-		return fd;
 	at = lseek(fd, (off_t)in.offset, (int)in.whence);
 	if (at < 0)
 		return -errno;

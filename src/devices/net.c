@@ -41,6 +41,7 @@
 
 #include "common/log.h"
 #include "devices/net.h"
+#include "devices/virtio_attach.h"
 #include "devices/virtqueue.h"
 #include "vmm/device.h"
 
@@ -970,14 +971,27 @@ static const struct vm_device_ops net_vm_ops = {
 	.destroy = net_vm_destroy,
 };
 
+static int net_attach_create(void *ctx, const struct guest_memory *mem, struct irq_line irq,
+			     struct virtio_attached *out, char *err, size_t errlen)
+{
+	struct net_device *dev = net_device_create(ctx, mem, irq, err, errlen);
+
+	if (!dev)
+		return -EIO;
+	*out = (struct virtio_attached){ .dev = dev, .transport = dev->transport,
+					 .kick_fd = dev->kick_fd };
+	return 0;
+}
+
 /* Created when the config asks for a network; a restore takes the policy from the section. */
 static int net_vm_create(struct vm *vm, const struct vm_config *cfg,
 			 const struct vm_device_section *saved, char *err, size_t errlen)
 {
-	struct vm_virtio_mmio_slot slot;
 	struct net_config net_cfg;
-	struct net_device *dev;
-	int rc;
+	const struct virtio_attach spec = {
+		.type = &net_device_type, .what = "the network device",
+		.create = net_attach_create, .ctx = &net_cfg,
+	};
 
 	if (!saved && !cfg->network)
 		return 0;
@@ -994,34 +1008,7 @@ static int net_vm_create(struct vm *vm, const struct vm_config *cfg,
 	} else {
 		net_cfg = *cfg->network;
 	}
-	rc = vm_virtio_mmio_slot_reserve(vm, &slot);
-	if (rc < 0) {
-		snprintf(err, errlen, "no virtio-mmio slot left for the network device");
-		return rc;
-	}
-	dev = net_device_create(&net_cfg, vm_guest_memory(vm), slot.irq, err, errlen);
-	if (!dev)
-		return -EIO;
-	rc = vm_device_attach(vm, &net_device_type, dev);
-	if (rc < 0) {
-		net_device_destroy(dev);
-		snprintf(err, errlen, "too many devices for the network device: %s",
-			 strerror(-rc));
-		return rc;
-	}
-	rc = vm_virtio_mmio_slot_attach(vm, &slot, virtio_mmio_access, dev->transport);
-	if (rc < 0) {
-		snprintf(err, errlen, "cannot attach the network device at 0x%" PRIx64 ": %s",
-			 slot.base, strerror(-rc));
-		return rc;
-	}
-	/* a notify only wakes the worker, which serves both queues: no datamatch needed */
-	rc = vm_bind_doorbell(vm, slot.base + VIRTIO_MMIO_QUEUE_NOTIFY, sizeof(uint32_t),
-			      dev->kick_fd);
-	if (rc < 0)
-		log_debug(NET_LOG, "queue notifies go through user space: KVM_IOEVENTFD: %s",
-			  strerror(-rc));
-	return 0;
+	return virtio_attach(vm, &spec, err, errlen);
 }
 
 const struct vm_device_type net_device_type = {

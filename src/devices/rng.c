@@ -13,7 +13,6 @@
  * Its snapshot section is the transport's registers and ring indices.
  */
 #include <errno.h>
-#include <inttypes.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,6 +20,7 @@
 #include <sys/random.h>
 
 #include "devices/rng.h"
+#include "devices/virtio_attach.h"
 #include "devices/virtio_mmio.h"
 #include "devices/virtqueue.h"
 #include "vmm/device.h"
@@ -216,38 +216,32 @@ void rng_device_destroy(struct rng_device *dev)
 		rng_destroy(dev);
 }
 
-/* Every VM has one, unless its config turns it off. */
-static int rng_vm_create(struct vm *vm, const struct vm_config *cfg,
-			 const struct vm_device_section *saved, char *err, size_t errlen)
+static int rng_attach_create(void *ctx, const struct guest_memory *mem, struct irq_line irq,
+			     struct virtio_attached *out, char *err, size_t errlen)
 {
-	struct vm_virtio_mmio_slot slot;
-	struct rng_device *dev;
-	int rc;
+	struct rng_device *dev = rng_device_create(mem, irq);
 
-	if (!saved && cfg->no_entropy_device)
-		return 0;
-	rc = vm_virtio_mmio_slot_reserve(vm, &slot);
-	if (rc < 0) {
-		snprintf(err, errlen, "no virtio-mmio slot left for the entropy device");
-		return rc;
-	}
-	dev = rng_device_create(vm_guest_memory(vm), slot.irq);
+	(void)ctx;
 	if (!dev) {
 		snprintf(err, errlen, "out of memory creating the entropy device");
 		return -ENOMEM;
 	}
-	rc = vm_device_attach(vm, &rng_device_type, dev);
-	if (rc < 0) {
-		rng_destroy(dev);
-		snprintf(err, errlen, "too many devices for the entropy device: %s",
-			 strerror(-rc));
-		return rc;
-	}
-	rc = vm_virtio_mmio_slot_attach(vm, &slot, virtio_mmio_access, dev->transport);
-	if (rc < 0)
-		snprintf(err, errlen, "cannot attach the entropy device at 0x%" PRIx64 ": %s",
-			 slot.base, strerror(-rc));
-	return rc;
+	out->dev = dev;
+	out->transport = dev->transport;
+	return 0;
+}
+
+/* Every VM has one, unless its config turns it off. */
+static int rng_vm_create(struct vm *vm, const struct vm_config *cfg,
+			 const struct vm_device_section *saved, char *err, size_t errlen)
+{
+	const struct virtio_attach spec = {
+		.type = &rng_device_type, .what = "the entropy device", .create = rng_attach_create,
+	};
+
+	if (!saved && cfg->no_entropy_device)
+		return 0;
+	return virtio_attach(vm, &spec, err, errlen);
 }
 
 const struct vm_device_type rng_device_type = {

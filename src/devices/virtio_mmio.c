@@ -462,11 +462,10 @@ void virtio_mmio_write32(struct virtio_mmio *t, uint64_t offset, uint32_t value)
 	virtio_mmio_access(t, offset, (uint8_t *)&le, sizeof(le), true);
 }
 
-void virtio_mmio_state_get(struct virtio_mmio *t, struct virtio_mmio_state *state)
+/* Copies the registers and ring indices; the caller holds the lock and the device lock. */
+static void virtio_mmio_state_fill(struct virtio_mmio *t, struct virtio_mmio_state *state)
 {
 	memset(state, 0, sizeof(*state));
-	pthread_mutex_lock(&t->lock);
-	pthread_mutex_lock(t->device_lock);
 	state->device_features = t->ops->features;
 	state->driver_features = t->driver_features;
 	state->device_features_sel = t->device_features_sel;
@@ -488,7 +487,22 @@ void virtio_mmio_state_get(struct virtio_mmio *t, struct virtio_mmio_state *stat
 		qs->last_avail_idx = t->vqs[i].last_avail_idx;
 		qs->used_idx = t->vqs[i].used_idx;
 	}
+}
+
+void virtio_mmio_state_get(struct virtio_mmio *t, struct virtio_mmio_state *state)
+{
+	pthread_mutex_lock(&t->lock);
+	pthread_mutex_lock(t->device_lock);
+	virtio_mmio_state_fill(t, state);
 	pthread_mutex_unlock(t->device_lock);
+	pthread_mutex_unlock(&t->lock);
+}
+
+void virtio_mmio_state_get_held(struct virtio_mmio *t, struct virtio_mmio_state *state)
+{
+	pthread_mutex_lock(&t->lock);
+	pthread_mutex_lock(t->device_lock);
+	virtio_mmio_state_fill(t, state);
 	pthread_mutex_unlock(&t->lock);
 }
 

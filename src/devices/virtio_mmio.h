@@ -168,6 +168,12 @@ bool virtio_mmio_is_broken(struct virtio_mmio *transport);
 
 /* Snapshot support: call with the vCPUs stopped. set re-activates the device if DRIVER_OK. */
 void virtio_mmio_state_get(struct virtio_mmio *transport, struct virtio_mmio_state *state);
+/*
+ * The same, returning with the device lock still held: a device whose worker writes guest
+ * memory only under that lock saves this way, so the ring indices saved stay the ones guest
+ * memory shows until its resume op unlocks the device lock.
+ */
+void virtio_mmio_state_get_held(struct virtio_mmio *transport, struct virtio_mmio_state *state);
 int virtio_mmio_state_set(struct virtio_mmio *transport, const struct virtio_mmio_state *state);
 /* The transport's part of a device's snapshot section, field by field (little-endian). */
 void virtio_mmio_state_write(struct byte_writer *out, const struct virtio_mmio_state *state);

@@ -18,6 +18,7 @@
 #include <time.h>
 
 #include "common/log.h"
+#include "devices/virtio_attach.h"
 #include "devices/vsock.h"
 #include "devices/vsock_internal.h"
 #include "vmm/device.h"
@@ -30,13 +31,7 @@ static int vsock_vm_save(void *opaque, struct byte_writer *out)
 	struct vsock_device *dev = opaque;
 	struct virtio_mmio_state state;
 
-	virtio_mmio_state_get(dev->transport, &state);
-	pthread_mutex_lock(&dev->lock); /* released by vsock_vm_resume */
-	for (unsigned int i = 0; dev->active && dev->queues && i < VSOCK_QUEUE_COUNT &&
-				 i < state.queue_count; i++) {
-		state.queues[i].last_avail_idx = dev->queues[i].last_avail_idx;
-		state.queues[i].used_idx = dev->queues[i].used_idx;
-	}
+	virtio_mmio_state_get_held(dev->transport, &state); /* dev->lock, until resume */
 	byte_writer_u64(out, dev->guest_cid);
 	virtio_mmio_state_write(out, &state);
 	return 0;
@@ -134,11 +129,34 @@ static int vsock_vm_pick_cid(const struct vm_config *cfg, const struct vm_device
 	return 0;
 }
 
+static int vsock_attach_create(void *ctx, const struct guest_memory *mem, struct irq_line irq,
+			       struct virtio_attached *out, char *err, size_t errlen)
+{
+	struct vsock_device_config *vsock_cfg = ctx;
+	struct vsock_device *dev;
+
+	vsock_cfg->mem = mem;
+	vsock_cfg->irq = irq;
+	dev = vsock_device_create(vsock_cfg, err, errlen);
+	if (!dev)
+		return -EIO;
+	*out = (struct virtio_attached){ .dev = dev, .transport = dev->transport,
+					 .kick_fd = vsock_device_kick_fd(dev) };
+	return 0;
+}
+
 static int vsock_vm_create(struct vm *vm, const struct vm_config *cfg,
 			   const struct vm_device_section *saved, char *err, size_t errlen)
 {
-	struct vm_virtio_mmio_slot slot;
-	struct vsock_device *dev;
+	struct vsock_device_config vsock_cfg = {
+		.uds_path = cfg->vsock_socket_path,
+		.worker_mode = VSOCK_WORKER_THREAD,
+		.confine_worker = vm_thread_filters_on(vm),
+	};
+	const struct virtio_attach spec = {
+		.type = &vsock_device_type, .what = "vsock", .create = vsock_attach_create,
+		.ctx = &vsock_cfg,
+	};
 	uint64_t cid = 0;
 	int rc;
 
@@ -147,43 +165,11 @@ static int vsock_vm_create(struct vm *vm, const struct vm_config *cfg,
 	rc = vsock_vm_pick_cid(cfg, saved, &cid, err, errlen);
 	if (rc < 0)
 		return rc;
-	rc = vm_virtio_mmio_slot_reserve(vm, &slot);
-	if (rc < 0) {
-		snprintf(err, errlen, "no virtio-mmio slot left for vsock");
-		return rc;
-	}
-	struct vsock_device_config vsock_cfg = {
-		.guest_cid = cid,
-		.uds_path = cfg->vsock_socket_path,
-		.mem = vm_guest_memory(vm),
-		.irq = slot.irq,
-		.worker_mode = VSOCK_WORKER_THREAD,
-		.confine_worker = vm_thread_filters_on(vm),
-	};
-
-	dev = vsock_device_create(&vsock_cfg, err, errlen);
-	if (!dev)
-		return -EIO;
-	rc = vm_device_attach(vm, &vsock_device_type, dev);
-	if (rc < 0) {
-		vsock_device_destroy(dev);
-		snprintf(err, errlen, "too many devices for vsock: %s", strerror(-rc));
-		return rc;
-	}
-	rc = vm_virtio_mmio_slot_attach(vm, &slot, virtio_mmio_access, dev->transport);
-	if (rc < 0) {
-		snprintf(err, errlen, "cannot attach vsock at 0x%" PRIx64 ": %s", slot.base,
-			 strerror(-rc));
-		return rc;
-	}
-	/* a notify only wakes the worker, which looks at every queue: no datamatch needed */
-	rc = vm_bind_doorbell(vm, slot.base + VIRTIO_MMIO_QUEUE_NOTIFY, sizeof(uint32_t),
-			      vsock_device_kick_fd(dev));
-	if (rc < 0)
-		log_debug("vsock", "queue notifies go through user space: KVM_IOEVENTFD: %s",
-			  strerror(-rc));
-	vm_set_vsock_cid(vm, cid);
-	return 0;
+	vsock_cfg.guest_cid = cid;
+	rc = virtio_attach(vm, &spec, err, errlen);
+	if (rc == 0)
+		vm_set_vsock_cid(vm, cid);
+	return rc;
 }
 
 const struct vm_device_type vsock_device_type = {

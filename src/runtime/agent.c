@@ -120,8 +120,7 @@ static char *agent_read_host_file(const char *path, size_t max, size_t *len)
 static int agent_stage_credentials(struct box *box, const struct agent_task *task,
 				   struct run_stage *stage)
 {
-	const char *home = task->host_env ? task->host_env("HOME", task->host_env_ctx) :
-					    getenv("HOME");
+	const char *home = task->host_env ? task->host_env("HOME", task->host_env_ctx) : NULL;
 	char path[AGENT_ERROR_MAX];
 	size_t len = 0;
 	char *data;

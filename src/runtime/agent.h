@@ -44,7 +44,7 @@ struct agent_options {
 	/* an agent's (or pipeline box's) timeout when it sets no timeout_secs; 0: none. A
 	 * service agent never gets one. (`voidbox run --step-timeout`, the daemon's policy) */
 	uint32_t default_timeout_secs;
-	/* host environment lookup for provider keys; NULL: getenv */
+	/* the host's environment for provider keys and HOME (the CLI's: getenv); NULL: empty */
 	spec_env_lookup_fn host_env;
 	void *host_env_ctx;
 	/* mock boxes only: answers execs instead of the built-in stand-in (see agent_mock) */

@@ -25,9 +25,7 @@ struct llm_builder {
 
 static const char *llm_host_lookup(const struct llm_invocation_request *req, const char *name)
 {
-	if (req->host_env)
-		return req->host_env(name, req->host_env_ctx);
-	return getenv(name);
+	return req->host_env ? req->host_env(name, req->host_env_ctx) : NULL;
 }
 
 static void llm_add_arg(struct llm_builder *b, const char *arg)

@@ -3,8 +3,8 @@
  * coding agent in the guest, exactly as upstream invokes it (docs/agents.md has the table).
  *
  * Building an invocation is pure: the host environment is read through a lookup callback
- * (NULL: getenv) so tests pin every provider's argv and env without touching the process
- * environment, and nothing here talks to a box.
+ * (the CLI passes getenv's; NULL: nothing set) so tests pin every provider's argv and env
+ * without touching the process environment, and nothing here talks to a box.
  */
 #ifndef VOIDBOX_RUNTIME_LLM_H
 #define VOIDBOX_RUNTIME_LLM_H
@@ -47,7 +47,7 @@ struct llm_invocation_request {
 	const struct spec_llm *llm; /* NULL: provider claude */
 	const char *full_prompt;    /* from llm_prompt_build() */
 	bool has_mcp_config;	    /* adds --mcp-config LLM_MCP_CONFIG_PATH */
-	spec_env_lookup_fn host_env; /* NULL: getenv */
+	spec_env_lookup_fn host_env; /* the host's environment; NULL: empty */
 	void *host_env_ctx;
 };
 

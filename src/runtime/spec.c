@@ -17,9 +17,12 @@
 /* A spec is a few kilobytes; anything this big is a mistake (or an attack on the parser). */
 #define SPEC_MAX_FILE_BYTES (4u * 1024u * 1024u)
 
-static const char *spec_getenv_lookup(const char *name, void *ctx)
+/* The lookup of a load given none: a host environment with nothing set. */
+static const char *spec_no_host_env(const char *name, void *ctx)
 {
-	return getenv(name);
+	(void)name;
+	(void)ctx;
+	return NULL;
 }
 
 static void spec_llm_free(struct spec_llm *llm)
@@ -152,7 +155,7 @@ static int spec_resolve_all_env(struct spec *spec, const struct spec_load_option
 				struct spec_diagnostics *diag)
 {
 	spec_env_lookup_fn lookup = options && options->env_lookup ? options->env_lookup
-								   : spec_getenv_lookup;
+								   : spec_no_host_env;
 	void *ctx = options ? options->env_ctx : NULL;
 	int rc = spec_env_resolve(&spec->sandbox.env, lookup, ctx, spec->file, diag);
 

@@ -379,14 +379,16 @@ typedef const char *(*spec_env_lookup_fn)(const char *name, void *ctx);
 
 struct spec_load_options {
 	enum spec_format format;
-	spec_env_lookup_fn env_lookup; /* NULL: getenv() */
+	/* the host's environment (the CLI passes getenv's); NULL: nothing is set */
+	spec_env_lookup_fn env_lookup;
 	void *env_ctx;
 };
 
 /*
  * Reads, parses, validates and resolves a spec. Returns NULL when any error was found (all of
  * them are in diag); warnings alone do not fail the load. The env of the sandbox and of every
- * box is resolved against the host's environment (spec_env_resolve()).
+ * box is resolved against the host's environment as options->env_lookup gives it
+ * (spec_env_resolve()); spec_load_file, without options, sees an empty one.
  */
 struct spec *spec_load_file(const char *path, struct spec_diagnostics *diag);
 struct spec *spec_load_file_with(const char *path, const struct spec_load_options *options,

@@ -23,6 +23,7 @@
 #include "common/path.h"
 #include "store/guest_image_internal.h"
 #include "store/store_fs.h"
+#include "store/store_settings.h"
 
 #define GUEST_IMAGE_HOME_DIR_NAME ".void-box"
 #define GUEST_IMAGE_LIST_INITIAL 8
@@ -40,8 +41,8 @@ int guest_image_format(char *out, size_t out_len, const char *fmt, ...)
 
 int guest_image_home(char *out, size_t out_len)
 {
-	const char *home = getenv(GUEST_IMAGE_ENV_HOME);
-	const char *user_home = getenv("HOME");
+	const char *home = store_settings_get()->voidbox_home;
+	const char *user_home = store_settings_get()->user_home;
 
 	if (home && *home)
 		return guest_image_format(out, out_len, "%s", home);
@@ -230,11 +231,11 @@ static int guest_image_default_file(const char *file, char *out, size_t out_len)
 	return access(out, F_OK) == 0 ? 0 : -ENOENT;
 }
 
-static int guest_image_pick(const char *flag_value, const char *flag_name, const char *env_name,
-			    const char *const *default_files, size_t default_count, char *out,
-			    size_t out_len, char *err, size_t errlen)
+static int guest_image_pick(const char *flag_value, const char *flag_name, const char *env_value,
+			    const char *env_name, const char *const *default_files,
+			    size_t default_count, char *out, size_t out_len, char *err,
+			    size_t errlen)
 {
-	const char *env_value = getenv(env_name);
 	const char *chosen = NULL, *source = NULL;
 
 	if (flag_value) {
@@ -277,13 +278,14 @@ int guest_image_resolve(const char *flag_kernel, const char *flag_initramfs,
 	static const char *const kernel_files[] = { GUEST_IMAGE_KERNEL_FILE };
 	static const char *const initramfs_files[] = { GUEST_IMAGE_INITRAMFS_FILE,
 						       GUEST_IMAGE_INITRAMFS_GZ_FILE };
+	const struct store_settings *settings = store_settings_get();
 	int rc;
 
-	rc = guest_image_pick(flag_kernel, "--kernel", GUEST_IMAGE_ENV_KERNEL, kernel_files, 1,
-			      out->kernel, sizeof(out->kernel), err, errlen);
+	rc = guest_image_pick(flag_kernel, "--kernel", settings->kernel, GUEST_IMAGE_ENV_KERNEL,
+			      kernel_files, 1, out->kernel, sizeof(out->kernel), err, errlen);
 	if (rc < 0)
 		return rc;
-	return guest_image_pick(flag_initramfs, "--initramfs", GUEST_IMAGE_ENV_INITRAMFS,
-				initramfs_files, 2, out->initramfs, sizeof(out->initramfs), err,
-				errlen);
+	return guest_image_pick(flag_initramfs, "--initramfs", settings->initramfs,
+				GUEST_IMAGE_ENV_INITRAMFS, initramfs_files, 2, out->initramfs,
+				sizeof(out->initramfs), err, errlen);
 }

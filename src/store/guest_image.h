@@ -48,6 +48,8 @@ struct guest_image_build_options {
 	const char *const *extra_modules; /* more module names to include (with their deps) */
 	size_t extra_module_count;
 	enum guest_image_compression compression;
+	/* Every archive entry's mtime (the CLI passes $SOURCE_DATE_EPOCH); 0: the epoch. */
+	uint32_t archive_mtime;
 };
 
 struct guest_image_info {
@@ -62,7 +64,7 @@ struct guest_image_paths {
 	char initramfs[PATH_MAX];
 };
 
-/* $VOIDBOX_HOME, else $HOME/.void-box. */
+/* $VOIDBOX_HOME, else $HOME/.void-box, as store_settings carries them (store_settings.h). */
 int guest_image_home(char *out, size_t out_len);
 /* $VOIDBOX_HOME/images/<name>; -EINVAL for names other than [A-Za-z0-9._-]+ (no "."/".."). */
 int guest_image_dir(const char *name, char *out, size_t out_len);
@@ -80,7 +82,8 @@ int guest_image_clean(const char *name, char *err, size_t errlen);
 
 /*
  * Chooses the kernel and initramfs for a run, each on its own: the flag (non-NULL) wins, then
- * $VOID_BOX_KERNEL / $VOID_BOX_INITRAMFS, then the built default image. Every chosen file must
+ * $VOID_BOX_KERNEL / $VOID_BOX_INITRAMFS (as store_settings carries them), then the built
+ * default image. Every chosen file must
  * be readable. With nothing to use, the error is "no guest image: run `voidbox image build`".
  */
 int guest_image_resolve(const char *flag_kernel, const char *flag_initramfs,

@@ -880,13 +880,6 @@ static int image_write_entry(struct cpio_writer *writer, const struct image_entr
 	return -EINVAL;
 }
 
-static uint32_t image_archive_mtime(void)
-{
-	const char *epoch = getenv("SOURCE_DATE_EPOCH");
-
-	return epoch ? (uint32_t)strtoul(epoch, NULL, 10) : 0;
-}
-
 static int image_write_archive(struct image_build *build, const char *path)
 {
 	bool gzip = build->options->compression == GUEST_IMAGE_COMPRESSION_GZIP;
@@ -904,12 +897,12 @@ static int image_write_archive(struct image_build *build, const char *path)
 		gz_out = gzopen(path, gz_mode);
 		if (!gz_out)
 			return -errno ? -errno : -EIO;
-		cpio_writer_init(&writer, image_sink_gzip, gz_out, image_archive_mtime());
+		cpio_writer_init(&writer, image_sink_gzip, gz_out, build->options->archive_mtime);
 	} else {
 		out = fopen(path, "wbe");
 		if (!out)
 			return -errno;
-		cpio_writer_init(&writer, image_sink_file, out, image_archive_mtime());
+		cpio_writer_init(&writer, image_sink_file, out, build->options->archive_mtime);
 	}
 	for (size_t i = 0; i < entries->count && rc == 0; i++) {
 		/* of several entries at one path, only the last added is written */

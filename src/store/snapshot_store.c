@@ -31,6 +31,7 @@
 #include "common/path.h"
 #include "store/guest_image.h"
 #include "store/store_fs.h"
+#include "store/store_settings.h"
 
 #define SNAPSHOT_STORE_HASH_CHUNK (1u << 16)
 #define SNAPSHOT_STORE_DIR_MODE 0755
@@ -826,7 +827,7 @@ bool snapshot_store_parse_size(const char *text, uint64_t *out)
 
 int snapshot_store_cache_max(uint64_t *max_bytes, bool *set, char *err, size_t errlen)
 {
-	const char *text = getenv(SNAPSHOT_STORE_CACHE_MAX_ENV);
+	const char *text = store_settings_get()->snapshot_cache_max;
 
 	*set = false;
 	*max_bytes = 0;

@@ -184,7 +184,10 @@ int snapshot_store_evict_lru(uint64_t max_bytes, size_t *evicted, uint64_t *rema
 int snapshot_store_gc(uint64_t max_bytes, const char *keep_id,
 		      struct snapshot_store_gc_result *result, char *err, size_t errlen);
 
-/* The cap from VOIDBOX_SNAPSHOT_CACHE_MAX: 0 and *set false when unset, -EINVAL when malformed. */
+/*
+ * The cap store_settings carries from VOIDBOX_SNAPSHOT_CACHE_MAX: 0 and *set false when unset,
+ * -EINVAL when malformed.
+ */
 int snapshot_store_cache_max(uint64_t *max_bytes, bool *set, char *err, size_t errlen);
 
 /* Applies the configured cap (no-op without one), sparing keep_id. */

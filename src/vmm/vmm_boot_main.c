@@ -115,7 +115,7 @@ int main(int argc, char **argv)
 	int timeout_s = DEFAULT_TIMEOUT_S;
 	int opt;
 
-	log_init_from_env();
+	log_set_level_name(getenv(LOG_LEVEL_ENV));
 	if (argc > 1 && strcmp(argv[1], "--extract-vmlinux") == 0)
 		return run_extract(argc, argv);
 	while ((opt = getopt_long(argc, argv, "k:i:m:c:a:l:t:v:x:h", options, NULL)) != -1) {

@@ -76,7 +76,10 @@ static inline bool read_listen_line(int fd, char *url, size_t url_len)
 	return false;
 }
 
-/* Starts `voidbox serve --listen LISTEN [--token-file F] --state-dir STATE_DIR`. */
+/*
+ * Starts `voidbox serve [--listen LISTEN] [--state-dir STATE_DIR] [--token-file F]`, each flag
+ * left out when its value is NULL (the daemon's defaults then apply).
+ */
 static inline bool serve_start(struct served *served, const char *voidbox_path,
 			       const char *state_dir, const char *listen, const char *token_file)
 {
@@ -88,9 +91,18 @@ static inline bool serve_start(struct served *served, const char *voidbox_path,
 		return false;
 	served->pid = fork();
 	if (served->pid == 0) {
-		const char *argv[] = { voidbox_path, "serve", "--listen", listen, "--state-dir",
-				       state_dir, token_file ? "--token-file" : NULL, token_file,
-				       NULL };
+		const char *const flags[][2] = { { "--listen", listen }, { "--state-dir", state_dir },
+						 { "--token-file", token_file } };
+		const char *argv[2 + 2 * sizeof(flags) / sizeof(flags[0]) + 1] = { voidbox_path,
+										     "serve" };
+		size_t argc = 2;
+
+		for (size_t i = 0; i < sizeof(flags) / sizeof(flags[0]); i++) {
+			if (flags[i][1]) {
+				argv[argc++] = flags[i][0];
+				argv[argc++] = flags[i][1];
+			}
+		}
 
 		dup2(out[1], STDOUT_FILENO);
 		close(out[0]);
@@ -108,7 +120,8 @@ static inline bool serve_start(struct served *served, const char *voidbox_path,
 		return false;
 	}
 	close(out[0]);
-	if (daemon_client_init(&served->client, served->url, token_file, err, sizeof(err)) < 0) {
+	if (daemon_client_init(&served->client, served->url, token_file, NULL, err,
+			       sizeof(err)) < 0) {
 		fprintf(stderr, "  client: %s\n", err);
 		return false;
 	}

@@ -792,6 +792,56 @@ static void test_cli_clients(void)
 }
 
 /* SIGTERM stops the daemon cleanly and removes its socket. */
+/* The environment's defaults, as the daemon takes them: a struct, no variables read. */
+static void test_default_paths(void)
+{
+	const struct daemon_env env = { .runtime_dir = "/run/user/7", .config_home = "/cfg",
+					.home = "/home/u" };
+	const struct daemon_env home_only = { .home = "/home/u" };
+	char path[TEST_PATH_MAX], expect[TEST_PATH_MAX], err[TEST_ERR_MAX];
+	struct daemon_address address;
+
+	CHECK_INT_EQ(daemon_address_parse(NULL, &env, &address, err, sizeof(err)), 0);
+	CHECK_STR_EQ(address.path, "/run/user/7/voidbox.sock");
+	daemon_default_socket(NULL, path, sizeof(path));
+	snprintf(expect, sizeof(expect), "/tmp/voidbox-%u.sock", (unsigned)getuid());
+	CHECK_STR_EQ(path, expect);
+	CHECK_INT_EQ(daemon_default_token_file(&env, path, sizeof(path)), 0);
+	CHECK_STR_EQ(path, "/cfg/voidbox/daemon-token");
+	CHECK_INT_EQ(daemon_default_token_file(&home_only, path, sizeof(path)), 0);
+	CHECK_STR_EQ(path, "/home/u/.config/voidbox/daemon-token");
+	CHECK_INT_EQ(daemon_default_token_file(NULL, path, sizeof(path)), -ENOENT);
+}
+
+/*
+ * The CLI reads XDG_RUNTIME_DIR and VOIDBOX_STATE_DIR and hands them to the daemon: with
+ * neither --listen nor --state-dir, the socket and the run store land where they say.
+ */
+static void test_defaults_from_environment(void)
+{
+	char runtime[TEST_PATH_MAX], state[TEST_PATH_MAX], expect[TEST_PATH_MAX + 32];
+	struct served served;
+	struct stat st;
+	bool started;
+
+	snprintf(runtime, sizeof(runtime), "%s/runtime", temp_dir);
+	snprintf(state, sizeof(state), "%s/env-state", temp_dir);
+	CHECK_INT_EQ(mkdir(runtime, 0700), 0);
+	setenv("XDG_RUNTIME_DIR", runtime, 1);
+	setenv("VOIDBOX_STATE_DIR", state, 1);
+	started = serve_start(&served, voidbox_path, NULL, NULL, NULL);
+	unsetenv("XDG_RUNTIME_DIR");
+	unsetenv("VOIDBOX_STATE_DIR");
+	CHECK(started);
+	if (!started)
+		return;
+	snprintf(expect, sizeof(expect), "unix://%s/voidbox.sock", runtime);
+	CHECK_STR_EQ(served.url, expect);
+	CHECK_INT_EQ(stat(state, &st), 0);
+	CHECK(S_ISDIR(st.st_mode));
+	CHECK_INT_EQ(serve_stop(&served, SIGTERM), 0);
+}
+
 static void test_clean_stop_removes_socket(void)
 {
 	struct stat st;
@@ -933,6 +983,8 @@ int main(int argc, char **argv)
 	RUN_TEST(test_clean_stop_removes_socket);
 	RUN_TEST(test_tcp_requires_token);
 	RUN_TEST(test_contract_over_tcp);
+	RUN_TEST(test_default_paths);
+	RUN_TEST(test_defaults_from_environment);
 	if (unix_daemon.pid > 0)
 		serve_stop(&unix_daemon, SIGKILL);
 	{

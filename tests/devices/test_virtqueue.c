@@ -514,6 +514,14 @@ static void test_mmio_state_roundtrip_and_bus(void)
 	CHECK_INT_EQ(dev_b.activations, 1);
 	virtio_mmio_state_get(b, &again);
 	CHECK(memcmp(&state, &again, sizeof(state)) == 0);
+	/* the held variant reads the same and keeps the device lock for the device's resume */
+	memset(&again, 0, sizeof(again));
+	virtio_mmio_state_get_held(b, &again);
+	CHECK(memcmp(&state, &again, sizeof(state)) == 0);
+	CHECK_INT_EQ(pthread_mutex_trylock(&dev_b.lock), EBUSY);
+	pthread_mutex_unlock(&dev_b.lock);
+	CHECK_INT_EQ(pthread_mutex_trylock(&dev_b.lock), 0);
+	pthread_mutex_unlock(&dev_b.lock);
 	state.device_features = 0;
 	CHECK_INT_EQ(virtio_mmio_state_set(b, &state), -EINVAL);
 

@@ -19,6 +19,7 @@
 #include "harness.h"
 #include "portable/snapshot_archive.h"
 #include "store/snapshot_store.h"
+#include "store/store_settings.h"
 #include "vmm/snapshot.h"
 #include "vmm/snapshot_file.h"
 
@@ -47,7 +48,8 @@ static const char *voidbox_cli;
 static void use_home(const char *home)
 {
 	CHECK(mkdir(home, 0755) == 0 || errno == EEXIST);
-	setenv("VOIDBOX_HOME", home, 1);
+	CHECK_INT_EQ(store_settings_set(&(struct store_settings){ .voidbox_home = home }), 0);
+	setenv("VOIDBOX_HOME", home, 1); /* for the voidbox commands it runs */
 }
 
 static void fill_image(enum vm_snapshot_type type)

@@ -903,6 +903,31 @@ static void test_to_json_redacts_host_values(void)
 	spec_diagnostics_free(&diag);
 }
 
+/*
+ * Without a lookup a load sees no host environment, even where the process has the variable:
+ * the runtime reads nothing itself, the CLI passes getenv's lookup in.
+ */
+static void test_no_lookup_no_host_env(void)
+{
+	struct spec_diagnostics diag;
+	struct spec *spec;
+	char path[TEST_PATH_MAX];
+
+	setenv("ANTHROPIC_API_KEY", "sk-process-env", 1);
+	snprintf(path, sizeof(path), "%s/agent.yaml", examples_dir);
+	spec_diagnostics_init(&diag);
+	spec = spec_load_file(path, &diag);
+	unsetenv("ANTHROPIC_API_KEY");
+	CHECK(spec != NULL);
+	if (spec) {
+		CHECK_INT_EQ(spec->sandbox.env.count, 1); /* the "" entry is dropped */
+		CHECK_STR_EQ(spec->sandbox.env.vars[0].name, "GREETING");
+	}
+	CHECK(diag.count == 1 && strstr(diag.items[0].message, "ANTHROPIC_API_KEY") != NULL);
+	spec_free(spec);
+	spec_diagnostics_free(&diag);
+}
+
 static void test_load_file_errors(void)
 {
 	struct spec_diagnostics diag;
@@ -1177,6 +1202,7 @@ int main(int argc, char **argv)
 	RUN_TEST(test_diagnostics_output);
 	RUN_TEST(test_to_json_redacts_host_values);
 	RUN_TEST(test_load_file_errors);
+	RUN_TEST(test_no_lookup_no_host_env);
 	RUN_TEST(test_skill_forms);
 	RUN_TEST(test_field_rules);
 	RUN_TEST(test_optional_fields_read);

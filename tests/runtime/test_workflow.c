@@ -15,6 +15,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "store/store_settings.h"
 #include "common/log.h"
 #include "runtime/box.h"
 #include "runtime/run_report.h"
@@ -456,9 +457,7 @@ static void test_mode_resolution_without_image(void)
 	enum box_mode parsed;
 
 	CHECK(mkdtemp(home) != NULL);
-	setenv("VOIDBOX_HOME", home, 1);
-	unsetenv("VOID_BOX_KERNEL");
-	unsetenv("VOID_BOX_INITRAMFS");
+	CHECK_INT_EQ(store_settings_set(&(struct store_settings){ .voidbox_home = home }), 0);
 	CHECK_INT_EQ(box_open(&cfg, &box, err, sizeof(err)), -ENOENT);
 	CHECK(box == NULL);
 	CHECK(strstr(err, "voidbox image build") != NULL);

@@ -466,6 +466,37 @@ static void test_inspect(void)
 	CHECK(json_is_object(json_object_get(json, "spec")));
 	json_decref(json);
 
+	/* a copy-from-host entry takes the value of the environment voidbox runs in */
+	write_spec("inspect-host.yaml",
+		   "kind: workflow\nname: look\nsandbox:\n  mode: mock\n"
+		   "  env: {A: one, VOIDBOX_TEST_FROM_HOST: \"\"}\nworkflow:\n  steps:\n"
+		   "    - name: a\n      run: {program: echo}\n",
+		   path, sizeof(path));
+	setenv("VOIDBOX_TEST_FROM_HOST", "set", 1);
+	run_voidbox(&result, (const char *const[]){ "--output", "json", "inspect", "--file", path,
+						    NULL });
+	unsetenv("VOIDBOX_TEST_FROM_HOST");
+	CHECK_INT_EQ(result.status, 0);
+	json = parse_json(result.out);
+	if (json) {
+		sandbox = json_object_get(json, "sandbox");
+		CHECK_INT_EQ(json_integer_value(json_object_get(sandbox, "env")), 2);
+		json_decref(json);
+	}
+	run_voidbox(&result, (const char *const[]){ "--output", "json", "inspect", "--file", path,
+						    NULL });
+	json = parse_json(result.out);
+	if (json) {
+		sandbox = json_object_get(json, "sandbox");
+		CHECK_INT_EQ(json_integer_value(json_object_get(sandbox, "env")), 1);
+		json_decref(json);
+	}
+
+	write_spec("inspect.yaml",
+		   "kind: workflow\nname: look\nsandbox:\n  mode: auto\n  memory_mb: 768\n"
+		   "  vcpus: 2\n  env: {A: one, B: two}\nworkflow:\n  steps:\n"
+		   "    - name: a\n      run: {program: echo}\n",
+		   path, sizeof(path));
 	run_voidbox(&result, (const char *const[]){ "inspect", "--file", path, NULL });
 	CHECK_INT_EQ(result.status, 0);
 	CHECK(strstr(result.out, "mode:      auto (resolves to mock here)") != NULL);

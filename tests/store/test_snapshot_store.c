@@ -19,6 +19,7 @@
 #include "common/log.h"
 #include "harness.h"
 #include "store/snapshot_store.h"
+#include "store/store_settings.h"
 
 /* test paths live under a short mkdtemp directory; truncation cannot happen here */
 #if defined(__GNUC__) && !defined(__clang__)
@@ -57,7 +58,7 @@ static void reset_home(void)
 	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", home);
 	CHECK_INT_EQ(system(cmd), 0);
 	CHECK_INT_EQ(mkdir(home, 0755), 0);
-	setenv("VOIDBOX_HOME", home, 1);
+	CHECK_INT_EQ(store_settings_set(&(struct store_settings){ .voidbox_home = home }), 0);
 }
 
 /* Commits a snapshot whose state file holds `pages` pages; returns its id in id_out. */
@@ -405,13 +406,15 @@ static void test_gc_spares_in_use_and_bases(void)
 	snapshot_store_release(&hold);
 
 	/* the configured cap: a malformed one is refused, a real one applied */
-	setenv(SNAPSHOT_STORE_CACHE_MAX_ENV, "lots", 1);
+	CHECK_INT_EQ(store_settings_set(&(struct store_settings){
+				     .voidbox_home = home, .snapshot_cache_max = "lots" }), 0);
 	CHECK_INT_EQ(snapshot_store_enforce_cap(NULL, err, sizeof(err)), -EINVAL);
 	CHECK(strstr(err, SNAPSHOT_STORE_CACHE_MAX_ENV) != NULL);
-	setenv(SNAPSHOT_STORE_CACHE_MAX_ENV, "0", 1);
+	CHECK_INT_EQ(store_settings_set(&(struct store_settings){
+				     .voidbox_home = home, .snapshot_cache_max = "0" }), 0);
 	CHECK_INT_EQ(snapshot_store_enforce_cap(NULL, err, sizeof(err)), 0);
 	CHECK_INT_EQ(store_count(), 0);
-	unsetenv(SNAPSHOT_STORE_CACHE_MAX_ENV);
+	CHECK_INT_EQ(store_settings_set(&(struct store_settings){ .voidbox_home = home }), 0);
 }
 
 /* Commit records every file's SHA-256; verify finds a flipped byte and names the file. */
@@ -512,14 +515,14 @@ static void test_voidbox_home(void)
 	char dir[PATH_MAX], expected[PATH_MAX], user_home[PATH_MAX], err[ERR_MAX];
 	size_t evicted = 1;
 
-	setenv("VOIDBOX_HOME", "/relocated/home", 1);
+	CHECK_INT_EQ(store_settings_set(&(struct store_settings){
+				     .voidbox_home = "/relocated/home" }), 0);
 	CHECK_INT_EQ(snapshot_store_dir(dir, sizeof(dir)), 0);
 	CHECK_STR_EQ(dir, "/relocated/home/snapshots");
 
 	snprintf(user_home, sizeof(user_home), "%s/user", root);
 	CHECK_INT_EQ(mkdir(user_home, 0755), 0);
-	unsetenv("VOIDBOX_HOME");
-	setenv("HOME", user_home, 1);
+	CHECK_INT_EQ(store_settings_set(&(struct store_settings){ .user_home = user_home }), 0);
 	CHECK_INT_EQ(snapshot_store_dir(dir, sizeof(dir)), 0);
 	snprintf(expected, sizeof(expected), "%s/.void-box/snapshots", user_home);
 	CHECK_STR_EQ(dir, expected);

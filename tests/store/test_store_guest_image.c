@@ -17,6 +17,7 @@
 #include "harness.h"
 #include "store/cpio_reader.h"
 #include "store/guest_image.h"
+#include "store/store_settings.h"
 
 /* test paths live under a short mkdtemp directory; truncation cannot happen here */
 #if defined(__GNUC__) && !defined(__clang__)
@@ -27,6 +28,7 @@
 #define ERR_MAX 512
 #define DPKG_DEB_PATH "/usr/bin/dpkg-deb"
 #define BUSYBOX_PATH "/bin/busybox"
+#define TEST_ARCHIVE_MTIME 1700000000u
 
 static char home[PATH_MAX];
 
@@ -48,6 +50,15 @@ static void write_text(const char *path, const char *text)
 		fputs(text, out);
 		fclose(out);
 	}
+}
+
+/* The store's settings as the environment would give them: home, and kernel/initramfs. */
+static void use_settings(const char *kernel, const char *initramfs)
+{
+	const struct store_settings settings = { .voidbox_home = home, .kernel = kernel,
+						 .initramfs = initramfs };
+
+	CHECK_INT_EQ(store_settings_set(&settings), 0);
 }
 
 /* The smallest ELF .ko the builder accepts: a .modinfo section with depends=. */
@@ -158,6 +169,7 @@ static void test_build_from_fake_kernel_package(void)
 	options.busybox_path = "/bin/busybox";
 	options.extra_files = &extra_file;
 	options.extra_file_count = 1;
+	options.archive_mtime = TEST_ARCHIVE_MTIME;
 	CHECK_INT_EQ(guest_image_build(&options, err, sizeof(err)), 0);
 	if (err[0])
 		fprintf(stderr, "  build error: %s\n", err);
@@ -173,6 +185,8 @@ static void test_build_from_fake_kernel_package(void)
 	entry = cpio_reader_find(archive, "init");
 	CHECK(entry && entry->field[CPIO_FIELD_MODE] == (S_IFREG | 0755) &&
 	      entry->data_len == strlen("#!/bin/sh\necho agent\n"));
+	/* the build stamps every entry with the mtime it is given ($SOURCE_DATE_EPOCH) */
+	CHECK(entry && entry->field[CPIO_FIELD_MTIME] == TEST_ARCHIVE_MTIME);
 	entry = cpio_reader_find(archive, "dev/console");
 	CHECK(entry && entry->field[CPIO_FIELD_RDEVMAJOR] == 5 &&
 	      entry->field[CPIO_FIELD_RDEVMINOR] == 1);
@@ -213,8 +227,7 @@ static void test_build_from_fake_kernel_package(void)
 	free(images);
 
 	/* not the default image: resolution still has nothing to offer */
-	unsetenv(GUEST_IMAGE_ENV_KERNEL);
-	unsetenv(GUEST_IMAGE_ENV_INITRAMFS);
+	use_settings(NULL, NULL);
 	CHECK_INT_EQ(guest_image_resolve(NULL, NULL, &paths, err, sizeof(err)), -ENOENT);
 
 	CHECK_INT_EQ(guest_image_clean("test-flavour", err, sizeof(err)), 0);
@@ -256,8 +269,7 @@ static void test_resolution_precedence(void)
 	char err[ERR_MAX] = "", flag_kernel[PATH_MAX], env_initramfs[PATH_MAX], expect[PATH_MAX];
 	struct guest_image_paths paths;
 
-	unsetenv(GUEST_IMAGE_ENV_KERNEL);
-	unsetenv(GUEST_IMAGE_ENV_INITRAMFS);
+	use_settings(NULL, NULL);
 	CHECK_INT_EQ(guest_image_clean(NULL, err, sizeof(err)), 0);
 
 	/* nothing anywhere: the error names the command */
@@ -275,7 +287,7 @@ static void test_resolution_precedence(void)
 	/* env beats the image, each file on its own */
 	snprintf(env_initramfs, sizeof(env_initramfs), "%s/env-initramfs", home);
 	write_text(env_initramfs, "e");
-	setenv(GUEST_IMAGE_ENV_INITRAMFS, env_initramfs, 1);
+	use_settings(NULL, env_initramfs);
 	CHECK_INT_EQ(guest_image_resolve(NULL, NULL, &paths, err, sizeof(err)), 0);
 	CHECK_STR_EQ(paths.initramfs, env_initramfs);
 	snprintf(expect, sizeof(expect), "%s/images/default/vmlinuz", home);
@@ -284,7 +296,7 @@ static void test_resolution_precedence(void)
 	/* a flag beats env */
 	snprintf(flag_kernel, sizeof(flag_kernel), "%s/flag-kernel", home);
 	write_text(flag_kernel, "f");
-	setenv(GUEST_IMAGE_ENV_KERNEL, "/nonexistent/env-kernel", 1);
+	use_settings("/nonexistent/env-kernel", env_initramfs);
 	CHECK_INT_EQ(guest_image_resolve(flag_kernel, NULL, &paths, err, sizeof(err)), 0);
 	CHECK_STR_EQ(paths.kernel, flag_kernel);
 
@@ -295,8 +307,7 @@ static void test_resolution_precedence(void)
 					 sizeof(err)), -ENOENT);
 	CHECK(strstr(err, "--initramfs") != NULL);
 
-	unsetenv(GUEST_IMAGE_ENV_KERNEL);
-	unsetenv(GUEST_IMAGE_ENV_INITRAMFS);
+	use_settings(NULL, NULL);
 	CHECK_INT_EQ(guest_image_clean(NULL, err, sizeof(err)), 0);
 }
 
@@ -356,7 +367,7 @@ int main(int argc, char **argv)
 	snprintf(home, sizeof(home), "/tmp/voidbox-image-test-XXXXXX");
 	if (!mkdtemp(home))
 		harness_fail_setup("cannot create a temporary directory (mkdtemp)");
-	setenv(GUEST_IMAGE_ENV_HOME, home, 1);
+	use_settings(NULL, NULL);
 	log_set_level(LOG_LEVEL_WARN);
 
 	RUN_TEST(test_home_and_names);

@@ -23,6 +23,7 @@
 
 #include <jansson.h>
 
+#include "cli/host_env.h"
 #include "harness.h"
 #include "store/guest_image.h"
 #include "vmm/kvm.h"
@@ -235,6 +236,7 @@ int main(int argc, char **argv)
 	char why[512], err[1024];
 	int rc;
 
+	host_env_apply();
 	if (argc < 3) {
 		fprintf(stderr, "usage: %s PATH-TO-voidbox PATH-TO-voidbox-mock-claude\n", argv[0]);
 		return 2;

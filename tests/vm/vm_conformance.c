@@ -22,6 +22,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "cli/host_env.h"
 #include "harness.h"
 #include "host/control_channel.h"
 #include "sandbox/sandbox.h"
@@ -604,6 +605,7 @@ int main(int argc, char **argv)
 	char why[512], err[1024];
 	int rc;
 
+	host_env_apply();
 	if (argc < 2) {
 		fprintf(stderr, "usage: %s PATH-TO-voidbox\n", argv[0]);
 		return 2;

@@ -27,6 +27,7 @@
 
 #include <jansson.h>
 
+#include "cli/host_env.h"
 #include "harness.h"
 #include "daemon/serve_harness.h"
 #include "store/guest_image.h"
@@ -342,6 +343,7 @@ int main(int argc, char **argv)
 	voidbox_path = argv[1];
 	mock_agent_path = argv[2];
 	setvbuf(stdout, NULL, _IOLBF, 0);
+	host_env_apply();
 	if (!kvm_probe_usable(why, sizeof(why)))
 		harness_skip_vm(why);
 	if (guest_image_resolve(NULL, NULL, &image, err, sizeof(err)) < 0)

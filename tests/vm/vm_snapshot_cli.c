@@ -37,6 +37,7 @@
 
 #include <jansson.h>
 
+#include "cli/host_env.h"
 #include "common/log.h"
 #include "harness.h"
 #include "store/guest_image.h"
@@ -467,6 +468,7 @@ int main(int argc, char **argv)
 	voidbox_cli = argv[1];
 	setvbuf(stdout, NULL, _IOLBF, 0);
 	log_set_level(LOG_LEVEL_WARN);
+	host_env_apply();
 	if (!kvm_probe_usable(why, sizeof(why)))
 		harness_skip_vm(why);
 	if (guest_image_resolve(NULL, NULL, &image, why, sizeof(why)) < 0)

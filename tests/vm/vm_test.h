@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "cli/host_env.h"
 #include "common/log.h"
 #include "harness.h"
 #include "sandbox/sandbox.h"
@@ -18,7 +19,8 @@
 #define VM_TEST_REASON_MAX 1024
 
 /*
- * Line-buffers stdout, reads VOIDBOX_LOG_LEVEL, and skips the whole program (harness_skip_vm:
+ * Line-buffers stdout, reads the environment (host_env_apply: VOIDBOX_LOG_LEVEL, VOIDBOX_HOME,
+ * VOID_BOX_KERNEL, ...), and skips the whole program (harness_skip_vm:
  * a failure under VOIDBOX_REQUIRE_VM=1) unless /dev/kvm runs standard guests and a guest image
  * resolves into *image.
  */
@@ -27,7 +29,7 @@ static inline void vm_test_require_vm(struct guest_image_paths *image)
 	char why[VM_TEST_REASON_MAX];
 
 	setvbuf(stdout, NULL, _IOLBF, 0);
-	log_init_from_env();
+	host_env_apply();
 	if (!kvm_probe_usable(why, sizeof(why)))
 		harness_skip_vm(why);
 	if (guest_image_resolve(NULL, NULL, image, why, sizeof(why)) < 0)

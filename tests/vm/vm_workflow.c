@@ -20,6 +20,7 @@
 
 #include <jansson.h>
 
+#include "cli/host_env.h"
 #include "common/log.h"
 #include "harness.h"
 #include "runtime/box.h"
@@ -226,6 +227,7 @@ int main(int argc, char **argv)
 	struct guest_image_paths image;
 	char why[TEST_ERR_MAX], err[TEST_ERR_MAX];
 
+	host_env_apply();
 	if (argc < 3) {
 		fprintf(stderr, "usage: %s PATH-TO-voidbox EXAMPLES-DIR\n", argv[0]);
 		return 2;

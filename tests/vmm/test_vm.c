@@ -12,6 +12,7 @@
 #include <lzma.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #if defined(__has_include) && __has_include(<valgrind/valgrind.h>)
@@ -154,6 +155,30 @@ static void test_lifecycle(const char *kernel_path)
 	vm_destroy(vm);
 }
 
+/* The entropy device plugs in through virtio_attach: it holds the first slot, fs the next. */
+static void test_devices_attach(const char *kernel_path)
+{
+	char err[512] = "", share[sizeof(dir) + 8];
+	struct vm_virtio_mmio_slot next;
+	struct vm *vm = NULL;
+
+	snprintf(share, sizeof(share), "%s/share", dir);
+	CHECK(mkdir(share, 0700) == 0 || errno == EEXIST);
+	const struct vm_share shares[] = { { .tag = "attach-test", .host_dir = share } };
+	struct vm_config cfg = { .kernel_path = kernel_path, .memory_mb = 64, .vcpus = 1,
+				 .vmlinux_cache_dir = dir, .shares = shares, .share_count = 1,
+				 .no_thread_filters = TEST_UNDER_VALGRIND };
+
+	CHECK_INT_EQ(vm_create(&cfg, &vm, err, sizeof(err)), 0);
+	if (!vm) {
+		fprintf(stderr, "  vm_create: %s\n", err);
+		return;
+	}
+	CHECK_INT_EQ(vm_virtio_mmio_slot_reserve(vm, &next), 0);
+	CHECK_INT_EQ(next.base, VM_VIRTIO_MMIO_BASE + 2 * VM_VIRTIO_MMIO_STRIDE);
+	vm_destroy(vm);
+}
+
 int main(void)
 {
 	char kernel_path[512];
@@ -178,13 +203,21 @@ int main(void)
 	}
 	fclose(f);
 	/* RUN_TEST takes no arguments; the same bookkeeping by hand. */
-	harness_checks_failed_in_test = 0;
-	fprintf(stderr, "test test_lifecycle\n");
-	test_lifecycle(kernel_path);
-	if (harness_checks_failed_in_test)
-		harness_tests_failed++;
-	else
-		harness_tests_passed++;
+	static const struct {
+		const char *name;
+		void (*run)(const char *kernel_path);
+	} tests[] = { { "test_lifecycle", test_lifecycle },
+		      { "test_devices_attach", test_devices_attach } };
+
+	for (size_t i = 0; i < sizeof(tests) / sizeof(tests[0]); i++) {
+		harness_checks_failed_in_test = 0;
+		fprintf(stderr, "test %s\n", tests[i].name);
+		tests[i].run(kernel_path);
+		if (harness_checks_failed_in_test)
+			harness_tests_failed++;
+		else
+			harness_tests_passed++;
+	}
 	char cmd[600];
 
 	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
