@@ -74,7 +74,7 @@ static void *service_watch_thread(void *opaque)
 		if (stop)
 			watch->stop_requested = true;
 		pthread_mutex_unlock(&watch->lock);
-		/* box calls happen unlocked: they may take a while and finish must not wait */
+		/* box calls run unlocked: they may take a while, and finish sets done meanwhile */
 		if (publish && service_try_publish(watch)) {
 			pthread_mutex_lock(&watch->lock);
 			watch->published = true;
