@@ -259,7 +259,10 @@ static inline bool wait_output_ready_running(const struct served *served, const 
 	return false;
 }
 
-/* The event_id of the run's first event of type (of stage, with message: unless NULL), or 0. */
+/*
+ * The event_id of the run's first event of type (of stage, with a message starting with
+ * message: each unless NULL), or 0.
+ */
 static inline json_int_t first_event_id(const struct served *served, const char *run_id,
 					const char *type, const char *stage, const char *message)
 {
@@ -278,7 +281,7 @@ static inline json_int_t first_event_id(const struct served *served, const char 
 
 		if (!found && name && strcmp(name, type) == 0 &&
 		    (!stage || (event_stage && strcmp(event_stage, stage) == 0)) &&
-		    (!message || (text && strcmp(text, message) == 0)))
+		    (!message || (text && strncmp(text, message, strlen(message)) == 0)))
 			found = json_integer_value(json_object_get(event, "event_id"));
 	}
 	json_decref(events);

@@ -237,32 +237,6 @@ static bool wait_guest_sample(const struct served *daemon, const char *run_id, c
 	return seen;
 }
 
-/* The event_id of the stage's first log.chunk starting with prefix, or 0. */
-static json_int_t first_chunk_with(const struct served *daemon, const char *run_id,
-				   const char *stage, const char *prefix)
-{
-	char path[TEST_PATH_MAX];
-	json_t *events, *event;
-	json_int_t found = 0;
-	size_t index;
-	long status;
-
-	snprintf(path, sizeof(path), "/v1/runs/%s/events", run_id);
-	events = call(daemon, "GET", path, NULL, &status);
-	json_array_foreach(events, index, event) {
-		const char *type = json_string_value(json_object_get(event, "event_type"));
-		const char *name = json_string_value(json_object_get(event, "stage_name"));
-		const char *message = json_string_value(json_object_get(event, "message"));
-
-		if (!found && type && strcmp(type, "log.chunk") == 0 && name &&
-		    strcmp(name, stage) == 0 && message &&
-		    strncmp(message, prefix, strlen(prefix)) == 0)
-			found = json_integer_value(json_object_get(event, "event_id"));
-	}
-	json_decref(events);
-	return found;
-}
-
 static void test_service_agent_stops_on_request(void)
 {
 	struct served *daemon = &served_daemon;
@@ -323,7 +297,7 @@ static void test_service_agent_stops_on_request(void)
 	stop_id = first_event_id(daemon, "vm-service-1", "run.stop_requested", NULL, NULL);
 	CHECK(ready_id > 0 && stop_id > ready_id);
 	/* the agent's stream-json arrived parsed while it still ran (before the stop) */
-	tool_id = first_chunk_with(daemon, "vm-service-1", "vm-service", "[tool_use] ");
+	tool_id = first_event_id(daemon, "vm-service-1", "log.chunk", "vm-service", "[tool_use] ");
 	CHECK(tool_id > 0 && tool_id < stop_id);
 	json_decref(body);
 	free(text);
