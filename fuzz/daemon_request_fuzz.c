@@ -1,7 +1,9 @@
 /*
  * libFuzzer target for what the daemon parses from a client itself (src/daemon/request.c and
- * address.c): the POST /v1/runs and cancel bodies, the from_event_id and state query values,
- * the request path that picks a route, listen addresses and the Authorization header check.
+ * address.c): the POST /v1/runs and cancel bodies, the from_event_id, state and telemetry
+ * (from_seq, stage_name: split at the first '&') query values, the request path that picks a
+ * route, listen addresses, the Authorization header check, and a guest telemetry sample as a
+ * run relays it (JSON).
  * libmicrohttpd has split the request by then; these functions get its strings unchanged.
  *
  * The first byte picks the parser, the rest is its input; string parsers get a NUL-terminated
@@ -25,6 +27,8 @@ enum daemon_fuzz_parser {
 	DAEMON_FUZZ_ROUTE,
 	DAEMON_FUZZ_ADDRESS,
 	DAEMON_FUZZ_TOKEN,
+	DAEMON_FUZZ_TELEMETRY_QUERY,
+	DAEMON_FUZZ_GUEST_SAMPLE,
 	DAEMON_FUZZ_PARSER_COUNT,
 };
 
@@ -70,6 +74,40 @@ static void daemon_fuzz_route(const char *path)
 		abort();
 	if (route == DAEMON_ROUTE_RUN_ARTIFACT && !daemon_name_valid(match.artifact, DAEMON_NAME_MAX))
 		abort();
+}
+
+/* "FROM_SEQ&STAGE_NAME" (no '&': from_seq alone); an accepted stage name must be valid. */
+static void daemon_fuzz_telemetry_query(char *text)
+{
+	char *stage = strchr(text, '&');
+	struct daemon_error err;
+	uint64_t from_seq;
+
+	if (stage)
+		*stage++ = '\0';
+	if (daemon_request_parse_telemetry_query(text, stage, &from_seq, &err) == 0 && stage &&
+	    !daemon_name_valid(stage, DAEMON_NAME_MAX))
+		abort();
+}
+
+/* An accepted sample has exactly the seven metrics, each within its bounds. */
+static void daemon_fuzz_guest_sample(const char *body, size_t len)
+{
+	json_t *guest = json_loadb(body, len, 0, NULL);
+	json_t *sample = daemon_request_guest_sample(guest);
+	const char *key;
+	json_t *value;
+
+	if (sample) {
+		if (json_object_size(sample) != 7)
+			abort();
+		json_object_foreach(sample, key, value) {
+			if (!json_is_number(value) || json_number_value(value) < 0)
+				abort();
+		}
+	}
+	json_decref(sample);
+	json_decref(guest);
 }
 
 static void daemon_fuzz_string(enum daemon_fuzz_parser parser, const char *text)
@@ -125,6 +163,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		break;
 	case DAEMON_FUZZ_TOKEN:
 		daemon_request_token_matches(text, DAEMON_FUZZ_EXPECTED_TOKEN);
+		break;
+	case DAEMON_FUZZ_TELEMETRY_QUERY:
+		daemon_fuzz_telemetry_query(text);
+		break;
+	case DAEMON_FUZZ_GUEST_SAMPLE:
+		daemon_fuzz_guest_sample(text, size - 1);
 		break;
 	default:
 		daemon_fuzz_string(parser, text);

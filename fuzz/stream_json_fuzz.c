@@ -2,7 +2,8 @@
  * libFuzzer target for the reader of what an agent CLI prints in the guest (claude-code's
  * stream-json lines, src/runtime/stream_json.c): the guest controls every byte. The input is
  * fed whole and, separately, in chunks split at a point the first byte picks, and both runs
- * must agree on what they found; nothing may crash or leak.
+ * must agree on what they found; nothing may crash or leak. The chunked run has a listener,
+ * whose lines must stay within their bound and hold no line break.
  */
 #include <stdint.h>
 #include <stdlib.h>
@@ -17,6 +18,13 @@ static bool fuzz_same_text(const char *a, const char *b)
 	return (!a && !b) || (a && b && strcmp(a, b) == 0);
 }
 
+static void fuzz_listener(void *opaque, const char *line, size_t len)
+{
+	(void)opaque;
+	if (len > STREAM_JSON_EVENT_TEXT_MAX || memchr(line, '\n', len) || memchr(line, '\0', len))
+		abort();
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
 	struct stream_json_result whole, chunked;
@@ -29,6 +37,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	if (stream_json_parse(data + 1, size - 1, &whole) != 0)
 		return 0;
 	stream_json_parser_init(&parser);
+	stream_json_parser_listen(&parser, fuzz_listener, NULL);
 	if (stream_json_parser_feed(&parser, data + 1, split) != 0 ||
 	    stream_json_parser_feed(&parser, data + 1 + split, size - 1 - split) != 0 ||
 	    stream_json_parser_finish(&parser, &chunked) != 0) {

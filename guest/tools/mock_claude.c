@@ -19,6 +19,10 @@
  * MOCK_CLAUDE_BASH is a shell command the mock runs (sh -c) before it answers, as an agent's
  * Bash tool would; its stdout and exit status join the result text. VM tests use it to make a
  * "model" act inside the guest, e.g. call void-message (docs/messaging.md).
+ *
+ * MOCK_CLAUDE_SERVE=1 makes it a service-mode agent: after writing its output file it waits
+ * for SIGTERM (blocked from the start, so an early stop is not lost), then ends as usual with
+ * its result event and exit 0, as a service that shuts down cleanly does.
  */
 #include <dirent.h>
 #include <errno.h>
@@ -31,6 +35,8 @@
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
+
+#include <signal.h>
 
 #include <jansson.h>
 
@@ -562,14 +568,38 @@ static int mock_replay_custom(const struct mock_config *cfg)
 	return 0;
 }
 
+/* MOCK_CLAUDE_SERVE=1: SIGTERM is blocked now and waited for once the output is written. */
+static bool mock_serve_begin(sigset_t *term)
+{
+	const char *serve = getenv("MOCK_CLAUDE_SERVE");
+
+	if (!serve || strcmp(serve, "1") != 0)
+		return false;
+	sigemptyset(term);
+	sigaddset(term, SIGTERM);
+	sigprocmask(SIG_BLOCK, term, NULL);
+	return true;
+}
+
+static void mock_serve_until_stopped(const sigset_t *term)
+{
+	int signal_number;
+
+	fflush(stdout);
+	fprintf(stderr, "claude-code (mock): serving until SIGTERM\n");
+	sigwait(term, &signal_number);
+}
+
 int main(int argc, char **argv)
 {
 	struct mock_config cfg;
 	struct mock_findings found;
-	bool is_error;
+	bool is_error, serve;
+	sigset_t term;
 	char *summary;
 	unsigned long calls;
 
+	serve = mock_serve_begin(&term);
 	if (mock_load_config(argc, argv, &cfg) < 0)
 		return MOCK_EXIT_USAGE;
 	if (cfg.shape->scenario == MOCK_SCENARIO_CUSTOM)
@@ -598,6 +628,8 @@ int main(int argc, char **argv)
 		mock_run_bash(&summary);
 	if (!is_error)
 		mock_write_output(&cfg, summary);
+	if (serve)
+		mock_serve_until_stopped(&term);
 	mock_emit_result(&cfg, summary, is_error);
 	free(summary);
 	json_decref(found.skills);

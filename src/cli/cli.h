@@ -54,6 +54,7 @@ int cli_serve_run(const struct cli_globals *globals, int argc, char **argv);
 int cli_status_run(const struct cli_globals *globals, int argc, char **argv);
 int cli_logs_run(const struct cli_globals *globals, int argc, char **argv);
 int cli_cancel_run(const struct cli_globals *globals, int argc, char **argv);
+int cli_stop_run(const struct cli_globals *globals, int argc, char **argv);
 
 /* `voidbox run --daemon`: submits file (made absolute) to the daemon at url (NULL: default). */
 int cli_run_submit(const struct cli_globals *globals, const char *url, const char *file,

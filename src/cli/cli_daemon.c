@@ -1,5 +1,5 @@
 /*
- * The daemon's commands: `voidbox serve` starts it; `status`, `logs`, `cancel` and `run
+ * The daemon's commands: `voidbox serve` starts it; `status`, `logs`, `cancel`, `stop` and `run
  * --daemon` (cli_run_submit) are its clients. Clients find the daemon with --daemon URL,
  * else $VOIDBOX_DAEMON, else the default per-user socket; a TCP daemon's token comes from
  * --token-file, else $VOIDBOX_DAEMON_TOKEN_FILE, else the default token file. A response
@@ -451,9 +451,17 @@ static const char cli_cancel_usage[] =
 	"Cancels a run: its VMs are stopped (SIGTERM, then SIGKILL after the run's grace period)\n"
 	"and the command returns once the run has ended. Cancelling an ended run changes nothing.\n";
 
-int cli_cancel_run(const struct cli_globals *globals, int argc, char **argv)
+static const char cli_stop_usage[] =
+	"usage: voidbox stop RUN_ID [--reason TEXT] [--daemon URL] [--token-file FILE]\n\n"
+	"Stops a run gracefully: its mode: service programs get SIGTERM and end on their own terms\n"
+	"(their exit codes decide the run's state); a run still going after its grace period is\n"
+	"cancelled. Returns once the run has ended. Stopping an ended run changes nothing.\n";
+
+/* cancel and stop: POST /v1/runs/{id}/<command> with {reason?}, then print the state. */
+static int cli_end_run(const struct cli_globals *globals, int argc, char **argv,
+		       const char *command, const char *usage)
 {
-	struct cli_daemon_args args = { .command = "cancel", .usage = cli_cancel_usage };
+	struct cli_daemon_args args = { .command = command, .usage = usage };
 	char path[CLI_DAEMON_PATH_MAX];
 	struct daemon_client client;
 	json_t *body;
@@ -463,8 +471,8 @@ int cli_cancel_run(const struct cli_globals *globals, int argc, char **argv)
 				  &client);
 	if (status != 0)
 		return status < 0 ? CLI_EXIT_OK : status;
-	snprintf(path, sizeof(path), "/v1/runs/%s/cancel", args.run_id);
-	body = cli_daemon_post("cancel", &client, path,
+	snprintf(path, sizeof(path), "/v1/runs/%s/%s", args.run_id, command);
+	body = cli_daemon_post(command, &client, path,
 			       args.reason ? json_pack("{s:s}", "reason", args.reason) :
 					     json_object());
 	if (!body)
@@ -476,6 +484,16 @@ int cli_cancel_run(const struct cli_globals *globals, int argc, char **argv)
 		       json_string_value(json_object_get(body, "state")));
 	json_decref(body);
 	return CLI_EXIT_OK;
+}
+
+int cli_cancel_run(const struct cli_globals *globals, int argc, char **argv)
+{
+	return cli_end_run(globals, argc, argv, "cancel", cli_cancel_usage);
+}
+
+int cli_stop_run(const struct cli_globals *globals, int argc, char **argv)
+{
+	return cli_end_run(globals, argc, argv, "stop", cli_stop_usage);
 }
 
 /* ---- run --daemon ---- */

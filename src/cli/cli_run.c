@@ -8,7 +8,8 @@
  *
  * Under `voidbox serve` each run is this command with --events-fd: a JSON line per stage start,
  * piece of output and finish goes to that descriptor (the runners' run_observer), so the daemon streams stage
- * events while the run goes; --input-file carries an input too large for argv.
+ * events while the run goes; --input-file carries an input too large for argv. SIGUSR1 asks
+ * the run's `mode: service` programs to stop gracefully (src/runtime/service.h).
  * `--daemon[=URL]` instead submits the spec to a running daemon and prints the run id.
  *
  * The report goes to stdout (human or --output json) and progress to the logger on stderr,
@@ -35,6 +36,7 @@
 #include "runtime/box.h"
 #include "runtime/pipeline.h"
 #include "runtime/run_report.h"
+#include "runtime/service.h"
 #include "runtime/spec.h"
 #include "runtime/workflow.h"
 
@@ -107,7 +109,8 @@ static void cli_run_usage(FILE *out)
 		"  --input TEXT         workflow: stdin of every step without stdin_from;\n"
 		"                       agent/pipeline: the first agent's previous-stage input\n"
 		"  --sandbox-mode MODE  override the spec's sandbox.mode (auto, mock or local)\n"
-		"  --step-timeout S     workflow steps that set no timeout_secs (default none)\n"
+		"  --step-timeout S     workflow steps, agents and pipeline boxes that set no\n"
+		"                       timeout_secs (default none; services never time out)\n"
 		"  --serial-log PATH    write the VM console here (default: a file kept on failure)\n"
 		"  --input-file PATH    like --input, with the text read from PATH\n"
 		"  --daemon[=URL]       submit to `voidbox serve` (default socket, or unix://PATH or\n"
@@ -294,6 +297,58 @@ static void cli_run_stage_finished(void *opaque, const struct run_stage *stage)
 				      stage->error));
 }
 
+/* A service's first published output_file; cut like a stage's output, the full text stays. */
+static void cli_run_stage_output_ready(void *opaque, const struct run_stage *stage,
+				       const void *data, size_t len)
+{
+	json_t *text = daemon_text_json(data, len > CLI_RUN_EVENT_OUTPUT_MAX
+						      ? CLI_RUN_EVENT_OUTPUT_MAX
+						      : len);
+
+	cli_run_event_write(opaque, json_pack("{s:s, s:s, s:I, s:o*}", "type",
+					      "stage.output_ready", "stage", stage->name,
+					      "size_bytes", (json_int_t)len, "output", text));
+}
+
+static void cli_run_telemetry(void *opaque, const char *box_name,
+			      const struct box_telemetry_sample *sample)
+{
+	cli_run_event_write(opaque,
+			    json_pack("{s:s, s:s, s:I, s:I, s:{s:f, s:I, s:I, s:I, s:I, s:I, s:I}}",
+				      "type", "telemetry", "box", box_name, "seq",
+				      (json_int_t)sample->seq, "timestamp_ms",
+				      (json_int_t)sample->timestamp_ms, "guest", "cpu_percent",
+				      sample->system.cpu_percent, "memory_used_bytes",
+				      (json_int_t)sample->system.memory_used_bytes,
+				      "memory_total_bytes",
+				      (json_int_t)sample->system.memory_total_bytes, "net_rx_bytes",
+				      (json_int_t)sample->system.net_rx_bytes, "net_tx_bytes",
+				      (json_int_t)sample->system.net_tx_bytes, "procs_running",
+				      (json_int_t)sample->system.procs_running, "open_fds",
+				      (json_int_t)sample->system.open_fds));
+}
+
+static void cli_run_on_stop_signal(int signal_number)
+{
+	(void)signal_number;
+	service_request_stop();
+}
+
+/* SIGUSR1 asks the run's services to stop gracefully (the daemon's POST .../stop sends it). */
+static void cli_run_catch_stop_signal(void)
+{
+	struct sigaction action = { .sa_handler = cli_run_on_stop_signal, .sa_flags = SA_RESTART };
+
+	sigset_t stop;
+
+	sigemptyset(&action.sa_mask);
+	sigaction(SERVICE_STOP_SIGNAL, &action, NULL);
+	/* the daemon starts runs with it blocked, so a stop sent early waits for the handler */
+	sigemptyset(&stop);
+	sigaddset(&stop, SERVICE_STOP_SIGNAL);
+	pthread_sigmask(SIG_UNBLOCK, &stop, NULL);
+}
+
 static int cli_run_print_report(const struct cli_globals *globals,
 				const struct run_report *report)
 {
@@ -324,6 +379,7 @@ static void cli_run_agent_options(const struct cli_run_args *args, struct agent_
 	out->mode = args->workflow.mode;
 	out->serial_log_path = args->workflow.serial_log_path;
 	out->host = cli_host_settings();
+	out->default_timeout_secs = args->workflow.default_timeout_secs;
 	out->host_env = host_env_lookup;
 	/* set by `voidbox serve` for the runs it starts (docs/messaging.md) */
 	out->messaging.run_id = getenv(CLI_RUN_ID_ENV);
@@ -464,6 +520,8 @@ int cli_run_run(const struct cli_globals *globals, int argc, char **argv)
 		.stage_started = cli_run_stage_started,
 		.stage_output = cli_run_stage_output,
 		.stage_finished = cli_run_stage_finished,
+		.stage_output_ready = cli_run_stage_output_ready,
+		.telemetry = cli_run_telemetry,
 	};
 	struct cli_run_args args = { .events_fd = -1 };
 	struct cli_run_events events = { .lock = PTHREAD_MUTEX_INITIALIZER };
@@ -474,6 +532,7 @@ int cli_run_run(const struct cli_globals *globals, int argc, char **argv)
 	struct spec *spec;
 	int status;
 
+	cli_run_catch_stop_signal();
 	status = cli_run_parse(argc, argv, &args);
 	if (status != 0)
 		return status < 0 ? CLI_EXIT_OK : status;

@@ -24,6 +24,7 @@ static const struct cli_command cli_commands[] = {
 	{ "skills", "list a spec's skills with their source", cli_skills_run },
 	{ "snapshot", "create, list, inspect, delete or evict VM snapshots", cli_snapshot_run },
 	{ "status", "show a daemon run, or list them", cli_status_run },
+	{ "stop", "stop a daemon run's service programs gracefully", cli_stop_run },
 	{ "validate", "check a spec and list every error with a hint", cli_validate_run },
 	{ "version", "print the version", cli_version_run },
 };

@@ -39,6 +39,12 @@
 #define DAEMON_POLICY_DEFAULT_GRACE 30u
 #define DAEMON_POLICY_MAX_GRACE 3600u
 
+/* Telemetry: samples kept per run (upstream's default ring size), and per response. */
+#define DAEMON_TELEMETRY_KEEP 5000
+#define DAEMON_TELEMETRY_PAGE 1000
+/* a host sample of the run's process (the VMM) this often while it runs */
+#define DAEMON_HOST_SAMPLE_MS 1000u
+
 /* The error codes of the API's one error shape {code, message, retryable}. */
 enum daemon_error_code {
 	DAEMON_ERR_INVALID_SPEC,
@@ -115,6 +121,14 @@ int daemon_request_parse_cancel(const char *body, size_t len, char **reason,
 				struct daemon_error *err);
 /* ?from_event_id=N: NULL or "" is 0. */
 int daemon_request_parse_event_id(const char *text, uint64_t *out, struct daemon_error *err);
+/* /telemetry?from_seq=N&stage_name=S: from_seq as from_event_id; stage_name NULL or a name. */
+int daemon_request_parse_telemetry_query(const char *from_seq, const char *stage_name,
+					 uint64_t *out, struct daemon_error *err);
+/*
+ * A guest telemetry sample relayed by a run (its VM's agent wrote the numbers): a new object
+ * with only cpu_percent (0-100) and the six counters (whole numbers >= 0); NULL otherwise.
+ */
+json_t *daemon_request_guest_sample(const json_t *guest);
 /* ?state=active|terminal|<state>: NULL or "" is all. */
 int daemon_request_parse_state_filter(const char *text, enum daemon_state_filter *filter,
 				      enum daemon_run_state *state, struct daemon_error *err);
@@ -137,6 +151,8 @@ enum daemon_route {
 	DAEMON_ROUTE_RUN_OUTPUT_FILE,
 	DAEMON_ROUTE_RUN_ARTIFACT,
 	DAEMON_ROUTE_RUN_CANCEL,
+	DAEMON_ROUTE_RUN_STOP,
+	DAEMON_ROUTE_RUN_TELEMETRY,
 };
 
 struct daemon_route_match {
@@ -209,6 +225,19 @@ int daemon_store_stage_update(struct daemon_store *store, const char *run_id, co
 /* Names of the run's stages in status ("running", "queued"), as a JSON array. */
 json_t *daemon_store_stages_in(struct daemon_store *store, const char *run_id,
 			       const char *status);
+/*
+ * Appends a telemetry sample (guest and host are {..} objects or NULL, borrowed) and keeps
+ * the newest DAEMON_TELEMETRY_KEEP of the run; returns its seq (1, 2, ...) or -errno.
+ */
+int64_t daemon_store_add_telemetry(struct daemon_store *store, const char *run_id,
+				   uint64_t ts_ms, const char *stage_name, const json_t *guest,
+				   const json_t *host);
+/*
+ * Samples with seq >= from_seq (of stage_name only, unless NULL), oldest first, at most
+ * DAEMON_TELEMETRY_PAGE; *next_seq is the from_seq that continues after them.
+ */
+json_t *daemon_store_telemetry_json(struct daemon_store *store, const char *run_id,
+				    uint64_t from_seq, const char *stage_name, uint64_t *next_seq);
 int daemon_store_put_artifact(struct daemon_store *store, const char *run_id, const char *stage,
 			      const char *name, const char *media_type, const void *data,
 			      size_t len);
@@ -227,6 +256,8 @@ struct daemon_active_run {
 	bool cancel_requested;
 	uint64_t cancel_deadline_ms; /* SIGKILL after this (monotonic) */
 	char *cancel_reason;
+	bool stop_requested;	   /* POST .../stop: SERVICE_STOP_SIGNAL was sent */
+	uint64_t stop_deadline_ms; /* cancelled after this (monotonic) when still running */
 	struct daemon_active_run *next;
 };
 
@@ -273,10 +304,31 @@ int daemon_exec_start(struct daemon *d, const char *run_id);
  * it is terminal. Returns 0 when the run is (now) terminal, -ENOENT for an unknown run.
  */
 int daemon_exec_cancel(struct daemon *d, const char *run_id, const char *reason);
+/*
+ * Stops a run gracefully: SERVICE_STOP_SIGNAL to its process, which stops its service stages
+ * (their exit codes decide the run's state); a run still going after the policy's grace is
+ * cancelled. Waits until it is terminal; same returns as daemon_exec_cancel.
+ */
+int daemon_exec_stop(struct daemon *d, const char *run_id, const char *reason);
 /* Daemon shutdown: cancels every active run and waits for their threads. */
 void daemon_exec_stop_all(struct daemon *d);
 /* Restart recovery: non-terminal runs become failed with reason daemon_restarted. */
 void daemon_exec_recover(struct daemon *d);
+
+/* ---- telemetry.c ---- */
+
+/* The previous sample of one run process, for its CPU share since then. */
+struct daemon_host_sampler {
+	bool has_previous;
+	uint64_t previous_ticks;
+	uint64_t previous_ms; /* monotonic */
+};
+
+/*
+ * {rss_bytes, cpu_percent, io_read_bytes, io_write_bytes} of process pid now (now_ms is
+ * monotonic); cpu_percent is 0 on the first sample. NULL when the process is gone.
+ */
+json_t *daemon_host_sample(struct daemon_host_sampler *sampler, pid_t pid, uint64_t now_ms);
 
 /* ---- http.c ---- */
 

@@ -5,6 +5,8 @@
  *   writes them), which become stage.* and log.chunk events and the stage's output artifact;
  * - stderr is the run's progress log, streamed line by line as log.chunk events;
  * - stdout is the final run report (JSON), kept on the run when it ends.
+ * fd 3 also relays the guest's telemetry, and the thread samples the run process itself (the
+ * VMM) every DAEMON_HOST_SAMPLE_MS; both become the run's telemetry (telemetry.c).
  * The VMM lives inside that process, so cancelling is signalling the group: SIGTERM, then
  * SIGKILL once the policy's grace period is over. The child asks the kernel for SIGKILL when
  * the thread that forked it dies (PR_SET_PDEATHSIG), so a daemon killed outright takes its
@@ -25,6 +27,7 @@
 
 #include "common/log.h"
 #include "daemon/daemon_internal.h"
+#include "runtime/service.h"
 
 #define EXEC_EVENTS_FD 3
 #define EXEC_POLL_MS 100
@@ -41,6 +44,8 @@
 #define EXEC_NS_PER_MS 1000000L
 #define EXEC_OUTPUT_ARTIFACT "output"
 #define EXEC_RUN_DIR_MODE 0700
+#define EXEC_PARALLEL_ENV "VOIDBOX_MAX_PARALLEL_VMS" /* read by `voidbox run` (cli_env.c) */
+#define EXEC_ENV_ENTRY_MAX 64
 
 enum exec_stream {
 	EXEC_STREAM_EVENTS,
@@ -65,6 +70,7 @@ struct exec_run {
 	char input_path[DAEMON_PATH_MAX];
 	json_t *streamed; /* {stage: true} for stages whose output came as stage.output lines */
 	char **child_env; /* the run's environment (messaging.c), built before the fork */
+	json_t *published; /* {stage: true} for services whose output_file is the artifact */
 };
 
 /* How one attempt ended. */
@@ -139,7 +145,70 @@ static void exec_stage_output(struct exec_run *run, const char *stage, json_t *e
 }
 
 /*
- * A stage line from fd 3: {"type":"stage.started"|"stage.output"|"stage.finished",
+ * A service stage published its output_file while it still runs: it becomes the stage's
+ * output artifact now (so the run's output_ready turns true while it is running) and a
+ * stage.output_ready event says so; it stays the artifact when the stage ends.
+ */
+static void exec_stage_output_ready(struct exec_run *run, const char *stage, json_t *event)
+{
+	json_t *output = json_object_get(event, "output");
+	json_int_t size = json_integer_value(json_object_get(event, "size_bytes"));
+	struct daemon *d = run->d;
+
+	if (!json_is_string(output) || !daemon_name_valid(stage, DAEMON_NAME_MAX))
+		return;
+	json_object_set_new(run->published, stage, json_true());
+	pthread_mutex_lock(&d->lock);
+	daemon_store_put_artifact(d->store, run->id, stage, EXEC_OUTPUT_ARTIFACT,
+				  exec_media_type(json_string_value(output),
+						  json_string_length(output)),
+				  json_string_value(output), json_string_length(output));
+	daemon_event_emit_locked(d, run->id, "stage.output_ready", "info",
+				 "the service published its output", stage, NULL,
+				 json_pack("{s:I, s:I}", "size_bytes", size, "stage_attempt",
+					   (json_int_t)run->attempt));
+	pthread_mutex_unlock(&d->lock);
+}
+
+/* A guest sample relayed on fd 3: {"type":"telemetry","box":NAME,"guest":{...}}. */
+static void exec_guest_telemetry(struct exec_run *run, json_t *event)
+{
+	const char *box = json_string_value(json_object_get(event, "box"));
+	json_t *guest = daemon_request_guest_sample(json_object_get(event, "guest"));
+
+	if (!guest) {
+		log_warn("daemon", "run %s: ignoring a malformed guest telemetry sample", run->id);
+		return;
+	}
+	pthread_mutex_lock(&run->d->lock);
+	daemon_store_add_telemetry(run->d->store, run->id, daemon_now_ms(),
+				   box && daemon_name_valid(box, DAEMON_NAME_MAX) ? box : NULL,
+				   guest, NULL);
+	pthread_mutex_unlock(&run->d->lock);
+	json_decref(guest);
+}
+
+/* A host sample of the run's process, when one is due (the first at once). */
+static void exec_host_telemetry(struct exec_run *run, pid_t pid,
+				struct daemon_host_sampler *sampler)
+{
+	uint64_t now = daemon_monotonic_ms();
+	json_t *host;
+
+	if (sampler->has_previous && now - sampler->previous_ms < DAEMON_HOST_SAMPLE_MS)
+		return;
+	host = daemon_host_sample(sampler, pid, now);
+	if (!host)
+		return;
+	pthread_mutex_lock(&run->d->lock);
+	daemon_store_add_telemetry(run->d->store, run->id, daemon_now_ms(), NULL, NULL, host);
+	pthread_mutex_unlock(&run->d->lock);
+	json_decref(host);
+}
+
+/*
+ * A stage line from fd 3: {"type":"stage.started"|"stage.output"|"stage.output_ready"|
+ * "stage.finished",
  * "stage":NAME,...}.
  */
 static void exec_stage_event(struct exec_run *run, const char *line, size_t len)
@@ -149,6 +218,11 @@ static void exec_stage_event(struct exec_run *run, const char *line, size_t len)
 	const char *stage = json_string_value(json_object_get(event, "stage"));
 	struct daemon *d = run->d;
 
+	if (type && strcmp(type, "telemetry") == 0) {
+		exec_guest_telemetry(run, event);
+		json_decref(event);
+		return;
+	}
 	if (!type || !stage) {
 		log_warn("daemon", "run %s: ignoring a malformed stage event", run->id);
 		json_decref(event);
@@ -156,6 +230,8 @@ static void exec_stage_event(struct exec_run *run, const char *line, size_t len)
 	}
 	if (strcmp(type, "stage.output") == 0) {
 		exec_stage_output(run, stage, event);
+	} else if (strcmp(type, "stage.output_ready") == 0) {
+		exec_stage_output_ready(run, stage, event);
 	} else if (strcmp(type, "stage.started") == 0) {
 		pthread_mutex_lock(&d->lock);
 		daemon_store_stage_update(d->store, run->id, stage, "running", run->attempt, 0, 0);
@@ -178,7 +254,8 @@ static void exec_stage_event(struct exec_run *run, const char *line, size_t len)
 		if (output && output_len && !json_object_get(run->streamed, stage))
 			daemon_event_emit_lines(d, run->id, stage, "stdout", output, output_len);
 		pthread_mutex_lock(&d->lock);
-		if (output && daemon_name_valid(stage, DAEMON_NAME_MAX))
+		if (output && daemon_name_valid(stage, DAEMON_NAME_MAX) &&
+		    !json_object_get(run->published, stage))
 			daemon_store_put_artifact(d->store, run->id, stage, EXEC_OUTPUT_ARTIFACT,
 						  exec_media_type(output, output_len), output,
 						  output_len);
@@ -227,8 +304,8 @@ static void exec_drain_lines(struct exec_run *run, enum exec_stream stream,
 }
 
 /* The child: its own process group, dies with the forking thread, fds 1, 2 and 3 wired. */
-static void exec_child(const struct exec_run *run, char *const argv[], int out_fd, int err_fd,
-		       int events_fd, pid_t parent)
+static void exec_child(const struct exec_run *run, char *const argv[], char *const envp[],
+		       int out_fd, int err_fd, int events_fd, pid_t parent)
 {
 	sigset_t none;
 	int null_fd;
@@ -237,17 +314,45 @@ static void exec_child(const struct exec_run *run, char *const argv[], int out_f
 	prctl(PR_SET_PDEATHSIG, SIGKILL);
 	if (getppid() != parent)
 		_exit(EXIT_FAILURE);
+	/* the stop signal stays blocked until `voidbox run` has its handler (cli_run.c) */
 	sigemptyset(&none);
+	sigaddset(&none, SERVICE_STOP_SIGNAL);
 	sigprocmask(SIG_SETMASK, &none, NULL);
 	signal(SIGPIPE, SIG_DFL);
 	null_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
 	if (null_fd < 0 || dup2(null_fd, STDIN_FILENO) < 0 || dup2(out_fd, STDOUT_FILENO) < 0 ||
 	    dup2(err_fd, STDERR_FILENO) < 0 || dup2(events_fd, EXEC_EVENTS_FD) < 0)
 		_exit(EXIT_FAILURE);
-	execve(run->d->voidbox_exe, argv, run->child_env ? run->child_env : environ);
+	execve(run->d->voidbox_exe, argv, envp);
 	dprintf(STDERR_FILENO, "voidbox serve: cannot start %s: %s\n", run->d->voidbox_exe,
 		strerror(errno));
 	_exit(EXIT_FAILURE);
+}
+
+/*
+ * The run's environment: base (the daemon's, with the messaging variables of messaging.c),
+ * with VOIDBOX_MAX_PARALLEL_VMS set to the policy's max_parallel_microvms_per_run (how many
+ * pipeline boxes, each a VM, run at once). Built before the fork, since the child may not
+ * allocate. NULL on -ENOMEM; free the array only (its strings are base's and entry).
+ */
+static char **exec_environment(const struct exec_run *run, char *const *base, char *entry,
+			       size_t entry_size)
+{
+	static const char name[] = EXEC_PARALLEL_ENV "=";
+	size_t count = 0, n = 0;
+	char **envp;
+
+	while (base[count])
+		count++;
+	envp = calloc(count + 2, sizeof(*envp));
+	if (!envp)
+		return NULL;
+	for (size_t i = 0; i < count; i++)
+		if (strncmp(base[i], name, sizeof(name) - 1) != 0)
+			envp[n++] = base[i];
+	snprintf(entry, entry_size, "%s%u", name, run->launch.policy.max_parallel_microvms_per_run);
+	envp[n] = entry;
+	return envp;
 }
 
 /* Writes the run's input to a file in its directory (argv cannot hold 4 MiB). */
@@ -321,10 +426,12 @@ static void exec_pump(struct exec_run *run, pid_t pid, int fds[EXEC_STREAM_COUNT
 {
 	char chunk[EXEC_READ_CHUNK];
 	size_t open_count = EXEC_STREAM_COUNT;
+	struct daemon_host_sampler sampler = { 0 };
 
 	while (open_count > 0) {
 		struct pollfd pfds[EXEC_STREAM_COUNT];
 
+		exec_host_telemetry(run, pid, &sampler);
 		for (size_t i = 0; i < EXEC_STREAM_COUNT; i++)
 			pfds[i] = (struct pollfd){ .fd = fds[i], .events = POLLIN };
 		if (poll(pfds, EXEC_STREAM_COUNT, EXEC_POLL_MS) < 0 && errno != EINTR)
@@ -377,6 +484,8 @@ static int exec_attempt(struct exec_run *run, struct exec_outcome *outcome)
 	int pipes[EXEC_STREAM_COUNT][2] = { { -1, -1 }, { -1, -1 }, { -1, -1 } };
 	int read_fds[EXEC_STREAM_COUNT];
 	char *argv[EXEC_ARGV_MAX];
+	char parallel_entry[EXEC_ENV_ENTRY_MAX];
+	char **envp = NULL;
 	size_t argc = 0;
 	pid_t pid, parent = getpid();
 	int rc = 0;
@@ -399,22 +508,28 @@ static int exec_attempt(struct exec_run *run, struct exec_outcome *outcome)
 		argv[argc++] = run->input_path;
 	}
 	argv[argc] = NULL;
+	run->child_env = daemon_messaging_child_env(run->d, run->id);
+	envp = exec_environment(run, run->child_env ? run->child_env : environ, parallel_entry,
+				sizeof(parallel_entry));
+	if (!envp) {
+		rc = -ENOMEM;
+		goto out;
+	}
 	for (size_t i = 0; i < EXEC_STREAM_COUNT; i++)
 		if (pipe2(pipes[i], O_CLOEXEC) < 0) {
 			rc = -errno;
 			goto out;
 		}
-	run->child_env = daemon_messaging_child_env(run->d, run->id);
 	pid = fork();
 	if (pid < 0) {
 		rc = -errno;
-		daemon_messaging_child_env_free(run->child_env);
-		run->child_env = NULL;
 		goto out;
 	}
 	if (pid == 0)
-		exec_child(run, argv, pipes[EXEC_STREAM_STDOUT][1], pipes[EXEC_STREAM_STDERR][1],
-			   pipes[EXEC_STREAM_EVENTS][1], parent);
+		exec_child(run, argv, envp, pipes[EXEC_STREAM_STDOUT][1],
+			   pipes[EXEC_STREAM_STDERR][1], pipes[EXEC_STREAM_EVENTS][1], parent);
+	free(envp);
+	envp = NULL;
 	setpgid(pid, pid);
 	daemon_messaging_child_env_free(run->child_env);
 	run->child_env = NULL;
@@ -439,6 +554,9 @@ out:
 			close(pipes[i][1]);
 		free(bufs[i].data);
 	}
+	free(envp);
+	daemon_messaging_child_env_free(run->child_env);
+	run->child_env = NULL;
 	return rc;
 }
 
@@ -557,9 +675,21 @@ static bool exec_should_stop(struct exec_run *run, char **reason)
 
 	pthread_mutex_lock(&run->d->lock);
 	active = exec_find_active(run->d, run->id);
-	stop = run->d->stopping || (active && active->cancel_requested);
+	stop = run->d->stopping || (active && (active->cancel_requested || active->stop_requested));
 	if (reason && active && active->cancel_reason)
 		*reason = strdup(active->cancel_reason);
+	pthread_mutex_unlock(&run->d->lock);
+	return stop;
+}
+
+static bool exec_stop_was_requested(struct exec_run *run)
+{
+	struct daemon_active_run *active;
+	bool stop;
+
+	pthread_mutex_lock(&run->d->lock);
+	active = exec_find_active(run->d, run->id);
+	stop = active && active->stop_requested;
 	pthread_mutex_unlock(&run->d->lock);
 	return stop;
 }
@@ -589,7 +719,8 @@ static void exec_end(struct exec_run *run, struct exec_outcome *outcome, int rc)
 			    outcome->exit_code, outcome->report);
 	} else if (outcome->exit_code == 0 &&
 		   json_is_true(json_object_get(outcome->report, "success"))) {
-		exec_finish(run->d, run->id, run->attempt, DAEMON_RUN_SUCCEEDED, NULL, NULL, 0,
+		exec_finish(run->d, run->id, run->attempt, DAEMON_RUN_SUCCEEDED,
+			    exec_stop_was_requested(run) ? "stopped" : NULL, NULL, 0,
 			    outcome->report);
 	} else {
 		exec_failure_text(outcome, error, sizeof(error));
@@ -606,7 +737,8 @@ static void *exec_thread(void *opaque)
 	int rc = exec_write_input(run);
 
 	run->streamed = json_object();
-	if (!run->streamed)
+	run->published = json_object();
+	if (!run->streamed || !run->published)
 		rc = -ENOMEM;
 
 	for (run->attempt = 1; rc == 0; run->attempt++) {
@@ -635,6 +767,7 @@ static void *exec_thread(void *opaque)
 	exec_forget(run->d, run->id);
 	daemon_run_launch_free(&run->launch);
 	json_decref(run->streamed);
+	json_decref(run->published);
 	free(run);
 	return NULL;
 }
@@ -706,10 +839,22 @@ static void exec_timed_wait(struct daemon *d)
 	pthread_cond_timedwait(&d->changed, &d->lock, &deadline);
 }
 
-int daemon_exec_cancel(struct daemon *d, const char *run_id, const char *reason)
+/* The policy's grace period of a run; called with d->lock held. */
+static uint32_t exec_grace_locked(struct daemon *d, const char *run_id)
 {
 	struct daemon_run_launch launch;
-	struct daemon_active_run *active;
+	uint32_t grace = DAEMON_POLICY_DEFAULT_GRACE;
+
+	if (daemon_store_run_launch(d->store, run_id, &launch) == 0) {
+		grace = launch.policy.cancel_grace_period_secs;
+		daemon_run_launch_free(&launch);
+	}
+	return grace;
+}
+
+/* Takes d->lock: 1 when the run is not terminal (the lock stays held), else 0 or -errno. */
+static int exec_lock_unfinished(struct daemon *d, const char *run_id)
+{
 	enum daemon_run_state state;
 	int rc;
 
@@ -717,15 +862,21 @@ int daemon_exec_cancel(struct daemon *d, const char *run_id, const char *reason)
 	rc = daemon_store_run_state(d->store, run_id, &state);
 	if (rc < 0 || daemon_run_state_terminal(state)) {
 		pthread_mutex_unlock(&d->lock);
-		return rc;
+		return rc < 0 ? rc : 0;
 	}
+	return 1;
+}
+
+int daemon_exec_cancel(struct daemon *d, const char *run_id, const char *reason)
+{
+	struct daemon_active_run *active;
+	int rc = exec_lock_unfinished(d, run_id);
+
+	if (rc <= 0)
+		return rc;
 	active = exec_find_active(d, run_id);
 	if (active) {
-		rc = daemon_store_run_launch(d->store, run_id, &launch);
-		exec_request_cancel_locked(active, reason, rc == 0 ? launch.policy.cancel_grace_period_secs
-								   : DAEMON_POLICY_DEFAULT_GRACE);
-		if (rc == 0)
-			daemon_run_launch_free(&launch);
+		exec_request_cancel_locked(active, reason, exec_grace_locked(d, run_id));
 		while (exec_find_active(d, run_id))
 			exec_timed_wait(d);
 		pthread_mutex_unlock(&d->lock);
@@ -738,20 +889,47 @@ int daemon_exec_cancel(struct daemon *d, const char *run_id, const char *reason)
 	return 0;
 }
 
+int daemon_exec_stop(struct daemon *d, const char *run_id, const char *reason)
+{
+	struct daemon_active_run *active;
+	int rc = exec_lock_unfinished(d, run_id);
+	uint32_t grace;
+
+	if (rc <= 0)
+		return rc;
+	active = exec_find_active(d, run_id);
+	if (!active || active->pid <= 0) {
+		/* no process to ask (not started, or between attempts): nothing runs to stop */
+		pthread_mutex_unlock(&d->lock);
+		return daemon_exec_cancel(d, run_id, reason);
+	}
+	grace = exec_grace_locked(d, run_id);
+	if (!active->stop_requested) {
+		active->stop_requested = true;
+		active->stop_deadline_ms = daemon_monotonic_ms() + (uint64_t)grace * EXEC_MS_PER_SEC;
+		daemon_event_emit_locked(d, run_id, "run.stop_requested", "info",
+					 reason ? reason : "stop requested by the client", NULL,
+					 NULL, json_pack("{s:I}", "grace_period_secs",
+							 (json_int_t)grace));
+		kill(active->pid, SERVICE_STOP_SIGNAL);
+	}
+	while ((active = exec_find_active(d, run_id))) {
+		if (!active->cancel_requested && daemon_monotonic_ms() >= active->stop_deadline_ms)
+			exec_request_cancel_locked(active,
+						   "the run did not stop within its grace period",
+						   grace);
+		exec_timed_wait(d);
+	}
+	pthread_mutex_unlock(&d->lock);
+	return 0;
+}
+
 void daemon_exec_stop_all(struct daemon *d)
 {
 	pthread_mutex_lock(&d->lock);
 	d->stopping = true;
-	for (struct daemon_active_run *run = d->active; run; run = run->next) {
-		struct daemon_run_launch launch;
-		uint32_t grace = DAEMON_POLICY_DEFAULT_GRACE;
-
-		if (daemon_store_run_launch(d->store, run->id, &launch) == 0) {
-			grace = launch.policy.cancel_grace_period_secs;
-			daemon_run_launch_free(&launch);
-		}
-		exec_request_cancel_locked(run, "the daemon stopped", grace);
-	}
+	for (struct daemon_active_run *run = d->active; run; run = run->next)
+		exec_request_cancel_locked(run, "the daemon stopped", exec_grace_locked(d, run->id));
 	pthread_cond_broadcast(&d->changed);
 	while (d->active_count > 0)
 		exec_timed_wait(d);

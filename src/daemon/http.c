@@ -412,8 +412,10 @@ static enum MHD_Result http_get_artifact(struct MHD_Connection *conn, struct dae
 	return result;
 }
 
-static enum MHD_Result http_cancel_run(struct MHD_Connection *conn, struct daemon *d,
-				       const char *run_id, const struct http_request *request)
+/* POST .../cancel and .../stop: both take {reason?} and answer once the run has ended. */
+static enum MHD_Result http_end_run(struct MHD_Connection *conn, struct daemon *d,
+				    const char *run_id, const struct http_request *request,
+				    enum daemon_route route)
 {
 	struct daemon_error err;
 	json_t *run, *answer;
@@ -422,7 +424,8 @@ static enum MHD_Result http_cancel_run(struct MHD_Connection *conn, struct daemo
 
 	if (daemon_request_parse_cancel(request->body, request->len, &reason, &err) < 0)
 		return http_send_error(conn, &err);
-	rc = daemon_exec_cancel(d, run_id, reason);
+	rc = route == DAEMON_ROUTE_RUN_STOP ? daemon_exec_stop(d, run_id, reason)
+					    : daemon_exec_cancel(d, run_id, reason);
 	free(reason);
 	if (rc == -ENOENT)
 		return http_fail(conn, DAEMON_ERR_NOT_FOUND, "no run has this id");
@@ -454,6 +457,38 @@ static enum MHD_Result http_list_events(struct MHD_Connection *conn, struct daem
 	if (!events)
 		return http_fail(conn, DAEMON_ERR_INTERNAL_ERROR, "cannot read the events");
 	return http_send_json(conn, MHD_HTTP_OK, events);
+}
+
+/* GET /v1/runs/{id}/telemetry[?from_seq=N][&stage_name=S] */
+static enum MHD_Result http_telemetry(struct MHD_Connection *conn, struct daemon *d,
+				      const char *run_id)
+{
+	const char *from = MHD_lookup_connection_value(conn, MHD_GET_ARGUMENT_KIND, "from_seq");
+	const char *stage = MHD_lookup_connection_value(conn, MHD_GET_ARGUMENT_KIND,
+							"stage_name");
+	struct daemon_error err;
+	uint64_t from_seq, next_seq;
+	json_t *run, *samples, *answer;
+	int rc;
+
+	if (daemon_request_parse_telemetry_query(from, stage, &from_seq, &err) < 0)
+		return http_send_error(conn, &err);
+	pthread_mutex_lock(&d->lock);
+	run = daemon_store_run_json(d->store, run_id, &rc);
+	samples = run ? daemon_store_telemetry_json(d->store, run_id, from_seq, stage, &next_seq)
+		      : NULL;
+	pthread_mutex_unlock(&d->lock);
+	if (!run && rc == -ENOENT)
+		return http_fail(conn, DAEMON_ERR_NOT_FOUND, "no run has this id");
+	if (!run || !samples) {
+		json_decref(run);
+		return http_fail(conn, DAEMON_ERR_INTERNAL_ERROR, "cannot read the telemetry");
+	}
+	answer = json_pack("{s:s, s:O, s:I, s:o}", "run_id", run_id, "attempt_id",
+			   json_object_get(run, "attempt_id"), "next_seq", (json_int_t)next_seq,
+			   "samples", samples);
+	json_decref(run);
+	return http_send_json(conn, MHD_HTTP_OK, answer);
 }
 
 /* Formats events as SSE frames into stream->pending; notes the end of the run's events. */
@@ -626,6 +661,7 @@ static bool http_method_allowed(enum daemon_route route, const char *method)
 	case DAEMON_ROUTE_RUNS:
 		return get || post;
 	case DAEMON_ROUTE_RUN_CANCEL:
+	case DAEMON_ROUTE_RUN_STOP:
 		return post;
 	case DAEMON_ROUTE_NONE:
 		return true;
@@ -683,7 +719,10 @@ static enum MHD_Result http_dispatch(struct MHD_Connection *conn, struct daemon 
 		return http_get_artifact(conn, d, &match, match.artifact,
 					 DAEMON_ERR_ARTIFACT_NOT_FOUND);
 	case DAEMON_ROUTE_RUN_CANCEL:
-		return http_cancel_run(conn, d, match.run_id, request);
+	case DAEMON_ROUTE_RUN_STOP:
+		return http_end_run(conn, d, match.run_id, request, match.route);
+	case DAEMON_ROUTE_RUN_TELEMETRY:
+		return http_telemetry(conn, d, match.run_id);
 	case DAEMON_ROUTE_NONE:
 		break;
 	}

@@ -1,6 +1,7 @@
 /*
  * Everything the daemon parses from a client itself: the JSON bodies of POST /v1/runs and
- * POST /v1/runs/{id}/cancel, the query values from_event_id and state, and the request path
+ * POST /v1/runs/{id}/cancel (and stop), the query values from_event_id, state, from_seq and
+ * stage_name, the guest telemetry a run relays from its VM, and the request path
  * that picks a route, and the bearer token check. libmicrohttpd has already split headers and the query string; what is
  * left is here as pure functions with no daemon state, so fuzz/daemon_request_fuzz.c drives
  * them directly. Every id taken from a path or a body is checked against one character set
@@ -19,6 +20,7 @@
 #define REQUEST_MAX_SEGMENTS 7
 #define REQUEST_SEGMENT_MAX 256
 #define REQUEST_BEARER_PREFIX "Bearer "
+#define REQUEST_CPU_PERCENT_MAX 100.0 /* the guest sums every CPU into one percentage */
 
 struct daemon_error_info {
 	const char *name;
@@ -309,7 +311,9 @@ int daemon_request_parse_cancel(const char *body, size_t len, char **reason,
 	return rc;
 }
 
-int daemon_request_parse_event_id(const char *text, uint64_t *out, struct daemon_error *err)
+/* A query value that is a whole number (absent or empty: 0); name is the parameter's. */
+static int request_parse_whole(const char *text, const char *name, uint64_t *out,
+			       struct daemon_error *err)
 {
 	unsigned long long value;
 	char *end;
@@ -319,14 +323,55 @@ int daemon_request_parse_event_id(const char *text, uint64_t *out, struct daemon
 		return 0;
 	if (text[0] < '0' || text[0] > '9')
 		return daemon_error_set(err, DAEMON_ERR_INVALID_PARAMS,
-					"from_event_id must be a whole number");
+					"%s must be a whole number", name);
 	errno = 0;
 	value = strtoull(text, &end, REQUEST_DECIMAL);
 	if (errno || *end)
 		return daemon_error_set(err, DAEMON_ERR_INVALID_PARAMS,
-					"from_event_id must be a whole number");
+					"%s must be a whole number", name);
 	*out = value;
 	return 0;
+}
+
+int daemon_request_parse_event_id(const char *text, uint64_t *out, struct daemon_error *err)
+{
+	return request_parse_whole(text, "from_event_id", out, err);
+}
+
+int daemon_request_parse_telemetry_query(const char *from_seq, const char *stage_name,
+					 uint64_t *out, struct daemon_error *err)
+{
+	if (request_parse_whole(from_seq, "from_seq", out, err) < 0)
+		return -1;
+	if (stage_name && !daemon_name_valid(stage_name, DAEMON_NAME_MAX))
+		return daemon_error_set(err, DAEMON_ERR_INVALID_PARAMS,
+					"stage_name must be 1-%d characters of A-Z a-z 0-9 . _ -",
+					DAEMON_NAME_MAX);
+	return 0;
+}
+
+json_t *daemon_request_guest_sample(const json_t *guest)
+{
+	static const char *const counters[] = { "memory_used_bytes", "memory_total_bytes",
+						"net_rx_bytes",	     "net_tx_bytes",
+						"procs_running",     "open_fds" };
+	json_t *cpu = json_object_get(guest, "cpu_percent");
+	json_t *sample;
+
+	if (!json_is_object(guest) || !json_is_number(cpu) || json_number_value(cpu) < 0.0 ||
+	    json_number_value(cpu) > REQUEST_CPU_PERCENT_MAX)
+		return NULL;
+	sample = json_pack("{s:f}", "cpu_percent", json_number_value(cpu));
+	for (size_t i = 0; sample && i < sizeof(counters) / sizeof(counters[0]); i++) {
+		json_t *value = json_object_get(guest, counters[i]);
+
+		if (!json_is_integer(value) || json_integer_value(value) < 0) {
+			json_decref(sample);
+			return NULL;
+		}
+		json_object_set_new(sample, counters[i], json_integer(json_integer_value(value)));
+	}
+	return sample;
 }
 
 int daemon_request_parse_state_filter(const char *text, enum daemon_state_filter *filter,
@@ -398,6 +443,10 @@ static enum daemon_route request_run_route(char segments[][REQUEST_SEGMENT_MAX],
 		return DAEMON_ROUTE_RUN_STAGES;
 	if (count == 3 && strcmp(segments[2], "cancel") == 0)
 		return DAEMON_ROUTE_RUN_CANCEL;
+	if (count == 3 && strcmp(segments[2], "stop") == 0)
+		return DAEMON_ROUTE_RUN_STOP;
+	if (count == 3 && strcmp(segments[2], "telemetry") == 0)
+		return DAEMON_ROUTE_RUN_TELEMETRY;
 	if (count < 5 || strcmp(segments[2], "stages") != 0 ||
 	    !daemon_name_valid(segments[3], DAEMON_NAME_MAX))
 		return DAEMON_ROUTE_NONE;

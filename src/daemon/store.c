@@ -1,7 +1,7 @@
 /*
  * The run store: one SQLite database (WAL mode, so readers never wait on the writer's fsync)
- * at <state dir>/daemon.db with four tables -- runs, events, stages, artifacts -- described
- * in docs/daemon.md. The daemon serialises every call through its own lock, so this file keeps
+ * at <state dir>/daemon.db with five tables -- runs, events, stages, artifacts, telemetry --
+ * described in docs/daemon.md. The daemon serialises every call through its own lock, so this file keeps
  * one connection and no locking of its own. Each function prepares its statement, binds,
  * steps and finalises in one place: the daemon's request rate is far below what re-preparing
  * costs, and no statement outlives a call. JSON-valued columns (policy, report, payload,
@@ -21,6 +21,10 @@
 #define STORE_SCHEMA_VERSION 1
 #define STORE_BUSY_TIMEOUT_MS 5000
 #define STORE_DIR_MODE 0700
+/* a stage's output is ready once it has an artifact (a service publishes one while running) */
+#define STORE_STAGE_OUTPUT_READY                                                               \
+	"EXISTS (SELECT 1 FROM artifacts WHERE artifacts.run_id = stages.run_id"              \
+	" AND artifacts.stage = stages.name)"
 
 struct daemon_store {
 	sqlite3 *db;
@@ -48,7 +52,10 @@ static const char store_schema[] =
 	"CREATE TABLE IF NOT EXISTS artifacts ("
 	" run_id TEXT NOT NULL REFERENCES runs(id), stage TEXT NOT NULL, name TEXT NOT NULL,"
 	" media_type TEXT NOT NULL, size_bytes INTEGER NOT NULL, content BLOB NOT NULL,"
-	" PRIMARY KEY (run_id, stage, name));";
+	" PRIMARY KEY (run_id, stage, name));"
+	"CREATE TABLE IF NOT EXISTS telemetry ("
+	" run_id TEXT NOT NULL REFERENCES runs(id), seq INTEGER NOT NULL, ts_ms INTEGER NOT NULL,"
+	" stage_name TEXT, guest TEXT, host TEXT, PRIMARY KEY (run_id, seq));";
 
 static int store_exec(struct daemon_store *store, const char *sql)
 {
@@ -365,8 +372,8 @@ static json_t *store_stage_states(struct daemon_store *store, const char *id,
 {
 	sqlite3_stmt *stmt;
 	json_t *states = store_query(store,
-		"SELECT name, status, started_at, completed_at FROM stages WHERE run_id = ?"
-		" ORDER BY position;",
+		"SELECT name, status, started_at, completed_at, " STORE_STAGE_OUTPUT_READY
+		" FROM stages WHERE run_id = ? ORDER BY position;",
 		id, json_object(), &stmt);
 
 	*active_count = 0;
@@ -381,6 +388,7 @@ static json_t *store_stage_states(struct daemon_store *store, const char *id,
 			(*active_count)++;
 		store_set_int(state, "started_at", stmt, 2);
 		store_set_int(state, "completed_at", stmt, 3);
+		json_object_set_new(state, "output_ready", json_boolean(sqlite3_column_int(stmt, 4)));
 		json_object_set_new(states, store_column_text(stmt, 0), state);
 	}
 	sqlite3_finalize(stmt);
@@ -518,7 +526,8 @@ json_t *daemon_store_stages_json(struct daemon_store *store, const char *id)
 	sqlite3_stmt *stmt;
 	json_t *stages = store_query(store,
 		"SELECT name, status, depends_on, stage_attempt, started_at, completed_at,"
-		" duration_ms, exit_code FROM stages WHERE run_id = ? ORDER BY position;",
+		" duration_ms, exit_code, " STORE_STAGE_OUTPUT_READY
+		" FROM stages WHERE run_id = ? ORDER BY position;",
 		id, json_array(), &stmt);
 
 	if (!stages)
@@ -537,6 +546,7 @@ json_t *daemon_store_stages_json(struct daemon_store *store, const char *id)
 		store_set_int(stage, "completed_at", stmt, 5);
 		store_set_int(stage, "duration_ms", stmt, 6);
 		store_set_int(stage, "exit_code", stmt, 7);
+		json_object_set_new(stage, "output_ready", json_boolean(sqlite3_column_int(stmt, 8)));
 		json_array_append_new(stages, stage);
 	}
 	sqlite3_finalize(stmt);
@@ -678,6 +688,71 @@ int daemon_store_put_artifact(struct daemon_store *store, const char *run_id, co
 	sqlite3_bind_int64(stmt, 5, (sqlite3_int64)len);
 	sqlite3_bind_blob64(stmt, 6, len ? data : "", len, SQLITE_TRANSIENT);
 	return store_done(stmt);
+}
+
+int64_t daemon_store_add_telemetry(struct daemon_store *store, const char *run_id,
+				   uint64_t ts_ms, const char *stage_name, const json_t *guest,
+				   const json_t *host)
+{
+	sqlite3_stmt *stmt = store_prepare(store,
+		"INSERT INTO telemetry (run_id, seq, ts_ms, stage_name, guest, host)"
+		" SELECT ?1, COALESCE(MAX(seq), 0) + 1, ?2, ?3, ?4, ?5 FROM telemetry"
+		" WHERE run_id = ?1 RETURNING seq;");
+	int64_t seq = -EIO;
+
+	if (!stmt)
+		return -EIO;
+	store_bind_text(stmt, 1, run_id);
+	sqlite3_bind_int64(stmt, 2, (sqlite3_int64)(ts_ms > INT64_MAX ? INT64_MAX : ts_ms));
+	store_bind_text(stmt, 3, stage_name);
+	if (store_bind_json(stmt, 4, guest) < 0 || store_bind_json(stmt, 5, host) < 0) {
+		sqlite3_finalize(stmt);
+		return -ENOMEM;
+	}
+	if (sqlite3_step(stmt) == SQLITE_ROW)
+		seq = sqlite3_column_int64(stmt, 0);
+	sqlite3_finalize(stmt);
+	if (seq <= DAEMON_TELEMETRY_KEEP)
+		return seq;
+	/* a ring: the oldest samples beyond the newest DAEMON_TELEMETRY_KEEP go */
+	stmt = store_prepare(store, "DELETE FROM telemetry WHERE run_id = ? AND seq <= ?;");
+	if (!stmt)
+		return -EIO;
+	store_bind_text(stmt, 1, run_id);
+	sqlite3_bind_int64(stmt, 2, seq - DAEMON_TELEMETRY_KEEP);
+	return store_done(stmt) < 0 ? -EIO : seq;
+}
+
+json_t *daemon_store_telemetry_json(struct daemon_store *store, const char *run_id,
+				    uint64_t from_seq, const char *stage_name, uint64_t *next_seq)
+{
+	sqlite3_stmt *stmt;
+	json_t *samples = store_query(store,
+		"SELECT seq, ts_ms, stage_name, guest, host FROM telemetry WHERE run_id = ?"
+		" AND seq >= ? AND (?3 IS NULL OR stage_name = ?3) ORDER BY seq LIMIT ?;",
+		run_id, json_array(), &stmt);
+
+	*next_seq = from_seq;
+	if (!samples)
+		return NULL;
+	sqlite3_bind_int64(stmt, 2, (sqlite3_int64)(from_seq > INT64_MAX ? INT64_MAX : from_seq));
+	store_bind_text(stmt, 3, stage_name);
+	sqlite3_bind_int64(stmt, 4, DAEMON_TELEMETRY_PAGE);
+	while (sqlite3_step(stmt) == SQLITE_ROW) {
+		json_t *sample = json_pack("{s:I, s:I}", "seq",
+					   (json_int_t)sqlite3_column_int64(stmt, 0), "timestamp_ms",
+					   (json_int_t)sqlite3_column_int64(stmt, 1));
+
+		if (!sample)
+			break;
+		store_set_text(sample, "stage_name", stmt, 2);
+		store_set_json(sample, "guest", stmt, 3);
+		store_set_json(sample, "host", stmt, 4);
+		*next_seq = (uint64_t)sqlite3_column_int64(stmt, 0) + 1;
+		json_array_append_new(samples, sample);
+	}
+	sqlite3_finalize(stmt);
+	return samples;
 }
 
 int daemon_store_get_artifact(struct daemon_store *store, const char *run_id, const char *stage,

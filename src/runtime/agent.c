@@ -4,8 +4,12 @@
  * is a short function that leaves a sentence in the stage on failure, so a report always says
  * which step stopped the run and what to do about it.
  *
- * The agent's stdout is parsed after the exec rather than chunk by chunk: a box answers with
- * the complete output either way, and one parse keeps the code free of threading concerns.
+ * The report's numbers come from one parse of the agent's complete stdout after the exec.
+ * While it runs, a second, live parser reads the output chunk by chunk as the box delivers it
+ * and tells the report's observer one line per stream-json event (`[tool_use] Bash`, ...), so
+ * a daemon run shows the agent's progress as it happens; it never decides the outcome.
+ * A `mode: service` agent runs with no timeout under a service watcher (service.h), which
+ * publishes its output file while it runs and stops it on request.
  */
 #include <errno.h>
 #include <stdarg.h>
@@ -19,6 +23,7 @@
 #include "runtime/agent.h"
 #include "runtime/codex_json.h"
 #include "runtime/llm.h"
+#include "runtime/service.h"
 #include "runtime/skills.h"
 #include "runtime/stream_json.h"
 #include "store/agent_flavour.h"
@@ -233,6 +238,34 @@ static int agent_fill_stream(struct run_stage *stage, const struct llm_invocatio
 	return rc;
 }
 
+/* The live view of a running agent's output: stream-json events, else the raw text. */
+struct agent_live {
+	const struct run_report *report;
+	const struct run_stage *stage;
+	bool stream_json;
+	struct stream_json_parser parser;
+};
+
+static void agent_live_event(void *opaque, const char *line, size_t len)
+{
+	struct agent_live *live = opaque;
+	char text[STREAM_JSON_EVENT_TEXT_MAX + 1];
+
+	memcpy(text, line, len);
+	text[len] = '\n';
+	run_report_stage_output(live->report, live->stage, false, text, len + 1);
+}
+
+static void agent_live_chunk(void *opaque, bool is_stderr, const void *data, size_t len)
+{
+	struct agent_live *live = opaque;
+
+	if (is_stderr || !live->stream_json)
+		run_report_stage_output(live->report, live->stage, is_stderr, data, len);
+	else if (stream_json_parser_feed(&live->parser, data, len) < 0)
+		live->stream_json = false; /* the final parse reports the problem */
+}
+
 static int agent_exec(struct box *box, const struct agent_task *task,
 		      const struct llm_invocation *inv, struct run_stage *stage)
 {
@@ -242,11 +275,21 @@ static int agent_exec(struct box *box, const struct agent_task *task,
 		.arg_count = inv->arg_count, .env = env, .env_count = inv->env_count,
 		.working_dir = LLM_GUEST_WORKSPACE, .timeout_secs = task->timeout_secs,
 	};
+	const char *output_file = task->output_file ? task->output_file : SPEC_DEFAULT_OUTPUT_FILE;
+	struct agent_live live = { .report = task->report, .stage = stage,
+				   .stream_json = inv->stream_json };
+	struct service_watch watch = { 0 };
 	struct box_exec_result result;
 	int rc;
 
 	if (!env)
 		return -ENOMEM;
+	stream_json_parser_init(&live.parser);
+	stream_json_parser_listen(&live.parser, agent_live_event, &live);
+	if (task->report && task->report->observer && task->report->observer->stage_output) {
+		req.on_chunk = agent_live_chunk;
+		req.chunk_opaque = &live;
+	}
 	for (size_t i = 0; i < inv->env_count; i++)
 		env[i] = (struct box_env_var){ inv->env[i].name, inv->env[i].value };
 	/* the one slot calloc left over */
@@ -254,7 +297,25 @@ static int agent_exec(struct box *box, const struct agent_task *task,
 		env[req.env_count++] = (struct box_env_var){ RUN_MESSAGING_URL_ENV,
 							     task->sidecar_url };
 	memset(&result, 0, sizeof(result));
+	if (task->service) {
+		req.service_name = task->name;
+		if (service_watch_start(&watch, box, task->name, output_file, task->report,
+					stage) < 0)
+			log_warn("agent",
+				 "[agent:%s] the service has no watcher: its output is published when it ends and it cannot be stopped",
+				 task->name);
+	}
 	rc = box_exec(box, &req, &result);
+	if (task->service)
+		service_watch_finish(&watch);
+	if (req.on_chunk) {
+		struct stream_json_result unused;
+
+		/* an unterminated last line still reaches the listener */
+		if (live.stream_json && stream_json_parser_finish(&live.parser, &unused) == 0)
+			stream_json_result_free(&unused);
+	}
+	stream_json_parser_free(&live.parser);
 	free(env);
 	if (rc < 0) {
 		rc = agent_fail(stage, rc, "cannot run %s: %s", inv->program,
@@ -273,7 +334,8 @@ static int agent_exec(struct box *box, const struct agent_task *task,
 		rc = agent_fill_stream(stage, inv, &result);
 	else
 		rc = run_stage_set_output(stage, result.stdout_data, result.stdout_len);
-	if (rc == 0 && result.exit_code != 0)
+	if (rc == 0 && result.exit_code != 0 &&
+	    !(task->service && service_stage_succeeded(&watch, result.exit_code, false)))
 		rc = agent_fail(stage, -ECANCELED, "%s exited with status %d", inv->program,
 				result.exit_code);
 out:
@@ -352,7 +414,7 @@ size_t agent_check(const struct spec *spec, struct spec_diagnostics *diag)
 				     "this spec is not an agent spec");
 		return 1;
 	}
-	if (spec->agent.mode != SPEC_AGENT_MODE_TASK) {
+	if (spec->agent.mode == SPEC_AGENT_MODE_INTERACTIVE) {
 		spec_diagnostics_add(diag, SPEC_SEVERITY_ERROR, spec->file, spec->agent.mode_pos,
 				     "use mode: task, or `voidbox shell` for interactive work",
 				     "agent mode %s is not supported yet",
@@ -394,7 +456,11 @@ static int agent_run_in_box_with(const struct spec *spec, struct box *box,
 		.name = spec->name, .prompt = spec->agent.prompt, .skills = spec->agent.skills,
 		.skill_count = spec->agent.skill_count, .llm = spec->has_llm ? &spec->llm : NULL,
 		.output_file = spec->agent.output_file,
-		.timeout_secs = spec->agent.has_timeout_secs ? spec->agent.timeout_secs : 0,
+		.timeout_secs = spec->agent.has_timeout_secs		  ? spec->agent.timeout_secs
+				: spec->agent.mode == SPEC_AGENT_MODE_SERVICE || !options ? 0
+											  : options->default_timeout_secs,
+		.service = spec->agent.mode == SPEC_AGENT_MODE_SERVICE,
+		.report = report,
 		.input = options ? options->input : NULL,
 		.input_len = options ? options->input_len : 0,
 		.host_env = options ? options->host_env : NULL,
@@ -447,6 +513,7 @@ int agent_run(const struct spec *spec, const struct agent_options *options,
 	}
 	cfg.mock_handler = agent_mock_handler;
 	cfg.mock_opaque = &mock;
+	run_report_wire_telemetry(report, &cfg);
 	if (options) {
 		mock.exec = options->mock_exec;
 		mock.exec_opaque = options->mock_exec_opaque;

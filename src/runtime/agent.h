@@ -25,7 +25,8 @@
 #define AGENT_SUPPORTED_FEATURES \
 	(SPEC_FEATURE_BIT(SPEC_FEATURE_SKILL_MCP) | SPEC_FEATURE_BIT(SPEC_FEATURE_SNAPSHOT) | \
 	 SPEC_FEATURE_BIT(SPEC_FEATURE_NETWORK) | SPEC_FEATURE_BIT(SPEC_FEATURE_MOUNTS) |     \
-	 SPEC_FEATURE_BIT(SPEC_FEATURE_MESSAGING) | SPEC_FEATURE_BIT(SPEC_FEATURE_IMAGE))
+	 SPEC_FEATURE_BIT(SPEC_FEATURE_MESSAGING) | SPEC_FEATURE_BIT(SPEC_FEATURE_IMAGE) |      \
+	 SPEC_FEATURE_BIT(SPEC_FEATURE_SERVICE_MODE))
 
 #define AGENT_CLAUDE_JSON_PATH "/home/sandbox/.claude.json"
 #define AGENT_CLAUDE_SETTINGS_PATH "/workspace/.claude/settings.json"
@@ -42,6 +43,9 @@ struct agent_options {
 	const char *serial_log_path;
 	/* the host's sandbox settings; NULL: defaults */
 	const struct sandbox_host_settings *host;
+	/* an agent's (or pipeline box's) timeout when it sets no timeout_secs; 0: none. A
+	 * service agent never gets one. (`voidbox run --step-timeout`, the daemon's policy) */
+	uint32_t default_timeout_secs;
 	/* the host's environment for provider keys and HOME (the CLI's: getenv); NULL: empty */
 	spec_env_lookup_fn host_env;
 	void *host_env_ctx;
@@ -62,12 +66,14 @@ struct agent_task {
 	const struct spec_llm *llm; /* NULL: provider claude */
 	const char *output_file;    /* NULL: SPEC_DEFAULT_OUTPUT_FILE */
 	uint32_t timeout_secs;	    /* 0: none */
+	bool service;		    /* mode: service (src/runtime/service.h) */
 	const char *input;	    /* previous stage's output; NULL: none */
 	size_t input_len;
 	spec_env_lookup_fn host_env;
 	void *host_env_ctx;
 	/* http://10.0.2.2:PORT of this agent's messaging sidecar; NULL: messaging is off */
 	const char *sidecar_url;
+	const struct run_report *report; /* whose observer hears a service's output; may be NULL */
 };
 
 /*
@@ -89,7 +95,7 @@ const char *agent_guest_image_name(const struct spec_llm *llm);
 
 /*
  * Adds an error to diag for everything that stops spec from running as an agent here (another
- * kind, a mode other than task, unsupported features). Returns the number of errors added.
+ * kind, mode interactive, unsupported features). Returns the number of errors added.
  */
 size_t agent_check(const struct spec *spec, struct spec_diagnostics *diag);
 

@@ -355,3 +355,8 @@ int box_mkdir_p(struct box *box, const char *path)
 {
 	return box->ops->mkdir_p(box, path);
 }
+
+int box_stop_service(struct box *box, const char *name)
+{
+	return box->ops->stop_service(box, name);
+}

@@ -23,6 +23,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "proto/protocol.h"
 #include "runtime/spec.h"
 
 enum box_mode {
@@ -55,6 +56,17 @@ struct box_mock_rule {
 struct box;
 struct box_exec_request;
 struct box_exec_result;
+
+/* One sample of the guest agent's telemetry (its TelemetryBatch system metrics). */
+struct box_telemetry_sample {
+	uint64_t seq;
+	uint64_t timestamp_ms; /* the guest's clock */
+	struct proto_system_metrics system;
+};
+
+/* Called on a box thread for every guest sample of a local box, about once a second. */
+typedef void (*box_telemetry_fn)(void *opaque, const char *box_name,
+				 const struct box_telemetry_sample *sample);
 
 /*
  * A programmatic mock: called for every mock exec before the rules; returns 1 after filling
@@ -111,6 +123,9 @@ struct box_config {
 	 * (pulled anonymously when it is not cached); NULL: the initramfs is the root. Borrowed.
 	 */
 	const char *image;
+	/* guest telemetry while the box is open (local boxes; a mock has none); NULL: off */
+	box_telemetry_fn on_telemetry;
+	void *telemetry_opaque;
 };
 
 /* Called for each piece of output in arrival order (mock: once per stream). */
@@ -128,6 +143,8 @@ struct box_exec_request {
 	uint32_t timeout_secs;	 /* 0: no timeout */
 	box_chunk_fn on_chunk;	 /* may be NULL */
 	void *chunk_opaque;
+	/* non-NULL: a service (`mode: service`) that box_stop_service(box, this name) stops */
+	const char *service_name;
 };
 
 struct box_exec_result {
@@ -165,6 +182,14 @@ void box_close(struct box *box, bool keep_logs);
 /* Runs one program; see the file comment for the return convention. */
 int box_exec(struct box *box, const struct box_exec_request *req, struct box_exec_result *out);
 void box_exec_result_free(struct box_exec_result *result);
+
+/*
+ * Asks the running service exec called name to end: SIGTERM to its program in a VM (the
+ * program may trap it and exit cleanly), an early end with exit 0 for the mock's mock-serve.
+ * 0 when asked (also when it was asked before), -EAGAIN when the service has not started far
+ * enough to be asked (ask again), or another -errno.
+ */
+int box_stop_service(struct box *box, const char *name);
 
 /* File calls: 0 or -errno (-ENOENT for a missing file); the reason is in box_last_error(). */
 int box_write_file(struct box *box, const char *path, const void *data, size_t len);

@@ -18,6 +18,7 @@ struct box_ops {
 	int (*write_file)(struct box *box, const char *path, const void *data, size_t len);
 	int (*read_file)(struct box *box, const char *path, char **data, size_t *len);
 	int (*mkdir_p)(struct box *box, const char *path);
+	int (*stop_service)(struct box *box, const char *name);
 	void (*close)(struct box *box, bool keep_logs);
 };
 

@@ -6,9 +6,19 @@
  *
  * Requests are translated field by field into the wire structs (borrowing the caller's
  * strings, never freeing them) and responses into the box's NUL-terminated buffers.
+ *
+ * A service exec runs under a small shell prologue that records its pid in a file under /tmp
+ * and then execs the program, so box_stop_service() can SIGTERM exactly that program from a
+ * second exec; the wire protocol needs no signal message for it.
+ *
+ * With cfg->on_telemetry set, one thread holds a telemetry subscription for the box's life and
+ * hands each guest sample on. Closing asks it to end at the next batch and waits a bounded
+ * time; a guest that sends none by then has the channel cancelled under the thread.
  */
 #include <errno.h>
 #include <limits.h>
+#include <pthread.h>
+#include <time.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,9 +34,43 @@
 #define LOCAL_SINGLE_ADDRESS_PREFIX 32
 #define LOCAL_FILE_TIMEOUT_MS CONTROL_CHANNEL_TIMEOUT_DEFAULT
 #define LOCAL_ERROR_MAX 1024
+#define LOCAL_PIDFILE_MAX 192
+#define LOCAL_SERVICE_NAME_MAX 128 /* a longer name is cut in its pid file name */
+#define LOCAL_PIDFILE_FORMAT "/tmp/.voidbox-service-%s.pid"
+/* the service prologue: $1 is the pid file, the rest the program and its arguments */
+#define LOCAL_SERVICE_SCRIPT "echo $$ > \"$1\" && shift && exec \"$@\""
+/* the stop script exits LOCAL_STOP_NOT_YET while the prologue has not written the pid file */
+#define LOCAL_STOP_NOT_YET 3
+#define LOCAL_STRINGIFY(x) #x
+#define LOCAL_TEXT(x) LOCAL_STRINGIFY(x)
+#define LOCAL_STOP_SCRIPT                                                                      \
+	"[ -f \"$1\" ] || exit " LOCAL_TEXT(LOCAL_STOP_NOT_YET) "; kill -TERM \"$(cat \"$1\")\" 2>/dev/null; rm -f \"$1\"; exit 0"
+#define LOCAL_SERVICE_ARGV0 "voidbox-service"
+#define LOCAL_SERVICE_PROLOGUE_ARGS 4 /* -c SCRIPT ARGV0 PIDFILE */
+#define LOCAL_STOP_TIMEOUT_SECS 30u
+
+#define LOCAL_TELEMETRY_INTERVAL_MS 1000u
+/* how long close waits for the telemetry thread before cancelling the channel under it */
+#define LOCAL_TELEMETRY_STOP_WAIT_MS 3000L
+#define LOCAL_NS_PER_MS 1000000L
+#define LOCAL_NS_PER_SEC 1000000000L
+
+struct local_telemetry {
+	pthread_t thread;
+	bool started;
+	pthread_mutex_t lock;
+	pthread_cond_t ended_cond;
+	bool stopping;
+	bool ended;
+	box_telemetry_fn fn;
+	void *opaque;
+	const char *box_name; /* the box's own name, which outlives the thread */
+	struct control_channel *channel;
+};
 
 struct local_box {
 	struct sandbox *sandbox;
+	struct local_telemetry telemetry;
 };
 
 static struct control_channel *local_channel(struct box *box)
@@ -67,6 +111,44 @@ static int local_fill_result(const struct box_exec_request *req,
 	return 0;
 }
 
+/* The pid file of service name; characters outside [A-Za-z0-9._-] become '_'. */
+static void local_pidfile(const char *name, char *out, size_t len)
+{
+	char safe[LOCAL_SERVICE_NAME_MAX];
+	size_t i;
+
+	for (i = 0; name[i] && i + 1 < sizeof(safe); i++) {
+		char c = name[i];
+
+		safe[i] = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+					  (c >= '0' && c <= '9') || c == '.' || c == '_' || c == '-'
+				  ? c
+				  : '_';
+	}
+	safe[i] = '\0';
+	snprintf(out, len, LOCAL_PIDFILE_FORMAT, safe);
+}
+
+/* argv of `sh -c PROLOGUE ARGV0 PIDFILE PROGRAM ARGS...` for a service exec; NULL on -ENOMEM. */
+static char **local_service_argv(const struct box_exec_request *req, const char *pidfile,
+				 size_t *count)
+{
+	char **argv = calloc(LOCAL_SERVICE_PROLOGUE_ARGS + 1 + req->arg_count, sizeof(*argv));
+	size_t n = 0;
+
+	if (!argv)
+		return NULL;
+	argv[n++] = "-c";
+	argv[n++] = LOCAL_SERVICE_SCRIPT;
+	argv[n++] = LOCAL_SERVICE_ARGV0;
+	argv[n++] = (char *)pidfile;
+	argv[n++] = (char *)req->program;
+	for (size_t i = 0; i < req->arg_count; i++)
+		argv[n++] = (char *)req->args[i];
+	*count = n;
+	return argv;
+}
+
 static int local_exec(struct box *box, const struct box_exec_request *req,
 		      const struct box_env_var *env, size_t env_count,
 		      struct box_exec_result *out)
@@ -74,6 +156,8 @@ static int local_exec(struct box *box, const struct box_exec_request *req,
 	struct proto_exec_request wire;
 	struct proto_exec_response response;
 	struct local_chunk_relay relay = { .req = req };
+	char pidfile[LOCAL_PIDFILE_MAX];
+	char **service_argv = NULL;
 	int rc;
 
 	memset(&wire, 0, sizeof(wire));
@@ -81,6 +165,16 @@ static int local_exec(struct box *box, const struct box_exec_request *req,
 	wire.program = (char *)req->program;
 	wire.args = (char **)req->args;
 	wire.args_count = req->arg_count;
+	if (req->service_name) {
+		local_pidfile(req->service_name, pidfile, sizeof(pidfile));
+		service_argv = local_service_argv(req, pidfile, &wire.args_count);
+		if (!service_argv) {
+			box_set_error("out of memory building the exec request");
+			return -ENOMEM;
+		}
+		wire.program = "sh";
+		wire.args = service_argv;
+	}
 	wire.stdin_data.data = (uint8_t *)req->stdin_data;
 	wire.stdin_data.len = req->stdin_data ? req->stdin_len : 0;
 	wire.working_dir = (char *)req->working_dir;
@@ -90,6 +184,7 @@ static int local_exec(struct box *box, const struct box_exec_request *req,
 	if (env_count) {
 		wire.env = calloc(env_count, sizeof(*wire.env));
 		if (!wire.env) {
+			free(service_argv);
 			box_set_error("out of memory building the exec request");
 			return -ENOMEM;
 		}
@@ -104,6 +199,7 @@ static int local_exec(struct box *box, const struct box_exec_request *req,
 	rc = sandbox_exec(local->sandbox, &wire, req->on_chunk ? local_on_chunk : NULL, &relay,
 			  &response, err, sizeof(err));
 	free(wire.env);
+	free(service_argv);
 	if (rc < 0) {
 		box_set_error("%s", err);
 		return rc;
@@ -154,10 +250,118 @@ static int local_mkdir_p(struct box *box, const char *path)
 	return rc;
 }
 
+static int local_stop_service(struct box *box, const char *name)
+{
+	char pidfile[LOCAL_PIDFILE_MAX];
+	const char *args[] = { "-c", LOCAL_STOP_SCRIPT, LOCAL_SERVICE_ARGV0, pidfile };
+	struct proto_exec_request wire = { .program = "sh", .args = (char **)args,
+					   .args_count = sizeof(args) / sizeof(args[0]),
+					   .has_timeout = true,
+					   .timeout_secs = LOCAL_STOP_TIMEOUT_SECS };
+	struct proto_exec_response response = { 0 };
+	struct local_box *local = box->backend;
+	char err[LOCAL_ERROR_MAX];
+	int rc;
+
+	local_pidfile(name, pidfile, sizeof(pidfile));
+	rc = sandbox_exec(local->sandbox, &wire, NULL, NULL, &response, err, sizeof(err));
+	if (rc < 0)
+		box_set_error("stopping service %s: %s", name, err);
+	else if (response.exit_code == LOCAL_STOP_NOT_YET)
+		rc = -EAGAIN;
+	proto_exec_response_free(&response);
+	return rc;
+}
+
+static int local_telemetry_batch(const struct proto_telemetry_batch *batch, void *opaque)
+{
+	struct local_telemetry *telemetry = opaque;
+	struct box_telemetry_sample sample;
+	bool stopping;
+
+	pthread_mutex_lock(&telemetry->lock);
+	stopping = telemetry->stopping;
+	pthread_mutex_unlock(&telemetry->lock);
+	if (stopping)
+		return 1;
+	if (!batch->has_system)
+		return 0;
+	sample = (struct box_telemetry_sample){ .seq = batch->seq,
+						.timestamp_ms = batch->timestamp_ms,
+						.system = batch->system };
+	telemetry->fn(telemetry->opaque, telemetry->box_name, &sample);
+	return 0;
+}
+
+static void *local_telemetry_thread(void *opaque)
+{
+	struct local_telemetry *telemetry = opaque;
+	struct proto_subscribe_telemetry req = { .interval_ms = LOCAL_TELEMETRY_INTERVAL_MS };
+	int rc = control_channel_subscribe_telemetry(telemetry->channel, &req,
+						     local_telemetry_batch, telemetry);
+
+	pthread_mutex_lock(&telemetry->lock);
+	if (rc < 0 && !telemetry->stopping)
+		log_warn("box", "[box:%s] guest telemetry ended: %s", telemetry->box_name,
+			 control_channel_last_error());
+	telemetry->ended = true;
+	pthread_cond_broadcast(&telemetry->ended_cond);
+	pthread_mutex_unlock(&telemetry->lock);
+	return NULL;
+}
+
+static void local_telemetry_start(struct box *box, struct local_box *local,
+				  const struct box_config *cfg)
+{
+	struct local_telemetry *telemetry = &local->telemetry;
+
+	if (!cfg->on_telemetry)
+		return;
+	telemetry->fn = cfg->on_telemetry;
+	telemetry->opaque = cfg->telemetry_opaque;
+	telemetry->box_name = box->name;
+	telemetry->channel = sandbox_channel(local->sandbox);
+	pthread_mutex_init(&telemetry->lock, NULL);
+	pthread_cond_init(&telemetry->ended_cond, NULL);
+	telemetry->started = pthread_create(&telemetry->thread, NULL, local_telemetry_thread,
+					    telemetry) == 0;
+	if (!telemetry->started) {
+		log_warn("box", "[box:%s] cannot start a thread for guest telemetry", box->name);
+		pthread_cond_destroy(&telemetry->ended_cond);
+		pthread_mutex_destroy(&telemetry->lock);
+	}
+}
+
+static void local_telemetry_stop(struct local_telemetry *telemetry)
+{
+	struct timespec deadline;
+
+	if (!telemetry->started)
+		return;
+	clock_gettime(CLOCK_REALTIME, &deadline);
+	deadline.tv_nsec += LOCAL_TELEMETRY_STOP_WAIT_MS * LOCAL_NS_PER_MS;
+	deadline.tv_sec += deadline.tv_nsec / LOCAL_NS_PER_SEC;
+	deadline.tv_nsec %= LOCAL_NS_PER_SEC;
+	pthread_mutex_lock(&telemetry->lock);
+	telemetry->stopping = true;
+	while (!telemetry->ended)
+		if (pthread_cond_timedwait(&telemetry->ended_cond, &telemetry->lock, &deadline) ==
+		    ETIMEDOUT)
+			break;
+	if (!telemetry->ended)
+		control_channel_cancel(telemetry->channel);
+	pthread_mutex_unlock(&telemetry->lock);
+	pthread_join(telemetry->thread, NULL);
+	pthread_cond_destroy(&telemetry->ended_cond);
+	pthread_mutex_destroy(&telemetry->lock);
+	telemetry->started = false;
+}
+
 static void local_close(struct box *box, bool keep_logs)
 {
 	struct local_box *local = box->backend;
 
+	local_telemetry_stop(&local->telemetry);
 	sandbox_destroy(local->sandbox, keep_logs);
 	free(local);
 }
@@ -167,6 +371,7 @@ static const struct box_ops local_ops = {
 	.write_file = local_write_file,
 	.read_file = local_read_file,
 	.mkdir_p = local_mkdir_p,
+	.stop_service = local_stop_service,
 	.close = local_close,
 };
 
@@ -369,5 +574,6 @@ int box_local_open(struct box *box, const struct box_config *cfg, char *err, siz
 		 (unsigned long long)(clock_monotonic_ms() - start));
 	box->backend = local;
 	box->ops = &local_ops;
+	local_telemetry_start(box, local, cfg);
 	return 0;
 }

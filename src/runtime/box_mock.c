@@ -2,14 +2,16 @@
  * The mock box: runs a spec's programs without a VM, deterministically, so the engines above
  * it are tested in milliseconds. An exec is answered, in order, by the caller's handler, the
  * caller's rules, then a small table of built-in programs (echo, cat, tr, true, false, sleep,
- * printenv, mock-exit, mock-barrier); anything else prints "mock: <program>" and exits 0.
+ * printenv, mock-exit, mock-barrier, mock-serve); anything else prints "mock: <program>" and
+ * exits 0.
  * docs/runtime.md lists the exact behaviour of each.
  *
  * Files live in an in-memory table guarded by one mutex; `cat FILE` reads it, so a program's
  * "output file" can be staged with box_write_file and read back. `mock-barrier` is the one
  * built-in that waits for other execs: it only succeeds when COUNT execs reach the same
  * barrier while all are running, which makes "these steps ran concurrently" observable
- * without timing thresholds.
+ * without timing thresholds. `mock-serve` is the mock's service: it publishes a file, then
+ * waits until box_stop_service() names it, so service-mode runs are tested without a VM.
  */
 #include <errno.h>
 #include <limits.h>
@@ -48,6 +50,8 @@ struct mock_box {
 	size_t file_count;
 	struct mock_barrier *barriers;
 	size_t barrier_count;
+	char **stopped_services; /* names box_stop_service() was called with */
+	size_t stopped_count;
 	const struct box_mock_rule *rules;
 	size_t rule_count;
 	box_mock_handler_fn handler;
@@ -504,6 +508,73 @@ static void mock_barrier(struct mock_run *run)
 	mock_out_puts(&run->out, ": all arrived\n");
 }
 
+static bool mock_service_stopped_locked(const struct mock_box *mock, const char *name)
+{
+	for (size_t i = 0; name && i < mock->stopped_count; i++)
+		if (strcmp(mock->stopped_services[i], name) == 0)
+			return true;
+	return false;
+}
+
+/*
+ * mock-serve PATH TEXT: writes TEXT to PATH, prints "serving", then waits until the exec's
+ * service is stopped (exit 0) or its timeout, else the mock's longest sleep, passes.
+ */
+static void mock_serve(struct mock_run *run)
+{
+	struct mock_box *mock = run->mock;
+	uint32_t wait_secs = run->req->timeout_secs ? run->req->timeout_secs
+						    : (uint32_t)MOCK_SLEEP_MAX_SECS;
+	struct timespec deadline = mock_deadline((double)wait_secs);
+	bool stopped;
+	int rc;
+
+	if (run->req->arg_count != 2 || run->req->args[0][0] != '/') {
+		mock_out_puts(&run->err, "mock-serve: usage: mock-serve /PATH TEXT\n");
+		run->exit_code = 1;
+		return;
+	}
+	pthread_mutex_lock(&mock->lock);
+	rc = mock_write_locked(mock, run->req->args[0], run->req->args[1],
+			       strlen(run->req->args[1]));
+	while (rc == 0 && !(stopped = mock_service_stopped_locked(mock, run->req->service_name)))
+		if (pthread_cond_timedwait(&mock->changed, &mock->lock, &deadline) == ETIMEDOUT)
+			break;
+	stopped = mock_service_stopped_locked(mock, run->req->service_name);
+	pthread_mutex_unlock(&mock->lock);
+	if (rc < 0) {
+		mock_out_puts(&run->err, "mock-serve: cannot write the file\n");
+		run->exit_code = 1;
+		return;
+	}
+	mock_out_puts(&run->out, "serving\n");
+	if (!stopped)
+		mock_set_timed_out(run);
+}
+
+static int mock_stop_service(struct box *box, const char *name)
+{
+	struct mock_box *mock = box->backend;
+	char **grown;
+	char *copy = strdup(name);
+	int rc = 0;
+
+	pthread_mutex_lock(&mock->lock);
+	grown = copy ? realloc(mock->stopped_services,
+			       (mock->stopped_count + 1) * sizeof(*grown)) : NULL;
+	if (grown) {
+		mock->stopped_services = grown;
+		grown[mock->stopped_count++] = copy;
+		pthread_cond_broadcast(&mock->changed);
+	} else {
+		free(copy);
+		box_set_error("mock sandbox: out of memory");
+		rc = -ENOMEM;
+	}
+	pthread_mutex_unlock(&mock->lock);
+	return rc;
+}
+
 struct mock_builtin {
 	const char *name;
 	void (*run)(struct mock_run *run);
@@ -529,6 +600,7 @@ static const struct mock_builtin mock_builtins[] = {
 	{ "printenv", mock_printenv },
 	{ "mock-exit", mock_exit },
 	{ "mock-barrier", mock_barrier },
+	{ "mock-serve", mock_serve },
 };
 
 #define MOCK_BUILTIN_COUNT (sizeof(mock_builtins) / sizeof(mock_builtins[0]))
@@ -583,8 +655,18 @@ static int mock_exec(struct box *box, const struct box_exec_request *req,
 	if (run.mock->handler) {
 		int handled = run.mock->handler(run.mock->handler_opaque, req, out);
 
-		if (handled != 0)
-			return handled < 0 ? handled : 0;
+		if (handled < 0)
+			return handled;
+		if (handled > 0) {
+			/* a handler's answer streams like a built-in's: once per stream */
+			if (req->on_chunk && out->stdout_len)
+				req->on_chunk(req->chunk_opaque, false, out->stdout_data,
+					      out->stdout_len);
+			if (req->on_chunk && out->stderr_len)
+				req->on_chunk(req->chunk_opaque, true, out->stderr_data,
+					      out->stderr_len);
+			return 0;
+		}
 	}
 	mock_run_program(&run);
 	if (run.out.failed || run.err.failed) {
@@ -620,6 +702,9 @@ static void mock_close(struct box *box, bool keep_logs)
 	}
 	for (size_t i = 0; i < mock->barrier_count; i++)
 		free(mock->barriers[i].name);
+	for (size_t i = 0; i < mock->stopped_count; i++)
+		free(mock->stopped_services[i]);
+	free(mock->stopped_services);
 	free(mock->files);
 	free(mock->barriers);
 	pthread_cond_destroy(&mock->changed);
@@ -632,6 +717,7 @@ static const struct box_ops mock_ops = {
 	.write_file = mock_write_file,
 	.read_file = mock_read_file,
 	.mkdir_p = mock_mkdir_p,
+	.stop_service = mock_stop_service,
 	.close = mock_close,
 };
 

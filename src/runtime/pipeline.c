@@ -26,6 +26,7 @@ struct pipeline_box_run {
 	const char *input; /* the carry into this stage; NULL: none */
 	size_t input_len;
 	struct run_stage *stage;
+	const struct run_report *report; /* whose observer hears the box's telemetry */
 	char *file_output; /* what the agent wrote to its output file, or NULL */
 	bool opened;
 	enum box_mode mode; /* what the box really was, once opened */
@@ -74,10 +75,11 @@ static void pipeline_run_box(struct pipeline_box_run *run)
 		.name = box->name, .prompt = box->prompt, .skills = box->skills,
 		.skill_count = box->skill_count, .llm = spec_box_llm(run->spec, box),
 		.output_file = SPEC_DEFAULT_OUTPUT_FILE,
-		.timeout_secs = box->has_timeout_secs ? box->timeout_secs : 0,
+		.timeout_secs = box->has_timeout_secs ? box->timeout_secs : agent->default_timeout_secs,
 		.input = run->input, .input_len = run->input_len,
 		.host_env = agent->host_env, .host_env_ctx = agent->host_env_ctx,
 		.sidecar_url = run->sidecar_url,
+		.report = run->report,
 	};
 	struct box_config cfg;
 	struct box *handle = NULL;
@@ -94,6 +96,7 @@ static void pipeline_run_box(struct pipeline_box_run *run)
 	}
 	cfg.mock_handler = agent_mock_handler;
 	cfg.mock_opaque = &mock;
+	run_report_wire_telemetry(run->report, &cfg);
 	run->stage->ran = true;
 	run->rc = box_open(&cfg, &handle, err, sizeof(err));
 	if (run->rc < 0) {
@@ -191,7 +194,7 @@ static struct pipeline_box_run *pipeline_stage_runs(const struct spec *spec,
 		const char *url = messaging->urls ? messaging->urls[stage->box_indices[i]] : "";
 
 		runs[i] = (struct pipeline_box_run){ .spec = spec, .box = box, .options = options,
-						     .input = carry,
+						     .report = report, .input = carry,
 						     .input_len = carry ? strlen(carry) : 0,
 						     .sidecar_url = url[0] ? url : NULL };
 	}

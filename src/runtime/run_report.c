@@ -92,6 +92,29 @@ void run_report_stage_output(const struct run_report *report, const struct run_s
 					       len);
 }
 
+void run_report_stage_output_ready(const struct run_report *report,
+				   const struct run_stage *stage, const void *data, size_t len)
+{
+	if (report && report->observer && report->observer->stage_output_ready)
+		report->observer->stage_output_ready(report->observer->opaque, stage, data, len);
+}
+
+static void run_report_box_telemetry(void *opaque, const char *box_name,
+				     const struct box_telemetry_sample *sample)
+{
+	const struct run_report *report = opaque;
+
+	report->observer->telemetry(report->observer->opaque, box_name, sample);
+}
+
+void run_report_wire_telemetry(const struct run_report *report, struct box_config *cfg)
+{
+	if (!report->observer || !report->observer->telemetry)
+		return;
+	cfg->on_telemetry = run_report_box_telemetry;
+	cfg->telemetry_opaque = (void *)report;
+}
+
 struct run_stage *run_report_add_stage(struct run_report *report, const char *name)
 {
 	struct run_stage *stage;

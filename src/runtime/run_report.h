@@ -20,6 +20,7 @@
 
 #include <jansson.h>
 
+#include "runtime/box.h"
 #include "runtime/spec.h"
 
 struct run_stage {
@@ -49,6 +50,12 @@ struct run_observer {
 	void (*stage_output)(void *opaque, const struct run_stage *stage, bool is_stderr,
 			     const void *data, size_t len);
 	void (*stage_finished)(void *opaque, const struct run_stage *stage);
+	/* a service stage's output_file was first published (the service keeps running) */
+	void (*stage_output_ready)(void *opaque, const struct run_stage *stage, const void *data,
+				   size_t len);
+	/* a guest telemetry sample of the box called box_name (local boxes, about 1/s) */
+	void (*telemetry)(void *opaque, const char *box_name,
+			  const struct box_telemetry_sample *sample);
 	void *opaque;
 };
 
@@ -90,6 +97,10 @@ void run_report_stage_started(const struct run_report *report, const struct run_
 void run_report_stage_finished(const struct run_report *report, const struct run_stage *stage);
 void run_report_stage_output(const struct run_report *report, const struct run_stage *stage,
 			     bool is_stderr, const void *data, size_t len);
+void run_report_stage_output_ready(const struct run_report *report,
+				   const struct run_stage *stage, const void *data, size_t len);
+/* Sends cfg's guest telemetry to the report's observer when it listens for it. */
+void run_report_wire_telemetry(const struct run_report *report, struct box_config *cfg);
 /* Sums the stages' tokens and costs into the report's totals. */
 void run_report_sum_usage(struct run_report *report);
 

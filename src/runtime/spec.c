@@ -102,6 +102,7 @@ static void spec_workflow_free(struct spec_workflow *workflow)
 		free(step->program);
 		spec_strv_free(step->args, step->arg_count);
 		free(step->stdin_from);
+		free(step->output_file);
 		spec_strv_free(step->depends_on, step->depends_count);
 		free(step->depends_pos);
 	}

@@ -308,6 +308,8 @@ struct spec_step {
 	char **depends_on;
 	size_t depends_count;
 	enum spec_step_mode mode;
+	char *output_file; /* a service step's published file; NULL: SPEC_DEFAULT_OUTPUT_FILE */
+	struct spec_pos output_file_pos;
 	bool has_timeout_secs;
 	uint32_t timeout_secs;
 	struct spec_pos pos;

@@ -221,11 +221,16 @@ static json_t *spec_json_step(const struct spec_step *step)
 	json_t *run = json_pack("{s:s?, s:o, s:s?}", "program", step->program, "args",
 				spec_json_strv(step->args, step->arg_count), "stdin_from",
 				step->stdin_from);
+	json_t *out = json_pack("{s:s?, s:o, s:o, s:s, s:o}", "name", step->name, "run", run,
+				"depends_on",
+				spec_json_strv(step->depends_on, step->depends_count), "mode",
+				spec_step_mode_name(step->mode), "timeout_secs",
+				spec_json_optional_uint(step->has_timeout_secs,
+							step->timeout_secs));
 
-	return json_pack("{s:s?, s:o, s:o, s:s, s:o}", "name", step->name, "run", run,
-			 "depends_on", spec_json_strv(step->depends_on, step->depends_count),
-			 "mode", spec_step_mode_name(step->mode), "timeout_secs",
-			 spec_json_optional_uint(step->has_timeout_secs, step->timeout_secs));
+	if (out && step->output_file)
+		json_object_set_new(out, "output_file", json_string(step->output_file));
+	return out;
 }
 
 static json_t *spec_json_workflow(const struct spec_workflow *workflow)

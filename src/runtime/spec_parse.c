@@ -755,7 +755,8 @@ static void spec_walk_step_depends(struct spec_walk *walk, const struct spec_nod
 static void spec_walk_step(struct spec_walk *walk, const struct spec_node *node,
 			   const char *path, struct spec_step *step)
 {
-	static const char *const keys[] = { "name", "run", "depends_on", "mode", "timeout_secs" };
+	static const char *const keys[] = { "name",	    "run",	    "depends_on",
+					    "mode",	    "timeout_secs", "output_file" };
 	const struct spec_node *run;
 	char run_path[SPEC_PATH_MAX];
 	int mode = SPEC_STEP_MODE_TASK;
@@ -778,6 +779,8 @@ static void spec_walk_step(struct spec_walk *walk, const struct spec_node *node,
 		spec_walk_note_feature(walk, SPEC_FEATURE_SERVICE_MODE,
 				       spec_node_map_get(node, "mode")->pos);
 	step->mode = (enum spec_step_mode)mode;
+	if (spec_walk_string(walk, node, path, "output_file", &step->output_file) > 0)
+		step->output_file_pos = spec_node_map_get(node, "output_file")->pos;
 	if (spec_walk_uint(walk, node, path, "timeout_secs", UINT32_MAX, &step->timeout_secs) > 0) {
 		step->has_timeout_secs = true;
 		step->timeout_pos = spec_node_map_get(node, "timeout_secs")->pos;

@@ -368,6 +368,15 @@ static bool spec_validate_step(struct spec_walk *walk, const struct spec_workflo
 				 "remove timeout_secs: a service step runs until the run ends",
 				 "step '%s' has mode: service and timeout_secs; they exclude each "
 				 "other", step->name ? step->name : "?");
+	if (step->output_file && step->mode != SPEC_STEP_MODE_SERVICE)
+		spec_walk_report(walk, SPEC_SEVERITY_ERROR, step->output_file_pos,
+				 "add `mode: service`, or remove output_file",
+				 "step '%s' has output_file, which only a service step publishes",
+				 step->name ? step->name : "?");
+	else if (step->output_file && step->output_file[0] != '/')
+		spec_walk_report(walk, SPEC_SEVERITY_ERROR, step->output_file_pos,
+				 "use an absolute guest path such as /workspace/output.json",
+				 "step '%s' has a relative output_file", step->name ? step->name : "?");
 	return resolved;
 }
 

@@ -1,9 +1,12 @@
 /*
  * Incremental stream-json parsing: bytes are split into lines here, and each complete line is
  * one event handled by type (system, assistant, user, result). Unknown types are ignored, as
- * claude-code adds event types over time and a run report must not break on them.
+ * claude-code adds event types over time and a run report must not break on them. The
+ * listener's lines are formatted here from the same parsed event, after the numbers are taken.
  */
 #include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -18,6 +21,45 @@
 void stream_json_parser_init(struct stream_json_parser *parser)
 {
 	memset(parser, 0, sizeof(*parser));
+}
+
+void stream_json_parser_listen(struct stream_json_parser *parser, stream_json_event_fn on_event,
+			       void *opaque)
+{
+	parser->on_event = on_event;
+	parser->event_opaque = opaque;
+}
+
+static void stream_json_tell(struct stream_json_parser *parser, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+
+/* Formats one listener line, cut to its maximum, with line breaks as spaces. */
+static void stream_json_tell(struct stream_json_parser *parser, const char *fmt, ...)
+{
+	char line[STREAM_JSON_EVENT_TEXT_MAX + 1];
+	va_list ap;
+	int len;
+
+	if (!parser->on_event)
+		return;
+	va_start(ap, fmt);
+	len = vsnprintf(line, sizeof(line), fmt, ap);
+	va_end(ap);
+	if (len < 0)
+		return;
+	if ((size_t)len > STREAM_JSON_EVENT_TEXT_MAX)
+		len = STREAM_JSON_EVENT_TEXT_MAX;
+	for (int i = 0; i < len; i++)
+		if (line[i] == '\n' || line[i] == '\r' || line[i] == '\0')
+			line[i] = ' ';
+	parser->on_event(parser->event_opaque, line, (size_t)len);
+}
+
+static const char *stream_json_text(json_t *value)
+{
+	const char *text = json_string_value(value);
+
+	return text ? text : "";
 }
 
 static int stream_json_set_string(char **field, json_t *value)
@@ -80,6 +122,8 @@ static int stream_json_on_system(struct stream_json_parser *parser, json_t *even
 {
 	if (stream_json_set_string(&parser->result.session_id, json_object_get(event, "session_id")))
 		return -ENOMEM;
+	stream_json_tell(parser, "[system] %s model %s", stream_json_text(json_object_get(event, "subtype")),
+			 stream_json_text(json_object_get(event, "model")));
 	return stream_json_set_string(&parser->result.model, json_object_get(event, "model"));
 }
 
@@ -99,8 +143,15 @@ static int stream_json_on_assistant(struct stream_json_parser *parser, json_t *e
 	json_array_foreach(json_object_get(message, "content"), i, block) {
 		const char *type = json_string_value(json_object_get(block, "type"));
 
-		if (type && strcmp(type, "tool_use") == 0 && stream_json_add_tool(parser, block) < 0)
-			return -ENOMEM;
+		if (type && strcmp(type, "tool_use") == 0) {
+			if (stream_json_add_tool(parser, block) < 0)
+				return -ENOMEM;
+			stream_json_tell(parser, "[tool_use] %s",
+					 stream_json_text(json_object_get(block, "name")));
+		} else if (type && strcmp(type, "text") == 0) {
+			stream_json_tell(parser, "[assistant] %s",
+					 stream_json_text(json_object_get(block, "text")));
+		}
 	}
 	return 0;
 }
@@ -121,6 +172,8 @@ static void stream_json_on_user(struct stream_json_parser *parser, json_t *event
 		if (call) {
 			call->has_result = true;
 			call->result_is_error = json_is_true(json_object_get(block, "is_error"));
+			stream_json_tell(parser, "[tool_result] %s %s", call->name ? call->name : id,
+					 call->result_is_error ? "error" : "ok");
 		}
 	}
 }
@@ -144,6 +197,8 @@ static int stream_json_on_result(struct stream_json_parser *parser, json_t *even
 	}
 	if (stream_json_set_string(&result->session_id, json_object_get(event, "session_id")) < 0)
 		return -ENOMEM;
+	stream_json_tell(parser, "[result] %s: %s", result->is_error ? "error" : "success",
+			 stream_json_text(json_object_get(event, "result")));
 	return stream_json_set_string(&result->result_text, json_object_get(event, "result"));
 }
 

@@ -6,6 +6,11 @@
  * feed every chunk as it comes and call finish once at the end. Lines that are not JSON objects
  * (a stray log line) are counted and skipped, never fatal: the `result` event decides the
  * outcome, and its absence is reported as such.
+ *
+ * A listener (stream_json_parser_listen) hears each event as its line completes, as one short
+ * line of text -- `[system] model M`, `[assistant] TEXT`, `[tool_use] NAME`, `[tool_result] NAME
+ * ok|error`, `[result] success|error: TEXT` -- so a run's progress can be shown while the agent
+ * still works. The text is cut at STREAM_JSON_EVENT_TEXT_MAX bytes and holds no newline.
  */
 #ifndef VOIDBOX_RUNTIME_STREAM_JSON_H
 #define VOIDBOX_RUNTIME_STREAM_JSON_H
@@ -38,6 +43,11 @@ struct stream_json_result {
 	size_t skipped_lines;	/* lines that were not JSON objects */
 };
 
+#define STREAM_JSON_EVENT_TEXT_MAX 512
+
+/* Called once per event the parser recognised; line is not NUL-terminated. */
+typedef void (*stream_json_event_fn)(void *opaque, const char *line, size_t len);
+
 struct stream_json_parser {
 	struct stream_json_result result;
 	char *line;		/* the unfinished line carried between chunks */
@@ -46,9 +56,14 @@ struct stream_json_parser {
 	uint64_t assistant_input_tokens;
 	uint64_t assistant_output_tokens;
 	size_t tool_call_capacity;
+	stream_json_event_fn on_event; /* NULL: no listener */
+	void *event_opaque;
 };
 
 void stream_json_parser_init(struct stream_json_parser *parser);
+/* Sets the listener that hears every event as it is parsed. */
+void stream_json_parser_listen(struct stream_json_parser *parser, stream_json_event_fn on_event,
+			       void *opaque);
 /* Consumes bytes; returns 0 or -ENOMEM (-E2BIG for a single line over 64 MiB). */
 int stream_json_parser_feed(struct stream_json_parser *parser, const void *data, size_t len);
 /*

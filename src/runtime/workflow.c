@@ -15,6 +15,7 @@
 #include "common/clock.h"
 #include "common/log.h"
 #include "runtime/box_internal.h"
+#include "runtime/service.h"
 #include "runtime/workflow.h"
 
 #define WORKFLOW_ERROR_MAX 1024
@@ -123,13 +124,28 @@ static void workflow_step_execute(struct workflow_step_run *run)
 		.on_chunk = run->report->observer ? workflow_step_chunk : NULL,
 		.chunk_opaque = run,
 	};
+	bool service = step->mode == SPEC_STEP_MODE_SERVICE;
+	struct service_watch watch = { 0 };
 	struct box_exec_result result;
 	int rc;
 
-	log_info("workflow", "[workflow:%s] step %zu/%zu: \"%s\" running...", run->spec->name,
-		 run->index + 1, run->spec->workflow.step_count, step->name);
+	log_info("workflow", "[workflow:%s] step %zu/%zu: \"%s\" running%s...", run->spec->name,
+		 run->index + 1, run->spec->workflow.step_count, step->name,
+		 service ? " as a service" : "");
 	run_report_stage_started(run->report, run->stage);
+	if (service) {
+		req.service_name = step->name;
+		if (service_watch_start(&watch, run->box, step->name,
+					step->output_file ? step->output_file
+							  : SPEC_DEFAULT_OUTPUT_FILE,
+					run->report, run->stage) < 0)
+			log_warn("workflow",
+				 "[workflow:%s] service step \"%s\" has no watcher: its output is published when it ends and it cannot be stopped",
+				 run->spec->name, step->name);
+	}
 	rc = box_exec(run->box, &req, &result);
+	if (service)
+		service_watch_finish(&watch);
 	if (rc == -ENOMEM) {
 		run->box_failed = true;
 		run_stage_set_error(run->stage, "out of memory running the step");
@@ -139,7 +155,9 @@ static void workflow_step_execute(struct workflow_step_run *run)
 	run->stage->ran = true;
 	run->stage->exit_code = result.exit_code;
 	run->stage->duration_ms = result.duration_ms;
-	run->stage->success = rc == 0 && result.exit_code == 0 && !result.error;
+	run->stage->success = rc == 0 && !result.timed_out &&
+			      (service ? service_stage_succeeded(&watch, result.exit_code, false)
+				       : result.exit_code == 0 && !result.error);
 	run->stage->is_error = !run->stage->success;
 	run->timed_out = result.timed_out;
 	run->box_failed = rc < 0;
@@ -174,8 +192,9 @@ static void workflow_step_prepare(struct workflow_step_run *runs, size_t index,
 	const struct spec_step *step = &spec->workflow.steps[index];
 	struct workflow_step_run *run = &runs[index];
 
-	run->timeout_secs = step->has_timeout_secs ? step->timeout_secs
-						   : options->default_timeout_secs;
+	run->timeout_secs = step->has_timeout_secs		   ? step->timeout_secs
+			    : step->mode == SPEC_STEP_MODE_SERVICE ? 0
+								   : options->default_timeout_secs;
 	if (step->stdin_from) {
 		long source = spec_workflow_find_step(&spec->workflow, step->stdin_from);
 
@@ -397,6 +416,7 @@ int workflow_run(const struct spec *spec, const struct workflow_options *options
 	cfg.mock_rule_count = options->mock_rule_count;
 	cfg.serial_log_path = options->serial_log_path;
 	cfg.host = options->host;
+	run_report_wire_telemetry(report, &cfg);
 	rc = box_open(&cfg, &box, err, sizeof(err));
 	if (rc < 0) {
 		run_report_set_error(report, "%s", err);

@@ -10,6 +10,10 @@
  * spec_check_supported(), so a spec never half-runs. The engine is split into "open a box
  * from the spec" (workflow_run) and "run in a box I already have" (workflow_run_in_box) so
  * tests and callers can run several workflows in one VM.
+ *
+ * A `mode: service` step runs with no timeout until it exits or the run is asked to stop
+ * (src/runtime/service.h); its output_file is published while it runs, and steps that depend
+ * on it start only after it ended.
  */
 #ifndef VOIDBOX_RUNTIME_WORKFLOW_H
 #define VOIDBOX_RUNTIME_WORKFLOW_H
@@ -25,7 +29,8 @@
 /* The SPEC_FEATURE_BIT set the workflow engine runs today (see docs/runtime.md). */
 #define WORKFLOW_SUPPORTED_FEATURES \
 	(SPEC_FEATURE_BIT(SPEC_FEATURE_SNAPSHOT) | SPEC_FEATURE_BIT(SPEC_FEATURE_NETWORK) | \
-	 SPEC_FEATURE_BIT(SPEC_FEATURE_MOUNTS) | SPEC_FEATURE_BIT(SPEC_FEATURE_IMAGE))
+	 SPEC_FEATURE_BIT(SPEC_FEATURE_MOUNTS) | SPEC_FEATURE_BIT(SPEC_FEATURE_IMAGE) |          \
+	 SPEC_FEATURE_BIT(SPEC_FEATURE_SERVICE_MODE))
 
 struct workflow_options {
 	/* stdin of every step without stdin_from (`voidbox run --input`); NULL: none */

@@ -238,6 +238,56 @@ static inline pid_t wait_stage_running(const struct served *served, const char *
 	return 0;
 }
 
+/*
+ * Polls until the run's output_ready is true (bounded); true only when it was seen while the
+ * run was still running (a service published its output_file and keeps going).
+ */
+static inline bool wait_output_ready_running(const struct served *served, const char *run_id)
+{
+	for (int i = 0; i < SERVE_WAIT_ROUNDS; i++) {
+		json_t *run = get_run(served, run_id);
+		const char *status = json_string_value(json_object_get(run, "status"));
+		bool ready = json_is_true(json_object_get(run, "output_ready"));
+		bool running = status && strcmp(status, "running") == 0;
+		bool ended = state_is_terminal(run);
+
+		json_decref(run);
+		if (ready || ended)
+			return ready && running;
+		serve_pause();
+	}
+	return false;
+}
+
+/*
+ * The event_id of the run's first event of type (of stage, with a message starting with
+ * message: each unless NULL), or 0.
+ */
+static inline json_int_t first_event_id(const struct served *served, const char *run_id,
+					const char *type, const char *stage, const char *message)
+{
+	char path[SERVE_PATH_MAX];
+	json_t *events, *event;
+	json_int_t found = 0;
+	size_t index;
+	long status;
+
+	snprintf(path, sizeof(path), "/v1/runs/%s/events", run_id);
+	events = call(served, "GET", path, NULL, &status);
+	json_array_foreach(events, index, event) {
+		const char *name = json_string_value(json_object_get(event, "event_type"));
+		const char *event_stage = json_string_value(json_object_get(event, "stage_name"));
+		const char *text = json_string_value(json_object_get(event, "message"));
+
+		if (!found && name && strcmp(name, type) == 0 &&
+		    (!stage || (event_stage && strcmp(event_stage, stage) == 0)) &&
+		    (!message || (text && strncmp(text, message, strlen(message)) == 0)))
+			found = json_integer_value(json_object_get(event, "event_id"));
+	}
+	json_decref(events);
+	return found;
+}
+
 static inline void wait_gone(pid_t pid)
 {
 	for (int i = 0; i < SERVE_WAIT_ROUNDS && !process_probe_gone(pid); i++)

@@ -35,6 +35,9 @@
 #define TEST_FILE_MODE_MASK 0777
 #define TEST_OWNER_ONLY 0600
 #define TEST_WIDE_MODE 0644
+#define TEST_ENV_MAX (256u * 1024u)
+#define TEST_PARALLEL 3
+#define TEST_PARALLEL_TEXT "3"
 
 static const char *voidbox_path;
 static char temp_dir[] = "/tmp/voidbox-daemon-test-XXXXXX";
@@ -43,6 +46,9 @@ static char socket_path[TEST_PATH_MAX / 2];
 static char quick_spec[TEST_PATH_MAX];
 static char sleep_spec[TEST_PATH_MAX];
 static char cat_spec[TEST_PATH_MAX];
+static char service_spec[TEST_PATH_MAX];
+static char failing_service_spec[TEST_PATH_MAX];
+static char agent_spec[TEST_PATH_MAX];
 
 static const char quick_yaml[] =
 	"api_version: v1\nkind: workflow\nname: quick\nsandbox:\n  mode: mock\n"
@@ -64,6 +70,28 @@ static const char sleep_yaml[] =
 	"        args: [\"3000\"]\n"
 	"    - name: after\n      depends_on: [nap]\n      run:\n        program: echo\n"
 	"        args: [\"never\"]\n";
+
+/* A service that publishes its output file, then stays up until it is stopped. */
+static const char service_yaml[] =
+	"api_version: v1\nkind: workflow\nname: service\nsandbox:\n  mode: mock\n"
+	"workflow:\n  steps:\n"
+	"    - name: web\n      mode: service\n      output_file: /workspace/ready.json\n"
+	"      run:\n        program: mock-serve\n"
+	"        args: [\"/workspace/ready.json\", \"{\\\"port\\\":8080}\"]\n"
+	"    - name: after\n      depends_on: [web]\n      run:\n        program: echo\n"
+	"        args: [\"after the service\"]\n";
+
+/* An agent in a mock box: the in-process stand-in answers with stream-json. */
+static const char agent_yaml[] =
+	"api_version: v1\nkind: agent\nname: helper\nsandbox:\n  mode: mock\n"
+	"agent:\n  prompt: Say hello\n  skills: [\"agent:claude-code\"]\n";
+
+/* A service that exits with status 3 on its own. */
+static const char failing_service_yaml[] =
+	"api_version: v1\nkind: workflow\nname: broken-service\nsandbox:\n  mode: mock\n"
+	"workflow:\n  steps:\n"
+	"    - name: web\n      mode: service\n      run:\n        program: mock-exit\n"
+	"        args: [\"3\", \"cannot bind\"]\n";
 
 static void write_file(const char *path, const char *text)
 {
@@ -146,6 +174,38 @@ static void test_request_parsing(void)
 /* ---- over the unix socket ---- */
 
 static struct served unix_daemon;
+static struct served tcp_daemon;
+
+/*
+ * The listener the contract checks speak to, and the prefix of their run ids: they run once
+ * over the unix socket and again over TCP (test_contract_over_tcp) against the same store.
+ */
+static const struct served *contract = &unix_daemon;
+static const char *contract_prefix = "";
+
+#define TEST_NAME_RING 8
+
+/* base with the pass's prefix, in one of a ring of buffers (a call may use a few at once). */
+static const char *cid(const char *base)
+{
+	static char ring[TEST_NAME_RING][TEST_PATH_MAX];
+	static unsigned next;
+	char *out = ring[next++ % TEST_NAME_RING];
+
+	snprintf(out, TEST_PATH_MAX, "%s%s", contract_prefix, base);
+	return out;
+}
+
+/* "/v1/runs/<prefixed base><rest>" */
+static const char *cpath(const char *base, const char *rest)
+{
+	static char ring[TEST_NAME_RING][TEST_PATH_MAX];
+	static unsigned next;
+	char *out = ring[next++ % TEST_NAME_RING];
+
+	snprintf(out, TEST_PATH_MAX, "/v1/runs/%s%s%s", contract_prefix, base, rest);
+	return out;
+}
 
 static void test_unix_socket_mode(void)
 {
@@ -247,27 +307,27 @@ static void test_error_shapes(void)
 {
 	char *big = malloc(TEST_BIG_BODY + 1);
 
-	check_error(&unix_daemon, "GET", "/v1/runs/no-such-run", NULL, 404, "NOT_FOUND");
-	check_error(&unix_daemon, "GET", "/v1/runs/no-such-run/events", NULL, 404, "NOT_FOUND");
-	check_error(&unix_daemon, "POST", "/v1/runs/no-such-run/cancel", "{}", 404, "NOT_FOUND");
-	check_error(&unix_daemon, "GET", "/v1/elsewhere", NULL, 404, "NOT_FOUND");
-	check_error(&unix_daemon, "DELETE", "/v1/runs", NULL, 405, "METHOD_NOT_ALLOWED");
-	check_error(&unix_daemon, "POST", "/v1/runs", "{not json", 400, "INVALID_SPEC");
-	check_error(&unix_daemon, "POST", "/v1/runs", "{\"spec\":\"kind: nonsense\"}", 400,
+	check_error(contract, "GET", "/v1/runs/no-such-run", NULL, 404, "NOT_FOUND");
+	check_error(contract, "GET", "/v1/runs/no-such-run/events", NULL, 404, "NOT_FOUND");
+	check_error(contract, "POST", "/v1/runs/no-such-run/cancel", "{}", 404, "NOT_FOUND");
+	check_error(contract, "GET", "/v1/elsewhere", NULL, 404, "NOT_FOUND");
+	check_error(contract, "DELETE", "/v1/runs", NULL, 405, "METHOD_NOT_ALLOWED");
+	check_error(contract, "POST", "/v1/runs", "{not json", 400, "INVALID_SPEC");
+	check_error(contract, "POST", "/v1/runs", "{\"spec\":\"kind: nonsense\"}", 400,
 		    "INVALID_SPEC");
-	check_error(&unix_daemon, "POST", "/v1/runs",
+	check_error(contract, "POST", "/v1/runs",
 		    "{\"spec\":\"x\",\"policy\":{\"max_parallel_microvms_per_run\":0}}", 400,
 		    "INVALID_POLICY");
-	check_error(&unix_daemon, "GET", "/v1/runs/order-1/events?from_event_id=abc", NULL, 400,
+	check_error(contract, "GET", "/v1/runs/order-1/events?from_event_id=abc", NULL, 400,
 		    "INVALID_PARAMS");
-	check_error(&unix_daemon, "GET", "/v1/runs?state=sideways", NULL, 400, "INVALID_PARAMS");
+	check_error(contract, "GET", "/v1/runs?state=sideways", NULL, 400, "INVALID_PARAMS");
 	if (!big) {
 		CHECK(big != NULL);
 		return;
 	}
 	memset(big, ' ', TEST_BIG_BODY);
 	big[TEST_BIG_BODY] = '\0';
-	check_error(&unix_daemon, "POST", "/v1/runs", big, 413, "PAYLOAD_TOO_LARGE");
+	check_error(contract, "POST", "/v1/runs", big, 413, "PAYLOAD_TOO_LARGE");
 	free(big);
 }
 
@@ -279,11 +339,11 @@ static json_t *create_and_finish(json_t *body, const char *run_id)
 	long status = 0;
 
 	json_decref(body);
-	answer = text ? call(&unix_daemon, "POST", "/v1/runs", text, &status) : NULL;
+	answer = text ? call(contract, "POST", "/v1/runs", text, &status) : NULL;
 	CHECK_INT_EQ(status, SERVE_HTTP_OK);
 	json_decref(answer);
 	free(text);
-	return wait_terminal(&unix_daemon, run_id);
+	return wait_terminal(contract, run_id);
 }
 
 /* An inline spec runs like a file; the list filter sees it. */
@@ -379,9 +439,10 @@ static bool reader_saw_nap(struct stream_reader *reader)
  */
 static void test_sse_live_and_cancel(void)
 {
-	struct stream_reader reader = { .served = &unix_daemon,
+	char body[TEST_PATH_MAX];
+	struct stream_reader reader = { .served = contract,
 					.lock = PTHREAD_MUTEX_INITIALIZER };
-	char *id = create_run(&unix_daemon, sleep_spec, "live-1");
+	char *id = create_run(contract, sleep_spec, cid("live-1"));
 	json_t *first, *second, *run, *stages;
 	pthread_t thread;
 	long status;
@@ -394,19 +455,19 @@ static void test_sse_live_and_cancel(void)
 	snprintf(reader.path, sizeof(reader.path), "/v1/runs/%s/events", id);
 	if (pthread_create(&thread, NULL, stream_thread, &reader) != 0)
 		harness_fail_setup("cannot start the stream reader thread");
-	pid = wait_stage_running(&unix_daemon, id, "nap");
+	pid = wait_stage_running(contract, id, "nap");
 	for (i = 0; i < SERVE_WAIT_ROUNDS && !reader_saw_nap(&reader); i++)
 		serve_pause();
 	CHECK(reader_saw_nap(&reader));
 	/* idempotent create: the same run_id while it runs is the same run */
-	free(create_run(&unix_daemon, sleep_spec, "live-1"));
-	first = call(&unix_daemon, "POST", "/v1/runs/live-1/cancel", "{\"reason\":\"test\"}",
+	free(create_run(contract, sleep_spec, cid("live-1")));
+	first = call(contract, "POST", cpath("live-1", "/cancel"), "{\"reason\":\"test\"}",
 		     &status);
 	CHECK_INT_EQ(status, SERVE_HTTP_OK);
 	CHECK_STR_EQ(json_string_value(json_object_get(first, "state")), "cancelled");
 	if (pid > 0)
 		wait_gone(pid);
-	second = call(&unix_daemon, "POST", "/v1/runs/live-1/cancel", NULL, &status);
+	second = call(contract, "POST", cpath("live-1", "/cancel"), NULL, &status);
 	CHECK_INT_EQ(status, SERVE_HTTP_OK);
 	CHECK_STR_EQ(json_string_value(json_object_get(second, "state")), "cancelled");
 	CHECK(json_integer_value(json_object_get(first, "terminal_event_id")) > 0);
@@ -417,9 +478,9 @@ static void test_sse_live_and_cancel(void)
 	CHECK(reader.text && strstr(reader.text, "event: run.cancelled\n"));
 	CHECK(reader.text && strstr(reader.text, "event: log.closed\n"));
 	CHECK(reader.text && strstr(reader.text, "id: 1\nevent: run.started\n") == reader.text);
-	check_error(&unix_daemon, "POST", "/v1/runs", "{\"file\":\"/x\",\"run_id\":\"live-1\"}", 409,
-		    "ALREADY_TERMINAL");
-	run = get_run(&unix_daemon, id);
+	snprintf(body, sizeof(body), "{\"file\":\"/x\",\"run_id\":\"%s\"}", cid("live-1"));
+	check_error(contract, "POST", "/v1/runs", body, 409, "ALREADY_TERMINAL");
+	run = get_run(contract, id);
 	CHECK_STR_EQ(json_string_value(json_object_get(run, "terminal_reason")), "cancelled");
 	stages = json_object_get(run, "stage_states");
 	CHECK_STR_EQ(json_string_value(json_object_get(json_object_get(stages, "nap"), "status")),
@@ -431,6 +492,220 @@ static void test_sse_live_and_cancel(void)
 	json_decref(second);
 	free(reader.text);
 	free(id);
+}
+
+/* True when process pid's environment holds entry ("NAME=value") exactly. */
+static bool process_env_has(pid_t pid, const char *entry)
+{
+	char path[TEST_PATH_MAX], env[TEST_ENV_MAX];
+	size_t len, at = 0;
+	bool found = false;
+	FILE *file;
+
+	snprintf(path, sizeof(path), "/proc/%d/environ", (int)pid);
+	file = fopen(path, "r");
+	if (!file)
+		return false;
+	len = fread(env, 1, sizeof(env) - 1, file);
+	fclose(file);
+	env[len] = '\0';
+	while (at < len && !found) {
+		found = strcmp(env + at, entry) == 0;
+		at += strlen(env + at) + 1;
+	}
+	return found;
+}
+
+/*
+ * A service step publishes its output_file while the run is still running (output_ready,
+ * the artifact, a stage.output_ready event), and POST .../stop ends it gracefully: the
+ * service exits, the step after it runs, the run succeeds with terminal_reason stopped, the
+ * run's process is gone, and a second stop answers the same.
+ */
+static void test_service_output_ready_and_stop(void)
+{
+	char *id = create_run(contract, service_spec, cid("service-1"));
+	struct daemon_response response;
+	json_t *first, *second, *run, *stages;
+	char err[TEST_ERR_MAX];
+	long status;
+	pid_t pid;
+
+	if (!id)
+		return;
+	pid = wait_stage_running(contract, id, "web");
+	CHECK(wait_output_ready_running(contract, id));
+	/* the stage says so too, in /stages and in the run's stage_states, while it runs */
+	stages = call(contract, "GET", cpath("service-1", "/stages"), NULL, &status);
+	CHECK_STR_EQ(json_string_value(json_object_get(json_array_get(stages, 0), "status")),
+		     "running");
+	CHECK(json_is_true(json_object_get(json_array_get(stages, 0), "output_ready")));
+	CHECK(json_is_false(json_object_get(json_array_get(stages, 1), "output_ready")));
+	json_decref(stages);
+	run = get_run(contract, id);
+	CHECK(json_is_true(json_object_get(
+		json_object_get(json_object_get(run, "stage_states"), "web"), "output_ready")));
+	json_decref(run);
+	CHECK(first_event_id(contract, id, "stage.output_ready", "web", NULL) > 0);
+	CHECK_INT_EQ(daemon_client_request(&contract->client, "GET",
+					   cpath("service-1", "/stages/web/output-file"), NULL,
+					   &response, err, sizeof(err)), 0);
+	CHECK_INT_EQ(response.status, SERVE_HTTP_OK);
+	CHECK_STR_EQ(response.body, "{\"port\":8080}");
+	daemon_response_free(&response);
+	first = call(contract, "POST", cpath("service-1", "/stop"), NULL, &status);
+	CHECK_INT_EQ(status, SERVE_HTTP_OK);
+	CHECK_STR_EQ(json_string_value(json_object_get(first, "state")), "succeeded");
+	if (pid > 0)
+		wait_gone(pid);
+	second = call(contract, "POST", cpath("service-1", "/stop"), "{}", &status);
+	CHECK_INT_EQ(status, SERVE_HTTP_OK);
+	CHECK(json_integer_value(json_object_get(first, "terminal_event_id")) > 0);
+	CHECK(json_equal(json_object_get(first, "terminal_event_id"),
+			 json_object_get(second, "terminal_event_id")));
+	run = get_run(contract, id);
+	CHECK_STR_EQ(json_string_value(json_object_get(run, "terminal_reason")), "stopped");
+	CHECK(json_is_true(json_object_get(run, "output_ready")));
+	stages = json_object_get(run, "stage_states");
+	CHECK_STR_EQ(json_string_value(json_object_get(json_object_get(stages, "web"), "status")),
+		     "succeeded");
+	CHECK_STR_EQ(json_string_value(json_object_get(json_object_get(stages, "after"), "status")),
+		     "succeeded");
+	CHECK(first_event_id(contract, id, "run.stop_requested", NULL, NULL) > 0);
+	json_decref(run);
+	json_decref(first);
+	json_decref(second);
+	free(id);
+}
+
+/* A service that exits non-zero on its own fails its run; stop on a run with no service to
+ * stop (a task step sleeping) cancels it once the grace period is over. That run's process
+ * also carries the policy's parallelism. */
+static void test_service_exit_mapping(void)
+{
+	json_t *body = json_pack("{s:s, s:s, s:{s:i, s:i}}", "file", sleep_spec, "run_id",
+				 cid("no-service"), "policy", "cancel_grace_period_secs", 1,
+				 "max_parallel_microvms_per_run", TEST_PARALLEL);
+	char *text = json_dumps(body, JSON_COMPACT);
+	json_t *run, *answer;
+	long status;
+	pid_t pid;
+
+	run = create_and_finish(json_pack("{s:s, s:s}", "file", failing_service_spec, "run_id",
+					  cid("service-broken")), cid("service-broken"));
+	CHECK_STR_EQ(json_string_value(json_object_get(run, "status")), "failed");
+	CHECK_STR_EQ(json_string_value(json_object_get(json_object_get(
+			     json_object_get(run, "stage_states"), "web"), "status")),
+		     "failed");
+	json_decref(run);
+	answer = call(contract, "POST", "/v1/runs", text, &status);
+	CHECK_INT_EQ(status, SERVE_HTTP_OK);
+	json_decref(answer);
+	pid = wait_stage_running(contract, cid("no-service"), "nap");
+	/* the policy's parallelism reaches the run as the pipeline runner's bound */
+	CHECK(process_env_has(pid, "VOIDBOX_MAX_PARALLEL_VMS=" TEST_PARALLEL_TEXT));
+	answer = call(contract, "POST", cpath("no-service", "/stop"), NULL, &status);
+	CHECK_INT_EQ(status, SERVE_HTTP_OK);
+	CHECK_STR_EQ(json_string_value(json_object_get(answer, "state")), "cancelled");
+	if (pid > 0)
+		wait_gone(pid);
+	json_decref(answer);
+	json_decref(body);
+	free(text);
+}
+
+/* The first telemetry sample of a run with a host part, polled (bounded); NULL if none came. */
+static json_t *wait_host_sample(const struct served *served, const char *run_id)
+{
+	char path[TEST_PATH_MAX];
+	long status;
+
+	snprintf(path, sizeof(path), "/v1/runs/%s/telemetry", run_id);
+	for (int i = 0; i < SERVE_WAIT_ROUNDS; i++) {
+		json_t *answer = call(served, "GET", path, NULL, &status);
+		json_t *sample = json_array_get(json_object_get(answer, "samples"), 0);
+
+		if (json_object_get(sample, "host"))
+			return answer;
+		json_decref(answer);
+		serve_pause();
+	}
+	return NULL;
+}
+
+/*
+ * GET /telemetry while a run goes: host samples of the run's process (the VMM's process;
+ * here a mock run, so no guest part) with its RSS, CPU and I/O; from_seq continues after
+ * next_seq; a bad from_seq or stage_name is 400 and an unknown run 404.
+ */
+static void test_telemetry(void)
+{
+	char *id = create_run(contract, sleep_spec, cid("telemetry-1"));
+	json_t *answer, *first, *host, *later, *sample;
+	char path[TEST_PATH_MAX];
+	json_int_t next_seq;
+	size_t i;
+	long status;
+	pid_t pid;
+
+	if (!id)
+		return;
+	pid = wait_stage_running(contract, id, "nap");
+	answer = wait_host_sample(contract, id);
+	CHECK(answer != NULL);
+	CHECK_STR_EQ(json_string_value(json_object_get(answer, "run_id")), cid("telemetry-1"));
+	CHECK_INT_EQ(json_integer_value(json_object_get(answer, "attempt_id")), 1);
+	first = json_array_get(json_object_get(answer, "samples"), 0);
+	host = json_object_get(first, "host");
+	CHECK_INT_EQ(json_integer_value(json_object_get(first, "seq")), 1);
+	CHECK(json_integer_value(json_object_get(first, "timestamp_ms")) > 0);
+	CHECK(json_integer_value(json_object_get(host, "rss_bytes")) > 0);
+	CHECK(json_is_number(json_object_get(host, "cpu_percent")));
+	CHECK(json_is_integer(json_object_get(host, "io_read_bytes")));
+	CHECK(json_is_integer(json_object_get(host, "io_write_bytes")));
+	next_seq = json_integer_value(json_object_get(answer, "next_seq"));
+	CHECK(next_seq > 1);
+	snprintf(path, sizeof(path), "/v1/runs/%s/telemetry?from_seq=%lld", cid("telemetry-1"),
+		 (long long)next_seq);
+	later = call(contract, "GET", path, NULL, &status);
+	CHECK_INT_EQ(status, SERVE_HTTP_OK);
+	json_array_foreach(json_object_get(later, "samples"), i, sample)
+		CHECK(json_integer_value(json_object_get(sample, "seq")) >= next_seq);
+	json_decref(later);
+	json_decref(answer);
+	check_error(contract, "GET", cpath("telemetry-1", "/telemetry?from_seq=x1"), NULL, 400,
+		    "INVALID_PARAMS");
+	check_error(contract, "GET", cpath("telemetry-1", "/telemetry?stage_name=.hidden"), NULL,
+		    400, "INVALID_PARAMS");
+	check_error(contract, "GET", "/v1/runs/nobody/telemetry", NULL, 404, "NOT_FOUND");
+	answer = call(contract, "POST", cpath("telemetry-1", "/cancel"), NULL, &status);
+	CHECK_INT_EQ(status, SERVE_HTTP_OK);
+	json_decref(answer);
+	if (pid > 0)
+		wait_gone(pid);
+	free(id);
+}
+
+/*
+ * An agent's stream-json output reaches the events parsed, one line per event, as the box
+ * delivers it (before the stage's completion), not as raw JSON when the stage ends.
+ */
+static void test_agent_output_parsed_live(void)
+{
+	json_t *run = create_and_finish(json_pack("{s:s, s:s}", "file", agent_spec, "run_id",
+						  cid("agent-1")), cid("agent-1"));
+	json_int_t system_id, result_id, completed_id;
+
+	CHECK_STR_EQ(json_string_value(json_object_get(run, "status")), "succeeded");
+	json_decref(run);
+	system_id = first_event_id(contract, cid("agent-1"), "log.chunk", "helper",
+				   "[system] init model voidbox-mock");
+	result_id = first_event_id(contract, cid("agent-1"), "log.chunk", "helper",
+				   "[result] success: mock: completed 'Say hello'");
+	completed_id = first_event_id(contract, cid("agent-1"), "stage.completed", "helper", NULL);
+	CHECK(system_id > 0);
+	CHECK(result_id > system_id);
+	CHECK(completed_id > result_id);
 }
 
 /* A daemon killed outright: its run's process dies with it, the socket is replaced, and the
@@ -473,9 +748,10 @@ static void test_cli_clients(void)
 		{ "logs", "order-1", "--follow", "--daemon", url_arg, NULL },
 		{ "run", "--file", quick_spec, NULL, "--run-id", "cli-1", NULL },
 		{ "cancel", "order-1", "--daemon", url_arg, NULL },
+		{ "stop", "service-1", "--daemon", url_arg, NULL },
 	};
 	static const char *const expected[] = {
-		"succeeded", "[log.closed]", "run cli-1 submitted", "is succeeded",
+		"succeeded", "[log.closed]", "run cli-1 submitted", "is succeeded", "is succeeded",
 	};
 	char daemon_flag[SERVE_LINE_MAX + 16];
 	json_t *run;
@@ -637,6 +913,32 @@ static void test_tcp_requires_token(void)
 	unlink(token_file);
 }
 
+/*
+ * The contract again over TCP, with its bearer token on every call: error shapes, idempotent
+ * create and cancel with the SSE stream, a service's output_ready and stop, the exit mapping,
+ * telemetry and the live agent output, with run ids prefixed tcp-.
+ */
+static void test_contract_over_tcp(void)
+{
+	char token_file[TEST_PATH_MAX];
+
+	snprintf(token_file, sizeof(token_file), "%s/contract-token", temp_dir);
+	if (!serve_start(&tcp_daemon, voidbox_path, state_dir, "tcp://127.0.0.1:0", token_file))
+		harness_fail_setup("the TCP daemon did not start");
+	contract = &tcp_daemon;
+	contract_prefix = "tcp-";
+	test_error_shapes();
+	test_sse_live_and_cancel();
+	test_service_output_ready_and_stop();
+	test_service_exit_mapping();
+	test_telemetry();
+	test_agent_output_parsed_live();
+	contract = &unix_daemon;
+	contract_prefix = "";
+	CHECK_INT_EQ(serve_stop(&tcp_daemon, SIGTERM), 0);
+	unlink(token_file);
+}
+
 int main(int argc, char **argv)
 {
 	char listen[TEST_PATH_MAX];
@@ -655,6 +957,12 @@ int main(int argc, char **argv)
 	write_file(sleep_spec, sleep_yaml);
 	snprintf(cat_spec, sizeof(cat_spec), "%s/cat.yaml", temp_dir);
 	write_file(cat_spec, cat_yaml);
+	snprintf(service_spec, sizeof(service_spec), "%s/service.yaml", temp_dir);
+	write_file(service_spec, service_yaml);
+	snprintf(failing_service_spec, sizeof(failing_service_spec), "%s/broken.yaml", temp_dir);
+	write_file(failing_service_spec, failing_service_yaml);
+	snprintf(agent_spec, sizeof(agent_spec), "%s/agent.yaml", temp_dir);
+	write_file(agent_spec, agent_yaml);
 	RUN_TEST(test_request_parsing);
 	snprintf(listen, sizeof(listen), "unix://%s", socket_path);
 	if (!serve_start(&unix_daemon, voidbox_path, state_dir, listen, NULL))
@@ -666,10 +974,15 @@ int main(int argc, char **argv)
 	RUN_TEST(test_inline_spec_and_list);
 	RUN_TEST(test_input_with_file_spec);
 	RUN_TEST(test_sse_live_and_cancel);
+	RUN_TEST(test_service_output_ready_and_stop);
+	RUN_TEST(test_service_exit_mapping);
+	RUN_TEST(test_telemetry);
+	RUN_TEST(test_agent_output_parsed_live);
 	RUN_TEST(test_restart_after_sigkill);
 	RUN_TEST(test_cli_clients);
 	RUN_TEST(test_clean_stop_removes_socket);
 	RUN_TEST(test_tcp_requires_token);
+	RUN_TEST(test_contract_over_tcp);
 	RUN_TEST(test_default_paths);
 	RUN_TEST(test_defaults_from_environment);
 	if (unix_daemon.pid > 0)

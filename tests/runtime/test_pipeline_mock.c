@@ -30,6 +30,8 @@ extern char **environ;
 static const char *mock_claude_path;
 static const char *examples_dir;
 
+#define TEST_DEFAULT_TIMEOUT 77u
+
 struct test_state {
 	pthread_mutex_t lock;
 	unsigned active;
@@ -471,6 +473,55 @@ static void test_agent_needs_its_flavour_image(void)
 	CHECK_INT_EQ(system(dir), 0);
 }
 
+/* Records the timeout claude-code was started with, then answers as test_mock_exec does. */
+static uint32_t seen_timeout_secs;
+
+static int test_timeout_exec(struct box *box, void *opaque, const struct box_exec_request *req,
+			     struct box_exec_result *result)
+{
+	const char *slash = strrchr(req->program, '/');
+
+	if (strcmp(slash ? slash + 1 : req->program, "claude-code") == 0)
+		seen_timeout_secs = req->timeout_secs;
+	return test_mock_exec(box, opaque, req, result);
+}
+
+/*
+ * The runner's default timeout (`voidbox run --step-timeout`, the daemon's stage timeout)
+ * reaches an agent that sets none; its own timeout_secs wins; a service agent gets none.
+ */
+static void test_agent_default_timeout(void)
+{
+	static const char *const yamls[] = {
+		"api_version: v1\nkind: agent\nname: t\nsandbox: {mode: mock}\n"
+		"agent:\n  prompt: hi\n  skills: [\"agent:claude-code\"]\n",
+		"api_version: v1\nkind: agent\nname: t\nsandbox: {mode: mock}\n"
+		"agent:\n  prompt: hi\n  timeout_secs: 9\n  skills: [\"agent:claude-code\"]\n",
+		"api_version: v1\nkind: agent\nname: t\nsandbox: {mode: mock}\n"
+		"agent:\n  prompt: hi\n  mode: service\n  output_file: /workspace/output.json\n"
+		"  skills: [\"agent:claude-code\"]\n",
+	};
+	static const uint32_t expected[] = { TEST_DEFAULT_TIMEOUT, 9, 0 };
+	struct agent_options options = { .mock_exec = test_timeout_exec,
+					 .default_timeout_secs = TEST_DEFAULT_TIMEOUT };
+
+	for (size_t i = 0; i < sizeof(yamls) / sizeof(yamls[0]); i++) {
+		struct spec *spec = load(yamls[i]);
+		struct run_report report;
+
+		CHECK(spec != NULL);
+		if (!spec)
+			continue;
+		state_reset();
+		seen_timeout_secs = UINT32_MAX;
+		CHECK_INT_EQ(run_report_init(&report, spec->name, spec->kind), 0);
+		CHECK_INT_EQ(agent_run(spec, &options, &report), 0);
+		CHECK_INT_EQ(seen_timeout_secs, expected[i]);
+		run_report_free(&report);
+		spec_free(spec);
+	}
+}
+
 int main(int argc, char **argv)
 {
 	if (argc < 3) {
@@ -486,6 +537,7 @@ int main(int argc, char **argv)
 	RUN_TEST(test_remote_skill_fails_before_exec);
 	RUN_TEST(test_agent_needs_its_flavour_image);
 	RUN_TEST(test_missing_claude_names_the_flavour);
+	RUN_TEST(test_agent_default_timeout);
 	state_reset();
 	return harness_finish();
 }

@@ -624,6 +624,14 @@ static void test_service_mode_rules(void)
 			"      mode: service\n      timeout_secs: 10\n      run: {program: ls}\n",
 			"exclude each other", 7, 21, &diag);
 	spec_diagnostics_free(&diag);
+	expect_error_at("kind: workflow\nname: w\nworkflow:\n  steps:\n    - name: g\n"
+			"      output_file: /workspace/o.json\n      run: {program: ls}\n",
+			"only a service step publishes", 6, 20, &diag);
+	spec_diagnostics_free(&diag);
+	expect_error_at("kind: workflow\nname: w\nworkflow:\n  steps:\n    - name: g\n"
+			"      mode: service\n      output_file: o.json\n      run: {program: ls}\n",
+			"relative output_file", 7, 20, &diag);
+	spec_diagnostics_free(&diag);
 
 	spec = load_text("kind: agent\nname: a\nagent:\n  mode: interactive\n", "t.yaml", &diag);
 	CHECK(spec != NULL); /* interactive needs no prompt */
@@ -637,6 +645,15 @@ static void test_service_mode_rules(void)
 		CHECK_INT_EQ(spec->agent.mode, SPEC_AGENT_MODE_SERVICE);
 		CHECK(spec_features_required(spec) & SPEC_FEATURE_BIT(SPEC_FEATURE_SERVICE_MODE));
 	}
+	spec_free(spec);
+	spec_diagnostics_free(&diag);
+	spec = load_text("kind: workflow\nname: w\nworkflow:\n  steps:\n    - name: g\n"
+			 "      mode: service\n      output_file: /workspace/o.json\n"
+			 "      run: {program: ls}\n",
+			 "t.yaml", &diag);
+	CHECK(spec != NULL);
+	if (spec)
+		CHECK_STR_EQ(spec->workflow.steps[0].output_file, "/workspace/o.json");
 	spec_free(spec);
 	spec_diagnostics_free(&diag);
 }

@@ -5,10 +5,8 @@
  * calls, result text carried between stages); and `voidbox shell`, driven through a pty like
  * a user at a terminal, must run a command and exit with the guest's exit code.
  *
- * The test image is the built default image plus the mock agent: the test appends a second
- * cpio archive holding /usr/local/bin/claude-code to a copy of the default initramfs (the
- * kernel unpacks concatenated archives in order), so no extra image build or download is
- * needed. Boots are the cost here (five in all), so every check shares them.
+ * The test image is the built default image plus the mock agent (vm_test_initramfs_with). Boots are
+ * the cost here (five in all), so every check shares them.
  */
 #include <errno.h>
 #include <fcntl.h>

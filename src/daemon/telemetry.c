@@ -1,0 +1,110 @@
+/*
+ * Telemetry of a run: host samples of its process, which is the VMM (the vCPU and device
+ * threads live in it, so one process's /proc files cover the VM), and the guest samples its
+ * `voidbox run` relays from the guest agent. Both become rows of the run's telemetry table;
+ * GET /v1/runs/{id}/telemetry reads them. A host sample is RSS (statm's resident pages), CPU
+ * (utime + stime since the previous sample over the wall time between them) and the bytes the
+ * process made the block layer read and write (/proc/PID/io, readable for our own children).
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "daemon/daemon_internal.h"
+
+#define TELEMETRY_PROC_PATH_MAX 64
+#define TELEMETRY_STAT_MAX 1024
+#define TELEMETRY_PERCENT 100.0
+#define TELEMETRY_MS_PER_SEC 1000.0
+/* fields of /proc/PID/stat after "(comm) ": state is 1, utime 12, stime 13 */
+#define TELEMETRY_STAT_UTIME_FIELD 12
+#define TELEMETRY_STAT_STIME_FIELD 13
+
+static int telemetry_read(pid_t pid, const char *name, char *text, size_t size)
+{
+	char path[TELEMETRY_PROC_PATH_MAX];
+	size_t len;
+	FILE *file;
+
+	snprintf(path, sizeof(path), "/proc/%d/%s", (int)pid, name);
+	file = fopen(path, "re");
+	if (!file)
+		return -errno;
+	len = fread(text, 1, size - 1, file);
+	fclose(file);
+	text[len] = '\0';
+	return 0;
+}
+
+/* utime + stime in clock ticks, from after the command name (which may hold spaces). */
+static int telemetry_cpu_ticks(pid_t pid, uint64_t *ticks)
+{
+	char text[TELEMETRY_STAT_MAX];
+	unsigned long long utime = 0, stime = 0;
+	char *p;
+	int field = 1;
+
+	if (telemetry_read(pid, "stat", text, sizeof(text)) < 0 || !(p = strrchr(text, ')')))
+		return -ENOENT;
+	for (p = strtok(p + 1, " "); p; p = strtok(NULL, " "), field++) {
+		if (field == TELEMETRY_STAT_UTIME_FIELD)
+			utime = strtoull(p, NULL, 10);
+		else if (field == TELEMETRY_STAT_STIME_FIELD)
+			stime = strtoull(p, NULL, 10);
+	}
+	if (field <= TELEMETRY_STAT_STIME_FIELD)
+		return -EPROTO;
+	*ticks = utime + stime;
+	return 0;
+}
+
+static uint64_t telemetry_rss_bytes(pid_t pid)
+{
+	char text[TELEMETRY_STAT_MAX];
+	unsigned long long size = 0, resident = 0;
+
+	if (telemetry_read(pid, "statm", text, sizeof(text)) < 0 ||
+	    sscanf(text, "%llu %llu", &size, &resident) != 2)
+		return 0;
+	return resident * (uint64_t)sysconf(_SC_PAGESIZE);
+}
+
+/* read_bytes and write_bytes of /proc/PID/io; 0 when it cannot be read. */
+static void telemetry_io_bytes(pid_t pid, uint64_t *read_bytes, uint64_t *write_bytes)
+{
+	char text[TELEMETRY_STAT_MAX];
+	const char *line;
+	unsigned long long value;
+
+	*read_bytes = *write_bytes = 0;
+	if (telemetry_read(pid, "io", text, sizeof(text)) < 0)
+		return;
+	if ((line = strstr(text, "\nread_bytes:")) && sscanf(line, "\nread_bytes: %llu", &value) == 1)
+		*read_bytes = value;
+	if ((line = strstr(text, "\nwrite_bytes:")) &&
+	    sscanf(line, "\nwrite_bytes: %llu", &value) == 1)
+		*write_bytes = value;
+}
+
+json_t *daemon_host_sample(struct daemon_host_sampler *sampler, pid_t pid, uint64_t now_ms)
+{
+	uint64_t ticks, read_bytes, write_bytes;
+	double cpu_percent = 0.0;
+	long ticks_per_sec = sysconf(_SC_CLK_TCK);
+
+	if (telemetry_cpu_ticks(pid, &ticks) < 0)
+		return NULL;
+	if (sampler->has_previous && now_ms > sampler->previous_ms && ticks >= sampler->previous_ticks &&
+	    ticks_per_sec > 0)
+		cpu_percent = (double)(ticks - sampler->previous_ticks) / (double)ticks_per_sec /
+			      ((double)(now_ms - sampler->previous_ms) / TELEMETRY_MS_PER_SEC) *
+			      TELEMETRY_PERCENT;
+	sampler->has_previous = true;
+	sampler->previous_ticks = ticks;
+	sampler->previous_ms = now_ms;
+	telemetry_io_bytes(pid, &read_bytes, &write_bytes);
+	return json_pack("{s:I, s:f, s:I, s:I}", "rss_bytes", (json_int_t)telemetry_rss_bytes(pid),
+			 "cpu_percent", cpu_percent, "io_read_bytes", (json_int_t)read_bytes,
+			 "io_write_bytes", (json_int_t)write_bytes);
+}
