@@ -42,7 +42,15 @@
 /* The oldest minor whose request and reply layouts this server writes (Linux 4.20+). */
 #define FUSE_PROTO_MINOR_MIN 28u
 #define FUSE_PAGE_SIZE 4096u
+/*
+ * How long the guest may trust an entry, a missing name or attributes without asking: a
+ * second on a read-write share, whose host side may change under it; longer on a read-only
+ * one, which the guest cannot change and whose file data also stays cached across opens
+ * (FOPEN_KEEP_CACHE), dropped when a refresh shows the host changed the file
+ * (FUSE_AUTO_INVAL_DATA).
+ */
 #define FUSE_CACHE_TIMEOUT_SEC 1u
+#define FUSE_CACHE_TIMEOUT_RO_SEC 30u
 #define FUSE_INODE_HASH_BUCKETS 4096u
 #define FUSE_INODE_TABLE_INITIAL 64u
 #define FUSE_NO_SLOT UINT32_MAX
@@ -58,7 +66,8 @@
 #define FUSE_OPEN_FLAGS_STRIPPED (O_CREAT | O_EXCL | O_NOCTTY)
 #define FUSE_INIT_FLAGS_OFFERED                                                                \
 	(FUSE_ASYNC_READ | FUSE_BIG_WRITES | FUSE_MAX_PAGES | FUSE_DO_READDIRPLUS |            \
-	 FUSE_READDIRPLUS_AUTO | FUSE_PARALLEL_DIROPS | FUSE_ATOMIC_O_TRUNC)
+	 FUSE_READDIRPLUS_AUTO | FUSE_PARALLEL_DIROPS | FUSE_ATOMIC_O_TRUNC |                  \
+	 FUSE_AUTO_INVAL_DATA)
 
 struct fuse_inode {
 	int fd; /* O_PATH; -1 when the slot is free or the inode went stale */
@@ -384,13 +393,19 @@ static int stat_fd(int fd, struct stat *st)
 	return fstatat(fd, "", st, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW) < 0 ? -errno : 0;
 }
 
+static uint64_t cache_timeout(const struct fuse_server *s)
+{
+	return s->access == FUSE_SERVER_READ_ONLY ? FUSE_CACHE_TIMEOUT_RO_SEC
+						  : FUSE_CACHE_TIMEOUT_SEC;
+}
+
 static void entry_fill(const struct fuse_server *s, uint32_t slot, const struct stat *st,
 		       struct fuse_entry_out *entry)
 {
 	*entry = (struct fuse_entry_out){ .nodeid = slot + 1ull,
 					  .generation = s->inodes[slot].generation,
-					  .entry_valid = FUSE_CACHE_TIMEOUT_SEC,
-					  .attr_valid = FUSE_CACHE_TIMEOUT_SEC };
+					  .entry_valid = cache_timeout(s),
+					  .attr_valid = cache_timeout(s) };
 	attr_from_stat(s, st, &entry->attr);
 }
 
@@ -542,12 +557,20 @@ static int op_destroy(struct fuse_op_ctx *ctx)
 	return 0;
 }
 
+/*
+ * A name that does not exist is answered as node 0 with a timeout, which the guest caches as
+ * a negative entry: a build's or a shell's repeated probes of missing files (PATH, includes)
+ * then stay in the guest.
+ */
 static int op_lookup(struct fuse_op_ctx *ctx)
 {
+	struct fuse_entry_out missing = { .entry_valid = cache_timeout(ctx->s) };
 	const char *name;
 	int rc = req_name(ctx->req, &name);
 
-	return rc < 0 ? rc : reply_entry_of(ctx->s, ctx->hdr->nodeid, name, ctx->rep);
+	if (rc == 0)
+		rc = reply_entry_of(ctx->s, ctx->hdr->nodeid, name, ctx->rep);
+	return rc == -ENOENT ? reply_put(ctx->rep, &missing, sizeof(missing)) : rc;
 }
 
 static int op_forget(struct fuse_op_ctx *ctx)
@@ -573,7 +596,7 @@ static int op_batch_forget(struct fuse_op_ctx *ctx)
 
 static int reply_attr_of_fd(struct fuse_op_ctx *ctx, int fd)
 {
-	struct fuse_attr_out out = { .attr_valid = FUSE_CACHE_TIMEOUT_SEC };
+	struct fuse_attr_out out = { .attr_valid = cache_timeout(ctx->s) };
 	struct stat st;
 	int rc = stat_fd(fd, &st);
 
@@ -842,7 +865,7 @@ static bool open_flags_write(int flags)
 
 static int reply_open(struct fuse_op_ctx *ctx, enum fuse_handle_kind kind, int fd, int flags)
 {
-	struct fuse_open_out out = { 0 };
+	struct fuse_open_out out = { .open_flags = read_only(ctx) ? FOPEN_KEEP_CACHE : 0 };
 	int rc = handle_new(ctx->s, kind, fd, ctx->hdr->nodeid, flags, &out.fh);
 
 	if (rc < 0) {

@@ -621,6 +621,49 @@ static void test_confinement(void)
 	fx_free(&f);
 }
 
+/*
+ * The guest caches what the share lets it: a missing name as a negative entry, entries and
+ * attributes for a second on a read-write share and longer on a read-only one, whose opened
+ * files also keep their page cache; a host change then drops it (AUTO_INVAL_DATA).
+ */
+static void test_cache_hints(void)
+{
+	struct fuse_init_in in = { .major = FUSE_KERNEL_VERSION, .minor = 36,
+				   .flags = FUSE_AUTO_INVAL_DATA };
+	struct fuse_entry_out entry, ro_entry;
+	struct fuse_open_in open_in = { .flags = O_RDONLY };
+	struct fuse_init_out init;
+	struct fuse_open_out opened;
+	struct fx f, ro;
+	uint64_t fh, node;
+
+	CHECK_INT_EQ(fx_init(&f, FUSE_SERVER_READ_WRITE), 0);
+	call(&f, FUSE_INIT, 0, &in, sizeof(in), NULL, 0, NULL, 0);
+	memcpy(&init, payload(&f), sizeof(init));
+	CHECK((init.flags & FUSE_AUTO_INVAL_DATA) != 0);
+	memset(&entry, 0xff, sizeof(entry));
+	CHECK(lookup(&f, TEST_ROOT, "missing", &entry) == 0);
+	CHECK_INT_EQ(f.error, 0); /* an answer, not an error: the guest keeps it */
+	CHECK_INT_EQ(entry.entry_valid, 1);
+	host_write(&f, "file", TEST_HOST_TEXT);
+	CHECK(lookup(&f, TEST_ROOT, "file", &entry) != 0);
+	CHECK_INT_EQ(entry.attr_valid, 1);
+	fh = open_node(&f, entry.nodeid, O_RDONLY);
+	memcpy(&opened, payload(&f), sizeof(opened));
+	CHECK(fh != 0 && (opened.open_flags & FOPEN_KEEP_CACHE) == 0);
+
+	CHECK_INT_EQ(fx_init(&ro, FUSE_SERVER_READ_ONLY), 0);
+	host_write(&ro, "file", TEST_HOST_TEXT);
+	node = lookup(&ro, TEST_ROOT, "file", &ro_entry);
+	CHECK(node != 0);
+	CHECK(ro_entry.entry_valid > entry.entry_valid && ro_entry.attr_valid > 1);
+	call(&ro, FUSE_OPEN, node, &open_in, sizeof(open_in), NULL, 0, NULL, 0);
+	memcpy(&opened, payload(&ro), sizeof(opened));
+	CHECK(ro.error == 0 && (opened.open_flags & FOPEN_KEEP_CACHE) != 0);
+	fx_free(&ro);
+	fx_free(&f);
+}
+
 static void test_read_only_share(void)
 {
 	struct fx f;
@@ -905,6 +948,7 @@ int main(void)
 	RUN_TEST(test_readdir_while_removing);
 	RUN_TEST(test_confinement);
 	RUN_TEST(test_read_only_share);
+	RUN_TEST(test_cache_hints);
 	RUN_TEST(test_malformed_requests);
 	RUN_TEST(test_handle_limit);
 	RUN_TEST(test_snapshot_round_trip);
