@@ -67,7 +67,7 @@
 #define FUSE_INIT_FLAGS_OFFERED                                                                \
 	(FUSE_ASYNC_READ | FUSE_BIG_WRITES | FUSE_MAX_PAGES | FUSE_DO_READDIRPLUS |            \
 	 FUSE_READDIRPLUS_AUTO | FUSE_PARALLEL_DIROPS | FUSE_ATOMIC_O_TRUNC |                  \
-	 FUSE_AUTO_INVAL_DATA)
+	 FUSE_AUTO_INVAL_DATA | FUSE_HANDLE_KILLPRIV_V2)
 
 struct fuse_inode {
 	int fd; /* O_PATH; -1 when the slot is free or the inode went stale */
@@ -670,6 +670,30 @@ static int setattr_times(struct fuse_op_ctx *ctx, const struct fuse_setattr_in *
 	return utimensat(AT_FDCWD, path, times, 0) < 0 ? -errno : 0;
 }
 
+/*
+ * FUSE_HANDLE_KILLPRIV_V2: the server, not the guest kernel, drops set-user-ID, and
+ * set-group-ID where the group may execute, when a guest process without CAP_FSETID writes,
+ * truncates or chowns a regular file (the kernel marks those requests), as the host's VFS
+ * would; the kernel then skips its GETXATTR of security.capability before every write, a
+ * round trip each. File capabilities need nothing more: only user.* xattrs are the guest's.
+ * fd is any fd of the inode, O_PATH included.
+ */
+static int kill_suidgid(int fd)
+{
+	char path[FUSE_PROC_FD_PATH_MAX];
+	struct stat st;
+	mode_t kill;
+	int rc = stat_fd(fd, &st);
+
+	if (rc < 0)
+		return rc;
+	kill = S_ISUID | ((st.st_mode & S_IXGRP) ? S_ISGID : 0);
+	if (!S_ISREG(st.st_mode) || !(st.st_mode & kill))
+		return 0;
+	fuse_proc_path(path, fd);
+	return chmod(path, st.st_mode & ALLPERMS & ~kill) < 0 ? -errno : 0;
+}
+
 static int op_setattr(struct fuse_op_ctx *ctx)
 {
 	struct fuse_setattr_in in;
@@ -697,6 +721,8 @@ static int op_setattr(struct fuse_op_ctx *ctx)
 		rc = setattr_size(ctx, &in);
 	if (rc == 0 && (in.valid & (FATTR_ATIME | FATTR_MTIME | FATTR_ATIME_NOW | FATTR_MTIME_NOW)))
 		rc = setattr_times(ctx, &in, node);
+	if (rc == 0 && (in.valid & FATTR_KILL_SUIDGID) && !(in.valid & FATTR_MODE))
+		rc = kill_suidgid(node);
 	return rc < 0 ? rc : reply_attr_of_fd(ctx, node);
 }
 
@@ -893,6 +919,13 @@ static int op_open(struct fuse_op_ctx *ctx)
 	if (ctx->s->inodes[slot].type == S_IFDIR)
 		return -EISDIR;
 	fd = node_reopen(ctx->s, ctx->hdr->nodeid, flags);
+	if (fd >= 0 && (flags & O_TRUNC) && (in.open_flags & FUSE_OPEN_KILL_SUIDGID)) {
+		rc = kill_suidgid(fd);
+		if (rc < 0) {
+			close(fd);
+			return rc;
+		}
+	}
 	return fd < 0 ? fd : reply_open(ctx, FUSE_HANDLE_FILE, fd, flags & ~O_TRUNC);
 }
 
@@ -912,7 +945,9 @@ static int op_create(struct fuse_op_ctx *ctx)
 	fd = fuse_openat_beneath(dirfd, name, flags, in.mode & ALLPERMS, FUSE_RESOLVE_FLAGS);
 	if (fd < 0)
 		return fd;
-	rc = lookup_child(ctx->s, ctx->hdr->nodeid, name, &out.entry);
+	rc = (flags & O_TRUNC) && (in.open_flags & FUSE_OPEN_KILL_SUIDGID) ? kill_suidgid(fd) : 0;
+	if (rc == 0)
+		rc = lookup_child(ctx->s, ctx->hdr->nodeid, name, &out.entry);
 	if (rc == 0)
 		rc = handle_new(ctx->s, FUSE_HANDLE_FILE, fd, out.entry.nodeid,
 				flags & ~(FUSE_OPEN_FLAGS_STRIPPED | O_TRUNC), &out.open.fh);
@@ -981,6 +1016,12 @@ static int op_write(struct fuse_op_ctx *ctx)
 		return -EINVAL;
 	if (read_only(ctx))
 		return -EROFS;
+	if (in.write_flags & FUSE_WRITE_KILL_SUIDGID) {
+		int rc = kill_suidgid(fd);
+
+		if (rc < 0)
+			return rc;
+	}
 	done = pwrite(fd, ctx->req->data + ctx->req->off, in.size, (off_t)in.offset);
 	if (done < 0)
 		return -errno;
