@@ -219,6 +219,12 @@ static int bench_qemu(const struct guest_image_paths *image, const char *dir,
 		ch = control_channel_create(&cfg);
 		rc = ch && control_channel_connect(ch) == 0 ? 0 : -EIO;
 	}
+	/* the agent runs nothing before the session's policy; sandbox_start sends the same */
+	if (rc == 0 && control_channel_set_policy(ch, sandbox_default_policy(), 0) < 0) {
+		fprintf(stderr, "fs_bench: the QEMU guest agent refused the policy: %s\n",
+			control_channel_last_error());
+		rc = -EIO;
+	}
 	if (rc == 0)
 		rc = run_workloads(ch, FS_BENCH_QEMU, opts);
 	else

@@ -10,6 +10,7 @@
 #include <limits.h>
 #include <stdbool.h>
 #include <stddef.h>
+#include <sys/types.h>
 
 #define MOUNTS_MAX 32
 #define MOUNTS_TAG_MAX 64
@@ -26,6 +27,12 @@ struct mount_spec {
  * an empty tag, a relative path or an unknown mode is skipped. Returns the number found.
  */
 size_t mounts_parse(const char *cmdline, struct mount_spec *specs, size_t max);
+
+/*
+ * The read-ahead knob of the backing device whose file system has device number dev (a FUSE
+ * mount's is named MAJOR:MINOR): /sys/class/bdi/MAJOR:MINOR/read_ahead_kb. 0, or -ENAMETOOLONG.
+ */
+int mounts_read_ahead_path(dev_t dev, char *out, size_t len);
 
 /* PID 1: mounts every share; failures are logged and do not stop the others. */
 void mounts_setup(const struct mount_spec *specs, size_t count);

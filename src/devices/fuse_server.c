@@ -42,7 +42,15 @@
 /* The oldest minor whose request and reply layouts this server writes (Linux 4.20+). */
 #define FUSE_PROTO_MINOR_MIN 28u
 #define FUSE_PAGE_SIZE 4096u
+/*
+ * How long the guest may trust an entry, a missing name or attributes without asking: a
+ * second on a read-write share, whose host side may change under it; longer on a read-only
+ * one, which the guest cannot change and whose file data also stays cached across opens
+ * (FOPEN_KEEP_CACHE), dropped when a refresh shows the host changed the file
+ * (FUSE_AUTO_INVAL_DATA).
+ */
 #define FUSE_CACHE_TIMEOUT_SEC 1u
+#define FUSE_CACHE_TIMEOUT_RO_SEC 30u
 #define FUSE_INODE_HASH_BUCKETS 4096u
 #define FUSE_INODE_TABLE_INITIAL 64u
 #define FUSE_NO_SLOT UINT32_MAX
@@ -58,7 +66,8 @@
 #define FUSE_OPEN_FLAGS_STRIPPED (O_CREAT | O_EXCL | O_NOCTTY)
 #define FUSE_INIT_FLAGS_OFFERED                                                                \
 	(FUSE_ASYNC_READ | FUSE_BIG_WRITES | FUSE_MAX_PAGES | FUSE_DO_READDIRPLUS |            \
-	 FUSE_READDIRPLUS_AUTO | FUSE_PARALLEL_DIROPS | FUSE_ATOMIC_O_TRUNC)
+	 FUSE_READDIRPLUS_AUTO | FUSE_PARALLEL_DIROPS | FUSE_ATOMIC_O_TRUNC |                  \
+	 FUSE_AUTO_INVAL_DATA | FUSE_HANDLE_KILLPRIV_V2)
 
 struct fuse_inode {
 	int fd; /* O_PATH; -1 when the slot is free or the inode went stale */
@@ -384,13 +393,19 @@ static int stat_fd(int fd, struct stat *st)
 	return fstatat(fd, "", st, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW) < 0 ? -errno : 0;
 }
 
+static uint64_t cache_timeout(const struct fuse_server *s)
+{
+	return s->access == FUSE_SERVER_READ_ONLY ? FUSE_CACHE_TIMEOUT_RO_SEC
+						  : FUSE_CACHE_TIMEOUT_SEC;
+}
+
 static void entry_fill(const struct fuse_server *s, uint32_t slot, const struct stat *st,
 		       struct fuse_entry_out *entry)
 {
 	*entry = (struct fuse_entry_out){ .nodeid = slot + 1ull,
 					  .generation = s->inodes[slot].generation,
-					  .entry_valid = FUSE_CACHE_TIMEOUT_SEC,
-					  .attr_valid = FUSE_CACHE_TIMEOUT_SEC };
+					  .entry_valid = cache_timeout(s),
+					  .attr_valid = cache_timeout(s) };
 	attr_from_stat(s, st, &entry->attr);
 }
 
@@ -542,12 +557,20 @@ static int op_destroy(struct fuse_op_ctx *ctx)
 	return 0;
 }
 
+/*
+ * A name that does not exist is answered as node 0 with a timeout, which the guest caches as
+ * a negative entry: a build's or a shell's repeated probes of missing files (PATH, includes)
+ * then stay in the guest.
+ */
 static int op_lookup(struct fuse_op_ctx *ctx)
 {
+	struct fuse_entry_out missing = { .entry_valid = cache_timeout(ctx->s) };
 	const char *name;
 	int rc = req_name(ctx->req, &name);
 
-	return rc < 0 ? rc : reply_entry_of(ctx->s, ctx->hdr->nodeid, name, ctx->rep);
+	if (rc == 0)
+		rc = reply_entry_of(ctx->s, ctx->hdr->nodeid, name, ctx->rep);
+	return rc == -ENOENT ? reply_put(ctx->rep, &missing, sizeof(missing)) : rc;
 }
 
 static int op_forget(struct fuse_op_ctx *ctx)
@@ -573,7 +596,7 @@ static int op_batch_forget(struct fuse_op_ctx *ctx)
 
 static int reply_attr_of_fd(struct fuse_op_ctx *ctx, int fd)
 {
-	struct fuse_attr_out out = { .attr_valid = FUSE_CACHE_TIMEOUT_SEC };
+	struct fuse_attr_out out = { .attr_valid = cache_timeout(ctx->s) };
 	struct stat st;
 	int rc = stat_fd(fd, &st);
 
@@ -647,6 +670,30 @@ static int setattr_times(struct fuse_op_ctx *ctx, const struct fuse_setattr_in *
 	return utimensat(AT_FDCWD, path, times, 0) < 0 ? -errno : 0;
 }
 
+/*
+ * FUSE_HANDLE_KILLPRIV_V2: the server, not the guest kernel, drops set-user-ID, and
+ * set-group-ID where the group may execute, when a guest process without CAP_FSETID writes,
+ * truncates or chowns a regular file (the kernel marks those requests), as the host's VFS
+ * would; the kernel then skips its GETXATTR of security.capability before every write, a
+ * round trip each. File capabilities need nothing more: only user.* xattrs are the guest's.
+ * fd is any fd of the inode, O_PATH included.
+ */
+static int kill_suidgid(int fd)
+{
+	char path[FUSE_PROC_FD_PATH_MAX];
+	struct stat st;
+	mode_t kill;
+	int rc = stat_fd(fd, &st);
+
+	if (rc < 0)
+		return rc;
+	kill = S_ISUID | ((st.st_mode & S_IXGRP) ? S_ISGID : 0);
+	if (!S_ISREG(st.st_mode) || !(st.st_mode & kill))
+		return 0;
+	fuse_proc_path(path, fd);
+	return chmod(path, st.st_mode & ALLPERMS & ~kill) < 0 ? -errno : 0;
+}
+
 static int op_setattr(struct fuse_op_ctx *ctx)
 {
 	struct fuse_setattr_in in;
@@ -674,6 +721,8 @@ static int op_setattr(struct fuse_op_ctx *ctx)
 		rc = setattr_size(ctx, &in);
 	if (rc == 0 && (in.valid & (FATTR_ATIME | FATTR_MTIME | FATTR_ATIME_NOW | FATTR_MTIME_NOW)))
 		rc = setattr_times(ctx, &in, node);
+	if (rc == 0 && (in.valid & FATTR_KILL_SUIDGID) && !(in.valid & FATTR_MODE))
+		rc = kill_suidgid(node);
 	return rc < 0 ? rc : reply_attr_of_fd(ctx, node);
 }
 
@@ -842,7 +891,7 @@ static bool open_flags_write(int flags)
 
 static int reply_open(struct fuse_op_ctx *ctx, enum fuse_handle_kind kind, int fd, int flags)
 {
-	struct fuse_open_out out = { 0 };
+	struct fuse_open_out out = { .open_flags = read_only(ctx) ? FOPEN_KEEP_CACHE : 0 };
 	int rc = handle_new(ctx->s, kind, fd, ctx->hdr->nodeid, flags, &out.fh);
 
 	if (rc < 0) {
@@ -870,6 +919,13 @@ static int op_open(struct fuse_op_ctx *ctx)
 	if (ctx->s->inodes[slot].type == S_IFDIR)
 		return -EISDIR;
 	fd = node_reopen(ctx->s, ctx->hdr->nodeid, flags);
+	if (fd >= 0 && (flags & O_TRUNC) && (in.open_flags & FUSE_OPEN_KILL_SUIDGID)) {
+		rc = kill_suidgid(fd);
+		if (rc < 0) {
+			close(fd);
+			return rc;
+		}
+	}
 	return fd < 0 ? fd : reply_open(ctx, FUSE_HANDLE_FILE, fd, flags & ~O_TRUNC);
 }
 
@@ -889,7 +945,9 @@ static int op_create(struct fuse_op_ctx *ctx)
 	fd = fuse_openat_beneath(dirfd, name, flags, in.mode & ALLPERMS, FUSE_RESOLVE_FLAGS);
 	if (fd < 0)
 		return fd;
-	rc = lookup_child(ctx->s, ctx->hdr->nodeid, name, &out.entry);
+	rc = (flags & O_TRUNC) && (in.open_flags & FUSE_OPEN_KILL_SUIDGID) ? kill_suidgid(fd) : 0;
+	if (rc == 0)
+		rc = lookup_child(ctx->s, ctx->hdr->nodeid, name, &out.entry);
 	if (rc == 0)
 		rc = handle_new(ctx->s, FUSE_HANDLE_FILE, fd, out.entry.nodeid,
 				flags & ~(FUSE_OPEN_FLAGS_STRIPPED | O_TRUNC), &out.open.fh);
@@ -958,6 +1016,12 @@ static int op_write(struct fuse_op_ctx *ctx)
 		return -EINVAL;
 	if (read_only(ctx))
 		return -EROFS;
+	if (in.write_flags & FUSE_WRITE_KILL_SUIDGID) {
+		int rc = kill_suidgid(fd);
+
+		if (rc < 0)
+			return rc;
+	}
 	done = pwrite(fd, ctx->req->data + ctx->req->off, in.size, (off_t)in.offset);
 	if (done < 0)
 		return -errno;

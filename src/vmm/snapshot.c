@@ -636,6 +636,7 @@ static int snapshot_restore_devices(struct snapshot_restore_ctx *ctx)
 		.serial_to_stdout = ctx->opts->serial_to_stdout,
 		.vsock_socket_path = ctx->opts->vsock_socket_path,
 	};
+	struct vm_placement placement;
 	int rc = vm_setup_platform(vm, ctx->err, ctx->errlen);
 
 	for (size_t i = 0; rc == 0 && i < ctx->image->device_count; i++) {
@@ -651,7 +652,9 @@ static int snapshot_restore_devices(struct snapshot_restore_ctx *ctx)
 				 saved->name);
 			return -EOPNOTSUPP;
 		}
+		vm_placement_enter(&placement, vm->placement_cpu); /* workers inherit it */
 		rc = type->create(vm, &cfg, &section, ctx->err, ctx->errlen);
+		vm_placement_leave(&placement);
 		if (rc == 0 && (vm->device_count != i + 1 || vm->devices[i].type != type)) {
 			snprintf(ctx->err, ctx->errlen, "internal error: the %s device did not "
 				 "attach in its saved place", saved->name);
@@ -765,6 +768,7 @@ static int snapshot_build_vm(struct snapshot_restore_ctx *ctx)
 	int rc;
 
 	vm->vcpu_count = ctx->info.vcpus;
+	vm->placement_cpu = vm_placement_choose(vm->vcpu_count);
 	memcpy(vm->secret, ctx->image->meta.secret, sizeof(vm->secret));
 	snprintf(vm->cmdline, sizeof(vm->cmdline), "%s", ctx->image->meta.cmdline);
 	rc = vcpu_signal_init();

@@ -279,13 +279,14 @@ int vm_setup_platform(struct vm *vm, char *err, size_t errlen)
 
 int vm_create_devices(struct vm *vm, const struct vm_config *cfg, char *err, size_t errlen)
 {
-	for (size_t i = 0; vm_device_types[i]; i++) {
-		int rc = vm_device_types[i]->create(vm, cfg, NULL, err, errlen);
+	struct vm_placement placement;
+	int rc = 0;
 
-		if (rc < 0)
-			return rc;
-	}
-	return 0;
+	vm_placement_enter(&placement, vm->placement_cpu); /* device workers inherit it */
+	for (size_t i = 0; vm_device_types[i] && rc == 0; i++)
+		rc = vm_device_types[i]->create(vm, cfg, NULL, err, errlen);
+	vm_placement_leave(&placement);
+	return rc;
 }
 
 const struct vm_device_type *vm_device_type_find(const char *name)
@@ -403,6 +404,7 @@ struct vm *vm_alloc(void)
 		return NULL;
 	vm->kvm.sys_fd = -1;
 	vm->kvm.vm_fd = -1;
+	vm->placement_cpu = VM_PLACEMENT_NONE;
 	pthread_mutex_init(&vm->lock, NULL);
 	pthread_mutex_init(&vm->kick_lock, NULL);
 	pthread_condattr_t attr;
@@ -428,6 +430,7 @@ int vm_create(const struct vm_config *cfg, struct vm **out, char *err, size_t er
 		return -ENOMEM;
 	}
 	vm->vcpu_count = cfg->vcpus ? cfg->vcpus : 1;
+	vm->placement_cpu = vm_placement_choose(vm->vcpu_count);
 	vm->no_doorbells = cfg->no_doorbells;
 	vm->no_thread_filters = cfg->no_thread_filters;
 	rc = guest_memory_plan(&vm->mem, memory_mb, guest_memory_host_ram(), err, errlen);
@@ -545,6 +548,7 @@ static int vm_write_acpi(struct vm *vm)
 
 int vm_start(struct vm *vm)
 {
+	struct vm_placement placement;
 	int rc;
 
 	if (vm->started)
@@ -556,15 +560,16 @@ int vm_start(struct vm *vm)
 	}
 	vm->started = true;
 	vm->start_ns = clock_monotonic_ns();
-	for (unsigned int i = 0; i < vm->vcpu_count; i++) {
+	vm_placement_enter(&placement, vm->placement_cpu); /* the vCPU threads inherit it */
+	for (unsigned int i = 0; i < vm->vcpu_count && rc == 0; i++) {
 		rc = vcpu_start(&vm->vcpus[i]);
-		if (rc < 0) {
+		if (rc < 0)
 			log_error("vm", "cannot start vCPU %u thread: %s", i, strerror(-rc));
-			vm_end(vm, VM_EXIT_INTERNAL_ERROR);
-			return rc;
-		}
 	}
-	return 0;
+	vm_placement_leave(&placement);
+	if (rc < 0)
+		vm_end(vm, VM_EXIT_INTERNAL_ERROR);
+	return rc;
 }
 
 int vm_wait(struct vm *vm, int timeout_ms, enum vm_exit_reason *reason)

@@ -17,6 +17,7 @@
 #include "vmm/device.h"
 #include "vmm/guest_memory.h"
 #include "vmm/kvm.h"
+#include "vmm/placement.h"
 #include "vmm/vcpu.h"
 #include "vmm/vm.h"
 
@@ -39,6 +40,7 @@ struct vm {
 	uint64_t vsock_cid; /* set by the vsock device; 0: none */
 	bool no_doorbells;  /* vm_config.no_doorbells */
 	bool no_thread_filters; /* vm_config.no_thread_filters */
+	int placement_cpu;	/* the host CPU of its threads; VM_PLACEMENT_NONE: any */
 	struct acpi_virtio_device virtio[VM_VIRTIO_MMIO_MAX_SLOTS];
 	bool virtio_attached[VM_VIRTIO_MMIO_MAX_SLOTS];
 	size_t virtio_count;

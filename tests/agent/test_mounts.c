@@ -10,6 +10,20 @@
 
 #include "harness.h"
 
+#include <errno.h>
+#include <sys/sysmacros.h>
+
+static void test_mounts_read_ahead_path(void)
+{
+	char path[64];
+
+	CHECK_INT_EQ(mounts_read_ahead_path(makedev(0, 45), path, sizeof(path)), 0);
+	CHECK_STR_EQ(path, "/sys/class/bdi/0:45/read_ahead_kb");
+	CHECK_INT_EQ(mounts_read_ahead_path(makedev(259, 3), path, sizeof(path)), 0);
+	CHECK_STR_EQ(path, "/sys/class/bdi/259:3/read_ahead_kb");
+	CHECK_INT_EQ(mounts_read_ahead_path(makedev(0, 45), path, 8), -ENAMETOOLONG);
+}
+
 static void test_mounts_parse(void)
 {
 	struct mount_spec specs[MOUNTS_MAX];
@@ -96,6 +110,7 @@ int main(void)
 {
 	RUN_TEST(test_disks_requested);
 	RUN_TEST(test_mounts_parse);
+	RUN_TEST(test_mounts_read_ahead_path);
 	RUN_TEST(test_mounts_rejects_malformed);
 	RUN_TEST(test_network_token);
 	RUN_TEST(test_oci_root_device);

@@ -755,6 +755,113 @@ static void test_confinement(void)
 	fx_free(&f);
 }
 
+/*
+ * The guest caches what the share lets it: a missing name as a negative entry, entries and
+ * attributes for a second on a read-write share and longer on a read-only one, whose opened
+ * files also keep their page cache; a host change then drops it (AUTO_INVAL_DATA).
+ */
+static void test_cache_hints(void)
+{
+	struct fuse_init_in in = { .major = FUSE_KERNEL_VERSION, .minor = 36,
+				   .flags = FUSE_AUTO_INVAL_DATA };
+	struct fuse_entry_out entry, ro_entry;
+	struct fuse_open_in open_in = { .flags = O_RDONLY };
+	struct fuse_init_out init;
+	struct fuse_open_out opened;
+	struct fx f, ro;
+	uint64_t fh, node;
+
+	CHECK_INT_EQ(fx_init(&f, FUSE_SERVER_READ_WRITE), 0);
+	call(&f, FUSE_INIT, 0, &in, sizeof(in), NULL, 0, NULL, 0);
+	memcpy(&init, payload(&f), sizeof(init));
+	CHECK((init.flags & FUSE_AUTO_INVAL_DATA) != 0);
+	memset(&entry, 0xff, sizeof(entry));
+	CHECK(lookup(&f, TEST_ROOT, "missing", &entry) == 0);
+	CHECK_INT_EQ(f.error, 0); /* an answer, not an error: the guest keeps it */
+	CHECK_INT_EQ(entry.entry_valid, 1);
+	host_write(&f, "file", TEST_HOST_TEXT);
+	CHECK(lookup(&f, TEST_ROOT, "file", &entry) != 0);
+	CHECK_INT_EQ(entry.attr_valid, 1);
+	fh = open_node(&f, entry.nodeid, O_RDONLY);
+	memcpy(&opened, payload(&f), sizeof(opened));
+	CHECK(fh != 0 && (opened.open_flags & FOPEN_KEEP_CACHE) == 0);
+
+	CHECK_INT_EQ(fx_init(&ro, FUSE_SERVER_READ_ONLY), 0);
+	host_write(&ro, "file", TEST_HOST_TEXT);
+	node = lookup(&ro, TEST_ROOT, "file", &ro_entry);
+	CHECK(node != 0);
+	CHECK(ro_entry.entry_valid > entry.entry_valid && ro_entry.attr_valid > 1);
+	call(&ro, FUSE_OPEN, node, &open_in, sizeof(open_in), NULL, 0, NULL, 0);
+	memcpy(&opened, payload(&ro), sizeof(opened));
+	CHECK(ro.error == 0 && (opened.open_flags & FOPEN_KEEP_CACHE) != 0);
+	fx_free(&ro);
+	fx_free(&f);
+}
+
+/* The host file's permission bits, or 0 when it cannot be read. */
+static mode_t host_mode(struct fx *f, const char *name)
+{
+	char path[TEST_DIR_MAX + NAME_MAX + 2];
+	struct stat st;
+
+	snprintf(path, sizeof(path), "%s/%s", f->dir, name);
+	return stat(path, &st) == 0 ? st.st_mode & 07777 : 0;
+}
+
+static void host_chmod(struct fx *f, const char *name, mode_t mode)
+{
+	char path[TEST_DIR_MAX + NAME_MAX + 2];
+
+	snprintf(path, sizeof(path), "%s/%s", f->dir, name);
+	CHECK_INT_EQ(chmod(path, mode), 0);
+}
+
+/*
+ * HANDLE_KILLPRIV_V2: a write, truncate or open with O_TRUNC that the guest kernel marks drops
+ * set-user-ID (and set-group-ID with group execute) on the host file; one it does not mark
+ * (a caller with CAP_FSETID) keeps them.
+ */
+static void test_kill_suidgid(void)
+{
+	struct fuse_init_in init_in = { .major = FUSE_KERNEL_VERSION, .minor = 36,
+					.flags = FUSE_HANDLE_KILLPRIV_V2 };
+	struct fuse_setattr_in set = { .valid = FATTR_SIZE | FATTR_KILL_SUIDGID, .size = 1 };
+	struct fuse_open_in trunc = { .flags = O_WRONLY | O_TRUNC,
+				      .open_flags = FUSE_OPEN_KILL_SUIDGID };
+	struct fuse_write_in in = { .size = 1, .write_flags = FUSE_WRITE_KILL_SUIDGID };
+	struct fuse_init_out init_out;
+	struct fx f;
+	uint64_t node, fh;
+
+	CHECK_INT_EQ(fx_init(&f, FUSE_SERVER_READ_WRITE), 0);
+	call(&f, FUSE_INIT, 0, &init_in, sizeof(init_in), NULL, 0, NULL, 0);
+	memcpy(&init_out, payload(&f), sizeof(init_out));
+	CHECK((init_out.flags & FUSE_HANDLE_KILLPRIV_V2) != 0);
+	host_write(&f, "tool", TEST_HOST_TEXT);
+	host_chmod(&f, "tool", 06755);
+	node = lookup(&f, TEST_ROOT, "tool", NULL);
+	fh = open_node(&f, node, O_WRONLY);
+	CHECK(fh != 0);
+	write_fh(&f, node, fh, 0, "x"); /* unmarked: the writer may keep them */
+	CHECK_INT_EQ(host_mode(&f, "tool"), 06755);
+	in.fh = fh;
+	call(&f, FUSE_WRITE, node, &in, sizeof(in), "y", 1, NULL, 0);
+	CHECK_INT_EQ(f.error, 0);
+	CHECK_INT_EQ(host_mode(&f, "tool"), 0755);
+	release(&f, node, fh);
+
+	host_chmod(&f, "tool", 04745); /* no group execute: set-group-ID means locking, kept */
+	call(&f, FUSE_SETATTR, node, &set, sizeof(set), NULL, 0, NULL, 0);
+	CHECK_INT_EQ(f.error, 0);
+	CHECK_INT_EQ(host_mode(&f, "tool"), 0745);
+
+	host_chmod(&f, "tool", 04755);
+	call(&f, FUSE_OPEN, node, &trunc, sizeof(trunc), NULL, 0, NULL, 0);
+	CHECK_INT_EQ(f.error, 0);
+	CHECK_INT_EQ(host_mode(&f, "tool"), 0755);
+	fx_free(&f);
+}
+
 static void test_read_only_share(void)
 {
 	struct fx f;
@@ -1042,6 +1149,8 @@ int main(int argc, char **argv)
 	RUN_TEST(test_readdir_while_removing);
 	RUN_TEST(test_confinement);
 	RUN_TEST(test_read_only_share);
+	RUN_TEST(test_cache_hints);
+	RUN_TEST(test_kill_suidgid);
 	RUN_TEST(test_malformed_requests);
 	RUN_TEST(test_handle_limit);
 	RUN_TEST(test_snapshot_round_trip);
