@@ -190,10 +190,14 @@ static int cli_image_prepare_kernel_cache(const char *name)
 	return CLI_EXIT_OK;
 }
 
-/* The flavour's files, then the mock agent if asked for, as the build's extra files. */
-static int cli_image_add_flavour(const char *flavour_name,
+/*
+ * The flavour's files, then the extra files already chosen (the messaging tools), as the
+ * build's extra files: *combined holds both and is the caller's to free.
+ */
+static int cli_image_add_flavour(const char *flavour_name, bool with_mock,
 				 struct guest_image_build_options *options,
-				 struct agent_flavour_files **files)
+				 struct agent_flavour_files **files,
+				 struct guest_image_extra_file **combined)
 {
 	enum agent_flavour flavour;
 	char err[CLI_IMAGE_ERROR_MAX];
@@ -203,7 +207,7 @@ static int cli_image_add_flavour(const char *flavour_name,
 			flavour_name);
 		return CLI_EXIT_USAGE;
 	}
-	if (options->extra_file_count) {
+	if (with_mock) {
 		fprintf(stderr, "voidbox image build: --flavour and --with-mock-agent both install "
 			"the agent CLI: pick one\n");
 		return CLI_EXIT_USAGE;
@@ -216,14 +220,24 @@ static int cli_image_add_flavour(const char *flavour_name,
 	}
 	if (!options->name)
 		options->name = agent_flavour_name(flavour);
-	options->extra_files = (*files)->files;
-	options->extra_file_count = (*files)->count;
+	*combined = calloc((*files)->count + options->extra_file_count, sizeof(**combined));
+	if (!*combined) {
+		fprintf(stderr, "voidbox image build: out of memory\n");
+		return CLI_EXIT_FAILURE;
+	}
+	memcpy(*combined, (*files)->files, (*files)->count * sizeof(**combined));
+	if (options->extra_file_count)
+		memcpy(*combined + (*files)->count, options->extra_files,
+		       options->extra_file_count * sizeof(**combined));
+	options->extra_files = *combined;
+	options->extra_file_count += (*files)->count;
 	return CLI_EXIT_OK;
 }
 
 static int cli_image_build(int argc, char **argv)
 {
 	struct agent_flavour_files *flavour_files = NULL;
+	struct guest_image_extra_file *all_files = NULL;
 	const char *flavour = NULL;
 	int rc;
 	struct guest_image_build_options options;
@@ -282,12 +296,16 @@ static int cli_image_build(int argc, char **argv)
 	/* progress lines are the point of this command: show them unless asked otherwise */
 	if (log_get_level() > LOG_LEVEL_INFO && !getenv("VOIDBOX_LOG_LEVEL"))
 		log_set_level(LOG_LEVEL_INFO);
-	rc = flavour ? cli_image_add_flavour(flavour, &options, &flavour_files) : CLI_EXIT_OK;
+	rc = flavour ? cli_image_add_flavour(flavour, with_mock, &options, &flavour_files,
+					     &all_files) :
+		       CLI_EXIT_OK;
 	if (rc != CLI_EXIT_OK) {
+		free(all_files);
 		free(flavour_files);
 		return rc;
 	}
 	rc = guest_image_build(&options, err, sizeof(err));
+	free(all_files);
 	free(flavour_files);
 	if (rc < 0) {
 		fprintf(stderr, "voidbox image build: %s\n", err);
