@@ -87,7 +87,8 @@ static void fake_stall_until_eof(int fd)
 	uint8_t header[PROTO_HEADER_SIZE], scratch[256];
 
 	proto_header_build(header, 64, PROTO_MSG_PTY_DATA);
-	if (write(fd, header, FAKE_STALL_BYTES) != FAKE_STALL_BYTES)
+	/* the host may have hung up already (a cancelled connect): EPIPE, not SIGPIPE */
+	if (send(fd, header, FAKE_STALL_BYTES, MSG_NOSIGNAL) != FAKE_STALL_BYTES)
 		return;
 	while (read(fd, scratch, sizeof(scratch)) > 0)
 		;
