@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""`voidbox image pull|list|rm` against real registries on loopback (oci_registry_fixture.py).
+"""`voidbox image pull|list|rm|prune` against real registries on loopback (oci_registry_fixture.py).
 
 An image with two layers (the second deletes a file and replaces a directory with a file) is
 pulled anonymously, through an index whose first entry is another platform, with basic auth
@@ -7,7 +7,9 @@ pulled anonymously, through an index whose first entry is another platform, with
 behind a Bearer token endpoint (--username/--password-stdin; refused anonymously). The root
 filesystem is read back with debugfs. A blob altered in the registry is refused with a digest
 error and leaves nothing behind: no blob, no temporary file, no rootfs, no reference. list
-shows every reference; rm keeps a rootfs another reference still names and removes the last.
+shows every reference; rm keeps a rootfs another reference still names and removes the last,
+and leaves the blobs; prune deletes the blobs no remaining reference needs (an index, a refused
+image's manifest and config), then, with no reference left, every blob.
 
 usage: test_oci_pull.py PATH-TO-VOIDBOX
 """
@@ -93,7 +95,12 @@ def run_checks(voidbox, fixture, work):
     check(r.returncode != 0 and "digest mismatch" in r.stderr and
           fixture.tampered_layer in r.stderr,
           "a tampered blob is refused with a digest error naming it", r.stderr)
-    blobs = os.listdir(os.path.join(oci, "blobs", "sha256"))
+    blob_dir = os.path.join(oci, "blobs", "sha256")
+
+    def cached_blobs():
+        return [b for b in os.listdir(blob_dir) if not b.startswith(".")]
+
+    blobs = os.listdir(blob_dir)
     check(fixture.tampered_layer[7:] not in blobs, "the tampered blob is not cached")
     check(not [b for b in blobs if b.startswith(".tmp")], "no temporary file is left", blobs)
     check(sorted(os.listdir(os.path.join(oci, "images"))) == images_before,
@@ -115,13 +122,43 @@ def run_checks(voidbox, fixture, work):
     for ref in (anon_ref, basic_ref, token_ref):
         r = voidbox_run("image", "rm", ref)
         check(r.returncode == 0, "image rm " + ref, r.stderr)
+    check_prune_keeps_needed(voidbox_run, oci, fixture)
     check(os.path.exists(rootfs), "the rootfs stays while a reference names it")
     r = voidbox_run("image", "rm", fixture.anon.address + "/" + fx.REPO + ":multi")
     check(r.returncode == 0 and not os.path.exists(rootfs),
           "removing the last reference removes the rootfs", r.stderr)
+    check(os.path.exists(os.path.join(blob_dir, fixture.manifest_digest[7:])),
+          "image rm leaves the blobs in the cache")
+    r = voidbox_run("image", "prune")
+    check(r.returncode == 0 and not cached_blobs(),
+          "image prune with no pulled image left empties the blob cache",
+          r.stdout + r.stderr + " ".join(cached_blobs()))
     r = voidbox_run("image", "rm", anon_ref)
     check(r.returncode != 0 and "no pulled image" in r.stderr,
           "removing an image that is not pulled fails", r.stderr)
+
+
+def check_prune_keeps_needed(voidbox_run, oci, fixture):
+    """With one reference left, prune keeps its manifest, config and layers, and nothing else."""
+    blob_dir = os.path.join(oci, "blobs", "sha256")
+    with open(os.path.join(blob_dir, fixture.manifest_digest[7:])) as f:
+        manifest = json.load(f)
+    needed = {fixture.manifest_digest[7:], manifest["config"]["digest"][7:]}
+    needed |= {layer["digest"][7:] for layer in manifest["layers"]}
+    before = set(os.listdir(blob_dir))
+    stray = os.path.join(blob_dir, ".tmp-stray")
+    open(stray, "w").close()
+    r = voidbox_run("image", "prune")
+    after = set(os.listdir(blob_dir)) - {".tmp-stray"}
+    check(r.returncode == 0 and after == needed and before - needed and
+          "removed %d blob" % len(before - needed) in r.stdout,
+          "image prune deletes the blobs (an index, a refused image's) no pulled image needs",
+          "%s: before %s after %s needed %s" % (r.stdout + r.stderr, sorted(before),
+                                                sorted(after), sorted(needed)))
+    check(os.path.exists(stray), "image prune leaves a pull's temporary file alone")
+    os.unlink(stray)
+    r = voidbox_run("image", "list")
+    check(fixture.manifest_digest[:19] in r.stdout, "the remaining image is still listed", r.stdout)
 
 
 if __name__ == "__main__":
