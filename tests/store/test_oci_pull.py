@@ -4,7 +4,9 @@
 An image with two layers (the second deletes a file and replaces a directory with a file) is
 pulled anonymously, through an index whose first entry is another platform, with basic auth
 (credentials from VOIDBOX_REGISTRY_AUTH; refused without them and with a wrong password) and
-behind a Bearer token endpoint (--username/--password-stdin; refused anonymously). The root
+behind a Bearer token endpoint (--username/--password-stdin; refused anonymously). A spec's
+sandbox.image on either private registry fails, before any VM, saying to pull it with
+--username first. The root
 filesystem is read back with debugfs. A blob altered in the registry is refused with a digest
 error and leaves nothing behind: no blob, no temporary file, no rootfs, no reference. list
 shows every reference; rm keeps a rootfs another reference still names and removes the last,
@@ -72,6 +74,7 @@ def run_checks(voidbox, fixture, work):
     r = voidbox_run("image", "pull", basic_ref)
     check(r.returncode != 0 and "needs a user name and password" in r.stderr,
           "basic auth without credentials is refused, saying what to pass", r.stderr)
+    check_spec_says_pull_first(voidbox_run, work, basic_ref, "basic auth")
     r = voidbox_run("image", "pull", basic_ref,
                     extra_env={"VOIDBOX_REGISTRY_AUTH": fx.USER + ":wrong"})
     check(r.returncode != 0 and "refused the credentials" in r.stderr,
@@ -85,6 +88,7 @@ def run_checks(voidbox, fixture, work):
     r = voidbox_run("image", "pull", token_ref)
     check(r.returncode != 0 and "token endpoint" in r.stderr,
           "the token endpoint refuses an anonymous pull", r.stderr)
+    check_spec_says_pull_first(voidbox_run, work, token_ref, "a token endpoint")
     r = voidbox_run("image", "pull", "--username", fx.USER, "--password-stdin", token_ref,
                     stdin=fx.PASSWORD + "\n")
     check(r.returncode == 0 and fixture.manifest_digest in r.stdout,
@@ -136,6 +140,29 @@ def run_checks(voidbox, fixture, work):
     r = voidbox_run("image", "rm", anon_ref)
     check(r.returncode != 0 and "no pulled image" in r.stderr,
           "removing an image that is not pulled fails", r.stderr)
+
+
+def run_spec_on_image(voidbox_run, work, ref):
+    """voidbox run of a workflow on sandbox.image ref; it fails at the pull, before any VM."""
+    spec = os.path.join(work, "private-image.yaml")
+    with open(spec, "w") as f:
+        f.write("api_version: v1\nkind: workflow\nname: private-image\n"
+                "sandbox:\n  mode: local\n  image: %s\n"
+                "workflow:\n  steps:\n    - name: one\n      run:\n        program: \"true\"\n"
+                % ref)
+    # stand-in kernel and initramfs files: the image is resolved before they are read
+    stand_in = os.path.join(work, "stand-in-boot-file")
+    open(stand_in, "w").close()
+    return voidbox_run("run", "--file", spec,
+                       extra_env={"VOID_BOX_KERNEL": stand_in, "VOID_BOX_INITRAMFS": stand_in})
+
+
+def check_spec_says_pull_first(voidbox_run, work, ref, kind):
+    r = run_spec_on_image(voidbox_run, work, ref)
+    out = r.stdout + r.stderr
+    check(r.returncode != 0 and "wants credentials" in out and
+          "voidbox image pull --username USER --password-stdin " + ref in out,
+          "sandbox.image on a registry with %s says to pull with --username first" % kind, out)
 
 
 def check_prune_keeps_needed(voidbox_run, oci, fixture):
