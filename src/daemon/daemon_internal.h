@@ -353,6 +353,13 @@ int daemon_messaging_control_path(const struct daemon *d, const char *run_id, ch
 				  size_t len);
 /* The run's environment: the daemon's plus VOIDBOX_RUN_ID and VOIDBOX_SIDECAR_CONTROL. */
 char **daemon_messaging_child_env(const struct daemon *d, const char *run_id);
+/*
+ * What GET /v1/runs/{id} says of messaging, asked of the run's control socket (so call it
+ * without d->lock): {sidecar: false} when nothing answers there (no agent of the run has
+ * messaging, or the run is not running), else {sidecar: true, members: [{candidate_id, role,
+ * port, url, host_url}]}, url being what the member's guest uses. NULL when out of memory.
+ */
+json_t *daemon_messaging_run_json(const struct daemon *d, const char *run_id);
 void daemon_messaging_child_env_free(char **env);
 /*
  * The messaging routes (PUT .../inbox, POST .../messages, GET .../intents). false: url is not

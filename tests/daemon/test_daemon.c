@@ -735,6 +735,8 @@ static void test_restart_after_sigkill(void)
 	json_decref(run);
 	run = get_run(&unix_daemon, "order-1");
 	CHECK_STR_EQ(json_string_value(json_object_get(run, "status")), "succeeded");
+	/* a finished run without messaging has no sidecar (test_daemon_messaging has a live one) */
+	CHECK(json_is_false(json_object_get(json_object_get(run, "messaging"), "sidecar")));
 	json_decref(run);
 	free(id);
 }
