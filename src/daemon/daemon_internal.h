@@ -330,6 +330,20 @@ struct daemon_host_sampler {
  */
 json_t *daemon_host_sample(struct daemon_host_sampler *sampler, pid_t pid, uint64_t now_ms);
 
+/* "YYYY-MM-DDTHH:MM:SS.mmmZ" (RFC 3339, UTC) of ms since the epoch. */
+#define DAEMON_RFC3339_MAX 32
+void daemon_rfc3339_ms(uint64_t ms, char out[DAEMON_RFC3339_MAX]);
+
+/*
+ * The stages a guest sample of the box called box (may be NULL) is recorded under, given
+ * running (the run's running stage names, a JSON array): box itself when it is a running
+ * stage (a pipeline box, an agent); else every running stage (a workflow's steps share the
+ * spec's one box, and parallel steps each get the sample); else box (between stages). Fills
+ * at most max labels (pointers into box and running) and returns how many.
+ */
+size_t daemon_telemetry_labels(const char *box, const json_t *running, const char **labels,
+			       size_t max);
+
 /* ---- http.c ---- */
 
 struct MHD_Daemon;
