@@ -227,7 +227,7 @@ int cli_sandbox_start(const char *command, const char *snapshot_ref,
  * Each mount as "mount:HOST:GUEST:MODE", each disk as "diskN:PATH:MODE:SIZE:INODE:MTIME" (its
  * slot, and the identity the blk device checks on restore, so a changed disk is another
  * config) and the extra command line as "cmdline:TEXT", hashed like devices: another share,
- * disk or image, another id. -ENOENT (err says which) when a disk cannot be read.
+ * disk or image, another id. SIZE_MAX (err says which) when a disk cannot be read.
  */
 static size_t cli_snapshot_attached_names(const struct sandbox_config *attached,
 					  char names[][CLI_SNAPSHOT_MOUNT_NAME_MAX],
