@@ -138,9 +138,10 @@ int cli_add_disk(const char *command, char *arg, struct vm_disk *disks,
 int cli_check_disks_fit_snapshot(const char *command, const char *snapshot_ref,
 				 const struct sandbox_config *cfg);
 
-/* `voidbox image pull|rm` and the pulled images in `image list` (cli_oci.c). */
+/* `voidbox image pull|rm|prune` and the pulled images in `image list` (cli_oci.c). */
 int cli_image_pull(int argc, char **argv);
 int cli_image_rm(int argc, char **argv);
+int cli_image_prune(bool json, int argc);
 /* Human: a table after the guest images; json: array elements (a comma first if after_others). */
 int cli_image_list_pulled(bool json, bool after_others);
 

@@ -72,7 +72,8 @@ static void cli_image_usage(FILE *out)
 		"       voidbox image list\n"
 		"       voidbox image clean [NAME | --all]\n"
 		"       voidbox image pull [--username USER [--password-stdin]] [--insecure] [--quiet] REF\n"
-		"       voidbox image rm REF...\n\n"
+		"       voidbox image rm REF...\n"
+		"       voidbox image prune\n\n"
 		"Guest images (a Debian kernel and an initramfs whose /init is the voidbox agent)\n"
 		"live in $VOIDBOX_HOME/images (default ~/.void-box/images). build fetches the kernel\n"
 		"and busybox from Debian's package archive with apt-get and assembles the image.\n"
@@ -83,7 +84,8 @@ static void cli_image_usage(FILE *out)
 		"--password-stdin, else VOIDBOX_REGISTRY_AUTH=USER:PASSWORD) and makes its root\n"
 		"filesystem, which `exec|shell|fork --image REF` boot; a registry on loopback is\n"
 		"spoken to over plain HTTP, any other over HTTPS unless --insecure. rm forgets a\n"
-		"pulled image.\n");
+		"pulled image (and its root filesystem, once no reference names it); prune deletes\n"
+		"the downloaded blobs no pulled image needs.\n");
 }
 
 static bool cli_image_is_file(const char *path)
@@ -384,7 +386,9 @@ int cli_image_run(const struct cli_globals *globals, int argc, char **argv)
 		return cli_image_pull(argc - 1, argv + 1);
 	if (strcmp(argv[1], "rm") == 0)
 		return cli_image_rm(argc - 1, argv + 1);
-	fprintf(stderr, "voidbox image: unknown subcommand '%s' (build, list, clean, pull or rm)\n",
+	if (strcmp(argv[1], "prune") == 0)
+		return cli_image_prune(globals->output == CLI_OUTPUT_JSON, argc - 1);
+	fprintf(stderr, "voidbox image: unknown subcommand '%s' (build, list, clean, pull, rm or prune)\n",
 		argv[1]);
 	return CLI_EXIT_USAGE;
 }

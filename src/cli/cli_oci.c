@@ -1,6 +1,6 @@
 /*
- * OCI images on the command line: `voidbox image pull`, the pulled images in `image list`
- * and `image rm`, and `--image REF` for exec, shell and fork (cli_image_attach). The
+ * OCI images on the command line: `voidbox image pull`, the pulled images in `image list`,
+ * `image rm` and `image prune`, and `--image REF` for exec, shell and fork (cli_image_attach). The
  * registry credentials are read here and nowhere else: --username with --password-stdin,
  * else VOIDBOX_REGISTRY_AUTH=USER:PASSWORD; src/store gets them as oci_pull_options.
  */
@@ -163,6 +163,33 @@ int cli_image_rm(int argc, char **argv)
 			status = CLI_EXIT_FAILURE;
 		}
 	return status;
+}
+
+int cli_image_prune(bool json, int argc)
+{
+	struct oci_image_prune_result result;
+	char oci_dir[PATH_MAX], err[CLI_OCI_ERROR_MAX];
+
+	if (argc != 1) {
+		fprintf(stderr, "voidbox image prune: takes no arguments (see voidbox image --help)\n");
+		return CLI_EXIT_USAGE;
+	}
+	if (oci_image_dir(oci_dir, sizeof(oci_dir)) < 0) {
+		fprintf(stderr, "voidbox image prune: cannot find the voidbox home; set VOIDBOX_HOME or HOME\n");
+		return CLI_EXIT_FAILURE;
+	}
+	if (oci_image_prune(oci_dir, &result, err, sizeof(err)) < 0) {
+		fprintf(stderr, "voidbox image prune: %s\n", err);
+		return CLI_EXIT_FAILURE;
+	}
+	if (json)
+		printf("{\"removed\":%zu,\"kept\":%zu,\"freed_bytes\":%llu}\n", result.removed,
+		       result.kept, (unsigned long long)result.freed_bytes);
+	else
+		printf("removed %zu blob%s (%.1fMB); %zu kept for pulled images\n", result.removed,
+		       result.removed == 1 ? "" : "s",
+		       (double)result.freed_bytes / CLI_OCI_BYTES_PER_MIB, result.kept);
+	return CLI_EXIT_OK;
 }
 
 int cli_image_list_pulled(bool json, bool after_others)

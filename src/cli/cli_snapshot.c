@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 
 #include "cli/cli.h"
@@ -37,9 +38,12 @@
 #define CLI_SNAPSHOT_TIME_TEXT 32
 #define CLI_SNAPSHOT_HEX_WORD 11 /* "0x" + 8 hex digits + NUL */
 #define CLI_SNAPSHOT_MOUNT_NAME_MAX (2 * PATH_MAX + 16)
+/* What the config hash names besides device kinds: each mount, each disk, the command line. */
+#define CLI_SNAPSHOT_ATTACHED_MAX (SANDBOX_MAX_MOUNTS + VM_MAX_DISKS + 1)
+#define CLI_SNAPSHOT_HASH_NAMES_MAX (VM_MAX_DEVICES + CLI_SNAPSHOT_ATTACHED_MAX)
 
 /* The device kinds the VM will have: the network device only when it is networked. */
-static size_t cli_snapshot_device_names(const char *names[VM_MAX_DEVICES], bool network)
+static size_t cli_snapshot_device_names(const char *names[CLI_SNAPSHOT_HASH_NAMES_MAX], bool network)
 {
 	size_t count = 0;
 
@@ -62,6 +66,8 @@ enum cli_snapshot_option {
 	CLI_SNAPSHOT_OPT_OUTPUT_FILE,
 	CLI_SNAPSHOT_OPT_DIFF_ONLY,
 	CLI_SNAPSHOT_OPT_MOUNT,
+	CLI_SNAPSHOT_OPT_DISK,
+	CLI_SNAPSHOT_OPT_IMAGE,
 	CLI_SNAPSHOT_OPT_HELP,
 };
 
@@ -75,6 +81,8 @@ static const struct option cli_snapshot_create_options[] = {
 	{ "from", required_argument, NULL, CLI_SNAPSHOT_OPT_FROM },
 	CLI_NETWORK_LONG_OPTIONS
 	{ "mount", required_argument, NULL, CLI_SNAPSHOT_OPT_MOUNT },
+	{ "disk", required_argument, NULL, CLI_SNAPSHOT_OPT_DISK },
+	{ "image", required_argument, NULL, CLI_SNAPSHOT_OPT_IMAGE },
 	{ "help", no_argument, NULL, CLI_SNAPSHOT_OPT_HELP },
 	{ NULL, 0, NULL, 0 },
 };
@@ -102,7 +110,11 @@ struct cli_snapshot_create {
 	bool diff;
 	const char *from;
 	char **program; /* NULL: CLI_SNAPSHOT_DEFAULT_PROGRAM */
-	struct sandbox_config mounts; /* only its mounts: --mount, part of the config hash */
+	/* only --mount, --disk and --image (its disk and command line): part of the config hash */
+	struct sandbox_config mounts;
+	struct vm_disk disks[VM_MAX_DISKS]; /* mounts.disks points here */
+	const char *image; /* --image REF, else the spec's sandbox.image */
+	struct cli_image_root image_root;
 	int program_argc;
 	struct cli_network network;
 	struct sandbox_config network_cfg; /* only .network: what --network asked for */
@@ -113,6 +125,7 @@ static void cli_snapshot_usage(FILE *out)
 	fprintf(out,
 		"usage: voidbox snapshot create [--spec FILE | --kernel K --initramfs I --memory MB --vcpus N]\n"
 		"                               [--mount HOST:GUEST[:ro|:rw]]... [--network ...]\n"
+		"                               [--disk PATH[:ro]]... [--image REF]\n"
 		"                               [--diff --from BASE] [-- PROGRAM [ARGS...]]\n"
 		"       voidbox snapshot list\n"
 		"       voidbox snapshot inspect ID\n"
@@ -127,6 +140,8 @@ static void cli_snapshot_usage(FILE *out)
 		"         it exits 0; with --diff --from BASE it restores BASE, runs PROGRAM and saves only\n"
 		"         the pages that changed, as BASE-diff-N. --spec takes the sandbox section of a spec.\n"
 		"         --mount shares a host directory (repeatable); a restore re-opens it.\n"
+		"         --disk attaches a host file and --image boots from a pulled OCI image, as for\n"
+		"         exec; a restore reopens the same files and refuses one that changed.\n"
 		"list     every snapshot with kind, parent, size and last use\n"
 		"inspect  one snapshot (an unambiguous id prefix): the store's record and the VMM's checks\n"
 		"delete   one snapshot by id prefix; deleting a base deletes its diffs\n"
@@ -208,19 +223,47 @@ int cli_sandbox_start(const char *command, const char *snapshot_ref,
 
 /* ---- create ---- */
 
-/* Each mount as "mount:HOST:GUEST:MODE", hashed like a device: another share, another id. */
-static size_t cli_snapshot_mount_names(const struct cli_snapshot_create *c,
-				       char names[][CLI_SNAPSHOT_MOUNT_NAME_MAX],
-				       const char **out, size_t room)
+/*
+ * Each mount as "mount:HOST:GUEST:MODE", each disk as "diskN:PATH:MODE:SIZE:INODE:MTIME" (its
+ * slot, and the identity the blk device checks on restore, so a changed disk is another
+ * config) and the extra command line as "cmdline:TEXT", hashed like devices: another share,
+ * disk or image, another id. SIZE_MAX (err says which) when a disk cannot be read.
+ */
+static size_t cli_snapshot_attached_names(const struct sandbox_config *attached,
+					  char names[][CLI_SNAPSHOT_MOUNT_NAME_MAX],
+					  const char **out, char *err, size_t errlen)
 {
 	size_t count = 0;
 
-	for (unsigned int i = 0; i < c->mounts.mount_count && count < room; i++) {
-		const struct sandbox_mount *mount = &c->mounts.mounts[i];
+	for (unsigned int i = 0; i < attached->mount_count; i++) {
+		const struct sandbox_mount *mount = &attached->mounts[i];
 
-		snprintf(names[i], CLI_SNAPSHOT_MOUNT_NAME_MAX, "mount:%s:%s:%s", mount->host_dir,
-			 mount->guest_dir, mount->read_only ? "ro" : "rw");
-		out[count++] = names[i];
+		snprintf(names[count], CLI_SNAPSHOT_MOUNT_NAME_MAX, "mount:%s:%s:%s",
+			 mount->host_dir, mount->guest_dir, mount->read_only ? "ro" : "rw");
+		out[count] = names[count];
+		count++;
+	}
+	for (unsigned int i = 0; i < attached->disk_count; i++) {
+		const struct vm_disk *disk = &attached->disks[i];
+		struct stat st;
+
+		if (stat(disk->path, &st) < 0) {
+			snprintf(err, errlen, "cannot read the disk %s: %s", disk->path,
+				 strerror(errno));
+			return SIZE_MAX;
+		}
+		snprintf(names[count], CLI_SNAPSHOT_MOUNT_NAME_MAX, "disk%u:%s:%s:%lld:%llu:%lld.%09ld",
+			 i, disk->path, disk->read_only ? "ro" : "rw", (long long)st.st_size,
+			 (unsigned long long)st.st_ino, (long long)st.st_mtim.tv_sec,
+			 st.st_mtim.tv_nsec);
+		out[count] = names[count];
+		count++;
+	}
+	if (attached->extra_cmdline) {
+		snprintf(names[count], CLI_SNAPSHOT_MOUNT_NAME_MAX, "cmdline:%s",
+			 attached->extra_cmdline);
+		out[count] = names[count];
+		count++;
 	}
 	return count;
 }
@@ -268,6 +311,13 @@ static int cli_snapshot_create_parse(int argc, char **argv, struct cli_snapshot_
 			if (cli_mount_add("snapshot create", &c->mounts, optarg) != 0)
 				return CLI_EXIT_USAGE;
 			break;
+		case CLI_SNAPSHOT_OPT_DISK:
+			if (cli_add_disk("snapshot create", optarg, c->disks, &c->mounts) < 0)
+				return CLI_EXIT_USAGE;
+			break;
+		case CLI_SNAPSHOT_OPT_IMAGE:
+			c->image = optarg;
+			break;
 		case CLI_SNAPSHOT_OPT_HELP:
 			cli_snapshot_usage(stdout);
 			return -1;
@@ -287,8 +337,8 @@ static int cli_snapshot_create_parse(int argc, char **argv, struct cli_snapshot_
 		return CLI_EXIT_USAGE;
 	}
 	if (c->diff && (c->spec_path || c->kernel || c->initramfs || c->memory_mb || c->vcpus ||
-			c->mounts.mount_count)) {
-		fprintf(stderr, "voidbox snapshot create: a diff takes its VM from BASE; drop --spec, --kernel, --initramfs, --memory, --vcpus and --mount\n");
+			c->mounts.mount_count || c->mounts.disk_count || c->image)) {
+		fprintf(stderr, "voidbox snapshot create: a diff takes its VM from BASE; drop --spec, --kernel, --initramfs, --memory, --vcpus, --mount, --disk and --image\n");
 		return CLI_EXIT_USAGE;
 	}
 	if (optind < argc) {
@@ -321,6 +371,8 @@ static int cli_snapshot_apply_spec(struct cli_snapshot_create *c, struct spec **
 		c->memory_mb = (*spec)->sandbox.memory_mb;
 	if (!c->vcpus)
 		c->vcpus = (*spec)->sandbox.vcpus;
+	if (!c->image)
+		c->image = (*spec)->sandbox.image;
 	if ((*spec)->sandbox.network && !c->network_cfg.network) {
 		fprintf(stderr, "voidbox snapshot create: %s asks for sandbox.network: give "
 			"--network and its flags too (the spec's network fields are not read here)\n",
@@ -466,8 +518,9 @@ out:
 static int cli_snapshot_create(const struct cli_globals *globals, int argc, char **argv)
 {
 	struct cli_snapshot_create c = { 0 };
-	const char *device_names[VM_MAX_DEVICES];
-	char mount_names[SANDBOX_MAX_MOUNTS][CLI_SNAPSHOT_MOUNT_NAME_MAX];
+	const char *device_names[CLI_SNAPSHOT_HASH_NAMES_MAX];
+	char (*attached_names)[CLI_SNAPSHOT_MOUNT_NAME_MAX] =
+		calloc(CLI_SNAPSHOT_ATTACHED_MAX, sizeof(*attached_names));
 	struct snapshot_store_config config = {
 		.devices = device_names,
 	};
@@ -478,11 +531,15 @@ static int cli_snapshot_create(const struct cli_globals *globals, int argc, char
 	int status = CLI_EXIT_FAILURE;
 	int rc = cli_snapshot_create_parse(argc, argv, &c);
 
-	if (rc != 0)
-		return rc < 0 ? CLI_EXIT_OK : rc;
+	size_t attached_count;
+
+	if (rc != 0 || !attached_names) {
+		free(attached_names);
+		return rc < 0 ? CLI_EXIT_OK : rc ? rc : CLI_EXIT_FAILURE;
+	}
 	config.device_count = cli_snapshot_device_names(device_names, c.network_cfg.network);
 	if (c.spec_path && cli_snapshot_apply_spec(&c, &spec) < 0)
-		return CLI_EXIT_FAILURE;
+		goto out;
 	if (c.diff) {
 		if (snapshot_store_find(c.from, &base, err, sizeof(err)) < 0 ||
 		    base.kind != SNAPSHOT_STORE_KIND_BASE || !base.config_hash[0]) {
@@ -505,9 +562,17 @@ static int cli_snapshot_create(const struct cli_globals *globals, int argc, char
 		config.initramfs_path = image.initramfs[0] ? image.initramfs : NULL;
 		config.memory_mb = c.memory_mb ? c.memory_mb : SANDBOX_DEFAULT_MEMORY_MB;
 		config.vcpus = c.vcpus ? c.vcpus : SANDBOX_DEFAULT_VCPUS;
-		config.device_count += cli_snapshot_mount_names(&c, mount_names,
-								device_names + config.device_count,
-								VM_MAX_DEVICES - config.device_count);
+		if (cli_image_attach("snapshot create", c.image, NULL, c.disks, &c.mounts,
+				     &c.image_root) < 0)
+			goto out;
+		attached_count = cli_snapshot_attached_names(&c.mounts, attached_names,
+							     device_names + config.device_count,
+							     err, sizeof(err));
+		if (attached_count == SIZE_MAX) {
+			fprintf(stderr, "voidbox snapshot create: %s\n", err);
+			goto out;
+		}
+		config.device_count += attached_count;
 		if (snapshot_store_config_hash(&config, hash, err, sizeof(err)) < 0) {
 			fprintf(stderr, "voidbox snapshot create: %s\n", err);
 			goto out;
@@ -516,6 +581,7 @@ static int cli_snapshot_create(const struct cli_globals *globals, int argc, char
 	status = cli_snapshot_create_in_store(globals, &c, &config, hash, &base);
 out:
 	spec_free(spec);
+	free(attached_names);
 	return status;
 }
 

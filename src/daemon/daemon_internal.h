@@ -330,6 +330,20 @@ struct daemon_host_sampler {
  */
 json_t *daemon_host_sample(struct daemon_host_sampler *sampler, pid_t pid, uint64_t now_ms);
 
+/* "YYYY-MM-DDTHH:MM:SS.mmmZ" (RFC 3339, UTC) of ms since the epoch. */
+#define DAEMON_RFC3339_MAX 32
+void daemon_rfc3339_ms(uint64_t ms, char out[DAEMON_RFC3339_MAX]);
+
+/*
+ * The stages a guest sample of the box called box (may be NULL) is recorded under, given
+ * running (the run's running stage names, a JSON array): box itself when it is a running
+ * stage (a pipeline box, an agent); else every running stage (a workflow's steps share the
+ * spec's one box, and parallel steps each get the sample); else box (between stages). Fills
+ * at most max labels (pointers into box and running) and returns how many.
+ */
+size_t daemon_telemetry_labels(const char *box, const json_t *running, const char **labels,
+			       size_t max);
+
 /* ---- http.c ---- */
 
 struct MHD_Daemon;
@@ -353,6 +367,13 @@ int daemon_messaging_control_path(const struct daemon *d, const char *run_id, ch
 				  size_t len);
 /* The run's environment: the daemon's plus VOIDBOX_RUN_ID and VOIDBOX_SIDECAR_CONTROL. */
 char **daemon_messaging_child_env(const struct daemon *d, const char *run_id);
+/*
+ * What GET /v1/runs/{id} says of messaging, asked of the run's control socket (so call it
+ * without d->lock): {sidecar: false} when nothing answers there (no agent of the run has
+ * messaging, or the run is not running), else {sidecar: true, members: [{candidate_id, role,
+ * port, url, host_url}]}, url being what the member's guest uses. NULL when out of memory.
+ */
+json_t *daemon_messaging_run_json(const struct daemon *d, const char *run_id);
 void daemon_messaging_child_env_free(char **env);
 /*
  * The messaging routes (PUT .../inbox, POST .../messages, GET .../intents). false: url is not

@@ -39,6 +39,8 @@
 #define EXEC_ARGV_MAX 16
 #define EXEC_NUMBER_MAX 24
 #define EXEC_EXIT_SIGNAL_BASE 128
+/* the stages one guest sample is recorded under at most (parallel steps in one box) */
+#define EXEC_TELEMETRY_LABELS_MAX 16
 #define EXEC_MS_PER_SEC 1000u
 #define EXEC_CANCEL_WAIT_SLICE_MS 500
 #define EXEC_NS_PER_MS 1000000L
@@ -170,21 +172,32 @@ static void exec_stage_output_ready(struct exec_run *run, const char *stage, jso
 	pthread_mutex_unlock(&d->lock);
 }
 
-/* A guest sample relayed on fd 3: {"type":"telemetry","box":NAME,"guest":{...}}. */
+/*
+ * A guest sample relayed on fd 3: {"type":"telemetry","box":NAME,"guest":{...}}, recorded
+ * under the stage (or stages) running in that box (daemon_telemetry_labels).
+ */
 static void exec_guest_telemetry(struct exec_run *run, json_t *event)
 {
 	const char *box = json_string_value(json_object_get(event, "box"));
 	json_t *guest = daemon_request_guest_sample(json_object_get(event, "guest"));
+	const char *labels[EXEC_TELEMETRY_LABELS_MAX];
+	uint64_t now = daemon_now_ms();
+	json_t *running;
+	size_t count;
 
 	if (!guest) {
 		log_warn("daemon", "run %s: ignoring a malformed guest telemetry sample", run->id);
 		return;
 	}
+	if (box && !daemon_name_valid(box, DAEMON_NAME_MAX))
+		box = NULL;
 	pthread_mutex_lock(&run->d->lock);
-	daemon_store_add_telemetry(run->d->store, run->id, daemon_now_ms(),
-				   box && daemon_name_valid(box, DAEMON_NAME_MAX) ? box : NULL,
-				   guest, NULL);
+	running = daemon_store_stages_in(run->d->store, run->id, "running");
+	count = daemon_telemetry_labels(box, running, labels, EXEC_TELEMETRY_LABELS_MAX);
+	for (size_t i = 0; i < count; i++)
+		daemon_store_add_telemetry(run->d->store, run->id, now, labels[i], guest, NULL);
 	pthread_mutex_unlock(&run->d->lock);
+	json_decref(running);
 	json_decref(guest);
 }
 

@@ -334,6 +334,8 @@ static enum MHD_Result http_get_run(struct MHD_Connection *conn, struct daemon *
 		return http_fail(conn, DAEMON_ERR_NOT_FOUND, "no run has this id");
 	if (!run)
 		return http_fail(conn, DAEMON_ERR_INTERNAL_ERROR, "cannot read the run");
+	/* asked of the run's own process, so outside the lock */
+	json_object_set_new(run, "messaging", daemon_messaging_run_json(d, run_id));
 	return http_send_json(conn, MHD_HTTP_OK, run);
 }
 

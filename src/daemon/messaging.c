@@ -8,19 +8,24 @@
  * The sidecar lives in the run's process because that is where the VMs are; the daemon only
  * relays, so a run without messaging (or no longer running) answers 404 from the socket's
  * absence. The sidecar's answers already have the daemon's error shape and pass through.
+ * GET /v1/runs/{id} asks the same socket's GET /v1/status whether there is a sidecar and
+ * which members it serves, with the URL each member's guest uses.
  */
 #include <errno.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/un.h>
+#include <unistd.h>
 
 #include <curl/curl.h>
 #include <microhttpd.h>
 
 #include "common/log.h"
 #include "daemon/daemon_internal.h"
+#include "runtime/messaging_run.h"
 
 #define MESSAGING_RUNS_PREFIX "/v1/runs/"
 #define MESSAGING_CONTROL_NAME "sidecar.sock"
@@ -31,6 +36,7 @@
 #define MESSAGING_TIMEOUT_SECS 10L
 #define MESSAGING_ANSWER_MAX (4u * 1024u * 1024u)
 #define MESSAGING_RUN_DIR_MODE 0700
+#define MESSAGING_HOST_LOOPBACK "127.0.0.1"
 
 /* The sidecar's answer as it arrives, at most MESSAGING_ANSWER_MAX bytes. */
 struct messaging_answer {
@@ -50,6 +56,11 @@ static const struct messaging_relay messaging_relays[] = {
 	{ "inbox", MHD_HTTP_METHOD_PUT, MHD_HTTP_METHOD_PUT, "/v1/inbox" },
 	{ "messages", MHD_HTTP_METHOD_POST, MHD_HTTP_METHOD_POST, "/v1/messages" },
 	{ "intents", MHD_HTTP_METHOD_GET, MHD_HTTP_METHOD_POST, "/v1/intents/drain" },
+};
+
+/* Not a daemon route: GET /v1/runs/{id} asks this of the control socket. */
+static const struct messaging_relay messaging_status_relay = {
+	NULL, MHD_HTTP_METHOD_GET, MHD_HTTP_METHOD_GET, "/v1/status"
 };
 
 int daemon_messaging_control_path(const struct daemon *d, const char *run_id, char *out,
@@ -181,6 +192,54 @@ static int messaging_forward(const char *socket_path, const struct messaging_rel
 	}
 	*status = (unsigned)code;
 	return 0;
+}
+
+/* One member of the sidecar's status, with the URLs its guest and the host reach it at. */
+static json_t *messaging_member_json(json_t *member)
+{
+	json_int_t port = json_integer_value(json_object_get(member, "port"));
+	const char *id = json_string_value(json_object_get(member, "candidate_id"));
+	const char *role = json_string_value(json_object_get(member, "role"));
+	char *url = NULL, *host_url = NULL;
+	json_t *out = NULL;
+
+	if (!id || !role || port <= 0 || port > UINT16_MAX)
+		return NULL;
+	if (asprintf(&url, "http://" RUN_MESSAGING_GUEST_HOST ":%lld", (long long)port) >= 0 &&
+	    asprintf(&host_url, "http://" MESSAGING_HOST_LOOPBACK ":%lld", (long long)port) >= 0)
+		out = json_pack("{s:s, s:s, s:I, s:s, s:s}", "candidate_id", id, "role", role,
+				"port", port, "url", url, "host_url", host_url);
+	free(url);
+	free(host_url);
+	return out;
+}
+
+json_t *daemon_messaging_run_json(const struct daemon *d, const char *run_id)
+{
+	char path[DAEMON_PATH_MAX];
+	struct daemon_error err;
+	json_t *status = NULL, *members, *member;
+	unsigned code = 0;
+	size_t i;
+
+	if (daemon_messaging_control_path(d, run_id, path, sizeof(path)) < 0 ||
+	    access(path, F_OK) < 0 ||
+	    messaging_forward(path, &messaging_status_relay, NULL, 0, &code, &status, &err) < 0 ||
+	    code != MHD_HTTP_OK || !json_is_array(json_object_get(status, "members"))) {
+		json_decref(status);
+		return json_pack("{s:b}", "sidecar", false);
+	}
+	members = json_array();
+	json_array_foreach(json_object_get(status, "members"), i, member) {
+		json_t *entry = messaging_member_json(member);
+
+		if (entry && members)
+			json_array_append_new(members, entry);
+		else
+			json_decref(entry);
+	}
+	json_decref(status);
+	return members ? json_pack("{s:b, s:o}", "sidecar", true, "members", members) : NULL;
 }
 
 bool daemon_messaging_route(struct daemon *d, const char *url, const char *method,

@@ -739,9 +739,13 @@ json_t *daemon_store_telemetry_json(struct daemon_store *store, const char *run_
 	store_bind_text(stmt, 3, stage_name);
 	sqlite3_bind_int64(stmt, 4, DAEMON_TELEMETRY_PAGE);
 	while (sqlite3_step(stmt) == SQLITE_ROW) {
-		json_t *sample = json_pack("{s:I, s:I}", "seq",
-					   (json_int_t)sqlite3_column_int64(stmt, 0), "timestamp_ms",
-					   (json_int_t)sqlite3_column_int64(stmt, 1));
+		sqlite3_int64 ts_ms = sqlite3_column_int64(stmt, 1);
+		char timestamp[DAEMON_RFC3339_MAX];
+		json_t *sample;
+
+		daemon_rfc3339_ms(ts_ms > 0 ? (uint64_t)ts_ms : 0, timestamp);
+		sample = json_pack("{s:I, s:I, s:s}", "seq", (json_int_t)sqlite3_column_int64(stmt, 0),
+				   "timestamp_ms", (json_int_t)ts_ms, "timestamp", timestamp);
 
 		if (!sample)
 			break;

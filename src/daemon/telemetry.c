@@ -5,10 +5,14 @@
  * GET /v1/runs/{id}/telemetry reads them. A host sample is RSS (statm's resident pages), CPU
  * (utime + stime since the previous sample over the wall time between them) and the bytes the
  * process made the block layer read and write (/proc/PID/io, readable for our own children).
+ * A guest sample carries the name of the box it came from; the daemon records it under the
+ * stage it belongs to (daemon_telemetry_labels), since a workflow's steps share one box named
+ * after the spec.
  */
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "daemon/daemon_internal.h"
@@ -20,6 +24,8 @@
 /* fields of /proc/PID/stat after "(comm) ": state is 1, utime 12, stime 13 */
 #define TELEMETRY_STAT_UTIME_FIELD 12
 #define TELEMETRY_STAT_STIME_FIELD 13
+#define TELEMETRY_MS_PER_SECOND 1000u
+#define TELEMETRY_RFC3339_SECONDS "%Y-%m-%dT%H:%M:%S"
 
 static int telemetry_read(pid_t pid, const char *name, char *text, size_t size)
 {
@@ -107,4 +113,39 @@ json_t *daemon_host_sample(struct daemon_host_sampler *sampler, pid_t pid, uint6
 	return json_pack("{s:I, s:f, s:I, s:I}", "rss_bytes", (json_int_t)telemetry_rss_bytes(pid),
 			 "cpu_percent", cpu_percent, "io_read_bytes", (json_int_t)read_bytes,
 			 "io_write_bytes", (json_int_t)write_bytes);
+}
+
+void daemon_rfc3339_ms(uint64_t ms, char out[DAEMON_RFC3339_MAX])
+{
+	time_t seconds = (time_t)(ms / TELEMETRY_MS_PER_SECOND);
+	struct tm tm;
+	size_t len = 0;
+
+	if (gmtime_r(&seconds, &tm))
+		len = strftime(out, DAEMON_RFC3339_MAX, TELEMETRY_RFC3339_SECONDS, &tm);
+	if (len == 0)
+		len = (size_t)snprintf(out, DAEMON_RFC3339_MAX, "1970-01-01T00:00:00");
+	snprintf(out + len, DAEMON_RFC3339_MAX - len, ".%03uZ",
+		 (unsigned)(ms % TELEMETRY_MS_PER_SECOND));
+}
+
+size_t daemon_telemetry_labels(const char *box, const json_t *running, const char **labels,
+			       size_t max)
+{
+	const json_t *stage;
+	size_t index, count = 0;
+
+	if (max == 0)
+		return 0;
+	json_array_foreach(running, index, stage)
+		if (box && json_is_string(stage) && strcmp(json_string_value(stage), box) == 0) {
+			labels[0] = box;
+			return 1;
+		}
+	json_array_foreach(running, index, stage)
+		if (json_is_string(stage) && count < max)
+			labels[count++] = json_string_value(stage);
+	if (count == 0)
+		labels[count++] = box;
+	return count;
 }

@@ -518,6 +518,13 @@ static int local_image(const struct box *box, const char *ref, struct oci_image_
 		log_info("box", "[box:%s] pulling image %s", box->name, ref);
 		rc = oci_image_pull(ref, &options, image, reason, sizeof(reason));
 	}
+	if (rc == -EACCES) {
+		snprintf(err, errlen, "sandbox.image: the registry of %s wants credentials and a "
+			 "spec pulls anonymously: pull the image first with `voidbox image pull "
+			 "--username USER --password-stdin %s` (or VOIDBOX_REGISTRY_AUTH=USER:PASSWORD "
+			 "voidbox image pull %s), then run the spec again", ref, ref, ref);
+		return rc;
+	}
 	if (rc < 0) {
 		snprintf(err, errlen, "sandbox.image: %s", reason);
 		return rc;

@@ -17,7 +17,6 @@
 
 #include <openssl/evp.h>
 
-#define OCI_BLOBS_SUBDIR "blobs/sha256"
 #define OCI_BLOBS_DIR_MODE 0755
 #define OCI_BLOBS_FILE_MODE 0644
 #define OCI_BLOBS_TMP_TEMPLATE ".tmp-XXXXXX"

@@ -14,6 +14,8 @@
 #define OCI_DIGEST_ALGORITHM "sha256:"
 #define OCI_SHA256_HEX_LEN 64
 #define OCI_DIGEST_LEN (sizeof(OCI_DIGEST_ALGORITHM) - 1 + OCI_SHA256_HEX_LEN)
+/* Where the blobs are, under the OCI directory: one file per blob, named by its hex digest. */
+#define OCI_BLOBS_SUBDIR "blobs/sha256"
 
 /* 0 when digest is "sha256:" and 64 lowercase hex digits; -EINVAL otherwise. */
 int oci_digest_check(const char *digest);

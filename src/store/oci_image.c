@@ -20,6 +20,7 @@
 
 #include <jansson.h>
 
+#include "common/fd_io.h"
 #include "common/path.h"
 #include "store/guest_image.h"
 #include "store/oci_layer.h"
@@ -37,6 +38,8 @@
 #define OCI_IMAGE_TIME_FORMAT "%Y-%m-%dT%H:%M:%SZ"
 #define OCI_IMAGE_LIST_GROWTH 16
 #define OCI_IMAGE_REF_FILE_MAX (64u << 10)
+/* Digests one reference keeps: its manifest, the manifest's config, and each layer. */
+#define OCI_IMAGE_DIGESTS_PER_REF (2 + OCI_MANIFEST_LAYERS_MAX)
 
 int oci_image_dir(char *out, size_t size)
 {
@@ -363,5 +366,133 @@ int oci_image_remove(const char *oci_dir, const char *ref_text, char *err, size_
 	rc = store_remove_tree(image_dir);
 	if (rc < 0)
 		snprintf(err, errlen, "cannot remove %s: %s", image_dir, strerror(-rc));
+	return rc;
+}
+
+/* ---- prune: the blobs no pulled reference needs ---- */
+
+/* Reads the cached manifest blob digest (verified) and adds it, its config and layers. */
+static int oci_image_needed_by(const char *oci_dir, const char *digest,
+			       char (*keep)[OCI_DIGEST_LEN + 1], size_t *kept, char *err,
+			       size_t errlen)
+{
+	struct oci_manifest *manifest = calloc(1, sizeof(*manifest));
+	char path[PATH_MAX];
+	char *body = malloc(OCI_MANIFEST_BYTES_MAX);
+	ssize_t len = -EINVAL;
+	int fd = -1, rc;
+
+	rc = manifest && body ? oci_blob_path(oci_dir, digest, path, sizeof(path)) : -ENOMEM;
+	if (rc == 0)
+		rc = oci_blob_verify_file(path, digest, err, errlen);
+	if (rc == 0 && (fd = open(path, O_RDONLY | O_CLOEXEC)) < 0)
+		rc = -errno;
+	if (rc == 0) {
+		len = fd_read_full(fd, body, OCI_MANIFEST_BYTES_MAX);
+		rc = len < 0 ? (int)len : len == OCI_MANIFEST_BYTES_MAX ? -EMSGSIZE : 0;
+	}
+	if (rc == 0)
+		rc = oci_manifest_parse(body, (size_t)len, NULL, manifest, err, errlen);
+	if (rc == 0 && manifest->kind != OCI_MANIFEST_IMAGE)
+		rc = -EINVAL;
+	if (rc < 0) {
+		snprintf(err, errlen, "the manifest %s of a pulled image is missing or unreadable "
+			 "in the cache, so its layers cannot be told from the rest: pull that image "
+			 "again (voidbox image list) or remove it, then prune", digest);
+		goto out;
+	}
+	snprintf(keep[(*kept)++], OCI_DIGEST_LEN + 1, "%s", digest);
+	snprintf(keep[(*kept)++], OCI_DIGEST_LEN + 1, "%s", manifest->config.digest);
+	for (size_t i = 0; i < manifest->layer_count; i++)
+		snprintf(keep[(*kept)++], OCI_DIGEST_LEN + 1, "%s", manifest->layers[i].digest);
+out:
+	if (fd >= 0)
+		close(fd);
+	free(body);
+	free(manifest);
+	return rc;
+}
+
+static bool oci_image_is_kept(const char (*keep)[OCI_DIGEST_LEN + 1], size_t kept,
+			      const char *hex)
+{
+	for (size_t i = 0; i < kept; i++)
+		if (strcmp(keep[i] + strlen(OCI_DIGEST_ALGORITHM), hex) == 0)
+			return true;
+	return false;
+}
+
+/* Deletes each blob (a file named by a well-formed digest) not in keep. */
+static int oci_image_sweep_blobs(const char *oci_dir, const char (*keep)[OCI_DIGEST_LEN + 1],
+				 size_t kept, struct oci_image_prune_result *out, char *err,
+				 size_t errlen)
+{
+	char digest[OCI_DIGEST_LEN + 1], path[PATH_MAX];
+	struct dirent *entry;
+	struct stat st;
+	DIR *handle;
+	int rc = 0;
+
+	if (store_join(path, sizeof(path), oci_dir, OCI_BLOBS_SUBDIR) < 0) {
+		snprintf(err, errlen, "the image store %s is too deep", oci_dir);
+		return -ENAMETOOLONG;
+	}
+	handle = opendir(path);
+	if (!handle)
+		return errno == ENOENT ? 0 : (snprintf(err, errlen, "cannot read %s: %s", path,
+						       strerror(errno)), -EIO);
+	while ((entry = readdir(handle)) != NULL) {
+		char blob[PATH_MAX];
+
+		snprintf(digest, sizeof(digest), "%s%.*s", OCI_DIGEST_ALGORITHM,
+			 OCI_SHA256_HEX_LEN, entry->d_name);
+		if (strlen(entry->d_name) != OCI_SHA256_HEX_LEN || oci_digest_check(digest) < 0 ||
+		    oci_blob_path(oci_dir, digest, blob, sizeof(blob)) < 0)
+			continue; /* a pull's temporary file, or nothing of ours */
+		if (oci_image_is_kept(keep, kept, entry->d_name)) {
+			out->kept++;
+			continue;
+		}
+		if (lstat(blob, &st) < 0 || !S_ISREG(st.st_mode))
+			continue;
+		if (unlink(blob) < 0) {
+			rc = -errno;
+			snprintf(err, errlen, "cannot remove %s: %s", blob, strerror(errno));
+			break;
+		}
+		out->removed++;
+		out->freed_bytes += (uint64_t)st.st_size;
+	}
+	closedir(handle);
+	return rc;
+}
+
+int oci_image_prune(const char *oci_dir, struct oci_image_prune_result *out, char *err,
+		    size_t errlen)
+{
+	struct oci_image_info *images = NULL;
+	char (*keep)[OCI_DIGEST_LEN + 1] = NULL;
+	size_t count = 0, kept = 0;
+	int rc;
+
+	memset(out, 0, sizeof(*out));
+	rc = oci_image_list(oci_dir, &images, &count, err, errlen);
+	if (rc < 0)
+		return rc;
+	keep = calloc(count ? count * OCI_IMAGE_DIGESTS_PER_REF : 1, sizeof(*keep));
+	if (!keep) {
+		snprintf(err, errlen, "out of memory pruning the image cache");
+		rc = -ENOMEM;
+		goto out;
+	}
+	for (size_t i = 0; i < count && rc == 0; i++)
+		rc = oci_image_needed_by(oci_dir, images[i].manifest_digest, keep, &kept, err,
+					 errlen);
+	if (rc == 0)
+		rc = oci_image_sweep_blobs(oci_dir, (const char (*)[OCI_DIGEST_LEN + 1])keep, kept,
+					   out, err, errlen);
+out:
+	free(keep);
+	free(images);
 	return rc;
 }

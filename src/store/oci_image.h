@@ -48,8 +48,26 @@ int oci_image_list(const char *oci_dir, struct oci_image_info **out, size_t *cou
 
 /*
  * Forgets ref_text; its rootfs goes too when no other reference names the same manifest
- * (the blobs stay in the cache). 0, -ENOENT, or -errno with err.
+ * (the blobs stay in the cache: oci_image_prune drops those nothing needs). 0, -ENOENT, or
+ * -errno with err.
  */
 int oci_image_remove(const char *oci_dir, const char *ref_text, char *err, size_t errlen);
+
+struct oci_image_prune_result {
+	size_t removed;		/* blobs deleted */
+	size_t kept;		/* blobs a pulled reference still needs */
+	uint64_t freed_bytes;	/* the deleted blobs' sizes */
+};
+
+/*
+ * Deletes every cached blob no pulled reference needs: a reference needs its manifest, the
+ * manifest's config and its layers (an index is needed only during a pull, so it goes; a
+ * later pull fetches it again). Refuses, deleting nothing, when a reference's manifest is not
+ * in the cache or cannot be read, since its layers could not be told apart. Temporary files
+ * of a pull under way are left alone; a pull running at the same time may lose blobs it has
+ * not yet named in a reference and then fails, saying so. 0 or -errno with err.
+ */
+int oci_image_prune(const char *oci_dir, struct oci_image_prune_result *out, char *err,
+		    size_t errlen);
 
 #endif

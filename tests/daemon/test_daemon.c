@@ -659,6 +659,14 @@ static void test_telemetry(void)
 	host = json_object_get(first, "host");
 	CHECK_INT_EQ(json_integer_value(json_object_get(first, "seq")), 1);
 	CHECK(json_integer_value(json_object_get(first, "timestamp_ms")) > 0);
+	{
+		char expected[DAEMON_RFC3339_MAX];
+
+		daemon_rfc3339_ms((uint64_t)json_integer_value(json_object_get(first, "timestamp_ms")),
+				  expected);
+		CHECK_STR_EQ(json_string_value(json_object_get(first, "timestamp")), expected);
+		CHECK(strlen(expected) == strlen("2026-01-01T00:00:00.000Z"));
+	}
 	CHECK(json_integer_value(json_object_get(host, "rss_bytes")) > 0);
 	CHECK(json_is_number(json_object_get(host, "cpu_percent")));
 	CHECK(json_is_integer(json_object_get(host, "io_read_bytes")));
@@ -735,6 +743,8 @@ static void test_restart_after_sigkill(void)
 	json_decref(run);
 	run = get_run(&unix_daemon, "order-1");
 	CHECK_STR_EQ(json_string_value(json_object_get(run, "status")), "succeeded");
+	/* a finished run without messaging has no sidecar (test_daemon_messaging has a live one) */
+	CHECK(json_is_false(json_object_get(json_object_get(run, "messaging"), "sidecar")));
 	json_decref(run);
 	free(id);
 }

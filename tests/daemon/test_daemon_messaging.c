@@ -3,6 +3,7 @@
  * the control socket where a daemon-started run would put it: loading an inbox, pushing a
  * message and draining intents reach the sidecar; a sidecar refusal passes through with its
  * status and shape; a wrong method, a run without a sidecar and other paths are told apart;
+ * what GET /v1/runs/{id} reports of messaging (a sidecar and its members' URLs, or none);
  * and a run's environment names its id and control socket.
  */
 #include <stdio.h>
@@ -119,6 +120,55 @@ static void test_relay_routes(void)
 	CHECK(system(path) == 0);
 }
 
+/* The "messaging" member of GET /v1/runs/{id}: the live sidecar's members, or none. */
+static void test_run_messaging_json(void)
+{
+	char dir[] = "/tmp/voidbox-daemon-run-json-XXXXXX", path[TEST_PATH_MAX];
+	char err[TEST_ERR_MAX], url[TEST_PATH_MAX];
+	struct sidecar *sc = NULL;
+	uint16_t port_a, port_b;
+	json_t *info, *member;
+
+	if (!mkdtemp(dir))
+		harness_fail_setup("mkdtemp");
+	snprintf(test_daemon.state_dir, sizeof(test_daemon.state_dir), "%s", dir);
+	snprintf(path, sizeof(path), "%s/runs", dir);
+	mkdir(path, 0700);
+	snprintf(path, sizeof(path), "%s/runs/run-3", dir);
+	mkdir(path, 0700);
+	CHECK_INT_EQ(daemon_messaging_control_path(&test_daemon, "run-3", path, sizeof(path)), 0);
+	info = daemon_messaging_run_json(&test_daemon, "run-3");
+	CHECK(json_is_false(json_object_get(info, "sidecar")));
+	CHECK(json_object_get(info, "members") == NULL);
+	json_decref(info);
+	if (sidecar_create("run-3", &sc) < 0 ||
+	    sidecar_add_member(sc, "alpha", MESSAGING_ROLE_CANDIDATE, &port_a, err, sizeof(err)) < 0 ||
+	    sidecar_add_member(sc, "boss", MESSAGING_ROLE_LEADER, &port_b, err, sizeof(err)) < 0 ||
+	    sidecar_listen_control(sc, path, err, sizeof(err)) < 0)
+		harness_fail_setup("cannot start a sidecar");
+	info = daemon_messaging_run_json(&test_daemon, "run-3");
+	CHECK(json_is_true(json_object_get(info, "sidecar")));
+	CHECK_INT_EQ(json_array_size(json_object_get(info, "members")), 2);
+	member = json_array_get(json_object_get(info, "members"), 1);
+	CHECK_STR_EQ(json_string_value(json_object_get(member, "candidate_id")), "boss");
+	CHECK_STR_EQ(json_string_value(json_object_get(member, "role")), "leader");
+	snprintf(url, sizeof(url), "http://10.0.2.2:%u", port_b);
+	CHECK_STR_EQ(json_string_value(json_object_get(member, "url")), url);
+	snprintf(url, sizeof(url), "http://127.0.0.1:%u", port_b);
+	CHECK_STR_EQ(json_string_value(json_object_get(member, "host_url")), url);
+	json_decref(info);
+	/* another run of the same daemon has none */
+	info = daemon_messaging_run_json(&test_daemon, "run-4");
+	CHECK(json_is_false(json_object_get(info, "sidecar")));
+	json_decref(info);
+	sidecar_destroy(sc);
+	info = daemon_messaging_run_json(&test_daemon, "run-3");
+	CHECK(json_is_false(json_object_get(info, "sidecar")));
+	json_decref(info);
+	snprintf(path, sizeof(path), "rm -rf '%s'", dir);
+	CHECK(system(path) == 0);
+}
+
 static void test_child_env(void)
 {
 	char **env;
@@ -157,6 +207,7 @@ int main(void)
 {
 	curl_global_init(CURL_GLOBAL_DEFAULT);
 	RUN_TEST(test_relay_routes);
+	RUN_TEST(test_run_messaging_json);
 	RUN_TEST(test_child_env);
 	curl_global_cleanup();
 	return harness_finish();

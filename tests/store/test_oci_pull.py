@@ -1,13 +1,17 @@
 #!/usr/bin/env python3
-"""`voidbox image pull|list|rm` against real registries on loopback (oci_registry_fixture.py).
+"""`voidbox image pull|list|rm|prune` against real registries on loopback (oci_registry_fixture.py).
 
 An image with two layers (the second deletes a file and replaces a directory with a file) is
 pulled anonymously, through an index whose first entry is another platform, with basic auth
 (credentials from VOIDBOX_REGISTRY_AUTH; refused without them and with a wrong password) and
-behind a Bearer token endpoint (--username/--password-stdin; refused anonymously). The root
+behind a Bearer token endpoint (--username/--password-stdin; refused anonymously). A spec's
+sandbox.image on either private registry fails, before any VM, saying to pull it with
+--username first. The root
 filesystem is read back with debugfs. A blob altered in the registry is refused with a digest
 error and leaves nothing behind: no blob, no temporary file, no rootfs, no reference. list
-shows every reference; rm keeps a rootfs another reference still names and removes the last.
+shows every reference; rm keeps a rootfs another reference still names and removes the last,
+and leaves the blobs; prune deletes the blobs no remaining reference needs (an index, a refused
+image's manifest and config), then, with no reference left, every blob.
 
 usage: test_oci_pull.py PATH-TO-VOIDBOX
 """
@@ -70,6 +74,7 @@ def run_checks(voidbox, fixture, work):
     r = voidbox_run("image", "pull", basic_ref)
     check(r.returncode != 0 and "needs a user name and password" in r.stderr,
           "basic auth without credentials is refused, saying what to pass", r.stderr)
+    check_spec_says_pull_first(voidbox_run, work, basic_ref, "basic auth")
     r = voidbox_run("image", "pull", basic_ref,
                     extra_env={"VOIDBOX_REGISTRY_AUTH": fx.USER + ":wrong"})
     check(r.returncode != 0 and "refused the credentials" in r.stderr,
@@ -83,6 +88,7 @@ def run_checks(voidbox, fixture, work):
     r = voidbox_run("image", "pull", token_ref)
     check(r.returncode != 0 and "token endpoint" in r.stderr,
           "the token endpoint refuses an anonymous pull", r.stderr)
+    check_spec_says_pull_first(voidbox_run, work, token_ref, "a token endpoint")
     r = voidbox_run("image", "pull", "--username", fx.USER, "--password-stdin", token_ref,
                     stdin=fx.PASSWORD + "\n")
     check(r.returncode == 0 and fixture.manifest_digest in r.stdout,
@@ -93,7 +99,12 @@ def run_checks(voidbox, fixture, work):
     check(r.returncode != 0 and "digest mismatch" in r.stderr and
           fixture.tampered_layer in r.stderr,
           "a tampered blob is refused with a digest error naming it", r.stderr)
-    blobs = os.listdir(os.path.join(oci, "blobs", "sha256"))
+    blob_dir = os.path.join(oci, "blobs", "sha256")
+
+    def cached_blobs():
+        return [b for b in os.listdir(blob_dir) if not b.startswith(".")]
+
+    blobs = os.listdir(blob_dir)
     check(fixture.tampered_layer[7:] not in blobs, "the tampered blob is not cached")
     check(not [b for b in blobs if b.startswith(".tmp")], "no temporary file is left", blobs)
     check(sorted(os.listdir(os.path.join(oci, "images"))) == images_before,
@@ -115,13 +126,66 @@ def run_checks(voidbox, fixture, work):
     for ref in (anon_ref, basic_ref, token_ref):
         r = voidbox_run("image", "rm", ref)
         check(r.returncode == 0, "image rm " + ref, r.stderr)
+    check_prune_keeps_needed(voidbox_run, oci, fixture)
     check(os.path.exists(rootfs), "the rootfs stays while a reference names it")
     r = voidbox_run("image", "rm", fixture.anon.address + "/" + fx.REPO + ":multi")
     check(r.returncode == 0 and not os.path.exists(rootfs),
           "removing the last reference removes the rootfs", r.stderr)
+    check(os.path.exists(os.path.join(blob_dir, fixture.manifest_digest[7:])),
+          "image rm leaves the blobs in the cache")
+    r = voidbox_run("image", "prune")
+    check(r.returncode == 0 and not cached_blobs(),
+          "image prune with no pulled image left empties the blob cache",
+          r.stdout + r.stderr + " ".join(cached_blobs()))
     r = voidbox_run("image", "rm", anon_ref)
     check(r.returncode != 0 and "no pulled image" in r.stderr,
           "removing an image that is not pulled fails", r.stderr)
+
+
+def run_spec_on_image(voidbox_run, work, ref):
+    """voidbox run of a workflow on sandbox.image ref; it fails at the pull, before any VM."""
+    spec = os.path.join(work, "private-image.yaml")
+    with open(spec, "w") as f:
+        f.write("api_version: v1\nkind: workflow\nname: private-image\n"
+                "sandbox:\n  mode: local\n  image: %s\n"
+                "workflow:\n  steps:\n    - name: one\n      run:\n        program: \"true\"\n"
+                % ref)
+    # stand-in kernel and initramfs files: the image is resolved before they are read
+    stand_in = os.path.join(work, "stand-in-boot-file")
+    open(stand_in, "w").close()
+    return voidbox_run("run", "--file", spec,
+                       extra_env={"VOID_BOX_KERNEL": stand_in, "VOID_BOX_INITRAMFS": stand_in})
+
+
+def check_spec_says_pull_first(voidbox_run, work, ref, kind):
+    r = run_spec_on_image(voidbox_run, work, ref)
+    out = r.stdout + r.stderr
+    check(r.returncode != 0 and "wants credentials" in out and
+          "voidbox image pull --username USER --password-stdin " + ref in out,
+          "sandbox.image on a registry with %s says to pull with --username first" % kind, out)
+
+
+def check_prune_keeps_needed(voidbox_run, oci, fixture):
+    """With one reference left, prune keeps its manifest, config and layers, and nothing else."""
+    blob_dir = os.path.join(oci, "blobs", "sha256")
+    with open(os.path.join(blob_dir, fixture.manifest_digest[7:])) as f:
+        manifest = json.load(f)
+    needed = {fixture.manifest_digest[7:], manifest["config"]["digest"][7:]}
+    needed |= {layer["digest"][7:] for layer in manifest["layers"]}
+    before = set(os.listdir(blob_dir))
+    stray = os.path.join(blob_dir, ".tmp-stray")
+    open(stray, "w").close()
+    r = voidbox_run("image", "prune")
+    after = set(os.listdir(blob_dir)) - {".tmp-stray"}
+    check(r.returncode == 0 and after == needed and before - needed and
+          "removed %d blob" % len(before - needed) in r.stdout,
+          "image prune deletes the blobs (an index, a refused image's) no pulled image needs",
+          "%s: before %s after %s needed %s" % (r.stdout + r.stderr, sorted(before),
+                                                sorted(after), sorted(needed)))
+    check(os.path.exists(stray), "image prune leaves a pull's temporary file alone")
+    os.unlink(stray)
+    r = voidbox_run("image", "list")
+    check(fixture.manifest_digest[:19] in r.stdout, "the remaining image is still listed", r.stdout)
 
 
 if __name__ == "__main__":

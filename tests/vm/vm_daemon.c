@@ -4,7 +4,8 @@
  * must reach the run's events while the step still runs (output streams as it is printed,
  * not when the stage ends). Then the run's process is checked to hold
  * the VMM (a voidbox process with more than one thread: the vCPU and device threads), the run
- * is cancelled, and afterwards nothing of it is left: the run's process is gone, no process
+ * is cancelled (before that, /telemetry has guest samples labelled with the running step, not
+ * the workflow's box), and afterwards nothing of it is left: the run's process is gone, no process
  * is in its process group, and the daemon has no child at all. /proc is read for all three.
  *
  * Then a `mode: service` agent (the mock claude-code, argv[2], with MOCK_CLAUDE_SERVE=1, in
@@ -166,6 +167,33 @@ static bool wait_live_line(const struct served *daemon, const char *run_id, cons
 	return seen && !ended;
 }
 
+/* True once the run's telemetry has a guest sample of stage with the guest's memory total. */
+static bool wait_guest_sample(const struct served *daemon, const char *run_id, const char *stage)
+{
+	char path[TEST_PATH_MAX];
+	bool seen = false;
+	long status;
+
+	snprintf(path, sizeof(path), "/v1/runs/%s/telemetry?stage_name=%s", run_id, stage);
+	for (int i = 0; i < SERVE_WAIT_ROUNDS && !seen; i++) {
+		json_t *answer = call(daemon, "GET", path, NULL, &status);
+		json_t *sample;
+		size_t index;
+
+		json_array_foreach(json_object_get(answer, "samples"), index, sample) {
+			json_t *guest = json_object_get(sample, "guest");
+
+			if (json_integer_value(json_object_get(guest, "memory_total_bytes")) > 0 &&
+			    json_is_number(json_object_get(guest, "cpu_percent")))
+				seen = true;
+		}
+		json_decref(answer);
+		if (!seen)
+			serve_pause();
+	}
+	return seen;
+}
+
 static void test_cancel_stops_the_vm(void)
 {
 	struct served *daemon = &served_daemon;
@@ -182,6 +210,8 @@ static void test_cancel_stops_the_vm(void)
 	pid = wait_stage_running(daemon, "vm-cancel-1", "nap");
 	CHECK(pid > 0);
 	CHECK(wait_live_line(daemon, "vm-cancel-1", "nap", "early-output"));
+	/* the workflow's box is named vm-cancel; its guest samples are labelled with the step */
+	CHECK(wait_guest_sample(daemon, "vm-cancel-1", "nap"));
 	if (pid > 0) {
 		CHECK_INT_EQ(proc_stat_field(pid, PROC_FIELD_PPID), daemon->pid);
 		CHECK_INT_EQ(proc_stat_field(pid, PROC_FIELD_PGRP), pid);
@@ -208,33 +238,6 @@ static void test_cancel_stops_the_vm(void)
 	json_decref(events);
 	json_decref(body);
 	free(text);
-}
-
-/* True once the run's telemetry has a guest sample of box with the guest's memory total. */
-static bool wait_guest_sample(const struct served *daemon, const char *run_id, const char *box)
-{
-	char path[TEST_PATH_MAX];
-	bool seen = false;
-	long status;
-
-	snprintf(path, sizeof(path), "/v1/runs/%s/telemetry?stage_name=%s", run_id, box);
-	for (int i = 0; i < SERVE_WAIT_ROUNDS && !seen; i++) {
-		json_t *answer = call(daemon, "GET", path, NULL, &status);
-		json_t *sample;
-		size_t index;
-
-		json_array_foreach(json_object_get(answer, "samples"), index, sample) {
-			json_t *guest = json_object_get(sample, "guest");
-
-			if (json_integer_value(json_object_get(guest, "memory_total_bytes")) > 0 &&
-			    json_is_number(json_object_get(guest, "cpu_percent")))
-				seen = true;
-		}
-		json_decref(answer);
-		if (!seen)
-			serve_pause();
-	}
-	return seen;
 }
 
 static void test_service_agent_stops_on_request(void)

@@ -9,8 +9,10 @@ the directory it replaced is a file, the root is the overlay (writes land in mem
 /workspace and the sandbox user's home work. `fork --image` then boots a parent from the
 cached image and restores two children from its snapshot (the snapshot names the read-only
 rootfs, which each child reopens), all three reading the image's files. The pulled image is
-listed, and a reference to a tampered image is refused by `exec --image` with a digest error
-before any VM boots.
+listed; `snapshot create --image` saves a named snapshot on the image's root (its config hash
+differs from a snapshot without the image) and `exec --snapshot ID` restores it there; and a
+reference to a tampered image is refused by `exec --image` with a digest error before any VM
+boots.
 
 The L1 boots with its loopback interface down: it is brought up first when it is.
 The pull goes into a private VOIDBOX_HOME (the shared one is read-only inside L1); the kernel
@@ -20,6 +22,7 @@ VOID_BOX_INITRAMFS unless those are set already.
 usage: vm_oci.py PATH-TO-VOIDBOX
 """
 
+import json
 import os
 import subprocess
 import sys
@@ -109,11 +112,39 @@ def run_checks(voidbox, fixture, work):
           "fork --image: the parent and two children run on the image's root",
           "status %d: %s %s" % (r.returncode, r.stdout[-1500:], r.stderr[-1500:]))
 
+    check_named_snapshot(voidbox, env, ref)
+
     tampered = fixture.anon.address + "/" + fx.TAMPERED_REPO + ":" + fx.TAG
     r = subprocess.run([voidbox, "exec", "--image", tampered, "--", "true"], env=env,
                        capture_output=True, text=True)
     check(r.returncode != 0 and "digest mismatch" in r.stderr,
           "exec --image refuses a tampered image before booting", r.stderr[-500:])
+
+
+def check_named_snapshot(voidbox, env, ref):
+    """snapshot create --image saves a VM on the image's root; exec --snapshot restores it there."""
+    r = subprocess.run([voidbox, "--output", "json", "snapshot", "create", "--image", ref, "--",
+                        "sh", "-c", "echo saved > /tmp/before-snapshot"],
+                       env=env, capture_output=True, text=True)
+    check(r.returncode == 0, "snapshot create --image saves a VM booted from the image",
+          "status %d: %s" % (r.returncode, r.stderr[-1500:]))
+    if r.returncode != 0:
+        return
+    created = json.loads(r.stdout)
+    r = subprocess.run([voidbox, "--output", "json", "snapshot", "create", "--", "true"],
+                       env=env, capture_output=True, text=True)
+    plain = json.loads(r.stdout).get("config_hash") if r.returncode == 0 else None
+    check(plain is not None and plain != created["config_hash"],
+          "the config hash of a snapshot on the image differs from one without it",
+          "status %d: %s %s" % (r.returncode, r.stdout[-500:], r.stderr[-500:]))
+    r = subprocess.run([voidbox, "exec", "--snapshot", created["id"], "--", "sh", "-c",
+                        "cat /etc/os-release /tmp/before-snapshot; "
+                        "test ! -e /etc/deleted-file && echo CHECK-gone"],
+                       env=env, capture_output=True, text=True)
+    check(r.returncode == 0 and "ID=voidboxtest" in r.stdout and "saved" in r.stdout and
+          "CHECK-gone" in r.stdout,
+          "exec --snapshot restores the named snapshot on the image's root",
+          "status %d: %s %s" % (r.returncode, r.stdout[-1500:], r.stderr[-1500:]))
 
 
 if __name__ == "__main__":
