@@ -10,8 +10,9 @@
  * or faulted back copy-on-write (most of an exec's cost in an emulated guest). Sharing
  * memory makes the child stricter still: it writes nothing but its own stack and errno, and
  * it changes its credentials with raw system calls, because libc's setuid/setgid/setgroups
- * signal every thread of the process they believe they run in (the agent's, here) to change
- * theirs too. The parent blocks every signal around the clone, so no agent signal handler
+ * broadcast the change to every thread of the process they believe they run in: they lock,
+ * mark and signal the agent's own thread list, which a child sharing that memory must not
+ * touch. The parent blocks every signal around the clone, so no agent signal handler
  * can run on the child's stack before the child resets the dispositions.
  */
 #include "spawn.h"
@@ -356,7 +357,7 @@ void spawn_child_exec(const struct spawn_plan *plan, int report_fd)
 	    (plan->apply_fsize_limit &&
 	     spawn_set_limit(RLIMIT_FSIZE, plan->limits.max_file_size) < 0))
 		spawn_child_fail(report_fd, SPAWN_STAGE_RLIMIT);
-	/* Raw calls: the libc wrappers would signal the agent's threads when memory is shared. */
+	/* Raw calls: the libc wrappers would walk the agent's thread list, shared with us. */
 	if (plan->drop_privileges &&
 	    (spawn_drop_bounding_set() < 0 ||
 	     syscall(SYS_setgroups, 1, sandbox_groups) < 0 ||
