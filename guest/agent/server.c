@@ -8,6 +8,7 @@
 
 #include "agent_log.h"
 #include "exec.h"
+#include "policy.h"
 #include "frame_reader.h"
 #include "proto/protocol.h"
 #include "pty_session.h"
@@ -108,7 +109,11 @@ static int server_handshake(struct agent_conn *conn)
 		err = restore_authenticate_rekey(ctx, ping.proof, nonce, conn->fd,
 						 frame.payload + PROTO_PING_SIZE,
 						 frame.len - PROTO_PING_SIZE);
-		pong.flags |= err == 0 ? PROTO_FLAG_REKEY : 0;
+		if (err == 0) {
+			/* the new session may set its policy once, as after a WriteFile rekey */
+			policy_store_reopen(ctx->policy);
+			pong.flags |= PROTO_FLAG_REKEY;
+		}
 	} else {
 		err = restore_authenticate(ctx, ping.proof, nonce, conn->fd);
 	}

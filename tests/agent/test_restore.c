@@ -26,6 +26,9 @@
 #define NEW_SECRET_HEX "fedcba9876543210fedcba9876543210fedcba9876543210fedcba9876543210"
 #define THIRD_SECRET_HEX "1111111111111111222222222222222233333333333333334444444444444444"
 #define OTHER_SECRET_HEX "5555555555555555666666666666666677777777777777778888888888888888"
+#define POLICY_MAX_OPEN_FILES 1024
+#define POLICY_MAX_PROCESSES 512
+#define POLICY_MAX_FILE_SIZE (100 * 1024 * 1024)
 #define REKEY_JSON(secret_hex) \
 	"{\"secret_hex\": \"" secret_hex "\", \"rng_seed_b64\": \"c2VlZA==\", " \
 	"\"clock_ns\": 1700000000000000000}"
@@ -176,14 +179,32 @@ static int connect_with_rekey(const char *secret_hex, const char *new_hex, const
 	return rc;
 }
 
-/* Runs after the WriteFile rekey above: the session secret is NEW_SECRET_HEX. */
+/*
+ * Runs after the WriteFile rekey above: the session secret is NEW_SECRET_HEX. A session's
+ * policy is set once; the handshake rekey starts a new session, which may set its own.
+ */
 static void test_rekey_in_handshake_survives_a_lost_pong(void)
 {
-	bool applied;
+	struct proto_set_policy policy = {
+		.allow_all_commands = true, .max_open_files = POLICY_MAX_OPEN_FILES,
+		.max_processes = POLICY_MAX_PROCESSES, .max_file_size = POLICY_MAX_FILE_SIZE,
+	};
+	uint8_t third[PROTO_SECRET_SIZE];
+	struct control_channel *ch = channel_with(NEW_SECRET_HEX);
+	bool applied = false;
 
-	CHECK_INT_EQ(connect_with_rekey(NEW_SECRET_HEX, THIRD_SECRET_HEX,
-					REKEY_JSON(THIRD_SECRET_HEX), &applied), 0);
+	CHECK(ch != NULL);
+	CHECK_INT_EQ(control_channel_set_policy(ch, &policy, CONTROL_CHANNEL_TIMEOUT_DEFAULT), 0);
+	CHECK(control_channel_set_policy(ch, &policy, CONTROL_CHANNEL_TIMEOUT_DEFAULT) < 0);
+	control_channel_destroy(ch);
+	ch = channel_with(NEW_SECRET_HEX);
+	CHECK(ch && proto_secret_from_hex(THIRD_SECRET_HEX, third) == 0);
+	CHECK_INT_EQ(control_channel_connect_rekey(ch, REKEY_JSON(THIRD_SECRET_HEX),
+						   strlen(REKEY_JSON(THIRD_SECRET_HEX)), third,
+						   &applied), 0);
 	CHECK(applied);
+	CHECK_INT_EQ(control_channel_set_policy(ch, &policy, CONTROL_CHANNEL_TIMEOUT_DEFAULT), 0);
+	control_channel_destroy(ch);
 	/* the host whose Pong was lost tries again with the old secret and the same document */
 	CHECK_INT_EQ(connect_with_rekey(NEW_SECRET_HEX, THIRD_SECRET_HEX,
 					REKEY_JSON(THIRD_SECRET_HEX), &applied), 0);
