@@ -621,6 +621,12 @@ static double sb_median(const double *values, unsigned int n)
 	return boot_percentile(copy, n, 50);
 }
 
+/* a / b, or 0 when b is not a measurement */
+static double sb_ratio(double a, double b)
+{
+	return b > 0 ? a / b : 0.0;
+}
+
 static void sb_print(const struct sb_options *o, const struct sb_figures *f)
 {
 	double cold = sb_median(f->cold_ms, o->runs), restore = sb_median(f->restore_ms, o->runs);
@@ -629,9 +635,9 @@ static void sb_print(const struct sb_options *o, const struct sb_figures *f)
 	printf("snapshot_bench: %u MiB guest, %u runs, medians\n", o->memory_mb, o->runs);
 	printf("  voidbox cold boot -> first exec     %9.1f ms\n", cold);
 	printf("  voidbox restore -> first exec       %9.1f ms   (%.1fx faster)\n", restore,
-	       restore > 0 ? cold / restore : 0.0);
+	       sb_ratio(cold, restore));
 	printf("  voidbox restore, prefetched -> exec %9.1f ms   (%.1fx faster; %llu pages in %u runs)\n",
-	       prefetch, prefetch > 0 ? cold / prefetch : 0.0,
+	       prefetch, sb_ratio(cold, prefetch),
 	       (unsigned long long)f->working_set_pages, f->working_set_runs);
 	printf("  base snapshot create                %9.1f ms   (%.1f MiB on disk, %.1f MiB apparent)\n",
 	       f->create_ms, (double)f->base_bytes / SB_BYTES_PER_MIB,
@@ -643,7 +649,7 @@ static void sb_print(const struct sb_options *o, const struct sb_figures *f)
 	printf("  fork, per child (%u children)        %9.1f ms   (slowest child's first exec %.1f ms)\n",
 	       o->children, f->fork_ms / o->children, f->child_exec_ms);
 	printf("  fork of %u against one restore        %9.2fx  (%.1f ms against %.1f ms)\n",
-	       o->children, prefetch > 0 ? f->fork_ms / prefetch : 0.0, f->fork_ms, prefetch);
+	       o->children, sb_ratio(f->fork_ms, prefetch), f->fork_ms, prefetch);
 	printf("  idle diff after %d s                  %9.2f MiB (%.2f%% of guest RAM)\n",
 	       SB_IDLE_WAIT_S, (double)f->idle_diff_bytes / SB_BYTES_PER_MIB,
 	       SB_PERCENT * (double)f->idle_diff_bytes / ((double)o->memory_mb * SB_BYTES_PER_MIB));
@@ -660,6 +666,8 @@ static void sb_print(const struct sb_options *o, const struct sb_figures *f)
 static int sb_write_json(const struct sb_options *o, const struct sb_figures *f)
 {
 	json_t *cold = json_array(), *restore = json_array(), *prefetch = json_array(), *root;
+	double cold_median = sb_median(f->cold_ms, o->runs);
+	double prefetch_median = sb_median(f->prefetch_ms, o->runs);
 	int rc;
 
 	for (unsigned int i = 0; i < o->runs; i++) {
@@ -685,6 +693,13 @@ static int sb_write_json(const struct sb_options *o, const struct sb_figures *f)
 		json_object_set_new(root, "idle_diff_bytes",
 				    json_integer((json_int_t)f->idle_diff_bytes));
 		json_object_set_new(root, "idle_wait_s", json_integer(SB_IDLE_WAIT_S));
+		/* the ratios the goals are stated in, from this run's medians */
+		json_object_set_new(root, "ratio_cold_over_restore",
+				    json_real(sb_ratio(cold_median, sb_median(f->restore_ms, o->runs))));
+		json_object_set_new(root, "ratio_cold_over_prefetch",
+				    json_real(sb_ratio(cold_median, prefetch_median)));
+		json_object_set_new(root, "ratio_fork_over_prefetch",
+				    json_real(sb_ratio(f->fork_ms, prefetch_median)));
 	} else {
 		json_decref(prefetch);
 	}

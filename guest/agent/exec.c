@@ -301,10 +301,16 @@ static void exec_finish(struct exec_run *run)
 	exec_send_response(run->job, &response);
 }
 
-static pid_t exec_fork(void *ctx)
+struct exec_clone_args {
+	const struct spawn_plan *plan;
+	int report_fd;
+};
+
+static pid_t exec_clone(void *ctx)
 {
-	(void)ctx;
-	return fork();
+	const struct exec_clone_args *args = ctx;
+
+	return spawn_clone_exec(args->plan, args->report_fd);
 }
 
 /* Opens the three child stdio fds; parent ends go into run. Returns 0 or -errno. */
@@ -363,20 +369,21 @@ static void exec_run_cleanup(struct exec_run *run)
 	free(run->error);
 }
 
-/* Forks and execs; on failure sends the response itself and returns -errno. */
+/*
+ * Starts the child (sharing the agent's memory until it execs, spawn_clone_exec); on failure
+ * sends the response itself and returns -errno.
+ */
 static int exec_spawn(struct exec_run *run, struct spawn_plan *plan)
 {
+	struct exec_clone_args args = { .plan = plan };
 	struct spawn_failure failure;
 	int report[2], err, status;
 	pid_t pid;
 
 	if (pipe2(report, O_CLOEXEC) < 0)
 		return -errno;
-	pid = reaper_fork(exec_fork, NULL, &run->child);
-	if (pid == 0) {
-		close(report[0]);
-		spawn_child_exec(plan, report[1]);
-	}
+	args.report_fd = report[1];
+	pid = reaper_fork(exec_clone, &args, &run->child);
 	close(report[1]);
 	exec_close_child_ends(plan);
 	if (pid < 0) {

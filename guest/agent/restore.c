@@ -37,39 +37,56 @@ static pthread_mutex_t restore_lock = PTHREAD_MUTEX_INITIALIZER;
 static uint64_t restore_generation;
 static bool restore_rekeyed;
 static uint8_t restore_secret[PROTO_SECRET_SIZE];
+/* The secret a handshake rekey replaced: proves a retry of that same rekey (restore.h). */
+static bool restore_has_previous;
+static uint8_t restore_previous[PROTO_SECRET_SIZE];
 static struct restore_conn_entry restore_conns[RESTORE_MAX_CONNS];
 static size_t restore_conn_count;
 
-/* Whether proof answers nonce under the current secret. Caller holds restore_lock. */
-static bool restore_proof_matches_locked(const struct agent_context *ctx,
-					 const uint8_t proof[PROTO_PROOF_SIZE],
-					 const uint8_t nonce[PROTO_NONCE_SIZE])
+/* The secret handshakes are proven with now, or NULL when there is none. Caller locks. */
+static const uint8_t *restore_current_secret_locked(const struct agent_context *ctx)
+{
+	if (restore_rekeyed)
+		return restore_secret;
+	return ctx->has_secret ? ctx->secret : NULL;
+}
+
+/* Whether proof answers nonce under secret (NULL: no). */
+static bool restore_proof_matches(const uint8_t *secret, const uint8_t proof[PROTO_PROOF_SIZE],
+				  const uint8_t nonce[PROTO_NONCE_SIZE])
 {
 	uint8_t expected[PROTO_PROOF_SIZE];
 	bool matches;
 
-	if (!restore_rekeyed && !ctx->has_secret)
+	if (!secret)
 		return false;
-	proto_handshake_proof(restore_rekeyed ? restore_secret : ctx->secret, nonce, expected);
+	proto_handshake_proof(secret, nonce, expected);
 	matches = proto_secret_equal(proof, expected);
 	explicit_bzero(expected, sizeof(expected));
 	return matches;
 }
 
+/* Registers fd at the current generation unless the registry is full. Caller locks. */
+static int restore_register_locked(int fd)
+{
+	if (restore_conn_count >= RESTORE_MAX_CONNS)
+		return -EMFILE;
+	restore_conns[restore_conn_count++] = (struct restore_conn_entry){
+		.fd = fd, .generation = restore_generation,
+	};
+	return 0;
+}
+
 int restore_authenticate(const struct agent_context *ctx, const uint8_t proof[PROTO_PROOF_SIZE],
 			 const uint8_t nonce[PROTO_NONCE_SIZE], int fd)
 {
-	int verdict = 0;
+	int verdict;
 
 	pthread_mutex_lock(&restore_lock);
-	if (!restore_proof_matches_locked(ctx, proof, nonce))
+	if (!restore_proof_matches(restore_current_secret_locked(ctx), proof, nonce))
 		verdict = -EACCES;
-	else if (restore_conn_count >= RESTORE_MAX_CONNS)
-		verdict = -EMFILE;
 	else
-		restore_conns[restore_conn_count++] = (struct restore_conn_entry){
-			.fd = fd, .generation = restore_generation,
-		};
+		verdict = restore_register_locked(fd);
 	pthread_mutex_unlock(&restore_lock);
 	return verdict;
 }
@@ -164,6 +181,32 @@ static void restore_set_clock(uint64_t clock_ns)
 		agent_warn("restore: cannot set the clock: %s", strerror(errno));
 }
 
+/*
+ * Reseeds, sets the clock and switches to rekey's secret. previous (NULL: none) is the secret
+ * it replaces, kept to recognise a retry of a handshake rekey.
+ */
+static void restore_apply_decoded(const struct proto_rekey *rekey, bool in_vm,
+				  const uint8_t *previous)
+{
+	if (in_vm) {
+		restore_drain_hwrng();
+		restore_add_entropy(rekey->seed, rekey->seed_len);
+		restore_set_clock(rekey->clock_ns);
+	}
+	pthread_mutex_lock(&restore_lock);
+	restore_has_previous = previous != NULL;
+	if (previous)
+		memcpy(restore_previous, previous, sizeof(restore_previous));
+	else
+		explicit_bzero(restore_previous, sizeof(restore_previous));
+	memcpy(restore_secret, rekey->secret, sizeof(restore_secret));
+	restore_rekeyed = true;
+	restore_generation++;
+	pthread_mutex_unlock(&restore_lock);
+	agent_info("restore: rekeyed%s", in_vm ? ", RNG reseeded, clock set" : " (not PID 1: RNG and "
+		   "clock left alone)");
+}
+
 int restore_apply(const uint8_t *json, size_t len, bool in_vm, char **error)
 {
 	struct proto_rekey rekey;
@@ -173,20 +216,63 @@ int restore_apply(const uint8_t *json, size_t len, bool in_vm, char **error)
 		*error = strdup(why);
 		return -EINVAL;
 	}
-	if (in_vm) {
-		restore_drain_hwrng();
-		restore_add_entropy(rekey.seed, rekey.seed_len);
-		restore_set_clock(rekey.clock_ns);
+	restore_apply_decoded(&rekey, in_vm, NULL);
+	explicit_bzero(&rekey, sizeof(rekey));
+	return 0;
+}
+
+/*
+ * Whether proof, which failed under the current secret, is a retry of the handshake rekey
+ * that installed it: proven with the secret that rekey replaced and carrying the very secret
+ * it installed. Caller holds restore_lock.
+ */
+static bool restore_is_rekey_retry_locked(const struct proto_rekey *rekey,
+					  const uint8_t proof[PROTO_PROOF_SIZE],
+					  const uint8_t nonce[PROTO_NONCE_SIZE])
+{
+	return restore_rekeyed && restore_has_previous &&
+	       proto_secret_equal(rekey->secret, restore_secret) &&
+	       restore_proof_matches(restore_previous, proof, nonce);
+}
+
+int restore_authenticate_rekey(const struct agent_context *ctx,
+			       const uint8_t proof[PROTO_PROOF_SIZE],
+			       const uint8_t nonce[PROTO_NONCE_SIZE], int fd, const uint8_t *json,
+			       size_t len)
+{
+	uint8_t previous[PROTO_SECRET_SIZE];
+	struct proto_rekey rekey;
+	const char *why = "?";
+	const uint8_t *current;
+	bool accepted = true, retry = false;
+	int verdict;
+
+	if (proto_rekey_decode(json, len, &rekey, &why) < 0) {
+		agent_warn("handshake: closing: malformed rekey document in Ping: %s", why);
+		return -EINVAL;
 	}
 	pthread_mutex_lock(&restore_lock);
-	memcpy(restore_secret, rekey.secret, sizeof(restore_secret));
-	restore_rekeyed = true;
-	restore_generation++;
+	current = restore_current_secret_locked(ctx);
+	if (restore_proof_matches(current, proof, nonce)) {
+		memcpy(previous, current, sizeof(previous));
+	} else if (restore_is_rekey_retry_locked(&rekey, proof, nonce)) {
+		/* a retry keeps the secret the first attempt replaced */
+		memcpy(previous, restore_previous, sizeof(previous));
+		retry = true;
+	} else {
+		accepted = false;
+	}
+	verdict = accepted ? restore_register_locked(fd) : -EACCES;
 	pthread_mutex_unlock(&restore_lock);
+	if (verdict == 0) {
+		if (retry)
+			agent_info("restore: the host repeated its rekey (its Pong was lost)");
+		restore_apply_decoded(&rekey, ctx->is_pid1, previous);
+		restore_retire_stale_connections(fd);
+	}
+	explicit_bzero(previous, sizeof(previous));
 	explicit_bzero(&rekey, sizeof(rekey));
-	agent_info("restore: rekeyed%s", in_vm ? ", RNG reseeded, clock set" : " (not PID 1: RNG and "
-		   "clock left alone)");
-	return 0;
+	return verdict;
 }
 
 void restore_retire_stale_connections(int rekeying_fd)

@@ -1,7 +1,8 @@
 /*
- * Clone hygiene after a snapshot restore or fork. The host rekeys a restored guest with one
- * WriteFile to the reserved path RESTORE_REKEY_PATH carrying {"secret_hex", "rng_seed_b64",
- * "clock_ns"}; the agent never writes that file. It mixes the seed into the kernel's pool,
+ * Clone hygiene after a snapshot restore or fork. The host rekeys a restored guest with the
+ * document {"secret_hex", "rng_seed_b64", "clock_ns"} in the Ping of its first handshake
+ * (proven with the snapshot's secret), or, from an older host, with one WriteFile to the
+ * reserved path RESTORE_REKEY_PATH; the agent never writes that file. It mixes the seed into the kernel's pool,
  * steps CLOCK_REALTIME, switches the session secret for new connections, closes every other
  * connection that authenticated before the switch, and answers on the rekeying connection,
  * which stays open: it is the host's (only the host reaches the guest's vsock), and keeping
@@ -45,6 +46,20 @@ bool restore_is_rekey_path(const char *path);
  * On success the caller calls restore_retire_stale_connections(its own fd) before answering.
  */
 int restore_apply(const uint8_t *json, size_t len, bool in_vm, char **error);
+/*
+ * The rekey carried in a Ping (PROTO_FLAG_REKEY, docs/protocol.md §3): authenticates like
+ * restore_authenticate, then applies json (in the VM when ctx->is_pid1) and retires every
+ * other connection, so fd is the only one of the new session. A Ping whose proof fails under
+ * the current secret is still accepted when it repeats the handshake rekey that installed
+ * that secret: proven with the secret that rekey replaced and carrying the same new secret.
+ * That is the host retrying after a lost Pong; it proves knowledge of the new secret, so it
+ * grants nothing the new secret does not. -EINVAL: malformed document; -EACCES, -EMFILE as
+ * restore_authenticate.
+ */
+int restore_authenticate_rekey(const struct agent_context *ctx,
+			       const uint8_t proof[PROTO_PROOF_SIZE],
+			       const uint8_t nonce[PROTO_NONCE_SIZE], int fd, const uint8_t *json,
+			       size_t len);
 /*
  * Shuts down every connection authenticated before the latest rekey except rekeying_fd, which
  * moves to the new secret's generation and stays usable. One locked step.

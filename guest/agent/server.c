@@ -8,6 +8,7 @@
 
 #include "agent_log.h"
 #include "exec.h"
+#include "policy.h"
 #include "frame_reader.h"
 #include "proto/protocol.h"
 #include "pty_session.h"
@@ -35,7 +36,6 @@
 #define SERVER_HANDSHAKE_TIMEOUT_SECS 30
 #define SERVER_SEND_TIMEOUT_SECS 60
 #define SERVER_ACCEPT_BACKOFF_NS (100 * 1000 * 1000L)
-#define SERVER_PREAUTH_MAX_PAYLOAD 1024u
 
 
 static void server_sleep_ns(long ns)
@@ -68,8 +68,9 @@ static int server_send_challenge(struct agent_conn *conn, uint8_t nonce[PROTO_NO
 }
 
 /*
- * Challenge, Ping with the proof over it, Pong (docs/protocol.md §3). Returns 0 once the peer
- * is authenticated and has received the Pong.
+ * Challenge, Ping with the proof over it, Pong (docs/protocol.md §3); a Ping flagged
+ * PROTO_FLAG_REKEY carries a restored guest's rekey, applied before the Pong confirms it.
+ * Returns 0 once the peer is authenticated and has received the Pong.
  */
 static int server_handshake(struct agent_conn *conn)
 {
@@ -87,7 +88,7 @@ static int server_handshake(struct agent_conn *conn)
 	server_set_timeout(conn->fd, SO_RCVTIMEO, SERVER_HANDSHAKE_TIMEOUT_SECS);
 	if (server_send_challenge(conn, nonce) < 0)
 		return -EPROTO;
-	result = frame_reader_read(conn->fd, false, SERVER_PREAUTH_MAX_PAYLOAD, &frame, &why);
+	result = frame_reader_read(conn->fd, false, PROTO_PREAUTH_MAX_PAYLOAD, &frame, &why);
 	if (result != FRAME_OK) {
 		agent_warn("handshake: closing: %s", result == FRAME_EOF ? "peer closed" : why);
 		return -EPROTO;
@@ -100,7 +101,24 @@ static int server_handshake(struct agent_conn *conn)
 		agent_warn("handshake: closing: malformed Ping");
 		goto out;
 	}
-	err = restore_authenticate(ctx, ping.proof, nonce, conn->fd);
+	if (ping.flags & PROTO_FLAG_REKEY) {
+		if (frame.len <= PROTO_PING_SIZE) {
+			agent_warn("handshake: closing: a rekeying Ping without its document");
+			goto out;
+		}
+		err = restore_authenticate_rekey(ctx, ping.proof, nonce, conn->fd,
+						 frame.payload + PROTO_PING_SIZE,
+						 frame.len - PROTO_PING_SIZE);
+		if (err == 0) {
+			/* the new session may set its policy once, as after a WriteFile rekey */
+			policy_store_reopen(ctx->policy);
+			pong.flags |= PROTO_FLAG_REKEY;
+		}
+	} else {
+		err = restore_authenticate(ctx, ping.proof, nonce, conn->fd);
+	}
+	if (err == -EINVAL)
+		goto out;
 	if (err == -EMFILE) {
 		agent_warn("handshake: closing: %d connections are open already; close one first",
 			   RESTORE_MAX_CONNS);

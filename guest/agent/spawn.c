@@ -4,6 +4,16 @@
  * child's PATH is the request's business (it decides what the child itself runs later); the
  * program the agent execs is looked up through a fixed path instead. The child
  * side is strictly async-signal-safe (no malloc, no stdio) because the agent is multithreaded.
+ *
+ * An exec's child is started with clone(CLONE_VM | CLONE_VFORK) on a stack of its own: it
+ * shares the agent's memory until execve, so nothing of the agent's page tables is copied
+ * or faulted back copy-on-write (most of an exec's cost in an emulated guest). Sharing
+ * memory makes the child stricter still: it writes nothing but its own stack and errno, and
+ * it changes its credentials with raw system calls, because libc's setuid/setgid/setgroups
+ * broadcast the change to every thread of the process they believe they run in: they lock,
+ * mark and signal the agent's own thread list, which a child sharing that memory must not
+ * touch. The parent blocks every signal around the clone, so no agent signal handler
+ * can run on the child's stack before the child resets the dispositions.
  */
 #include "spawn.h"
 
@@ -18,11 +28,20 @@
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
+#include <sched.h>
+#include <signal.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #define SPAWN_EXIT_FAILURE 127
 #define SPAWN_ENV_INITIAL_CAPACITY 32
+/*
+ * The cloned child's stack: it runs spawn_child_exec only (a few frames of syscalls), but a
+ * sanitized build's frames are several times larger; pages are touched only as used.
+ */
+#define SPAWN_CHILD_STACK_SIZE (256 * 1024)
 #define SPAWN_PTY_TERM "xterm-256color"
 #define SPAWN_PTY_PATH_PREFIX AGENT_SANDBOX_HOME "/.local/bin:/usr/local/bin"
 #define SPAWN_REQUIRED_PATH_DIR "/usr/local/bin"
@@ -338,9 +357,12 @@ void spawn_child_exec(const struct spawn_plan *plan, int report_fd)
 	    (plan->apply_fsize_limit &&
 	     spawn_set_limit(RLIMIT_FSIZE, plan->limits.max_file_size) < 0))
 		spawn_child_fail(report_fd, SPAWN_STAGE_RLIMIT);
+	/* Raw calls: the libc wrappers would walk the agent's thread list, shared with us. */
 	if (plan->drop_privileges &&
-	    (spawn_drop_bounding_set() < 0 || setgroups(1, sandbox_groups) < 0 ||
-	     setgid(AGENT_SANDBOX_GID) < 0 || setuid(AGENT_SANDBOX_UID) < 0))
+	    (spawn_drop_bounding_set() < 0 ||
+	     syscall(SYS_setgroups, 1, sandbox_groups) < 0 ||
+	     syscall(SYS_setgid, AGENT_SANDBOX_GID) < 0 ||
+	     syscall(SYS_setuid, AGENT_SANDBOX_UID) < 0))
 		spawn_child_fail(report_fd, SPAWN_STAGE_CREDENTIALS);
 	/* A setuid binary or file capabilities would otherwise undo the uid drop at exec. */
 	if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0)
@@ -350,6 +372,42 @@ void spawn_child_exec(const struct spawn_plan *plan, int report_fd)
 		spawn_child_fail(report_fd, SPAWN_STAGE_CHDIR);
 	execve(plan->path, plan->argv, plan->envp);
 	spawn_child_fail(report_fd, SPAWN_STAGE_EXEC);
+}
+
+struct spawn_clone_args {
+	const struct spawn_plan *plan;
+	int report_fd;
+};
+
+static int spawn_clone_main(void *arg)
+{
+	const struct spawn_clone_args *args = arg;
+
+	spawn_child_exec(args->plan, args->report_fd);
+}
+
+pid_t spawn_clone_exec(const struct spawn_plan *plan, int report_fd)
+{
+	struct spawn_clone_args args = { .plan = plan, .report_fd = report_fd };
+	sigset_t all, saved;
+	void *stack;
+	pid_t pid;
+	int saved_errno;
+
+	stack = mmap(NULL, SPAWN_CHILD_STACK_SIZE, PROT_READ | PROT_WRITE,
+		     MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
+	if (stack == MAP_FAILED)
+		return -1;
+	sigfillset(&all);
+	pthread_sigmask(SIG_SETMASK, &all, &saved);
+	/* Returns once the child has exec'd or exited: its stack is free again then. */
+	pid = clone(spawn_clone_main, (char *)stack + SPAWN_CHILD_STACK_SIZE,
+		    CLONE_VM | CLONE_VFORK | SIGCHLD, &args);
+	saved_errno = errno;
+	pthread_sigmask(SIG_SETMASK, &saved, NULL);
+	munmap(stack, SPAWN_CHILD_STACK_SIZE);
+	errno = saved_errno;
+	return pid;
 }
 
 char *spawn_failure_message(const char *program, const struct spawn_failure *failure)

@@ -11,6 +11,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <sys/types.h>
 
 #include "policy.h"
 #include "proto/protocol.h"
@@ -70,8 +71,18 @@ int spawn_plan_build(struct spawn_plan *plan, const struct spawn_request *reques
 		     bool drop_privileges, char **error);
 void spawn_plan_free(struct spawn_plan *plan);
 
-/* Runs in the forked child; never returns. report_fd is the close-on-exec error pipe. */
+/*
+ * Runs in the child (forked, or cloned by spawn_clone_exec); never returns. report_fd is the
+ * close-on-exec error pipe. Touches no memory but its stack and errno, so it is safe in a
+ * child that shares the agent's memory.
+ */
 void spawn_child_exec(const struct spawn_plan *plan, int report_fd) __attribute__((noreturn));
+/*
+ * Starts spawn_child_exec in a child that shares the agent's memory until it execs
+ * (CLONE_VM | CLONE_VFORK): no page tables copied. Returns the child's pid once it has
+ * exec'd or failed (the failure is in report_fd), or -1 with errno set.
+ */
+pid_t spawn_clone_exec(const struct spawn_plan *plan, int report_fd);
 
 /* Formats a child failure for the user ("Failed to spawn 'x': chdir: No such file ..."). */
 char *spawn_failure_message(const char *program, const struct spawn_failure *failure);

@@ -6,6 +6,8 @@
  * transient failure (connect refused, no Challenge or Pong in time, EOF) is retried with a doubling backoff
  * until the deadline, while a Pong that proves the agent speaks another protocol ends the loop
  * at once: retrying cannot fix a version mismatch, and the user must hear about it.
+ * A restored guest's rekey can ride in the Ping (struct agent_rekey), so switching its secret
+ * costs no round trip of its own.
  *
  * Every wait is bounded: a connect attempt gets at most CONNECT_ATTEMPT_MAX_MS, and the Pong
  * read polls with the time left, so a guest that sends half a frame and stops costs one
@@ -109,12 +111,14 @@ static int handshake_read_challenge(int fd, int timeout_ms, uint8_t nonce[PROTO_
  * Answers the agent's Challenge with Ping (the proof over its nonce, never the secret) and
  * validates Pong; *kind says whether a failure is worth retrying.
  */
-static int handshake_run(const struct control_channel_config *cfg, int fd, int pong_timeout_ms,
-			 enum handshake_outcome_kind *kind, char *reason, size_t reason_len)
+static int handshake_run(const struct control_channel_config *cfg, struct agent_rekey *rekey,
+			 int fd, int pong_timeout_ms, enum handshake_outcome_kind *kind,
+			 char *reason, size_t reason_len)
 {
 	struct proto_ping ping = { .version = PROTO_VERSION,
 				   .flags = PROTO_FLAG_SUPPORTS_MULTIPLEX };
-	uint8_t ping_body[PROTO_PING_SIZE], nonce[PROTO_NONCE_SIZE];
+	uint8_t ping_body[PROTO_PREAUTH_MAX_PAYLOAD], nonce[PROTO_NONCE_SIZE];
+	size_t ping_len = PROTO_PING_SIZE;
 	struct proto_frame frame;
 	struct proto_pong pong;
 	int rc;
@@ -124,11 +128,16 @@ static int handshake_run(const struct control_channel_config *cfg, int fd, int p
 	if (rc < 0)
 		return rc;
 	proto_handshake_proof(cfg->secret, nonce, ping.proof);
+	if (rekey) {
+		ping.flags |= PROTO_FLAG_REKEY;
+		memcpy(ping_body + PROTO_PING_SIZE, rekey->doc, rekey->len);
+		ping_len += rekey->len;
+	}
 	proto_ping_encode(&ping, ping_body);
 	rc = set_socket_timeout(fd, SO_SNDTIMEO, SEND_TIMEOUT_MS);
 	if (rc == 0)
-		rc = proto_frame_write(fd, PROTO_MSG_PING, false, 0, ping_body, sizeof(ping_body));
-	memset(ping_body, 0, sizeof(ping_body));
+		rc = proto_frame_write(fd, PROTO_MSG_PING, false, 0, ping_body, ping_len);
+	explicit_bzero(ping_body, ping_len);
 	memset(&ping, 0, sizeof(ping));
 	if (rc < 0) {
 		snprintf(reason, reason_len, "sending Ping failed: %s", strerror(-rc));
@@ -172,6 +181,8 @@ static int handshake_run(const struct control_channel_config *cfg, int fd, int p
 		*kind = HANDSHAKE_FATAL;
 		return -EPROTONOSUPPORT;
 	}
+	if (rekey)
+		rekey->applied = (pong.flags & PROTO_FLAG_REKEY) != 0;
 	return 0;
 }
 
@@ -214,6 +225,14 @@ int agent_connect(const struct control_channel_config *cfg, int deadline_ms,
 		  int pong_timeout_max_ms, struct agent_connect_cancel *cancel, char *reason,
 		  size_t reason_len)
 {
+	return agent_connect_rekey(cfg, NULL, deadline_ms, pong_timeout_max_ms, cancel, reason,
+				   reason_len);
+}
+
+int agent_connect_rekey(const struct control_channel_config *cfg, struct agent_rekey *rekey,
+			int deadline_ms, int pong_timeout_max_ms,
+			struct agent_connect_cancel *cancel, char *reason, size_t reason_len)
+{
 	long long deadline = (long long)clock_monotonic_ms() + deadline_ms;
 	int backoff = CONNECT_BACKOFF_START_MS;
 	int pong_timeout = PONG_TIMEOUT_START_MS;
@@ -221,6 +240,11 @@ int agent_connect(const struct control_channel_config *cfg, int deadline_ms,
 	unsigned attempts = 0;
 	char last_reason[256] = "no attempt finished";
 
+	if (rekey && rekey->len > PROTO_PREAUTH_MAX_PAYLOAD - PROTO_PING_SIZE) {
+		snprintf(reason, reason_len, "the rekey document (%zu bytes) does not fit in a Ping",
+			 rekey->len);
+		return -EMSGSIZE;
+	}
 	for (;;) {
 		long long remaining = deadline - (long long)clock_monotonic_ms();
 		enum handshake_outcome_kind kind = HANDSHAKE_RETRY;
@@ -249,7 +273,8 @@ int agent_connect(const struct control_channel_config *cfg, int deadline_ms,
 				close(fd);
 				goto cancelled;
 			}
-			rc = handshake_run(cfg, fd, wait, &kind, last_reason, sizeof(last_reason));
+			rc = handshake_run(cfg, rekey, fd, wait, &kind, last_reason,
+					   sizeof(last_reason));
 			if (!connect_track(cancel, -1)) {
 				close(fd);
 				goto cancelled;

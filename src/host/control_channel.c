@@ -414,8 +414,12 @@ static struct channel_conn *channel_current(struct control_channel *ch)
 	return conn;
 }
 
-/* Returns a referenced live connection, establishing one if needed. */
-static int channel_acquire(struct control_channel *ch, struct channel_conn **out)
+/*
+ * Returns a referenced live connection, establishing one if needed (with rekey in its Ping
+ * when not NULL).
+ */
+static int channel_establish(struct control_channel *ch, struct agent_rekey *rekey,
+			     struct channel_conn **out)
 {
 	char reason[CONTROL_CHANNEL_ERROR_MAX];
 	struct channel_conn *old, *conn = NULL;
@@ -436,8 +440,8 @@ static int channel_acquire(struct control_channel *ch, struct channel_conn **out
 	pthread_mutex_unlock(&ch->lock);
 	conn_retire(old);
 
-	fd = agent_connect(&ch->cfg, agent_connect_deadline_ms(&ch->cfg),
-			   CHANNEL_PONG_TIMEOUT_MAX_MS, &ch->cancel, reason, sizeof(reason));
+	fd = agent_connect_rekey(&ch->cfg, rekey, agent_connect_deadline_ms(&ch->cfg),
+				 CHANNEL_PONG_TIMEOUT_MAX_MS, &ch->cancel, reason, sizeof(reason));
 	if (fd < 0) {
 		pthread_mutex_unlock(&ch->establish_lock);
 		return control_channel_fail(fd, "%s", reason);
@@ -456,6 +460,11 @@ static int channel_acquire(struct control_channel *ch, struct channel_conn **out
 	pthread_mutex_unlock(&ch->establish_lock);
 	*out = conn;
 	return 0;
+}
+
+static int channel_acquire(struct control_channel *ch, struct channel_conn **out)
+{
+	return channel_establish(ch, NULL, out);
 }
 
 static int conn_send(struct channel_conn *conn, uint8_t type, uint32_t request_id,
@@ -1059,6 +1068,22 @@ static void conn_expect_end(struct channel_conn *conn)
 	pthread_mutex_lock(&conn->lock);
 	conn->closing = true;
 	pthread_mutex_unlock(&conn->lock);
+}
+
+int control_channel_connect_rekey(struct control_channel *ch, const void *doc, size_t len,
+				  const uint8_t new_secret[PROTO_SECRET_SIZE], bool *applied)
+{
+	struct agent_rekey rekey = { .doc = doc, .len = len };
+	struct channel_conn *conn = NULL;
+	int rc = channel_establish(ch, &rekey, &conn);
+
+	*applied = rc == 0 && rekey.applied;
+	if (rc < 0)
+		return rc;
+	conn_put(conn);
+	if (*applied)
+		control_channel_set_secret(ch, new_secret);
+	return 0;
 }
 
 void control_channel_set_secret(struct control_channel *ch,

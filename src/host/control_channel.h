@@ -113,6 +113,15 @@ int control_channel_file_stat(struct control_channel *ch, const char *path,
 			      struct proto_file_stat_response *out, int timeout_ms);
 /* Round trip of SnapshotReady: returns once the agent has echoed it. */
 int control_channel_snapshot_ready(struct control_channel *ch, int timeout_ms);
+/*
+ * Establishes the connection now with the rekey document doc (docs/protocol.md §4.2) in its
+ * Ping, proven with the channel's current secret; once the agent confirms it (*applied), the
+ * channel switches to new_secret, which doc carries. An agent that predates the rekey in the
+ * handshake leaves *applied false on a connection authenticated with the old secret, and the
+ * caller rekeys with WriteFile instead. Returns 0 or -errno (last_error says why).
+ */
+int control_channel_connect_rekey(struct control_channel *ch, const void *doc, size_t len,
+				  const uint8_t new_secret[PROTO_SECRET_SIZE], bool *applied);
 /* The secret later connections authenticate with (after a rekey); the current one stays. */
 void control_channel_set_secret(struct control_channel *ch,
 				const uint8_t secret[PROTO_SECRET_SIZE]);

@@ -27,6 +27,13 @@
 #define PROTO_REQUEST_ID_SIZE 4
 #define PROTO_VERSION 3u
 #define PROTO_FLAG_SUPPORTS_MULTIPLEX 0x01u
+/*
+ * Ping: the rekey document (§4.2) follows the 37 bytes; Pong: the agent applied it. Ends a
+ * restored guest's rekey with the handshake's own round trip (docs/protocol.md §3).
+ */
+#define PROTO_FLAG_REKEY 0x02u
+/* The largest payload the agent reads before a connection has authenticated (a Ping). */
+#define PROTO_PREAUTH_MAX_PAYLOAD 1024u
 #define PROTO_SECRET_SIZE 32
 /* The agent's challenge (a fresh random nonce) and the host's proof (HMAC-SHA256) over it. */
 #define PROTO_NONCE_SIZE 32

@@ -217,8 +217,14 @@ static void sandbox_confine_channel_reader(void)
 }
 
 /* connect_deadline_ms: how long the handshake may retry; 0 is the channel's default. */
-static int sandbox_open_channel(struct sandbox *sandbox, int connect_deadline_ms, char *err,
-				size_t errlen)
+/*
+ * Creates the control channel and connects with sandbox->secret. A restore passes its rekey
+ * (rekey_json, carrying new_secret) to ride in the handshake's Ping; *rekeyed then says whether
+ * the agent applied it and the channel moved to new_secret.
+ */
+static int sandbox_open_channel(struct sandbox *sandbox, int connect_deadline_ms,
+				const char *rekey_json, const uint8_t *new_secret, bool *rekeyed,
+				char *err, size_t errlen)
 {
 	struct control_channel_config channel_cfg;
 	int rc;
@@ -239,7 +245,11 @@ static int sandbox_open_channel(struct sandbox *sandbox, int connect_deadline_ms
 		snprintf(err, errlen, "cannot create the control channel: out of memory");
 		return -ENOMEM;
 	}
-	rc = control_channel_connect(sandbox->channel);
+	if (rekey_json)
+		rc = control_channel_connect_rekey(sandbox->channel, rekey_json, strlen(rekey_json),
+						   new_secret, rekeyed);
+	else
+		rc = control_channel_connect(sandbox->channel);
 	if (rc == -ECHILD && sandbox_vm_ended(sandbox))
 		return sandbox_describe_stop(sandbox, err, errlen);
 	if (rc == -ETIMEDOUT)
@@ -470,7 +480,8 @@ int sandbox_start(const struct sandbox_config *cfg, struct sandbox **out, char *
 		snprintf(err, errlen, "the VM did not start: %s", strerror(-rc));
 		goto fail;
 	}
-	rc = sandbox_open_channel(sandbox, sandbox_boot_timeout_ms(cfg), err, errlen);
+	rc = sandbox_open_channel(sandbox, sandbox_boot_timeout_ms(cfg), NULL, NULL, NULL, err,
+				  errlen);
 	if (rc < 0)
 		goto fail;
 	if (!cfg->policy)
@@ -580,18 +591,18 @@ void sandbox_destroy(struct sandbox *sandbox, bool keep_serial_log)
 #define SANDBOX_NSEC_PER_SEC 1000000000ULL
 #define SANDBOX_NSEC_PER_MSEC 1000000ULL
 
-/* The rekey document: a fresh secret (also stored in sandbox->secret), seed and clock. */
-static int sandbox_rekey_document(struct sandbox *sandbox, char **json)
+/* The rekey document: a fresh secret (also returned in new_secret), seed and clock. */
+static int sandbox_rekey_document(uint8_t new_secret[PROTO_SECRET_SIZE], char **json)
 {
 	struct proto_rekey rekey = { .seed_len = SANDBOX_RNG_SEED_BYTES };
 	struct timespec now;
 	int rc;
 
-	if (getrandom(sandbox->secret, sizeof(sandbox->secret), 0) != sizeof(sandbox->secret) ||
+	if (getrandom(new_secret, PROTO_SECRET_SIZE, 0) != PROTO_SECRET_SIZE ||
 	    getrandom(rekey.seed, rekey.seed_len, 0) != (ssize_t)rekey.seed_len)
 		return -EIO;
 	clock_gettime(CLOCK_REALTIME, &now);
-	memcpy(rekey.secret, sandbox->secret, sizeof(rekey.secret));
+	memcpy(rekey.secret, new_secret, sizeof(rekey.secret));
 	rekey.clock_ns = (uint64_t)now.tv_sec * SANDBOX_NSEC_PER_SEC + (uint64_t)now.tv_nsec;
 	rc = proto_rekey_encode(&rekey, json);
 	explicit_bzero(&rekey, sizeof(rekey));
@@ -599,10 +610,11 @@ static int sandbox_rekey_document(struct sandbox *sandbox, char **json)
 }
 
 /*
- * Connects with the secret the guest answers to now (old_secret) and sends the rekey on that
- * connection, which the agent keeps (it closes every other connection from before the
- * switch); later connections use the new secret. An agent from before that rule closes this
- * connection too, and the channel's next call then reconnects with the new secret.
+ * Connects with the secret the guest answers to now (old_secret), the rekey riding in the
+ * handshake's Ping (docs/protocol.md §3), so the switch costs no round trip of its own. The
+ * agent keeps this connection (it closes every other connection from before the switch);
+ * later connections use the new secret. An agent that predates the rekey in the handshake
+ * answers a plain Pong, and the rekey then goes as a WriteFile on the same connection.
  * As after a cold boot, the handshake itself retries until timeout_ms and stops at once if
  * the VM ends.
  */
@@ -610,28 +622,41 @@ static int sandbox_rekey(struct sandbox *sandbox, const uint8_t old_secret[PROTO
 			 const struct proto_set_policy *policy, int timeout_ms, char *err,
 			 size_t errlen)
 {
+	uint8_t new_secret[PROTO_SECRET_SIZE];
+	bool rekeyed = false;
 	char *json = NULL;
 	int rc;
 
 	memcpy(sandbox->secret, old_secret, sizeof(sandbox->secret));
-	rc = sandbox_open_channel(sandbox, timeout_ms, err, errlen);
+	rc = sandbox_rekey_document(new_secret, &json);
+	if (rc < 0) {
+		snprintf(err, errlen, "cannot draw a new session secret for the restored guest: %s",
+			 strerror(-rc));
+		goto out;
+	}
+	rc = sandbox_open_channel(sandbox, timeout_ms, json, new_secret, &rekeyed, err, errlen);
 	if (rc < 0)
-		return rc;
-	rc = sandbox_rekey_document(sandbox, &json);
-	if (rc == 0)
+		goto out;
+	if (!rekeyed) {
 		rc = control_channel_write_file(sandbox->channel, SANDBOX_REKEY_PATH, json,
 						strlen(json), false, CONTROL_CHANNEL_TIMEOUT_DEFAULT);
+		if (rc < 0) {
+			snprintf(err, errlen, "the restored guest agent refused the new session "
+				 "secret (%s): rebuild the image with this voidbox's agent and take "
+				 "the snapshot again", control_channel_last_error());
+			goto out;
+		}
+		control_channel_set_secret(sandbox->channel, new_secret);
+	}
+	memcpy(sandbox->secret, new_secret, sizeof(sandbox->secret));
+	vm_snapshot_set_secret(sandbox->vm, sandbox->secret);
+out:
+	explicit_bzero(new_secret, sizeof(new_secret));
 	if (json)
 		explicit_bzero(json, strlen(json));
 	free(json);
-	if (rc < 0) {
-		snprintf(err, errlen, "the restored guest agent refused the new session secret "
-			 "(%s): rebuild the image with this voidbox's agent and take the snapshot "
-			 "again", control_channel_last_error());
+	if (rc < 0)
 		return rc;
-	}
-	control_channel_set_secret(sandbox->channel, sandbox->secret);
-	vm_snapshot_set_secret(sandbox->vm, sandbox->secret);
 	/* the rekey opened the new session; its policy goes first, on the same connection */
 	return sandbox_send_policy(sandbox, policy, err, errlen);
 }

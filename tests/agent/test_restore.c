@@ -3,6 +3,9 @@
  * (no VM): a connection with the boot secret sends the rekey WriteFile, gets success and is
  * then closed by the agent; afterwards the boot secret is refused and the new one accepted;
  * a malformed document changes nothing; the reserved file is never written under the root.
+ * The same rekey carried in the handshake's Ping: confirmed by the Pong, repeatable with the
+ * old secret when it carries the same new one (a host retrying after a lost Pong), refused
+ * when the old secret tries to install another.
  */
 #include <errno.h>
 #include <limits.h>
@@ -21,6 +24,14 @@
 
 #define BOOT_SECRET_HEX "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
 #define NEW_SECRET_HEX "fedcba9876543210fedcba9876543210fedcba9876543210fedcba9876543210"
+#define THIRD_SECRET_HEX "1111111111111111222222222222222233333333333333334444444444444444"
+#define OTHER_SECRET_HEX "5555555555555555666666666666666677777777777777778888888888888888"
+#define POLICY_MAX_OPEN_FILES 1024
+#define POLICY_MAX_PROCESSES 512
+#define POLICY_MAX_FILE_SIZE (100 * 1024 * 1024)
+#define REKEY_JSON(secret_hex) \
+	"{\"secret_hex\": \"" secret_hex "\", \"rng_seed_b64\": \"c2VlZA==\", " \
+	"\"clock_ns\": 1700000000000000000}"
 #define REKEY_PATH "/etc/voidbox/restore.json"
 #define AGENT_START_WAIT_MS 5000
 #define POLL_MS 20
@@ -153,6 +164,63 @@ static void test_rekey_switches_secret_and_closes_other_old_connections(void)
 	control_channel_destroy(ch);
 }
 
+/* Connects with secret_hex and json in the Ping; returns the result, *applied the Pong's word. */
+static int connect_with_rekey(const char *secret_hex, const char *new_hex, const char *json,
+			      bool *applied)
+{
+	struct control_channel *ch = channel_with(secret_hex);
+	uint8_t new_secret[PROTO_SECRET_SIZE];
+	int rc = -ENOMEM;
+
+	*applied = false;
+	if (ch && proto_secret_from_hex(new_hex, new_secret) == 0)
+		rc = control_channel_connect_rekey(ch, json, strlen(json), new_secret, applied);
+	control_channel_destroy(ch);
+	return rc;
+}
+
+/*
+ * Runs after the WriteFile rekey above: the session secret is NEW_SECRET_HEX. A session's
+ * policy is set once; the handshake rekey starts a new session, which may set its own.
+ */
+static void test_rekey_in_handshake_survives_a_lost_pong(void)
+{
+	struct proto_set_policy policy = {
+		.allow_all_commands = true, .max_open_files = POLICY_MAX_OPEN_FILES,
+		.max_processes = POLICY_MAX_PROCESSES, .max_file_size = POLICY_MAX_FILE_SIZE,
+	};
+	uint8_t third[PROTO_SECRET_SIZE];
+	struct control_channel *ch = channel_with(NEW_SECRET_HEX);
+	bool applied = false;
+
+	CHECK(ch != NULL);
+	CHECK_INT_EQ(control_channel_set_policy(ch, &policy, CONTROL_CHANNEL_TIMEOUT_DEFAULT), 0);
+	CHECK(control_channel_set_policy(ch, &policy, CONTROL_CHANNEL_TIMEOUT_DEFAULT) < 0);
+	control_channel_destroy(ch);
+	ch = channel_with(NEW_SECRET_HEX);
+	CHECK(ch && proto_secret_from_hex(THIRD_SECRET_HEX, third) == 0);
+	CHECK_INT_EQ(control_channel_connect_rekey(ch, REKEY_JSON(THIRD_SECRET_HEX),
+						   strlen(REKEY_JSON(THIRD_SECRET_HEX)), third,
+						   &applied), 0);
+	CHECK(applied);
+	CHECK_INT_EQ(control_channel_set_policy(ch, &policy, CONTROL_CHANNEL_TIMEOUT_DEFAULT), 0);
+	control_channel_destroy(ch);
+	/* the host whose Pong was lost tries again with the old secret and the same document */
+	CHECK_INT_EQ(connect_with_rekey(NEW_SECRET_HEX, THIRD_SECRET_HEX,
+					REKEY_JSON(THIRD_SECRET_HEX), &applied), 0);
+	CHECK(applied);
+	/* the old secret cannot install any other secret, nor open a plain session */
+	CHECK(connect_with_rekey(NEW_SECRET_HEX, OTHER_SECRET_HEX, REKEY_JSON(OTHER_SECRET_HEX),
+				 &applied) < 0);
+	CHECK(!applied);
+	CHECK(!handshake_works(NEW_SECRET_HEX));
+	CHECK(handshake_works(THIRD_SECRET_HEX));
+	/* a malformed document in the Ping ends that connection and changes nothing */
+	CHECK(connect_with_rekey(THIRD_SECRET_HEX, OTHER_SECRET_HEX, "not json", &applied) < 0);
+	CHECK(handshake_works(THIRD_SECRET_HEX));
+	CHECK(!handshake_works(OTHER_SECRET_HEX));
+}
+
 int main(int argc, char **argv)
 {
 	char cmd[sizeof(tree) + 16];
@@ -168,6 +236,7 @@ int main(int argc, char **argv)
 	start_agent(argv[1]);
 	RUN_TEST(test_malformed_rekey_changes_nothing);
 	RUN_TEST(test_rekey_switches_secret_and_closes_other_old_connections);
+	RUN_TEST(test_rekey_in_handshake_survives_a_lost_pong);
 	kill(agent_pid, SIGTERM);
 	waitpid(agent_pid, NULL, 0);
 	snprintf(cmd, sizeof(cmd), "rm -rf %s", tree);

@@ -46,6 +46,9 @@
  * sandbox user (guest/agent/sandbox_user.h), with no other group. */
 #define SANDBOX_UID 1000
 #define SANDBOX_GID 1000
+/* The ids of a /proc/PID/status Uid: or Gid: line of root, and a bound for its lines. */
+#define ROOT_IDS "\t0\t0\t0\t0\n"
+#define PROC_STATUS_LINE_MAX 256
 #define SANDBOX_CREDENTIALS "Uid: 1000 1000 1000 1000\nGid: 1000 1000 1000 1000\nGroups: 1000\n"
 static const char *const credentials_script_args[] = {
 	"-c", "grep -E '^(Uid|Gid|Groups):' /proc/self/status | while read -r line; do "
@@ -499,9 +502,49 @@ static void test_exec_timeout_kills_group(void)
 }
 
 /*
+ * Whether every thread of the agent still has uid and gid 0 (real, effective, saved and
+ * filesystem). The child shares the agent's memory until it execs, so its drop must reach
+ * nothing but its own credentials.
+ */
+static bool agent_threads_are_root(void)
+{
+	char dir_path[PATH_MAX];
+	struct dirent *entry;
+	bool all_root = true;
+	unsigned threads = 0;
+	DIR *dir;
+
+	snprintf(dir_path, sizeof(dir_path), "/proc/%d/task", (int)agent_pid);
+	dir = opendir(dir_path);
+	if (!dir)
+		return false;
+	while ((entry = readdir(dir)) != NULL) {
+		char status_path[2 * PATH_MAX], line[PROC_STATUS_LINE_MAX];
+		FILE *status;
+
+		if (entry->d_name[0] == '.')
+			continue;
+		snprintf(status_path, sizeof(status_path), "%s/%s/status", dir_path, entry->d_name);
+		status = fopen(status_path, "r");
+		if (!status)
+			continue; /* a thread that ended meanwhile */
+		threads++;
+		while (fgets(line, sizeof(line), status))
+			if ((strncmp(line, "Uid:", strlen("Uid:")) == 0 ||
+			     strncmp(line, "Gid:", strlen("Gid:")) == 0) &&
+			    strcmp(line + strlen("Uid:"), ROOT_IDS) != 0)
+				all_root = false;
+		fclose(status);
+	}
+	closedir(dir);
+	return all_root && threads > 0;
+}
+
+/*
  * As root the agent runs children as uid/gid 1000 (real, effective, saved and filesystem) with
- * only group 1000. Separate (agent_server_privilege_drop): only root can drop privileges, so
- * a test run by anyone else skips it.
+ * only group 1000, and keeps root in every one of its own threads. Separate
+ * (agent_server_privilege_drop): only root can drop privileges, so a test run by anyone else
+ * skips it.
  */
 static void test_exec_drops_privileges(void)
 {
@@ -517,6 +560,7 @@ static void test_exec_drops_privileges(void)
 		fprintf(stderr, "  ids: %.*s", (int)result.response.stdout_data.len,
 			(const char *)result.response.stdout_data.data);
 	proto_exec_response_free(&result.response);
+	CHECK(agent_threads_are_root());
 	close(fd);
 }
 

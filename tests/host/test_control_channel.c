@@ -469,6 +469,28 @@ static void test_handshake_sends_proof_not_secret(void)
 	fake_finish(&agent);
 }
 
+/*
+ * An agent that predates the rekey in the handshake answers a plain Pong: the channel is
+ * connected with the old secret and usable, and says the rekey was not applied (so the caller
+ * sends it the old way).
+ */
+static void test_rekey_ignored_by_an_older_agent(void)
+{
+	static const char doc[] = "{\"secret_hex\": \"00\"}";
+	uint8_t new_secret[PROTO_SECRET_SIZE] = { 0 };
+	struct fake_agent agent;
+	struct control_channel *ch;
+	bool applied = true;
+
+	fake_init(&agent, FAKE_NORMAL);
+	ch = channel_for(&agent, 0);
+	CHECK_INT_EQ(control_channel_connect_rekey(ch, doc, strlen(doc), new_secret, &applied), 0);
+	CHECK(!applied);
+	CHECK_INT_EQ(control_channel_snapshot_ready(ch, CONTROL_CHANNEL_TIMEOUT_DEFAULT), 0);
+	control_channel_destroy(ch);
+	fake_finish(&agent);
+}
+
 /* An agent that sends no Challenge (an older image) fails with a sentence that says so. */
 static void test_agent_without_challenge(void)
 {
@@ -901,6 +923,7 @@ int main(void)
 	RUN_TEST(test_handshake_validation);
 	RUN_TEST(test_wrong_secret);
 	RUN_TEST(test_handshake_sends_proof_not_secret);
+	RUN_TEST(test_rekey_ignored_by_an_older_agent);
 	RUN_TEST(test_agent_without_challenge);
 	RUN_TEST(test_out_of_order_replies);
 	RUN_TEST(test_stray_request_id_dropped);
