@@ -14,6 +14,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -29,6 +30,7 @@
 #include "common/parallel.h"
 #include "devices/vsock.h"
 #include "host/vsock_connect.h"
+#include "sandbox/vmm_cgroup.h"
 #include "sandbox/vmm_process.h"
 #include "store/guest_image.h"
 #include "store/snapshot_store.h"
@@ -72,6 +74,7 @@ const struct proto_set_policy *sandbox_default_policy(void)
 struct sandbox {
 	struct vm *vm;		       /* the VM in this process, or */
 	struct vmm_process *vmm_proc; /* the VM in a process of its own */
+	char cgroup_dir[PATH_MAX];     /* its limits (sandbox/vmm_cgroup.h); "": none */
 	uint64_t vsock_cid;
 	struct control_channel *channel;
 	uint8_t secret[PROTO_SECRET_SIZE];
@@ -416,6 +419,43 @@ static int sandbox_cmdline(const struct sandbox_config *cfg, const char *extra, 
 	return 0;
 }
 
+static pthread_once_t sandbox_cgroup_once = PTHREAD_ONCE_INIT;
+static char sandbox_cgroup_root[PATH_MAX]; /* "": VMM processes run without caps */
+
+/*
+ * Finds the delegated cgroup root once; where there is none, says why once, at info level:
+ * most hosts have none, and a warning on every command would teach users to ignore warnings.
+ */
+static void sandbox_cgroup_find_root(void)
+{
+	char why[PATH_MAX + 256];
+
+	if (vmm_cgroup_root(sandbox_cgroup_root, sizeof(sandbox_cgroup_root), why,
+			    sizeof(why)) < 0) {
+		sandbox_cgroup_root[0] = '\0';
+		log_info(SANDBOX_LOG, "VMs run without memory and CPU caps: %s", why);
+	}
+}
+
+/*
+ * The VMM process's cgroup, named after the runtime directory (unique on the host); a VM that
+ * cannot have one starts without caps, with a warning, as where the host offers none.
+ */
+static void sandbox_cgroup_prepare(struct sandbox *sandbox, const struct vm_config *vm_cfg)
+{
+	struct vmm_cgroup_limits limits = { .memory_mb = vm_cfg->memory_mb,
+					    .vcpus = vm_cfg->vcpus };
+	const char *name = strrchr(sandbox->runtime_dir, '/');
+	char err[PATH_MAX + 256];
+
+	pthread_once(&sandbox_cgroup_once, sandbox_cgroup_find_root);
+	if (!sandbox_cgroup_root[0] || !name)
+		return;
+	if (vmm_cgroup_create(sandbox_cgroup_root, name + 1, &limits, sandbox->cgroup_dir,
+			      sizeof(sandbox->cgroup_dir), err, sizeof(err)) < 0)
+		log_warn(SANDBOX_LOG, "this VM runs without memory and CPU caps: %s", err);
+}
+
 /* vm_create and vm_start in this process. */
 static int sandbox_start_vm_here(const struct vm_config *vm_cfg, struct sandbox *sandbox,
 				 char *err, size_t errlen)
@@ -486,9 +526,11 @@ int sandbox_start(const struct sandbox_config *cfg, struct sandbox **out, char *
 	sandbox->vsock_cid = vm_cfg.vsock_cid;
 	log_info(SANDBOX_LOG, "booting %s (%u MiB, %u vCPU), console in %s", cfg->kernel_path,
 		 vm_cfg.memory_mb, vm_cfg.vcpus, sandbox->serial_log_path);
-	if (cfg->vmm_placement == SANDBOX_VMM_OWN_PROCESS)
-		rc = vmm_process_start_vm(&vm_cfg, &sandbox->vmm_proc, err, errlen);
-	else
+	if (cfg->vmm_placement == SANDBOX_VMM_OWN_PROCESS) {
+		sandbox_cgroup_prepare(sandbox, &vm_cfg);
+		rc = vmm_process_start_vm(&vm_cfg, sandbox->cgroup_dir[0] ? sandbox->cgroup_dir : NULL,
+					  &sandbox->vmm_proc, err, errlen);
+	} else
 		rc = sandbox_start_vm_here(&vm_cfg, sandbox, err, errlen);
 	sandbox_mounts_plan_free(mounts); /* the devices and command line hold copies */
 	mounts = NULL;
@@ -596,6 +638,7 @@ void sandbox_destroy(struct sandbox *sandbox, bool keep_serial_log)
 		vm_request_stop(sandbox->vm);
 	vm_destroy(sandbox->vm);
 	vmm_process_destroy(sandbox->vmm_proc); /* stops, then kills after a bounded grace */
+	vmm_cgroup_remove(sandbox->cgroup_dir);
 	sandbox_remove_runtime_dir(sandbox, keep_serial_log);
 	sandbox_policy_clear(sandbox);
 	explicit_bzero(sandbox->secret, sizeof(sandbox->secret));

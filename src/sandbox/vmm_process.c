@@ -25,6 +25,7 @@
 
 #include "common/clock.h"
 #include "common/log.h"
+#include "sandbox/vmm_cgroup.h"
 #include "vmm/thread_filter.h"
 
 #define VMM_PROCESS_LOG "vmm-process"
@@ -257,6 +258,7 @@ static void vmm_process_serve(int control_fd, struct vm *vm)
 
 struct vmm_process_vm_args {
 	const struct vm_config *cfg;
+	const char *cgroup_dir;
 };
 
 static int vmm_process_vm_body(int control_fd, void *opaque)
@@ -264,7 +266,14 @@ static int vmm_process_vm_body(int control_fd, void *opaque)
 	const struct vmm_process_vm_args *args = opaque;
 	char err[VMM_PROCESS_TEXT_MAX] = "";
 	struct vm *vm = NULL;
-	int rc = vm_create(args->cfg, &vm, err, sizeof(err));
+	int rc = 0;
+
+	/* the limits hold before the guest's memory is even mapped */
+	if (args->cgroup_dir && (rc = vmm_cgroup_enter(args->cgroup_dir, 0)) < 0)
+		snprintf(err, sizeof(err), "cannot move the VMM process into the cgroup %s: %s",
+			 args->cgroup_dir, strerror(-rc));
+	if (rc == 0)
+		rc = vm_create(args->cfg, &vm, err, sizeof(err));
 
 	/* the VM holds copies of what it needs from cfg: what pointed into the blocks can go */
 	if (rc == 0 && (rc = vmm_process_scrub_identity()) < 0)
@@ -305,10 +314,10 @@ static void vmm_process_reap(struct vmm_process *proc, int grace_ms)
 	}
 }
 
-int vmm_process_start_vm(const struct vm_config *cfg, struct vmm_process **out, char *err,
-			 size_t errlen)
+int vmm_process_start_vm(const struct vm_config *cfg, const char *cgroup_dir,
+			 struct vmm_process **out, char *err, size_t errlen)
 {
-	struct vmm_process_vm_args args = { .cfg = cfg };
+	struct vmm_process_vm_args args = { .cfg = cfg, .cgroup_dir = cgroup_dir };
 	struct vmm_process *proc = calloc(1, sizeof(*proc));
 	struct pollfd pfd = { .fd = -1, .events = POLLIN };
 	struct vmm_msg msg;

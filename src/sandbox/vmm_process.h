@@ -50,11 +50,12 @@ int vmm_process_scrub_identity(void);
 struct vmm_process;
 
 /*
- * Spawns the child, which creates and starts the VM of cfg; returns once it has (0 and *out)
- * or has failed (-errno and its sentence in err).
+ * Spawns the child, which moves itself into cgroup_dir (NULL: stays where it is;
+ * sandbox/vmm_cgroup.h), then creates and starts the VM of cfg; returns once it has (0 and
+ * *out) or has failed (-errno and its sentence in err).
  */
-int vmm_process_start_vm(const struct vm_config *cfg, struct vmm_process **out, char *err,
-			 size_t errlen);
+int vmm_process_start_vm(const struct vm_config *cfg, const char *cgroup_dir,
+			 struct vmm_process **out, char *err, size_t errlen);
 /* As vm_wait: 0 and *reason once the VM has ended (or its process died), else -ETIMEDOUT. */
 int vmm_process_wait(struct vmm_process *proc, int timeout_ms, enum vm_exit_reason *reason);
 /* As vm_request_stop: asks the child to stop the VM; returns at once. */
