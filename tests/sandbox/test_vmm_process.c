@@ -4,7 +4,6 @@
  * and reports, and the test reads /proc as an outsider would: another process, none of the
  * caller's environment, no new privileges, filtered, only its four descriptors, and dead once
  * its parent is. A VM that cannot start reports its sentence and leaves no process behind.
- * tests/vm/vm_conformance.c checks the same of a real VMM process, every thread of it.
  */
 #include <errno.h>
 #include <fcntl.h>
