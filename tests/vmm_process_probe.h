@@ -1,7 +1,7 @@
 /*
- * What a test reads from /proc about a VMM process (src/sandbox/vmm_process.h): the unit test
- * with a stand-in body (tests/sandbox/test_vmm_process.c) and, once a VM test runs a VMM
- * process, that test too. /proc/PID/environ shows the environment a program was
+ * What a test reads from /proc about a VMM process (src/sandbox/vmm_process.h), shared by the
+ * unit test with a stand-in body (tests/sandbox/test_vmm_process.c) and the VM test with a real
+ * VM (tests/vm/vm_conformance.c). /proc/PID/environ shows the environment a program was
  * executed with, not what setenv changed later, so a test that wants a secret in its own
  * environment executes itself again with it (probe_reexec_with_secret). Include after harness.h.
  */

@@ -1,7 +1,7 @@
 /*
  * Telemetry of a run: host samples of its process and its direct children, which together are
- * the VMM (a box's VM runs in the run's own process, or, where the sandbox asks for it, in a
- * VMM process the run forks: src/sandbox/vmm_process.h), and the guest samples its
+ * the VMM (a cold-booted box's VM runs in a VMM process the run forks, src/sandbox/
+ * vmm_process.h; a restored one in the run's own process), and the guest samples its
  * `voidbox run` relays from the guest agent. Both become rows of the run's telemetry table;
  * GET /v1/runs/{id}/telemetry reads them. A host sample is RSS (statm's resident pages), CPU
  * (utime + stime since the previous sample over the wall time between them) and the bytes the
