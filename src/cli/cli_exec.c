@@ -328,6 +328,7 @@ int cli_exec_run(const struct cli_globals *globals, int argc, char **argv)
 		goto out;
 	}
 
+	args.sandbox.vmm_placement = SANDBOX_VMM_OWN_PROCESS; /* exec takes no snapshot */
 	rc = cli_sandbox_start("exec", args.snapshot, &args.sandbox, false, &sandbox, err,
 			       sizeof(err));
 	if (rc < 0) {

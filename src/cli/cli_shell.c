@@ -418,6 +418,7 @@ int cli_shell_run(const struct cli_globals *globals, int argc, char **argv)
 		goto out;
 	}
 	log_stream = cli_shell_quiet_log(log_path, sizeof(log_path));
+	s.sandbox.vmm_placement = SANDBOX_VMM_OWN_PROCESS; /* a shell takes no snapshot */
 	rc = cli_sandbox_start("shell", s.snapshot, &s.sandbox, false, &sandbox, err, sizeof(err));
 	if (rc < 0) {
 		fprintf(stderr, "voidbox shell: %s\n", err);

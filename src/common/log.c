@@ -2,6 +2,8 @@
  * Levelled logger: "LEVEL module: message" lines on one stream, serialised by a mutex so
  * lines from vCPU, device and channel threads never interleave mid-line. At debug and trace
  * level each line also carries the seconds since the first line ("debug 1.234 vm: ...").
+ * A process forked while another thread holds the lock (a VMM process, src/sandbox) would
+ * never log again, so fork takes the lock first and both sides release it.
  */
 #include "common/log.h"
 
@@ -19,6 +21,21 @@ static enum log_level current_level = LOG_LEVEL_WARN;
 static FILE *log_stream;
 static int log_stream_set;
 static pthread_mutex_t log_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static void log_fork_prepare(void)
+{
+	pthread_mutex_lock(&log_lock);
+}
+
+static void log_fork_release(void)
+{
+	pthread_mutex_unlock(&log_lock);
+}
+
+__attribute__((constructor)) static void log_register_fork_handlers(void)
+{
+	pthread_atfork(log_fork_prepare, log_fork_release, log_fork_release);
+}
 
 int log_level_parse(const char *name)
 {
@@ -54,6 +71,16 @@ void log_set_stream(FILE *stream)
 	log_stream = stream;
 	log_stream_set = 1;
 	pthread_mutex_unlock(&log_lock);
+}
+
+FILE *log_current_stream(void)
+{
+	FILE *stream;
+
+	pthread_mutex_lock(&log_lock);
+	stream = log_stream_set ? log_stream : stderr;
+	pthread_mutex_unlock(&log_lock);
+	return stream;
 }
 
 /* Seconds since the first call: debug logs carry it, to show where the time goes. */

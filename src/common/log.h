@@ -31,6 +31,8 @@ enum log_level log_get_level(void);
 void log_set_level_name(const char *name);
 /* Redirects output (default stderr); NULL silences everything. */
 void log_set_stream(FILE *stream);
+/* Where lines go now: stderr, the stream set, or NULL when silenced. */
+FILE *log_current_stream(void);
 
 void log_message(enum log_level level, const char *module, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));

@@ -1,16 +1,20 @@
 /*
- * Telemetry of a run: host samples of its process, which is the VMM (the vCPU and device
- * threads live in it, so one process's /proc files cover the VM), and the guest samples its
+ * Telemetry of a run: host samples of its process and its direct children, which together are
+ * the VMM (a cold-booted box's VM runs in a VMM process the run forks, src/sandbox/
+ * vmm_process.h; a restored one in the run's own process), and the guest samples its
  * `voidbox run` relays from the guest agent. Both become rows of the run's telemetry table;
  * GET /v1/runs/{id}/telemetry reads them. A host sample is RSS (statm's resident pages), CPU
  * (utime + stime since the previous sample over the wall time between them) and the bytes the
- * process made the block layer read and write (/proc/PID/io, readable for our own children).
- * A guest sample carries the name of the box it came from; the daemon records it under the
- * stage it belongs to (daemon_telemetry_labels), since a workflow's steps share one box named
- * after the spec.
+ * processes made the block layer read and write (/proc/PID/io, readable for our own
+ * descendants), each summed over the run's process and its children (a VM may run in a VMM
+ * process of its own). A guest sample carries the name of the box it came from; the daemon
+ * records it under the stage it belongs to (daemon_telemetry_labels), since a workflow's steps
+ * share one box named after the spec.
  */
+#include <dirent.h>
 #include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
@@ -21,6 +25,9 @@
 #define TELEMETRY_STAT_MAX 1024
 #define TELEMETRY_PERCENT 100.0
 #define TELEMETRY_MS_PER_SEC 1000.0
+/* the run's process and at most this many children (its VMM processes) */
+#define TELEMETRY_FAMILY_MAX 64
+#define TELEMETRY_CHILDREN_MAX 4096
 /* fields of /proc/PID/stat after "(comm) ": state is 1, utime 12, stime 13 */
 #define TELEMETRY_STAT_UTIME_FIELD 12
 #define TELEMETRY_STAT_STIME_FIELD 13
@@ -93,14 +100,63 @@ static void telemetry_io_bytes(pid_t pid, uint64_t *read_bytes, uint64_t *write_
 		*write_bytes = value;
 }
 
+/* pid, then the children of each of its threads (/proc/PID/task/TID/children); the count. */
+static size_t telemetry_family(pid_t pid, pid_t family[TELEMETRY_FAMILY_MAX])
+{
+	char path[TELEMETRY_PROC_PATH_MAX], children[TELEMETRY_CHILDREN_MAX];
+	struct dirent *task;
+	size_t count = 0;
+	DIR *tasks;
+
+	family[count++] = pid;
+	snprintf(path, sizeof(path), "/proc/%d/task", (int)pid);
+	tasks = opendir(path);
+	if (!tasks)
+		return count;
+	while ((task = readdir(tasks)) && count < TELEMETRY_FAMILY_MAX) {
+		char name[TELEMETRY_PROC_PATH_MAX], *cursor, *end;
+
+		if (task->d_name[0] == '.' ||
+		    (size_t)snprintf(name, sizeof(name), "task/%s/children", task->d_name) >=
+			    sizeof(name) ||
+		    telemetry_read(pid, name, children, sizeof(children)) < 0)
+			continue;
+		for (cursor = children; count < TELEMETRY_FAMILY_MAX; cursor = end) {
+			long child = strtol(cursor, &end, 10);
+
+			if (end == cursor)
+				break;
+			if (child > 0)
+				family[count++] = (pid_t)child;
+		}
+	}
+	closedir(tasks);
+	return count;
+}
+
 json_t *daemon_host_sample(struct daemon_host_sampler *sampler, pid_t pid, uint64_t now_ms)
 {
-	uint64_t ticks, read_bytes, write_bytes;
+	uint64_t ticks, read_bytes, write_bytes, rss_bytes;
 	double cpu_percent = 0.0;
 	long ticks_per_sec = sysconf(_SC_CLK_TCK);
+	pid_t family[TELEMETRY_FAMILY_MAX];
+	size_t members;
 
 	if (telemetry_cpu_ticks(pid, &ticks) < 0)
 		return NULL;
+	members = telemetry_family(pid, family);
+	rss_bytes = telemetry_rss_bytes(pid);
+	telemetry_io_bytes(pid, &read_bytes, &write_bytes);
+	for (size_t i = 1; i < members; i++) {
+		uint64_t member_ticks = 0, member_read = 0, member_write = 0;
+
+		if (telemetry_cpu_ticks(family[i], &member_ticks) == 0)
+			ticks += member_ticks;
+		rss_bytes += telemetry_rss_bytes(family[i]);
+		telemetry_io_bytes(family[i], &member_read, &member_write);
+		read_bytes += member_read;
+		write_bytes += member_write;
+	}
 	if (sampler->has_previous && now_ms > sampler->previous_ms && ticks >= sampler->previous_ticks &&
 	    ticks_per_sec > 0)
 		cpu_percent = (double)(ticks - sampler->previous_ticks) / (double)ticks_per_sec /
@@ -109,8 +165,7 @@ json_t *daemon_host_sample(struct daemon_host_sampler *sampler, pid_t pid, uint6
 	sampler->has_previous = true;
 	sampler->previous_ticks = ticks;
 	sampler->previous_ms = now_ms;
-	telemetry_io_bytes(pid, &read_bytes, &write_bytes);
-	return json_pack("{s:I, s:f, s:I, s:I}", "rss_bytes", (json_int_t)telemetry_rss_bytes(pid),
+	return json_pack("{s:I, s:f, s:I, s:I}", "rss_bytes", (json_int_t)rss_bytes,
 			 "cpu_percent", cpu_percent, "io_read_bytes", (json_int_t)read_bytes,
 			 "io_write_bytes", (json_int_t)write_bytes);
 }

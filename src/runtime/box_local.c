@@ -548,6 +548,8 @@ int box_local_open(struct box *box, const struct box_config *cfg, char *err, siz
 		.vcpus = cfg->vcpus ? cfg->vcpus : SPEC_DEFAULT_VCPUS,
 		.serial_log_path = cfg->serial_log_path,
 		.host = cfg->host,
+		/* a box never snapshots or forks its sandbox: the VMM runs confined, apart */
+		.vmm_placement = SANDBOX_VMM_OWN_PROCESS,
 	};
 	struct local_box *local;
 	uint64_t start = clock_monotonic_ms();

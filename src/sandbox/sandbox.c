@@ -14,6 +14,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -29,10 +30,13 @@
 #include "common/parallel.h"
 #include "devices/vsock.h"
 #include "host/vsock_connect.h"
+#include "sandbox/vmm_cgroup.h"
+#include "sandbox/vmm_process.h"
 #include "store/guest_image.h"
 #include "store/snapshot_store.h"
 #include "vmm/device.h"
 #include "vmm/kvm.h"
+#include "vmm/placement.h"
 #include "vmm/thread_filter.h"
 #include "vmm/working_set.h"
 
@@ -69,7 +73,10 @@ const struct proto_set_policy *sandbox_default_policy(void)
 }
 
 struct sandbox {
-	struct vm *vm;
+	struct vm *vm;		       /* the VM in this process, or */
+	struct vmm_process *vmm_proc; /* the VM in a process of its own */
+	char cgroup_dir[PATH_MAX];     /* its limits (sandbox/vmm_cgroup.h); "": none */
+	uint64_t vsock_cid;
 	struct control_channel *channel;
 	uint8_t secret[PROTO_SECRET_SIZE];
 	char runtime_dir[SANDBOX_PATH_MAX];
@@ -181,9 +188,17 @@ static void sandbox_console_tail(const char *path, char *out, size_t len)
 	close(fd);
 }
 
+/* vm_wait wherever the VM runs. */
+static int sandbox_vm_wait(struct sandbox *sandbox, int timeout_ms, enum vm_exit_reason *reason)
+{
+	if (sandbox->vmm_proc)
+		return vmm_process_wait(sandbox->vmm_proc, timeout_ms, reason);
+	return vm_wait(sandbox->vm, timeout_ms, reason);
+}
+
 static bool sandbox_vm_ended(struct sandbox *sandbox)
 {
-	if (!sandbox->exited && vm_wait(sandbox->vm, 0, &sandbox->exit_reason) == 0)
+	if (!sandbox->exited && sandbox_vm_wait(sandbox, 0, &sandbox->exit_reason) == 0)
 		sandbox->exited = true;
 	return sandbox->exited;
 }
@@ -237,7 +252,7 @@ static int sandbox_open_channel(struct sandbox *sandbox, int connect_deadline_ms
 						  ? connect_deadline_ms
 						  : sandbox->host.connect_deadline_ms;
 	channel_cfg.liveness_timeout_ms = sandbox->host.liveness_timeout_ms;
-	if (vm_thread_filters_on(sandbox->vm))
+	if (sandbox->vmm_proc || vm_thread_filters_on(sandbox->vm))
 		channel_cfg.reader_start = sandbox_confine_channel_reader;
 	memcpy(channel_cfg.secret, sandbox->secret, sizeof(channel_cfg.secret));
 	sandbox->channel = control_channel_create(&channel_cfg);
@@ -415,6 +430,57 @@ static int sandbox_cmdline(const struct sandbox_config *cfg, const char *extra, 
 	return 0;
 }
 
+static pthread_once_t sandbox_cgroup_once = PTHREAD_ONCE_INIT;
+static char sandbox_cgroup_root[PATH_MAX]; /* "": VMM processes run without caps */
+
+/*
+ * Finds the delegated cgroup root once; where there is none, says why once, at info level:
+ * most hosts have none, and a warning on every command would teach users to ignore warnings.
+ */
+static void sandbox_cgroup_find_root(void)
+{
+	char why[PATH_MAX + 256];
+
+	if (vmm_cgroup_root(sandbox_cgroup_root, sizeof(sandbox_cgroup_root), why,
+			    sizeof(why)) < 0) {
+		sandbox_cgroup_root[0] = '\0';
+		log_info(SANDBOX_LOG, "VMs run without memory and CPU caps: %s", why);
+	}
+}
+
+/*
+ * The VMM process's cgroup, named after the runtime directory (unique on the host); a VM that
+ * cannot have one starts without caps, with a warning, as where the host offers none.
+ */
+static void sandbox_cgroup_prepare(struct sandbox *sandbox, const struct vm_config *vm_cfg)
+{
+	struct vmm_cgroup_limits limits = { .memory_mb = vm_cfg->memory_mb,
+					    .vcpus = vm_cfg->vcpus };
+	const char *name = strrchr(sandbox->runtime_dir, '/');
+	char err[PATH_MAX + 256];
+
+	pthread_once(&sandbox_cgroup_once, sandbox_cgroup_find_root);
+	if (!sandbox_cgroup_root[0] || !name)
+		return;
+	if (vmm_cgroup_create(sandbox_cgroup_root, name + 1, &limits, sandbox->cgroup_dir,
+			      sizeof(sandbox->cgroup_dir), err, sizeof(err)) < 0)
+		log_warn(SANDBOX_LOG, "this VM runs without memory and CPU caps: %s", err);
+}
+
+/* vm_create and vm_start in this process. */
+static int sandbox_start_vm_here(const struct vm_config *vm_cfg, struct sandbox *sandbox,
+				 char *err, size_t errlen)
+{
+	int rc = vm_create(vm_cfg, &sandbox->vm, err, errlen);
+
+	if (rc < 0)
+		return rc;
+	rc = vm_start(sandbox->vm);
+	if (rc < 0)
+		snprintf(err, errlen, "the VM did not start: %s", strerror(-rc));
+	return rc;
+}
+
 int sandbox_start(const struct sandbox_config *cfg, struct sandbox **out, char *err,
 		  size_t errlen)
 {
@@ -468,18 +534,22 @@ int sandbox_start(const struct sandbox_config *cfg, struct sandbox **out, char *
 				     sizeof(sandbox->kernel_cache_dir)) == 0)
 		vm_cfg.vmlinux_cache_dir = sandbox->kernel_cache_dir;
 	vm_cfg.vsock_cid = sandbox_random_cid();
-	rc = vm_create(&vm_cfg, &sandbox->vm, err, errlen);
+	sandbox->vsock_cid = vm_cfg.vsock_cid;
+	log_info(SANDBOX_LOG, "booting %s (%u MiB, %u vCPU), console in %s", cfg->kernel_path,
+		 vm_cfg.memory_mb, vm_cfg.vcpus, sandbox->serial_log_path);
+	if (cfg->vmm_placement == SANDBOX_VMM_OWN_PROCESS) {
+		/* the turn of host CPUs is this process's: a forked VMM's copy would repeat it */
+		vm_cfg.has_placement_cpu = true;
+		vm_cfg.placement_cpu = vm_placement_choose(vm_cfg.vcpus);
+		sandbox_cgroup_prepare(sandbox, &vm_cfg);
+		rc = vmm_process_start_vm(&vm_cfg, sandbox->cgroup_dir[0] ? sandbox->cgroup_dir : NULL,
+					  &sandbox->vmm_proc, err, errlen);
+	} else
+		rc = sandbox_start_vm_here(&vm_cfg, sandbox, err, errlen);
 	sandbox_mounts_plan_free(mounts); /* the devices and command line hold copies */
 	mounts = NULL;
 	if (rc < 0)
 		goto fail;
-	log_info(SANDBOX_LOG, "booting %s (%u MiB, %u vCPU), console in %s", cfg->kernel_path,
-		 vm_cfg.memory_mb, vm_cfg.vcpus, sandbox->serial_log_path);
-	rc = vm_start(sandbox->vm);
-	if (rc < 0) {
-		snprintf(err, errlen, "the VM did not start: %s", strerror(-rc));
-		goto fail;
-	}
 	rc = sandbox_open_channel(sandbox, sandbox_boot_timeout_ms(cfg), NULL, NULL, NULL, err,
 				  errlen);
 	if (rc < 0)
@@ -521,7 +591,13 @@ const char *sandbox_vsock_socket_path(const struct sandbox *sandbox)
 
 unsigned long sandbox_guest_cid(const struct sandbox *sandbox)
 {
-	return sandbox->vm ? (unsigned long)vm_vsock_cid(sandbox->vm) : 0;
+	return sandbox->vm ? (unsigned long)vm_vsock_cid(sandbox->vm)
+			   : (unsigned long)sandbox->vsock_cid;
+}
+
+pid_t sandbox_vmm_pid(const struct sandbox *sandbox)
+{
+	return sandbox->vmm_proc ? vmm_process_pid(sandbox->vmm_proc) : getpid();
 }
 
 long sandbox_boot_ms(const struct sandbox *sandbox)
@@ -537,7 +613,7 @@ int sandbox_wait_exit(struct sandbox *sandbox, int timeout_ms, enum vm_exit_reas
 		*reason = sandbox->exit_reason;
 		return 0;
 	}
-	rc = vm_wait(sandbox->vm, timeout_ms, &sandbox->exit_reason);
+	rc = sandbox_vm_wait(sandbox, timeout_ms, &sandbox->exit_reason);
 	if (rc == 0) {
 		sandbox->exited = true;
 		*reason = sandbox->exit_reason;
@@ -566,16 +642,18 @@ void sandbox_destroy(struct sandbox *sandbox, bool keep_serial_log)
 
 	if (!sandbox)
 		return;
-	if (sandbox->vm && !sandbox_vm_ended(sandbox) && sandbox->channel) {
+	if ((sandbox->vm || sandbox->vmm_proc) && !sandbox_vm_ended(sandbox) && sandbox->channel) {
 		/* a clean guest poweroff flushes the guest's filesystems first */
 		if (control_channel_shutdown(sandbox->channel) == 0)
-			vm_wait(sandbox->vm, SANDBOX_SHUTDOWN_GRACE_MS, &reason);
+			sandbox_vm_wait(sandbox, SANDBOX_SHUTDOWN_GRACE_MS, &reason);
 	}
 	if (sandbox->channel)
 		control_channel_destroy(sandbox->channel);
 	if (sandbox->vm)
 		vm_request_stop(sandbox->vm);
 	vm_destroy(sandbox->vm);
+	vmm_process_destroy(sandbox->vmm_proc); /* stops, then kills after a bounded grace */
+	vmm_cgroup_remove(sandbox->cgroup_dir);
 	sandbox_remove_runtime_dir(sandbox, keep_serial_log);
 	sandbox_policy_clear(sandbox);
 	explicit_bzero(sandbox->secret, sizeof(sandbox->secret));
@@ -714,10 +792,25 @@ fail:
 	return rc;
 }
 
+/* Snapshots and forks work on a VM in this process only. */
+static int sandbox_refuse_own_process(const struct sandbox *sandbox, const char *what, char *err,
+				      size_t errlen)
+{
+	if (!sandbox->vmm_proc)
+		return 0;
+	snprintf(err, errlen, "cannot %s a sandbox whose VMM runs in a process of its own: start "
+		 "it with vmm_placement SANDBOX_VMM_IN_PROCESS", what);
+	return -EOPNOTSUPP;
+}
+
 int sandbox_snapshot(struct sandbox *sandbox, const char *dir,
 		     const struct vm_snapshot_options *opts, char *err, size_t errlen)
 {
-	int rc = vm_snapshot_save(sandbox->vm, dir, opts, err, errlen);
+	int rc = sandbox_refuse_own_process(sandbox, "snapshot", err, errlen);
+
+	if (rc < 0)
+		return rc;
+	rc = vm_snapshot_save(sandbox->vm, dir, opts, err, errlen);
 
 	/* A VM left stopped is over: end it so teardown does not wait for its agent. */
 	if (opts->after == VM_SNAPSHOT_STAY_STOPPED)
@@ -783,6 +876,8 @@ int sandbox_fork(struct sandbox *parent, unsigned int n, struct sandbox *childre
 
 	if (rc < 0)
 		snprintf(err, errlen, "out of memory");
+	else
+		rc = sandbox_refuse_own_process(parent, "fork", err, errlen);
 	for (unsigned int i = 0; i < n; i++)
 		children[i] = NULL;
 	for (; rc == 0 && prepared < n; prepared++) {

@@ -15,6 +15,7 @@
 #include <limits.h>
 #include <stdbool.h>
 #include <stddef.h>
+#include <sys/types.h>
 
 #include "host/control_channel.h"
 #include "vmm/snapshot.h"
@@ -57,6 +58,12 @@ struct sandbox_mount {
 	bool read_only;	       /* writes answer EROFS, enforced by the host */
 };
 
+/* Where a cold-booted sandbox's VMM runs (docs/security.md, "What runs where"). */
+enum sandbox_vmm_placement {
+	SANDBOX_VMM_IN_PROCESS,	 /* in the caller's process: snapshots and forks work */
+	SANDBOX_VMM_OWN_PROCESS, /* a confined child process (sandbox/vmm_process.h); neither */
+};
+
 struct sandbox_config {
 	const char *kernel_path;
 	const char *initramfs_path;
@@ -95,6 +102,8 @@ struct sandbox_config {
 	/* Host directories shared over virtio-fs; a restored sandbox keeps its snapshot's. */
 	struct sandbox_mount mounts[SANDBOX_MAX_MOUNTS];
 	unsigned int mount_count;
+	/* A restore always runs its VMM in process; sandbox_snapshot and _fork need that too. */
+	enum sandbox_vmm_placement vmm_placement;
 };
 
 /* The host's default policy: every command, the SANDBOX_DEFAULT_* limits. */
@@ -158,6 +167,8 @@ struct control_channel_pty *sandbox_pty_open(struct sandbox *sandbox,
 const char *sandbox_serial_log_path(const struct sandbox *sandbox);
 const char *sandbox_vsock_socket_path(const struct sandbox *sandbox);
 unsigned long sandbox_guest_cid(const struct sandbox *sandbox);
+/* The process that runs the sandbox's VM: the caller's own, or its VMM process. */
+pid_t sandbox_vmm_pid(const struct sandbox *sandbox);
 /* Milliseconds from sandbox_start's call to the agent's first Pong. */
 long sandbox_boot_ms(const struct sandbox *sandbox);
 

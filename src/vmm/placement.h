@@ -9,6 +9,8 @@
  *
  * Threads inherit their creator's affinity, so the VM pins the creating thread around the
  * code that makes its threads (devices, vCPUs) and gives it its own affinity back after.
+ * A sandbox whose VMM runs in a process of its own chooses the CPU before the fork and passes
+ * it in the VM's config (has_placement_cpu), so successive VMM processes still take turns.
  */
 #ifndef VOIDBOX_VMM_PLACEMENT_H
 #define VOIDBOX_VMM_PLACEMENT_H

@@ -107,6 +107,16 @@ static const int filter_channel_reader_calls[] = {
 	SCMP_SYS(poll), SCMP_SYS(ppoll), SCMP_SYS(recvfrom), SCMP_SYS(recvmsg),
 };
 
+/*
+ * The main thread of a VMM in its own process (src/sandbox/vmm_process.c): after the VM has
+ * started it only waits on its control socket, answers it, and tears the VM down (joins,
+ * closes and unmaps, in the common list). No exec, no new files or sockets.
+ */
+static const int filter_vmm_main_calls[] = {
+	SCMP_SYS(poll), SCMP_SYS(ppoll), SCMP_SYS(recvfrom), SCMP_SYS(recvmsg),
+	SCMP_SYS(sendto), SCMP_SYS(sendmsg),
+};
+
 struct filter_role {
 	const char *name;
 	const int *calls;
@@ -126,6 +136,8 @@ static const struct filter_role filter_roles[VMM_THREAD_ROLE_COUNT] = {
 				    FILTER_COUNT(filter_net_worker_calls), true },
 	[VMM_THREAD_CHANNEL_READER] = { "channel reader", filter_channel_reader_calls,
 					FILTER_COUNT(filter_channel_reader_calls), false },
+	[VMM_THREAD_VMM_MAIN] = { "vmm main", filter_vmm_main_calls,
+				  FILTER_COUNT(filter_vmm_main_calls), false },
 };
 
 static int filter_allow(scmp_filter_ctx ctx, const int *calls, size_t count)

@@ -22,6 +22,7 @@ enum vmm_thread_role {
 	VMM_THREAD_SHARE_WORKER,  /* a virtio-fs worker: file calls beneath its share */
 	VMM_THREAD_NET_WORKER,	  /* libslirp: IPv4/IPv6 sockets, /etc/resolv.conf read-only */
 	VMM_THREAD_CHANNEL_READER, /* the control channel's reader: frames from the agent */
+	VMM_THREAD_VMM_MAIN,	  /* a VMM process's main thread: its control socket, teardown */
 	VMM_THREAD_ROLE_COUNT,
 };
 

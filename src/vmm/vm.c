@@ -430,7 +430,8 @@ int vm_create(const struct vm_config *cfg, struct vm **out, char *err, size_t er
 		return -ENOMEM;
 	}
 	vm->vcpu_count = cfg->vcpus ? cfg->vcpus : 1;
-	vm->placement_cpu = vm_placement_choose(vm->vcpu_count);
+	vm->placement_cpu = cfg->has_placement_cpu ? cfg->placement_cpu :
+						     vm_placement_choose(vm->vcpu_count);
 	vm->no_doorbells = cfg->no_doorbells;
 	vm->no_thread_filters = cfg->no_thread_filters;
 	rc = guest_memory_plan(&vm->mem, memory_mb, guest_memory_host_ram(), err, errlen);

@@ -85,6 +85,13 @@ struct vm_config {
 	 */
 	bool no_doorbells;
 	/*
+	 * The host CPU chosen for this VM's threads by whoever creates VMs in turn
+	 * (vm_placement_choose), when the VM is built in another process whose own turn counter
+	 * would start every VM on the same CPU; has_placement_cpu false: vm_create chooses.
+	 */
+	bool has_placement_cpu;
+	int placement_cpu;
+	/*
 	 * Runs vCPU and device threads without their seccomp filters; only for tests under
 	 * valgrind, which cannot run filtered threads.
 	 */

@@ -28,9 +28,12 @@
 #include "sandbox/sandbox.h"
 #include "store/guest_image.h"
 #include "vmm/kvm.h"
+#include "vmm_process_probe.h"
 
 #define TEST_VM_MEMORY_MB 512
 #define TEST_VM_VCPUS 2
+/* opened by the test before the sandbox starts; its VMM process must not hold it */
+#define TEST_PLANTED_FD_PATH "/dev/zero"
 /* The test VM's allowlist: the commands the checks run, and nothing else. */
 #define TEST_VM_ALLOWED "sh", "echo", "cat", "test", "nproc"
 #define TEST_SEQUENTIAL_EXECS 100
@@ -475,6 +478,26 @@ static void test_session_secret_hidden(void)
 	proto_exec_response_free(&out);
 }
 
+/*
+ * The test VM runs as the CLI's does, its VMM in a process of its own: not this one, without
+ * this process's API key, every thread without new privileges and filtered (the vCPUs, the
+ * workers and the main thread), stdin on /dev/null, and without a descriptor this process had
+ * open when it started the sandbox.
+ */
+static void test_vmm_runs_in_its_own_process(void)
+{
+	pid_t vmm = sandbox_vmm_pid(test_vm);
+	char target[PROBE_PATH_MAX];
+
+	CHECK(vmm > 0 && vmm != getpid());
+	CHECK(probe_environ_has(getpid(), PROBE_SECRET_NAME));
+	CHECK(!probe_environ_has(vmm, PROBE_SECRET_NAME));
+	CHECK(probe_check_every_thread_confined(vmm) > TEST_VM_VCPUS);
+	CHECK(!probe_has_fd_to(vmm, TEST_PLANTED_FD_PATH));
+	probe_fd_target(vmm, STDIN_FILENO, target, sizeof(target));
+	CHECK_STR_EQ(target, "/dev/null");
+}
+
 static void test_guest_poweroff_ends_vm(void)
 {
 	enum vm_exit_reason reason = VM_EXIT_NONE;
@@ -603,8 +626,9 @@ int main(int argc, char **argv)
 	};
 	struct sandbox_config cfg;
 	char why[512], err[1024];
-	int rc;
+	int rc, planted_fd;
 
+	probe_reexec_with_secret(argv);
 	host_env_apply();
 	if (argc < 2) {
 		fprintf(stderr, "usage: %s PATH-TO-voidbox\n", argv[0]);
@@ -623,6 +647,9 @@ int main(int argc, char **argv)
 	cfg.memory_mb = TEST_VM_MEMORY_MB;
 	cfg.vcpus = TEST_VM_VCPUS;
 	cfg.policy = &policy;
+	cfg.vmm_placement = SANDBOX_VMM_OWN_PROCESS;
+	/* a descriptor the VMM process must not inherit (no O_CLOEXEC: fork keeps it) */
+	planted_fd = open(TEST_PLANTED_FD_PATH, O_RDONLY);
 	rc = sandbox_start(&cfg, &test_vm, err, sizeof(err));
 	if (rc < 0) {
 		fprintf(stderr, "FAIL: the test VM did not start: %s\n", err);
@@ -647,8 +674,11 @@ int main(int argc, char **argv)
 	RUN_TEST(test_memtotal_matches_memory);
 	RUN_TEST(test_sandbox_cannot_change_policy);
 	RUN_TEST(test_session_secret_hidden);
+	RUN_TEST(test_vmm_runs_in_its_own_process);
 	RUN_TEST(test_guest_poweroff_ends_vm);
 	sandbox_destroy(test_vm, harness_tests_failed > 0);
+	if (planted_fd >= 0)
+		close(planted_fd);
 	if (harness_tests_failed)
 		fprintf(stderr, "(the guest console of the failed VM is kept in /tmp/voidbox-*/serial.log)\n");
 

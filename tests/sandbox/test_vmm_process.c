@@ -1,0 +1,195 @@
+/*
+ * The VMM process's confinement (src/sandbox/vmm_process.c) without a VM: a stand-in body does
+ * what the VM's body does around the VM (wipes its identity, takes the main thread's filter)
+ * and reports, and the test reads /proc as an outsider would: another process, none of the
+ * caller's environment, no new privileges, filtered, only its four descriptors, and dead once
+ * its parent is. A VM that cannot start reports its sentence and leaves no process behind.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "harness.h"
+#include "process_probe.h"
+#include "sandbox/vmm_process.h"
+#include "vmm/thread_filter.h"
+#include "vmm_process_probe.h"
+
+#define TEST_ERR_MAX 1024
+#define TEST_POLL_MS 20
+/* the stand-in's report: the errno socket(AF_INET) failed with under its filter */
+struct stand_in_report {
+	int scrub_rc;
+	int confine_rc;
+	int socket_errno;
+};
+
+/* Wipes, confines, reports, then waits for the parent to close the socket. */
+static int stand_in_body(int control_fd, void *opaque)
+{
+	struct stand_in_report report = { 0 };
+	char byte;
+	int fd;
+
+	(void)opaque;
+	report.scrub_rc = vmm_process_scrub_identity();
+	report.confine_rc = vmm_thread_confine(VMM_THREAD_VMM_MAIN);
+	fd = socket(AF_INET, SOCK_STREAM, 0);
+	report.socket_errno = fd < 0 ? errno : 0;
+	if (fd >= 0)
+		close(fd);
+	if (send(control_fd, &report, sizeof(report), 0) != (ssize_t)sizeof(report))
+		return 1;
+	while (recv(control_fd, &byte, 1, 0) > 0)
+		;
+	return 0;
+}
+
+static void test_child_is_confined(void)
+{
+	char err[TEST_ERR_MAX], target[PROBE_PATH_MAX], ours[PROBE_PATH_MAX];
+	char comm[PROBE_PATH_MAX] = "";
+	struct stand_in_report report = { -1, -1, -1 };
+	int planted = open("/dev/zero", O_RDONLY); /* no O_CLOEXEC: fork alone keeps it */
+	int control_fd = -1, status = 0, cmd_fd;
+	pid_t pid = 0;
+
+	CHECK(planted >= 0);
+	CHECK(probe_environ_has(getpid(), PROBE_SECRET_NAME)); /* the precondition */
+	CHECK_INT_EQ(vmm_process_spawn(stand_in_body, NULL, &pid, &control_fd, err, sizeof(err)),
+		     0);
+	CHECK(pid > 0 && pid != getpid());
+	CHECK_INT_EQ(recv(control_fd, &report, sizeof(report), 0), (long)sizeof(report));
+	CHECK_INT_EQ(report.scrub_rc, 0);
+	CHECK_INT_EQ(report.confine_rc, 0);
+	CHECK_INT_EQ(report.socket_errno, EPERM);
+
+	CHECK(!probe_environ_has(pid, PROBE_SECRET_NAME));
+	CHECK(!probe_environ_has(pid, "PATH"));
+	CHECK_INT_EQ(probe_check_every_thread_confined(pid), 1);
+	CHECK(!probe_has_fd_to(pid, "/dev/zero"));
+	for (int fd = 0; fd <= VMM_PROCESS_CONTROL_FD; fd++) {
+		probe_fd_target(pid, fd, target, sizeof(target));
+		CHECK(target[0] != '\0');
+	}
+	probe_fd_target(pid, STDIN_FILENO, target, sizeof(target));
+	CHECK_STR_EQ(target, "/dev/null");
+	probe_fd_target(pid, STDOUT_FILENO, target, sizeof(target));
+	CHECK_STR_EQ(target, "/dev/null");
+	probe_fd_target(pid, STDERR_FILENO, target, sizeof(target));
+	probe_fd_target(getpid(), STDERR_FILENO, ours, sizeof(ours)); /* where this one logs */
+	CHECK_STR_EQ(target, ours);
+	probe_fd_target(pid, VMM_PROCESS_CONTROL_FD + 1, target, sizeof(target));
+	CHECK_STR_EQ(target, "");
+	snprintf(target, sizeof(target), "/proc/%d/comm", (int)pid);
+	cmd_fd = open(target, O_RDONLY | O_CLOEXEC);
+	if (cmd_fd >= 0) {
+		ssize_t got = read(cmd_fd, comm, sizeof(comm) - 1);
+
+		comm[got > 0 ? got - 1 : 0] = '\0'; /* without its newline */
+		close(cmd_fd);
+	}
+	CHECK_STR_EQ(comm, VMM_PROCESS_NAME);
+
+	close(control_fd); /* the body's end of the socket reads EOF: it returns */
+	CHECK_INT_EQ(waitpid(pid, &status, 0), pid);
+	CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+	close(planted);
+}
+
+/* Says it is up (so the death signal is armed), then sleeps until killed. */
+static int sleeper_body(int control_fd, void *opaque)
+{
+	char up = 1;
+
+	(void)opaque;
+	if (send(control_fd, &up, 1, 0) != 1)
+		return 1;
+	for (;;)
+		pause();
+	return 0;
+}
+
+/*
+ * An intermediate parent spawns a VMM process, waits until it is up, names it, and is killed:
+ * the child dies of SIGKILL too (an exit of its own would mean the death signal never came).
+ */
+static void test_child_dies_with_its_parent(void)
+{
+	int report[2], status = 0;
+	pid_t middle, child = 0;
+	long until;
+
+	CHECK_INT_EQ(prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0), 0);
+	CHECK_INT_EQ(pipe(report), 0);
+	middle = fork();
+	if (middle == 0) {
+		char err[TEST_ERR_MAX];
+		int control_fd;
+		pid_t grandchild = 0;
+
+		close(report[0]);
+		if (vmm_process_spawn(sleeper_body, NULL, &grandchild, &control_fd, err,
+				      sizeof(err)) < 0 ||
+		    recv(control_fd, err, 1, 0) != 1)
+			_exit(1);
+		if (write(report[1], &grandchild, sizeof(grandchild)) != (ssize_t)sizeof(grandchild))
+			_exit(1);
+		for (;;)
+			pause();
+	}
+	close(report[1]);
+	CHECK(middle > 0);
+	CHECK_INT_EQ(read(report[0], &child, sizeof(child)), (long)sizeof(child));
+	close(report[0]);
+	CHECK(child > 0);
+	if (child <= 0)
+		return;
+	CHECK(!process_probe_gone(child));
+	kill(middle, SIGKILL);
+	CHECK_INT_EQ(waitpid(middle, NULL, 0), middle);
+	/* the orphan is ours now (subreaper); bounded so a survivor fails instead of hanging */
+	until = process_probe_now_ms() + PROCESS_PROBE_WAIT_MS;
+	while (waitpid(child, &status, WNOHANG) == 0 && process_probe_now_ms() < until)
+		poll(NULL, 0, TEST_POLL_MS);
+	CHECK(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
+	if (!WIFSIGNALED(status)) {
+		kill(child, SIGKILL);
+		waitpid(child, NULL, 0);
+	}
+	prctl(PR_SET_CHILD_SUBREAPER, 0, 0, 0, 0);
+}
+
+/* The VM's body reports vm_create's sentence; the process is reaped, no zombie is left. */
+static void test_failed_vm_reports_and_is_reaped(void)
+{
+	struct vm_config cfg = { .kernel_path = "/nonexistent/voidbox-test-bzImage",
+				 .memory_mb = 64, .no_thread_filters = true };
+	struct vmm_process *proc = (struct vmm_process *)&cfg; /* must be reset to NULL */
+	char err[TEST_ERR_MAX] = "";
+	int rc = vmm_process_start_vm(&cfg, NULL, &proc, err, sizeof(err));
+
+	CHECK(rc < 0);
+	CHECK(proc == NULL);
+	CHECK(err[0] != '\0');
+	fprintf(stderr, "  (the failed start said: %s)\n", err);
+	CHECK(waitpid(-1, NULL, WNOHANG) < 0 && errno == ECHILD);
+}
+
+int main(int argc, char **argv)
+{
+	(void)argc;
+	probe_reexec_with_secret(argv);
+	RUN_TEST(test_child_is_confined);
+	RUN_TEST(test_child_dies_with_its_parent);
+	RUN_TEST(test_failed_vm_reports_and_is_reaped);
+	return harness_finish();
+}

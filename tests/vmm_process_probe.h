@@ -1,0 +1,149 @@
+/*
+ * What a test reads from /proc about a VMM process (src/sandbox/vmm_process.h), shared by the
+ * unit test with a stand-in body (tests/sandbox/test_vmm_process.c) and the VM test with a real
+ * VM (tests/vm/vm_conformance.c). /proc/PID/environ shows the environment a program was
+ * executed with, not what setenv changed later, so a test that wants a secret in its own
+ * environment executes itself again with it (probe_reexec_with_secret). Include after harness.h.
+ */
+#ifndef VOIDBOX_TESTS_VMM_PROCESS_PROBE_H
+#define VOIDBOX_TESTS_VMM_PROCESS_PROBE_H
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/types.h>
+#include <unistd.h>
+
+#define PROBE_SECRET_NAME "ANTHROPIC_API_KEY"
+#define PROBE_SECRET_VALUE "sk-ant-probe-not-a-real-key"
+#define PROBE_ENVIRON_MAX (256 * 1024)
+#define PROBE_PATH_MAX 128
+/* a /proc path with a directory entry's name (up to 255 bytes) in it */
+#define PROBE_ENTRY_PATH_MAX 512
+
+/* Makes sure this process was executed with PROBE_SECRET_NAME in its environment. */
+static inline void probe_reexec_with_secret(char **argv)
+{
+	if (getenv(PROBE_SECRET_NAME))
+		return;
+	setenv(PROBE_SECRET_NAME, PROBE_SECRET_VALUE, 1);
+	execv("/proc/self/exe", argv);
+	perror("re-executing the test with " PROBE_SECRET_NAME " set");
+	exit(2);
+}
+
+/* Whether /proc/PID/environ holds "name=" (false also when it cannot be read). */
+static inline bool probe_environ_has(pid_t pid, const char *name)
+{
+	char path[PROBE_PATH_MAX];
+	char *block = malloc(PROBE_ENVIRON_MAX);
+	size_t used = 0, name_len = strlen(name);
+	bool found = false;
+	ssize_t got;
+	int fd;
+
+	snprintf(path, sizeof(path), "/proc/%d/environ", (int)pid);
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0 || !block) {
+		if (fd >= 0)
+			close(fd);
+		free(block);
+		return false;
+	}
+	while (used < PROBE_ENVIRON_MAX - 1 &&
+	       (got = read(fd, block + used, PROBE_ENVIRON_MAX - 1 - used)) > 0)
+		used += (size_t)got;
+	close(fd);
+	for (size_t at = 0; at < used && !found; at += strnlen(block + at, used - at) + 1)
+		found = strncmp(block + at, name, name_len) == 0 && block[at + name_len] == '=';
+	free(block);
+	return found;
+}
+
+/* The value of "key:" in /proc/PID/task/TID/status, or -1. */
+static inline long probe_task_status(pid_t pid, const char *tid, const char *key)
+{
+	char path[PROBE_ENTRY_PATH_MAX], line[256];
+	size_t key_len = strlen(key);
+	long value = -1;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/proc/%d/task/%s/status", (int)pid, tid);
+	f = fopen(path, "r");
+	if (!f)
+		return -1;
+	while (fgets(line, sizeof(line), f))
+		if (strncmp(line, key, key_len) == 0 && line[key_len] == ':')
+			value = strtol(line + key_len + 1, NULL, 10);
+	fclose(f);
+	return value;
+}
+
+/* Checks NoNewPrivs 1 and Seccomp 2 (filtered) on every thread of pid; returns the count. */
+static inline int probe_check_every_thread_confined(pid_t pid)
+{
+	char path[PROBE_PATH_MAX];
+	struct dirent *entry;
+	int threads = 0;
+	DIR *dir;
+
+	snprintf(path, sizeof(path), "/proc/%d/task", (int)pid);
+	dir = opendir(path);
+	CHECK(dir != NULL);
+	if (!dir)
+		return 0;
+	while ((entry = readdir(dir))) {
+		if (entry->d_name[0] == '.')
+			continue;
+		threads++;
+		if (probe_task_status(pid, entry->d_name, "NoNewPrivs") != 1 ||
+		    probe_task_status(pid, entry->d_name, "Seccomp") != 2)
+			fprintf(stderr, "thread %s of %d is not confined\n", entry->d_name, (int)pid);
+		CHECK_INT_EQ(probe_task_status(pid, entry->d_name, "NoNewPrivs"), 1);
+		CHECK_INT_EQ(probe_task_status(pid, entry->d_name, "Seccomp"), 2);
+	}
+	closedir(dir);
+	return threads;
+}
+
+/* Whether any descriptor of pid is a link to target (a path, or "socket:[inode]"). */
+static inline bool probe_has_fd_to(pid_t pid, const char *target)
+{
+	char path[PROBE_PATH_MAX], link_path[PROBE_ENTRY_PATH_MAX], link[PROBE_ENTRY_PATH_MAX];
+	struct dirent *entry;
+	bool found = false;
+	DIR *dir;
+
+	snprintf(path, sizeof(path), "/proc/%d/fd", (int)pid);
+	dir = opendir(path);
+	if (!dir)
+		return false;
+	while (!found && (entry = readdir(dir))) {
+		ssize_t len;
+
+		snprintf(link_path, sizeof(link_path), "%s/%s", path, entry->d_name);
+		len = readlink(link_path, link, sizeof(link) - 1);
+		if (len < 0)
+			continue;
+		link[len] = '\0';
+		found = strcmp(link, target) == 0;
+	}
+	closedir(dir);
+	return found;
+}
+
+/* What descriptor fd of pid links to ("" when it cannot be read). */
+static inline void probe_fd_target(pid_t pid, int fd, char *out, size_t len)
+{
+	char path[PROBE_PATH_MAX];
+	ssize_t got;
+
+	snprintf(path, sizeof(path), "/proc/%d/fd/%d", (int)pid, fd);
+	got = readlink(path, out, len - 1);
+	out[got > 0 ? got : 0] = '\0';
+}
+
+#endif
