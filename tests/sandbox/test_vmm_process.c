@@ -187,6 +187,9 @@ static void test_failed_vm_reports_and_is_reaped(void)
 int main(int argc, char **argv)
 {
 	(void)argc;
+	if (HARNESS_UNDER_VALGRIND)
+		harness_skip_all("valgrind cannot run the VMM process (seccomp-filtered threads) nor "
+				 "this test's re-execution of itself; the plain and ASan builds run it");
 	probe_reexec_with_secret(argv);
 	RUN_TEST(test_child_is_confined);
 	RUN_TEST(test_child_dies_with_its_parent);
