@@ -170,6 +170,9 @@ static void vmm_process_child(int control_fd, int null_fd, int log_fd, pid_t par
 		_exit(VMM_PROCESS_EXIT_SETUP);
 	if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0)
 		_exit(VMM_PROCESS_EXIT_SETUP);
+	/* no other process of the user may ptrace it or read its memory through /proc */
+	if (prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) < 0)
+		_exit(VMM_PROCESS_EXIT_SETUP);
 	log_set_stream(stderr); /* now the caller's log, whose own descriptor is closed */
 	_exit(body(VMM_PROCESS_CONTROL_FD, opaque));
 }

@@ -12,9 +12,10 @@
  * (PR_SET_PDEATHSIG, checked against an early parent exit), in a session of its own (no
  * terminal whose Ctrl-C would reach it), stdin and stdout on /dev/null,
  * stderr on the caller's log stream, every other descriptor but the control socket closed,
- * PR_SET_NO_NEW_PRIVS; once the VM is built its environment block is wiped (so
- * /proc/PID/environ shows none of the user's variables) and its main thread takes the
- * "VMM main" seccomp filter. The child is forked, not executed afresh: its memory starts as
+ * PR_SET_NO_NEW_PRIVS, not dumpable (other processes of the user can neither ptrace it nor
+ * read its memory, environment or maps through /proc); once the VM is built its environment
+ * block is wiped (so /proc/PID/environ shows none of the user's variables) and its main thread
+ * takes the "VMM main" seccomp filter. The child is forked, not executed afresh: its memory starts as
  * a copy of the caller's, so anything the caller had read into memory before the fork is
  * still there (docs/security.md says what that leaves open).
  */

@@ -2,11 +2,12 @@
  * The VMM process's confinement (src/sandbox/vmm_process.c) without a VM: a stand-in body does
  * what the VM's body does around the VM (wipes its identity, takes the main thread's filter)
  * and reports, and the test reads /proc as an outsider would: another process, none of the
- * caller's environment, no new privileges, filtered, only its four descriptors, and dead once
- * its parent is. A VM that cannot start reports its sentence and leaves no process behind.
+ * caller's environment, no new privileges, not dumpable (its /proc files refused to another
+ * process of the same user), filtered, only its four descriptors, and dead once its parent is. A VM that cannot start reports its sentence and leaves no process behind.
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <grp.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdio.h>
@@ -14,6 +15,7 @@
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -25,11 +27,16 @@
 
 #define TEST_ERR_MAX 1024
 #define TEST_POLL_MS 20
+/* spawn_sleeper_from_middle: the intermediate parent keeps this test's uid */
+#define TEST_KEEP_UID ((uid_t)-1)
+/* the user an intermediate parent becomes when the test runs as root (nobody) */
+#define TEST_UNPRIVILEGED_UID ((uid_t)65534)
 /* the stand-in's report: the errno socket(AF_INET) failed with under its filter */
 struct stand_in_report {
 	int scrub_rc;
 	int confine_rc;
 	int socket_errno;
+	int dumpable;
 };
 
 /* Wipes, confines, reports, then waits for the parent to close the socket. */
@@ -40,6 +47,7 @@ static int stand_in_body(int control_fd, void *opaque)
 	int fd;
 
 	(void)opaque;
+	report.dumpable = prctl(PR_GET_DUMPABLE, 0, 0, 0, 0);
 	report.scrub_rc = vmm_process_scrub_identity();
 	report.confine_rc = vmm_thread_confine(VMM_THREAD_VMM_MAIN);
 	fd = socket(AF_INET, SOCK_STREAM, 0);
@@ -57,7 +65,7 @@ static void test_child_is_confined(void)
 {
 	char err[TEST_ERR_MAX], target[PROBE_PATH_MAX], ours[PROBE_PATH_MAX];
 	char comm[PROBE_PATH_MAX] = "";
-	struct stand_in_report report = { -1, -1, -1 };
+	struct stand_in_report report = { -1, -1, -1, -1 };
 	int planted = open("/dev/zero", O_RDONLY); /* no O_CLOEXEC: fork alone keeps it */
 	int control_fd = -1, status = 0, cmd_fd;
 	pid_t pid = 0;
@@ -71,6 +79,7 @@ static void test_child_is_confined(void)
 	CHECK_INT_EQ(report.scrub_rc, 0);
 	CHECK_INT_EQ(report.confine_rc, 0);
 	CHECK_INT_EQ(report.socket_errno, EPERM);
+	CHECK_INT_EQ(report.dumpable, 0);
 
 	CHECK(!probe_environ_has(pid, PROBE_SECRET_NAME));
 	CHECK(!probe_environ_has(pid, "PATH"));
@@ -119,24 +128,29 @@ static int sleeper_body(int control_fd, void *opaque)
 }
 
 /*
- * An intermediate parent spawns a VMM process, waits until it is up, names it, and is killed:
- * the child dies of SIGKILL too (an exit of its own would mean the death signal never came).
+ * An intermediate parent, running as uid (or as this test when uid is TEST_KEEP_UID), spawns a
+ * sleeping VMM process and waits until it is up; this process becomes the subreaper of both.
+ * Returns the VMM process's pid (0 on failure) and the intermediate parent's in *middle.
  */
-static void test_child_dies_with_its_parent(void)
+static pid_t spawn_sleeper_from_middle(uid_t uid, pid_t *middle)
 {
-	int report[2], status = 0;
-	pid_t middle, child = 0;
-	long until;
+	int report[2];
+	pid_t child = 0;
 
 	CHECK_INT_EQ(prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0), 0);
 	CHECK_INT_EQ(pipe(report), 0);
-	middle = fork();
-	if (middle == 0) {
+	*middle = fork();
+	if (*middle == 0) {
 		char err[TEST_ERR_MAX];
 		int control_fd;
 		pid_t grandchild = 0;
 
 		close(report[0]);
+		/* a change of uid makes a process non-dumpable: undo that, as a login would be */
+		if (uid != TEST_KEEP_UID && (setresgid(uid, uid, uid) < 0 || setgroups(0, NULL) < 0 ||
+					     setresuid(uid, uid, uid) < 0 ||
+					     prctl(PR_SET_DUMPABLE, 1, 0, 0, 0) < 0))
+			_exit(1);
 		if (vmm_process_spawn(sleeper_body, NULL, &grandchild, &control_fd, err,
 				      sizeof(err)) < 0 ||
 		    recv(control_fd, err, 1, 0) != 1)
@@ -147,25 +161,94 @@ static void test_child_dies_with_its_parent(void)
 			pause();
 	}
 	close(report[1]);
-	CHECK(middle > 0);
+	CHECK(*middle > 0);
 	CHECK_INT_EQ(read(report[0], &child, sizeof(child)), (long)sizeof(child));
 	close(report[0]);
 	CHECK(child > 0);
-	if (child <= 0)
-		return;
-	CHECK(!process_probe_gone(child));
+	return child > 0 ? child : 0;
+}
+
+/* Kills the intermediate parent; the VMM process's status once reaped (bounded wait). */
+static int end_middle(pid_t middle, pid_t child)
+{
+	int status = 0;
+	long until;
+
 	kill(middle, SIGKILL);
 	CHECK_INT_EQ(waitpid(middle, NULL, 0), middle);
 	/* the orphan is ours now (subreaper); bounded so a survivor fails instead of hanging */
 	until = process_probe_now_ms() + PROCESS_PROBE_WAIT_MS;
-	while (waitpid(child, &status, WNOHANG) == 0 && process_probe_now_ms() < until)
+	while (child > 0 && waitpid(child, &status, WNOHANG) == 0 &&
+	       process_probe_now_ms() < until)
 		poll(NULL, 0, TEST_POLL_MS);
-	CHECK(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
-	if (!WIFSIGNALED(status)) {
+	if (child > 0 && !WIFSIGNALED(status)) {
 		kill(child, SIGKILL);
 		waitpid(child, NULL, 0);
 	}
 	prctl(PR_SET_CHILD_SUBREAPER, 0, 0, 0, 0);
+	return status;
+}
+
+/*
+ * An intermediate parent spawns a VMM process, waits until it is up, names it, and is killed:
+ * the child dies of SIGKILL too (an exit of its own would mean the death signal never came).
+ */
+static void test_child_dies_with_its_parent(void)
+{
+	pid_t middle = 0, child = spawn_sleeper_from_middle(TEST_KEEP_UID, &middle);
+	int status;
+
+	if (child > 0)
+		CHECK(!process_probe_gone(child));
+	status = end_middle(middle, child);
+	CHECK(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
+}
+
+/*
+ * Not dumpable, seen as the kernel shows it to the user's other processes: the /proc files of a
+ * non-dumpable process belong to root, not to the user who runs it. The VMM process is spawned
+ * by a parent running as an unprivileged user (this test usually runs as root, whose own
+ * processes' files belong to root either way), and its /proc/PID/mem and environ are refused
+ * to another process of that same user.
+ */
+static void test_child_is_not_dumpable(void)
+{
+	uid_t user = geteuid() == 0 ? TEST_UNPRIVILEGED_UID : geteuid();
+	pid_t middle = 0, child = spawn_sleeper_from_middle(geteuid() == 0 ? user : TEST_KEEP_UID,
+							    &middle);
+	char path[PROBE_PATH_MAX];
+	struct stat st = { .st_uid = user };
+	int peer[2], verdict = -1;
+	pid_t peer_pid;
+
+	CHECK(user != 0);
+	snprintf(path, sizeof(path), "/proc/%d/status", (int)child);
+	CHECK_INT_EQ(child > 0 ? stat(path, &st) : -1, 0);
+	CHECK_INT_EQ((long)st.st_uid, 0L);
+	/* the same user's process, unprivileged, tries what a debugger would */
+	CHECK_INT_EQ(pipe(peer), 0);
+	peer_pid = fork();
+	if (peer_pid == 0) {
+		int refused = 0, fd;
+
+		close(peer[0]);
+		if (geteuid() == 0 && (setresgid(user, user, user) < 0 || setgroups(0, NULL) < 0 ||
+				       setresuid(user, user, user) < 0))
+			_exit(1);
+		snprintf(path, sizeof(path), "/proc/%d/mem", (int)child);
+		fd = open(path, O_RDONLY | O_CLOEXEC);
+		refused += fd < 0 && errno == EACCES;
+		snprintf(path, sizeof(path), "/proc/%d/environ", (int)child);
+		fd = open(path, O_RDONLY | O_CLOEXEC);
+		refused += fd < 0 && errno == EACCES;
+		_exit(write(peer[1], &refused, sizeof(refused)) == (ssize_t)sizeof(refused) ? 0 : 1);
+	}
+	close(peer[1]);
+	CHECK_INT_EQ(read(peer[0], &verdict, sizeof(verdict)), (long)sizeof(verdict));
+	close(peer[0]);
+	CHECK_INT_EQ(verdict, 2);
+	CHECK_INT_EQ(waitpid(peer_pid, NULL, 0), peer_pid);
+	end_middle(middle, child);
 }
 
 /* The VM's body reports vm_create's sentence; the process is reaped, no zombie is left. */
@@ -193,6 +276,7 @@ int main(int argc, char **argv)
 	probe_reexec_with_secret(argv);
 	RUN_TEST(test_child_is_confined);
 	RUN_TEST(test_child_dies_with_its_parent);
+	RUN_TEST(test_child_is_not_dumpable);
 	RUN_TEST(test_failed_vm_reports_and_is_reaped);
 	return harness_finish();
 }
