@@ -109,6 +109,18 @@ static inline int probe_check_every_thread_confined(pid_t pid)
 	return threads;
 }
 
+/* Whether pid's namespace of kind ("mnt", "net", ...) is this process's (/proc/PID/ns). */
+static inline bool probe_same_namespace(pid_t pid, const char *kind)
+{
+	char path[PROBE_PATH_MAX], theirs[PROBE_PATH_MAX] = "", ours[PROBE_PATH_MAX] = "";
+
+	snprintf(path, sizeof(path), "/proc/%d/ns/%s", (int)pid, kind);
+	CHECK(readlink(path, theirs, sizeof(theirs) - 1) > 0);
+	snprintf(path, sizeof(path), "/proc/self/ns/%s", kind);
+	CHECK(readlink(path, ours, sizeof(ours) - 1) > 0);
+	return strcmp(theirs, ours) == 0;
+}
+
 /* Whether any descriptor of pid is a link to target (a path, or "socket:[inode]"). */
 static inline bool probe_has_fd_to(pid_t pid, const char *target)
 {

@@ -26,6 +26,7 @@
 #include "common/clock.h"
 #include "common/log.h"
 #include "sandbox/vmm_cgroup.h"
+#include "sandbox/vmm_jail.h"
 #include "vmm/thread_filter.h"
 
 #define VMM_PROCESS_LOG "vmm-process"
@@ -262,12 +263,15 @@ static void vmm_process_serve(int control_fd, struct vm *vm)
 struct vmm_process_vm_args {
 	const struct vm_config *cfg;
 	const char *cgroup_dir;
+	enum vmm_jail_mode jail_mode;
 };
 
 static int vmm_process_vm_body(int control_fd, void *opaque)
 {
 	const struct vmm_process_vm_args *args = opaque;
 	char err[VMM_PROCESS_TEXT_MAX] = "";
+	struct vmm_jail *jail = NULL;
+	struct vm_config jailed;
 	struct vm *vm = NULL;
 	int rc = 0;
 
@@ -275,8 +279,15 @@ static int vmm_process_vm_body(int control_fd, void *opaque)
 	if (args->cgroup_dir && (rc = vmm_cgroup_enter(args->cgroup_dir, 0)) < 0)
 		snprintf(err, sizeof(err), "cannot move the VMM process into the cgroup %s: %s",
 			 args->cgroup_dir, strerror(-rc));
+	/* still one thread: the VM's threads start in the jail's namespaces */
 	if (rc == 0)
-		rc = vm_create(args->cfg, &vm, err, sizeof(err));
+		rc = vmm_jail_plan_vm(args->cfg, &jail, &jailed, err, sizeof(err));
+	if (rc == 0)
+		rc = vmm_jail_enter(jail, args->jail_mode, err, sizeof(err));
+	if (rc == 0)
+		rc = vm_create(&jailed, &vm, err, sizeof(err));
+	if (rc == 0)
+		vmm_jail_seal(jail); /* the VM holds what only its creation needed by descriptor */
 
 	/* the VM holds copies of what it needs from cfg: what pointed into the blocks can go */
 	if (rc == 0 && (rc = vmm_process_scrub_identity()) < 0)
@@ -290,6 +301,7 @@ static int vmm_process_vm_body(int control_fd, void *opaque)
 	if (vmm_msg_send(control_fd, VMM_MSG_STARTED, rc, 0, err) == 0 && rc == 0)
 		vmm_process_serve(control_fd, vm);
 	vm_destroy(vm);
+	vmm_jail_free(jail);
 	return rc == 0 ? 0 : VMM_PROCESS_EXIT_SETUP;
 }
 
@@ -320,7 +332,8 @@ static void vmm_process_reap(struct vmm_process *proc, int grace_ms)
 int vmm_process_start_vm(const struct vm_config *cfg, const char *cgroup_dir,
 			 struct vmm_process **out, char *err, size_t errlen)
 {
-	struct vmm_process_vm_args args = { .cfg = cfg, .cgroup_dir = cgroup_dir };
+	struct vmm_process_vm_args args = { .cfg = cfg, .cgroup_dir = cgroup_dir,
+					    .jail_mode = vmm_jail_host_mode() };
 	struct vmm_process *proc = calloc(1, sizeof(*proc));
 	struct pollfd pfd = { .fd = -1, .events = POLLIN };
 	struct vmm_msg msg;

@@ -13,7 +13,9 @@
  * terminal whose Ctrl-C would reach it), stdin and stdout on /dev/null,
  * stderr on the caller's log stream, every other descriptor but the control socket closed,
  * PR_SET_NO_NEW_PRIVS, not dumpable (other processes of the user can neither ptrace it nor
- * read its memory, environment or maps through /proc); once the VM is built its environment
+ * read its memory, environment or maps through /proc); the VM's child then enters its jail
+ * (sandbox/vmm_jail.h: its own namespaces and a root holding only what the VM reaches by path)
+ * before it builds the VM; once the VM is built its environment
  * block is wiped (so /proc/PID/environ shows none of the user's variables) and its main thread
  * takes the "VMM main" seccomp filter. The child is forked, not executed afresh: its memory starts as
  * a copy of the caller's, so anything the caller had read into memory before the fork is

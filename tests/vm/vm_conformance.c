@@ -11,6 +11,7 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -26,6 +27,7 @@
 #include "harness.h"
 #include "host/control_channel.h"
 #include "sandbox/sandbox.h"
+#include "sandbox/vmm_jail.h"
 #include "store/guest_image.h"
 #include "vmm/kvm.h"
 #include "vmm_process_probe.h"
@@ -34,6 +36,12 @@
 #define TEST_VM_VCPUS 2
 /* opened by the test before the sandbox starts; its VMM process must not hold it */
 #define TEST_PLANTED_FD_PATH "/dev/zero"
+/* A host directory the VM shares (virtio-fs), so the VMM process's jail holds a share. */
+#define TEST_SHARE_TEMPLATE "/tmp/voidbox-conformance-share-XXXXXX"
+#define TEST_SHARE_GUEST "/mnt/conformance"
+#define TEST_SHARE_FROM_HOST "from-host\n"
+#define TEST_SHARE_FROM_GUEST "from-guest\n"
+#define TEST_SHARE_FILE_MODE 0644
 /* The test VM's allowlist: the commands the checks run, and nothing else. */
 #define TEST_VM_ALLOWED "sh", "echo", "cat", "test", "nproc"
 #define TEST_SEQUENTIAL_EXECS 100
@@ -498,6 +506,76 @@ static void test_vmm_runs_in_its_own_process(void)
 	CHECK_STR_EQ(target, "/dev/null");
 }
 
+static char test_share_dir[] = TEST_SHARE_TEMPLATE;
+
+/*
+ * The VMM process is jailed (src/sandbox/vmm_jail.h): its own mount, IPC and network
+ * namespaces (the test VM has no network), and a root that holds, once the VM runs, only
+ * /proc/self, the runtime directory with the vsock socket and the share: neither /etc/passwd
+ * nor the kernel (its mount point is left, empty) nor this test's directory. The share works
+ * through it both ways (its server reopens files through /proc/self/fd).
+ */
+static void test_vmm_runs_in_its_jail(void)
+{
+	pid_t vmm = sandbox_vmm_pid(test_vm);
+	char path[PATH_MAX + PROBE_PATH_MAX], runtime_dir[PATH_MAX] = "", cwd[PATH_MAX];
+	char line[PATH_MAX + PROBE_PATH_MAX], point[PATH_MAX];
+	int mounts = 0, runtime_dir_mounted = 0, proc_self_mounted = 0, root_mounted = 0;
+	int share_mounted = 0;
+	struct proto_exec_response out;
+	struct stat st;
+	FILE *info;
+
+	CHECK(vmm_jail_host_mode() != VMM_JAIL_OFF);
+	CHECK(!probe_same_namespace(vmm, "mnt"));
+	CHECK(!probe_same_namespace(vmm, "ipc"));
+	CHECK(!probe_same_namespace(vmm, "net"));
+	snprintf(path, sizeof(path), "/proc/%d/root/etc/passwd", (int)vmm);
+	CHECK(stat(path, &st) < 0 && errno == ENOENT);
+	CHECK(getcwd(cwd, sizeof(cwd)) != NULL);
+	snprintf(path, sizeof(path), "/proc/%d/root%s", (int)vmm, cwd);
+	CHECK(stat(path, &st) < 0 && errno == ENOENT);
+	snprintf(path, sizeof(path), "/proc/%d/root%s", (int)vmm, test_image.kernel);
+	CHECK(stat(path, &st) < 0 || st.st_size == 0);
+	snprintf(path, sizeof(path), "/proc/%d/root%s", (int)vmm, sandbox_vsock_socket_path(test_vm));
+	CHECK(stat(path, &st) == 0 && S_ISSOCK(st.st_mode));
+
+	snprintf(path, sizeof(path), "%s", sandbox_vsock_socket_path(test_vm));
+	*strrchr(path, '/') = '\0';
+	CHECK(realpath(path, runtime_dir) != NULL);
+	snprintf(path, sizeof(path), "/proc/%d/mountinfo", (int)vmm);
+	info = fopen(path, "re");
+	CHECK(info != NULL);
+	while (info && fgets(line, sizeof(line), info)) {
+		if (sscanf(line, "%*s %*s %*s %*s %4095s", point) != 1)
+			continue;
+		mounts++;
+		root_mounted += strcmp(point, "/") == 0;
+		proc_self_mounted += strcmp(point, "/proc/self") == 0;
+		runtime_dir_mounted += strcmp(point, runtime_dir) == 0;
+		share_mounted += strcmp(point, test_share_dir) == 0;
+		fprintf(stderr, "  (the VMM's mount: %s)\n", point);
+	}
+	if (info)
+		fclose(info);
+	CHECK_INT_EQ(mounts, 4);
+	CHECK_INT_EQ(root_mounted + proc_self_mounted + runtime_dir_mounted + share_mounted, 4);
+
+	CHECK_INT_EQ(vm_sh(&out, "cat " TEST_SHARE_GUEST "/host.txt && echo from-guest > "
+			   TEST_SHARE_GUEST "/guest.txt"), 0);
+	CHECK(output_is(&out.stdout_data, TEST_SHARE_FROM_HOST));
+	proto_exec_response_free(&out);
+	snprintf(path, sizeof(path), "%s/guest.txt", test_share_dir);
+	info = fopen(path, "re");
+	CHECK(info != NULL);
+	line[0] = '\0';
+	if (info && !fgets(line, sizeof(line), info))
+		line[0] = '\0';
+	if (info)
+		fclose(info);
+	CHECK_STR_EQ(line, TEST_SHARE_FROM_GUEST);
+}
+
 static void test_guest_poweroff_ends_vm(void)
 {
 	enum vm_exit_reason reason = VM_EXIT_NONE;
@@ -626,7 +704,7 @@ int main(int argc, char **argv)
 	};
 	struct sandbox_config cfg;
 	char why[512], err[1024];
-	int rc, planted_fd;
+	int rc, planted_fd, share_fd;
 
 	probe_reexec_with_secret(argv);
 	host_env_apply();
@@ -648,6 +726,21 @@ int main(int argc, char **argv)
 	cfg.vcpus = TEST_VM_VCPUS;
 	cfg.policy = &policy;
 	cfg.vmm_placement = SANDBOX_VMM_OWN_PROCESS;
+	if (!mkdtemp(test_share_dir)) {
+		perror("making the shared directory");
+		return 1;
+	}
+	snprintf(err, sizeof(err), "%s/host.txt", test_share_dir);
+	share_fd = open(err, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, TEST_SHARE_FILE_MODE);
+	if (share_fd < 0 || write(share_fd, TEST_SHARE_FROM_HOST, strlen(TEST_SHARE_FROM_HOST)) !=
+				    (ssize_t)strlen(TEST_SHARE_FROM_HOST)) {
+		perror("writing into the shared directory");
+		return 1;
+	}
+	close(share_fd);
+	cfg.mounts[0] = (struct sandbox_mount){ .host_dir = test_share_dir,
+						.guest_dir = TEST_SHARE_GUEST };
+	cfg.mount_count = 1;
 	/* a descriptor the VMM process must not inherit (no O_CLOEXEC: fork keeps it) */
 	planted_fd = open(TEST_PLANTED_FD_PATH, O_RDONLY);
 	rc = sandbox_start(&cfg, &test_vm, err, sizeof(err));
@@ -675,10 +768,14 @@ int main(int argc, char **argv)
 	RUN_TEST(test_sandbox_cannot_change_policy);
 	RUN_TEST(test_session_secret_hidden);
 	RUN_TEST(test_vmm_runs_in_its_own_process);
+	RUN_TEST(test_vmm_runs_in_its_jail);
 	RUN_TEST(test_guest_poweroff_ends_vm);
 	sandbox_destroy(test_vm, harness_tests_failed > 0);
 	if (planted_fd >= 0)
 		close(planted_fd);
+	snprintf(err, sizeof(err), "rm -rf %s", test_share_dir);
+	if (system(err) != 0)
+		fprintf(stderr, "(cannot remove %s)\n", test_share_dir);
 	if (harness_tests_failed)
 		fprintf(stderr, "(the guest console of the failed VM is kept in /tmp/voidbox-*/serial.log)\n");
 
