@@ -27,6 +27,7 @@
 #include "harness.h"
 #include "host/control_channel.h"
 #include "sandbox/sandbox.h"
+#include "sandbox/vmm_cgroup.h"
 #include "sandbox/vmm_jail.h"
 #include "store/guest_image.h"
 #include "vmm/kvm.h"
@@ -34,6 +35,9 @@
 
 #define TEST_VM_MEMORY_MB 512
 #define TEST_VM_VCPUS 2
+#define TEST_MIB (1024ull * 1024ull)
+/* Set (to 1) where the host promises cgroup v2 caps: the nested L1's init (scripts/nested). */
+#define TEST_CAPS_EXPECTED_ENV "VOIDBOX_VMM_CGROUP_EXPECTED"
 /* opened by the test before the sandbox starts; its VMM process must not hold it */
 #define TEST_PLANTED_FD_PATH "/dev/zero"
 /* A host directory the VM shares (virtio-fs), so the VMM process's jail holds a share. */
@@ -576,6 +580,92 @@ static void test_vmm_runs_in_its_jail(void)
 	CHECK_STR_EQ(line, TEST_SHARE_FROM_GUEST);
 }
 
+/* Whether the host promised cgroup v2 caps (TEST_CAPS_EXPECTED_ENV=1). */
+static bool caps_expected(void)
+{
+	const char *value = getenv(TEST_CAPS_EXPECTED_ENV);
+
+	return value && strcmp(value, "1") == 0;
+}
+
+/* The VM's cgroup directory, kept for the check after the sandbox ends ("": no caps here). */
+static char test_vm_cgroup[PATH_MAX * 2 + 1];
+
+/* One line of a cgroup file, without its newline ("" when it cannot be read). */
+static void read_cgroup_file(const char *dir, const char *name, char *out, size_t len)
+{
+	char path[sizeof(test_vm_cgroup) + PROBE_PATH_MAX];
+	FILE *file;
+
+	out[0] = '\0';
+	snprintf(path, sizeof(path), "%s/%s", dir, name);
+	file = fopen(path, "re");
+	if (file && fgets(out, (int)len, file))
+		out[strcspn(out, "\n")] = '\0';
+	if (file)
+		fclose(file);
+}
+
+/*
+ * Where the host delegates cgroup v2 with the memory and cpu controllers (the nested L1 of
+ * run-vm-suite mounts it so, and says so with TEST_CAPS_EXPECTED_ENV), the VMM process runs in
+ * a cgroup of its own named after the runtime directory, with memory.max the guest's memory
+ * plus the VMM's allowance and cpu.max its vCPUs' worth of each period (docs/security.md,
+ * "Design: resource limits per VM"). Elsewhere the test says why there are no caps.
+ */
+static void test_vmm_cgroup_caps(void)
+{
+	char root[PATH_MAX], why[PATH_MAX + 256], name[PATH_MAX], expected[PROBE_PATH_MAX];
+	char value[PROBE_PATH_MAX], own[PATH_MAX + PROBE_PATH_MAX];
+	pid_t vmm = sandbox_vmm_pid(test_vm);
+	FILE *file;
+
+	if (vmm_cgroup_root(root, sizeof(root), why, sizeof(why)) < 0) {
+		CHECK(!caps_expected());
+		fprintf(stderr, "  (no memory and CPU caps on this host: %s)\n", why);
+		return;
+	}
+	snprintf(name, sizeof(name), "%s", sandbox_vsock_socket_path(test_vm));
+	*strrchr(name, '/') = '\0';
+	snprintf(test_vm_cgroup, sizeof(test_vm_cgroup), "%s/%s", root, strrchr(name, '/') + 1);
+	fprintf(stderr, "  (the VM's cgroup: %s)\n", test_vm_cgroup);
+
+	/* the VMM process is in it: /proc/PID/cgroup's v2 line ends with its name */
+	snprintf(own, sizeof(own), "/proc/%d/cgroup", (int)vmm);
+	file = fopen(own, "re");
+	CHECK(file != NULL);
+	own[0] = '\0';
+	while (file && fgets(own, sizeof(own), file) && strncmp(own, "0::", 3) != 0)
+		own[0] = '\0';
+	if (file)
+		fclose(file);
+	own[strcspn(own, "\n")] = '\0';
+	CHECK(strlen(own) > strlen(strrchr(name, '/')) &&
+	      strcmp(own + strlen(own) - strlen(strrchr(name, '/')), strrchr(name, '/')) == 0);
+
+	read_cgroup_file(test_vm_cgroup, "memory.max", value, sizeof(value));
+	snprintf(expected, sizeof(expected), "%llu",
+		 (unsigned long long)(TEST_VM_MEMORY_MB + VMM_CGROUP_OVERHEAD_MB) * TEST_MIB);
+	CHECK_STR_EQ(value, expected);
+	read_cgroup_file(test_vm_cgroup, "cpu.max", value, sizeof(value));
+	snprintf(expected, sizeof(expected), "%u %u", TEST_VM_VCPUS * VMM_CGROUP_CPU_PERIOD_US,
+		 VMM_CGROUP_CPU_PERIOD_US);
+	CHECK_STR_EQ(value, expected);
+}
+
+/* Once the sandbox has ended, its cgroup is gone. */
+static void test_vmm_cgroup_removed(void)
+{
+	struct stat st;
+
+	if (!test_vm_cgroup[0]) {
+		CHECK(!caps_expected());
+		fprintf(stderr, "  (no cgroup was made: no caps on this host)\n");
+		return;
+	}
+	CHECK(stat(test_vm_cgroup, &st) < 0 && errno == ENOENT);
+}
+
 static void test_guest_poweroff_ends_vm(void)
 {
 	enum vm_exit_reason reason = VM_EXIT_NONE;
@@ -769,8 +859,10 @@ int main(int argc, char **argv)
 	RUN_TEST(test_session_secret_hidden);
 	RUN_TEST(test_vmm_runs_in_its_own_process);
 	RUN_TEST(test_vmm_runs_in_its_jail);
+	RUN_TEST(test_vmm_cgroup_caps);
 	RUN_TEST(test_guest_poweroff_ends_vm);
 	sandbox_destroy(test_vm, harness_tests_failed > 0);
+	RUN_TEST(test_vmm_cgroup_removed);
 	if (planted_fd >= 0)
 		close(planted_fd);
 	snprintf(err, sizeof(err), "rm -rf %s", test_share_dir);
