@@ -452,10 +452,10 @@ static void sandbox_cgroup_find_root(void)
  * The VMM process's cgroup, named after the runtime directory (unique on the host); a VM that
  * cannot have one starts without caps, with a warning, as where the host offers none.
  */
-static void sandbox_cgroup_prepare(struct sandbox *sandbox, const struct vm_config *vm_cfg)
+static void sandbox_cgroup_prepare(struct sandbox *sandbox, unsigned int memory_mb,
+				   unsigned int vcpus)
 {
-	struct vmm_cgroup_limits limits = { .memory_mb = vm_cfg->memory_mb,
-					    .vcpus = vm_cfg->vcpus };
+	struct vmm_cgroup_limits limits = { .memory_mb = memory_mb, .vcpus = vcpus };
 	const char *name = strrchr(sandbox->runtime_dir, '/');
 	char err[PATH_MAX + 256];
 
@@ -537,12 +537,13 @@ int sandbox_start(const struct sandbox_config *cfg, struct sandbox **out, char *
 	sandbox->vsock_cid = vm_cfg.vsock_cid;
 	log_info(SANDBOX_LOG, "booting %s (%u MiB, %u vCPU), console in %s", cfg->kernel_path,
 		 vm_cfg.memory_mb, vm_cfg.vcpus, sandbox->serial_log_path);
-	if (cfg->vmm_placement == SANDBOX_VMM_OWN_PROCESS) {
+	if (cfg->vmm_placement != SANDBOX_VMM_IN_PROCESS) {
 		/* the turn of host CPUs is this process's: a forked VMM's copy would repeat it */
 		vm_cfg.has_placement_cpu = true;
 		vm_cfg.placement_cpu = vm_placement_choose(vm_cfg.vcpus);
-		sandbox_cgroup_prepare(sandbox, &vm_cfg);
+		sandbox_cgroup_prepare(sandbox, vm_cfg.memory_mb, vm_cfg.vcpus);
 		rc = vmm_process_start_vm(&vm_cfg, sandbox->cgroup_dir[0] ? sandbox->cgroup_dir : NULL,
+					  cfg->vmm_placement == SANDBOX_VMM_OWN_PROCESS_SNAPSHOTS,
 					  &sandbox->vmm_proc, err, errlen);
 	} else
 		rc = sandbox_start_vm_here(&vm_cfg, sandbox, err, errlen);
@@ -664,6 +665,7 @@ void sandbox_destroy(struct sandbox *sandbox, bool keep_serial_log)
 /* ---- snapshots, restore and fork (docs/snapshot-format.md) ---- */
 
 #define SANDBOX_REKEY_PATH "/etc/voidbox/restore.json"
+#define SANDBOX_SNAPSHOT_DIR_MODE 0700
 #define SANDBOX_RNG_SEED_BYTES 64
 #define SANDBOX_REKEY_ERR_MAX 1024
 #define SANDBOX_NSEC_PER_SEC 1000000000ULL
@@ -727,7 +729,8 @@ static int sandbox_rekey(struct sandbox *sandbox, const uint8_t old_secret[PROTO
 		control_channel_set_secret(sandbox->channel, new_secret);
 	}
 	memcpy(sandbox->secret, new_secret, sizeof(sandbox->secret));
-	vm_snapshot_set_secret(sandbox->vm, sandbox->secret);
+	if (sandbox->vm) /* a VMM process is told with each snapshot request instead */
+		vm_snapshot_set_secret(sandbox->vm, sandbox->secret);
 out:
 	explicit_bzero(new_secret, sizeof(new_secret));
 	if (json)
@@ -739,13 +742,66 @@ out:
 	return sandbox_send_policy(sandbox, policy, err, errlen);
 }
 
+/* The restore in this process: the VM, and the secret its guest answers to now. */
+static int sandbox_restore_here(const struct sandbox_restore_config *cfg,
+				struct sandbox *sandbox, uint8_t old_secret[PROTO_SECRET_SIZE],
+				char *err, size_t errlen)
+{
+	struct vm_restore_options opts = {
+		.vsock_socket_path = sandbox->socket_path,
+		.serial_log_path = sandbox->serial_log_path,
+		.track_dirty_pages = cfg->track_dirty_pages,
+	};
+	char old_hex[2 * PROTO_SECRET_SIZE + 1];
+	int rc = vm_create_from_snapshot(cfg->snapshot_dir, &opts, &sandbox->vm, err, errlen);
+
+	if (rc < 0)
+		return rc;
+	rc = vm_start(sandbox->vm);
+	if (rc < 0) {
+		snprintf(err, errlen, "the restored VM did not start: %s", strerror(-rc));
+		return rc;
+	}
+	vm_secret_hex(sandbox->vm, old_hex);
+	rc = proto_secret_from_hex(old_hex, old_secret);
+	explicit_bzero(old_hex, sizeof(old_hex));
+	return rc < 0 ? -EIO : 0;
+}
+
+/*
+ * The restore in a VMM process, as a cold boot's (the host CPU chosen here, cgroup caps where
+ * delegated); the size, CPU count and CID come from the snapshot, checked before the fork.
+ */
+static int sandbox_restore_in_vmm_process(const struct sandbox_restore_config *cfg,
+					  struct sandbox *sandbox,
+					  uint8_t old_secret[PROTO_SECRET_SIZE], char *err,
+					  size_t errlen)
+{
+	struct vm_restore_options opts = {
+		.vsock_socket_path = sandbox->socket_path,
+		.serial_log_path = sandbox->serial_log_path,
+		.track_dirty_pages = cfg->track_dirty_pages,
+		.has_placement_cpu = true,
+	};
+	struct vm_snapshot_info info;
+	int rc = vm_snapshot_inspect(cfg->snapshot_dir, &info, err, errlen);
+
+	if (rc < 0)
+		return rc;
+	opts.placement_cpu = vm_placement_choose(info.vcpus);
+	sandbox->vsock_cid = info.cid;
+	sandbox_cgroup_prepare(sandbox, info.memory_mb, info.vcpus);
+	return vmm_process_restore_vm(cfg->snapshot_dir, &opts,
+				      sandbox->cgroup_dir[0] ? sandbox->cgroup_dir : NULL,
+				      old_secret, &sandbox->vmm_proc, err, errlen);
+}
+
 int sandbox_start_from_snapshot(const struct sandbox_restore_config *cfg, struct sandbox **out,
 				char *err, size_t errlen)
 {
 	long started_ms = (long)clock_monotonic_ms();
 	struct sandbox *sandbox = NULL;
 	uint8_t old_secret[PROTO_SECRET_SIZE];
-	char old_hex[2 * PROTO_SECRET_SIZE + 1];
 	int timeout_ms = cfg->timeout_ms > 0 ? cfg->timeout_ms : SANDBOX_DEFAULT_BOOT_TIMEOUT_MS;
 	int rc;
 
@@ -755,28 +811,15 @@ int sandbox_start_from_snapshot(const struct sandbox_restore_config *cfg, struct
 		rc = sandbox_prepare(cfg->serial_log_path, cfg->host, &sandbox, err, errlen);
 	if (rc < 0)
 		return rc;
-	struct vm_restore_options opts = {
-		.vsock_socket_path = sandbox->socket_path,
-		.serial_log_path = sandbox->serial_log_path,
-		.track_dirty_pages = cfg->track_dirty_pages,
-	};
-
 	rc = snapshot_store_hold(cfg->snapshot_dir, &sandbox->snapshot_hold, err, errlen);
+	if (rc == 0)
+		rc = cfg->vmm_placement == SANDBOX_VMM_IN_PROCESS
+			     ? sandbox_restore_here(cfg, sandbox, old_secret, err, errlen)
+			     : sandbox_restore_in_vmm_process(cfg, sandbox, old_secret, err, errlen);
 	if (rc < 0)
 		goto fail;
-	rc = vm_create_from_snapshot(cfg->snapshot_dir, &opts, &sandbox->vm, err, errlen);
-	if (rc < 0)
-		goto fail;
-	rc = vm_start(sandbox->vm);
-	if (rc < 0) {
-		snprintf(err, errlen, "the restored VM did not start: %s", strerror(-rc));
-		goto fail;
-	}
-	vm_secret_hex(sandbox->vm, old_hex);
-	proto_secret_from_hex(old_hex, old_secret);
 	rc = sandbox_rekey(sandbox, old_secret, cfg->policy, timeout_ms, err, errlen);
 	explicit_bzero(old_secret, sizeof(old_secret));
-	explicit_bzero(old_hex, sizeof(old_hex));
 	if (rc < 0)
 		goto fail;
 	sandbox->boot_ms = (long)clock_monotonic_ms() - started_ms;
@@ -792,7 +835,57 @@ fail:
 	return rc;
 }
 
-/* Snapshots and forks work on a VM in this process only. */
+/*
+ * A snapshot by the VMM process: the directory is made here and both paths are made
+ * absolute, so the child needs neither this process's working directory nor its rights.
+ */
+static int sandbox_snapshot_in_vmm_process(struct sandbox *sandbox, const char *dir,
+					   const struct vm_snapshot_options *opts, char *err,
+					   size_t errlen)
+{
+	struct vm_snapshot_options abs_opts = *opts;
+	char abs_dir[PATH_MAX], abs_parent[PATH_MAX];
+
+	if (mkdir(dir, SANDBOX_SNAPSHOT_DIR_MODE) < 0 && errno != EEXIST) {
+		int rc = -errno;
+
+		snprintf(err, errlen, "cannot create snapshot directory %s: %s", dir,
+			 strerror(-rc));
+		return rc;
+	}
+	const char *unresolved = !realpath(dir, abs_dir) ? dir : NULL;
+
+	if (!unresolved && opts->parent_dir && !realpath(opts->parent_dir, abs_parent))
+		unresolved = opts->parent_dir;
+	if (unresolved) {
+		int rc = -errno;
+
+		snprintf(err, errlen, "cannot resolve the snapshot directory %s: %s", unresolved,
+			 strerror(-rc));
+		return rc;
+	}
+	if (opts->parent_dir)
+		abs_opts.parent_dir = abs_parent;
+	return vmm_process_snapshot(sandbox->vmm_proc, abs_dir, &abs_opts, sandbox->secret, err,
+				    errlen);
+}
+
+int sandbox_snapshot(struct sandbox *sandbox, const char *dir,
+		     const struct vm_snapshot_options *opts, char *err, size_t errlen)
+{
+	int rc;
+
+	if (sandbox->vmm_proc) /* the child stops a VM left stopped itself */
+		return sandbox_snapshot_in_vmm_process(sandbox, dir, opts, err, errlen);
+	rc = vm_snapshot_save(sandbox->vm, dir, opts, err, errlen);
+
+	/* A VM left stopped is over: end it so teardown does not wait for its agent. */
+	if (opts->after == VM_SNAPSHOT_STAY_STOPPED)
+		vm_request_stop(sandbox->vm);
+	return rc;
+}
+
+/* Forks work on a VM in this process only. */
 static int sandbox_refuse_own_process(const struct sandbox *sandbox, const char *what, char *err,
 				      size_t errlen)
 {
@@ -801,21 +894,6 @@ static int sandbox_refuse_own_process(const struct sandbox *sandbox, const char 
 	snprintf(err, errlen, "cannot %s a sandbox whose VMM runs in a process of its own: start "
 		 "it with vmm_placement SANDBOX_VMM_IN_PROCESS", what);
 	return -EOPNOTSUPP;
-}
-
-int sandbox_snapshot(struct sandbox *sandbox, const char *dir,
-		     const struct vm_snapshot_options *opts, char *err, size_t errlen)
-{
-	int rc = sandbox_refuse_own_process(sandbox, "snapshot", err, errlen);
-
-	if (rc < 0)
-		return rc;
-	rc = vm_snapshot_save(sandbox->vm, dir, opts, err, errlen);
-
-	/* A VM left stopped is over: end it so teardown does not wait for its agent. */
-	if (opts->after == VM_SNAPSHOT_STAY_STOPPED)
-		vm_request_stop(sandbox->vm);
-	return rc;
 }
 
 struct sandbox_rekey_job {
@@ -921,10 +999,13 @@ void sandbox_secret_hex(const struct sandbox *sandbox, char *out)
  */
 static void sandbox_record_working_set(struct sandbox *sandbox)
 {
-	struct working_set_stats stats;
+	struct working_set_stats stats = { 0 };
 	char err[SANDBOX_REKEY_ERR_MAX];
-	int rc = vm_working_set_record(sandbox->vm, sandbox->working_set_dir, &stats, err,
-				       sizeof(err));
+	/* a VMM process logs its own success line */
+	int rc = sandbox->vmm_proc
+			 ? vmm_process_record_working_set(sandbox->vmm_proc, err, sizeof(err))
+			 : vm_working_set_record(sandbox->vm, sandbox->working_set_dir, &stats, err,
+						 sizeof(err));
 
 	if (rc == -EACCES || rc == -EPERM || rc == -EROFS)
 		log_debug(SANDBOX_LOG, "%s", err);

@@ -89,6 +89,12 @@ struct vm_restore_options {
 	 * wrote are found in /proc/self/pagemap, so this changes nothing today.
 	 */
 	bool track_dirty_pages;
+	/*
+	 * The host CPU for a one-vCPU VM's threads (vmm/placement.h), chosen by the caller: a VMM
+	 * process's copy of the turn counter would repeat its siblings' choice. false: choose here.
+	 */
+	bool has_placement_cpu;
+	int placement_cpu;
 };
 
 /*

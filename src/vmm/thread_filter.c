@@ -117,11 +117,26 @@ static const int filter_vmm_main_calls[] = {
 	SCMP_SYS(sendto), SCMP_SYS(sendmsg),
 };
 
+/*
+ * What a VMM process's main thread adds when it may be asked to write a snapshot
+ * (vm_snapshot_save: create the directory, write each file under a temporary name, fsync,
+ * rename, fsync the directory; a diff reads its base, realpath resolves the paths) or a
+ * restored VM's working-set list (the same, and /proc/self/pagemap read). seccomp cannot
+ * judge paths: these reach every file the user can (docs/security.md says so).
+ */
+static const int filter_vmm_snapshot_calls[] = {
+	SCMP_SYS(open), SCMP_SYS(openat), SCMP_SYS(mkdir), SCMP_SYS(mkdirat), SCMP_SYS(rename),
+	SCMP_SYS(renameat), SCMP_SYS(renameat2), SCMP_SYS(unlink), SCMP_SYS(unlinkat),
+	SCMP_SYS(fsync), SCMP_SYS(fdatasync), SCMP_SYS(ftruncate), SCMP_SYS(fallocate),
+	SCMP_SYS(readlink), SCMP_SYS(readlinkat), SCMP_SYS(getcwd), SCMP_SYS(statx),
+};
+
 struct filter_role {
 	const char *name;
 	const int *calls;
 	size_t count;
 	bool net_pinned; /* also socket(AF_INET/AF_INET6) and read-only opens */
+	bool vmm_main;	 /* also what the VMM process's main thread may call */
 };
 
 static const struct filter_role filter_roles[VMM_THREAD_ROLE_COUNT] = {
@@ -138,6 +153,9 @@ static const struct filter_role filter_roles[VMM_THREAD_ROLE_COUNT] = {
 					FILTER_COUNT(filter_channel_reader_calls), false },
 	[VMM_THREAD_VMM_MAIN] = { "vmm main", filter_vmm_main_calls,
 				  FILTER_COUNT(filter_vmm_main_calls), false },
+	[VMM_THREAD_VMM_MAIN_SNAPSHOTS] = { "vmm main (snapshots)", filter_vmm_snapshot_calls,
+					    FILTER_COUNT(filter_vmm_snapshot_calls), false,
+					    true },
 };
 
 static int filter_allow(scmp_filter_ctx ctx, const int *calls, size_t count)
@@ -194,6 +212,8 @@ int vmm_thread_confine(enum vmm_thread_role role)
 		rc = filter_allow(ctx, spec->calls, spec->count);
 	if (rc == 0 && spec->net_pinned)
 		rc = filter_allow_net_pinned(ctx);
+	if (rc == 0 && spec->vmm_main)
+		rc = filter_allow(ctx, filter_vmm_main_calls, FILTER_COUNT(filter_vmm_main_calls));
 	if (rc == 0)
 		rc = seccomp_load(ctx);
 	seccomp_release(ctx);

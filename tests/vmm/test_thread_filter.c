@@ -45,6 +45,7 @@ static const struct role_expect role_expects[] = {
 	{ VMM_THREAD_NET_WORKER, true, false, true, false },
 	{ VMM_THREAD_CHANNEL_READER, false, false, false, false },
 	{ VMM_THREAD_VMM_MAIN, false, false, false, false },
+	{ VMM_THREAD_VMM_MAIN_SNAPSHOTS, true, true, false, true },
 };
 
 struct probe {
