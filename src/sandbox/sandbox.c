@@ -100,6 +100,13 @@ struct sandbox {
 	 */
 	char working_set_dir[PATH_MAX];
 	atomic_bool record_working_set;
+	/*
+	 * A VM in a VMM process: the base its memory counts from as far as this side knows
+	 * ("": none), so a fork can save a diff against it; and a base a fork wrote, removed
+	 * with the sandbox.
+	 */
+	char dirty_base_dir[PATH_MAX];
+	char fork_base_dir[PATH_MAX];
 };
 
 static int sandbox_boot_timeout_ms(const struct sandbox_config *cfg)
@@ -655,6 +662,8 @@ void sandbox_destroy(struct sandbox *sandbox, bool keep_serial_log)
 	vm_destroy(sandbox->vm);
 	vmm_process_destroy(sandbox->vmm_proc); /* stops, then kills after a bounded grace */
 	vmm_cgroup_remove(sandbox->cgroup_dir);
+	if (sandbox->fork_base_dir[0]) /* its children mapped it: their mappings keep the pages */
+		vm_snapshot_dir_remove(sandbox->fork_base_dir);
 	sandbox_remove_runtime_dir(sandbox, keep_serial_log);
 	sandbox_policy_clear(sandbox);
 	explicit_bzero(sandbox->secret, sizeof(sandbox->secret));
@@ -769,13 +778,12 @@ static int sandbox_restore_here(const struct sandbox_restore_config *cfg,
 }
 
 /*
- * The restore in a VMM process, as a cold boot's (the host CPU chosen here, cgroup caps where
- * delegated); the size, CPU count and CID come from the snapshot, checked before the fork.
+ * Launches the restore in a VMM process, as a cold boot's (the host CPU chosen here, cgroup
+ * caps where delegated); the size, CPU count and CID come from the snapshot, checked before
+ * the fork. Returns once the child is forked; vmm_process_await_started waits for its VM.
  */
-static int sandbox_restore_in_vmm_process(const struct sandbox_restore_config *cfg,
-					  struct sandbox *sandbox,
-					  uint8_t old_secret[PROTO_SECRET_SIZE], char *err,
-					  size_t errlen)
+static int sandbox_launch_restore(const struct sandbox_restore_config *cfg,
+				  struct sandbox *sandbox, char *err, size_t errlen)
 {
 	struct vm_restore_options opts = {
 		.vsock_socket_path = sandbox->socket_path,
@@ -790,10 +798,26 @@ static int sandbox_restore_in_vmm_process(const struct sandbox_restore_config *c
 		return rc;
 	opts.placement_cpu = vm_placement_choose(info.vcpus);
 	sandbox->vsock_cid = info.cid;
+	if (info.type == VM_SNAPSHOT_DIFF)
+		snprintf(sandbox->dirty_base_dir, sizeof(sandbox->dirty_base_dir), "%s",
+			 info.parent_dir);
+	else if (!realpath(cfg->snapshot_dir, sandbox->dirty_base_dir))
+		sandbox->dirty_base_dir[0] = '\0';
 	sandbox_cgroup_prepare(sandbox, info.memory_mb, info.vcpus);
-	return vmm_process_restore_vm(cfg->snapshot_dir, &opts,
-				      sandbox->cgroup_dir[0] ? sandbox->cgroup_dir : NULL,
-				      old_secret, &sandbox->vmm_proc, err, errlen);
+	return vmm_process_launch_restore(cfg->snapshot_dir, &opts,
+					  sandbox->cgroup_dir[0] ? sandbox->cgroup_dir : NULL,
+					  &sandbox->vmm_proc, err, errlen);
+}
+
+/* The restore in a VMM process, and the secret its guest answers to now. */
+static int sandbox_restore_in_vmm_process(const struct sandbox_restore_config *cfg,
+					  struct sandbox *sandbox,
+					  uint8_t old_secret[PROTO_SECRET_SIZE], char *err,
+					  size_t errlen)
+{
+	int rc = sandbox_launch_restore(cfg, sandbox, err, errlen);
+
+	return rc < 0 ? rc : vmm_process_await_started(sandbox->vmm_proc, old_secret, err, errlen);
 }
 
 int sandbox_start_from_snapshot(const struct sandbox_restore_config *cfg, struct sandbox **out,
@@ -866,8 +890,13 @@ static int sandbox_snapshot_in_vmm_process(struct sandbox *sandbox, const char *
 	}
 	if (opts->parent_dir)
 		abs_opts.parent_dir = abs_parent;
-	return vmm_process_snapshot(sandbox->vmm_proc, abs_dir, &abs_opts, sandbox->secret, err,
-				    errlen);
+	int rc = vmm_process_snapshot(sandbox->vmm_proc, abs_dir, &abs_opts, sandbox->secret, err,
+				      errlen);
+
+	/* a base the VM resumed after is what its memory counts from now (vm_snapshot_save) */
+	if (rc == 0 && opts->type == VM_SNAPSHOT_BASE && opts->after == VM_SNAPSHOT_RESUME)
+		snprintf(sandbox->dirty_base_dir, sizeof(sandbox->dirty_base_dir), "%s", abs_dir);
+	return rc;
 }
 
 int sandbox_snapshot(struct sandbox *sandbox, const char *dir,
@@ -885,19 +914,9 @@ int sandbox_snapshot(struct sandbox *sandbox, const char *dir,
 	return rc;
 }
 
-/* Forks work on a VM in this process only. */
-static int sandbox_refuse_own_process(const struct sandbox *sandbox, const char *what, char *err,
-				      size_t errlen)
-{
-	if (!sandbox->vmm_proc)
-		return 0;
-	snprintf(err, errlen, "cannot %s a sandbox whose VMM runs in a process of its own: start "
-		 "it with vmm_placement SANDBOX_VMM_IN_PROCESS", what);
-	return -EOPNOTSUPP;
-}
-
 struct sandbox_rekey_job {
 	struct sandbox *child;
+	bool await_start; /* a fork into VMM processes: wait for the child's VM first */
 	const uint8_t *old_secret;
 	const struct proto_set_policy *policy;
 	int rc;
@@ -908,6 +927,12 @@ static void sandbox_rekey_job_run(void *item)
 {
 	struct sandbox_rekey_job *job = item;
 
+	if (job->await_start) {
+		job->rc = vmm_process_await_started(job->child->vmm_proc, NULL, job->err,
+						    sizeof(job->err));
+		if (job->rc < 0)
+			return;
+	}
 	job->rc = sandbox_rekey(job->child, job->old_secret, job->policy,
 				SANDBOX_DEFAULT_BOOT_TIMEOUT_MS, job->err, sizeof(job->err));
 }
@@ -915,10 +940,11 @@ static void sandbox_rekey_job_run(void *item)
 /*
  * The children of a fork are rekeyed at the same time: every rekey is a few round trips to a
  * guest that has just resumed, so one after another they would make a fork of n cost n of
- * them.
+ * them. With await_start each child's VMM process, launched already, is waited for first on
+ * the same thread, so no child waits for another's restore either.
  */
 static int sandbox_rekey_children(struct sandbox *parent, struct sandbox *children[],
-				  unsigned int n, char *err, size_t errlen)
+				  unsigned int n, bool await_start, char *err, size_t errlen)
 {
 	struct sandbox_rekey_job *jobs = calloc(n, sizeof(*jobs));
 	int rc = 0;
@@ -929,7 +955,8 @@ static int sandbox_rekey_children(struct sandbox *parent, struct sandbox *childr
 	}
 	for (unsigned int i = 0; i < n; i++)
 		jobs[i] = (struct sandbox_rekey_job){
-			.child = children[i], .old_secret = parent->secret,
+			.child = children[i], .await_start = await_start,
+			.old_secret = parent->secret,
 			.policy = parent->has_policy ? &parent->policy : NULL,
 		};
 	parallel_for_each(jobs, n, sizeof(*jobs), sandbox_rekey_job_run);
@@ -943,8 +970,106 @@ static int sandbox_rekey_children(struct sandbox *parent, struct sandbox *childr
 	return rc;
 }
 
-int sandbox_fork(struct sandbox *parent, unsigned int n, struct sandbox *children[], char *err,
-		 size_t errlen)
+/*
+ * ---- a fork of a VM in a VMM process ----
+ * The parent's VMM process saves its VM into a private directory on tmpfs (a diff against the
+ * base its memory counts from where there is one, else a base it then counts from), and each
+ * child is a restore of that directory in a VMM process of its own, all restoring at the same
+ * time, then rekeyed at the same time (sandbox_rekey_children). A diff's directory goes
+ * once the children exist (they copied its pages); a base stays while the parent lives, so its
+ * next fork is a diff.
+ */
+#define SANDBOX_FORK_DIR_TEMPLATE "voidbox-fork-XXXXXX"
+#define SANDBOX_FORK_SHM_DIR "/dev/shm"
+
+static int sandbox_fork_save(struct sandbox *parent, char *dir, size_t dirlen, bool *is_base,
+			     char *err, size_t errlen)
+{
+	struct vm_snapshot_options save = { .type = VM_SNAPSHOT_DIFF,
+					    .parent_dir = parent->dirty_base_dir,
+					    .after = VM_SNAPSHOT_RESUME };
+	const char *base = access(SANDBOX_FORK_SHM_DIR, W_OK) == 0 ? SANDBOX_FORK_SHM_DIR
+								  : SANDBOX_RUNTIME_FALLBACK_BASE;
+	int rc = -ENOENT;
+
+	snprintf(dir, dirlen, "%s/%s", base, SANDBOX_FORK_DIR_TEMPLATE);
+	if (!mkdtemp(dir)) {
+		rc = -errno;
+		snprintf(err, errlen, "cannot create a fork directory under %s: %s", base,
+			 strerror(errno));
+		return rc;
+	}
+	if (parent->dirty_base_dir[0])
+		rc = sandbox_snapshot_in_vmm_process(parent, dir, &save, err, errlen);
+	/* no base, or one gone or replaced: the VM still runs, so a base it is */
+	if (rc < 0 && rc != -ECHILD) {
+		if (parent->dirty_base_dir[0])
+			log_debug(SANDBOX_LOG, "the fork saves a base: %s", err);
+		save = (struct vm_snapshot_options){ .type = VM_SNAPSHOT_BASE,
+						     .after = VM_SNAPSHOT_RESUME };
+		rc = sandbox_snapshot_in_vmm_process(parent, dir, &save, err, errlen);
+	}
+	*is_base = save.type == VM_SNAPSHOT_BASE;
+	if (rc < 0)
+		vm_snapshot_dir_remove(dir);
+	return rc;
+}
+
+static int sandbox_fork_in_vmm_processes(struct sandbox *parent, unsigned int n,
+					 struct sandbox *children[], char *err, size_t errlen)
+{
+	long started = (long)clock_monotonic_ms();
+	char dir[PATH_MAX];
+	bool is_base = false;
+	int rc;
+
+	for (unsigned int i = 0; i < n; i++)
+		children[i] = NULL;
+	if (n == 0) {
+		snprintf(err, errlen, "fork needs at least one child");
+		return -EINVAL;
+	}
+	rc = sandbox_fork_save(parent, dir, sizeof(dir), &is_base, err, errlen);
+	if (rc < 0)
+		return rc;
+	/*
+	 * Launched here, on the caller's thread, because a child's death signal follows the
+	 * thread that forked it; their restores then run at the same time, each awaited on a
+	 * thread of its own before its rekey. The children start from the parent's secret.
+	 */
+	struct sandbox_restore_config restore = { .snapshot_dir = dir,
+						  .vmm_placement = SANDBOX_VMM_OWN_PROCESS };
+
+	for (unsigned int i = 0; i < n && rc == 0; i++) {
+		rc = sandbox_prepare(NULL, &parent->host, &children[i], err, errlen);
+		if (rc == 0)
+			rc = sandbox_launch_restore(&restore, children[i], err, errlen);
+	}
+	if (rc == 0)
+		rc = sandbox_rekey_children(parent, children, n, true, err, errlen);
+	if (is_base) { /* the parent's memory counts from it now, whatever became of the children */
+		if (parent->fork_base_dir[0])
+			vm_snapshot_dir_remove(parent->fork_base_dir);
+		snprintf(parent->fork_base_dir, sizeof(parent->fork_base_dir), "%s", dir);
+	} else {
+		vm_snapshot_dir_remove(dir);
+	}
+	if (rc < 0) {
+		for (unsigned int i = 0; i < n; i++) {
+			sandbox_destroy(children[i], false);
+			children[i] = NULL;
+		}
+		return rc;
+	}
+	log_info(SANDBOX_LOG, "forked %u child VM(s), each in a VMM process of its own, in %ld ms "
+		 "(the parent saved a %s)", n, (long)clock_monotonic_ms() - started,
+		 is_base ? "base" : "diff");
+	return 0;
+}
+
+/* A fork of a VM in this process: vm_fork, then the children's rekeys. */
+static int sandbox_fork_here(struct sandbox *parent, unsigned int n, struct sandbox *children[],
+			     char *err, size_t errlen)
 {
 	struct vm_restore_options *opts = calloc(n ? n : 1, sizeof(*opts));
 	const struct vm_restore_options **opts_ptrs = calloc(n ? n : 1, sizeof(*opts_ptrs));
@@ -954,8 +1079,6 @@ int sandbox_fork(struct sandbox *parent, unsigned int n, struct sandbox *childre
 
 	if (rc < 0)
 		snprintf(err, errlen, "out of memory");
-	else
-		rc = sandbox_refuse_own_process(parent, "fork", err, errlen);
 	for (unsigned int i = 0; i < n; i++)
 		children[i] = NULL;
 	for (; rc == 0 && prepared < n; prepared++) {
@@ -973,7 +1096,7 @@ int sandbox_fork(struct sandbox *parent, unsigned int n, struct sandbox *childre
 	for (unsigned int i = 0; rc == 0 && i < n; i++)
 		children[i]->vm = vms[i];
 	if (rc == 0)
-		rc = sandbox_rekey_children(parent, children, n, err, errlen);
+		rc = sandbox_rekey_children(parent, children, n, false, err, errlen);
 	if (rc < 0) {
 		for (unsigned int i = 0; i < n; i++) {
 			sandbox_destroy(children[i], false);
@@ -984,6 +1107,13 @@ int sandbox_fork(struct sandbox *parent, unsigned int n, struct sandbox *childre
 	free(opts_ptrs);
 	free(vms);
 	return rc;
+}
+
+int sandbox_fork(struct sandbox *parent, unsigned int n, struct sandbox *children[], char *err,
+		 size_t errlen)
+{
+	return parent->vmm_proc ? sandbox_fork_in_vmm_processes(parent, n, children, err, errlen)
+				: sandbox_fork_here(parent, n, children, err, errlen);
 }
 
 void sandbox_secret_hex(const struct sandbox *sandbox, char *out)

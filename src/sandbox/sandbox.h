@@ -107,7 +107,8 @@ struct sandbox_config {
 	unsigned int mount_count;
 	/*
 	 * Also where sandbox_open runs a restore's VMM (a restored VM in a process of its own
-	 * may always write snapshots and its working set). sandbox_fork needs IN_PROCESS.
+	 * may always write snapshots and its working set). A sandbox_fork parent in a process of
+	 * its own needs OWN_PROCESS_SNAPSHOTS (or to have been restored).
 	 */
 	enum sandbox_vmm_placement vmm_placement;
 };
@@ -250,7 +251,9 @@ int sandbox_snapshot(struct sandbox *sandbox, const char *dir,
 /*
  * n live copy-on-write children of a running sandbox, each with its own runtime directory,
  * vsock socket and secret, and the parent's policy sent again after its rekey; the parent
- * keeps running. children[] is filled only on success.
+ * keeps running. A parent whose VMM runs in this process forks in it (vm_fork); one in a VMM
+ * process writes a snapshot on request and each child restores it in a VMM process of its
+ * own. children[] is filled only on success.
  */
 int sandbox_fork(struct sandbox *parent, unsigned int n, struct sandbox *children[], char *err,
 		 size_t errlen);

@@ -474,13 +474,10 @@ static bool vmm_process_pump(struct vmm_process *proc, int timeout_ms, const boo
 	}
 }
 
-int vmm_process_start(int (*body)(int control_fd, void *opaque), void *opaque,
-		      uint8_t secret[VM_SECRET_LEN], struct vmm_process **out, char *err,
-		      size_t errlen)
+int vmm_process_launch(int (*body)(int control_fd, void *opaque), void *opaque,
+		       struct vmm_process **out, char *err, size_t errlen)
 {
 	struct vmm_process *proc = calloc(1, sizeof(*proc));
-	struct pollfd pfd = { .fd = -1, .events = POLLIN };
-	struct vmm_msg msg;
 	int rc;
 
 	*out = NULL;
@@ -496,7 +493,17 @@ int vmm_process_start(int (*body)(int control_fd, void *opaque), void *opaque,
 		free(proc);
 		return rc;
 	}
-	pfd.fd = proc->control_fd;
+	*out = proc;
+	return 0;
+}
+
+int vmm_process_await_started(struct vmm_process *proc, uint8_t secret[VM_SECRET_LEN],
+			      char *err, size_t errlen)
+{
+	struct pollfd pfd = { .fd = proc->control_fd, .events = POLLIN };
+	struct vmm_msg msg;
+	int rc = 0;
+
 	if (poll(&pfd, 1, VMM_PROCESS_START_TIMEOUT_MS) == 0) {
 		rc = -ETIMEDOUT;
 		snprintf(err, errlen, "the VMM process did not start the VM within %d s",
@@ -512,13 +519,24 @@ int vmm_process_start(int (*body)(int control_fd, void *opaque), void *opaque,
 		memcpy(secret, msg.secret, VM_SECRET_LEN);
 	}
 	explicit_bzero(msg.secret, sizeof(msg.secret));
-	if (rc < 0) {
+	if (rc == 0)
+		log_debug(VMM_PROCESS_LOG, "the VM runs in process %ld", (long)proc->pid);
+	return rc;
+}
+
+int vmm_process_start(int (*body)(int control_fd, void *opaque), void *opaque,
+		      uint8_t secret[VM_SECRET_LEN], struct vmm_process **out, char *err,
+		      size_t errlen)
+{
+	struct vmm_process *proc;
+	int rc = vmm_process_launch(body, opaque, &proc, err, errlen);
+
+	if (rc == 0 && (rc = vmm_process_await_started(proc, secret, err, errlen)) < 0) {
 		vmm_process_destroy(proc);
-		return rc;
+		proc = NULL;
 	}
-	log_debug(VMM_PROCESS_LOG, "the VM runs in process %ld", (long)proc->pid);
 	*out = proc;
-	return 0;
+	return rc;
 }
 
 int vmm_process_start_vm(const struct vm_config *cfg, const char *cgroup_dir, bool snapshots,
@@ -532,15 +550,15 @@ int vmm_process_start_vm(const struct vm_config *cfg, const char *cgroup_dir, bo
 	return vmm_process_start(vmm_process_vm_body, &args, NULL, out, err, errlen);
 }
 
-int vmm_process_restore_vm(const char *snapshot_dir, const struct vm_restore_options *opts,
-			   const char *cgroup_dir, uint8_t old_secret[VM_SECRET_LEN],
-			   struct vmm_process **out, char *err, size_t errlen)
+int vmm_process_launch_restore(const char *snapshot_dir, const struct vm_restore_options *opts,
+			       const char *cgroup_dir, struct vmm_process **out, char *err,
+			       size_t errlen)
 {
 	struct vmm_process_vm_args args = { .snapshot_dir = snapshot_dir, .restore = opts,
 					    .cgroup_dir = cgroup_dir,
 					    .main_role = VMM_THREAD_VMM_MAIN_SNAPSHOTS };
 
-	return vmm_process_start(vmm_process_vm_body, &args, old_secret, out, err, errlen);
+	return vmm_process_launch(vmm_process_vm_body, &args, out, err, errlen);
 }
 
 int vmm_process_wait(struct vmm_process *proc, int timeout_ms, enum vm_exit_reason *reason)

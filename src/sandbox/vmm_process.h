@@ -92,19 +92,28 @@ struct vmm_process;
 int vmm_process_start_vm(const struct vm_config *cfg, const char *cgroup_dir, bool snapshots,
 			 struct vmm_process **out, char *err, size_t errlen);
 /*
- * As vmm_process_start_vm, but the child restores the VM from snapshot_dir (opts as
- * vm_create_from_snapshot, working-set prefetch included) and may write snapshots and the
- * working-set list. old_secret gets the secret the restored guest answers to until the
- * parent rekeys it.
+ * Spawns a child that restores the VM from snapshot_dir (opts as vm_create_from_snapshot,
+ * working-set prefetch included; it may write snapshots and the working-set list) and returns
+ * at once; vmm_process_await_started then waits for it and hands over the secret the restored
+ * guest answers to until the parent rekeys it. The child's death signal follows the thread
+ * that spawned it (PR_SET_PDEATHSIG): spawn from a thread that outlives the VM.
  */
-int vmm_process_restore_vm(const char *snapshot_dir, const struct vm_restore_options *opts,
-			   const char *cgroup_dir, uint8_t old_secret[VM_SECRET_LEN],
-			   struct vmm_process **out, char *err, size_t errlen);
+int vmm_process_launch_restore(const char *snapshot_dir, const struct vm_restore_options *opts,
+			       const char *cgroup_dir, struct vmm_process **out, char *err,
+			       size_t errlen);
 /*
- * Spawns body (which must answer VMM_MSG_STARTED first) and waits for its "started": the
- * two calls above with a body of their own; tests give a stand-in. secret (may be NULL) gets
- * the started message's secret.
+ * Spawns body, which must answer VMM_MSG_STARTED first, without waiting (the launches above
+ * with a body of their own; tests give a stand-in). 0 and *out, or -errno with err.
  */
+int vmm_process_launch(int (*body)(int control_fd, void *opaque), void *opaque,
+		       struct vmm_process **out, char *err, size_t errlen);
+/*
+ * Waits for a launched child's "started": 0, its secret into secret (may be NULL); or -errno
+ * with the child's sentence in err, and the caller destroys proc.
+ */
+int vmm_process_await_started(struct vmm_process *proc, uint8_t secret[VM_SECRET_LEN],
+			      char *err, size_t errlen);
+/* Launch and await in one: on failure nothing is left (*out NULL). */
 int vmm_process_start(int (*body)(int control_fd, void *opaque), void *opaque,
 		      uint8_t secret[VM_SECRET_LEN], struct vmm_process **out, char *err,
 		      size_t errlen);

@@ -18,7 +18,8 @@
  *      guest runs, naming a feature this host lacks (no VM boots for it);
  *   5. `snapshot create --diff --from <id> -- sh -c ...` leaves a marker file only the diff has;
  *   6. a workflow spec with sandbox.snapshot runs from the diff and reads that marker;
- *   7. `fork --children 3` gives four distinct outputs (parent and three children);
+ *   7. `fork --children 3` gives four distinct outputs (parent and three children); while a
+ *      fork runs, the parent and every child are each in a confined VMM process of their own;
  *   8. `snapshot export` of the diff (with its base), `snapshot import` into a second
  *      VOIDBOX_HOME, `snapshot verify` there, and `exec --snapshot` there reads the marker;
  *   9. `snapshot delete` removes the base and its diff.
@@ -74,6 +75,9 @@
 /* what a guest prints once it runs; it then sleeps until the test kills the CLI */
 #define TEST_READY_MARKER "voidbox-guest-ready"
 #define TEST_GUEST_SLEEP_S "600"
+/* what sandbox_fork logs once every child's VMM process has started */
+#define TEST_FORK_LOG_MARKER "each in a VMM process of its own"
+#define TEST_VMM_MAX 16
 
 struct cli_result {
 	int status; /* exit status, -1 when it did not exit */
@@ -253,19 +257,19 @@ static void test_exec_from_snapshot(void)
 	printf("restore + exec: %.0f ms, %.0f ms (cold %.0f ms)\n", r.ms, again.ms, cold_ms);
 }
 
-/* The first child of pid named VMM_PROCESS_NAME, or 0. */
-static pid_t find_vmm_child(pid_t pid)
+/* The children of pid named VMM_PROCESS_NAME, up to max of them into out; how many. */
+static int find_vmm_children(pid_t pid, pid_t *out, int max)
 {
 	char path[PROBE_PATH_MAX], children[TEST_ERR_MAX] = "", comm[PROBE_PATH_MAX];
 	char *cursor = children, *end;
-	int fd;
+	int fd, found = 0;
 
 	snprintf(path, sizeof(path), "/proc/%d/task/%d/children", (int)pid, (int)pid);
 	fd = open(path, O_RDONLY | O_CLOEXEC);
 	if (fd < 0)
 		return 0;
 	read_back(fd, children, sizeof(children));
-	for (long child = strtol(cursor, &end, 10); end != cursor;
+	for (long child = strtol(cursor, &end, 10); end != cursor && found < max;
 	     cursor = end, child = strtol(cursor, &end, 10)) {
 		snprintf(path, sizeof(path), "/proc/%ld/comm", child);
 		fd = open(path, O_RDONLY | O_CLOEXEC);
@@ -273,46 +277,54 @@ static pid_t find_vmm_child(pid_t pid)
 			continue;
 		read_back(fd, comm, sizeof(comm));
 		if (strcmp(comm, VMM_PROCESS_NAME "\n") == 0)
-			return (pid_t)child;
+			out[found++] = (pid_t)child;
 	}
-	return 0;
+	return found;
+}
+
+/* What a file the CLI writes holds so far. */
+static void read_so_far(int fd, char *buf, size_t len)
+{
+	ssize_t got = pread(fd, buf, len - 1, 0);
+
+	buf[got > 0 ? got : 0] = '\0';
 }
 
 /*
- * Runs voidbox with args, whose guest prints TEST_READY_MARKER and then sleeps; once it has
- * printed it, checks that every VM (want of them) runs in a VMM process of its own: a child
- * of the CLI that is not the CLI, whose environment lacks the API key the CLI's has, every
- * thread without new privileges and filtered. Then kills the CLI, which takes its VMM
- * processes with it.
+ * Runs voidbox with args, whose guests sleep once they run; once its output (stdout or the
+ * log on stderr) holds marker, which it prints only after every VM has started, checks that
+ * each of its want VMs runs in a VMM process of its own: a child of the CLI that is not the
+ * CLI, whose environment lacks the API key the CLI's has, every thread without new
+ * privileges and filtered. Then kills the CLI, which takes its VMM processes with it.
  */
-static void check_cli_vms_confined(const char *const *args)
+static void check_cli_vms_confined(const char *const *args, const char *marker, int want)
 {
 	double deadline = now_ms() + TEST_CLI_TIMEOUT_S * TEST_MS_PER_SEC;
 	struct timespec poll = { .tv_nsec = TEST_CLI_POLL_NS };
-	char out[TEST_OUTPUT_MAX] = "", err[TEST_OUTPUT_MAX] = "";
-	int out_fd, err_fd;
-	pid_t cli = spawn_cli(args, &out_fd, &err_fd), vmm = 0;
+	static char out[TEST_OUTPUT_MAX], err[TEST_OUTPUT_MAX];
+	pid_t vmms[TEST_VMM_MAX];
+	int out_fd, err_fd, found = 0;
+	pid_t cli = spawn_cli(args, &out_fd, &err_fd);
 
 	CHECK(cli > 0);
 	while (cli > 0 && now_ms() < deadline && waitpid(cli, NULL, WNOHANG) == 0) {
-		ssize_t got = pread(out_fd, out, sizeof(out) - 1, 0);
-
-		out[got > 0 ? got : 0] = '\0';
-		if (strstr(out, TEST_READY_MARKER) && (vmm = find_vmm_child(cli)) > 0)
+		read_so_far(out_fd, out, sizeof(out));
+		read_so_far(err_fd, err, sizeof(err));
+		if ((strstr(out, marker) || strstr(err, marker)) &&
+		    (found = find_vmm_children(cli, vmms, TEST_VMM_MAX)) >= want)
 			break;
 		nanosleep(&poll, NULL);
 	}
-	CHECK(vmm > 0);
-	if (vmm > 0) {
-		CHECK(vmm != cli);
+	CHECK_INT_EQ(found, want);
+	for (int i = 0; i < found; i++) {
+		CHECK(vmms[i] != cli);
 		CHECK(probe_environ_has(cli, PROBE_SECRET_NAME));
-		CHECK(!probe_environ_has(vmm, PROBE_SECRET_NAME));
-		CHECK(probe_check_every_thread_confined(vmm) > 1);
-	} else {
-		read_back(dup(err_fd), err, sizeof(err));
-		fprintf(stderr, "  no VMM process under voidbox %s ...\n  stdout: %s\n  stderr: %s\n",
-			args[0], out, err);
+		CHECK(!probe_environ_has(vmms[i], PROBE_SECRET_NAME));
+		CHECK(probe_check_every_thread_confined(vmms[i]) > 1);
 	}
+	if (found != want)
+		fprintf(stderr, "  %d of %d VMM processes under voidbox %s ...\n  stdout: %s\n"
+			"  stderr: %s\n", found, want, args[0], out, err);
 	if (cli > 0) {
 		kill(cli, SIGKILL);
 		waitpid(cli, NULL, 0);
@@ -329,7 +341,19 @@ static void test_exec_from_snapshot_runs_in_vmm_process(void)
 			       "echo " TEST_READY_MARKER "; sleep " TEST_GUEST_SLEEP_S, NULL };
 
 	snprintf(prefix, sizeof(prefix), "%s", base_id);
-	check_cli_vms_confined(args);
+	check_cli_vms_confined(args, TEST_READY_MARKER, 1);
+}
+
+/* `fork`: the restored parent and each child run in a confined VMM process of their own. */
+static void test_fork_children_run_in_vmm_processes(void)
+{
+	char prefix[TEST_PREFIX_LEN + 1], children[TEST_PREFIX_LEN];
+	const char *args[] = { "fork", "--children", children, "--snapshot", prefix, "--", "sleep",
+			       TEST_GUEST_SLEEP_S, NULL };
+
+	snprintf(prefix, sizeof(prefix), "%s", base_id);
+	snprintf(children, sizeof(children), "%d", TEST_FORK_CHILDREN);
+	check_cli_vms_confined(args, TEST_FORK_LOG_MARKER, TEST_FORK_CHILDREN + 1);
 }
 
 /* pages in the base's working-set list, or -1 when it has no valid one */
@@ -663,6 +687,7 @@ int main(int argc, char **argv)
 		if (diff_id[0])
 			RUN_TEST(test_spec_snapshot_runs_workflow);
 		RUN_TEST(test_fork_children_are_distinct);
+		RUN_TEST(test_fork_children_run_in_vmm_processes);
 		if (diff_id[0])
 			RUN_TEST(test_export_import_restore_elsewhere);
 		RUN_TEST(test_delete_base_and_diff);
