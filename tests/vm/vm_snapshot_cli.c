@@ -17,6 +17,7 @@
  *   4b. a copy of the base whose metadata claims every CPU feature is refused before the
  *      guest runs, naming a feature this host lacks (no VM boots for it);
  *   5. `snapshot create --diff --from <id> -- sh -c ...` leaves a marker file only the diff has;
+ *      while such a create runs, its VM is in a confined VMM process of its own;
  *   6. a workflow spec with sandbox.snapshot runs from the diff and reads that marker;
  *   7. `fork --children 3` gives four distinct outputs (parent and three children); while a
  *      fork runs, the parent and every child are each in a confined VMM process of their own;
@@ -78,6 +79,8 @@
 /* what sandbox_fork logs once every child's VMM process has started */
 #define TEST_FORK_LOG_MARKER "each in a VMM process of its own"
 #define TEST_VMM_MAX 16
+/* what sandbox_start_from_snapshot logs once the restored guest answers with its new secret */
+#define TEST_RESTORE_LOG_MARKER "agent rekeyed"
 
 struct cli_result {
 	int status; /* exit status, -1 when it did not exit */
@@ -342,6 +345,19 @@ static void test_exec_from_snapshot_runs_in_vmm_process(void)
 
 	snprintf(prefix, sizeof(prefix), "%s", base_id);
 	check_cli_vms_confined(args, TEST_READY_MARKER, 1);
+}
+
+/*
+ * `snapshot create --diff`: the restored VM whose snapshot is taken runs in a confined VMM
+ * process of its own while PROGRAM runs (its store entry is never committed: the CLI is
+ * killed, and the next create sweeps the temporary directory).
+ */
+static void test_create_runs_in_vmm_process(void)
+{
+	const char *args[] = { "snapshot", "create", "--diff", "--from", base_id, "--", "sleep",
+			       TEST_GUEST_SLEEP_S, NULL };
+
+	check_cli_vms_confined(args, TEST_RESTORE_LOG_MARKER, 1);
 }
 
 /* `fork`: the restored parent and each child run in a confined VMM process of their own. */
@@ -684,6 +700,7 @@ int main(int argc, char **argv)
 		RUN_TEST(test_list_and_inspect);
 		RUN_TEST(test_cpu_feature_mismatch_refused);
 		RUN_TEST(test_diff_keeps_its_pages);
+		RUN_TEST(test_create_runs_in_vmm_process);
 		if (diff_id[0])
 			RUN_TEST(test_spec_snapshot_runs_workflow);
 		RUN_TEST(test_fork_children_are_distinct);
