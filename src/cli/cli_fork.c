@@ -356,6 +356,8 @@ int cli_fork_run(const struct cli_globals *globals, int argc, char **argv)
 	if (cli_sandbox_resolve_image("fork", args.snapshot, &args.sandbox, &image) < 0)
 		return CLI_EXIT_SANDBOX_FAILURE;
 	started = (long)clock_monotonic_ms();
+	/* the parent's VMM process writes what the children restore from (sandbox_fork) */
+	args.sandbox.vmm_placement = SANDBOX_VMM_OWN_PROCESS_SNAPSHOTS;
 	if (cli_sandbox_start("fork", args.snapshot, &args.sandbox, false, &parent, err,
 			      sizeof(err)) < 0) {
 		fprintf(stderr, "voidbox fork: %s\n", err);

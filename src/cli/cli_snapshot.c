@@ -451,9 +451,10 @@ static int cli_snapshot_create_start(const struct cli_snapshot_create *c,
 	int rc;
 
 	if (c->diff) {
-		struct sandbox_restore_config restore = { .snapshot_dir = base->path,
-							  .track_dirty_pages = true,
-							  .host = cli_host_settings() };
+		struct sandbox_restore_config restore = {
+			.snapshot_dir = base->path, .track_dirty_pages = true,
+			.host = cli_host_settings(), .vmm_placement = cfg->vmm_placement,
+		};
 
 		rc = sandbox_start_from_snapshot(&restore, sandbox, err, sizeof(err));
 	} else {
@@ -488,6 +489,8 @@ static int cli_snapshot_create_in_store(const struct cli_globals *globals,
 	cfg.vcpus = config->vcpus;
 	cfg.host = cli_host_settings();
 	cfg.network = c->network_cfg.network;
+	/* the VMM writes the snapshot from a confined process of its own, as asked */
+	cfg.vmm_placement = SANDBOX_VMM_OWN_PROCESS_SNAPSHOTS;
 	if (snapshot_store_begin(hash, c->diff ? base->id : NULL, &txn, err, sizeof(err)) < 0) {
 		fprintf(stderr, "voidbox snapshot create: %s\n", err);
 		return CLI_EXIT_FAILURE;

@@ -100,6 +100,13 @@ struct sandbox {
 	 */
 	char working_set_dir[PATH_MAX];
 	atomic_bool record_working_set;
+	/*
+	 * A VM in a VMM process: the base its memory counts from as far as this side knows
+	 * ("": none), so a fork can save a diff against it; and a base a fork wrote, removed
+	 * with the sandbox.
+	 */
+	char dirty_base_dir[PATH_MAX];
+	char fork_base_dir[PATH_MAX];
 };
 
 static int sandbox_boot_timeout_ms(const struct sandbox_config *cfg)
@@ -452,10 +459,10 @@ static void sandbox_cgroup_find_root(void)
  * The VMM process's cgroup, named after the runtime directory (unique on the host); a VM that
  * cannot have one starts without caps, with a warning, as where the host offers none.
  */
-static void sandbox_cgroup_prepare(struct sandbox *sandbox, const struct vm_config *vm_cfg)
+static void sandbox_cgroup_prepare(struct sandbox *sandbox, unsigned int memory_mb,
+				   unsigned int vcpus)
 {
-	struct vmm_cgroup_limits limits = { .memory_mb = vm_cfg->memory_mb,
-					    .vcpus = vm_cfg->vcpus };
+	struct vmm_cgroup_limits limits = { .memory_mb = memory_mb, .vcpus = vcpus };
 	const char *name = strrchr(sandbox->runtime_dir, '/');
 	char err[PATH_MAX + 256];
 
@@ -537,12 +544,13 @@ int sandbox_start(const struct sandbox_config *cfg, struct sandbox **out, char *
 	sandbox->vsock_cid = vm_cfg.vsock_cid;
 	log_info(SANDBOX_LOG, "booting %s (%u MiB, %u vCPU), console in %s", cfg->kernel_path,
 		 vm_cfg.memory_mb, vm_cfg.vcpus, sandbox->serial_log_path);
-	if (cfg->vmm_placement == SANDBOX_VMM_OWN_PROCESS) {
+	if (cfg->vmm_placement != SANDBOX_VMM_IN_PROCESS) {
 		/* the turn of host CPUs is this process's: a forked VMM's copy would repeat it */
 		vm_cfg.has_placement_cpu = true;
 		vm_cfg.placement_cpu = vm_placement_choose(vm_cfg.vcpus);
-		sandbox_cgroup_prepare(sandbox, &vm_cfg);
+		sandbox_cgroup_prepare(sandbox, vm_cfg.memory_mb, vm_cfg.vcpus);
 		rc = vmm_process_start_vm(&vm_cfg, sandbox->cgroup_dir[0] ? sandbox->cgroup_dir : NULL,
+					  cfg->vmm_placement == SANDBOX_VMM_OWN_PROCESS_SNAPSHOTS,
 					  &sandbox->vmm_proc, err, errlen);
 	} else
 		rc = sandbox_start_vm_here(&vm_cfg, sandbox, err, errlen);
@@ -654,6 +662,8 @@ void sandbox_destroy(struct sandbox *sandbox, bool keep_serial_log)
 	vm_destroy(sandbox->vm);
 	vmm_process_destroy(sandbox->vmm_proc); /* stops, then kills after a bounded grace */
 	vmm_cgroup_remove(sandbox->cgroup_dir);
+	if (sandbox->fork_base_dir[0]) /* its children mapped it: their mappings keep the pages */
+		vm_snapshot_dir_remove(sandbox->fork_base_dir);
 	sandbox_remove_runtime_dir(sandbox, keep_serial_log);
 	sandbox_policy_clear(sandbox);
 	explicit_bzero(sandbox->secret, sizeof(sandbox->secret));
@@ -664,6 +674,7 @@ void sandbox_destroy(struct sandbox *sandbox, bool keep_serial_log)
 /* ---- snapshots, restore and fork (docs/snapshot-format.md) ---- */
 
 #define SANDBOX_REKEY_PATH "/etc/voidbox/restore.json"
+#define SANDBOX_SNAPSHOT_DIR_MODE 0700
 #define SANDBOX_RNG_SEED_BYTES 64
 #define SANDBOX_REKEY_ERR_MAX 1024
 #define SANDBOX_NSEC_PER_SEC 1000000000ULL
@@ -727,7 +738,8 @@ static int sandbox_rekey(struct sandbox *sandbox, const uint8_t old_secret[PROTO
 		control_channel_set_secret(sandbox->channel, new_secret);
 	}
 	memcpy(sandbox->secret, new_secret, sizeof(sandbox->secret));
-	vm_snapshot_set_secret(sandbox->vm, sandbox->secret);
+	if (sandbox->vm) /* a VMM process is told with each snapshot request instead */
+		vm_snapshot_set_secret(sandbox->vm, sandbox->secret);
 out:
 	explicit_bzero(new_secret, sizeof(new_secret));
 	if (json)
@@ -739,13 +751,81 @@ out:
 	return sandbox_send_policy(sandbox, policy, err, errlen);
 }
 
+/* The restore in this process: the VM, and the secret its guest answers to now. */
+static int sandbox_restore_here(const struct sandbox_restore_config *cfg,
+				struct sandbox *sandbox, uint8_t old_secret[PROTO_SECRET_SIZE],
+				char *err, size_t errlen)
+{
+	struct vm_restore_options opts = {
+		.vsock_socket_path = sandbox->socket_path,
+		.serial_log_path = sandbox->serial_log_path,
+		.track_dirty_pages = cfg->track_dirty_pages,
+	};
+	char old_hex[2 * PROTO_SECRET_SIZE + 1];
+	int rc = vm_create_from_snapshot(cfg->snapshot_dir, &opts, &sandbox->vm, err, errlen);
+
+	if (rc < 0)
+		return rc;
+	rc = vm_start(sandbox->vm);
+	if (rc < 0) {
+		snprintf(err, errlen, "the restored VM did not start: %s", strerror(-rc));
+		return rc;
+	}
+	vm_secret_hex(sandbox->vm, old_hex);
+	rc = proto_secret_from_hex(old_hex, old_secret);
+	explicit_bzero(old_hex, sizeof(old_hex));
+	return rc < 0 ? -EIO : 0;
+}
+
+/*
+ * Launches the restore in a VMM process, as a cold boot's (the host CPU chosen here, cgroup
+ * caps where delegated); the size, CPU count and CID come from the snapshot, checked before
+ * the fork. Returns once the child is forked; vmm_process_await_started waits for its VM.
+ */
+static int sandbox_launch_restore(const struct sandbox_restore_config *cfg,
+				  struct sandbox *sandbox, char *err, size_t errlen)
+{
+	struct vm_restore_options opts = {
+		.vsock_socket_path = sandbox->socket_path,
+		.serial_log_path = sandbox->serial_log_path,
+		.track_dirty_pages = cfg->track_dirty_pages,
+		.has_placement_cpu = true,
+	};
+	struct vm_snapshot_info info;
+	int rc = vm_snapshot_inspect(cfg->snapshot_dir, &info, err, errlen);
+
+	if (rc < 0)
+		return rc;
+	opts.placement_cpu = vm_placement_choose(info.vcpus);
+	sandbox->vsock_cid = info.cid;
+	if (info.type == VM_SNAPSHOT_DIFF)
+		snprintf(sandbox->dirty_base_dir, sizeof(sandbox->dirty_base_dir), "%s",
+			 info.parent_dir);
+	else if (!realpath(cfg->snapshot_dir, sandbox->dirty_base_dir))
+		sandbox->dirty_base_dir[0] = '\0';
+	sandbox_cgroup_prepare(sandbox, info.memory_mb, info.vcpus);
+	return vmm_process_launch_restore(cfg->snapshot_dir, &opts,
+					  sandbox->cgroup_dir[0] ? sandbox->cgroup_dir : NULL,
+					  &sandbox->vmm_proc, err, errlen);
+}
+
+/* The restore in a VMM process, and the secret its guest answers to now. */
+static int sandbox_restore_in_vmm_process(const struct sandbox_restore_config *cfg,
+					  struct sandbox *sandbox,
+					  uint8_t old_secret[PROTO_SECRET_SIZE], char *err,
+					  size_t errlen)
+{
+	int rc = sandbox_launch_restore(cfg, sandbox, err, errlen);
+
+	return rc < 0 ? rc : vmm_process_await_started(sandbox->vmm_proc, old_secret, err, errlen);
+}
+
 int sandbox_start_from_snapshot(const struct sandbox_restore_config *cfg, struct sandbox **out,
 				char *err, size_t errlen)
 {
 	long started_ms = (long)clock_monotonic_ms();
 	struct sandbox *sandbox = NULL;
 	uint8_t old_secret[PROTO_SECRET_SIZE];
-	char old_hex[2 * PROTO_SECRET_SIZE + 1];
 	int timeout_ms = cfg->timeout_ms > 0 ? cfg->timeout_ms : SANDBOX_DEFAULT_BOOT_TIMEOUT_MS;
 	int rc;
 
@@ -755,28 +835,15 @@ int sandbox_start_from_snapshot(const struct sandbox_restore_config *cfg, struct
 		rc = sandbox_prepare(cfg->serial_log_path, cfg->host, &sandbox, err, errlen);
 	if (rc < 0)
 		return rc;
-	struct vm_restore_options opts = {
-		.vsock_socket_path = sandbox->socket_path,
-		.serial_log_path = sandbox->serial_log_path,
-		.track_dirty_pages = cfg->track_dirty_pages,
-	};
-
 	rc = snapshot_store_hold(cfg->snapshot_dir, &sandbox->snapshot_hold, err, errlen);
+	if (rc == 0)
+		rc = cfg->vmm_placement == SANDBOX_VMM_IN_PROCESS
+			     ? sandbox_restore_here(cfg, sandbox, old_secret, err, errlen)
+			     : sandbox_restore_in_vmm_process(cfg, sandbox, old_secret, err, errlen);
 	if (rc < 0)
 		goto fail;
-	rc = vm_create_from_snapshot(cfg->snapshot_dir, &opts, &sandbox->vm, err, errlen);
-	if (rc < 0)
-		goto fail;
-	rc = vm_start(sandbox->vm);
-	if (rc < 0) {
-		snprintf(err, errlen, "the restored VM did not start: %s", strerror(-rc));
-		goto fail;
-	}
-	vm_secret_hex(sandbox->vm, old_hex);
-	proto_secret_from_hex(old_hex, old_secret);
 	rc = sandbox_rekey(sandbox, old_secret, cfg->policy, timeout_ms, err, errlen);
 	explicit_bzero(old_secret, sizeof(old_secret));
-	explicit_bzero(old_hex, sizeof(old_hex));
 	if (rc < 0)
 		goto fail;
 	sandbox->boot_ms = (long)clock_monotonic_ms() - started_ms;
@@ -792,24 +859,53 @@ fail:
 	return rc;
 }
 
-/* Snapshots and forks work on a VM in this process only. */
-static int sandbox_refuse_own_process(const struct sandbox *sandbox, const char *what, char *err,
-				      size_t errlen)
+/*
+ * A snapshot by the VMM process: the directory is made here and both paths are made
+ * absolute, so the child needs neither this process's working directory nor its rights.
+ */
+static int sandbox_snapshot_in_vmm_process(struct sandbox *sandbox, const char *dir,
+					   const struct vm_snapshot_options *opts, char *err,
+					   size_t errlen)
 {
-	if (!sandbox->vmm_proc)
-		return 0;
-	snprintf(err, errlen, "cannot %s a sandbox whose VMM runs in a process of its own: start "
-		 "it with vmm_placement SANDBOX_VMM_IN_PROCESS", what);
-	return -EOPNOTSUPP;
+	struct vm_snapshot_options abs_opts = *opts;
+	char abs_dir[PATH_MAX], abs_parent[PATH_MAX];
+
+	if (mkdir(dir, SANDBOX_SNAPSHOT_DIR_MODE) < 0 && errno != EEXIST) {
+		int rc = -errno;
+
+		snprintf(err, errlen, "cannot create snapshot directory %s: %s", dir,
+			 strerror(-rc));
+		return rc;
+	}
+	const char *unresolved = !realpath(dir, abs_dir) ? dir : NULL;
+
+	if (!unresolved && opts->parent_dir && !realpath(opts->parent_dir, abs_parent))
+		unresolved = opts->parent_dir;
+	if (unresolved) {
+		int rc = -errno;
+
+		snprintf(err, errlen, "cannot resolve the snapshot directory %s: %s", unresolved,
+			 strerror(-rc));
+		return rc;
+	}
+	if (opts->parent_dir)
+		abs_opts.parent_dir = abs_parent;
+	int rc = vmm_process_snapshot(sandbox->vmm_proc, abs_dir, &abs_opts, sandbox->secret, err,
+				      errlen);
+
+	/* a base the VM resumed after is what its memory counts from now (vm_snapshot_save) */
+	if (rc == 0 && opts->type == VM_SNAPSHOT_BASE && opts->after == VM_SNAPSHOT_RESUME)
+		snprintf(sandbox->dirty_base_dir, sizeof(sandbox->dirty_base_dir), "%s", abs_dir);
+	return rc;
 }
 
 int sandbox_snapshot(struct sandbox *sandbox, const char *dir,
 		     const struct vm_snapshot_options *opts, char *err, size_t errlen)
 {
-	int rc = sandbox_refuse_own_process(sandbox, "snapshot", err, errlen);
+	int rc;
 
-	if (rc < 0)
-		return rc;
+	if (sandbox->vmm_proc) /* the child stops a VM left stopped itself */
+		return sandbox_snapshot_in_vmm_process(sandbox, dir, opts, err, errlen);
 	rc = vm_snapshot_save(sandbox->vm, dir, opts, err, errlen);
 
 	/* A VM left stopped is over: end it so teardown does not wait for its agent. */
@@ -820,6 +916,7 @@ int sandbox_snapshot(struct sandbox *sandbox, const char *dir,
 
 struct sandbox_rekey_job {
 	struct sandbox *child;
+	bool await_start; /* a fork into VMM processes: wait for the child's VM first */
 	const uint8_t *old_secret;
 	const struct proto_set_policy *policy;
 	int rc;
@@ -830,6 +927,12 @@ static void sandbox_rekey_job_run(void *item)
 {
 	struct sandbox_rekey_job *job = item;
 
+	if (job->await_start) {
+		job->rc = vmm_process_await_started(job->child->vmm_proc, NULL, job->err,
+						    sizeof(job->err));
+		if (job->rc < 0)
+			return;
+	}
 	job->rc = sandbox_rekey(job->child, job->old_secret, job->policy,
 				SANDBOX_DEFAULT_BOOT_TIMEOUT_MS, job->err, sizeof(job->err));
 }
@@ -837,10 +940,11 @@ static void sandbox_rekey_job_run(void *item)
 /*
  * The children of a fork are rekeyed at the same time: every rekey is a few round trips to a
  * guest that has just resumed, so one after another they would make a fork of n cost n of
- * them.
+ * them. With await_start each child's VMM process, launched already, is waited for first on
+ * the same thread, so no child waits for another's restore either.
  */
 static int sandbox_rekey_children(struct sandbox *parent, struct sandbox *children[],
-				  unsigned int n, char *err, size_t errlen)
+				  unsigned int n, bool await_start, char *err, size_t errlen)
 {
 	struct sandbox_rekey_job *jobs = calloc(n, sizeof(*jobs));
 	int rc = 0;
@@ -851,7 +955,8 @@ static int sandbox_rekey_children(struct sandbox *parent, struct sandbox *childr
 	}
 	for (unsigned int i = 0; i < n; i++)
 		jobs[i] = (struct sandbox_rekey_job){
-			.child = children[i], .old_secret = parent->secret,
+			.child = children[i], .await_start = await_start,
+			.old_secret = parent->secret,
 			.policy = parent->has_policy ? &parent->policy : NULL,
 		};
 	parallel_for_each(jobs, n, sizeof(*jobs), sandbox_rekey_job_run);
@@ -865,8 +970,106 @@ static int sandbox_rekey_children(struct sandbox *parent, struct sandbox *childr
 	return rc;
 }
 
-int sandbox_fork(struct sandbox *parent, unsigned int n, struct sandbox *children[], char *err,
-		 size_t errlen)
+/*
+ * ---- a fork of a VM in a VMM process ----
+ * The parent's VMM process saves its VM into a private directory on tmpfs (a diff against the
+ * base its memory counts from where there is one, else a base it then counts from), and each
+ * child is a restore of that directory in a VMM process of its own, all restoring at the same
+ * time, then rekeyed at the same time (sandbox_rekey_children). A diff's directory goes
+ * once the children exist (they copied its pages); a base stays while the parent lives, so its
+ * next fork is a diff.
+ */
+#define SANDBOX_FORK_DIR_TEMPLATE "voidbox-fork-XXXXXX"
+#define SANDBOX_FORK_SHM_DIR "/dev/shm"
+
+static int sandbox_fork_save(struct sandbox *parent, char *dir, size_t dirlen, bool *is_base,
+			     char *err, size_t errlen)
+{
+	struct vm_snapshot_options save = { .type = VM_SNAPSHOT_DIFF,
+					    .parent_dir = parent->dirty_base_dir,
+					    .after = VM_SNAPSHOT_RESUME };
+	const char *base = access(SANDBOX_FORK_SHM_DIR, W_OK) == 0 ? SANDBOX_FORK_SHM_DIR
+								  : SANDBOX_RUNTIME_FALLBACK_BASE;
+	int rc = -ENOENT;
+
+	snprintf(dir, dirlen, "%s/%s", base, SANDBOX_FORK_DIR_TEMPLATE);
+	if (!mkdtemp(dir)) {
+		rc = -errno;
+		snprintf(err, errlen, "cannot create a fork directory under %s: %s", base,
+			 strerror(errno));
+		return rc;
+	}
+	if (parent->dirty_base_dir[0])
+		rc = sandbox_snapshot_in_vmm_process(parent, dir, &save, err, errlen);
+	/* no base, or one gone or replaced: the VM still runs, so a base it is */
+	if (rc < 0 && rc != -ECHILD) {
+		if (parent->dirty_base_dir[0])
+			log_debug(SANDBOX_LOG, "the fork saves a base: %s", err);
+		save = (struct vm_snapshot_options){ .type = VM_SNAPSHOT_BASE,
+						     .after = VM_SNAPSHOT_RESUME };
+		rc = sandbox_snapshot_in_vmm_process(parent, dir, &save, err, errlen);
+	}
+	*is_base = save.type == VM_SNAPSHOT_BASE;
+	if (rc < 0)
+		vm_snapshot_dir_remove(dir);
+	return rc;
+}
+
+static int sandbox_fork_in_vmm_processes(struct sandbox *parent, unsigned int n,
+					 struct sandbox *children[], char *err, size_t errlen)
+{
+	long started = (long)clock_monotonic_ms();
+	char dir[PATH_MAX];
+	bool is_base = false;
+	int rc;
+
+	for (unsigned int i = 0; i < n; i++)
+		children[i] = NULL;
+	if (n == 0) {
+		snprintf(err, errlen, "fork needs at least one child");
+		return -EINVAL;
+	}
+	rc = sandbox_fork_save(parent, dir, sizeof(dir), &is_base, err, errlen);
+	if (rc < 0)
+		return rc;
+	/*
+	 * Launched here, on the caller's thread, because a child's death signal follows the
+	 * thread that forked it; their restores then run at the same time, each awaited on a
+	 * thread of its own before its rekey. The children start from the parent's secret.
+	 */
+	struct sandbox_restore_config restore = { .snapshot_dir = dir,
+						  .vmm_placement = SANDBOX_VMM_OWN_PROCESS };
+
+	for (unsigned int i = 0; i < n && rc == 0; i++) {
+		rc = sandbox_prepare(NULL, &parent->host, &children[i], err, errlen);
+		if (rc == 0)
+			rc = sandbox_launch_restore(&restore, children[i], err, errlen);
+	}
+	if (rc == 0)
+		rc = sandbox_rekey_children(parent, children, n, true, err, errlen);
+	if (is_base) { /* the parent's memory counts from it now, whatever became of the children */
+		if (parent->fork_base_dir[0])
+			vm_snapshot_dir_remove(parent->fork_base_dir);
+		snprintf(parent->fork_base_dir, sizeof(parent->fork_base_dir), "%s", dir);
+	} else {
+		vm_snapshot_dir_remove(dir);
+	}
+	if (rc < 0) {
+		for (unsigned int i = 0; i < n; i++) {
+			sandbox_destroy(children[i], false);
+			children[i] = NULL;
+		}
+		return rc;
+	}
+	log_info(SANDBOX_LOG, "forked %u child VM(s), each in a VMM process of its own, in %ld ms "
+		 "(the parent saved a %s)", n, (long)clock_monotonic_ms() - started,
+		 is_base ? "base" : "diff");
+	return 0;
+}
+
+/* A fork of a VM in this process: vm_fork, then the children's rekeys. */
+static int sandbox_fork_here(struct sandbox *parent, unsigned int n, struct sandbox *children[],
+			     char *err, size_t errlen)
 {
 	struct vm_restore_options *opts = calloc(n ? n : 1, sizeof(*opts));
 	const struct vm_restore_options **opts_ptrs = calloc(n ? n : 1, sizeof(*opts_ptrs));
@@ -876,8 +1079,6 @@ int sandbox_fork(struct sandbox *parent, unsigned int n, struct sandbox *childre
 
 	if (rc < 0)
 		snprintf(err, errlen, "out of memory");
-	else
-		rc = sandbox_refuse_own_process(parent, "fork", err, errlen);
 	for (unsigned int i = 0; i < n; i++)
 		children[i] = NULL;
 	for (; rc == 0 && prepared < n; prepared++) {
@@ -895,7 +1096,7 @@ int sandbox_fork(struct sandbox *parent, unsigned int n, struct sandbox *childre
 	for (unsigned int i = 0; rc == 0 && i < n; i++)
 		children[i]->vm = vms[i];
 	if (rc == 0)
-		rc = sandbox_rekey_children(parent, children, n, err, errlen);
+		rc = sandbox_rekey_children(parent, children, n, false, err, errlen);
 	if (rc < 0) {
 		for (unsigned int i = 0; i < n; i++) {
 			sandbox_destroy(children[i], false);
@@ -906,6 +1107,13 @@ int sandbox_fork(struct sandbox *parent, unsigned int n, struct sandbox *childre
 	free(opts_ptrs);
 	free(vms);
 	return rc;
+}
+
+int sandbox_fork(struct sandbox *parent, unsigned int n, struct sandbox *children[], char *err,
+		 size_t errlen)
+{
+	return parent->vmm_proc ? sandbox_fork_in_vmm_processes(parent, n, children, err, errlen)
+				: sandbox_fork_here(parent, n, children, err, errlen);
 }
 
 void sandbox_secret_hex(const struct sandbox *sandbox, char *out)
@@ -921,10 +1129,13 @@ void sandbox_secret_hex(const struct sandbox *sandbox, char *out)
  */
 static void sandbox_record_working_set(struct sandbox *sandbox)
 {
-	struct working_set_stats stats;
+	struct working_set_stats stats = { 0 };
 	char err[SANDBOX_REKEY_ERR_MAX];
-	int rc = vm_working_set_record(sandbox->vm, sandbox->working_set_dir, &stats, err,
-				       sizeof(err));
+	/* a VMM process logs its own success line */
+	int rc = sandbox->vmm_proc
+			 ? vmm_process_record_working_set(sandbox->vmm_proc, err, sizeof(err))
+			 : vm_working_set_record(sandbox->vm, sandbox->working_set_dir, &stats, err,
+						 sizeof(err));
 
 	if (rc == -EACCES || rc == -EPERM || rc == -EROFS)
 		log_debug(SANDBOX_LOG, "%s", err);

@@ -58,10 +58,13 @@ struct sandbox_mount {
 	bool read_only;	       /* writes answer EROFS, enforced by the host */
 };
 
-/* Where a cold-booted sandbox's VMM runs (docs/security.md, "What runs where"). */
+/* Where a sandbox's VMM runs (docs/security.md, "What runs where"). */
 enum sandbox_vmm_placement {
-	SANDBOX_VMM_IN_PROCESS,	 /* in the caller's process: snapshots and forks work */
-	SANDBOX_VMM_OWN_PROCESS, /* a confined child process (sandbox/vmm_process.h); neither */
+	SANDBOX_VMM_IN_PROCESS,	 /* in the caller's process (docs/security.md says who) */
+	/* a confined child process (sandbox/vmm_process.h) that writes no file: no snapshots */
+	SANDBOX_VMM_OWN_PROCESS,
+	/* the same, whose main thread may also write snapshots when asked (sandbox_snapshot) */
+	SANDBOX_VMM_OWN_PROCESS_SNAPSHOTS,
 };
 
 struct sandbox_config {
@@ -102,7 +105,11 @@ struct sandbox_config {
 	/* Host directories shared over virtio-fs; a restored sandbox keeps its snapshot's. */
 	struct sandbox_mount mounts[SANDBOX_MAX_MOUNTS];
 	unsigned int mount_count;
-	/* A restore always runs its VMM in process; sandbox_snapshot and _fork need that too. */
+	/*
+	 * Also where sandbox_open runs a restore's VMM (a restored VM in a process of its own
+	 * may always write snapshots and its working set). A sandbox_fork parent in a process of
+	 * its own needs OWN_PROCESS_SNAPSHOTS (or to have been restored).
+	 */
 	enum sandbox_vmm_placement vmm_placement;
 };
 
@@ -202,6 +209,12 @@ struct sandbox_restore_config {
 	 * snapshot was taken (it lives in guest memory), which is never widened by a restore.
 	 */
 	const struct proto_set_policy *policy;
+	/*
+	 * IN_PROCESS (the zero value): the VM in the caller's process; either OWN_PROCESS: in a
+	 * confined process of its own that restores the VM, may write snapshots and records
+	 * the working set, while the rekey stays here.
+	 */
+	enum sandbox_vmm_placement vmm_placement;
 };
 
 /* What sandbox_open did, for the caller to report. */
@@ -228,13 +241,19 @@ int sandbox_open(const struct sandbox_config *cfg, const char *snapshot_ref,
 void sandbox_secret_hex(const struct sandbox *sandbox, char *out);
 int sandbox_start_from_snapshot(const struct sandbox_restore_config *cfg, struct sandbox **out,
 				char *err, size_t errlen);
-/* vm_snapshot_save on the sandbox's VM; the channel reconnects by itself after a resume. */
+/*
+ * vm_snapshot_save on the sandbox's VM, wherever it runs (a VMM process is asked over its
+ * control socket and told the session secret, which the snapshot stores); the channel
+ * reconnects by itself after a resume.
+ */
 int sandbox_snapshot(struct sandbox *sandbox, const char *dir,
 		     const struct vm_snapshot_options *opts, char *err, size_t errlen);
 /*
  * n live copy-on-write children of a running sandbox, each with its own runtime directory,
  * vsock socket and secret, and the parent's policy sent again after its rekey; the parent
- * keeps running. children[] is filled only on success.
+ * keeps running. A parent whose VMM runs in this process forks in it (vm_fork); one in a VMM
+ * process writes a snapshot on request and each child restores it in a VMM process of its
+ * own. children[] is filled only on success.
  */
 int sandbox_fork(struct sandbox *parent, unsigned int n, struct sandbox *children[], char *err,
 		 size_t errlen);

@@ -37,6 +37,7 @@ int sandbox_open(const struct sandbox_config *cfg, const char *snapshot_ref,
 		.timeout_ms = cfg->boot_timeout_ms,
 		.track_dirty_pages = track_dirty_pages,
 		.host = cfg->host,
+		.vmm_placement = cfg->vmm_placement,
 	};
 	enum snapshot_store_source source;
 	char reason[SANDBOX_OPEN_REASON_MAX];

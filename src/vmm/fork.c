@@ -60,6 +60,11 @@ static void fork_remove_dir(const char *dir)
 	rmdir(dir);
 }
 
+void vm_snapshot_dir_remove(const char *dir)
+{
+	fork_remove_dir(dir);
+}
+
 struct fork_child_job {
 	const char *dir;
 	const struct vm_restore_options *opts;

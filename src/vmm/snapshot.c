@@ -768,7 +768,8 @@ static int snapshot_build_vm(struct snapshot_restore_ctx *ctx)
 	int rc;
 
 	vm->vcpu_count = ctx->info.vcpus;
-	vm->placement_cpu = vm_placement_choose(vm->vcpu_count);
+	vm->placement_cpu = ctx->opts->has_placement_cpu ? ctx->opts->placement_cpu
+							 : vm_placement_choose(vm->vcpu_count);
 	memcpy(vm->secret, ctx->image->meta.secret, sizeof(vm->secret));
 	snprintf(vm->cmdline, sizeof(vm->cmdline), "%s", ctx->image->meta.cmdline);
 	rc = vcpu_signal_init();

@@ -89,6 +89,12 @@ struct vm_restore_options {
 	 * wrote are found in /proc/self/pagemap, so this changes nothing today.
 	 */
 	bool track_dirty_pages;
+	/*
+	 * The host CPU for a one-vCPU VM's threads (vmm/placement.h), chosen by the caller: a VMM
+	 * process's copy of the turn counter would repeat its siblings' choice. false: choose here.
+	 */
+	bool has_placement_cpu;
+	int placement_cpu;
 };
 
 /*
@@ -133,5 +139,7 @@ int vm_fork(struct vm *parent, unsigned int n, const struct vm_restore_options *
 void vm_snapshot_set_secret(struct vm *vm, const uint8_t secret[VM_SECRET_LEN]);
 
 const char *vm_snapshot_type_name(enum vm_snapshot_type type);
+/* Removes a snapshot directory a fork made: its state and memory files, then the directory. */
+void vm_snapshot_dir_remove(const char *dir);
 
 #endif

@@ -14,6 +14,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/landlock.h>
+#include <sched.h>
 #include <seccomp.h>
 #include <stddef.h>
 #include <string.h>
@@ -117,11 +118,37 @@ static const int filter_vmm_main_calls[] = {
 	SCMP_SYS(sendto), SCMP_SYS(sendmsg),
 };
 
+/*
+ * What a VMM process's main thread adds when it may be asked to write a snapshot
+ * (vm_snapshot_save: create the directory, write each file under a temporary name, fsync,
+ * rename, fsync the directory; a diff reads its base, realpath resolves the paths) or a
+ * restored VM's working-set list (the same, and /proc/self/pagemap read). seccomp cannot
+ * judge paths: these reach every file the user can (docs/security.md says so). A snapshot
+ * that resumes starts new vCPU threads, which name themselves and install their own filter:
+ * filter_allow_thread_start pins what that takes.
+ */
+static const int filter_vmm_snapshot_calls[] = {
+	SCMP_SYS(open), SCMP_SYS(openat), SCMP_SYS(mkdir), SCMP_SYS(mkdirat), SCMP_SYS(rename),
+	SCMP_SYS(renameat), SCMP_SYS(renameat2), SCMP_SYS(unlink), SCMP_SYS(unlinkat),
+	SCMP_SYS(fsync), SCMP_SYS(fdatasync), SCMP_SYS(ftruncate), SCMP_SYS(fallocate),
+	SCMP_SYS(readlink), SCMP_SYS(readlinkat), SCMP_SYS(getcwd), SCMP_SYS(statx),
+};
+
+/*
+ * What a new thread's start calls unconditionally (see filter_allow_thread_start); the
+ * sanitizer runtimes read the thread's attributes, which asks for its CPU affinity.
+ */
+static const int filter_thread_start_calls[] = {
+	SCMP_SYS(set_robust_list), SCMP_SYS(rseq), SCMP_SYS(seccomp), SCMP_SYS(sched_getaffinity),
+};
+
 struct filter_role {
 	const char *name;
 	const int *calls;
 	size_t count;
 	bool net_pinned; /* also socket(AF_INET/AF_INET6) and read-only opens */
+	bool vmm_main;	 /* also what the VMM process's main thread may call */
+	bool threads;	 /* may start threads (filter_allow_thread_start) */
 };
 
 static const struct filter_role filter_roles[VMM_THREAD_ROLE_COUNT] = {
@@ -138,6 +165,9 @@ static const struct filter_role filter_roles[VMM_THREAD_ROLE_COUNT] = {
 					FILTER_COUNT(filter_channel_reader_calls), false },
 	[VMM_THREAD_VMM_MAIN] = { "vmm main", filter_vmm_main_calls,
 				  FILTER_COUNT(filter_vmm_main_calls), false },
+	[VMM_THREAD_VMM_MAIN_SNAPSHOTS] = { "vmm main (snapshots)", filter_vmm_snapshot_calls,
+					    FILTER_COUNT(filter_vmm_snapshot_calls), false,
+					    true, true },
 };
 
 static int filter_allow(scmp_filter_ctx ctx, const int *calls, size_t count)
@@ -171,6 +201,32 @@ static int filter_allow_net_pinned(scmp_filter_ctx ctx)
 	return rc;
 }
 
+/*
+ * Starting a thread, and what a new thread does before its own filter holds: clone only with
+ * CLONE_THREAD (no new process); clone3, whose flags seccomp cannot read, answers ENOSYS so
+ * the C library falls back to clone; the C library's per-thread set-up; prctl only to name a
+ * thread or set no_new_privs (not, say, to make the process dumpable again); seccomp, which
+ * can only add filters.
+ */
+static int filter_allow_thread_start(scmp_filter_ctx ctx)
+{
+	int rc = seccomp_rule_add(ctx, SCMP_ACT_ALLOW, SCMP_SYS(clone), 1,
+				  SCMP_A0(SCMP_CMP_MASKED_EQ, CLONE_THREAD, CLONE_THREAD));
+
+	if (rc == 0)
+		rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(ENOSYS), SCMP_SYS(clone3), 0);
+	if (rc == 0)
+		rc = seccomp_rule_add(ctx, SCMP_ACT_ALLOW, SCMP_SYS(prctl), 1,
+				      SCMP_A0(SCMP_CMP_EQ, PR_SET_NAME));
+	if (rc == 0)
+		rc = seccomp_rule_add(ctx, SCMP_ACT_ALLOW, SCMP_SYS(prctl), 1,
+				      SCMP_A0(SCMP_CMP_EQ, PR_SET_NO_NEW_PRIVS));
+	if (rc == 0)
+		rc = filter_allow(ctx, filter_thread_start_calls,
+				  FILTER_COUNT(filter_thread_start_calls));
+	return rc;
+}
+
 int vmm_thread_confine(enum vmm_thread_role role)
 {
 	const struct filter_role *spec;
@@ -194,6 +250,10 @@ int vmm_thread_confine(enum vmm_thread_role role)
 		rc = filter_allow(ctx, spec->calls, spec->count);
 	if (rc == 0 && spec->net_pinned)
 		rc = filter_allow_net_pinned(ctx);
+	if (rc == 0 && spec->vmm_main)
+		rc = filter_allow(ctx, filter_vmm_main_calls, FILTER_COUNT(filter_vmm_main_calls));
+	if (rc == 0 && spec->threads)
+		rc = filter_allow_thread_start(ctx);
 	if (rc == 0)
 		rc = seccomp_load(ctx);
 	seccomp_release(ctx);

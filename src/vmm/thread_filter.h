@@ -23,6 +23,8 @@ enum vmm_thread_role {
 	VMM_THREAD_NET_WORKER,	  /* libslirp: IPv4/IPv6 sockets, /etc/resolv.conf read-only */
 	VMM_THREAD_CHANNEL_READER, /* the control channel's reader: frames from the agent */
 	VMM_THREAD_VMM_MAIN,	  /* a VMM process's main thread: its control socket, teardown */
+	/* the same, and it writes snapshots and working-set lists when its parent asks */
+	VMM_THREAD_VMM_MAIN_SNAPSHOTS,
 	VMM_THREAD_ROLE_COUNT,
 };
 

@@ -10,6 +10,7 @@
 #include <grp.h>
 #include <poll.h>
 #include <signal.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -258,12 +259,153 @@ static void test_failed_vm_reports_and_is_reaped(void)
 				 .memory_mb = 64, .no_thread_filters = true };
 	struct vmm_process *proc = (struct vmm_process *)&cfg; /* must be reset to NULL */
 	char err[TEST_ERR_MAX] = "";
-	int rc = vmm_process_start_vm(&cfg, NULL, &proc, err, sizeof(err));
+	int rc = vmm_process_start_vm(&cfg, NULL, false, &proc, err, sizeof(err));
 
 	CHECK(rc < 0);
 	CHECK(proc == NULL);
 	CHECK(err[0] != '\0');
 	fprintf(stderr, "  (the failed start said: %s)\n", err);
+	CHECK(waitpid(-1, NULL, WNOHANG) < 0 && errno == ECHILD);
+}
+
+/* ---- the requests: a stand-in child that plays the VM's side of the messages ---- */
+
+#define TEST_SNAPSHOT_DIR "/tmp/voidbox-test-snapshot"
+#define TEST_BASE_DIR "/tmp/voidbox-test-base"
+#define TEST_OLD_SECRET_BYTE 0x5a
+#define TEST_NEW_SECRET_BYTE 0xa5
+#define TEST_ANSWER "no space left on the snapshot's filesystem: free some and take it again"
+#define TEST_MALFORMED "bad"
+
+enum stand_in_answer {
+	STAND_IN_ANSWER_SENTENCE,  /* a well-formed answer: -ENOSPC and TEST_ANSWER */
+	STAND_IN_ANSWER_MALFORMED, /* a record of the wrong length */
+	STAND_IN_ANSWER_WRONG_KIND, /* a well-formed "started" where an answer belongs */
+};
+
+static bool snapshot_request_as_sent(const struct vmm_msg *msg)
+{
+	return strcmp(msg->text, TEST_SNAPSHOT_DIR) == 0 &&
+	       strcmp(msg->parent_dir, TEST_BASE_DIR) == 0 &&
+	       msg->snapshot_type == VM_SNAPSHOT_DIFF && msg->snapshot_after == VM_SNAPSHOT_RESUME &&
+	       msg->secret[0] == TEST_NEW_SECRET_BYTE &&
+	       msg->secret[VM_SECRET_LEN - 1] == TEST_NEW_SECRET_BYTE;
+}
+
+/*
+ * Says "started" with the old secret, answers a snapshot request as its plan says (and a
+ * working-set request with success), and says "exited" (poweroff) when told to stop.
+ */
+static int answering_body(int control_fd, void *opaque)
+{
+	const enum stand_in_answer *plan = opaque;
+	struct vmm_msg msg = { .kind = VMM_MSG_STARTED };
+
+	memset(msg.secret, TEST_OLD_SECRET_BYTE, sizeof(msg.secret));
+	if (send(control_fd, &msg, sizeof(msg), 0) != (ssize_t)sizeof(msg))
+		return 1;
+	while (recv(control_fd, &msg, sizeof(msg), 0) == (ssize_t)sizeof(msg) &&
+	       msg.kind != VMM_MSG_STOP) {
+		struct vmm_msg answer = { .kind = VMM_MSG_ANSWER };
+
+		if (msg.kind == VMM_MSG_SNAPSHOT && *plan == STAND_IN_ANSWER_MALFORMED) {
+			send(control_fd, TEST_MALFORMED, strlen(TEST_MALFORMED), 0);
+			continue;
+		}
+		if (msg.kind == VMM_MSG_SNAPSHOT && *plan == STAND_IN_ANSWER_WRONG_KIND)
+			answer.kind = VMM_MSG_STARTED;
+		else if (msg.kind == VMM_MSG_SNAPSHOT && snapshot_request_as_sent(&msg)) {
+			answer.status = -ENOSPC;
+			snprintf(answer.text, sizeof(answer.text), "%s", TEST_ANSWER);
+		} else if (msg.kind == VMM_MSG_SNAPSHOT) {
+			answer.status = -EINVAL;
+			snprintf(answer.text, sizeof(answer.text), "not the request that was sent");
+		}
+		send(control_fd, &answer, sizeof(answer), 0);
+	}
+	msg = (struct vmm_msg){ .kind = VMM_MSG_EXITED, .reason = VM_EXIT_GUEST_POWEROFF };
+	send(control_fd, &msg, sizeof(msg), 0);
+	return 0;
+}
+
+static int request_snapshot(struct vmm_process *proc, char *err, size_t errlen)
+{
+	struct vm_snapshot_options opts = { .type = VM_SNAPSHOT_DIFF, .parent_dir = TEST_BASE_DIR,
+					    .after = VM_SNAPSHOT_RESUME };
+	uint8_t secret[VM_SECRET_LEN];
+
+	memset(secret, TEST_NEW_SECRET_BYTE, sizeof(secret));
+	return vmm_process_snapshot(proc, TEST_SNAPSHOT_DIR, &opts, secret, err, errlen);
+}
+
+/*
+ * A restore's "started" hands the parent the old secret; a snapshot request arrives as sent
+ * and its error comes back as the child's sentence; the VM runs on, answers a working-set
+ * request, and ends as the child says when stopped.
+ */
+static void test_snapshot_answered_with_a_sentence(void)
+{
+	enum stand_in_answer plan = STAND_IN_ANSWER_SENTENCE;
+	enum vm_exit_reason reason = VM_EXIT_NONE;
+	uint8_t secret[VM_SECRET_LEN] = { 0 };
+	struct vmm_process *proc = NULL;
+	char err[TEST_ERR_MAX] = "";
+
+	CHECK_INT_EQ(vmm_process_start(answering_body, &plan, secret, &proc, err, sizeof(err)),
+		     0);
+	if (!proc)
+		return;
+	CHECK_INT_EQ(secret[0], TEST_OLD_SECRET_BYTE);
+	CHECK_INT_EQ(secret[VM_SECRET_LEN - 1], TEST_OLD_SECRET_BYTE);
+	CHECK_INT_EQ(request_snapshot(proc, err, sizeof(err)), -ENOSPC);
+	CHECK_STR_EQ(err, TEST_ANSWER);
+	CHECK_INT_EQ(vmm_process_wait(proc, 0, &reason), -ETIMEDOUT);
+	CHECK_INT_EQ(vmm_process_record_working_set(proc, err, sizeof(err)), 0);
+	vmm_process_request_stop(proc);
+	CHECK_INT_EQ(vmm_process_wait(proc, PROCESS_PROBE_WAIT_MS, &reason), 0);
+	CHECK_INT_EQ(reason, VM_EXIT_GUEST_POWEROFF);
+	vmm_process_destroy(proc);
+}
+
+/* An answer of the wrong length or kind is a broken VMM process: its VM has ended. */
+static void check_broken_answer_ends_the_vm(enum stand_in_answer plan)
+{
+	enum vm_exit_reason reason = VM_EXIT_NONE;
+	struct vmm_process *proc = NULL;
+	char err[TEST_ERR_MAX] = "";
+
+	CHECK_INT_EQ(vmm_process_start(answering_body, &plan, NULL, &proc, err, sizeof(err)), 0);
+	if (!proc)
+		return;
+	CHECK(request_snapshot(proc, err, sizeof(err)) < 0);
+	CHECK(strstr(err, "the VMM process ended") != NULL);
+	CHECK_INT_EQ(vmm_process_wait(proc, 0, &reason), 0);
+	CHECK_INT_EQ(reason, VM_EXIT_INTERNAL_ERROR);
+	CHECK_INT_EQ(vmm_process_record_working_set(proc, err, sizeof(err)), -ECHILD);
+	vmm_process_destroy(proc);
+}
+
+static void test_malformed_answer_ends_the_vm(void)
+{
+	check_broken_answer_ends_the_vm(STAND_IN_ANSWER_MALFORMED);
+	check_broken_answer_ends_the_vm(STAND_IN_ANSWER_WRONG_KIND);
+}
+
+/* A "started" of the wrong length fails the start, and nothing is left running. */
+static int malformed_start_body(int control_fd, void *opaque)
+{
+	(void)opaque;
+	return send(control_fd, TEST_MALFORMED, strlen(TEST_MALFORMED), 0) < 0;
+}
+
+static void test_malformed_start_fails(void)
+{
+	struct vmm_process *proc = NULL;
+	char err[TEST_ERR_MAX] = "";
+
+	CHECK_INT_EQ(vmm_process_start(malformed_start_body, NULL, NULL, &proc, err, sizeof(err)),
+		     -ECHILD);
+	CHECK(proc == NULL);
 	CHECK(waitpid(-1, NULL, WNOHANG) < 0 && errno == ECHILD);
 }
 
@@ -278,5 +420,8 @@ int main(int argc, char **argv)
 	RUN_TEST(test_child_dies_with_its_parent);
 	RUN_TEST(test_child_is_not_dumpable);
 	RUN_TEST(test_failed_vm_reports_and_is_reaped);
+	RUN_TEST(test_snapshot_answered_with_a_sentence);
+	RUN_TEST(test_malformed_answer_ends_the_vm);
+	RUN_TEST(test_malformed_start_fails);
 	return harness_finish();
 }

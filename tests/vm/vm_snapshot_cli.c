@@ -9,14 +9,18 @@
  *      printed beside the cold boot's; the speed goal is bench/snapshot_bench's, not a check);
  *      the first restore leaves a working-set list beside the snapshot; garbled, it is ignored
  *      (the restore still answers, and records a valid one again), and a restore that
- *      prefetches the valid list answers the same;
+ *      prefetches the valid list answers the same; while it runs, the restored VM is in a
+ *      VMM process of the CLI's own (not the CLI, without the API key the CLI was given, every
+ *      thread filtered and without new privileges);
  *   4. `snapshot list` and `snapshot inspect` show it, restorable, with the CPU features the
  *      guest was shown;
  *   4b. a copy of the base whose metadata claims every CPU feature is refused before the
  *      guest runs, naming a feature this host lacks (no VM boots for it);
  *   5. `snapshot create --diff --from <id> -- sh -c ...` leaves a marker file only the diff has;
+ *      while such a create runs, its VM is in a confined VMM process of its own;
  *   6. a workflow spec with sandbox.snapshot runs from the diff and reads that marker;
- *   7. `fork --children 3` gives four distinct outputs (parent and three children);
+ *   7. `fork --children 3` gives four distinct outputs (parent and three children); while a
+ *      fork runs, the parent and every child are each in a confined VMM process of their own;
  *   8. `snapshot export` of the diff (with its base), `snapshot import` into a second
  *      VOIDBOX_HOME, `snapshot verify` there, and `exec --snapshot` there reads the marker;
  *   9. `snapshot delete` removes the base and its diff.
@@ -43,6 +47,8 @@
 #include "cli/host_env.h"
 #include "common/log.h"
 #include "harness.h"
+#include "sandbox/vmm_process.h"
+#include "vmm_process_probe.h"
 #include "store/guest_image.h"
 #include "vmm/kvm.h"
 #include "vmm/memory.h"
@@ -67,6 +73,14 @@
 #define TEST_CLI_POLL_NS 50000000L
 #define TEST_NS_PER_MS 1e6
 #define TEST_CPUID_1_EDX_SSE2 (1ul << 26)
+/* what a guest prints once it runs; it then sleeps until the test kills the CLI */
+#define TEST_READY_MARKER "voidbox-guest-ready"
+#define TEST_GUEST_SLEEP_S "600"
+/* what sandbox_fork logs once every child's VMM process has started */
+#define TEST_FORK_LOG_MARKER "each in a VMM process of its own"
+#define TEST_VMM_MAX 16
+/* what sandbox_start_from_snapshot logs once the restored guest answers with its new secret */
+#define TEST_RESTORE_LOG_MARKER "agent rekeyed"
 
 struct cli_result {
 	int status; /* exit status, -1 when it did not exit */
@@ -136,31 +150,38 @@ static int wait_cli(pid_t pid, int *status)
  * does not finish in TEST_CLI_TIMEOUT_S is killed and reported with its debug log and the
  * guest console, so a stalled guest is a failure with evidence rather than a suite timeout.
  */
-static void run_cli(struct cli_result *r, const char *const *args)
+/* Starts voidbox with args, its stdout and stderr into fresh unlinked files *out_fd, *err_fd. */
+static pid_t spawn_cli(const char *const *args, int *out_fd, int *err_fd)
 {
 	char out_path[PATH_MAX], err_path[PATH_MAX];
 	const char *argv[TEST_ARGS_MAX + 2] = { voidbox_cli };
-	int out_fd, err_fd, status = 0;
-	bool finished = false;
-	double started;
 	pid_t pid;
 
 	for (size_t i = 0; args[i] && i < TEST_ARGS_MAX; i++)
 		argv[i + 1] = args[i];
 	snprintf(out_path, sizeof(out_path), "%s/out-XXXXXX", work_dir);
 	snprintf(err_path, sizeof(err_path), "%s/err-XXXXXX", work_dir);
-	out_fd = mkstemp(out_path);
-	err_fd = mkstemp(err_path);
+	*out_fd = mkstemp(out_path);
+	*err_fd = mkstemp(err_path);
 	unlink(out_path);
 	unlink(err_path);
-	started = now_ms();
 	pid = fork();
 	if (pid == 0) {
-		dup2(out_fd, STDOUT_FILENO);
-		dup2(err_fd, STDERR_FILENO);
+		dup2(*out_fd, STDOUT_FILENO);
+		dup2(*err_fd, STDERR_FILENO);
 		execv(voidbox_cli, (char *const *)argv);
 		_exit(127);
 	}
+	return pid;
+}
+
+static void run_cli(struct cli_result *r, const char *const *args)
+{
+	int out_fd, err_fd, status = 0;
+	bool finished = false;
+	double started = now_ms();
+	pid_t pid = spawn_cli(args, &out_fd, &err_fd);
+
 	if (pid > 0)
 		finished = wait_cli(pid, &status) == 0;
 	r->ms = now_ms() - started;
@@ -237,6 +258,118 @@ static void test_exec_from_snapshot(void)
 	CHECK_STR_EQ(again.out, r.out);
 	snprintf(hostname, sizeof(hostname), "%s", r.out);
 	printf("restore + exec: %.0f ms, %.0f ms (cold %.0f ms)\n", r.ms, again.ms, cold_ms);
+}
+
+/* The children of pid named VMM_PROCESS_NAME, up to max of them into out; how many. */
+static int find_vmm_children(pid_t pid, pid_t *out, int max)
+{
+	char path[PROBE_PATH_MAX], children[TEST_ERR_MAX] = "", comm[PROBE_PATH_MAX];
+	char *cursor = children, *end;
+	int fd, found = 0;
+
+	snprintf(path, sizeof(path), "/proc/%d/task/%d/children", (int)pid, (int)pid);
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return 0;
+	read_back(fd, children, sizeof(children));
+	for (long child = strtol(cursor, &end, 10); end != cursor && found < max;
+	     cursor = end, child = strtol(cursor, &end, 10)) {
+		snprintf(path, sizeof(path), "/proc/%ld/comm", child);
+		fd = open(path, O_RDONLY | O_CLOEXEC);
+		if (fd < 0)
+			continue;
+		read_back(fd, comm, sizeof(comm));
+		if (strcmp(comm, VMM_PROCESS_NAME "\n") == 0)
+			out[found++] = (pid_t)child;
+	}
+	return found;
+}
+
+/* What a file the CLI writes holds so far. */
+static void read_so_far(int fd, char *buf, size_t len)
+{
+	ssize_t got = pread(fd, buf, len - 1, 0);
+
+	buf[got > 0 ? got : 0] = '\0';
+}
+
+/*
+ * Runs voidbox with args, whose guests sleep once they run; once its output (stdout or the
+ * log on stderr) holds marker, which it prints only after every VM has started, checks that
+ * each of its want VMs runs in a VMM process of its own: a child of the CLI that is not the
+ * CLI, whose environment lacks the API key the CLI's has, every thread without new
+ * privileges and filtered. Then kills the CLI, which takes its VMM processes with it.
+ */
+static void check_cli_vms_confined(const char *const *args, const char *marker, int want)
+{
+	double deadline = now_ms() + TEST_CLI_TIMEOUT_S * TEST_MS_PER_SEC;
+	struct timespec poll = { .tv_nsec = TEST_CLI_POLL_NS };
+	static char out[TEST_OUTPUT_MAX], err[TEST_OUTPUT_MAX];
+	pid_t vmms[TEST_VMM_MAX];
+	int out_fd, err_fd, found = 0;
+	pid_t cli = spawn_cli(args, &out_fd, &err_fd);
+
+	CHECK(cli > 0);
+	while (cli > 0 && now_ms() < deadline && waitpid(cli, NULL, WNOHANG) == 0) {
+		read_so_far(out_fd, out, sizeof(out));
+		read_so_far(err_fd, err, sizeof(err));
+		if ((strstr(out, marker) || strstr(err, marker)) &&
+		    (found = find_vmm_children(cli, vmms, TEST_VMM_MAX)) >= want)
+			break;
+		nanosleep(&poll, NULL);
+	}
+	CHECK_INT_EQ(found, want);
+	for (int i = 0; i < found; i++) {
+		CHECK(vmms[i] != cli);
+		CHECK(probe_environ_has(cli, PROBE_SECRET_NAME));
+		CHECK(!probe_environ_has(vmms[i], PROBE_SECRET_NAME));
+		CHECK(probe_check_every_thread_confined(vmms[i]) > 1);
+	}
+	if (found != want)
+		fprintf(stderr, "  %d of %d VMM processes under voidbox %s ...\n  stdout: %s\n"
+			"  stderr: %s\n", found, want, args[0], out, err);
+	if (cli > 0) {
+		kill(cli, SIGKILL);
+		waitpid(cli, NULL, 0);
+	}
+	close(out_fd);
+	close(err_fd);
+}
+
+/* A restore by `exec --snapshot` runs its VM in a confined process of its own. */
+static void test_exec_from_snapshot_runs_in_vmm_process(void)
+{
+	char prefix[TEST_PREFIX_LEN + 1];
+	const char *args[] = { "exec", "--snapshot", prefix, "--", "sh", "-c",
+			       "echo " TEST_READY_MARKER "; sleep " TEST_GUEST_SLEEP_S, NULL };
+
+	snprintf(prefix, sizeof(prefix), "%s", base_id);
+	check_cli_vms_confined(args, TEST_READY_MARKER, 1);
+}
+
+/*
+ * `snapshot create --diff`: the restored VM whose snapshot is taken runs in a confined VMM
+ * process of its own while PROGRAM runs (its store entry is never committed: the CLI is
+ * killed, and the next create sweeps the temporary directory).
+ */
+static void test_create_runs_in_vmm_process(void)
+{
+	const char *args[] = { "snapshot", "create", "--diff", "--from", base_id, "--", "sleep",
+			       TEST_GUEST_SLEEP_S, NULL };
+
+	check_cli_vms_confined(args, TEST_RESTORE_LOG_MARKER, 1);
+}
+
+/* `fork`: the restored parent and each child run in a confined VMM process of their own. */
+static void test_fork_children_run_in_vmm_processes(void)
+{
+	char prefix[TEST_PREFIX_LEN + 1], children[TEST_PREFIX_LEN];
+	const char *args[] = { "fork", "--children", children, "--snapshot", prefix, "--", "sleep",
+			       TEST_GUEST_SLEEP_S, NULL };
+
+	snprintf(prefix, sizeof(prefix), "%s", base_id);
+	snprintf(children, sizeof(children), "%d", TEST_FORK_CHILDREN);
+	check_cli_vms_confined(args, TEST_FORK_LOG_MARKER, TEST_FORK_CHILDREN + 1);
 }
 
 /* pages in the base's working-set list, or -1 when it has no valid one */
@@ -536,6 +669,7 @@ int main(int argc, char **argv)
 		fprintf(stderr, "usage: %s PATH-TO-voidbox\n", argv[0]);
 		return 2;
 	}
+	probe_reexec_with_secret(argv); /* the API key the CLI has and its VMM must not */
 	voidbox_cli = argv[1];
 	setvbuf(stdout, NULL, _IOLBF, 0);
 	log_set_level(LOG_LEVEL_WARN);
@@ -562,12 +696,15 @@ int main(int argc, char **argv)
 	if (base_id[0]) {
 		RUN_TEST(test_exec_from_snapshot);
 		RUN_TEST(test_working_set_recorded_and_checked);
+		RUN_TEST(test_exec_from_snapshot_runs_in_vmm_process);
 		RUN_TEST(test_list_and_inspect);
 		RUN_TEST(test_cpu_feature_mismatch_refused);
 		RUN_TEST(test_diff_keeps_its_pages);
+		RUN_TEST(test_create_runs_in_vmm_process);
 		if (diff_id[0])
 			RUN_TEST(test_spec_snapshot_runs_workflow);
 		RUN_TEST(test_fork_children_are_distinct);
+		RUN_TEST(test_fork_children_run_in_vmm_processes);
 		if (diff_id[0])
 			RUN_TEST(test_export_import_restore_elsewhere);
 		RUN_TEST(test_delete_base_and_diff);

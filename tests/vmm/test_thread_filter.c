@@ -45,6 +45,7 @@ static const struct role_expect role_expects[] = {
 	{ VMM_THREAD_NET_WORKER, true, false, true, false },
 	{ VMM_THREAD_CHANNEL_READER, false, false, false, false },
 	{ VMM_THREAD_VMM_MAIN, false, false, false, false },
+	{ VMM_THREAD_VMM_MAIN_SNAPSHOTS, true, true, false, true },
 };
 
 struct probe {
@@ -155,6 +156,55 @@ static void test_every_role_filtered(void)
 		check_role(&role_expects[i]);
 }
 
+/* A thread under the snapshots role's filter starts a thread that confines itself as a vCPU. */
+struct thread_start_probe {
+	int start_rc;	 /* pthread_create */
+	int confine_rc;	 /* the new thread's vmm_thread_confine(VMM_THREAD_VCPU) */
+	int name_rc;	 /* the new thread's prctl(PR_SET_NAME) */
+	int dumpable_errno; /* prctl(PR_SET_DUMPABLE, 1) */
+};
+
+static void *started_thread(void *arg)
+{
+	struct thread_start_probe *p = arg;
+
+	p->name_rc = prctl(PR_SET_NAME, TEST_THREAD_NAME, 0, 0, 0);
+	p->confine_rc = vmm_thread_confine(VMM_THREAD_VCPU);
+	return NULL;
+}
+
+static void *starting_thread(void *arg)
+{
+	struct thread_start_probe *p = arg;
+	pthread_t thread;
+
+	if (vmm_thread_confine(VMM_THREAD_VMM_MAIN_SNAPSHOTS) < 0)
+		return NULL;
+	p->dumpable_errno = prctl(PR_SET_DUMPABLE, 1, 0, 0, 0) < 0 ? errno : 0;
+	p->start_rc = pthread_create(&thread, NULL, started_thread, p);
+	if (p->start_rc == 0)
+		pthread_join(thread, NULL);
+	return NULL;
+}
+
+/*
+ * A VMM process's main thread that resumes a VM after a snapshot starts its vCPU threads again:
+ * its filter lets a thread start and install the vCPU filter, and nothing broader (no process,
+ * no dumpable process).
+ */
+static void test_snapshots_role_starts_threads(void)
+{
+	struct thread_start_probe p = { -1, -1, -1, -1 };
+	pthread_t thread;
+
+	CHECK_INT_EQ(pthread_create(&thread, NULL, starting_thread, &p), 0);
+	pthread_join(thread, NULL);
+	CHECK_INT_EQ(p.start_rc, 0);
+	CHECK_INT_EQ(p.name_rc, 0);
+	CHECK_INT_EQ(p.confine_rc, 0);
+	CHECK_INT_EQ(p.dumpable_errno, EPERM);
+}
+
 struct landlock_probe {
 	const char *dirs[2];
 	const char *elsewhere;
@@ -243,6 +293,7 @@ int main(int argc, char **argv)
 				 "plain and ASan builds run this test");
 	RUN_TEST(test_every_role_filtered);
 	RUN_TEST(test_unknown_role_refused);
+	RUN_TEST(test_snapshots_role_starts_threads);
 	RUN_SEPARATE_TEST(test_restrict_to_dirs);
 	return harness_finish();
 }
