@@ -613,6 +613,7 @@ struct snapshot_restore_ctx {
 	struct vm *vm;
 	char *err;
 	size_t errlen;
+	uint64_t read_ms; /* reading and checking the state files, for the debug timeline */
 };
 
 static int snapshot_restore_memory(struct snapshot_restore_ctx *ctx)
@@ -797,10 +798,12 @@ static int snapshot_check_host_features(struct snapshot_restore_ctx *ctx, const 
 static int snapshot_build_vm(struct snapshot_restore_ctx *ctx)
 {
 	struct vm *vm = ctx->vm;
+	uint64_t started = clock_monotonic_ms(), kvm_ready = 0, memory_ready = 0;
 	int rc;
 
 	vm->vcpu_count = ctx->info.vcpus;
-	vm->placement_cpu = vm_placement_choose(vm->vcpu_count);
+	vm->placement_cpu = ctx->opts->has_placement_cpu ? ctx->opts->placement_cpu
+							 : vm_placement_choose(vm->vcpu_count);
 	memcpy(vm->secret, ctx->image->meta.secret, sizeof(vm->secret));
 	snprintf(vm->cmdline, sizeof(vm->cmdline), "%s", ctx->image->meta.cmdline);
 	rc = vcpu_signal_init();
@@ -814,8 +817,10 @@ static int snapshot_build_vm(struct snapshot_restore_ctx *ctx)
 		rc = snapshot_check_host_features(ctx, &vm->kvm);
 	if (rc == 0)
 		rc = kvm_create_vm(&vm->kvm, ctx->err, ctx->errlen);
+	kvm_ready = clock_monotonic_ms();
 	if (rc == 0)
 		rc = snapshot_restore_memory(ctx);
+	memory_ready = clock_monotonic_ms();
 	if (rc == 0)
 		rc = snapshot_restore_devices(ctx);
 	if (rc == 0)
@@ -825,6 +830,11 @@ static int snapshot_build_vm(struct snapshot_restore_ctx *ctx)
 	if (rc == 0)
 		rc = snapshot_restore_device_state(ctx);
 	vm->restored = true;
+	if (rc == 0)
+		log_debug(SNAP_LOG, "rebuilt the VM of %s: state files %" PRIu64 " ms, KVM %" PRIu64
+			  " ms, memory %" PRIu64 " ms, devices and vCPUs %" PRIu64 " ms", ctx->dir,
+			  ctx->read_ms, kvm_ready - started,
+			  memory_ready - kvm_ready, clock_monotonic_ms() - memory_ready);
 	return rc;
 }
 
@@ -841,7 +851,9 @@ int vm_create_from_snapshot(const char *dir, const struct vm_restore_options *op
 		snprintf(err, errlen, "out of memory");
 		return -ENOMEM;
 	}
+	ctx.read_ms = clock_monotonic_ms();
 	rc = snapshot_file_read(dir, ctx.image, &ctx.info, err, errlen);
+	ctx.read_ms = clock_monotonic_ms() - ctx.read_ms;
 	if (rc < 0)
 		goto out;
 	ctx.vm = vm_alloc();

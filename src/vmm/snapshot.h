@@ -89,6 +89,13 @@ struct vm_restore_options {
 	 * wrote are found in /proc/self/pagemap, so this changes nothing today.
 	 */
 	bool track_dirty_pages;
+	/*
+	 * The host CPU of a one-vCPU VM's threads (as in struct vm_config); false: the restore
+	 * chooses. A fork chooses its children's CPUs one after another so they take turns evenly;
+	 * chosen by each child's own restore thread they would bunch on whichever CPU ran it.
+	 */
+	bool has_placement_cpu;
+	int placement_cpu;
 };
 
 /*
