@@ -343,6 +343,8 @@ static void write_diff(const char *name, uint64_t count, const uint64_t *gpas,
 	uint8_t *data = calloc(1, len);
 
 	CHECK(data != NULL);
+	if (!data)
+		return;
 	memcpy(data, &header, sizeof(header));
 	memcpy(data + sizeof(header), gpas, count * sizeof(uint64_t));
 	for (size_t i = 0; i < pages_written; i++)
