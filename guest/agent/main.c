@@ -259,10 +259,11 @@ static void *agent_setup_devices(void *arg)
 {
 	struct agent_setup *setup = arg;
 	const char *module_roots[AGENT_MODULE_ROOTS_MAX];
+	const char *text = setup->cmdline_text ? setup->cmdline_text : "";
 
-	agent_module_roots(setup->cmdline_text, module_roots);
-	agent_load_modules(setup->cmdline_text, module_roots);
-	agent_init_devices(setup->cmdline_text);
+	agent_module_roots(text, module_roots);
+	agent_load_modules(text, module_roots);
+	agent_init_devices(text);
 	free(setup->cmdline_text);
 	setup->cmdline_text = NULL;
 	agent_info("devices set up");
