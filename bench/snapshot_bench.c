@@ -88,6 +88,7 @@ struct sb_options {
 	const char *qemu_path; /* NULL: skip QEMU */
 	const char *qemu_machine;
 	const char *json_path;
+	const char *log_level; /* NULL: warnings only, so the figures stay readable */
 };
 
 struct sb_figures {
@@ -117,7 +118,7 @@ static void sb_usage(FILE *out)
 	fprintf(out,
 		"usage: snapshot_bench [--runs N] [--memory MB] [--children N] [--kernel K]\n"
 		"                      [--initramfs I] [--qemu PATH | --no-qemu] [--qemu-machine M]\n"
-		"                      [--cid N] [--json PATH]\n\n"
+		"                      [--cid N] [--json PATH] [--log-level LEVEL]\n\n"
 		"Cold boot -> first exec against restore -> first exec without and with the\n"
 		"snapshot's working-set list (N runs each), snapshot create time, diff size against\n"
 		"base, fork time per child and against one restore, an idle VM's diff after %d s,\n"
@@ -144,6 +145,7 @@ static bool sb_number(const char *flag, const char *text, unsigned long max, uns
 enum sb_option {
 	SB_OPT_RUNS = 1000, SB_OPT_MEMORY, SB_OPT_CHILDREN, SB_OPT_KERNEL, SB_OPT_INITRAMFS,
 	SB_OPT_QEMU, SB_OPT_NO_QEMU, SB_OPT_QEMU_MACHINE, SB_OPT_CID, SB_OPT_JSON, SB_OPT_HELP,
+	SB_OPT_LOG_LEVEL,
 };
 
 static int sb_parse(int argc, char **argv, struct sb_options *o)
@@ -160,6 +162,7 @@ static int sb_parse(int argc, char **argv, struct sb_options *o)
 		{ "cid", required_argument, NULL, SB_OPT_CID },
 		{ "json", required_argument, NULL, SB_OPT_JSON },
 		{ "help", no_argument, NULL, SB_OPT_HELP },
+		{ "log-level", required_argument, NULL, SB_OPT_LOG_LEVEL },
 		{ NULL, 0, NULL, 0 },
 	};
 	int c;
@@ -182,6 +185,7 @@ static int sb_parse(int argc, char **argv, struct sb_options *o)
 		case SB_OPT_QEMU_MACHINE: o->qemu_machine = optarg; break;
 		case SB_OPT_CID: ok = sb_number("--cid", optarg, UINT32_MAX - 1, &o->cid); break;
 		case SB_OPT_JSON: o->json_path = optarg; break;
+		case SB_OPT_LOG_LEVEL: o->log_level = optarg; break;
 		case SB_OPT_HELP: sb_usage(stdout); return -1;
 		default: ok = false; break;
 		}
@@ -794,6 +798,8 @@ int main(int argc, char **argv)
 	if (rc != 0)
 		return rc < 0 ? 0 : rc;
 	log_set_level(LOG_LEVEL_WARN);
+	if (o.log_level)
+		log_set_level_name(o.log_level); /* debug: the fork's per-child timeline */
 	host_env_apply();
 	if (guest_image_resolve(o.kernel, o.initramfs, &image, err, sizeof(err)) < 0) {
 		fprintf(stderr, "snapshot_bench: %s\n", err);

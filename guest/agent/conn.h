@@ -16,6 +16,7 @@
 #include "files.h"
 #include "policy.h"
 #include "sandbox_user.h"
+#include "setup_gate.h"
 
 struct agent_context {
 	bool is_pid1;
@@ -24,6 +25,7 @@ struct agent_context {
 	struct policy_store *policy;  /* mutable through its own lock */
 	bool has_secret;
 	uint8_t secret[32];
+	struct setup_gate *setup;    /* requests wait here until the devices are set up; NULL: none */
 };
 
 struct pty_session;

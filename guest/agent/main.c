@@ -4,6 +4,11 @@
  * socket with its roots under --root-prefix. After setup both modes run the identical server
  * code. As PID 1 the agent never exits: a fatal error leaves it idling so the kernel does not
  * panic and the log stays readable.
+ *
+ * As PID 1 the boot is split so the first answer waits only for what answering needs: the
+ * vsock transport's modules load, the agent listens, and the rest (the entropy device, the
+ * OCI root, shares, disks, network, their modules) is set up on a thread of its own while the
+ * host's handshake goes on. Requests wait for that thread at the setup gate (setup_gate.h).
  */
 #include "agent_log.h"
 #include "cmdline.h"
@@ -18,10 +23,12 @@
 #include "proto/protocol.h"
 #include "reaper.h"
 #include "server.h"
+#include "setup_gate.h"
 
 #include <errno.h>
 #include <getopt.h>
 #include <limits.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -149,9 +156,11 @@ static void agent_init_devices(const char *cmdline_text)
 }
 
 /* The driver modules each kind of device needs; their dependencies come from depends=. */
-/* Every boot: the host's channel, and the entropy device that seeds the guest's RNG. */
-static const char *const agent_modules_for_vsock[] = { "virtio_mmio", "vmw_vsock_virtio_transport",
-						       "virtio_rng" };
+/* Every boot, before the agent listens: the host's channel. */
+static const char *const agent_modules_for_vsock[] = { "virtio_mmio",
+						       "vmw_vsock_virtio_transport" };
+/* Every boot, after the agent listens: the entropy device that seeds the guest's RNG. */
+static const char *const agent_modules_for_entropy[] = { "virtio_rng" };
 static const char *const agent_modules_for_shares[] = { "fuse", "virtiofs", "9pnet_virtio", "9p" };
 static const char *const agent_modules_for_network[] = { "virtio_net" };
 /* ext4 mounts nothing without a crc32c driver, which it asks for by an alias (no modprobe). */
@@ -161,7 +170,7 @@ static const char *const agent_modules_for_disks[] = { "virtio_blk" };
 
 #define AGENT_ARRAY_LEN(array) (sizeof(array) / sizeof((array)[0]))
 #define AGENT_MODULE_ROOTS_MAX                                                                \
-	(AGENT_ARRAY_LEN(agent_modules_for_vsock) + AGENT_ARRAY_LEN(agent_modules_for_shares) + \
+	(AGENT_ARRAY_LEN(agent_modules_for_entropy) + AGENT_ARRAY_LEN(agent_modules_for_shares) + \
 	 AGENT_ARRAY_LEN(agent_modules_for_network) + AGENT_ARRAY_LEN(agent_modules_for_oci_root) + \
 	 AGENT_ARRAY_LEN(agent_modules_for_disks) + 1)
 
@@ -174,10 +183,10 @@ static size_t agent_roots_add(const char **roots, size_t used, const char *const
 }
 
 /*
- * Which modules this boot needs: the vsock stack and virtio-rng always, and the drivers of
+ * Which modules this boot needs once the agent listens: virtio-rng always, and the drivers of
  * the devices the command line asks for (shares, network, an OCI root disk, host disks).
  * Modules the image carries for other features stay unloaded, which saves seconds of boot
- * under emulation.
+ * under emulation. The vsock stack is loaded before, on its own (agent_init_system).
  */
 static void agent_module_roots(const char *cmdline_text, const char **roots)
 {
@@ -185,8 +194,8 @@ static void agent_module_roots(const char *cmdline_text, const char **roots)
 	char device[PATH_MAX];
 	size_t used = 0;
 
-	used = agent_roots_add(roots, used, agent_modules_for_vsock,
-			       AGENT_ARRAY_LEN(agent_modules_for_vsock));
+	used = agent_roots_add(roots, used, agent_modules_for_entropy,
+			       AGENT_ARRAY_LEN(agent_modules_for_entropy));
 	if (mounts_parse(cmdline_text, shares, MOUNTS_MAX) > 0)
 		used = agent_roots_add(roots, used, agent_modules_for_shares,
 				       AGENT_ARRAY_LEN(agent_modules_for_shares));
@@ -202,12 +211,25 @@ static void agent_module_roots(const char *cmdline_text, const char **roots)
 	roots[used] = NULL;
 }
 
-/* PID 1 only: system setup; returns the command line text (heap, "" when unreadable). */
+static void agent_load_modules(const char *cmdline_text, const char *const *roots)
+{
+	int failed = modules_load_all(AGENT_MODULES_DIR, AGENT_SYSFS_MODULES_DIR, cmdline_text,
+				      roots);
+
+	if (failed < 0)
+		agent_error("cannot scan %s: %s", AGENT_MODULES_DIR, strerror(-failed));
+	else if (failed > 0)
+		agent_error("%d kernel module(s) failed to load; devices may be missing", failed);
+}
+
+/*
+ * PID 1 only: what answering the host needs (file systems, clock, the vsock transport);
+ * returns the command line text (heap, "" when unreadable) for agent_setup_devices.
+ */
 static char *agent_init_system(struct agent_cmdline *cmdline)
 {
-	const char *module_roots[AGENT_MODULE_ROOTS_MAX];
+	const char *vsock_roots[AGENT_ARRAY_LEN(agent_modules_for_vsock) + 1];
 	char *text = NULL;
-	int failed;
 
 	init_environment();
 	init_mount_filesystems();
@@ -220,15 +242,46 @@ static char *agent_init_system(struct agent_cmdline *cmdline)
 	cmdline_parse(text, cmdline);
 	init_hide_kernel_cmdline();
 	init_set_clock(cmdline);
-	agent_module_roots(text ? text : "", module_roots);
-	failed = modules_load_all(AGENT_MODULES_DIR, AGENT_SYSFS_MODULES_DIR, text ? text : "",
-				  module_roots);
-	if (failed < 0)
-		agent_error("cannot scan %s: %s", AGENT_MODULES_DIR, strerror(-failed));
-	else if (failed > 0)
-		agent_error("%d kernel module(s) failed to load; devices may be missing", failed);
-	agent_init_devices(text ? text : "");
+	agent_roots_add(vsock_roots, 0, agent_modules_for_vsock,
+			AGENT_ARRAY_LEN(agent_modules_for_vsock));
+	vsock_roots[AGENT_ARRAY_LEN(agent_modules_for_vsock)] = NULL;
+	agent_load_modules(text ? text : "", vsock_roots);
 	return text;
+}
+
+struct agent_setup {
+	char *cmdline_text; /* owned; freed when the set-up is done */
+	struct setup_gate gate;
+};
+
+/* The rest of the boot: the other modules and the devices; then requests may run. */
+static void *agent_setup_devices(void *arg)
+{
+	struct agent_setup *setup = arg;
+	const char *module_roots[AGENT_MODULE_ROOTS_MAX];
+	const char *text = setup->cmdline_text ? setup->cmdline_text : "";
+
+	agent_module_roots(text, module_roots);
+	agent_load_modules(text, module_roots);
+	agent_init_devices(text);
+	free(setup->cmdline_text);
+	setup->cmdline_text = NULL;
+	agent_info("devices set up");
+	setup_gate_open(&setup->gate);
+	return NULL;
+}
+
+/* Runs agent_setup_devices beside the listener, or inline when no thread can be had. */
+static void agent_start_setup(struct agent_setup *setup)
+{
+	pthread_t thread;
+
+	if (pthread_create(&thread, NULL, agent_setup_devices, setup) == 0) {
+		pthread_detach(thread);
+		return;
+	}
+	agent_warn("cannot start the device set-up thread; setting up before answering");
+	agent_setup_devices(setup);
 }
 
 static int agent_secret_from_options(const struct agent_options *options,
@@ -283,10 +336,10 @@ static int agent_build_context(const struct agent_options *options, struct agent
 int main(int argc, char **argv)
 {
 	static struct agent_context ctx;
+	static struct agent_setup setup;
 	struct agent_options options = { 0 };
 	struct agent_cmdline cmdline = { 0 };
 	bool is_pid1 = getpid() == 1;
-	char *cmdline_text = NULL;
 	int listen_fd, err;
 
 	reaper_block_signals();
@@ -297,14 +350,15 @@ int main(int argc, char **argv)
 	agent_apply_log_level(options.log_level);
 	ctx.is_pid1 = is_pid1;
 	if (is_pid1) {
-		cmdline_text = agent_init_system(&cmdline);
+		setup.cmdline_text = agent_init_system(&cmdline);
+		setup_gate_init(&setup.gate);
+		ctx.setup = &setup.gate;
 		ctx.has_secret = cmdline.has_secret;
 		memcpy(ctx.secret, cmdline.secret, sizeof(ctx.secret));
 		explicit_bzero(&cmdline, sizeof(cmdline));
 		if (!ctx.has_secret)
 			agent_log_emergency("no valid voidbox.secret on the command line: every "
 					    "connection will be refused");
-		free(cmdline_text);
 	} else if (agent_secret_from_options(&options, &ctx) < 0) {
 		return AGENT_EXIT_USAGE;
 	}
@@ -322,6 +376,8 @@ int main(int argc, char **argv)
 		agent_log_emergency("cannot listen: %s", strerror(-listen_fd));
 		agent_fail(is_pid1);
 	}
+	if (is_pid1)
+		agent_start_setup(&setup);
 	server_run(listen_fd, &ctx);
 	agent_fail(is_pid1);
 }

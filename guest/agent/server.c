@@ -237,6 +237,10 @@ static void *server_conn_main(void *arg)
 
 	if (server_handshake(conn) == 0) {
 		agent_info("connection authenticated");
+		if (!setup_gate_is_open(conn->ctx->setup)) {
+			agent_info("holding the connection's requests until the devices are set up");
+			setup_gate_wait(conn->ctx->setup);
+		}
 		server_serve(conn);
 	}
 	restore_conn_unregister(conn->fd);

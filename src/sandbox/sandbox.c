@@ -926,6 +926,7 @@ struct sandbox_rekey_job {
 static void sandbox_rekey_job_run(void *item)
 {
 	struct sandbox_rekey_job *job = item;
+	long started = (long)clock_monotonic_ms();
 
 	if (job->await_start) {
 		job->rc = vmm_process_await_started(job->child->vmm_proc, NULL, job->err,
@@ -935,6 +936,8 @@ static void sandbox_rekey_job_run(void *item)
 	}
 	job->rc = sandbox_rekey(job->child, job->old_secret, job->policy,
 				SANDBOX_DEFAULT_BOOT_TIMEOUT_MS, job->err, sizeof(job->err));
+	log_debug(SANDBOX_LOG, "fork child %s rekeyed in %ld ms", job->child->socket_path,
+		  (long)clock_monotonic_ms() - started);
 }
 
 /*

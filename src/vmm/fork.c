@@ -31,6 +31,7 @@
 #include "common/clock.h"
 #include "common/log.h"
 #include "common/parallel.h"
+#include "vmm/placement.h"
 #include "vmm/snapshot_file.h"
 #include "vmm/vm_internal.h"
 
@@ -67,7 +68,7 @@ void vm_snapshot_dir_remove(const char *dir)
 
 struct fork_child_job {
 	const char *dir;
-	const struct vm_restore_options *opts;
+	struct vm_restore_options opts; /* the caller's, with the CPU this child takes */
 	unsigned int index;
 	struct vm *vm;
 	int rc;
@@ -77,23 +78,28 @@ struct fork_child_job {
 static void fork_child_run(void *item)
 {
 	struct fork_child_job *job = item;
+	long started = (long)clock_monotonic_ms(), restored;
 
-	job->rc = vm_create_from_snapshot(job->dir, job->opts, &job->vm, job->err,
+	job->rc = vm_create_from_snapshot(job->dir, &job->opts, &job->vm, job->err,
 					  sizeof(job->err));
+	restored = (long)clock_monotonic_ms();
 	if (job->rc == 0) {
 		job->rc = vm_start(job->vm);
 		if (job->rc < 0)
 			snprintf(job->err, sizeof(job->err), "child %u did not start: %s",
 				 job->index, strerror(-job->rc));
 	}
+	log_debug("fork", "child %u restored in %ld ms, running %ld ms after that", job->index,
+		  restored - started, (long)clock_monotonic_ms() - restored);
 }
 
 /*
  * Restores and starts the n children at the same time: every restore is a VM of its own (KVM
- * VM, memory mapping, devices), so they share nothing but the files. All or none: on any
+ * VM, memory mapping, devices), so they share nothing but the files. Their host CPUs are
+ * chosen here, in turn, so n children spread evenly over the CPUs. All or none: on any
  * failure every child made is destroyed and the first error is returned.
  */
-static int fork_children(const char *dir, unsigned int n,
+static int fork_children(const char *dir, unsigned int n, unsigned int vcpus,
 			 const struct vm_restore_options *const child_opts[], struct vm *children[],
 			 char *err, size_t errlen)
 {
@@ -104,8 +110,13 @@ static int fork_children(const char *dir, unsigned int n,
 		snprintf(err, errlen, "out of memory");
 		return -ENOMEM;
 	}
-	for (unsigned int i = 0; i < n; i++)
-		jobs[i] = (struct fork_child_job){ .dir = dir, .opts = child_opts[i], .index = i };
+	for (unsigned int i = 0; i < n; i++) {
+		jobs[i] = (struct fork_child_job){ .dir = dir, .opts = *child_opts[i], .index = i };
+		if (!jobs[i].opts.has_placement_cpu) {
+			jobs[i].opts.has_placement_cpu = true;
+			jobs[i].opts.placement_cpu = vm_placement_choose(vcpus);
+		}
+	}
 	parallel_for_each(jobs, n, sizeof(*jobs), fork_child_run);
 	for (unsigned int i = 0; i < n && rc == 0; i++) {
 		if (jobs[i].rc < 0) {
@@ -187,7 +198,7 @@ int vm_fork(struct vm *parent, unsigned int n, const struct vm_restore_options *
 	rc = vm_snapshot_save(parent, dir, &save, err, errlen);
 	saved = (long)clock_monotonic_ms();
 	if (rc == 0)
-		rc = fork_children(dir, n, child_opts, children, err, errlen);
+		rc = fork_children(dir, n, parent->vcpu_count, child_opts, children, err, errlen);
 	if (rc == 0 && save.type == VM_SNAPSHOT_BASE)
 		fork_keep_base(parent, dir);
 	else

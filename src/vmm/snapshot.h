@@ -90,8 +90,10 @@ struct vm_restore_options {
 	 */
 	bool track_dirty_pages;
 	/*
-	 * The host CPU for a one-vCPU VM's threads (vmm/placement.h), chosen by the caller: a VMM
-	 * process's copy of the turn counter would repeat its siblings' choice. false: choose here.
+	 * The host CPU of a one-vCPU VM's threads (as in struct vm_config), chosen by the caller;
+	 * false: the restore chooses. A VMM process's copy of the turn counter would repeat its
+	 * siblings' choice, and a fork's children, chosen by each child's own restore thread,
+	 * would bunch on whichever CPU ran it: so both choose one after another in the parent.
 	 */
 	bool has_placement_cpu;
 	int placement_cpu;

@@ -68,6 +68,15 @@ struct snapshot_diff_header {
 	uint64_t page_count;
 };
 
+struct guest_memory;
+/*
+ * Copies a diff file's pages (path) over mem's private mappings, a run of consecutive pages
+ * per read. The header must list exactly expected_pages (from the verified state file) and
+ * the file must hold them all. 0, -errno, or -EBADMSG for a malformed or truncated diff or a
+ * page outside guest RAM (src/vmm/snapshot.c).
+ */
+int snapshot_overlay_diff(struct guest_memory *mem, const char *path, uint64_t expected_pages);
+
 /* Everything a state file holds, decoded. Release with snapshot_image_release. */
 struct snapshot_image {
 	struct snapshot_meta meta;

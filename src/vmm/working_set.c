@@ -412,7 +412,7 @@ int working_set_prefetch(const struct guest_memory *mem, const struct working_se
 	return 0;
 }
 
-void working_set_prefetch_dir(const struct guest_memory *mem, const char *dir,
+bool working_set_prefetch_dir(const struct guest_memory *mem, const char *dir,
 			      uint64_t snapshot_id, struct working_set_stats *stats)
 {
 	struct working_set ws;
@@ -437,4 +437,5 @@ void working_set_prefetch_dir(const struct guest_memory *mem, const char *dir,
 	}
 	if (stats)
 		*stats = done;
+	return rc != -ENOENT;
 }

@@ -21,6 +21,7 @@
 #ifndef VOIDBOX_VMM_WORKING_SET_H
 #define VOIDBOX_VMM_WORKING_SET_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -106,9 +107,10 @@ int working_set_prefetch(const struct guest_memory *mem, const struct working_se
 /*
  * The restore's step: loads dir's list for snapshot_id and prefetches it into mem. Never fails
  * the restore: a missing list is logged at debug level, a bad one as a warning. *stats (may be
- * NULL) gets what was prefetched (zero when nothing was).
+ * NULL) gets what was prefetched (zero when nothing was). Returns false only when dir has no
+ * list at all, so the caller may try another (a diff's base).
  */
-void working_set_prefetch_dir(const struct guest_memory *mem, const char *dir,
+bool working_set_prefetch_dir(const struct guest_memory *mem, const char *dir,
 			      uint64_t snapshot_id, struct working_set_stats *stats);
 
 struct vm;

@@ -3,7 +3,9 @@
  * the file round-trips, every way it can be wrong (truncated, garbled, stale, out of range,
  * oversized, a symlink) is refused so a restore falls back to lazy faults, and against a real
  * MAP_PRIVATE file mapping a scan finds exactly the pages touched and a prefetch maps exactly
- * the listed ones without making them private (a later diff must not see them).
+ * the listed ones without making them private (a later diff must not see them). The same
+ * mapping also takes a diff's pages (snapshot_overlay_diff), which a restore copies in before
+ * it prefetches.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -17,6 +19,7 @@
 
 #include "harness.h"
 #include "vmm/memory.h"
+#include "vmm/snapshot_file.h"
 #include "vmm/working_set.h"
 
 #define TEST_MEMORY_MB 64
@@ -313,7 +316,8 @@ static void test_prefetch_dir_ignores_bad_list(void)
 	data[len - 1] ^= 1; /* garbled */
 	write_bytes(VM_WORKING_SET_FILE, data, len);
 	CHECK_INT_EQ(map_memory(&mem), 0);
-	working_set_prefetch_dir(&mem, root, TEST_SNAPSHOT_ID, &stats);
+	/* a bad list is still a list: the caller does not go looking for another */
+	CHECK(working_set_prefetch_dir(&mem, root, TEST_SNAPSHOT_ID, &stats));
 	CHECK(stats.pages == 0);
 	CHECK(!(pagemap_entry(mem.regions[0].host_addr + 3 * TEST_PAGE) & TEST_PAGEMAP_PRESENT));
 	/* the memory reads as the file does: the restore goes on with lazy faults */
@@ -322,12 +326,99 @@ static void test_prefetch_dir_ignores_bad_list(void)
 	/* a good list for this snapshot is prefetched */
 	CHECK_INT_EQ(working_set_store(root, &ws), 0);
 	CHECK_INT_EQ(map_memory(&mem), 0);
-	working_set_prefetch_dir(&mem, root, TEST_SNAPSHOT_ID, &stats);
+	CHECK(working_set_prefetch_dir(&mem, root, TEST_SNAPSHOT_ID, &stats));
 	CHECK(stats.pages == 4);
 	CHECK(pagemap_entry(mem.regions[0].host_addr + 3 * TEST_PAGE) & TEST_PAGEMAP_PRESENT);
 	unmap_memory(&mem);
 	free(data);
 	working_set_release(&ws);
+}
+
+/* Writes a diff file: header (count), the gpas, then one page per gpa filled with fill[i]. */
+static void write_diff(const char *name, uint64_t count, const uint64_t *gpas,
+		       const uint8_t *fill, size_t pages_written)
+{
+	struct snapshot_diff_header header = { .magic = SNAPSHOT_DIFF_MAGIC, .page_count = count };
+	size_t len = sizeof(header) + count * sizeof(uint64_t) + pages_written * TEST_PAGE;
+	uint8_t *data = calloc(1, len);
+
+	CHECK(data != NULL);
+	if (!data)
+		return;
+	memcpy(data, &header, sizeof(header));
+	memcpy(data + sizeof(header), gpas, count * sizeof(uint64_t));
+	for (size_t i = 0; i < pages_written; i++)
+		memset(data + sizeof(header) + count * sizeof(uint64_t) + i * TEST_PAGE, fill[i],
+		       TEST_PAGE);
+	write_bytes(name, data, len);
+	free(data);
+}
+
+/*
+ * A diff's pages land at their own frames, runs of consecutive frames and single ones alike,
+ * as private pages; the frames between them still read as the base.
+ */
+static void test_overlay_diff_runs(void)
+{
+	static const uint64_t gpas[] = { 5 * TEST_PAGE, 6 * TEST_PAGE, 7 * TEST_PAGE,
+					 20 * TEST_PAGE, 22 * TEST_PAGE, 23 * TEST_PAGE };
+	static const uint8_t fill[] = { 0x11, 0x22, 0x33, 0x44, 0x55, 0x66 };
+	const size_t count = sizeof(gpas) / sizeof(gpas[0]);
+	struct guest_memory mem;
+	char path[PATH_MAX];
+
+	write_diff("test.diff", count, gpas, fill, count);
+	path_in(path, sizeof(path), "test.diff");
+	CHECK_INT_EQ(map_memory(&mem), 0);
+	CHECK_INT_EQ(snapshot_overlay_diff(&mem, path, count), 0);
+	for (size_t i = 0; i < count; i++) {
+		const uint8_t *page = mem.regions[0].host_addr + gpas[i];
+
+		CHECK(page[0] == fill[i] && page[TEST_PAGE - 1] == fill[i]);
+		CHECK(!(pagemap_entry(page) & TEST_PAGEMAP_FILE));
+	}
+	CHECK(mem.regions[0].host_addr[4 * TEST_PAGE] == 0);
+	CHECK(mem.regions[0].host_addr[8 * TEST_PAGE] == 0);
+	CHECK(mem.regions[0].host_addr[21 * TEST_PAGE] == 0);
+	unmap_memory(&mem);
+}
+
+/* Every malformed diff is refused: wrong count, short data, a page off its frame or outside RAM. */
+static void test_overlay_diff_refusals(void)
+{
+	const uint64_t in_ram[] = { 5 * TEST_PAGE, 6 * TEST_PAGE };
+	const uint64_t unaligned[] = { 5 * TEST_PAGE + 1 };
+	const uint64_t outside[] = { layout.total_size - TEST_PAGE, layout.total_size };
+	const uint8_t fill[] = { 1, 2 };
+	struct guest_memory mem;
+	char path[PATH_MAX];
+
+	path_in(path, sizeof(path), "test.diff");
+	CHECK_INT_EQ(map_memory(&mem), 0);
+	write_diff("test.diff", 2, in_ram, fill, 2);
+	CHECK_INT_EQ(snapshot_overlay_diff(&mem, path, 3), -EBADMSG);
+	write_diff("test.diff", 2, in_ram, fill, 1);
+	CHECK_INT_EQ(snapshot_overlay_diff(&mem, path, 2), -EBADMSG);
+	write_diff("test.diff", 1, unaligned, fill, 1);
+	CHECK_INT_EQ(snapshot_overlay_diff(&mem, path, 1), -EBADMSG);
+	write_diff("test.diff", 2, outside, fill, 2);
+	CHECK_INT_EQ(snapshot_overlay_diff(&mem, path, 2), -EBADMSG);
+	unmap_memory(&mem);
+}
+
+/* No list at all is the one case the restore of a diff falls back to its base's list. */
+static void test_prefetch_dir_says_when_there_is_no_list(void)
+{
+	struct guest_memory mem;
+	struct working_set_stats stats = { .pages = 1 };
+	char empty[] = "/tmp/voidbox-ws-empty-XXXXXX";
+
+	CHECK(mkdtemp(empty) != NULL);
+	CHECK_INT_EQ(map_memory(&mem), 0);
+	CHECK(!working_set_prefetch_dir(&mem, empty, TEST_SNAPSHOT_ID, &stats));
+	CHECK(stats.pages == 0);
+	unmap_memory(&mem);
+	rmdir(empty);
 }
 
 int main(void)
@@ -347,6 +438,9 @@ int main(void)
 	RUN_TEST(test_garbage_never_crashes);
 	RUN_TEST(test_scan_and_prefetch);
 	RUN_TEST(test_prefetch_dir_ignores_bad_list);
+	RUN_TEST(test_prefetch_dir_says_when_there_is_no_list);
+	RUN_TEST(test_overlay_diff_runs);
+	RUN_TEST(test_overlay_diff_refusals);
 	char cmd[sizeof(root) + 16];
 
 	snprintf(cmd, sizeof(cmd), "rm -rf %s", root);
