@@ -57,13 +57,13 @@ struct fs_bench_options {
 /*
  * The shell each workload runs in the guest; %1$u run, %2$u files, %3$u MiB. Every step that
  * can fail ends the script non-zero: a create whose directory step failed once left `i` unset,
- * so the loop's first test failed quietly and "created" nothing at all. On 9p the directory's
- * chmod (mkdir -m) is refused, the server reporting the directory as the host's root's; the
- * directory is there all the same, and the agent's user can create in it.
+ * so the loop's first test failed quietly and "created" nothing at all. Each run's directory
+ * is made on the host before the boot, open to all (prepare_host_dir): on QEMU's 9p share
+ * the agent's user could neither chmod a directory it had made (EPERM) nor create in it
+ * (EACCES).
  */
 static const char *const op_scripts[OP_COUNT] = {
-	"{ mkdir -m 0777 " FS_BENCH_GUEST_DIR "/m%1$u || [ -d " FS_BENCH_GUEST_DIR "/m%1$u ]; } "
-	"2>/dev/null && cd " FS_BENCH_GUEST_DIR "/m%1$u || exit 1; i=0; "
+	"cd " FS_BENCH_GUEST_DIR "/m%1$u || exit 1; i=0; "
 	"while [ $i -lt %2$u ]; do : > f$i || exit 1; i=$((i+1)); done; [ $i -eq %2$u ]",
 	"ls -l " FS_BENCH_GUEST_DIR "/m%1$u >/dev/null && : %2$u",
 	"rm -r " FS_BENCH_GUEST_DIR "/m%1$u && : %2$u",
@@ -122,14 +122,14 @@ static int run_workloads(struct control_channel *ch, enum fs_bench_side side,
 	return 0;
 }
 
-/* Host files each read run reads once, written before the guest boots. */
+/* Host files each read run reads once, and each create run's directory, before the boot. */
 static int prepare_host_dir(const char *dir, const struct fs_bench_options *opts)
 {
 	char cmd[PATH_MAX + 128];
 
 	for (unsigned int run = 0; run < opts->runs; run++) {
-		snprintf(cmd, sizeof(cmd), "head -c %uM /dev/urandom > %s/host%u", opts->mib, dir,
-			 run);
+		snprintf(cmd, sizeof(cmd), "head -c %uM /dev/urandom > %s/host%u && mkdir %s/m%u && "
+			 "chmod 0777 %s/m%u", opts->mib, dir, run, dir, run, dir, run);
 		if (system(cmd) != 0)
 			return -EIO;
 	}
