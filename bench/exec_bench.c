@@ -202,6 +202,7 @@ static int eb_call(const struct eb_series_def *def, struct eb_target *target, do
 			fprintf(stderr, "exec_bench: SnapshotReady failed: %s\n",
 				control_channel_last_error());
 		break;
+	case EB_RAW_ECHO:
 	default:
 		rc = eb_raw_echo(target->echo_fd);
 		break;
