@@ -15,23 +15,17 @@
 #include <fcntl.h>
 #include <getopt.h>
 #include <limits.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/random.h>
-#include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "cli/host_env.h"
 #include "boot_measure.h"
-#include "host/control_channel.h"
 #include "proto/protocol.h"
+#include "qemu_peer.h"
 #include "sandbox/sandbox.h"
 #include "store/guest_image.h"
-#include "vmm/cmdline.h"
-#include "vsock_cid.h"
 
 #define FS_BENCH_DEFAULT_RUNS 3u
 #define FS_BENCH_DEFAULT_FILES 500u
@@ -40,8 +34,6 @@
 #define FS_BENCH_CID 43u
 #define FS_BENCH_MAX_RUNS 50u
 #define FS_BENCH_BOOT_TIMEOUT_MS 180000.0
-#define FS_BENCH_PROBE_MS 200
-#define FS_BENCH_PROBE_INTERVAL_US 20000
 #define FS_BENCH_EXEC_TIMEOUT_S 600u
 #define FS_BENCH_SCRIPT_MAX 512
 #define FS_BENCH_GUEST_DIR "/mnt/bench"
@@ -62,10 +54,17 @@ struct fs_bench_options {
 	const char *qemu;
 };
 
-/* The shell each workload runs in the guest; %1$u run, %2$u files, %3$u MiB. */
+/*
+ * The shell each workload runs in the guest; %1$u run, %2$u files, %3$u MiB. Every step that
+ * can fail ends the script non-zero: a create whose directory step failed once left `i` unset,
+ * so the loop's first test failed quietly and "created" nothing at all. Each run's directory
+ * is made on the host before the boot, open to all (prepare_host_dir): on QEMU's 9p share
+ * the agent's user could neither chmod a directory it had made (EPERM) nor create in it
+ * (EACCES).
+ */
 static const char *const op_scripts[OP_COUNT] = {
-	"mkdir -m 0777 " FS_BENCH_GUEST_DIR "/m%1$u && cd " FS_BENCH_GUEST_DIR "/m%1$u && i=0; "
-	"while [ $i -lt %2$u ]; do : > f$i || exit 1; i=$((i+1)); done",
+	"cd " FS_BENCH_GUEST_DIR "/m%1$u || exit 1; i=0; "
+	"while [ $i -lt %2$u ]; do : > f$i || exit 1; i=$((i+1)); done; [ $i -eq %2$u ]",
 	"ls -l " FS_BENCH_GUEST_DIR "/m%1$u >/dev/null && : %2$u",
 	"rm -r " FS_BENCH_GUEST_DIR "/m%1$u && : %2$u",
 	"dd if=/dev/zero of=" FS_BENCH_GUEST_DIR "/w%1$u bs=1048576 count=%3$u conv=fsync "
@@ -123,14 +122,14 @@ static int run_workloads(struct control_channel *ch, enum fs_bench_side side,
 	return 0;
 }
 
-/* Host files each read run reads once, written before the guest boots. */
+/* Host files each read run reads once, and each create run's directory, before the boot. */
 static int prepare_host_dir(const char *dir, const struct fs_bench_options *opts)
 {
 	char cmd[PATH_MAX + 128];
 
 	for (unsigned int run = 0; run < opts->runs; run++) {
-		snprintf(cmd, sizeof(cmd), "head -c %uM /dev/urandom > %s/host%u", opts->mib, dir,
-			 run);
+		snprintf(cmd, sizeof(cmd), "head -c %uM /dev/urandom > %s/host%u && mkdir %s/m%u && "
+			 "chmod 0777 %s/m%u", opts->mib, dir, run, dir, run, dir, run);
 		if (system(cmd) != 0)
 			return -EIO;
 	}
@@ -158,81 +157,31 @@ static int bench_voidbox(const struct guest_image_paths *image, const char *dir,
 	return rc;
 }
 
-static int qemu_connect(void *opaque, int timeout_ms)
-{
-	(void)opaque;
-	return bench_vsock_connect_cid(FS_BENCH_CID, PROTO_GUEST_AGENT_PORT, timeout_ms);
-}
-
-static pid_t qemu_spawn(const struct guest_image_paths *image, const char *dir,
-			const char *cmdline, const struct fs_bench_options *opts)
-{
-	char memory[16], fsdev[PATH_MAX + 64], vsock[64], serial[PATH_MAX + 16];
-	const char *argv[] = {
-		opts->qemu, "-M", "microvm,acpi=on", "-enable-kvm", "-cpu", "host", "-m", memory,
-		"-smp", "1", "-nodefaults", "-no-user-config", "-display", "none", "-no-reboot",
-		"-serial", serial, "-kernel", image->kernel, "-initrd", image->initramfs,
-		"-append", cmdline, "-device", vsock, "-fsdev", fsdev, "-device",
-		"virtio-9p-device,fsdev=fs0,mount_tag=" FS_BENCH_TAG, NULL,
-	};
-	pid_t pid;
-
-	snprintf(memory, sizeof(memory), "%u", FS_BENCH_MEMORY_MB);
-	snprintf(fsdev, sizeof(fsdev), "local,id=fs0,path=%s,security_model=none", dir);
-	snprintf(vsock, sizeof(vsock), "vhost-vsock-device,guest-cid=%u", FS_BENCH_CID);
-	snprintf(serial, sizeof(serial), "file:%s.console", dir);
-	pid = fork();
-	if (pid == 0) {
-		execvp(opts->qemu, (char *const *)argv);
-		_exit(127);
-	}
-	return pid;
-}
-
 static int bench_qemu(const struct guest_image_paths *image, const char *dir,
 		      const struct fs_bench_options *opts)
 {
-	struct control_channel_config cfg = { .connect = qemu_connect };
-	struct control_channel *ch = NULL;
-	char cmdline[CMDLINE_MAX];
-	double deadline = boot_now_ms() + FS_BENCH_BOOT_TIMEOUT_MS;
-	pid_t pid;
-	int rc = -ETIMEDOUT, fd, status;
+	char fsdev[PATH_MAX + 64], console[PATH_MAX + 16], err[1024];
+	const char *const extra_args[] = { "-fsdev", fsdev, "-device",
+					   "virtio-9p-device,fsdev=fs0,mount_tag=" FS_BENCH_TAG,
+					   NULL };
+	struct qemu_peer_config cfg = { .qemu = opts->qemu, .kernel = image->kernel,
+					.initramfs = image->initramfs,
+					.memory_mb = FS_BENCH_MEMORY_MB, .cid = FS_BENCH_CID,
+					.cmdline_extra = FS_BENCH_MOUNT_WORD,
+					.console_path = console, .extra_args = extra_args,
+					.boot_timeout_ms = FS_BENCH_BOOT_TIMEOUT_MS };
+	struct qemu_peer peer;
+	int rc;
 
-	if (getrandom(cfg.secret, sizeof(cfg.secret), 0) != (ssize_t)sizeof(cfg.secret) ||
-	    cmdline_build(cmdline, sizeof(cmdline), cfg.secret, (uint64_t)time(NULL),
-			  FS_BENCH_MOUNT_WORD) < 0)
-		return -EIO;
-	pid = qemu_spawn(image, dir, cmdline, opts);
-	if (pid < 0)
-		return -errno;
-	while (boot_now_ms() < deadline && waitpid(pid, &status, WNOHANG) == 0) {
-		fd = bench_vsock_connect_cid(FS_BENCH_CID, PROTO_GUEST_AGENT_PORT, FS_BENCH_PROBE_MS);
-		if (fd >= 0) {
-			close(fd);
-			rc = 0;
-			break;
-		}
-		usleep(FS_BENCH_PROBE_INTERVAL_US);
+	snprintf(fsdev, sizeof(fsdev), "local,id=fs0,path=%s,security_model=none", dir);
+	snprintf(console, sizeof(console), "%s.console", dir);
+	rc = qemu_peer_start(&cfg, &peer, err, sizeof(err));
+	if (rc < 0) {
+		fprintf(stderr, "fs_bench: %s\n", err);
+		return rc;
 	}
-	if (rc == 0) {
-		ch = control_channel_create(&cfg);
-		rc = ch && control_channel_connect(ch) == 0 ? 0 : -EIO;
-	}
-	/* the agent runs nothing before the session's policy; sandbox_start sends the same */
-	if (rc == 0 && control_channel_set_policy(ch, sandbox_default_policy(), 0) < 0) {
-		fprintf(stderr, "fs_bench: the QEMU guest agent refused the policy: %s\n",
-			control_channel_last_error());
-		rc = -EIO;
-	}
-	if (rc == 0)
-		rc = run_workloads(ch, FS_BENCH_QEMU, opts);
-	else
-		fprintf(stderr, "fs_bench: the QEMU guest's agent did not answer (console: %s.console)\n",
-			dir);
-	control_channel_destroy(ch);
-	kill(pid, SIGKILL);
-	waitpid(pid, &status, 0);
+	rc = run_workloads(peer.channel, FS_BENCH_QEMU, opts);
+	qemu_peer_stop(&peer);
 	return rc;
 }
 
