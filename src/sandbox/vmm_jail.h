@@ -12,7 +12,8 @@
  * with the vsock socket and the serial log, /etc/resolv.conf for libslirp) and the process's
  * own /proc/PID as /proc/self (the share's server reopens its descriptors through
  * /proc/self/fd); the old root is detached. A restore's plan holds the snapshot's directory
- * and its base's in place of the kernel and initramfs. Binding at the same paths keeps every layer below
+ * and its base's in place of the kernel and initramfs; a VMM that takes snapshot requests
+ * also holds the directories they write beneath (vmm_jail_add). Binding at the same paths keeps every layer below
  * unchanged: the VM opens what it opens, the workers' Landlock rules name the same
  * directories. Once the VM is built, the entries only creation needed (kernel, initramfs,
  * /dev/kvm, the kernel cache, the disks, all held as descriptors by then) are detached too.
