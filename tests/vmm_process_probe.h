@@ -1,19 +1,22 @@
 /*
  * What a test reads from /proc about a VMM process (src/sandbox/vmm_process.h), shared by the
- * unit test with a stand-in body (tests/sandbox/test_vmm_process.c) and the VM test with a real
- * VM (tests/vm/vm_conformance.c). /proc/PID/environ shows the environment a program was
- * executed with, not what setenv changed later, so a test that wants a secret in its own
- * environment executes itself again with it (probe_reexec_with_secret). Include after harness.h.
+ * unit tests with a stand-in body (tests/sandbox/test_vmm_process.c, test_vmm_jail.c) and the
+ * VM tests with a real VM (tests/vm/vm_conformance.c, vm_snapshot_cli.c). /proc/PID/environ
+ * shows the environment a program was executed with, not what setenv changed later, so a test
+ * that wants a secret in its own environment executes itself again with it
+ * (probe_reexec_with_secret). Include after harness.h.
  */
 #ifndef VOIDBOX_TESTS_VMM_PROCESS_PROBE_H
 #define VOIDBOX_TESTS_VMM_PROCESS_PROBE_H
 
 #include <dirent.h>
+#include <errno.h>
 #include <fcntl.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/types.h>
 #include <unistd.h>
 
@@ -119,6 +122,19 @@ static inline bool probe_same_namespace(pid_t pid, const char *kind)
 	snprintf(path, sizeof(path), "/proc/self/ns/%s", kind);
 	CHECK(readlink(path, ours, sizeof(ours) - 1) > 0);
 	return strcmp(theirs, ours) == 0;
+}
+
+/*
+ * Whether pid runs in a jail of its own (src/sandbox/vmm_jail.h): a mount namespace that is
+ * not this process's, and a root without /etc/passwd.
+ */
+static inline bool probe_is_jailed(pid_t pid)
+{
+	char path[PROBE_PATH_MAX];
+	struct stat st;
+
+	snprintf(path, sizeof(path), "/proc/%d/root/etc/passwd", (int)pid);
+	return !probe_same_namespace(pid, "mnt") && stat(path, &st) < 0 && errno == ENOENT;
 }
 
 /* Whether any descriptor of pid is a link to target (a path, or "socket:[inode]"). */

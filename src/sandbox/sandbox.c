@@ -54,6 +54,12 @@
 /* how long a guest gets to power off after the Shutdown RPC before the VM is stopped */
 #define SANDBOX_SHUTDOWN_GRACE_MS 2000
 #define SANDBOX_RUNTIME_FALLBACK_BASE "/tmp"
+/* A fork's directory: one private directory per sandbox on tmpfs, one beneath it per fork. */
+#define SANDBOX_FORK_DIR_TEMPLATE "voidbox-fork-XXXXXX"
+#define SANDBOX_FORK_SNAPSHOT_TEMPLATE "snapshot-XXXXXX"
+#define SANDBOX_FORK_SHM_DIR "/dev/shm"
+/* The fork area, the store, and the NULL that ends the list. */
+#define SANDBOX_SNAPSHOT_AREAS_MAX 3
 /* How many disks the guest agent waits for (guest/agent/disks.h reads it). */
 #define SANDBOX_DISKS_CMDLINE_KEY "voidbox.disks="
 #define SANDBOX_DISK_RO_SUFFIX ":ro"
@@ -107,6 +113,11 @@ struct sandbox {
 	 */
 	char dirty_base_dir[PATH_MAX];
 	char fork_base_dir[PATH_MAX];
+	/*
+	 * A VMM process that takes snapshot requests: the private tmpfs directory its forks are
+	 * saved beneath, made before it starts so its jail can hold it ("": none yet).
+	 */
+	char fork_area[PATH_MAX];
 };
 
 static int sandbox_boot_timeout_ms(const struct sandbox_config *cfg)
@@ -124,6 +135,39 @@ static uint64_t sandbox_random_cid(void)
 	if (getrandom(&value, sizeof(value), 0) != sizeof(value))
 		value = (uint32_t)getpid() ^ (uint32_t)clock_monotonic_ms();
 	return VSOCK_MIN_GUEST_CID + value % (UINT32_MAX - VSOCK_MIN_GUEST_CID - 1);
+}
+
+/*
+ * The directories a VMM process that takes snapshot requests writes beneath, each bound into
+ * its jail: the snapshot store's (snapshot create saves into a temporary directory there),
+ * where it exists, and a private directory on tmpfs for its forks, made here.
+ * areas[] ends with NULL; store holds the store's path.
+ */
+static int sandbox_snapshot_areas(struct sandbox *sandbox, char store[PATH_MAX],
+				  const char *areas[SANDBOX_SNAPSHOT_AREAS_MAX], char *err,
+				  size_t errlen)
+{
+	const char *base = access(SANDBOX_FORK_SHM_DIR, W_OK) == 0 ? SANDBOX_FORK_SHM_DIR
+								  : SANDBOX_RUNTIME_FALLBACK_BASE;
+	size_t count = 0;
+
+	if (!sandbox->fork_area[0]) {
+		snprintf(sandbox->fork_area, sizeof(sandbox->fork_area), "%s/%s", base,
+			 SANDBOX_FORK_DIR_TEMPLATE);
+		if (!mkdtemp(sandbox->fork_area)) {
+			int rc = -errno;
+
+			sandbox->fork_area[0] = '\0';
+			snprintf(err, errlen, "cannot create a fork directory under %s: %s", base,
+				 strerror(-rc));
+			return rc;
+		}
+	}
+	areas[count++] = sandbox->fork_area;
+	if (snapshot_store_dir(store, PATH_MAX) == 0 && access(store, F_OK) == 0)
+		areas[count++] = store;
+	areas[count] = NULL;
+	return 0;
 }
 
 static int sandbox_make_runtime_dir(struct sandbox *sandbox, char *err, size_t errlen)
@@ -548,10 +592,17 @@ int sandbox_start(const struct sandbox_config *cfg, struct sandbox **out, char *
 		/* the turn of host CPUs is this process's: a forked VMM's copy would repeat it */
 		vm_cfg.has_placement_cpu = true;
 		vm_cfg.placement_cpu = vm_placement_choose(vm_cfg.vcpus);
+		bool snapshots = cfg->vmm_placement == SANDBOX_VMM_OWN_PROCESS_SNAPSHOTS;
+		const char *areas[SANDBOX_SNAPSHOT_AREAS_MAX] = { NULL };
+		char store[PATH_MAX];
+
 		sandbox_cgroup_prepare(sandbox, vm_cfg.memory_mb, vm_cfg.vcpus);
-		rc = vmm_process_start_vm(&vm_cfg, sandbox->cgroup_dir[0] ? sandbox->cgroup_dir : NULL,
-					  cfg->vmm_placement == SANDBOX_VMM_OWN_PROCESS_SNAPSHOTS,
-					  &sandbox->vmm_proc, err, errlen);
+		const char *cgroup = sandbox->cgroup_dir[0] ? sandbox->cgroup_dir : NULL;
+
+		rc = snapshots ? sandbox_snapshot_areas(sandbox, store, areas, err, errlen) : 0;
+		if (rc == 0)
+			rc = vmm_process_start_vm(&vm_cfg, cgroup, snapshots, areas, &sandbox->vmm_proc,
+						  err, errlen);
 	} else
 		rc = sandbox_start_vm_here(&vm_cfg, sandbox, err, errlen);
 	sandbox_mounts_plan_free(mounts); /* the devices and command line hold copies */
@@ -664,6 +715,8 @@ void sandbox_destroy(struct sandbox *sandbox, bool keep_serial_log)
 	vmm_cgroup_remove(sandbox->cgroup_dir);
 	if (sandbox->fork_base_dir[0]) /* its children mapped it: their mappings keep the pages */
 		vm_snapshot_dir_remove(sandbox->fork_base_dir);
+	if (sandbox->fork_area[0])
+		rmdir(sandbox->fork_area);
 	sandbox_remove_runtime_dir(sandbox, keep_serial_log);
 	sandbox_policy_clear(sandbox);
 	explicit_bzero(sandbox->secret, sizeof(sandbox->secret));
@@ -791,9 +844,13 @@ static int sandbox_launch_restore(const struct sandbox_restore_config *cfg,
 		.track_dirty_pages = cfg->track_dirty_pages,
 		.has_placement_cpu = true,
 	};
+	const char *areas[SANDBOX_SNAPSHOT_AREAS_MAX] = { NULL };
 	struct vm_snapshot_info info;
+	char store[PATH_MAX];
 	int rc = vm_snapshot_inspect(cfg->snapshot_dir, &info, err, errlen);
 
+	if (rc == 0 && cfg->vmm_placement == SANDBOX_VMM_OWN_PROCESS_SNAPSHOTS)
+		rc = sandbox_snapshot_areas(sandbox, store, areas, err, errlen);
 	if (rc < 0)
 		return rc;
 	opts.placement_cpu = vm_placement_choose(info.vcpus);
@@ -805,7 +862,7 @@ static int sandbox_launch_restore(const struct sandbox_restore_config *cfg,
 		sandbox->dirty_base_dir[0] = '\0';
 	sandbox_cgroup_prepare(sandbox, info.memory_mb, info.vcpus);
 	return vmm_process_launch_restore(cfg->snapshot_dir, &opts,
-					  sandbox->cgroup_dir[0] ? sandbox->cgroup_dir : NULL,
+					  sandbox->cgroup_dir[0] ? sandbox->cgroup_dir : NULL, areas,
 					  &sandbox->vmm_proc, err, errlen);
 }
 
@@ -982,8 +1039,6 @@ static int sandbox_rekey_children(struct sandbox *parent, struct sandbox *childr
  * once the children exist (they copied its pages); a base stays while the parent lives, so its
  * next fork is a diff.
  */
-#define SANDBOX_FORK_DIR_TEMPLATE "voidbox-fork-XXXXXX"
-#define SANDBOX_FORK_SHM_DIR "/dev/shm"
 
 static int sandbox_fork_save(struct sandbox *parent, char *dir, size_t dirlen, bool *is_base,
 			     char *err, size_t errlen)
@@ -991,15 +1046,23 @@ static int sandbox_fork_save(struct sandbox *parent, char *dir, size_t dirlen, b
 	struct vm_snapshot_options save = { .type = VM_SNAPSHOT_DIFF,
 					    .parent_dir = parent->dirty_base_dir,
 					    .after = VM_SNAPSHOT_RESUME };
-	const char *base = access(SANDBOX_FORK_SHM_DIR, W_OK) == 0 ? SANDBOX_FORK_SHM_DIR
-								  : SANDBOX_RUNTIME_FALLBACK_BASE;
 	int rc = -ENOENT;
 
-	snprintf(dir, dirlen, "%s/%s", base, SANDBOX_FORK_DIR_TEMPLATE);
+	if (!parent->fork_area[0]) {
+		snprintf(err, errlen, "this sandbox's VMM process takes no snapshot requests: "
+			 "start it with vmm_placement SANDBOX_VMM_OWN_PROCESS_SNAPSHOTS");
+		return -EPERM;
+	}
+	if (snprintf(dir, dirlen, "%s/%s", parent->fork_area, SANDBOX_FORK_SNAPSHOT_TEMPLATE) >=
+	    (int)dirlen) {
+		snprintf(err, errlen, "the path of the fork directory under %s is too long",
+			 parent->fork_area);
+		return -ENAMETOOLONG;
+	}
 	if (!mkdtemp(dir)) {
 		rc = -errno;
-		snprintf(err, errlen, "cannot create a fork directory under %s: %s", base,
-			 strerror(errno));
+		snprintf(err, errlen, "cannot create a fork directory under %s: %s",
+			 parent->fork_area, strerror(errno));
 		return rc;
 	}
 	if (parent->dirty_base_dir[0])

@@ -33,6 +33,7 @@
 
 #include "common/log.h"
 #include "vmm/kvm.h"
+#include "vmm/snapshot.h"
 
 #define VMM_JAIL_LOG "vmm-jail"
 /* Where the new root is built before the pivot; hidden from this namespace only. */
@@ -53,6 +54,10 @@
 #define VMM_JAIL_FD_PATH_MAX 32
 #define VMM_JAIL_REASON_MAX 512
 #define VMM_JAIL_SETGROUPS_DENY "deny"
+/* Devices whose restore opens host paths only the snapshot's sections name. */
+#define VMM_JAIL_DISK_DEVICE "blk"
+#define VMM_JAIL_SHARE_DEVICE "fs"
+#define VMM_JAIL_NET_DEVICE "net"
 /* Entries a plan has room for before it grows (a VM without disks or shares needs six). */
 #define VMM_JAIL_FIRST_CAPACITY 8
 
@@ -358,14 +363,13 @@ static void vmm_jail_make_dirs(const char *path)
 }
 
 /* The vsock socket does not exist yet: its directory goes in, and the path is rebuilt on it. */
-static int vmm_jail_push_socket(struct vmm_jail *jail, struct vm_config *jailed)
+static int vmm_jail_push_socket(struct vmm_jail *jail, const char **socket_path)
 {
 	char dir[PATH_MAX], name[PATH_MAX];
 	const char *canonical = NULL;
 	int rc;
 
-	if (!jailed->vsock_socket_path ||
-	    snprintf(dir, sizeof(dir), "%s", jailed->vsock_socket_path) >= (int)sizeof(dir))
+	if (!*socket_path || snprintf(dir, sizeof(dir), "%s", *socket_path) >= (int)sizeof(dir))
 		return 0;
 	snprintf(name, sizeof(name), "%s", basename(dir));
 	dirname(dir);
@@ -377,8 +381,46 @@ static int vmm_jail_push_socket(struct vmm_jail *jail, struct vm_config *jailed)
 		jail->socket_path = NULL;
 		return -ENOMEM;
 	}
-	jailed->vsock_socket_path = jail->socket_path;
+	*socket_path = jail->socket_path;
 	return 0;
+}
+
+/*
+ * What a cold boot and a restore both reach by path: /dev/kvm, the console's log (created
+ * here as the serial device would) and the runtime directory with the vsock socket.
+ */
+static int vmm_jail_push_runtime(struct vmm_jail *jail, const char **serial_log_path,
+				 bool serial_to_stdout, const char **socket_path)
+{
+	const char *kvm = KVM_DEVICE_PATH;
+	int rc = vmm_jail_push_vm_path(jail, &kvm, VMM_JAIL_READ_WRITE, VMM_JAIL_FOR_CREATION);
+
+	if (rc == 0 && *serial_log_path && !serial_to_stdout) {
+		int fd = open(*serial_log_path, O_WRONLY | O_CREAT | O_CLOEXEC,
+			      VMM_JAIL_SERIAL_LOG_MODE);
+
+		if (fd >= 0)
+			close(fd);
+		rc = vmm_jail_push_vm_path(jail, serial_log_path, VMM_JAIL_READ_WRITE,
+					   VMM_JAIL_FOR_CREATION);
+	}
+	if (rc == 0)
+		rc = vmm_jail_push_socket(jail, socket_path);
+	return rc;
+}
+
+/* libslirp reads the host's resolvers whenever the guest asks for a name; GLib, urandom. */
+static int vmm_jail_push_network(struct vmm_jail *jail)
+{
+	int rc = 0;
+
+	if (access(VMM_JAIL_RESOLV_CONF, R_OK) == 0)
+		rc = vmm_jail_push(jail, VMM_JAIL_RESOLV_CONF, VMM_JAIL_RESOLV_CONF,
+				   VMM_JAIL_READ_ONLY, VMM_JAIL_WHILE_RUNNING, NULL);
+	if (rc == 0 && access(VMM_JAIL_URANDOM, R_OK) == 0)
+		rc = vmm_jail_push(jail, VMM_JAIL_URANDOM, NULL, VMM_JAIL_READ_ONLY,
+				   VMM_JAIL_WHILE_RUNNING, NULL);
+	return rc;
 }
 
 static enum vmm_jail_access vmm_jail_access_of(bool read_only)
@@ -418,13 +460,8 @@ static int vmm_jail_push_devices(struct vmm_jail *jail, const struct vm_config *
 		rc = vmm_jail_push_vm_path(jail, &jail->shares[i].host_dir,
 					   vmm_jail_access_of(jail->shares[i].read_only),
 					   VMM_JAIL_WHILE_RUNNING);
-	/* libslirp reads the host's resolvers whenever the guest asks for a name */
-	if (rc == 0 && cfg->network && access(VMM_JAIL_RESOLV_CONF, R_OK) == 0)
-		rc = vmm_jail_push(jail, VMM_JAIL_RESOLV_CONF, VMM_JAIL_RESOLV_CONF,
-				   VMM_JAIL_READ_ONLY, VMM_JAIL_WHILE_RUNNING, NULL);
-	if (rc == 0 && cfg->network && access(VMM_JAIL_URANDOM, R_OK) == 0)
-		rc = vmm_jail_push(jail, VMM_JAIL_URANDOM, NULL, VMM_JAIL_READ_ONLY,
-				   VMM_JAIL_WHILE_RUNNING, NULL);
+	if (rc == 0 && cfg->network)
+		rc = vmm_jail_push_network(jail);
 	return rc == -ENOMEM ? rc : 0;
 }
 
@@ -432,7 +469,6 @@ int vmm_jail_plan_vm(const struct vm_config *cfg, struct vmm_jail **out,
 		     struct vm_config *jailed, char *err, size_t errlen)
 {
 	struct vmm_jail *jail = vmm_jail_new(cfg->network != NULL);
-	const char *kvm = KVM_DEVICE_PATH;
 	int rc;
 
 	*out = NULL;
@@ -446,30 +482,74 @@ int vmm_jail_plan_vm(const struct vm_config *cfg, struct vmm_jail **out,
 	if (rc == 0)
 		rc = vmm_jail_push_vm_path(jail, &jailed->initramfs_path, VMM_JAIL_READ_ONLY,
 					   VMM_JAIL_FOR_CREATION);
-	if (rc == 0)
-		rc = vmm_jail_push_vm_path(jail, &kvm, VMM_JAIL_READ_WRITE, VMM_JAIL_FOR_CREATION);
-	/* created here as vm_create would (the kernel's extraction, the console's log) */
+	/* created here as vm_create would (the kernel's extraction) */
 	if (rc == 0 && jailed->vmlinux_cache_dir) {
 		vmm_jail_make_dirs(jailed->vmlinux_cache_dir);
 		rc = vmm_jail_push_vm_path(jail, &jailed->vmlinux_cache_dir, VMM_JAIL_READ_WRITE,
 					   VMM_JAIL_FOR_CREATION);
 	}
-	if (rc == 0 && jailed->serial_log_path && !jailed->serial_to_stdout) {
-		int fd = open(jailed->serial_log_path, O_WRONLY | O_CREAT | O_CLOEXEC,
-			      VMM_JAIL_SERIAL_LOG_MODE);
-
-		if (fd >= 0)
-			close(fd);
-		rc = vmm_jail_push_vm_path(jail, &jailed->serial_log_path, VMM_JAIL_READ_WRITE,
-					   VMM_JAIL_FOR_CREATION);
-	}
 	if (rc == 0)
-		rc = vmm_jail_push_socket(jail, jailed);
+		rc = vmm_jail_push_runtime(jail, &jailed->serial_log_path, jailed->serial_to_stdout,
+					   &jailed->vsock_socket_path);
 	if (rc == 0)
 		rc = vmm_jail_push_devices(jail, cfg, jailed);
 	if (rc < 0) {
 		vmm_jail_free(jail);
 		*jailed = *cfg;
+		snprintf(err, errlen, "out of memory planning the VMM process's jail");
+		return rc;
+	}
+	*out = jail;
+	return 0;
+}
+
+static bool vmm_jail_snapshot_has(const struct vm_snapshot_info *info, const char *device)
+{
+	for (unsigned int i = 0; i < info->device_count && i < VM_SNAPSHOT_MAX_DEVICES; i++)
+		if (strcmp(info->devices[i], device) == 0)
+			return true;
+	return false;
+}
+
+int vmm_jail_plan_restore(const char *snapshot_dir, const struct vm_restore_options *opts,
+			  struct vmm_jail **out, const char **jailed_dir,
+			  struct vm_restore_options *jailed, char *err, size_t errlen)
+{
+	struct vm_snapshot_info info;
+	struct vmm_jail *jail;
+	int rc;
+
+	*out = NULL;
+	*jailed_dir = snapshot_dir;
+	*jailed = *opts;
+	rc = vm_snapshot_inspect(snapshot_dir, &info, err, errlen);
+	if (rc < 0)
+		return rc;
+	if (vmm_jail_snapshot_has(&info, VMM_JAIL_DISK_DEVICE) ||
+	    vmm_jail_snapshot_has(&info, VMM_JAIL_SHARE_DEVICE))
+		return 0;
+	jail = vmm_jail_new(vmm_jail_snapshot_has(&info, VMM_JAIL_NET_DEVICE));
+	if (!jail) {
+		snprintf(err, errlen, "out of memory");
+		return -ENOMEM;
+	}
+	/* the working set is recorded beside the snapshot, at any time of the VM's life */
+	rc = vmm_jail_push_vm_path(jail, jailed_dir, VMM_JAIL_READ_WRITE, VMM_JAIL_WHILE_RUNNING);
+	/* a diff's base, where its state file names it; a diff request against it reads it */
+	if (rc == 0 && info.type == VM_SNAPSHOT_DIFF) {
+		rc = vmm_jail_push(jail, info.parent_dir, info.parent_dir, VMM_JAIL_READ_ONLY,
+				   VMM_JAIL_WHILE_RUNNING, NULL);
+		rc = rc == -ENOMEM ? rc : 0;
+	}
+	if (rc == 0)
+		rc = vmm_jail_push_runtime(jail, &jailed->serial_log_path, jailed->serial_to_stdout,
+					   &jailed->vsock_socket_path);
+	if (rc == 0 && jail->own_network)
+		rc = vmm_jail_push_network(jail);
+	if (rc < 0) {
+		vmm_jail_free(jail);
+		*jailed_dir = snapshot_dir;
+		*jailed = *opts;
 		snprintf(err, errlen, "out of memory planning the VMM process's jail");
 		return rc;
 	}

@@ -262,7 +262,8 @@ struct vmm_process_vm_args {
 	const struct vm_restore_options *restore;
 	const char *cgroup_dir;
 	enum vmm_thread_role main_role; /* VMM_THREAD_VMM_MAIN or _MAIN_SNAPSHOTS */
-	enum vmm_jail_mode jail_mode;	/* a cold boot's; VMM_JAIL_OFF for snapshot roles */
+	enum vmm_jail_mode jail_mode;
+	const char *const *snapshot_areas; /* NULL-terminated; NULL: none */
 };
 
 /* The parent's "snapshot": every field checked, then vm_snapshot_save as the parent asked. */
@@ -367,37 +368,74 @@ static int vmm_process_restore_here(const struct vmm_process_vm_args *args, stru
 	return rc;
 }
 
+/* The directories snapshot requests write beneath, read-write for the VM's life. */
+static int vmm_process_jail_areas(struct vmm_jail *jail, const char *const *areas, char *err,
+				  size_t errlen)
+{
+	int rc = 0;
+
+	for (size_t i = 0; jail && areas && areas[i] && rc == 0; i++)
+		rc = vmm_jail_add(jail, areas[i], NULL, VMM_JAIL_READ_WRITE, VMM_JAIL_WHILE_RUNNING,
+				  err, errlen);
+	return rc;
+}
+
+/* Plans, enters the jail, then builds the VM in it: a restore of here->snapshot_dir or cfg. */
+static int vmm_process_create_jailed(struct vmm_process_vm_args *here, struct vmm_jail **jail,
+				     struct vm_config *jailed, struct vm_restore_options *restore,
+				     struct vm **vm, struct vmm_msg *started, char *err,
+				     size_t errlen)
+{
+	int rc;
+
+	if (here->snapshot_dir) {
+		rc = vmm_jail_plan_restore(here->snapshot_dir, here->restore, jail,
+					   &here->snapshot_dir, restore, err, errlen);
+		here->restore = restore;
+		if (rc == 0 && !*jail)
+			log_info(VMM_PROCESS_LOG, "the snapshot %s has disks or shares, whose paths "
+				 "only its device sections name: its VMM process runs unjailed",
+				 here->snapshot_dir);
+	} else {
+		rc = vmm_jail_plan_vm(here->cfg, jail, jailed, err, errlen);
+	}
+	if (rc == 0)
+		rc = vmm_process_jail_areas(*jail, here->snapshot_areas, err, errlen);
+	if (rc == 0 && *jail)
+		rc = vmm_jail_enter(*jail, here->jail_mode, err, errlen);
+	if (rc == 0)
+		rc = here->snapshot_dir ? vmm_process_restore_here(here, vm, started, err, errlen)
+					: vm_create(jailed, vm, err, errlen);
+	if (rc == 0)
+		vmm_jail_seal(*jail); /* the VM holds what only its creation needed */
+	return rc;
+}
+
 static int vmm_process_vm_body(int control_fd, void *opaque)
 {
-	const struct vmm_process_vm_args *args = opaque;
+	struct vmm_process_vm_args here = *(const struct vmm_process_vm_args *)opaque;
 	struct vmm_msg started = { .kind = VMM_MSG_STARTED };
 	char *err = started.text;
 	size_t errlen = sizeof(started.text);
 	struct vmm_jail *jail = NULL;
+	struct vm_restore_options restore;
 	struct vm_config jailed;
 	struct vm *vm = NULL;
 	int rc = 0;
 
 	/* the limits hold before the guest's memory is even mapped */
-	if (args->cgroup_dir && (rc = vmm_cgroup_enter(args->cgroup_dir, 0)) < 0)
+	if (here.cgroup_dir && (rc = vmm_cgroup_enter(here.cgroup_dir, 0)) < 0)
 		snprintf(err, errlen, "cannot move the VMM process into the cgroup %s: %s",
-			 args->cgroup_dir, strerror(-rc));
+			 here.cgroup_dir, strerror(-rc));
 	/*
-	 * still one thread: the VM's threads start in the jail's namespaces. Restores and VMMs
-	 * that take snapshot requests reach the snapshot store by path and run unjailed
-	 * (jail_mode VMM_JAIL_OFF, docs/security.md).
+	 * still one thread: the VM's threads start in the jail's namespaces. A cold boot's root
+	 * holds what its vm_config names, a restore's its snapshot chain and runtime directory,
+	 * and a VMM that takes snapshot requests also the directories they write beneath
+	 * (docs/security.md, "The jail").
 	 */
-	if (rc == 0 && args->snapshot_dir)
-		rc = vmm_process_restore_here(args, &vm, &started, err, errlen);
-	else if (rc == 0) {
-		rc = vmm_jail_plan_vm(args->cfg, &jail, &jailed, err, errlen);
-		if (rc == 0)
-			rc = vmm_jail_enter(jail, args->jail_mode, err, errlen);
-		if (rc == 0)
-			rc = vm_create(&jailed, &vm, err, errlen);
-		if (rc == 0)
-			vmm_jail_seal(jail); /* the VM holds what only its creation needed */
-	}
+	if (rc == 0)
+		rc = vmm_process_create_jailed(&here, &jail, &jailed, &restore, &vm, &started, err,
+					       errlen);
 
 	/* the VM holds copies of what it needs from cfg: what pointed into the blocks can go */
 	if (rc == 0 && (rc = vmm_process_scrub_identity()) < 0)
@@ -405,14 +443,14 @@ static int vmm_process_vm_body(int control_fd, void *opaque)
 			 strerror(-rc));
 	if (rc == 0 && (rc = vm_start(vm)) < 0)
 		snprintf(err, errlen, "the VM did not start: %s", strerror(-rc));
-	if (rc == 0 && (rc = vmm_thread_confine(args->main_role)) < 0)
+	if (rc == 0 && (rc = vmm_thread_confine(here.main_role)) < 0)
 		snprintf(err, errlen, "cannot install the VMM main thread's seccomp filter: %s",
 			 strerror(-rc));
 	started.status = rc;
 	if (rc < 0)
 		explicit_bzero(started.secret, sizeof(started.secret));
 	if (vmm_msg_send_whole(control_fd, &started) == 0 && rc == 0)
-		vmm_process_serve(control_fd, vm, args);
+		vmm_process_serve(control_fd, vm, &here);
 	vm_destroy(vm);
 	vmm_jail_free(jail);
 	return rc == 0 ? 0 : VMM_PROCESS_EXIT_SETUP;
@@ -561,24 +599,28 @@ int vmm_process_start(int (*body)(int control_fd, void *opaque), void *opaque,
 }
 
 int vmm_process_start_vm(const struct vm_config *cfg, const char *cgroup_dir, bool snapshots,
-			 struct vmm_process **out, char *err, size_t errlen)
+			 const char *const *snapshot_areas, struct vmm_process **out, char *err,
+			 size_t errlen)
 {
 	struct vmm_process_vm_args args = {
 		.cfg = cfg, .cgroup_dir = cgroup_dir,
 		.main_role = snapshots ? VMM_THREAD_VMM_MAIN_SNAPSHOTS : VMM_THREAD_VMM_MAIN,
-		.jail_mode = snapshots ? VMM_JAIL_OFF : vmm_jail_host_mode(),
+		.jail_mode = vmm_jail_host_mode(),
+		.snapshot_areas = snapshots ? snapshot_areas : NULL,
 	};
 
 	return vmm_process_start(vmm_process_vm_body, &args, NULL, out, err, errlen);
 }
 
 int vmm_process_launch_restore(const char *snapshot_dir, const struct vm_restore_options *opts,
-			       const char *cgroup_dir, struct vmm_process **out, char *err,
-			       size_t errlen)
+			       const char *cgroup_dir, const char *const *snapshot_areas,
+			       struct vmm_process **out, char *err, size_t errlen)
 {
 	struct vmm_process_vm_args args = { .snapshot_dir = snapshot_dir, .restore = opts,
 					    .cgroup_dir = cgroup_dir,
-					    .main_role = VMM_THREAD_VMM_MAIN_SNAPSHOTS };
+					    .main_role = VMM_THREAD_VMM_MAIN_SNAPSHOTS,
+					    .jail_mode = vmm_jail_host_mode(),
+					    .snapshot_areas = snapshot_areas };
 
 	return vmm_process_launch(vmm_process_vm_body, &args, out, err, errlen);
 }

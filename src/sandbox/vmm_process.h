@@ -89,21 +89,24 @@ struct vmm_process;
  * Spawns the child, which moves itself into cgroup_dir (NULL: stays where it is;
  * sandbox/vmm_cgroup.h), then creates and starts the VM of cfg; returns once it has (0 and
  * *out) or has failed (-errno and its sentence in err). With snapshots the child's main
- * thread may write snapshot files when asked (VMM_THREAD_VMM_MAIN_SNAPSHOTS); without,
- * it writes no file at all and vmm_process_snapshot is refused.
+ * thread may write snapshot files when asked (VMM_THREAD_VMM_MAIN_SNAPSHOTS) beneath the
+ * directories of snapshot_areas (NULL-terminated; each in its jail, read-write, at the same
+ * path: vmm_process_snapshot's paths must be canonical and beneath one); without, it writes
+ * no file at all and vmm_process_snapshot is refused.
  */
 int vmm_process_start_vm(const struct vm_config *cfg, const char *cgroup_dir, bool snapshots,
-			 struct vmm_process **out, char *err, size_t errlen);
+			 const char *const *snapshot_areas, struct vmm_process **out, char *err,
+			 size_t errlen);
 /*
  * Spawns a child that restores the VM from snapshot_dir (opts as vm_create_from_snapshot,
- * working-set prefetch included; it may write snapshots and the working-set list) and returns
- * at once; vmm_process_await_started then waits for it and hands over the secret the restored
+ * working-set prefetch included; it may write the working-set list beside the snapshot, and
+ * snapshots beneath snapshot_areas as vmm_process_start_vm's) and returns at once; vmm_process_await_started then waits for it and hands over the secret the restored
  * guest answers to until the parent rekeys it. The child's death signal follows the thread
  * that spawned it (PR_SET_PDEATHSIG): spawn from a thread that outlives the VM.
  */
 int vmm_process_launch_restore(const char *snapshot_dir, const struct vm_restore_options *opts,
-			       const char *cgroup_dir, struct vmm_process **out, char *err,
-			       size_t errlen);
+			       const char *cgroup_dir, const char *const *snapshot_areas,
+			       struct vmm_process **out, char *err, size_t errlen);
 /*
  * Spawns body, which must answer VMM_MSG_STARTED first, without waiting (the launches above
  * with a body of their own; tests give a stand-in). 0 and *out, or -errno with err.

@@ -28,6 +28,7 @@
 #include "harness.h"
 #include "sandbox/vmm_jail.h"
 #include "sandbox/vmm_process.h"
+#include "vmm/snapshot_file.h"
 #include "vmm_process_probe.h"
 
 #define TEST_ERR_MAX 512
@@ -42,6 +43,10 @@
 #define TEST_SHARED_DIR_MODE 0777
 #define TEST_FILE_MODE 0644
 #define TEST_SHARED_FILE_MODE 0666
+#define TEST_SNAPSHOT_MEMORY_MB 64
+#define TEST_SNAPSHOT_CID 7
+#define TEST_MIB (1024 * 1024)
+#define TEST_SNAPSHOT_NAME_MAX 64
 
 struct jail_paths {
 	char dir[sizeof(TEST_DIR_TEMPLATE)];	      /* the test's temporary directory */
@@ -374,6 +379,195 @@ static void test_no_jail_where_unshare_is_refused(void)
 	remove_paths(&paths);
 }
 
+/* ---- a restore's plan ---- */
+
+/* A base (memory_mb of sparse memory) or a diff of parent in dir, as the VMM would write. */
+static void write_test_snapshot(const char *dir, const char *parent, uint64_t parent_id,
+				const char *extra_device, uint64_t *id)
+{
+	static struct snapshot_image image;
+	bool diff = parent != NULL;
+	struct snapshot_diff_header header = { .magic = SNAPSHOT_DIFF_MAGIC };
+	char path[PATH_MAX], err[TEST_ERR_MAX];
+	int fd;
+
+	memset(&image, 0, sizeof(image));
+	image.meta.type = diff ? VM_SNAPSHOT_DIFF : VM_SNAPSHOT_BASE;
+	image.meta.memory_mb = TEST_SNAPSHOT_MEMORY_MB;
+	image.meta.vcpus = 1;
+	image.meta.memory_bytes = diff ? sizeof(header)
+				       : (uint64_t)TEST_SNAPSHOT_MEMORY_MB * TEST_MIB;
+	if (diff) {
+		snprintf(image.meta.parent_dir, sizeof(image.meta.parent_dir), "%s", parent);
+		image.meta.parent_id = parent_id;
+	}
+	snapshot_cpu_signature(image.meta.cpu_signature);
+	CHECK_INT_EQ(snapshot_image_add_device(&image, "serial", 1, NULL, 0), 0);
+	if (extra_device)
+		CHECK_INT_EQ(snapshot_image_add_device(&image, extra_device, 1, NULL, 0), 0);
+	for (unsigned int i = 0; i < SNAPSHOT_IRQCHIP_COUNT; i++)
+		image.irqchips[i].chip_id = i;
+	CHECK_INT_EQ(mkdir(dir, TEST_OPEN_DIR_MODE), 0);
+	CHECK_INT_EQ(snapshot_file_write(dir, &image, id, err, sizeof(err)), 0);
+	snprintf(path, sizeof(path), "%s/%s", dir, diff ? VM_SNAPSHOT_DIFF_FILE
+						      : VM_SNAPSHOT_MEMORY_FILE);
+	fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, TEST_FILE_MODE);
+	CHECK(fd >= 0);
+	if (diff)
+		CHECK_INT_EQ(write(fd, &header, sizeof(header)), (long)sizeof(header));
+	else
+		CHECK_INT_EQ(ftruncate(fd, (off_t)image.meta.memory_bytes), 0);
+	close(fd);
+	snapshot_image_release(&image);
+}
+
+/* What a process in a restore's jail reached. */
+struct restore_report {
+	int plan_rc, enter_rc;
+	bool planned;
+	int passwd_errno, diff_state_errno, base_state_errno, runtime_dir_errno;
+	int diff_write_errno, base_write_errno;
+	char jailed_dir[PATH_MAX];
+	char err[TEST_ERR_MAX];
+};
+
+struct restore_paths {
+	char dir[sizeof(TEST_DIR_TEMPLATE)];
+	char base[sizeof(TEST_DIR_TEMPLATE) + TEST_SNAPSHOT_NAME_MAX];
+	char diff[sizeof(TEST_DIR_TEMPLATE) + TEST_SNAPSHOT_NAME_MAX];
+	char runtime[sizeof(TEST_DIR_TEMPLATE) + TEST_SNAPSHOT_NAME_MAX];
+	char socket[sizeof(TEST_DIR_TEMPLATE) + 2 * TEST_SNAPSHOT_NAME_MAX];
+	char made[2][sizeof(TEST_DIR_TEMPLATE) + 2 * TEST_SNAPSHOT_NAME_MAX];
+};
+
+static int access_errno(const char *dir, const char *name)
+{
+	char path[PATH_MAX];
+
+	snprintf(path, sizeof(path), "%s/%s", dir, name);
+	return errno_of(access(path, R_OK));
+}
+
+/* In a child: plans the restore of paths->diff, enters it, looks around; the report comes back. */
+static void restore_in_jail(const struct restore_paths *paths, struct restore_report *report)
+{
+	enum vmm_jail_mode mode = vmm_jail_host_mode();
+	struct vm_restore_options opts = { .vsock_socket_path = paths->socket }, jailed;
+	int pipe_fds[2];
+	pid_t child;
+
+	memset(report, 0, sizeof(*report));
+	CHECK_INT_EQ(pipe(pipe_fds), 0);
+	child = fork();
+	if (child == 0) {
+		struct restore_report mine = { 0 };
+		struct vmm_jail *jail = NULL;
+		const char *dir = NULL;
+		int fd;
+
+		close(pipe_fds[0]);
+		mine.plan_rc = vmm_jail_plan_restore(paths->diff, &opts, &jail, &dir, &jailed,
+						     mine.err, sizeof(mine.err));
+		mine.planned = jail != NULL;
+		if (jail)
+			mine.enter_rc = vmm_jail_enter(jail, mode, mine.err, sizeof(mine.err));
+		snprintf(mine.jailed_dir, sizeof(mine.jailed_dir), "%s", dir ? dir : "");
+		mine.passwd_errno = errno_of(access("/etc/passwd", F_OK));
+		mine.diff_state_errno = access_errno(paths->diff, VM_SNAPSHOT_STATE_FILE);
+		mine.base_state_errno = access_errno(paths->base, VM_SNAPSHOT_STATE_FILE);
+		mine.runtime_dir_errno = errno_of(access(paths->runtime, W_OK));
+		fd = open(paths->made[0], O_WRONLY | O_CREAT | O_CLOEXEC, TEST_FILE_MODE);
+		mine.diff_write_errno = errno_of(fd);
+		if (fd >= 0)
+			close(fd);
+		mine.base_write_errno = errno_of(open(paths->made[1], O_WRONLY | O_CREAT | O_CLOEXEC,
+						      TEST_FILE_MODE));
+		_exit(write(pipe_fds[1], &mine, sizeof(mine)) == (ssize_t)sizeof(mine) ? 0 : 1);
+	}
+	close(pipe_fds[1]);
+	CHECK(child > 0);
+	CHECK_INT_EQ(read(pipe_fds[0], report, sizeof(*report)), (long)sizeof(*report));
+	close(pipe_fds[0]);
+	CHECK_INT_EQ(waitpid(child, NULL, 0), child);
+	fprintf(stderr, "  (mode %d; the plan said: %s)\n", (int)mode, report->err);
+}
+
+static void make_restore_paths(struct restore_paths *paths, const char *extra_device)
+{
+	uint64_t base_id = 0, diff_id = 0;
+
+	snprintf(paths->dir, sizeof(paths->dir), "%s", TEST_DIR_TEMPLATE);
+	CHECK(mkdtemp(paths->dir) != NULL);
+	CHECK_INT_EQ(chmod(paths->dir, TEST_OPEN_DIR_MODE), 0);
+	snprintf(paths->base, sizeof(paths->base), "%s/base", paths->dir);
+	snprintf(paths->diff, sizeof(paths->diff), "%s/diff", paths->dir);
+	snprintf(paths->runtime, sizeof(paths->runtime), "%s/runtime", paths->dir);
+	snprintf(paths->socket, sizeof(paths->socket), "%s/vsock.sock", paths->runtime);
+	snprintf(paths->made[0], sizeof(paths->made[0]), "%s/made-in-jail", paths->diff);
+	snprintf(paths->made[1], sizeof(paths->made[1]), "%s/made-in-jail", paths->base);
+	CHECK_INT_EQ(mkdir(paths->runtime, TEST_OPEN_DIR_MODE), 0);
+	write_test_snapshot(paths->base, NULL, 0, NULL, &base_id);
+	write_test_snapshot(paths->diff, paths->base, base_id, extra_device, &diff_id);
+}
+
+static void remove_restore_paths(const struct restore_paths *paths)
+{
+	const char *const snapshots[] = { paths->base, paths->diff };
+	static const char *const files[] = { VM_SNAPSHOT_STATE_FILE, VM_SNAPSHOT_MEMORY_FILE,
+					     VM_SNAPSHOT_DIFF_FILE, "made-in-jail" };
+	char path[PATH_MAX];
+
+	for (size_t i = 0; i < sizeof(snapshots) / sizeof(snapshots[0]); i++) {
+		for (size_t f = 0; f < sizeof(files) / sizeof(files[0]); f++) {
+			snprintf(path, sizeof(path), "%s/%s", snapshots[i], files[f]);
+			unlink(path);
+		}
+		rmdir(snapshots[i]);
+	}
+	rmdir(paths->runtime);
+	rmdir(paths->dir);
+}
+
+/*
+ * A restore of a diff: its root holds the diff (writable: the working set is recorded there),
+ * its base (read-only) and the runtime directory, and not /etc/passwd.
+ */
+static void test_restore_plan_holds_the_snapshot_chain(void)
+{
+	struct restore_report report;
+	struct restore_paths paths;
+
+	make_restore_paths(&paths, NULL);
+	restore_in_jail(&paths, &report);
+	CHECK_INT_EQ(report.plan_rc, 0);
+	CHECK(report.planned);
+	CHECK_STR_EQ(report.jailed_dir, paths.diff);
+	if (vmm_jail_host_mode() != VMM_JAIL_OFF) {
+		CHECK_INT_EQ(report.enter_rc, 0);
+		CHECK_INT_EQ(report.passwd_errno, ENOENT);
+		CHECK_INT_EQ(report.base_write_errno, EROFS);
+	}
+	CHECK_INT_EQ(report.diff_state_errno, 0);
+	CHECK_INT_EQ(report.base_state_errno, 0);
+	CHECK_INT_EQ(report.runtime_dir_errno, 0);
+	CHECK_INT_EQ(report.diff_write_errno, 0);
+	remove_restore_paths(&paths);
+}
+
+/* A snapshot with a share names its host directory only in its section: no plan, no jail. */
+static void test_restore_with_a_share_is_not_planned(void)
+{
+	struct restore_report report;
+	struct restore_paths paths;
+
+	make_restore_paths(&paths, "fs");
+	restore_in_jail(&paths, &report);
+	CHECK_INT_EQ(report.plan_rc, 0);
+	CHECK(!report.planned);
+	CHECK_INT_EQ(report.passwd_errno, 0);
+	remove_restore_paths(&paths);
+}
+
 int main(int argc, char **argv)
 {
 	harness_select(argc, argv);
@@ -383,5 +577,7 @@ int main(int argc, char **argv)
 	RUN_TEST(test_jail_as_this_user);
 	RUN_TEST(test_jail_through_a_user_namespace);
 	RUN_TEST(test_no_jail_where_unshare_is_refused);
+	RUN_TEST(test_restore_plan_holds_the_snapshot_chain);
+	RUN_TEST(test_restore_with_a_share_is_not_planned);
 	return harness_finish();
 }

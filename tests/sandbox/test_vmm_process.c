@@ -259,7 +259,7 @@ static void test_failed_vm_reports_and_is_reaped(void)
 				 .memory_mb = 64, .no_thread_filters = true };
 	struct vmm_process *proc = (struct vmm_process *)&cfg; /* must be reset to NULL */
 	char err[TEST_ERR_MAX] = "";
-	int rc = vmm_process_start_vm(&cfg, NULL, false, &proc, err, sizeof(err));
+	int rc = vmm_process_start_vm(&cfg, NULL, false, NULL, &proc, err, sizeof(err));
 
 	CHECK(rc < 0);
 	CHECK(proc == NULL);

@@ -531,11 +531,9 @@ static void test_vmm_runs_in_its_jail(void)
 	FILE *info;
 
 	CHECK(vmm_jail_host_mode() != VMM_JAIL_OFF);
-	CHECK(!probe_same_namespace(vmm, "mnt"));
+	CHECK(probe_is_jailed(vmm));
 	CHECK(!probe_same_namespace(vmm, "ipc"));
 	CHECK(!probe_same_namespace(vmm, "net"));
-	snprintf(path, sizeof(path), "/proc/%d/root/etc/passwd", (int)vmm);
-	CHECK(stat(path, &st) < 0 && errno == ENOENT);
 	CHECK(getcwd(cwd, sizeof(cwd)) != NULL);
 	snprintf(path, sizeof(path), "/proc/%d/root%s", (int)vmm, cwd);
 	CHECK(stat(path, &st) < 0 && errno == ENOENT);

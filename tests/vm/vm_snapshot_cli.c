@@ -298,7 +298,7 @@ static void read_so_far(int fd, char *buf, size_t len)
  * log on stderr) holds marker, which it prints only after every VM has started, checks that
  * each of its want VMs runs in a VMM process of its own: a child of the CLI that is not the
  * CLI, whose environment lacks the API key the CLI's has, every thread without new
- * privileges and filtered. Then kills the CLI, which takes its VMM processes with it.
+ * privileges and filtered, jailed (a mount namespace of its own, no /etc/passwd). Then kills the CLI, which takes its VMM processes with it.
  */
 static void check_cli_vms_confined(const char *const *args, const char *marker, int want)
 {
@@ -324,6 +324,7 @@ static void check_cli_vms_confined(const char *const *args, const char *marker, 
 		CHECK(probe_environ_has(cli, PROBE_SECRET_NAME));
 		CHECK(!probe_environ_has(vmms[i], PROBE_SECRET_NAME));
 		CHECK(probe_check_every_thread_confined(vmms[i]) > 1);
+		CHECK(probe_is_jailed(vmms[i]));
 	}
 	if (found != want)
 		fprintf(stderr, "  %d of %d VMM processes under voidbox %s ...\n  stdout: %s\n"
