@@ -19,8 +19,8 @@
  * to stop sending OPEN and RELEASE (the latter synchronous on virtio-fs: one round trip per
  * close()), and CREATE answers handle 0. File I/O with handle 0 goes to the node's own cached
  * fds, one for reading and one for writing, opened on first use through /proc/self/fd and
- * closed when the node is forgotten or when FUSE_IO_FDS_MAX are open (the cache is only a
- * cache: a closed one reopens). FUSE_ATOMIC_O_TRUNC is not offered, since no OPEN carries
+ * closed when the node is forgotten, when FUSE_IO_FDS_MAX are open, or when the process runs
+ * out of fds (the cache is only a cache: a closed one reopens). FUSE_ATOMIC_O_TRUNC is not offered, since no OPEN carries
  * O_TRUNC: an open(O_TRUNC) reaches the server as a SETATTR of the size.
  *
  * Snapshots save every node's path relative to the share, read back from the O_PATH fd's
@@ -61,8 +61,12 @@
 #define FUSE_CACHE_TIMEOUT_RO_SEC 30u
 #define FUSE_INODE_HASH_BUCKETS 4096u
 #define FUSE_INODE_TABLE_INITIAL 64u
-/* Cached per-node I/O fds open at once, all nodes together (besides each node's O_PATH fd). */
-#define FUSE_IO_FDS_MAX 1024u
+/*
+ * Cached per-node I/O fds open at once, all nodes together (besides each node's O_PATH fd):
+ * a few files' worth of streaming. They also yield to nodes: an open that fails for want of
+ * fds closes them all and tries again, so the cache never costs the guest a node.
+ */
+#define FUSE_IO_FDS_MAX 256u
 #define FUSE_NO_SLOT UINT32_MAX
 #define FUSE_GUEST_NOBODY 65534u
 #define FUSE_XATTR_VALUE_MAX 65536u
@@ -295,6 +299,17 @@ static void inode_close_io(struct fuse_server *s, struct fuse_inode *node)
 	}
 }
 
+/* After an open failed with rc: when it was for want of fds, closes every cached I/O fd and
+ * says whether that freed any (the caller then tries once more). */
+static bool io_cache_shed(struct fuse_server *s, int rc)
+{
+	if ((rc != -EMFILE && rc != -ENFILE) || s->io_fd_count == 0)
+		return false;
+	for (uint32_t i = 0; i < s->inode_capacity; i++)
+		inode_close_io(s, &s->inodes[i]);
+	return true;
+}
+
 static void inode_release(struct fuse_server *s, uint32_t slot)
 {
 	struct fuse_inode *node = &s->inodes[slot];
@@ -420,6 +435,8 @@ static int node_io_fd(struct fuse_server *s, uint64_t nodeid, enum fuse_io_acces
 	if (s->inodes[slot].io_fd[access] >= 0)
 		return s->inodes[slot].io_fd[access];
 	fd = node_reopen(s, nodeid, access == FUSE_IO_WRITE ? O_WRONLY : O_RDONLY);
+	if (io_cache_shed(s, fd))
+		fd = node_reopen(s, nodeid, access == FUSE_IO_WRITE ? O_WRONLY : O_RDONLY);
 	if (fd < 0)
 		return fd;
 	node_cache_io_fd(s, slot, access, fd);
@@ -491,6 +508,8 @@ static int lookup_child(struct fuse_server *s, uint64_t parent, const char *name
 	if (dirfd < 0)
 		return dirfd;
 	fd = fuse_openat_beneath(dirfd, name, O_PATH, 0, FUSE_RESOLVE_FLAGS);
+	if (io_cache_shed(s, fd))
+		fd = fuse_openat_beneath(dirfd, name, O_PATH, 0, FUSE_RESOLVE_FLAGS);
 	if (fd < 0)
 		return fd;
 	rc = stat_fd(fd, &st);
@@ -997,6 +1016,8 @@ static int op_create(struct fuse_op_ctx *ctx)
 	flags = ((int)in.flags & FUSE_CREATE_FLAGS_KEPT) | O_CREAT;
 	access = (flags & O_ACCMODE) == O_RDONLY ? FUSE_IO_READ : FUSE_IO_WRITE;
 	fd = fuse_openat_beneath(dirfd, name, flags, in.mode & ALLPERMS, FUSE_RESOLVE_FLAGS);
+	if (io_cache_shed(ctx->s, fd))
+		fd = fuse_openat_beneath(dirfd, name, flags, in.mode & ALLPERMS, FUSE_RESOLVE_FLAGS);
 	if (fd < 0)
 		return fd;
 	rc = (flags & O_TRUNC) && (in.open_flags & FUSE_OPEN_KILL_SUIDGID) ? kill_suidgid(fd) : 0;

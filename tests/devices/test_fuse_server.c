@@ -39,9 +39,12 @@
 #define TEST_LOW_FD_LIMIT 256u
 #define TEST_NAME_MAX 64
 #define TEST_WORKER_NAME "fs-worker"
-/* More files than the server keeps cached I/O fds for (FUSE_IO_FDS_MAX, 1024). */
-#define TEST_IO_FILES 1100u
-#define TEST_IO_FDS_MAX 1024u
+/* More files than the server keeps cached I/O fds for (FUSE_IO_FDS_MAX, 256). */
+#define TEST_IO_FILES 300u
+#define TEST_IO_FDS_MAX 256u
+/* Fds left to a server that must hold more files than half of them, each written once. */
+#define TEST_FEW_FDS 48u
+#define TEST_FEW_FILES 40u
 
 struct fx {
 	char dir[TEST_DIR_MAX];     /* the share */
@@ -1075,6 +1078,41 @@ static void test_io_fd_cache(void)
 	fx_free(&f);
 }
 
+/*
+ * With few fds left, the cached I/O fds give way to nodes: every file is created, written and
+ * read back although a node and its write fd each would not fit.
+ */
+static void test_io_fds_yield_to_nodes(void)
+{
+	struct rlimit saved, low;
+	uint64_t nodes[TEST_FEW_FILES];
+	char name[TEST_NAME_MAX];
+	unsigned int bad = 0;
+	struct fx f;
+
+	CHECK_INT_EQ(getrlimit(RLIMIT_NOFILE, &saved), 0);
+	CHECK_INT_EQ(fx_init(&f, FUSE_SERVER_READ_WRITE), 0);
+	low = saved;
+	low.rlim_cur = open_fd_count() + TEST_FEW_FDS;
+	CHECK_INT_EQ(setrlimit(RLIMIT_NOFILE, &low), 0);
+	for (unsigned int i = 0; i < TEST_FEW_FILES; i++) {
+		uint64_t fh = 0;
+
+		snprintf(name, sizeof(name), "few%u", i);
+		nodes[i] = create(&f, TEST_ROOT, name, O_WRONLY | O_CREAT, &fh);
+		bad += f.error != 0;
+		write_fh(&f, nodes[i], fh, 0, name);
+		bad += f.error != 0;
+	}
+	for (unsigned int i = 0; i < TEST_FEW_FILES; i++) {
+		snprintf(name, sizeof(name), "few%u", i);
+		bad += strcmp(read_fh(&f, nodes[i], 0), name) != 0;
+	}
+	CHECK_INT_EQ(bad, 0);
+	CHECK_INT_EQ(setrlimit(RLIMIT_NOFILE, &saved), 0);
+	fx_free(&f);
+}
+
 static void test_snapshot_round_trip(void)
 {
 	struct fx f;
@@ -1222,6 +1260,7 @@ int main(int argc, char **argv)
 	RUN_TEST(test_malformed_requests);
 	RUN_TEST(test_handle_limit);
 	RUN_TEST(test_io_fd_cache);
+	RUN_TEST(test_io_fds_yield_to_nodes);
 	RUN_TEST(test_snapshot_round_trip);
 	RUN_TEST(test_device_queues);
 	return harness_finish();
