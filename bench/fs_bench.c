@@ -92,6 +92,17 @@ struct fs_bench_options {
 };
 
 static double samples[FS_BENCH_SIDES][OP_COUNT][FS_BENCH_MAX_RUNS];
+/* The default policy, its file-size limit (RLIMIT_FSIZE) raised to fit the M MiB file. */
+static struct proto_set_policy bench_policy;
+
+static void bench_policy_init(const struct fs_bench_options *opts)
+{
+	uint64_t needed = ((uint64_t)opts->mib + 1) * 1048576u;
+
+	bench_policy = *sandbox_default_policy();
+	if (bench_policy.max_file_size < needed)
+		bench_policy.max_file_size = needed;
+}
 
 /* Writes the shell that runs op in run on a side whose workloads live in dir. */
 static void op_script(enum fs_bench_op op, const char *dir, unsigned int run,
@@ -137,6 +148,9 @@ static int run_script(struct control_channel *ch, const char *script)
 
 	memset(&resp, 0, sizeof(resp));
 	rc = control_channel_exec(ch, &req, NULL, NULL, &resp);
+	if (rc < 0)
+		fprintf(stderr, "fs_bench: '%s' did not run: %s\n", script,
+			control_channel_last_error());
 	if (rc == 0 && resp.exit_code != 0) {
 		fprintf(stderr, "fs_bench: '%s' exited %d: %.*s\n", script, resp.exit_code,
 			(int)resp.stderr_data.len, (const char *)resp.stderr_data.data);
@@ -247,6 +261,7 @@ static int bench_voidbox(const struct guest_image_paths *image, const char *dir,
 	char err[1024];
 	int rc;
 
+	cfg.policy = &bench_policy;
 	if (side == FS_BENCH_VOIDBOX) {
 		cfg.mounts[0] = (struct sandbox_mount){ .host_dir = dir,
 							.guest_dir = FS_BENCH_SHARE_DIR };
@@ -322,8 +337,8 @@ static int bench_qemu(const struct guest_image_paths *image, const char *dir,
 		ch = control_channel_create(&cfg);
 		rc = ch && control_channel_connect(ch) == 0 ? 0 : -EIO;
 	}
-	/* the agent runs nothing before the session's policy; sandbox_start sends the same */
-	if (rc == 0 && control_channel_set_policy(ch, sandbox_default_policy(), 0) < 0) {
+	/* the agent runs nothing before the session's policy: the one the voidbox sides get */
+	if (rc == 0 && control_channel_set_policy(ch, &bench_policy, 0) < 0) {
 		fprintf(stderr, "fs_bench: the QEMU guest agent refused the policy: %s\n",
 			control_channel_last_error());
 		rc = -EIO;
@@ -528,6 +543,7 @@ int main(int argc, char **argv)
 	if (parse_options(argc, argv, &opts) < 0)
 		return 2;
 	host_env_apply();
+	bench_policy_init(&opts);
 	if (guest_image_resolve(NULL, NULL, &image, err, sizeof(err)) < 0) {
 		fprintf(stderr, "fs_bench: %s\n", err);
 		return 1;
