@@ -1058,14 +1058,13 @@ static int handle_args(struct fuse_op_ctx *ctx, void *in, size_t in_size,
 static int file_args(struct fuse_op_ctx *ctx, void *in, size_t in_size,
 		     enum fuse_io_access access)
 {
+	int fd = handle_args(ctx, in, in_size, FUSE_HANDLE_FILE);
 	uint64_t fh;
 
-	if (in_size < sizeof(fh) || !req_copy(ctx->req, in, in_size))
-		return -EINVAL;
-	memcpy(&fh, in, sizeof(fh));
-	if (fh == 0)
-		return node_io_fd(ctx->s, ctx->hdr->nodeid, access);
-	return handle_fd(ctx->s, fh, FUSE_HANDLE_FILE);
+	if (fd != -EBADF)
+		return fd;
+	memcpy(&fh, in, sizeof(fh)); /* copied: only a handle that names nothing is EBADF */
+	return fh == 0 ? node_io_fd(ctx->s, ctx->hdr->nodeid, access) : fd;
 }
 
 _Static_assert(offsetof(struct fuse_read_in, fh) == 0, "handle_args reads fh first");
