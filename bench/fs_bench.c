@@ -10,9 +10,9 @@
  *   create  N small files (`echo $i > f$i`)        stat    `ls -l` of those N files
  *   unlink  the N files (`rm -r`)                   find    `find` over a tree of T entries
  *   write   M MiB with dd, then fsync               read    M MiB back with dd
- * The tree and the files read are written before the guest boots (by the host on the shared
- * sides, so reads come from the host, never the guest's page cache; by an untimed guest step
- * on the tmpfs side). The defaults are the sizes the goal is stated in (10,000 files, 20,000
+ * The tree and the files read are written before the guest boots by the host on the shared
+ * sides, so reads come from the host, never the guest's page cache; on the tmpfs side an
+ * untimed guest step writes the tree, and the read reads back the file the write wrote. The defaults are the sizes the goal is stated in (10,000 files, 20,000
  * entries, 256 MiB); medians are printed per side with voidbox / QEMU ratios, and --json
  * writes every sample, median and ratio. Run by hand (docs/performance.md); QEMU's side needs
  * qemu-system-x86_64 and /dev/vhost-vsock.
@@ -122,7 +122,9 @@ static void op_script(enum fs_bench_op op, const char *dir, unsigned int run,
 			 "2>/dev/null", dir, run, opts->mib);
 		break;
 	case OP_READ:
-		snprintf(out, len, "dd if=%s/host%u of=/dev/null bs=1048576 2>/dev/null", dir, run);
+		/* tmpfs has no host: it reads back what the write wrote (memory either way) */
+		snprintf(out, len, "dd if=%s/%s%u of=/dev/null bs=1048576 2>/dev/null", dir,
+			 strcmp(dir, FS_BENCH_TMPFS_DIR) == 0 ? "w" : "host", run);
 		break;
 	case OP_COUNT: out[0] = '\0'; break;
 	}
@@ -130,12 +132,11 @@ static void op_script(enum fs_bench_op op, const char *dir, unsigned int run,
 
 /* Both shared sides must have the share mounted, or the figures would be of the guest's tmpfs. */
 #define FS_BENCH_CHECK_MOUNT "grep ' " FS_BENCH_SHARE_DIR " ' /proc/mounts"
-/* The tmpfs side's tree and read files, written by the guest before any timing. */
+/* The tmpfs side's tree, written by the guest before any timing. */
 #define FS_BENCH_TMPFS_SETUP                                                                 \
 	"mkdir -p %1$s/tree && cd %1$s/tree && d=0; while [ $d -lt %2$u ]; do mkdir d$d && "   \
 	"f=0; while [ $f -lt %3$u ]; do : > d$d/f$f || exit 1; f=$((f+1)); done; d=$((d+1)); " \
-	"done; r=0; while [ $r -lt %4$u ]; do dd if=/dev/urandom of=%1$s/host$r bs=1048576 "    \
-	"count=%5$u 2>/dev/null || exit 1; r=$((r+1)); done"
+	"done"
 
 static int run_script(struct control_channel *ch, const char *script)
 {
@@ -182,7 +183,7 @@ static int prepare_guest(struct control_channel *ch, enum fs_bench_side side,
 		return -EIO;
 	}
 	snprintf(script, sizeof(script), FS_BENCH_TMPFS_SETUP, FS_BENCH_TMPFS_DIR,
-		 FS_BENCH_TREE_DIRS, tree_files_per_dir(opts), opts->runs, opts->mib);
+		 FS_BENCH_TREE_DIRS, tree_files_per_dir(opts));
 	return run_script(ch, script);
 }
 
