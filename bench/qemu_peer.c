@@ -115,8 +115,10 @@ int qemu_peer_start(const struct qemu_peer_config *cfg, struct qemu_peer *peer, 
 		peer->channel = control_channel_create(&ch_cfg);
 		rc = peer->channel && control_channel_connect(peer->channel) == 0 ? 0 : -EIO;
 	}
-	/* the agent runs nothing before the session's policy; sandbox_start sends the same */
-	if (rc == 0 && control_channel_set_policy(peer->channel, sandbox_default_policy(), 0) < 0)
+	/* the agent runs nothing before the session's policy; sandbox_start sends the default */
+	if (rc == 0 && control_channel_set_policy(peer->channel,
+						  cfg->policy ? cfg->policy : sandbox_default_policy(),
+						  0) < 0)
 		rc = -EPROTO;
 	if (rc < 0) {
 		snprintf(err, err_len, "the QEMU guest's agent did not answer (%s; console: %s)",

@@ -23,6 +23,8 @@ struct qemu_peer_config {
 	const char *console_path;	/* the guest's serial console goes to this file */
 	const char *const *extra_args;	/* more QEMU arguments, NULL-terminated; may be NULL */
 	double boot_timeout_ms;
+	/* the session's policy; NULL sends sandbox_default_policy(), as sandbox_start does */
+	const struct proto_set_policy *policy;
 };
 
 /* Stays in place while the peer runs: the channel reconnects through it. */

@@ -8,6 +8,11 @@
  * A virtiofs share's read-ahead is raised from the kernel's 128 KiB to MOUNTS_READ_AHEAD_KB:
  * each FUSE READ is one round trip through the host, and the server answers reads of up to
  * 512 KiB (its max_pages), so a sequential read then costs a quarter of the round trips.
+ *
+ * A rw virtiofs share then has one file created, closed, opened and removed in it: voidbox's
+ * server answers OPEN with ENOSYS, and only at that first OPEN does the guest kernel learn to
+ * stop sending OPEN and RELEASE; without it every file the sandbox creates before it first
+ * opens an existing one would still cost a synchronous RELEASE at its close.
  */
 #include "mounts.h"
 
@@ -39,6 +44,8 @@
 /* Two of the server's 512 KiB reads in flight per sequential stream. */
 #define MOUNTS_READ_AHEAD_KB "1024"
 #define MOUNTS_BDI_FORMAT "/sys/class/bdi/%u:%u/read_ahead_kb"
+#define MOUNTS_OPEN_PROBE_NAME ".voidbox-open-probe"
+#define MOUNTS_OPEN_PROBE_MODE 0600
 
 static const char *const mounts_rw_access_options[] = { ",access=any", ",access=1000", "" };
 
@@ -211,6 +218,27 @@ static void mounts_raise_read_ahead(const struct mount_spec *spec)
 		close(fd);
 }
 
+int mounts_learn_no_open(const char *dir)
+{
+	char path[PATH_MAX];
+	int fd, err = 0;
+
+	if (snprintf(path, sizeof(path), "%s/" MOUNTS_OPEN_PROBE_NAME, dir) >= (int)sizeof(path))
+		return -ENAMETOOLONG;
+	fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, MOUNTS_OPEN_PROBE_MODE);
+	if (fd < 0)
+		return -errno;
+	close(fd);
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		err = -errno;
+	else
+		close(fd);
+	if (unlink(path) < 0 && err == 0)
+		err = -errno;
+	return err;
+}
+
 static void mounts_setup_one(const struct mount_spec *spec)
 {
 	unsigned long flags = mounts_flags(spec);
@@ -233,8 +261,15 @@ static void mounts_setup_one(const struct mount_spec *spec)
 		   spec->read_only ? "ro" : "rw");
 	if (!virtiofs_err)
 		mounts_raise_read_ahead(spec);
-	if (!spec->read_only)
-		mounts_ensure_writable(spec);
+	if (spec->read_only)
+		return;
+	mounts_ensure_writable(spec);
+	if (!virtiofs_err) {
+		err = mounts_learn_no_open(spec->guest_path);
+		if (err)
+			agent_debug("mount %d: the open probe failed (%s); the first files created "
+				    "still send RELEASE", spec->index, strerror(-err));
+	}
 }
 
 void mounts_setup(const struct mount_spec *specs, size_t count)

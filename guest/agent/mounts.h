@@ -34,6 +34,13 @@ size_t mounts_parse(const char *cmdline, struct mount_spec *specs, size_t max);
  */
 int mounts_read_ahead_path(dev_t dev, char *out, size_t len);
 
+/*
+ * Creates, closes, opens, closes and removes one file in dir (a rw virtiofs share), so the
+ * guest kernel meets the server's OPEN answer (ENOSYS) before the sandbox's own files: 0, or
+ * -errno with nothing left behind but what unlink could not remove.
+ */
+int mounts_learn_no_open(const char *dir);
+
 /* PID 1: mounts every share; failures are logged and do not stop the others. */
 void mounts_setup(const struct mount_spec *specs, size_t count);
 

@@ -15,6 +15,14 @@
  * /proc/self/fd/N of the O_PATH fd (the exact inode, no name to race), and only for regular
  * files and directories. Handles are slots of a fixed table; fh = slot + 1.
  *
+ * Regular files are served without opens: OPEN answers ENOSYS, which tells the guest kernel
+ * to stop sending OPEN and RELEASE (the latter synchronous on virtio-fs: one round trip per
+ * close()), and CREATE answers handle 0. File I/O with handle 0 goes to the node's own cached
+ * fds, one for reading and one for writing, opened on first use through /proc/self/fd and
+ * closed when the node is forgotten, when FUSE_IO_FDS_MAX are open, or when the process runs
+ * out of fds (the cache is only a cache: a closed one reopens). FUSE_ATOMIC_O_TRUNC is not offered, since no OPEN carries
+ * O_TRUNC: an open(O_TRUNC) reaches the server as a SETATTR of the size.
+ *
  * Snapshots save every node's path relative to the share, read back from the O_PATH fd's
  * /proc link (the kernel follows renames for us); a node whose inode was deleted or moved out
  * of the share is saved as stale and answers ESTALE after a restore.
@@ -53,6 +61,12 @@
 #define FUSE_CACHE_TIMEOUT_RO_SEC 30u
 #define FUSE_INODE_HASH_BUCKETS 4096u
 #define FUSE_INODE_TABLE_INITIAL 64u
+/*
+ * Cached per-node I/O fds open at once, all nodes together (besides each node's O_PATH fd):
+ * a few files' worth of streaming. They also yield to nodes: an open that fails for want of
+ * fds closes them all and tries again, so the cache never costs the guest a node.
+ */
+#define FUSE_IO_FDS_MAX 256u
 #define FUSE_NO_SLOT UINT32_MAX
 #define FUSE_GUEST_NOBODY 65534u
 #define FUSE_XATTR_VALUE_MAX 65536u
@@ -66,8 +80,13 @@
 #define FUSE_OPEN_FLAGS_STRIPPED (O_CREAT | O_EXCL | O_NOCTTY)
 #define FUSE_INIT_FLAGS_OFFERED                                                                \
 	(FUSE_ASYNC_READ | FUSE_BIG_WRITES | FUSE_MAX_PAGES | FUSE_DO_READDIRPLUS |            \
-	 FUSE_READDIRPLUS_AUTO | FUSE_PARALLEL_DIROPS | FUSE_ATOMIC_O_TRUNC |                  \
-	 FUSE_AUTO_INVAL_DATA | FUSE_HANDLE_KILLPRIV_V2)
+	 FUSE_READDIRPLUS_AUTO | FUSE_PARALLEL_DIROPS | FUSE_AUTO_INVAL_DATA |                 \
+	 FUSE_HANDLE_KILLPRIV_V2)
+/* The open flags a created file's cached fd keeps: no O_APPEND or O_DIRECT for later writes. */
+#define FUSE_CREATE_FLAGS_KEPT (O_ACCMODE | O_EXCL | O_TRUNC)
+
+/* What a node's cached I/O fd serves (fuse_inode.io_fd). */
+enum fuse_io_access { FUSE_IO_READ, FUSE_IO_WRITE, FUSE_IO_ACCESSES };
 
 struct fuse_inode {
 	int fd; /* O_PATH; -1 when the slot is free or the inode went stale */
@@ -78,7 +97,11 @@ struct fuse_inode {
 	ino_t ino;
 	mode_t type; /* S_IFMT bits */
 	uint32_t hash_next;
+	int io_fd[FUSE_IO_ACCESSES]; /* regular files: O_RDONLY and O_WRONLY fds, or -1 */
 };
+
+#define FUSE_INODE_EMPTY                                                                     \
+	((struct fuse_inode){ .fd = -1, .hash_next = FUSE_NO_SLOT, .io_fd = { -1, -1 } })
 
 enum fuse_handle_kind { FUSE_HANDLE_FREE, FUSE_HANDLE_FILE, FUSE_HANDLE_DIR };
 
@@ -117,6 +140,8 @@ struct fuse_server {
 	uint32_t hash[FUSE_INODE_HASH_BUCKETS];
 	struct fuse_handle handles[FUSE_SERVER_MAX_HANDLES];
 	uint32_t handle_count;
+	uint32_t io_fd_count;     /* cached I/O fds open, at most FUSE_IO_FDS_MAX */
+	uint32_t io_evict_cursor; /* the slot the next eviction looks at first */
 };
 
 /* ---- request cursor and reply buffer ---- */
@@ -257,10 +282,32 @@ static int inode_table_grow(struct fuse_server *s, uint32_t needed)
 	if (!grown)
 		return -ENOMEM;
 	for (uint32_t i = s->inode_capacity; i < capacity; i++)
-		grown[i] = (struct fuse_inode){ .fd = -1, .hash_next = FUSE_NO_SLOT };
+		grown[i] = FUSE_INODE_EMPTY;
 	s->inodes = grown;
 	s->inode_capacity = capacity;
 	return 0;
+}
+
+static void inode_close_io(struct fuse_server *s, struct fuse_inode *node)
+{
+	for (unsigned int access = 0; access < FUSE_IO_ACCESSES; access++) {
+		if (node->io_fd[access] < 0)
+			continue;
+		close(node->io_fd[access]);
+		node->io_fd[access] = -1;
+		s->io_fd_count--;
+	}
+}
+
+/* After an open failed with rc: when it was for want of fds, closes every cached I/O fd and
+ * says whether that freed any (the caller then tries once more). */
+static bool io_cache_shed(struct fuse_server *s, int rc)
+{
+	if ((rc != -EMFILE && rc != -ENFILE) || s->io_fd_count == 0)
+		return false;
+	for (uint32_t i = 0; i < s->inode_capacity; i++)
+		inode_close_io(s, &s->inodes[i]);
+	return true;
 }
 
 static void inode_release(struct fuse_server *s, uint32_t slot)
@@ -269,11 +316,12 @@ static void inode_release(struct fuse_server *s, uint32_t slot)
 
 	if (!node->used)
 		return;
+	inode_close_io(s, node);
 	if (node->fd >= 0) {
 		inode_hash_remove(s, slot);
 		close(node->fd);
 	}
-	*node = (struct fuse_inode){ .fd = -1, .hash_next = FUSE_NO_SLOT };
+	*node = FUSE_INODE_EMPTY;
 	s->inode_count--;
 }
 
@@ -282,9 +330,13 @@ static int inode_install(struct fuse_server *s, uint32_t slot, int fd, const str
 {
 	struct fuse_inode *node = &s->inodes[slot];
 
-	*node = (struct fuse_inode){ .fd = fd, .used = true, .generation = ++s->next_generation,
-				     .dev = st->st_dev, .ino = st->st_ino,
-				     .type = st->st_mode & S_IFMT, .hash_next = FUSE_NO_SLOT };
+	*node = FUSE_INODE_EMPTY;
+	node->fd = fd;
+	node->used = true;
+	node->generation = ++s->next_generation;
+	node->dev = st->st_dev;
+	node->ino = st->st_ino;
+	node->type = st->st_mode & S_IFMT;
 	if (fd >= 0)
 		inode_hash_insert(s, slot);
 	s->inode_count++;
@@ -355,6 +407,42 @@ static int node_reopen(const struct fuse_server *s, uint64_t nodeid, int flags)
 	return fd < 0 ? -errno : fd;
 }
 
+/* Keeps fd as the slot's cached fd for access, closing another node's when the cache is full. */
+static void node_cache_io_fd(struct fuse_server *s, uint32_t slot, enum fuse_io_access access,
+			     int fd)
+{
+	/* the cap is far above the two a node holds, so another node always has one to give */
+	while (s->io_fd_count >= FUSE_IO_FDS_MAX) {
+		uint32_t victim = s->io_evict_cursor++ % s->inode_capacity;
+
+		if (victim != slot)
+			inode_close_io(s, &s->inodes[victim]);
+	}
+	s->inodes[slot].io_fd[access] = fd;
+	s->io_fd_count++;
+}
+
+/* The regular file's cached fd for access, opened now if it is not open. */
+static int node_io_fd(struct fuse_server *s, uint64_t nodeid, enum fuse_io_access access)
+{
+	uint32_t slot;
+	int rc = node_slot(s, nodeid, &slot), fd;
+
+	if (rc < 0)
+		return rc;
+	if (s->inodes[slot].type != S_IFREG)
+		return -EBADF;
+	if (s->inodes[slot].io_fd[access] >= 0)
+		return s->inodes[slot].io_fd[access];
+	fd = node_reopen(s, nodeid, access == FUSE_IO_WRITE ? O_WRONLY : O_RDONLY);
+	if (io_cache_shed(s, fd))
+		fd = node_reopen(s, nodeid, access == FUSE_IO_WRITE ? O_WRONLY : O_RDONLY);
+	if (fd < 0)
+		return fd;
+	node_cache_io_fd(s, slot, access, fd);
+	return fd;
+}
+
 /* ---- attributes ---- */
 
 static uint32_t guest_uid(const struct fuse_server *s, uid_t uid)
@@ -420,6 +508,8 @@ static int lookup_child(struct fuse_server *s, uint64_t parent, const char *name
 	if (dirfd < 0)
 		return dirfd;
 	fd = fuse_openat_beneath(dirfd, name, O_PATH, 0, FUSE_RESOLVE_FLAGS);
+	if (io_cache_shed(s, fd))
+		fd = fuse_openat_beneath(dirfd, name, O_PATH, 0, FUSE_RESOLVE_FLAGS);
 	if (fd < 0)
 		return fd;
 	rc = stat_fd(fd, &st);
@@ -629,23 +719,17 @@ static int setattr_owner(struct fuse_op_ctx *ctx, const struct fuse_setattr_in *
 
 static int setattr_size(struct fuse_op_ctx *ctx, const struct fuse_setattr_in *in)
 {
-	int fd, rc = 0;
+	int fd;
 
 	if (in->size > (uint64_t)INT64_MAX)
 		return -EFBIG;
-	if (in->valid & FATTR_FH) {
+	if ((in->valid & FATTR_FH) && in->fh != 0)
 		fd = handle_fd(ctx->s, in->fh, FUSE_HANDLE_FILE);
-		if (fd < 0)
-			return fd;
-		return ftruncate(fd, (off_t)in->size) < 0 ? -errno : 0;
-	}
-	fd = node_reopen(ctx->s, ctx->hdr->nodeid, O_WRONLY);
+	else
+		fd = node_io_fd(ctx->s, ctx->hdr->nodeid, FUSE_IO_WRITE);
 	if (fd < 0)
 		return fd;
-	if (ftruncate(fd, (off_t)in->size) < 0)
-		rc = -errno;
-	close(fd);
-	return rc;
+	return ftruncate(fd, (off_t)in->size) < 0 ? -errno : 0;
 }
 
 static int setattr_times(struct fuse_op_ctx *ctx, const struct fuse_setattr_in *in, int node)
@@ -884,11 +968,6 @@ static int op_link(struct fuse_op_ctx *ctx)
 	return reply_entry_of(ctx->s, ctx->hdr->nodeid, name, ctx->rep);
 }
 
-static bool open_flags_write(int flags)
-{
-	return (flags & O_ACCMODE) != O_RDONLY || (flags & O_TRUNC);
-}
-
 static int reply_open(struct fuse_op_ctx *ctx, enum fuse_handle_kind kind, int fd, int flags)
 {
 	struct fuse_open_out out = { .open_flags = read_only(ctx) ? FOPEN_KEEP_CACHE : 0 };
@@ -901,34 +980,25 @@ static int reply_open(struct fuse_op_ctx *ctx, enum fuse_handle_kind kind, int f
 	return reply_put(ctx->rep, &out, sizeof(out));
 }
 
+static bool open_flags_write(int flags)
+{
+	return (flags & O_ACCMODE) != O_RDONLY || (flags & O_TRUNC);
+}
+
+/*
+ * ENOSYS, the no-open answer: the guest kernel then opens regular files without asking and
+ * sends no RELEASE at their close (see the header comment); their I/O carries handle 0.
+ */
 static int op_open(struct fuse_op_ctx *ctx)
 {
 	struct fuse_open_in in;
-	int fd, flags;
-	uint32_t slot;
-	int rc;
 
 	if (!req_copy(ctx->req, &in, sizeof(in)))
 		return -EINVAL;
-	flags = (int)in.flags & ~FUSE_OPEN_FLAGS_STRIPPED;
-	if (open_flags_write(flags) && read_only(ctx))
-		return -EROFS;
-	rc = node_slot(ctx->s, ctx->hdr->nodeid, &slot);
-	if (rc < 0)
-		return rc;
-	if (ctx->s->inodes[slot].type == S_IFDIR)
-		return -EISDIR;
-	fd = node_reopen(ctx->s, ctx->hdr->nodeid, flags);
-	if (fd >= 0 && (flags & O_TRUNC) && (in.open_flags & FUSE_OPEN_KILL_SUIDGID)) {
-		rc = kill_suidgid(fd);
-		if (rc < 0) {
-			close(fd);
-			return rc;
-		}
-	}
-	return fd < 0 ? fd : reply_open(ctx, FUSE_HANDLE_FILE, fd, flags & ~O_TRUNC);
+	return -ENOSYS;
 }
 
+/* Handle 0: the new file's fd becomes its node's cached fd for the access it was opened for. */
 static int op_create(struct fuse_op_ctx *ctx)
 {
 	struct fuse_create_in in;
@@ -937,26 +1007,32 @@ static int op_create(struct fuse_op_ctx *ctx)
 		struct fuse_open_out open;
 	} out = { 0 };
 	const char *name;
+	enum fuse_io_access access;
 	int dirfd = change_args(ctx, &in, sizeof(in), &name), fd, flags, rc;
+	uint32_t slot;
 
 	if (dirfd < 0)
 		return dirfd;
-	flags = ((int)in.flags & ~(O_NOCTTY | O_DIRECTORY)) | O_CREAT;
+	flags = ((int)in.flags & FUSE_CREATE_FLAGS_KEPT) | O_CREAT;
+	access = (flags & O_ACCMODE) == O_RDONLY ? FUSE_IO_READ : FUSE_IO_WRITE;
 	fd = fuse_openat_beneath(dirfd, name, flags, in.mode & ALLPERMS, FUSE_RESOLVE_FLAGS);
+	if (io_cache_shed(ctx->s, fd))
+		fd = fuse_openat_beneath(dirfd, name, flags, in.mode & ALLPERMS, FUSE_RESOLVE_FLAGS);
 	if (fd < 0)
 		return fd;
 	rc = (flags & O_TRUNC) && (in.open_flags & FUSE_OPEN_KILL_SUIDGID) ? kill_suidgid(fd) : 0;
 	if (rc == 0)
 		rc = lookup_child(ctx->s, ctx->hdr->nodeid, name, &out.entry);
-	if (rc == 0)
-		rc = handle_new(ctx->s, FUSE_HANDLE_FILE, fd, out.entry.nodeid,
-				flags & ~(FUSE_OPEN_FLAGS_STRIPPED | O_TRUNC), &out.open.fh);
 	if (rc < 0) {
-		if (out.entry.nodeid)
-			forget_node(ctx->s, out.entry.nodeid, 1);
 		close(fd);
 		return rc;
 	}
+	slot = (uint32_t)(out.entry.nodeid - 1);
+	if (ctx->s->inodes[slot].type == S_IFREG && ctx->s->inodes[slot].io_fd[access] < 0)
+		node_cache_io_fd(ctx->s, slot, access, fd);
+	else
+		close(fd);
+	out.open.open_flags = read_only(ctx) ? FOPEN_KEEP_CACHE : 0;
 	return reply_put(ctx->rep, &out, sizeof(out));
 }
 
@@ -975,6 +1051,22 @@ static int handle_args(struct fuse_op_ctx *ctx, void *in, size_t in_size,
 	return handle_fd(ctx->s, fh, kind);
 }
 
+/*
+ * The same for a regular file's op: handle 0, which every file opened without an OPEN carries,
+ * names the node's own cached fd for access.
+ */
+static int file_args(struct fuse_op_ctx *ctx, void *in, size_t in_size,
+		     enum fuse_io_access access)
+{
+	int fd = handle_args(ctx, in, in_size, FUSE_HANDLE_FILE);
+	uint64_t fh;
+
+	if (fd != -EBADF)
+		return fd;
+	memcpy(&fh, in, sizeof(fh)); /* copied: only a handle that names nothing is EBADF */
+	return fh == 0 ? node_io_fd(ctx->s, ctx->hdr->nodeid, access) : fd;
+}
+
 _Static_assert(offsetof(struct fuse_read_in, fh) == 0, "handle_args reads fh first");
 _Static_assert(offsetof(struct fuse_write_in, fh) == 0, "handle_args reads fh first");
 _Static_assert(offsetof(struct fuse_fsync_in, fh) == 0, "handle_args reads fh first");
@@ -986,7 +1078,7 @@ static int op_read(struct fuse_op_ctx *ctx)
 	struct fuse_read_in in;
 	size_t size;
 	ssize_t got;
-	int fd = handle_args(ctx, &in, sizeof(in), FUSE_HANDLE_FILE);
+	int fd = file_args(ctx, &in, sizeof(in), FUSE_IO_READ);
 
 	if (fd < 0)
 		return fd;
@@ -1007,7 +1099,7 @@ static int op_write(struct fuse_op_ctx *ctx)
 	struct fuse_write_in in;
 	struct fuse_write_out out = { 0 };
 	ssize_t done;
-	int fd = handle_args(ctx, &in, sizeof(in), FUSE_HANDLE_FILE);
+	int fd = file_args(ctx, &in, sizeof(in), FUSE_IO_WRITE);
 
 	if (fd < 0)
 		return fd;
@@ -1044,19 +1136,23 @@ static int op_statfs(struct fuse_op_ctx *ctx)
 	return reply_put(ctx->rep, &out, sizeof(out));
 }
 
+/* Handle 0 is a file opened without an OPEN (a CREATE before the guest saw OPEN's ENOSYS). */
 static int op_release(struct fuse_op_ctx *ctx, enum fuse_handle_kind kind)
 {
 	struct fuse_release_in in;
 
 	if (!req_copy(ctx->req, &in, sizeof(in)))
 		return -EINVAL;
+	if (in.fh == 0 && kind == FUSE_HANDLE_FILE)
+		return 0;
 	return handle_release(ctx->s, in.fh, kind);
 }
 
 static int sync_handle(struct fuse_op_ctx *ctx, enum fuse_handle_kind kind)
 {
 	struct fuse_fsync_in in;
-	int fd = handle_args(ctx, &in, sizeof(in), kind);
+	int fd = kind == FUSE_HANDLE_FILE ? file_args(ctx, &in, sizeof(in), FUSE_IO_READ)
+					   : handle_args(ctx, &in, sizeof(in), kind);
 
 	if (fd < 0)
 		return fd;
@@ -1372,7 +1468,7 @@ static int op_access(struct fuse_op_ctx *ctx)
 static int op_fallocate(struct fuse_op_ctx *ctx)
 {
 	struct fuse_fallocate_in in;
-	int fd = handle_args(ctx, &in, sizeof(in), FUSE_HANDLE_FILE);
+	int fd = file_args(ctx, &in, sizeof(in), FUSE_IO_WRITE);
 
 	if (fd < 0)
 		return fd;
@@ -1388,7 +1484,7 @@ static int op_lseek(struct fuse_op_ctx *ctx)
 	struct fuse_lseek_in in;
 	struct fuse_lseek_out out = { 0 };
 	off_t at;
-	int fd = handle_args(ctx, &in, sizeof(in), FUSE_HANDLE_FILE);
+	int fd = file_args(ctx, &in, sizeof(in), FUSE_IO_READ);
 
 	if (fd < 0)
 		return fd;

@@ -10,8 +10,17 @@
 
 #include "harness.h"
 
+#include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/stat.h>
 #include <sys/sysmacros.h>
+#include <unistd.h>
+
+#define TEST_DIR_TEMPLATE "/tmp/voidbox-mounts-test-XXXXXX"
+#define TEST_PROBE_NAME ".voidbox-open-probe"
 
 static void test_mounts_read_ahead_path(void)
 {
@@ -22,6 +31,40 @@ static void test_mounts_read_ahead_path(void)
 	CHECK_INT_EQ(mounts_read_ahead_path(makedev(259, 3), path, sizeof(path)), 0);
 	CHECK_STR_EQ(path, "/sys/class/bdi/259:3/read_ahead_kb");
 	CHECK_INT_EQ(mounts_read_ahead_path(makedev(0, 45), path, 8), -ENAMETOOLONG);
+}
+
+/* Entries in dir besides . and .. */
+static int dir_entries(const char *dir)
+{
+	DIR *d = opendir(dir);
+	struct dirent *e;
+	int count = 0;
+
+	while (d && (e = readdir(d)))
+		count += strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0;
+	if (d)
+		closedir(d);
+	return d ? count : -1;
+}
+
+/* The open probe leaves the share as it found it, and never replaces a file of that name. */
+static void test_mounts_learn_no_open(void)
+{
+	char dir[] = TEST_DIR_TEMPLATE, path[sizeof(dir) + sizeof(TEST_PROBE_NAME) + 1];
+	int fd;
+
+	CHECK(mkdtemp(dir) != NULL);
+	CHECK_INT_EQ(mounts_learn_no_open(dir), 0);
+	CHECK_INT_EQ(dir_entries(dir), 0);
+	snprintf(path, sizeof(path), "%s/%s", dir, TEST_PROBE_NAME);
+	fd = open(path, O_WRONLY | O_CREAT | O_EXCL, 0644);
+	CHECK(fd >= 0 && write(fd, "mine", 4) == 4);
+	close(fd);
+	CHECK_INT_EQ(mounts_learn_no_open(dir), -EEXIST);
+	CHECK_INT_EQ(dir_entries(dir), 1);
+	CHECK_INT_EQ(unlink(path), 0);
+	CHECK_INT_EQ(rmdir(dir), 0);
+	CHECK_INT_EQ(mounts_learn_no_open(dir), -ENOENT);
 }
 
 static void test_mounts_parse(void)
@@ -111,6 +154,7 @@ int main(void)
 	RUN_TEST(test_disks_requested);
 	RUN_TEST(test_mounts_parse);
 	RUN_TEST(test_mounts_read_ahead_path);
+	RUN_TEST(test_mounts_learn_no_open);
 	RUN_TEST(test_mounts_rejects_malformed);
 	RUN_TEST(test_network_token);
 	RUN_TEST(test_oci_root_device);

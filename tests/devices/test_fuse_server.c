@@ -17,6 +17,7 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <dirent.h>
 #include <sys/sysmacros.h>
 #include <unistd.h>
 
@@ -38,6 +39,12 @@
 #define TEST_LOW_FD_LIMIT 256u
 #define TEST_NAME_MAX 64
 #define TEST_WORKER_NAME "fs-worker"
+/* More files than the server keeps cached I/O fds for (FUSE_IO_FDS_MAX, 256). */
+#define TEST_IO_FILES 300u
+#define TEST_IO_FDS_MAX 256u
+/* Fds left to a server that must hold more files than half of them, each written once. */
+#define TEST_FEW_FDS 48u
+#define TEST_FEW_FILES 40u
 
 struct fx {
 	char dir[TEST_DIR_MAX];     /* the share */
@@ -299,8 +306,9 @@ static void test_create_write_read(void)
 	uint64_t fh = 0, node, again;
 
 	CHECK_INT_EQ(fx_init(&f, FUSE_SERVER_READ_WRITE), 0);
+	/* files are served without opens: CREATE answers handle 0, I/O goes by node */
 	node = create(&f, TEST_ROOT, "new.txt", O_RDWR | O_CREAT, &fh);
-	CHECK(node > TEST_ROOT && fh != 0);
+	CHECK(node > TEST_ROOT && fh == 0);
 	write_fh(&f, node, fh, 0, TEST_GUEST_TEXT);
 	CHECK_INT_EQ(f.error, 0);
 	CHECK_INT_EQ(((struct fuse_write_out *)payload(&f))->size, strlen(TEST_GUEST_TEXT));
@@ -316,9 +324,11 @@ static void test_create_write_read(void)
 	CHECK_INT_EQ(entry.attr.uid, FUSE_SERVER_GUEST_ID);
 	CHECK_INT_EQ(entry.attr.gid, FUSE_SERVER_GUEST_ID);
 	CHECK_INT_EQ(entry.attr.size, strlen(TEST_HOST_TEXT));
-	fh = open_node(&f, again, O_RDONLY);
-	CHECK(fh != 0);
-	CHECK_STR_EQ(read_fh(&f, again, fh), TEST_HOST_TEXT);
+	/* OPEN answers ENOSYS, so the guest kernel stops sending OPEN and RELEASE */
+	CHECK(open_node(&f, again, O_RDONLY) == 0);
+	CHECK_INT_EQ(f.error, -ENOSYS);
+	CHECK_STR_EQ(read_fh(&f, again, 0), TEST_HOST_TEXT);
+	CHECK_INT_EQ(fuse_server_handle_count(f.s), 0);
 	/* the same name twice is one node */
 	CHECK(lookup(&f, TEST_ROOT, "host.txt", NULL) == again);
 	fx_free(&f);
@@ -728,8 +738,8 @@ static void test_confinement(void)
 	CHECK(lookup(&f, lookup(&f, TEST_ROOT, "rel", NULL), "secret", NULL) == 0);
 	CHECK(create(&f, link, "planted", O_WRONLY | O_CREAT, &fh) == 0);
 	node = lookup(&f, TEST_ROOT, "file", NULL);
-	CHECK(open_node(&f, node, O_RDONLY) == 0);
-	CHECK(f.error != 0);
+	CHECK(strcmp(read_fh(&f, node, 0), "") == 0); /* a symlink node has no I/O fd */
+	CHECK_INT_EQ(f.error, -EBADF);
 	/* creating over a symlink does not follow it */
 	CHECK(create(&f, TEST_ROOT, "file", O_WRONLY | O_CREAT | O_TRUNC, &fh) == 0);
 	snprintf(path, sizeof(path), "%s/secret", f.outside);
@@ -757,24 +767,26 @@ static void test_confinement(void)
 
 /*
  * The guest caches what the share lets it: a missing name as a negative entry, entries and
- * attributes for a second on a read-write share and longer on a read-only one, whose opened
- * files also keep their page cache; a host change then drops it (AUTO_INVAL_DATA).
+ * attributes for a second on a read-write share and longer on a read-only one. Files are
+ * opened without an OPEN (ENOSYS), so they keep their page cache across opens on both; a
+ * host change seen at a refresh drops it (AUTO_INVAL_DATA). O_TRUNC then arrives as a
+ * SETATTR, so ATOMIC_O_TRUNC is not offered.
  */
 static void test_cache_hints(void)
 {
 	struct fuse_init_in in = { .major = FUSE_KERNEL_VERSION, .minor = 36,
-				   .flags = FUSE_AUTO_INVAL_DATA };
+				   .flags = FUSE_AUTO_INVAL_DATA | FUSE_ATOMIC_O_TRUNC };
 	struct fuse_entry_out entry, ro_entry;
 	struct fuse_open_in open_in = { .flags = O_RDONLY };
 	struct fuse_init_out init;
-	struct fuse_open_out opened;
 	struct fx f, ro;
-	uint64_t fh, node;
+	uint64_t node;
 
 	CHECK_INT_EQ(fx_init(&f, FUSE_SERVER_READ_WRITE), 0);
 	call(&f, FUSE_INIT, 0, &in, sizeof(in), NULL, 0, NULL, 0);
 	memcpy(&init, payload(&f), sizeof(init));
 	CHECK((init.flags & FUSE_AUTO_INVAL_DATA) != 0);
+	CHECK((init.flags & FUSE_ATOMIC_O_TRUNC) == 0);
 	memset(&entry, 0xff, sizeof(entry));
 	CHECK(lookup(&f, TEST_ROOT, "missing", &entry) == 0);
 	CHECK_INT_EQ(f.error, 0); /* an answer, not an error: the guest keeps it */
@@ -782,9 +794,12 @@ static void test_cache_hints(void)
 	host_write(&f, "file", TEST_HOST_TEXT);
 	CHECK(lookup(&f, TEST_ROOT, "file", &entry) != 0);
 	CHECK_INT_EQ(entry.attr_valid, 1);
-	fh = open_node(&f, entry.nodeid, O_RDONLY);
-	memcpy(&opened, payload(&f), sizeof(opened));
-	CHECK(fh != 0 && (opened.open_flags & FOPEN_KEEP_CACHE) == 0);
+	CHECK(open_node(&f, entry.nodeid, O_RDONLY) == 0);
+	CHECK_INT_EQ(f.error, -ENOSYS);
+	/* the node's cached fd is the inode's: the host's rewrite in place reads back */
+	CHECK_STR_EQ(read_fh(&f, entry.nodeid, 0), TEST_HOST_TEXT);
+	host_write(&f, "file", TEST_GUEST_TEXT);
+	CHECK_STR_EQ(read_fh(&f, entry.nodeid, 0), TEST_GUEST_TEXT);
 
 	CHECK_INT_EQ(fx_init(&ro, FUSE_SERVER_READ_ONLY), 0);
 	host_write(&ro, "file", TEST_HOST_TEXT);
@@ -792,8 +807,7 @@ static void test_cache_hints(void)
 	CHECK(node != 0);
 	CHECK(ro_entry.entry_valid > entry.entry_valid && ro_entry.attr_valid > 1);
 	call(&ro, FUSE_OPEN, node, &open_in, sizeof(open_in), NULL, 0, NULL, 0);
-	memcpy(&opened, payload(&ro), sizeof(opened));
-	CHECK(ro.error == 0 && (opened.open_flags & FOPEN_KEEP_CACHE) != 0);
+	CHECK_INT_EQ(ro.error, -ENOSYS);
 	fx_free(&ro);
 	fx_free(&f);
 }
@@ -826,12 +840,13 @@ static void test_kill_suidgid(void)
 	struct fuse_init_in init_in = { .major = FUSE_KERNEL_VERSION, .minor = 36,
 					.flags = FUSE_HANDLE_KILLPRIV_V2 };
 	struct fuse_setattr_in set = { .valid = FATTR_SIZE | FATTR_KILL_SUIDGID, .size = 1 };
-	struct fuse_open_in trunc = { .flags = O_WRONLY | O_TRUNC,
-				      .open_flags = FUSE_OPEN_KILL_SUIDGID };
+	struct fuse_create_in trunc = { .flags = O_WRONLY | O_CREAT | O_TRUNC,
+					.mode = S_IFREG | TEST_MODE_FILE,
+					.open_flags = FUSE_OPEN_KILL_SUIDGID };
 	struct fuse_write_in in = { .size = 1, .write_flags = FUSE_WRITE_KILL_SUIDGID };
 	struct fuse_init_out init_out;
 	struct fx f;
-	uint64_t node, fh;
+	uint64_t node, fh = 0;
 
 	CHECK_INT_EQ(fx_init(&f, FUSE_SERVER_READ_WRITE), 0);
 	call(&f, FUSE_INIT, 0, &init_in, sizeof(init_in), NULL, 0, NULL, 0);
@@ -840,8 +855,6 @@ static void test_kill_suidgid(void)
 	host_write(&f, "tool", TEST_HOST_TEXT);
 	host_chmod(&f, "tool", 06755);
 	node = lookup(&f, TEST_ROOT, "tool", NULL);
-	fh = open_node(&f, node, O_WRONLY);
-	CHECK(fh != 0);
 	write_fh(&f, node, fh, 0, "x"); /* unmarked: the writer may keep them */
 	CHECK_INT_EQ(host_mode(&f, "tool"), 06755);
 	in.fh = fh;
@@ -855,8 +868,8 @@ static void test_kill_suidgid(void)
 	CHECK_INT_EQ(f.error, 0);
 	CHECK_INT_EQ(host_mode(&f, "tool"), 0745);
 
-	host_chmod(&f, "tool", 04755);
-	call(&f, FUSE_OPEN, node, &trunc, sizeof(trunc), NULL, 0, NULL, 0);
+	host_chmod(&f, "tool", 04755); /* open(O_CREAT | O_TRUNC) of the existing file */
+	call(&f, FUSE_CREATE, TEST_ROOT, &trunc, sizeof(trunc), "tool", 5, NULL, 0);
 	CHECK_INT_EQ(f.error, 0);
 	CHECK_INT_EQ(host_mode(&f, "tool"), 0755);
 	fx_free(&f);
@@ -874,10 +887,6 @@ static void test_read_only_share(void)
 	host_write(&f, "keep.txt", TEST_HOST_TEXT);
 	node = lookup(&f, TEST_ROOT, "keep.txt", NULL);
 	CHECK(node != 0);
-	CHECK(open_node(&f, node, O_WRONLY) == 0);
-	CHECK_INT_EQ(f.error, -EROFS);
-	CHECK(open_node(&f, node, O_RDONLY | O_TRUNC) == 0);
-	CHECK_INT_EQ(f.error, -EROFS);
 	CHECK(create(&f, TEST_ROOT, "new", O_WRONLY | O_CREAT, &fh) == 0);
 	CHECK_INT_EQ(f.error, -EROFS);
 	call(&f, FUSE_SETATTR, node, &set, sizeof(set), NULL, 0, NULL, 0);
@@ -888,12 +897,15 @@ static void test_read_only_share(void)
 	CHECK_INT_EQ(f.error, -EROFS);
 	call(&f, FUSE_ACCESS, node, &access_in, sizeof(access_in), NULL, 0, NULL, 0);
 	CHECK_INT_EQ(f.error, -EROFS);
-	/* a read handle cannot write either */
-	fh = open_node(&f, node, O_RDONLY);
-	CHECK(fh != 0);
-	write_fh(&f, node, fh, 0, "overwritten");
+	/* files open without an OPEN: their writes and truncations are what is refused */
+	CHECK(open_node(&f, node, O_WRONLY | O_TRUNC) == 0);
+	CHECK_INT_EQ(f.error, -ENOSYS);
+	write_fh(&f, node, 0, 0, "overwritten");
 	CHECK_INT_EQ(f.error, -EROFS);
-	CHECK_STR_EQ(read_fh(&f, node, fh), TEST_HOST_TEXT);
+	set.valid = FATTR_SIZE | FATTR_FH;
+	call(&f, FUSE_SETATTR, node, &set, sizeof(set), NULL, 0, NULL, 0);
+	CHECK_INT_EQ(f.error, -EROFS);
+	CHECK_STR_EQ(read_fh(&f, node, 0), TEST_HOST_TEXT);
 	CHECK_STR_EQ(host_read(&f, "keep.txt"), TEST_HOST_TEXT);
 	fx_free(&f);
 }
@@ -994,16 +1006,110 @@ static void test_handle_limit(void)
 		setrlimit(RLIMIT_NOFILE, &limit);
 	}
 	CHECK_INT_EQ(fx_init(&f, FUSE_SERVER_READ_WRITE), 0);
-	host_write(&f, "many", "m");
-	node = lookup(&f, TEST_ROOT, "many", NULL);
+	node = mkdir_node(&f, TEST_ROOT, "many");
 	for (unsigned int i = 0; i < FUSE_SERVER_MAX_HANDLES + 2; i++) {
-		fh = open_node(&f, node, O_RDONLY);
+		struct fuse_open_in in = { .flags = O_RDONLY | O_DIRECTORY };
+
+		call(&f, FUSE_OPENDIR, node, &in, sizeof(in), NULL, 0, NULL, 0);
+		fh = f.error ? 0 : ((struct fuse_open_out *)payload(&f))->fh;
 		if (!fh)
 			break;
 		opened++;
 	}
 	CHECK_INT_EQ(opened, FUSE_SERVER_MAX_HANDLES);
 	CHECK_INT_EQ(f.error, -ENFILE);
+	fx_free(&f);
+}
+
+/* Open fds of this process. */
+static unsigned int open_fd_count(void)
+{
+	DIR *dir = opendir("/proc/self/fd");
+	unsigned int count = 0;
+
+	while (dir && readdir(dir))
+		count++;
+	if (dir)
+		closedir(dir);
+	return count;
+}
+
+/*
+ * Files opened without an OPEN are read through their node's cached fd: more files than the
+ * cache holds all read back (an evicted fd reopens), the cache stays bounded, and forgetting
+ * the nodes closes every fd they held.
+ */
+static void test_io_fd_cache(void)
+{
+	struct fx f;
+	struct rlimit limit;
+	uint64_t nodes[TEST_IO_FILES];
+	char name[TEST_NAME_MAX];
+	unsigned int before, bad = 0;
+
+	if (getrlimit(RLIMIT_NOFILE, &limit) == 0) {
+		limit.rlim_cur = limit.rlim_max;
+		setrlimit(RLIMIT_NOFILE, &limit);
+	}
+	CHECK_INT_EQ(fx_init(&f, FUSE_SERVER_READ_WRITE), 0);
+	before = open_fd_count();
+	for (unsigned int i = 0; i < TEST_IO_FILES; i++) {
+		uint64_t fh = 0;
+
+		snprintf(name, sizeof(name), "f%u", i);
+		nodes[i] = create(&f, TEST_ROOT, name, O_WRONLY | O_CREAT, &fh);
+		write_fh(&f, nodes[i], fh, 0, name);
+		bad += f.error != 0 || fh != 0;
+	}
+	for (unsigned int i = 0; i < TEST_IO_FILES; i++) {
+		snprintf(name, sizeof(name), "f%u", i);
+		bad += strcmp(read_fh(&f, nodes[i], 0), name) != 0;
+	}
+	CHECK_INT_EQ(bad, 0);
+	/* one O_PATH fd per node, at most the cache's I/O fds besides */
+	CHECK(open_fd_count() <= before + TEST_IO_FILES + TEST_IO_FDS_MAX);
+	CHECK(open_fd_count() > before + TEST_IO_FILES);
+	for (unsigned int i = 0; i < TEST_IO_FILES; i++) {
+		struct fuse_forget_in forget = { .nlookup = 1 };
+
+		call(&f, FUSE_FORGET, nodes[i], &forget, sizeof(forget), NULL, 0, NULL, 0);
+	}
+	CHECK_INT_EQ(open_fd_count(), before);
+	fx_free(&f);
+}
+
+/*
+ * With few fds left, the cached I/O fds give way to nodes: every file is created, written and
+ * read back although a node and its write fd each would not fit.
+ */
+static void test_io_fds_yield_to_nodes(void)
+{
+	struct rlimit saved, low;
+	uint64_t nodes[TEST_FEW_FILES];
+	char name[TEST_NAME_MAX];
+	unsigned int bad = 0;
+	struct fx f;
+
+	CHECK_INT_EQ(getrlimit(RLIMIT_NOFILE, &saved), 0);
+	CHECK_INT_EQ(fx_init(&f, FUSE_SERVER_READ_WRITE), 0);
+	low = saved;
+	low.rlim_cur = open_fd_count() + TEST_FEW_FDS;
+	CHECK_INT_EQ(setrlimit(RLIMIT_NOFILE, &low), 0);
+	for (unsigned int i = 0; i < TEST_FEW_FILES; i++) {
+		uint64_t fh = 0;
+
+		snprintf(name, sizeof(name), "few%u", i);
+		nodes[i] = create(&f, TEST_ROOT, name, O_WRONLY | O_CREAT, &fh);
+		bad += f.error != 0;
+		write_fh(&f, nodes[i], fh, 0, name);
+		bad += f.error != 0;
+	}
+	for (unsigned int i = 0; i < TEST_FEW_FILES; i++) {
+		snprintf(name, sizeof(name), "few%u", i);
+		bad += strcmp(read_fh(&f, nodes[i], 0), name) != 0;
+	}
+	CHECK_INT_EQ(bad, 0);
+	CHECK_INT_EQ(setrlimit(RLIMIT_NOFILE, &saved), 0);
 	fx_free(&f);
 }
 
@@ -1033,16 +1139,16 @@ static void test_snapshot_round_trip(void)
 	CHECK_INT_EQ(fuse_server_restore(restored, &r), 0);
 	CHECK_INT_EQ(byte_reader_finish(&r), 0);
 	CHECK_INT_EQ(fuse_server_inode_count(restored), fuse_server_inode_count(f.s));
-	CHECK_INT_EQ(fuse_server_handle_count(restored), 2);
+	CHECK_INT_EQ(fuse_server_handle_count(restored), 0); /* files carry handle 0 */
 	fuse_server_destroy(f.s);
 	f.s = restored;
-	/* the same node ids and handle work, the directory's children too */
+	/* the same node ids work for I/O, the directory's children too */
 	CHECK_STR_EQ(read_fh(&f, file, fh), "kept");
 	write_fh(&f, file, fh, 4, "+more");
 	CHECK_INT_EQ(f.error, 0);
 	CHECK_STR_EQ(host_read(&f, "work/notes"), "kept+more");
 	CHECK(lookup(&f, dir, "notes", NULL) == file);
-	/* the vanished file answers ESTALE, by node and by handle */
+	/* the vanished file answers ESTALE, by node and for I/O */
 	call(&f, FUSE_GETATTR, gone, &getattr, sizeof(getattr), NULL, 0, NULL, 0);
 	CHECK_INT_EQ(f.error, -ESTALE);
 	read_fh(&f, gone, gone_fh);
@@ -1153,6 +1259,8 @@ int main(int argc, char **argv)
 	RUN_TEST(test_kill_suidgid);
 	RUN_TEST(test_malformed_requests);
 	RUN_TEST(test_handle_limit);
+	RUN_TEST(test_io_fd_cache);
+	RUN_TEST(test_io_fds_yield_to_nodes);
 	RUN_TEST(test_snapshot_round_trip);
 	RUN_TEST(test_device_queues);
 	return harness_finish();

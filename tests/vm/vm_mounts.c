@@ -10,7 +10,8 @@
  * checksum; symlinks (made by the guest or by the host) pointing outside the share never
  * reaching the host's files; a background writer holding a file open in the share across a
  * snapshot restore; a file removed on the host between snapshot and restore failing cleanly;
- * a forked child and its parent writing the same host directory.
+ * a forked child and its parent writing the same host directory; files opened without an
+ * OPEN truncating, appending, refusing what their mode refuses and seeing a host change.
  *
  * Needs a /dev/kvm that runs standard guests (tests/vm/run-vm-suite finds one or skips).
  */
@@ -130,6 +131,32 @@ static void test_metadata_operations(void)
 	CHECK_INT_EQ(host(cmd, NULL, 0), 0);
 	CHECK_INT_EQ(sh(vm, "sleep 2; cat " TEST_GUEST_RW "/a/moved", out, sizeof(out)), 0);
 	CHECK_STR_EQ(out, "changed");
+}
+
+/*
+ * Files open without an OPEN (the server answers ENOSYS, docs/devices.md): a truncating
+ * open still truncates (it arrives as a SETATTR), an append appends, the sandbox user is
+ * still refused a file its mode forbids, and a same-size host change to a file whose pages
+ * the guest holds is seen once the attributes expire (1 s).
+ */
+static void test_files_without_open(void)
+{
+	char out[TEST_OUTPUT_MAX], cmd[TEST_CMD_MAX];
+
+	CHECK_INT_EQ(sh(vm, "cd " TEST_GUEST_RW " && printf 0123456789 > t && printf ab > t && "
+			"printf cd >> t && chmod 444 t && (printf no > t) 2>&1; "
+			"printf no >> t 2>/dev/null || echo refused", out, sizeof(out)), 0);
+	CHECK(strstr(out, "Permission denied") != NULL && strstr(out, "refused") != NULL);
+	snprintf(cmd, sizeof(cmd), "cat %s/t && stat -c ' %%a' %s/t", rw_dir, rw_dir);
+	CHECK_INT_EQ(host(cmd, out, sizeof(out)), 0);
+	CHECK_STR_EQ(out, "abcd 444");
+	CHECK_INT_EQ(sh(vm, "printf aaaa > " TEST_GUEST_RW "/cached && cat " TEST_GUEST_RW
+			"/cached", out, sizeof(out)), 0);
+	CHECK_STR_EQ(out, "aaaa");
+	snprintf(cmd, sizeof(cmd), "printf bbbb > %s/cached", rw_dir);
+	CHECK_INT_EQ(host(cmd, NULL, 0), 0);
+	CHECK_INT_EQ(sh(vm, "sleep 2; cat " TEST_GUEST_RW "/cached", out, sizeof(out)), 0);
+	CHECK_STR_EQ(out, "bbbb");
 }
 
 static void test_big_file_both_ways(void)
@@ -365,6 +392,7 @@ int main(void)
 	RUN_TEST(test_three_mounts_up);
 	RUN_TEST(test_write_both_ways);
 	RUN_TEST(test_metadata_operations);
+	RUN_TEST(test_files_without_open);
 	RUN_TEST(test_read_only_share);
 	RUN_TEST(test_symlinks_stay_inside);
 	RUN_TEST(test_tar_with_links);
