@@ -8,10 +8,14 @@
  * (or per family of opcodes), dispatched by one switch, each returning 0 or -errno: the
  * dispatcher turns that into the reply header, so no path can forget to answer.
  *
- * Inodes: node id N is slot N - 1 of a growable table (node id 1, the root, is slot 0), each an
- * O_PATH fd found by one openat2(RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS, O_NOFOLLOW) per
- * name, deduplicated by (st_dev, st_ino) through a hash so a hard link is one node. A node is
- * freed when the guest forgets it as often as it looked it up. Opening for I/O goes through
+ * Inodes: node id N is slot N - 1 of a growable table (node id 1, the root, is slot 0), each
+ * found by one openat2(RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS, O_NOFOLLOW) per name beneath
+ * its parent, deduplicated by (st_dev, st_ino) through a hash so a hard link is one node. The
+ * guest keeps every inode it looked up until memory pressure makes it forget, so a node holds
+ * its O_PATH fd only while it is among the budget's most recently used; each keeps its parent
+ * slot and name, and one whose fd was closed reopens from the nearest ancestor holding one and
+ * must be the same inode again (else ESTALE). A node is freed when the guest forgets it as
+ * often as it looked it up and no node is found through it. Opening for I/O goes through
  * /proc/self/fd/N of the O_PATH fd (the exact inode, no name to race), and only for regular
  * files and directories. Handles are slots of a fixed table; fh = slot + 1.
  *
@@ -24,8 +28,9 @@
  * O_TRUNC: an open(O_TRUNC) reaches the server as a SETATTR of the size.
  *
  * Snapshots save every node's path relative to the share, read back from the O_PATH fd's
- * /proc link (the kernel follows renames for us); a node whose inode was deleted or moved out
- * of the share is saved as stale and answers ESTALE after a restore.
+ * /proc link (the kernel follows renames for us; a closed fd is reopened first); a node whose
+ * inode was deleted or moved out of the share is saved as stale and answers ESTALE after a
+ * restore. A restored node's name is that path, beneath the root.
  */
 #include "devices/fuse_server.h"
 

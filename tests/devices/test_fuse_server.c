@@ -1218,6 +1218,36 @@ static void test_nodes_beyond_fd_budget(void)
 	moved = lookup(&f, chain, "leaf", NULL);
 	CHECK(moved == deep);
 	CHECK(fuse_server_node_fd_count(f.s) <= TEST_BUDGET_FDS);
+
+	/* saved while most fds are closed, restored into a server with the same small budget */
+	{
+		struct fuse_server *restored;
+		struct byte_writer w;
+		struct byte_reader r;
+		char err[256];
+
+		byte_writer_init(&w);
+		fuse_server_save(f.s, &w);
+		CHECK(!byte_writer_failed(&w));
+		restored = fuse_server_create(f.dir, FUSE_SERVER_READ_WRITE, err, sizeof(err));
+		fuse_server_set_node_fd_budget(restored, TEST_BUDGET_FDS);
+		byte_reader_init(&r, w.data, w.len);
+		CHECK_INT_EQ(fuse_server_restore(restored, &r), 0);
+		CHECK(fuse_server_node_fd_count(restored) <= TEST_BUDGET_FDS);
+		fuse_server_destroy(f.s);
+		f.s = restored;
+		byte_writer_free(&w);
+	}
+	for (unsigned int d = 5; d < TEST_BUDGET_DIRS; d++) {
+		for (unsigned int i = 0; i < TEST_BUDGET_FILES; i++) {
+			snprintf(text, sizeof(text), "d%u/f%u", d, i);
+			bad += strcmp(read_fh(&f, files[d][i], 0), text) != 0;
+		}
+	}
+	CHECK_INT_EQ(bad, 0);
+	CHECK_STR_EQ(read_fh(&f, deep, 0), "deep bytes");
+	getattr_node(&f, files[4][6]);
+	CHECK_INT_EQ(f.error, -ESTALE);
 	fx_free(&f);
 }
 
