@@ -460,8 +460,9 @@ static uint32_t inode_free_slot(struct fuse_server *s, uint32_t slot)
 	s->inode_count--;
 	if (slot < s->free_hint)
 		s->free_hint = slot;
-	if (parent != FUSE_NO_SLOT)
-		s->inodes[parent].children--;
+	if (parent == FUSE_NO_SLOT || !s->inodes[parent].used)
+		return FUSE_NO_SLOT; /* dropping every node frees parents before their children */
+	s->inodes[parent].children--;
 	return parent;
 }
 
@@ -2147,6 +2148,7 @@ static int restore_nodes(struct fuse_server *s, struct byte_reader *in, uint32_t
 		}
 		if (node->nlookup == 0)
 			continue; /* kept only for nodes beneath it, which reopen from the root now */
+		s->inodes[slot] = FUSE_INODE_EMPTY;
 		fd = restore_open_path(s, node, &st);
 		if (fd >= 0) {
 			rc = node_set_path(s, slot, 0, node->path);

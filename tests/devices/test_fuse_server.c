@@ -1219,6 +1219,27 @@ static void test_nodes_beyond_fd_budget(void)
 	CHECK(moved == deep);
 	CHECK(fuse_server_node_fd_count(f.s) <= TEST_BUDGET_FDS);
 
+	/* a parent forgotten before its child stays while the child is reached through it */
+	{
+		struct fuse_forget_in forget = { .nlookup = 1 };
+		size_t before = fuse_server_inode_count(f.s);
+
+		call(&f, FUSE_FORGET, dirs[9], &forget, sizeof(forget), NULL, 0, NULL, 0);
+		CHECK_INT_EQ(fuse_server_inode_count(f.s), before);
+		for (unsigned int i = 1; i < TEST_BUDGET_FILES; i++)
+			getattr_node(&f, files[2][i]);
+		CHECK_STR_EQ(read_fh(&f, files[9][0], 0), "d9/f0");
+		for (unsigned int i = 0; i < TEST_BUDGET_FILES; i++)
+			call(&f, FUSE_FORGET, files[9][i], &forget, sizeof(forget), NULL, 0, NULL, 0);
+		CHECK_INT_EQ(fuse_server_inode_count(f.s), before - TEST_BUDGET_FILES - 1);
+		dirs[9] = lookup(&f, TEST_ROOT, "d9", NULL); /* again, for the checks that follow */
+		CHECK(dirs[9] != 0);
+		for (unsigned int i = 0; i < TEST_BUDGET_FILES; i++) {
+			snprintf(name, sizeof(name), "f%u", i);
+			files[9][i] = lookup(&f, dirs[9], name, NULL);
+		}
+	}
+
 	/* saved while most fds are closed, restored into a server with the same small budget */
 	{
 		struct fuse_server *restored;
