@@ -1,7 +1,8 @@
 /*
  * libFuzzer target for the virtio-fs FUSE server as a hostile guest drives it: any sequence
  * of requests (opcodes, node ids, handles, lengths, names, sizes), with the server's snapshot
- * state saved and restored between them.
+ * state saved and restored between them, and the fewest node fds allowed so nodes are closed
+ * and reopened beneath their parents.
  *
  * Each run starts a fresh server on a share reset to the same few entries (a file, a
  * directory, a symlink to a sibling directory outside the share, a symlink to an absolute
@@ -32,6 +33,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 #define FUZZ_SECRET_TEXT "outside the share"
 #define FUZZ_CMD_MAX 4096
 #define FUZZ_DIR_MAX 256
+/* Node fds a server may hold: the fewest, so nodes the guest makes get closed and reopened. */
+#define FUZZ_NODE_FDS 8u
 
 static char fuzz_base[FUZZ_DIR_MAX / 2];
 static char fuzz_share[FUZZ_DIR_MAX];
@@ -128,6 +131,7 @@ static struct fuse_server *fuzz_snapshot(struct fuse_server *server)
 	restored = fuse_server_create(fuzz_share, FUSE_SERVER_READ_WRITE, err, sizeof(err));
 	if (!restored || byte_writer_failed(&out))
 		abort();
+	fuse_server_set_node_fd_budget(restored, FUZZ_NODE_FDS);
 	byte_reader_init(&in, out.data, out.len);
 	if (fuse_server_restore(restored, &in) < 0)
 		abort(); /* what the server saved, it must take back */
@@ -147,6 +151,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	server = fuse_server_create(fuzz_share, FUSE_SERVER_READ_WRITE, err, sizeof(err));
 	if (!server)
 		abort();
+	fuse_server_set_node_fd_budget(server, FUZZ_NODE_FDS);
 	fuzz_init(server);
 	for (unsigned int records = 0;
 	     records < FUZZ_MAX_RECORDS && size - at >= FUZZ_RECORD_HEADER; records++) {

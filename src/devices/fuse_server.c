@@ -8,10 +8,14 @@
  * (or per family of opcodes), dispatched by one switch, each returning 0 or -errno: the
  * dispatcher turns that into the reply header, so no path can forget to answer.
  *
- * Inodes: node id N is slot N - 1 of a growable table (node id 1, the root, is slot 0), each an
- * O_PATH fd found by one openat2(RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS, O_NOFOLLOW) per
- * name, deduplicated by (st_dev, st_ino) through a hash so a hard link is one node. A node is
- * freed when the guest forgets it as often as it looked it up. Opening for I/O goes through
+ * Inodes: node id N is slot N - 1 of a growable table (node id 1, the root, is slot 0), each
+ * found by one openat2(RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS, O_NOFOLLOW) per name beneath
+ * its parent, deduplicated by (st_dev, st_ino) through a hash so a hard link is one node. The
+ * guest keeps every inode it looked up until memory pressure makes it forget, so a node holds
+ * its O_PATH fd only while it is among the budget's most recently used; each keeps its parent
+ * slot and name, and one whose fd was closed reopens from the nearest ancestor holding one and
+ * must be the same inode again (else ESTALE). A node is freed when the guest forgets it as
+ * often as it looked it up and no node is found through it. Opening for I/O goes through
  * /proc/self/fd/N of the O_PATH fd (the exact inode, no name to race), and only for regular
  * files and directories. Handles are slots of a fixed table; fh = slot + 1.
  *
@@ -24,8 +28,9 @@
  * O_TRUNC: an open(O_TRUNC) reaches the server as a SETATTR of the size.
  *
  * Snapshots save every node's path relative to the share, read back from the O_PATH fd's
- * /proc link (the kernel follows renames for us); a node whose inode was deleted or moved out
- * of the share is saved as stale and answers ESTALE after a restore.
+ * /proc link (the kernel follows renames for us; a closed fd is reopened first); a node whose
+ * inode was deleted or moved out of the share is saved as stale and answers ESTALE after a
+ * restore. A restored node's name is that path, beneath the root.
  */
 #include "devices/fuse_server.h"
 
@@ -39,6 +44,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/statfs.h>
 #include <sys/syscall.h>
@@ -59,7 +65,16 @@
  */
 #define FUSE_CACHE_TIMEOUT_SEC 1u
 #define FUSE_CACHE_TIMEOUT_RO_SEC 30u
-#define FUSE_INODE_HASH_BUCKETS 4096u
+#define FUSE_INODE_HASH_BUCKETS 65536u
+/*
+ * O_PATH fds held for nodes (besides the root's): a quarter of the process's open-file limit,
+ * within these bounds. Every other node reopens from its parent on use.
+ */
+#define FUSE_NODE_FDS_MIN 8u
+#define FUSE_NODE_FDS_MAX 16384u
+#define FUSE_NODE_FDS_SHARE_OF_LIMIT 4u
+/* Bytes of node names a share holds at most (beside its FUSE_SERVER_MAX_INODES slots). */
+#define FUSE_NAME_BYTES_MAX (64u * 1024u * 1024u)
 #define FUSE_INODE_TABLE_INITIAL 64u
 /*
  * Cached per-node I/O fds open at once, all nodes together (besides each node's O_PATH fd):
@@ -89,8 +104,13 @@
 enum fuse_io_access { FUSE_IO_READ, FUSE_IO_WRITE, FUSE_IO_ACCESSES };
 
 struct fuse_inode {
-	int fd; /* O_PATH; -1 when the slot is free or the inode went stale */
+	int fd;     /* O_PATH; -1 when closed to stay within the budget (reopens) or stale */
 	bool used;
+	bool stale; /* its inode is gone (a restore did not find it): answers ESTALE */
+	uint32_t parent;   /* the slot it reopens beneath (FUSE_NO_SLOT for the root) */
+	char *name;        /* its name there (a restored node: its path beneath the root) */
+	uint32_t children; /* nodes whose parent it is: it is kept while any exists */
+	uint32_t lru_prev, lru_next; /* the held-fd list, while fd >= 0 */
 	uint64_t nlookup;
 	uint64_t generation;
 	dev_t dev;
@@ -101,7 +121,12 @@ struct fuse_inode {
 };
 
 #define FUSE_INODE_EMPTY                                                                     \
-	((struct fuse_inode){ .fd = -1, .hash_next = FUSE_NO_SLOT, .io_fd = { -1, -1 } })
+	((struct fuse_inode){ .fd = -1,                                                        \
+			      .parent = FUSE_NO_SLOT,                                          \
+			      .lru_prev = FUSE_NO_SLOT,                                        \
+			      .lru_next = FUSE_NO_SLOT,                                        \
+			      .hash_next = FUSE_NO_SLOT,                                       \
+			      .io_fd = { -1, -1 } })
 
 enum fuse_handle_kind { FUSE_HANDLE_FREE, FUSE_HANDLE_FILE, FUSE_HANDLE_DIR };
 
@@ -142,6 +167,11 @@ struct fuse_server {
 	uint32_t handle_count;
 	uint32_t io_fd_count;     /* cached I/O fds open, at most FUSE_IO_FDS_MAX */
 	uint32_t io_evict_cursor; /* the slot the next eviction looks at first */
+	uint32_t free_hint;       /* no slot below it is free */
+	size_t name_bytes;        /* held by node names, at most FUSE_NAME_BYTES_MAX */
+	uint32_t node_fd_budget;  /* O_PATH fds held besides the root's */
+	uint32_t node_fd_count;
+	uint32_t lru_head, lru_tail; /* most and least recently used node holding an fd */
 };
 
 /* ---- request cursor and reply buffer ---- */
@@ -221,6 +251,11 @@ static void fuse_proc_path(char *out, int fd)
 	snprintf(out, FUSE_PROC_FD_PATH_MAX, "/proc/self/fd/%d", fd);
 }
 
+static int stat_fd(int fd, struct stat *st)
+{
+	return fstatat(fd, "", st, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW) < 0 ? -errno : 0;
+}
+
 /* ---- inode table ---- */
 
 static uint32_t inode_hash(dev_t dev, ino_t ino)
@@ -258,7 +293,7 @@ static uint32_t inode_find(const struct fuse_server *s, dev_t dev, ino_t ino)
 	while (slot != FUSE_NO_SLOT) {
 		const struct fuse_inode *node = &s->inodes[slot];
 
-		if (node->fd >= 0 && node->dev == dev && node->ino == ino)
+		if (!node->stale && node->dev == dev && node->ino == ino)
 			return slot;
 		slot = node->hash_next;
 	}
@@ -310,52 +345,193 @@ static bool io_cache_shed(struct fuse_server *s, int rc)
 	return true;
 }
 
-static void inode_release(struct fuse_server *s, uint32_t slot)
+/* ---- the O_PATH fds held: a least-recently-used list of slots (the root is never in it) ---- */
+
+static void lru_unlink(struct fuse_server *s, uint32_t slot)
 {
 	struct fuse_inode *node = &s->inodes[slot];
 
-	if (!node->used)
-		return;
-	inode_close_io(s, node);
-	if (node->fd >= 0) {
-		inode_hash_remove(s, slot);
-		close(node->fd);
-	}
-	*node = FUSE_INODE_EMPTY;
-	s->inode_count--;
+	if (node->lru_prev != FUSE_NO_SLOT)
+		s->inodes[node->lru_prev].lru_next = node->lru_next;
+	else
+		s->lru_head = node->lru_next;
+	if (node->lru_next != FUSE_NO_SLOT)
+		s->inodes[node->lru_next].lru_prev = node->lru_prev;
+	else
+		s->lru_tail = node->lru_prev;
+	node->lru_prev = node->lru_next = FUSE_NO_SLOT;
 }
 
-/* Takes fd (an O_PATH fd with st); the slot's lookup count starts at zero. */
-static int inode_install(struct fuse_server *s, uint32_t slot, int fd, const struct stat *st)
+static void lru_push_front(struct fuse_server *s, uint32_t slot)
 {
 	struct fuse_inode *node = &s->inodes[slot];
 
+	node->lru_prev = FUSE_NO_SLOT;
+	node->lru_next = s->lru_head;
+	if (s->lru_head != FUSE_NO_SLOT)
+		s->inodes[s->lru_head].lru_prev = slot;
+	s->lru_head = slot;
+	if (s->lru_tail == FUSE_NO_SLOT)
+		s->lru_tail = slot;
+}
+
+/* Closes the node's O_PATH fd; the node stays, and reopens from its parent and name. */
+static void node_fd_drop(struct fuse_server *s, uint32_t slot)
+{
+	struct fuse_inode *node = &s->inodes[slot];
+
+	if (slot == 0 || node->fd < 0)
+		return;
+	lru_unlink(s, slot);
+	close(node->fd);
+	node->fd = -1;
+	s->node_fd_count--;
+}
+
+/*
+ * Gives the node fd and closes the least recently used others while more than the budget are
+ * held. The budget is at least FUSE_NODE_FDS_MIN, far above the two or three nodes one
+ * request uses, and each use moves its node to the front: an fd a request still holds is
+ * never the one closed.
+ */
+static void node_fd_adopt(struct fuse_server *s, uint32_t slot, int fd)
+{
+	s->inodes[slot].fd = fd;
+	if (slot == 0)
+		return;
+	lru_push_front(s, slot);
+	s->node_fd_count++;
+	while (s->node_fd_count > s->node_fd_budget && s->lru_tail != slot)
+		node_fd_drop(s, s->lru_tail);
+}
+
+static void lru_touch(struct fuse_server *s, uint32_t slot)
+{
+	if (slot == 0 || s->lru_head == slot)
+		return;
+	lru_unlink(s, slot);
+	lru_push_front(s, slot);
+}
+
+/* Records where the node is found again: name (copied) beneath the parent slot. */
+static int node_set_path(struct fuse_server *s, uint32_t slot, uint32_t parent, const char *name)
+{
+	struct fuse_inode *node = &s->inodes[slot];
+	size_t len = strlen(name) + 1;
+	char *copy;
+
+	if (node->parent == parent && node->name && strcmp(node->name, name) == 0)
+		return 0;
+	if (s->name_bytes + len > FUSE_NAME_BYTES_MAX)
+		return -ENFILE;
+	copy = malloc(len);
+	if (!copy)
+		return -ENOMEM;
+	memcpy(copy, name, len);
+	if (node->name) {
+		s->name_bytes -= strlen(node->name) + 1;
+		free(node->name);
+	}
+	node->name = copy;
+	s->name_bytes += len;
+	if (node->parent != FUSE_NO_SLOT)
+		s->inodes[node->parent].children--;
+	node->parent = parent;
+	s->inodes[parent].children++;
+	return 0;
+}
+
+/* Frees one slot; returns its parent (FUSE_NO_SLOT for none), which lost a child. */
+static uint32_t inode_free_slot(struct fuse_server *s, uint32_t slot)
+{
+	struct fuse_inode *node = &s->inodes[slot];
+	uint32_t parent = node->parent;
+
+	inode_close_io(s, node);
+	if (!node->stale)
+		inode_hash_remove(s, slot);
+	if (slot == 0 && node->fd >= 0)
+		close(node->fd); /* the root's, held outside the budget */
+	node_fd_drop(s, slot);
+	if (node->name)
+		s->name_bytes -= strlen(node->name) + 1;
+	free(node->name);
 	*node = FUSE_INODE_EMPTY;
-	node->fd = fd;
+	s->inode_count--;
+	if (slot < s->free_hint)
+		s->free_hint = slot;
+	if (parent == FUSE_NO_SLOT || !s->inodes[parent].used)
+		return FUSE_NO_SLOT; /* dropping every node frees parents before their children */
+	s->inodes[parent].children--;
+	return parent;
+}
+
+/* A node no longer looked up is freed once no node is found through it. */
+static bool inode_unused(const struct fuse_server *s, uint32_t slot)
+{
+	return slot != 0 && slot != FUSE_NO_SLOT && s->inodes[slot].used &&
+	       s->inodes[slot].nlookup == 0 && s->inodes[slot].children == 0;
+}
+
+/* Frees the slot, then each ancestor kept only for it (a loop: chains may be deep). */
+static void inode_release(struct fuse_server *s, uint32_t slot)
+{
+	if (!s->inodes[slot].used)
+		return;
+	slot = inode_free_slot(s, slot);
+	while (inode_unused(s, slot))
+		slot = inode_free_slot(s, slot);
+}
+
+static void inode_release_if_unused(struct fuse_server *s, uint32_t slot)
+{
+	if (inode_unused(s, slot))
+		inode_release(s, slot);
+}
+
+/*
+ * Takes fd (an O_PATH fd with st, or -1 for a stale node) into a free slot, whose path may be
+ * set already; the lookup count starts at zero.
+ */
+static void inode_install(struct fuse_server *s, uint32_t slot, int fd, const struct stat *st)
+{
+	struct fuse_inode *node = &s->inodes[slot];
+
 	node->used = true;
+	node->stale = fd < 0;
 	node->generation = ++s->next_generation;
 	node->dev = st->st_dev;
 	node->ino = st->st_ino;
 	node->type = st->st_mode & S_IFMT;
-	if (fd >= 0)
+	if (!node->stale) {
 		inode_hash_insert(s, slot);
+		node_fd_adopt(s, slot, fd);
+	}
 	s->inode_count++;
-	return 0;
 }
 
-static int inode_new(struct fuse_server *s, int fd, const struct stat *st, uint32_t *out)
+/* A new node for fd, found as name beneath parent; fd is the node's on success. */
+static int inode_new(struct fuse_server *s, int fd, const struct stat *st, uint32_t parent,
+		     const char *name, uint32_t *out)
 {
-	uint32_t slot = 0;
+	uint32_t slot = s->free_hint;
 	int rc;
 
 	if (s->inode_count >= FUSE_SERVER_MAX_INODES)
 		return -ENFILE;
 	while (slot < s->inode_capacity && s->inodes[slot].used)
 		slot++;
+	s->free_hint = slot;
 	if (slot == s->inode_capacity) {
 		rc = inode_table_grow(s, slot + 1);
 		if (rc < 0)
 			return rc;
+	}
+	s->inodes[slot] = FUSE_INODE_EMPTY;
+	rc = node_set_path(s, slot, parent, name);
+	if (rc < 0) {
+		s->inodes[slot] = FUSE_INODE_EMPTY;
+		return rc;
 	}
 	inode_install(s, slot, fd, st);
 	*out = slot;
@@ -367,32 +543,102 @@ static int node_slot(const struct fuse_server *s, uint64_t nodeid, uint32_t *slo
 {
 	if (nodeid == 0 || nodeid > s->inode_capacity || !s->inodes[nodeid - 1].used)
 		return -ESTALE;
-	if (s->inodes[nodeid - 1].fd < 0)
+	if (s->inodes[nodeid - 1].stale)
 		return -ESTALE;
 	*slot = (uint32_t)(nodeid - 1);
 	return 0;
 }
 
-static int node_fd(const struct fuse_server *s, uint64_t nodeid)
+/*
+ * Opens the node's recorded name beneath dirfd again, never following a symlink; -ESTALE when
+ * the name is gone or now names another inode.
+ */
+static int node_reopen_child(struct fuse_server *s, int dirfd, uint32_t slot)
+{
+	const struct fuse_inode *node = &s->inodes[slot];
+	struct stat st;
+	int fd = fuse_openat_beneath(dirfd, node->name, O_PATH, 0,
+				     FUSE_RESOLVE_FLAGS | RESOLVE_NO_SYMLINKS);
+
+	if (io_cache_shed(s, fd))
+		fd = fuse_openat_beneath(dirfd, node->name, O_PATH, 0,
+					 FUSE_RESOLVE_FLAGS | RESOLVE_NO_SYMLINKS);
+	if (fd == -ENOENT || fd == -ENOTDIR || fd == -ELOOP || fd == -EXDEV)
+		return -ESTALE;
+	if (fd < 0)
+		return fd;
+	if (stat_fd(fd, &st) < 0 || st.st_dev != node->dev || st.st_ino != node->ino) {
+		close(fd);
+		return -ESTALE;
+	}
+	return fd;
+}
+
+/*
+ * The node's O_PATH fd, reopened when it was closed to stay within the budget: from the
+ * nearest ancestor that holds one, each name beneath the one before. Ancestors opened on the
+ * way are closed again; only the node keeps its fd. Walks at most inode_count links, so a
+ * cycle left by host renames ends in ESTALE.
+ */
+static int node_open_fd(struct fuse_server *s, uint32_t slot)
+{
+	uint32_t *chain, depth = 0, top;
+	int dirfd, fd = -ESTALE;
+
+	if (s->inodes[slot].stale)
+		return -ESTALE;
+	if (s->inodes[slot].fd >= 0) {
+		lru_touch(s, slot);
+		return s->inodes[slot].fd;
+	}
+	for (top = slot; top != FUSE_NO_SLOT && s->inodes[top].fd < 0; top = s->inodes[top].parent) {
+		if (s->inodes[top].stale || ++depth > s->inode_count)
+			return -ESTALE;
+	}
+	if (top == FUSE_NO_SLOT)
+		return -ESTALE;
+	chain = malloc(depth * sizeof(*chain));
+	if (!chain)
+		return -ENOMEM;
+	depth = 0;
+	for (uint32_t at = slot; at != top; at = s->inodes[at].parent)
+		chain[depth++] = at;
+	lru_touch(s, top);
+	dirfd = s->inodes[top].fd;
+	for (uint32_t i = depth; i-- > 0;) {
+		fd = node_reopen_child(s, dirfd, chain[i]);
+		if (dirfd != s->inodes[top].fd)
+			close(dirfd); /* an ancestor opened on the way */
+		if (fd < 0)
+			break;
+		dirfd = fd;
+	}
+	free(chain);
+	if (fd >= 0)
+		node_fd_adopt(s, slot, fd);
+	return fd;
+}
+
+static int node_fd(struct fuse_server *s, uint64_t nodeid)
 {
 	uint32_t slot;
 	int rc = node_slot(s, nodeid, &slot);
 
-	return rc < 0 ? rc : s->inodes[slot].fd;
+	return rc < 0 ? rc : node_open_fd(s, slot);
 }
 
-static int node_dir_fd(const struct fuse_server *s, uint64_t nodeid)
+static int node_dir_fd(struct fuse_server *s, uint64_t nodeid)
 {
 	uint32_t slot;
 	int rc = node_slot(s, nodeid, &slot);
 
 	if (rc < 0)
 		return rc;
-	return s->inodes[slot].type == S_IFDIR ? s->inodes[slot].fd : -ENOTDIR;
+	return s->inodes[slot].type == S_IFDIR ? node_open_fd(s, slot) : -ENOTDIR;
 }
 
 /* Opens the node's inode itself for I/O: only regular files and directories. */
-static int node_reopen(const struct fuse_server *s, uint64_t nodeid, int flags)
+static int node_reopen(struct fuse_server *s, uint64_t nodeid, int flags)
 {
 	char path[FUSE_PROC_FD_PATH_MAX];
 	uint32_t slot;
@@ -402,7 +648,10 @@ static int node_reopen(const struct fuse_server *s, uint64_t nodeid, int flags)
 		return rc;
 	if (s->inodes[slot].type != S_IFREG && s->inodes[slot].type != S_IFDIR)
 		return -EACCES;
-	fuse_proc_path(path, s->inodes[slot].fd);
+	fd = node_open_fd(s, slot);
+	if (fd < 0)
+		return fd;
+	fuse_proc_path(path, fd);
 	fd = open(path, (flags & ~FUSE_OPEN_FLAGS_STRIPPED) | O_CLOEXEC);
 	return fd < 0 ? -errno : fd;
 }
@@ -476,11 +725,6 @@ static void attr_from_stat(const struct fuse_server *s, const struct stat *st, s
 	};
 }
 
-static int stat_fd(int fd, struct stat *st)
-{
-	return fstatat(fd, "", st, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW) < 0 ? -errno : 0;
-}
-
 static uint64_t cache_timeout(const struct fuse_server *s)
 {
 	return s->access == FUSE_SERVER_READ_ONLY ? FUSE_CACHE_TIMEOUT_RO_SEC
@@ -497,13 +741,64 @@ static void entry_fill(const struct fuse_server *s, uint32_t slot, const struct 
 	attr_from_stat(s, st, &entry->attr);
 }
 
+/* Whether slot is ancestor itself or one of its ancestors (bounded: a cycle answers true). */
+static bool node_is_ancestor(const struct fuse_server *s, uint32_t ancestor, uint32_t slot)
+{
+	for (uint32_t steps = 0; slot != FUSE_NO_SLOT; steps++) {
+		if (slot == ancestor || steps > s->inode_count)
+			return true;
+		slot = s->inodes[slot].parent;
+	}
+	return false;
+}
+
+/*
+ * The node of the inode fd (with st) found as name beneath parent: a known one takes that as
+ * its path from now on (the host may have moved it), a new one is made. An inode number the
+ * host reused for a file of another type is a new node: the old one is left stale, since the
+ * guest must never see one node id change its type. Takes fd on success.
+ */
+static int node_found(struct fuse_server *s, uint32_t parent, const char *name, int fd,
+		      const struct stat *st, uint32_t *out)
+{
+	uint32_t slot = inode_find(s, st->st_dev, st->st_ino);
+	struct fuse_inode *node;
+
+	if (slot != FUSE_NO_SLOT && s->inodes[slot].type != (st->st_mode & S_IFMT)) {
+		inode_hash_remove(s, slot);
+		s->inodes[slot].stale = true;
+		node_fd_drop(s, slot);
+		slot = FUSE_NO_SLOT;
+	}
+	if (slot == FUSE_NO_SLOT) {
+		int rc = inode_new(s, fd, st, parent, name, out);
+
+		if (rc < 0)
+			close(fd);
+		return rc;
+	}
+	node = &s->inodes[slot];
+	if (slot != 0 && !node_is_ancestor(s, slot, parent)) {
+		uint32_t old_parent = node->parent;
+
+		if (node_set_path(s, slot, parent, name) == 0)
+			inode_release_if_unused(s, old_parent);
+	}
+	if (node->fd < 0)
+		node_fd_adopt(s, slot, fd);
+	else
+		close(fd);
+	*out = slot;
+	return 0;
+}
+
 /* Looks name up beneath the parent; counts one lookup of the node it fills entry with. */
 static int lookup_child(struct fuse_server *s, uint64_t parent, const char *name,
 			struct fuse_entry_out *entry)
 {
 	int dirfd = node_dir_fd(s, parent), fd, rc;
+	uint32_t slot, parent_slot = (uint32_t)(parent - 1);
 	struct stat st;
-	uint32_t slot;
 
 	if (dirfd < 0)
 		return dirfd;
@@ -517,16 +812,9 @@ static int lookup_child(struct fuse_server *s, uint64_t parent, const char *name
 		close(fd);
 		return rc;
 	}
-	slot = inode_find(s, st.st_dev, st.st_ino);
-	if (slot != FUSE_NO_SLOT) {
-		close(fd);
-	} else {
-		rc = inode_new(s, fd, &st, &slot);
-		if (rc < 0) {
-			close(fd);
-			return rc;
-		}
-	}
+	rc = node_found(s, parent_slot, name, fd, &st, &slot);
+	if (rc < 0)
+		return rc;
 	s->inodes[slot].nlookup++;
 	entry_fill(s, slot, &st, entry);
 	return 0;
@@ -551,8 +839,7 @@ static void forget_node(struct fuse_server *s, uint64_t nodeid, uint64_t count)
 	if (!node->used)
 		return;
 	node->nlookup = count >= node->nlookup ? 0 : node->nlookup - count;
-	if (node->nlookup == 0)
-		inode_release(s, (uint32_t)(nodeid - 1));
+	inode_release_if_unused(s, (uint32_t)(nodeid - 1));
 }
 
 /* ---- handles ---- */
@@ -792,9 +1079,11 @@ static int op_setattr(struct fuse_op_ctx *ctx)
 		return rc;
 	if (read_only(ctx))
 		return -EROFS;
-	node = ctx->s->inodes[slot].fd;
 	if (ctx->s->inodes[slot].type == S_IFLNK)
 		return -EPERM; /* a symlink's own mode, owner and times are not the guest's to set */
+	node = node_open_fd(ctx->s, slot);
+	if (node < 0)
+		return node;
 	rc = setattr_owner(ctx, &in);
 	if (rc == 0 && (in.valid & FATTR_MODE)) {
 		fuse_proc_path(path, node);
@@ -907,9 +1196,29 @@ static int remove_entry(struct fuse_op_ctx *ctx, int flags)
 	return unlinkat(dirfd, name, flags) < 0 ? -errno : 0;
 }
 
+/*
+ * After the guest renamed an inode to name beneath dir_slot (open as dirfd): its node, if it
+ * has one, reopens from there from now on. Returns the parent it had, which the caller frees
+ * if nothing keeps it once it no longer uses dirfd (FUSE_NO_SLOT when nothing moved).
+ */
+static uint32_t node_moved(struct fuse_server *s, int dirfd, uint32_t dir_slot, const char *name)
+{
+	struct stat st;
+	uint32_t slot, old_parent;
+
+	if (fstatat(dirfd, name, &st, AT_SYMLINK_NOFOLLOW) < 0)
+		return FUSE_NO_SLOT;
+	slot = inode_find(s, st.st_dev, st.st_ino);
+	if (slot == FUSE_NO_SLOT || slot == 0 || node_is_ancestor(s, slot, dir_slot))
+		return FUSE_NO_SLOT;
+	old_parent = s->inodes[slot].parent;
+	return node_set_path(s, slot, dir_slot, name) == 0 ? old_parent : FUSE_NO_SLOT;
+}
+
 static int rename_names(struct fuse_op_ctx *ctx, uint64_t newdir, unsigned int flags)
 {
 	const char *old_name, *new_name;
+	uint32_t left[2] = { FUSE_NO_SLOT, FUSE_NO_SLOT }; /* parents the moved nodes had */
 	int old_dir, new_dir, rc;
 
 	if (flags & ~(unsigned int)FUSE_RENAME_FLAGS_KNOWN)
@@ -925,7 +1234,14 @@ static int rename_names(struct fuse_op_ctx *ctx, uint64_t newdir, unsigned int f
 	new_dir = change_dir_fd(ctx, newdir);
 	if (new_dir < 0)
 		return new_dir;
-	return renameat2(old_dir, old_name, new_dir, new_name, flags) < 0 ? -errno : 0;
+	if (renameat2(old_dir, old_name, new_dir, new_name, flags) < 0)
+		return -errno;
+	left[0] = node_moved(ctx->s, new_dir, (uint32_t)(newdir - 1), new_name);
+	if (flags & RENAME_EXCHANGE)
+		left[1] = node_moved(ctx->s, old_dir, (uint32_t)(ctx->hdr->nodeid - 1), old_name);
+	inode_release_if_unused(ctx->s, left[0]);
+	inode_release_if_unused(ctx->s, left[1]);
+	return 0;
 }
 
 static int op_rename(struct fuse_op_ctx *ctx)
@@ -962,7 +1278,10 @@ static int op_link(struct fuse_op_ctx *ctx)
 	/* /proc/self/fd of a symlink could resolve to its target: only files are linked */
 	if (ctx->s->inodes[slot].type != S_IFREG)
 		return -EPERM;
-	fuse_proc_path(path, ctx->s->inodes[slot].fd);
+	rc = node_open_fd(ctx->s, slot);
+	if (rc < 0)
+		return rc;
+	fuse_proc_path(path, rc);
 	if (linkat(AT_FDCWD, path, dirfd, name, AT_SYMLINK_FOLLOW) < 0)
 		return -errno;
 	return reply_entry_of(ctx->s, ctx->hdr->nodeid, name, ctx->rep);
@@ -1171,7 +1490,10 @@ static int xattr_node_path(struct fuse_op_ctx *ctx, char *path)
 		return rc;
 	if (ctx->s->inodes[slot].type != S_IFREG && ctx->s->inodes[slot].type != S_IFDIR)
 		return -EPERM;
-	fuse_proc_path(path, ctx->s->inodes[slot].fd);
+	rc = node_open_fd(ctx->s, slot);
+	if (rc < 0)
+		return rc;
+	fuse_proc_path(path, rc);
 	return 0;
 }
 
@@ -1460,7 +1782,10 @@ static int op_access(struct fuse_op_ctx *ctx)
 		return -EROFS;
 	if (ctx->s->inodes[slot].type == S_IFLNK)
 		return 0; /* /proc/self/fd would check the target, perhaps outside the share */
-	fuse_proc_path(path, ctx->s->inodes[slot].fd);
+	rc = node_open_fd(ctx->s, slot);
+	if (rc < 0)
+		return rc;
+	fuse_proc_path(path, rc);
 	return faccessat(AT_FDCWD, path, (int)(in.mask & (R_OK | W_OK | X_OK)), 0) < 0 ? -errno
 										       : 0;
 }
@@ -1597,6 +1922,20 @@ static void server_drop_all(struct fuse_server *s)
 		inode_release(s, i);
 }
 
+/* A quarter of the open-file limit (the device raised it to the hard limit), within bounds. */
+static uint32_t node_fd_budget_default(void)
+{
+	struct rlimit limit;
+	rlim_t share;
+
+	if (getrlimit(RLIMIT_NOFILE, &limit) < 0 || limit.rlim_cur == RLIM_INFINITY)
+		return FUSE_NODE_FDS_MAX;
+	share = limit.rlim_cur / FUSE_NODE_FDS_SHARE_OF_LIMIT;
+	if (share < FUSE_NODE_FDS_MIN)
+		return FUSE_NODE_FDS_MIN;
+	return share > FUSE_NODE_FDS_MAX ? FUSE_NODE_FDS_MAX : (uint32_t)share;
+}
+
 struct fuse_server *fuse_server_create(const char *host_dir, enum fuse_server_access access,
 				       char *err, size_t errlen)
 {
@@ -1620,6 +1959,8 @@ struct fuse_server *fuse_server_create(const char *host_dir, enum fuse_server_ac
 		s->handles[i].fd = -1;
 	s->root_fd = fd;
 	s->access = access;
+	s->lru_head = s->lru_tail = FUSE_NO_SLOT;
+	s->node_fd_budget = node_fd_budget_default();
 	s->host_uid = geteuid();
 	s->host_gid = getegid();
 	if (inode_table_grow(s, 1) < 0) {
@@ -1656,6 +1997,18 @@ size_t fuse_server_inode_count(const struct fuse_server *server)
 size_t fuse_server_handle_count(const struct fuse_server *server)
 {
 	return server->handle_count;
+}
+
+size_t fuse_server_node_fd_count(const struct fuse_server *server)
+{
+	return server->node_fd_count;
+}
+
+void fuse_server_set_node_fd_budget(struct fuse_server *server, uint32_t budget)
+{
+	server->node_fd_budget = budget < FUSE_NODE_FDS_MIN ? FUSE_NODE_FDS_MIN : budget;
+	while (server->node_fd_count > server->node_fd_budget)
+		node_fd_drop(server, server->lru_tail);
 }
 
 /* ---- snapshots ---- */
@@ -1702,8 +2055,8 @@ void fuse_server_save(struct fuse_server *server, struct byte_writer *out)
 	byte_writer_u32(out, server->inode_count);
 	for (uint32_t i = 0; i < server->inode_capacity; i++) {
 		const struct fuse_inode *node = &server->inodes[i];
-		bool live = node->used && node->fd >= 0 &&
-			    node_relative_path(server, root, node->fd, rel, sizeof(rel));
+		int fd = node->used ? node_open_fd(server, i) : -1;
+		bool live = fd >= 0 && node_relative_path(server, root, fd, rel, sizeof(rel));
 
 		if (!node->used)
 			continue;
@@ -1793,7 +2146,17 @@ static int restore_nodes(struct fuse_server *s, struct byte_reader *in, uint32_t
 			s->inodes[0].generation = node->generation;
 			continue;
 		}
+		if (node->nlookup == 0)
+			continue; /* kept only for nodes beneath it, which reopen from the root now */
+		s->inodes[slot] = FUSE_INODE_EMPTY;
 		fd = restore_open_path(s, node, &st);
+		if (fd >= 0) {
+			rc = node_set_path(s, slot, 0, node->path);
+			if (rc < 0) {
+				close(fd);
+				break;
+			}
+		}
 		inode_install(s, slot, fd, &st);
 		s->inodes[slot].nlookup = node->nlookup;
 		s->inodes[slot].generation = node->generation;

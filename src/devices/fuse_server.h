@@ -3,10 +3,13 @@
  * takes one whole request (the bytes the guest put in a chain's readable buffers) and writes
  * one whole reply, so it knows nothing of virtqueues and tests and fuzzers call it directly.
  *
- * Every inode the guest knows is an O_PATH fd opened beneath the share's root one name at a
- * time, never following a symlink (openat2 with RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS and
- * O_NOFOLLOW), and every later call is relative to such an fd, so `..`, absolute symlinks and
- * a symlink swapped in between two requests never reach outside the share. Host files belong
+ * Every inode the guest knows is found through an O_PATH fd opened beneath the share's root
+ * one name at a time, never following a symlink (openat2 with RESOLVE_BENEATH |
+ * RESOLVE_NO_MAGICLINKS and O_NOFOLLOW), and every later call is relative to such an fd, so
+ * `..`, absolute symlinks and a symlink swapped in between two requests never reach outside
+ * the share. Only a bounded set of nodes holds its fd; the others keep their parent and name
+ * and reopen the same way when used, so a share serves far more nodes than the process has
+ * fds. Host files belong
  * to the user running voidbox; the guest sees that user as uid/gid 1000 (the sandbox user),
  * and every other owner as nobody.
  *
@@ -29,8 +32,11 @@
 /* The largest request and reply buffers the server reads or writes. */
 #define FUSE_SERVER_MAX_REQUEST (FUSE_SERVER_MAX_WRITE + FUSE_SERVER_HEADER_ROOM)
 #define FUSE_SERVER_MAX_REPLY (FUSE_SERVER_MAX_WRITE + FUSE_SERVER_HEADER_ROOM)
-/* Inodes the guest may hold and files it may keep open, per share: each is a host fd. */
-#define FUSE_SERVER_MAX_INODES 16384u
+/*
+ * Inodes the guest may hold (ENFILE past that; a slot and a name each, not an fd) and files it
+ * may keep open (a host fd each), per share.
+ */
+#define FUSE_SERVER_MAX_INODES (1u << 20)
 #define FUSE_SERVER_MAX_HANDLES 1024u
 /* The uid and gid the guest sees for the host user (the guest agent's sandbox user). */
 #define FUSE_SERVER_GUEST_ID 1000u
@@ -61,6 +67,10 @@ size_t fuse_server_handle(struct fuse_server *server, const uint8_t *in, size_t 
 
 /* Inodes and open handles held now (for tests and limits). */
 size_t fuse_server_inode_count(const struct fuse_server *server);
+/* O_PATH fds held for nodes besides the root's now, and at most (tests set a small budget;
+ * it is never below a handful, so one request's nodes keep theirs). */
+size_t fuse_server_node_fd_count(const struct fuse_server *server);
+void fuse_server_set_node_fd_budget(struct fuse_server *server, uint32_t budget);
 size_t fuse_server_handle_count(const struct fuse_server *server);
 
 /*

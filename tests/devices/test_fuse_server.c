@@ -45,6 +45,11 @@
 /* Fds left to a server that must hold more files than half of them, each written once. */
 #define TEST_FEW_FDS 48u
 #define TEST_FEW_FILES 40u
+/* A tree of many more nodes than the O_PATH fds a server is allowed, and a deeper chain. */
+#define TEST_BUDGET_FDS 8u
+#define TEST_BUDGET_DIRS 10u
+#define TEST_BUDGET_FILES 30u
+#define TEST_BUDGET_DEPTH 24u
 
 struct fx {
 	char dir[TEST_DIR_MAX];     /* the share */
@@ -1113,6 +1118,160 @@ static void test_io_fds_yield_to_nodes(void)
 	fx_free(&f);
 }
 
+static void getattr_node(struct fx *f, uint64_t node)
+{
+	struct fuse_getattr_in in = { 0 };
+
+	call(f, FUSE_GETATTR, node, &in, sizeof(in), NULL, 0, NULL, 0);
+}
+
+/*
+ * More nodes than the server may hold fds for: every file still reads its own bytes through
+ * a node whose fd was closed (reopened from its parent, a deep chain too), a node the guest
+ * renamed keeps working, one the host renamed or deleted answers ESTALE until the guest looks
+ * the new name up (the same node id), and the fds held never pass the budget.
+ */
+static void test_nodes_beyond_fd_budget(void)
+{
+	static uint64_t files[TEST_BUDGET_DIRS][TEST_BUDGET_FILES];
+	uint64_t dirs[TEST_BUDGET_DIRS], chain = TEST_ROOT, moved, deep;
+	char name[TEST_NAME_MAX], text[TEST_NAME_MAX], path[PATH_MAX], to[PATH_MAX];
+	unsigned int bad = 0;
+	struct fx f;
+
+	CHECK_INT_EQ(fx_init(&f, FUSE_SERVER_READ_WRITE), 0);
+	fuse_server_set_node_fd_budget(f.s, TEST_BUDGET_FDS);
+	for (unsigned int d = 0; d < TEST_BUDGET_DIRS; d++) {
+		snprintf(name, sizeof(name), "d%u", d);
+		host_path(&f, name, path);
+		CHECK_INT_EQ(mkdir(path, TEST_MODE_DIR), 0);
+		for (unsigned int i = 0; i < TEST_BUDGET_FILES; i++) {
+			snprintf(name, sizeof(name), "d%u/f%u", d, i);
+			host_write(&f, name, name);
+		}
+	}
+	for (unsigned int d = 0; d < TEST_BUDGET_DIRS; d++) {
+		snprintf(name, sizeof(name), "d%u", d);
+		dirs[d] = lookup(&f, TEST_ROOT, name, NULL);
+		bad += dirs[d] == 0;
+		for (unsigned int i = 0; i < TEST_BUDGET_FILES; i++) {
+			snprintf(name, sizeof(name), "f%u", i);
+			files[d][i] = lookup(&f, dirs[d], name, NULL);
+			bad += files[d][i] == 0;
+		}
+	}
+	CHECK_INT_EQ(bad, 0);
+	CHECK(fuse_server_inode_count(f.s) > TEST_BUDGET_DIRS * TEST_BUDGET_FILES);
+	CHECK(fuse_server_node_fd_count(f.s) <= TEST_BUDGET_FDS);
+	for (unsigned int d = 0; d < TEST_BUDGET_DIRS; d++) {
+		for (unsigned int i = 0; i < TEST_BUDGET_FILES; i++) {
+			snprintf(text, sizeof(text), "d%u/f%u", d, i);
+			bad += strcmp(read_fh(&f, files[d][i], 0), text) != 0;
+			getattr_node(&f, files[d][i]);
+			bad += f.error != 0;
+		}
+	}
+	CHECK_INT_EQ(bad, 0);
+	CHECK(fuse_server_node_fd_count(f.s) <= TEST_BUDGET_FDS);
+
+	/* the guest renames a file into another directory: its node follows after eviction */
+	{
+		struct fuse_rename_in in = { .newdir = dirs[1] };
+
+		call(&f, FUSE_RENAME, dirs[0], &in, sizeof(in), "f0", 3, "guest-moved", 12);
+		CHECK_INT_EQ(f.error, 0);
+	}
+	for (unsigned int i = 1; i < TEST_BUDGET_FILES; i++)
+		getattr_node(&f, files[2][i]); /* pushes every other fd out */
+	getattr_node(&f, files[0][0]);
+	CHECK_INT_EQ(f.error, 0);
+	CHECK(lookup(&f, dirs[1], "guest-moved", NULL) == files[0][0]);
+
+	/* the host renames and deletes files behind the server's back */
+	host_path(&f, "d3/f5", path);
+	host_path(&f, "d3/host-moved", to);
+	CHECK_INT_EQ(rename(path, to), 0);
+	host_path(&f, "d4/f6", path);
+	CHECK_INT_EQ(unlink(path), 0);
+	for (unsigned int i = 1; i < TEST_BUDGET_FILES; i++)
+		getattr_node(&f, files[2][i]);
+	getattr_node(&f, files[3][5]);
+	CHECK_INT_EQ(f.error, -ESTALE);
+	getattr_node(&f, files[4][6]);
+	CHECK_INT_EQ(f.error, -ESTALE);
+	CHECK(lookup(&f, dirs[3], "host-moved", NULL) == files[3][5]);
+	getattr_node(&f, files[3][5]);
+	CHECK_INT_EQ(f.error, 0);
+	CHECK_STR_EQ(read_fh(&f, files[3][7], 0), "d3/f7");
+
+	/* a chain deeper than the budget reopens from the root */
+	for (unsigned int level = 0; level < TEST_BUDGET_DEPTH; level++)
+		chain = mkdir_node(&f, chain, "deep");
+	CHECK(chain != 0);
+	deep = create(&f, chain, "leaf", O_WRONLY | O_CREAT, &(uint64_t){ 0 });
+	write_fh(&f, deep, 0, 0, "deep bytes");
+	CHECK_INT_EQ(f.error, 0);
+	for (unsigned int i = 1; i < TEST_BUDGET_FILES; i++)
+		getattr_node(&f, files[2][i]);
+	getattr_node(&f, deep);
+	CHECK_INT_EQ(f.error, 0);
+	moved = lookup(&f, chain, "leaf", NULL);
+	CHECK(moved == deep);
+	CHECK(fuse_server_node_fd_count(f.s) <= TEST_BUDGET_FDS);
+
+	/* a parent forgotten before its child stays while the child is reached through it */
+	{
+		struct fuse_forget_in forget = { .nlookup = 1 };
+		size_t before = fuse_server_inode_count(f.s);
+
+		call(&f, FUSE_FORGET, dirs[9], &forget, sizeof(forget), NULL, 0, NULL, 0);
+		CHECK_INT_EQ(fuse_server_inode_count(f.s), before);
+		for (unsigned int i = 1; i < TEST_BUDGET_FILES; i++)
+			getattr_node(&f, files[2][i]);
+		CHECK_STR_EQ(read_fh(&f, files[9][0], 0), "d9/f0");
+		for (unsigned int i = 0; i < TEST_BUDGET_FILES; i++)
+			call(&f, FUSE_FORGET, files[9][i], &forget, sizeof(forget), NULL, 0, NULL, 0);
+		CHECK_INT_EQ(fuse_server_inode_count(f.s), before - TEST_BUDGET_FILES - 1);
+		dirs[9] = lookup(&f, TEST_ROOT, "d9", NULL); /* again, for the checks that follow */
+		CHECK(dirs[9] != 0);
+		for (unsigned int i = 0; i < TEST_BUDGET_FILES; i++) {
+			snprintf(name, sizeof(name), "f%u", i);
+			files[9][i] = lookup(&f, dirs[9], name, NULL);
+		}
+	}
+
+	/* saved while most fds are closed, restored into a server with the same small budget */
+	{
+		struct fuse_server *restored;
+		struct byte_writer w;
+		struct byte_reader r;
+		char err[256];
+
+		byte_writer_init(&w);
+		fuse_server_save(f.s, &w);
+		CHECK(!byte_writer_failed(&w));
+		restored = fuse_server_create(f.dir, FUSE_SERVER_READ_WRITE, err, sizeof(err));
+		fuse_server_set_node_fd_budget(restored, TEST_BUDGET_FDS);
+		byte_reader_init(&r, w.data, w.len);
+		CHECK_INT_EQ(fuse_server_restore(restored, &r), 0);
+		CHECK(fuse_server_node_fd_count(restored) <= TEST_BUDGET_FDS);
+		fuse_server_destroy(f.s);
+		f.s = restored;
+		byte_writer_free(&w);
+	}
+	for (unsigned int d = 5; d < TEST_BUDGET_DIRS; d++) {
+		for (unsigned int i = 0; i < TEST_BUDGET_FILES; i++) {
+			snprintf(text, sizeof(text), "d%u/f%u", d, i);
+			bad += strcmp(read_fh(&f, files[d][i], 0), text) != 0;
+		}
+	}
+	CHECK_INT_EQ(bad, 0);
+	CHECK_STR_EQ(read_fh(&f, deep, 0), "deep bytes");
+	getattr_node(&f, files[4][6]);
+	CHECK_INT_EQ(f.error, -ESTALE);
+	fx_free(&f);
+}
+
 static void test_snapshot_round_trip(void)
 {
 	struct fx f;
@@ -1261,6 +1420,7 @@ int main(int argc, char **argv)
 	RUN_TEST(test_handle_limit);
 	RUN_TEST(test_io_fd_cache);
 	RUN_TEST(test_io_fds_yield_to_nodes);
+	RUN_TEST(test_nodes_beyond_fd_budget);
 	RUN_TEST(test_snapshot_round_trip);
 	RUN_TEST(test_device_queues);
 	return harness_finish();

@@ -11,7 +11,8 @@
  * reaching the host's files; a background writer holding a file open in the share across a
  * snapshot restore; a file removed on the host between snapshot and restore failing cleanly;
  * a forked child and its parent writing the same host directory; files opened without an
- * OPEN truncating, appending, refusing what their mode refuses and seeing a host change.
+ * OPEN truncating, appending, refusing what their mode refuses and seeing a host change;
+ * `find` over a 20,000-file tree the host made listing every file.
  *
  * Needs a /dev/kvm that runs standard guests (tests/vm/run-vm-suite finds one or skips).
  */
@@ -38,6 +39,9 @@
 #define TEST_OUTPUT_MAX 4096
 #define TEST_CMD_MAX 8192
 #define TEST_BIG_MIB 100
+/* 20,000 files: more nodes than a share once held, and than its node fd budget */
+#define TEST_TREE_DIRS 100
+#define TEST_TREE_FILES 200
 #define TEST_SECRET "host-only secret"
 #define TEST_KEEP_TEXT "read-only original"
 /* host directories on the local /tmp: the test's build tree may be a slow shared folder */
@@ -157,6 +161,33 @@ static void test_files_without_open(void)
 	CHECK_INT_EQ(host(cmd, NULL, 0), 0);
 	CHECK_INT_EQ(sh(vm, "sleep 2; cat " TEST_GUEST_RW "/cached", out, sizeof(out)), 0);
 	CHECK_STR_EQ(out, "bbbb");
+}
+
+/*
+ * A tree of more entries than the share has fds for its nodes (20,000 files the host made):
+ * `find` lists every one without an error, since the guest keeps every inode it looked up,
+ * and a file deep in it still reads its bytes afterwards.
+ */
+static void test_tree_beyond_fd_budget(void)
+{
+	char out[TEST_OUTPUT_MAX], cmd[TEST_CMD_MAX];
+
+	snprintf(cmd, sizeof(cmd), "mkdir %s/tree && cd %s/tree && for d in $(seq 1 %d); do "
+		 "mkdir d$d && (cd d$d && seq -f f%%g 1 %d | xargs touch); done && "
+		 "echo deep > d%d/f%d", rw_dir, rw_dir, TEST_TREE_DIRS, TEST_TREE_FILES,
+		 TEST_TREE_DIRS, TEST_TREE_FILES);
+	CHECK_INT_EQ(host(cmd, NULL, 0), 0);
+	CHECK_INT_EQ(sh(vm, "find " TEST_GUEST_RW "/tree -type f > /tmp/tree.list "
+			"2> /tmp/tree.err; echo $? $(wc -l < /tmp/tree.list) $(wc -l < /tmp/tree.err)",
+			out, sizeof(out)), 0);
+	snprintf(cmd, sizeof(cmd), "0 %d 0", TEST_TREE_DIRS * TEST_TREE_FILES);
+	CHECK_STR_EQ(out, cmd);
+	if (strcmp(out, cmd) != 0 && sh(vm, "head -5 /tmp/tree.err", out, sizeof(out)) >= 0)
+		fprintf(stderr, "  find's errors:\n%s\n", out);
+	snprintf(cmd, sizeof(cmd), "cat " TEST_GUEST_RW "/tree/d%d/f%d && cat " TEST_GUEST_RW
+		 "/tree/d1/f1 | wc -c", TEST_TREE_DIRS, TEST_TREE_FILES);
+	CHECK_INT_EQ(sh(vm, cmd, out, sizeof(out)), 0);
+	CHECK_STR_EQ(out, "deep\n0");
 }
 
 static void test_big_file_both_ways(void)
@@ -396,6 +427,7 @@ int main(void)
 	RUN_TEST(test_read_only_share);
 	RUN_TEST(test_symlinks_stay_inside);
 	RUN_TEST(test_tar_with_links);
+	RUN_TEST(test_tree_beyond_fd_budget);
 	RUN_TEST(test_big_file_both_ways);
 	RUN_TEST(test_share_workers_confined);
 	RUN_TEST(test_snapshot_restore_keeps_mounts);
