@@ -54,12 +54,16 @@
 #define TEST_STDIN_BYTES (256 * 64)
 #define TEST_RPC_TIMEOUT_MS 30000
 /*
- * Every exec of these checks is bounded, so a guest that stops answering one fails the check
- * within this plus the host's reply grace (control_channel.c) instead of stalling the program
- * until its meson timeout. Each command takes well under a second; the longest waits for the
- * host for at most TEST_STREAM_WAIT_SECS and passes that bound itself.
+ * Every exec of these checks is bounded, so one the guest never answers fails the check within
+ * this plus the host's reply grace (control_channel.c) instead of stalling the program until
+ * its meson timeout. Each command takes well under a second; the longest waits for the host
+ * for at most TEST_STREAM_WAIT_SECS and passes that bound itself. It is longer than the
+ * liveness check takes to find a guest that stopped altogether (about 80 s), so such a guest
+ * fails with the liveness check's error, which CI knows for a harness fault (.ci/run).
  */
-#define TEST_EXEC_TIMEOUT_SECS 60
+#define TEST_EXEC_TIMEOUT_SECS 90
+/* in the liveness check's error: the guest answers nothing, so a probe would only wait */
+#define TEST_LIVENESS_FAILED "liveness check failed"
 /* what the guest, the host and the VMM process show once an exec went unanswered */
 #define TEST_PROBE_TIMEOUT_SECS 20
 #define TEST_PROBE_SCRIPT \
@@ -163,7 +167,7 @@ static int vm_exec_request(struct proto_exec_response *out, const void *stdin_da
 static void report_unanswered_exec(const char *program, const char *why)
 {
 	static atomic_flag reported = ATOMIC_FLAG_INIT;
-	struct proto_exec_response probe;
+	struct proto_exec_response probe = { 0 };
 	char *args[] = { "-c", TEST_PROBE_SCRIPT };
 
 	fprintf(stderr, "  exec %s went unanswered: %s\n", program, why);
@@ -172,7 +176,9 @@ static void report_unanswered_exec(const char *program, const char *why)
 	print_host_threads("test process", getpid());
 	if (sandbox_vmm_pid(test_vm) > 0)
 		print_host_threads("VMM process", sandbox_vmm_pid(test_vm));
-	if (vm_exec_request(&probe, NULL, 0, TEST_PROBE_TIMEOUT_SECS, "sh", args, 2) == 0)
+	if (strstr(why, TEST_LIVENESS_FAILED))
+		fprintf(stderr, "  the guest answers nothing: no probe\n");
+	else if (vm_exec_request(&probe, NULL, 0, TEST_PROBE_TIMEOUT_SECS, "sh", args, 2) == 0)
 		fprintf(stderr, "  guest threads (pid, tid, stat):\n%.*s", (int)probe.stdout_data.len,
 			(const char *)probe.stdout_data.data);
 	else
