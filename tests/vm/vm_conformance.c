@@ -9,6 +9,7 @@
  * (tests/vm/run-vm-suite decides). Without one it exits 77 and prints why, or fails under
  * VOIDBOX_REQUIRE_VM=1.
  */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -52,6 +53,23 @@
 #define TEST_CONCURRENT_EXECS 16
 #define TEST_STDIN_BYTES (256 * 64)
 #define TEST_RPC_TIMEOUT_MS 30000
+/*
+ * Every exec of these checks is bounded, so one the guest never answers fails the check within
+ * this plus the host's reply grace (control_channel.c) instead of stalling the program until
+ * its meson timeout. Each command takes well under a second; the longest waits for the host
+ * for at most TEST_STREAM_WAIT_SECS and passes that bound itself. It is longer than the
+ * liveness check takes to find a guest that stopped altogether (about 80 s), so such a guest
+ * fails with the liveness check's error, which CI knows for a harness fault (.ci/run).
+ */
+#define TEST_EXEC_TIMEOUT_SECS 90
+/* in the liveness check's error: the guest answers nothing, so a probe would only wait */
+#define TEST_LIVENESS_FAILED "liveness check failed"
+/* what the guest, the host and the VMM process show once an exec went unanswered */
+#define TEST_PROBE_TIMEOUT_SECS 20
+#define TEST_PROBE_SCRIPT \
+	"for t in /proc/[0-9]*/task/*; do echo \"$t $(cat $t/stat 2>/dev/null)\"; done"
+#define TEST_SERIAL_TAIL_BYTES 4096
+#define TEST_JOB_ERROR_MAX 512
 /* bounds a command that waits for the host; reaching it means the host's part never came */
 #define TEST_STREAM_WAIT_SECS 120
 #define TEST_STREAM_RELEASE "/workspace/stream-release"
@@ -67,12 +85,65 @@
 #define TEST_CLI_OUTPUT_MAX 65536
 
 static struct sandbox *test_vm;
+/* set once an exec went unanswered: later execs fail at once instead of each waiting */
+static atomic_bool test_vm_unanswered;
 static const char *voidbox_cli;
 static struct guest_image_paths test_image;
 
-/* Runs argv[0] with args in the test VM; fills *out. Returns the RPC status. */
-static int vm_exec(struct proto_exec_response *out, const void *stdin_data, size_t stdin_len,
-		   long timeout_secs, const char *program, char **args, size_t args_count)
+static void print_file(const char *label, const char *path, long tail_bytes)
+{
+	char buf[4096];
+	FILE *file = fopen(path, "r");
+	size_t got;
+
+	if (!file)
+		return;
+	if (tail_bytes > 0 && fseek(file, -tail_bytes, SEEK_END) != 0)
+		rewind(file);
+	fprintf(stderr, "  %s (%s):\n", label, path);
+	while ((got = fread(buf, 1, sizeof(buf), file)) > 0)
+		fwrite(buf, 1, got, stderr);
+	fclose(file);
+}
+
+/* The state and wait channel of each thread of pid on the host, one line each. */
+static void print_host_threads(const char *label, pid_t pid)
+{
+	char path[PATH_MAX], stat[512], wchan[128];
+	struct dirent *entry;
+	DIR *tasks;
+
+	snprintf(path, sizeof(path), "/proc/%d/task", (int)pid);
+	tasks = opendir(path);
+	if (!tasks)
+		return;
+	fprintf(stderr, "  %s threads (pid %d):\n", label, (int)pid);
+	while ((entry = readdir(tasks)) != NULL) {
+		FILE *file;
+
+		if (entry->d_name[0] == '.')
+			continue;
+		stat[0] = wchan[0] = '\0';
+		snprintf(path, sizeof(path), "/proc/%d/task/%s/stat", (int)pid, entry->d_name);
+		if ((file = fopen(path, "r")) != NULL) {
+			if (!fgets(stat, sizeof(stat), file))
+				stat[0] = '\0';
+			fclose(file);
+		}
+		snprintf(path, sizeof(path), "/proc/%d/task/%s/wchan", (int)pid, entry->d_name);
+		if ((file = fopen(path, "r")) != NULL) {
+			if (!fgets(wchan, sizeof(wchan), file))
+				wchan[0] = '\0';
+			fclose(file);
+		}
+		fprintf(stderr, "    wchan %s: %s", wchan[0] ? wchan : "?", stat);
+	}
+	closedir(tasks);
+}
+
+static int vm_exec_request(struct proto_exec_response *out, const void *stdin_data,
+			   size_t stdin_len, long timeout_secs, const char *program, char **args,
+			   size_t args_count)
 {
 	struct proto_exec_request req;
 
@@ -83,11 +154,64 @@ static int vm_exec(struct proto_exec_response *out, const void *stdin_data, size
 	req.args_count = args_count;
 	req.stdin_data.data = (uint8_t *)stdin_data;
 	req.stdin_data.len = stdin_len;
-	if (timeout_secs > 0) {
-		req.has_timeout = true;
-		req.timeout_secs = (uint64_t)timeout_secs;
-	}
+	req.has_timeout = true;
+	req.timeout_secs = (uint64_t)timeout_secs;
 	return control_channel_exec(sandbox_channel(test_vm), &req, NULL, NULL, out);
+}
+
+/*
+ * After the first exec the guest left unanswered: what each thread in the guest (the agent is
+ * pid 1) and in the host's test and VMM processes was doing, and the end of the guest console,
+ * so the failure says where it stuck. The guest probe is itself bounded.
+ */
+static void report_unanswered_exec(const char *program, const char *why)
+{
+	static atomic_flag reported = ATOMIC_FLAG_INIT;
+	struct proto_exec_response probe = { 0 };
+	char *args[] = { "-c", TEST_PROBE_SCRIPT };
+
+	fprintf(stderr, "  exec %s went unanswered: %s\n", program, why);
+	if (atomic_flag_test_and_set(&reported))
+		return;
+	print_host_threads("test process", getpid());
+	if (sandbox_vmm_pid(test_vm) > 0)
+		print_host_threads("VMM process", sandbox_vmm_pid(test_vm));
+	if (strstr(why, TEST_LIVENESS_FAILED))
+		fprintf(stderr, "  the guest answers nothing: no probe\n");
+	else if (vm_exec_request(&probe, NULL, 0, TEST_PROBE_TIMEOUT_SECS, "sh", args, 2) == 0)
+		fprintf(stderr, "  guest threads (pid, tid, stat):\n%.*s", (int)probe.stdout_data.len,
+			(const char *)probe.stdout_data.data);
+	else
+		fprintf(stderr, "  the guest did not answer a probe either: %s\n",
+			control_channel_last_error());
+	proto_exec_response_free(&probe);
+	print_file("guest console, last lines", sandbox_serial_log_path(test_vm),
+		   TEST_SERIAL_TAIL_BYTES);
+}
+
+/*
+ * Runs argv[0] with args in the test VM; fills *out. Returns the RPC status. timeout_secs 0
+ * stands for TEST_EXEC_TIMEOUT_SECS: no exec here goes unbounded.
+ */
+static int vm_exec(struct proto_exec_response *out, const void *stdin_data, size_t stdin_len,
+		   long timeout_secs, const char *program, char **args, size_t args_count)
+{
+	int rc;
+
+	if (atomic_load(&test_vm_unanswered)) {
+		memset(out, 0, sizeof(*out));
+		fprintf(stderr, "  exec %s not sent: the guest left an earlier exec unanswered\n",
+			program);
+		return -ETIMEDOUT;
+	}
+	rc = vm_exec_request(out, stdin_data, stdin_len,
+			     timeout_secs > 0 ? timeout_secs : TEST_EXEC_TIMEOUT_SECS, program, args,
+			     args_count);
+	if (rc == -ETIMEDOUT) {
+		atomic_store(&test_vm_unanswered, true);
+		report_unanswered_exec(program, control_channel_last_error());
+	}
+	return rc;
 }
 
 static int vm_sh(struct proto_exec_response *out, const char *script)
@@ -348,12 +472,19 @@ static void test_sequential_execs_get_own_output(void)
 		char arg[32], expected[40];
 		char *args[] = { arg };
 
+		int rc;
+
 		snprintf(arg, sizeof(arg), "seq-%d", i);
 		snprintf(expected, sizeof(expected), "seq-%d\n", i);
-		if (vm_exec(&out, NULL, 0, 0, "echo", args, 1) != 0 ||
-		    !output_is(&out.stdout_data, expected))
+		rc = vm_exec(&out, NULL, 0, 0, "echo", args, 1);
+		if (rc != 0 || !output_is(&out.stdout_data, expected)) {
+			fprintf(stderr, "  exec %d: %s\n", i, rc != 0 ? control_channel_last_error()
+							    : "wrong output");
 			mismatches++;
+		}
 		proto_exec_response_free(&out);
+		if (rc != 0)
+			break;
 	}
 	CHECK_INT_EQ(mismatches, 0);
 }
@@ -362,6 +493,7 @@ struct concurrent_exec {
 	pthread_t thread;
 	int index;
 	bool matched;
+	char error[TEST_JOB_ERROR_MAX];
 };
 
 static void *run_concurrent_exec(void *opaque)
@@ -373,8 +505,13 @@ static void *run_concurrent_exec(void *opaque)
 	snprintf(script, sizeof(script), "sleep 0.$((%d %% 5)); echo conc-%d", job->index,
 		 job->index);
 	snprintf(expected, sizeof(expected), "conc-%d\n", job->index);
-	job->matched = vm_sh(&out, script) == 0 && out.exit_code == 0 &&
-		       output_is(&out.stdout_data, expected);
+	if (vm_sh(&out, script) != 0)
+		snprintf(job->error, sizeof(job->error), "%s", control_channel_last_error());
+	else if (out.exit_code != 0 || !output_is(&out.stdout_data, expected))
+		snprintf(job->error, sizeof(job->error), "exit %d, %zu bytes of output",
+			 out.exit_code, out.stdout_data.len);
+	else
+		job->matched = true;
 	proto_exec_response_free(&out);
 	return NULL;
 }
@@ -387,11 +524,14 @@ static void test_concurrent_execs_get_own_output(void)
 	for (int i = 0; i < TEST_CONCURRENT_EXECS; i++) {
 		jobs[i].index = i;
 		jobs[i].matched = false;
+		jobs[i].error[0] = '\0';
 		pthread_create(&jobs[i].thread, NULL, run_concurrent_exec, &jobs[i]);
 	}
 	for (int i = 0; i < TEST_CONCURRENT_EXECS; i++) {
 		pthread_join(jobs[i].thread, NULL);
 		matched += jobs[i].matched;
+		if (!jobs[i].matched)
+			fprintf(stderr, "  concurrent exec %d: %s\n", i, jobs[i].error);
 	}
 	CHECK_INT_EQ(matched, TEST_CONCURRENT_EXECS);
 }
