@@ -152,22 +152,26 @@ struct filter_role {
 };
 
 static const struct filter_role filter_roles[VMM_THREAD_ROLE_COUNT] = {
-	[VMM_THREAD_VCPU] = { "vcpu", NULL, 0, false },
-	[VMM_THREAD_DEVICE_WORKER] = { "device worker", filter_device_worker_calls,
-				       FILTER_COUNT(filter_device_worker_calls), false },
-	[VMM_THREAD_BLOCK_WORKER] = { "disk worker", filter_block_worker_calls,
-				      FILTER_COUNT(filter_block_worker_calls), false },
-	[VMM_THREAD_SHARE_WORKER] = { "share worker", filter_share_worker_calls,
-				      FILTER_COUNT(filter_share_worker_calls), false },
-	[VMM_THREAD_NET_WORKER] = { "network worker", filter_net_worker_calls,
-				    FILTER_COUNT(filter_net_worker_calls), true },
-	[VMM_THREAD_CHANNEL_READER] = { "channel reader", filter_channel_reader_calls,
-					FILTER_COUNT(filter_channel_reader_calls), false },
-	[VMM_THREAD_VMM_MAIN] = { "vmm main", filter_vmm_main_calls,
-				  FILTER_COUNT(filter_vmm_main_calls), false },
-	[VMM_THREAD_VMM_MAIN_SNAPSHOTS] = { "vmm main (snapshots)", filter_vmm_snapshot_calls,
-					    FILTER_COUNT(filter_vmm_snapshot_calls), false,
-					    true, true },
+	[VMM_THREAD_VCPU] = { .name = "vcpu" },
+	[VMM_THREAD_DEVICE_WORKER] = { .name = "device worker",
+				       .calls = filter_device_worker_calls,
+				       .count = FILTER_COUNT(filter_device_worker_calls) },
+	[VMM_THREAD_BLOCK_WORKER] = { .name = "disk worker", .calls = filter_block_worker_calls,
+				      .count = FILTER_COUNT(filter_block_worker_calls) },
+	[VMM_THREAD_SHARE_WORKER] = { .name = "share worker", .calls = filter_share_worker_calls,
+				      .count = FILTER_COUNT(filter_share_worker_calls) },
+	[VMM_THREAD_NET_WORKER] = { .name = "network worker", .calls = filter_net_worker_calls,
+				    .count = FILTER_COUNT(filter_net_worker_calls),
+				    .net_pinned = true },
+	[VMM_THREAD_CHANNEL_READER] = { .name = "channel reader",
+					.calls = filter_channel_reader_calls,
+					.count = FILTER_COUNT(filter_channel_reader_calls) },
+	[VMM_THREAD_VMM_MAIN] = { .name = "vmm main", .calls = filter_vmm_main_calls,
+				  .count = FILTER_COUNT(filter_vmm_main_calls) },
+	[VMM_THREAD_VMM_MAIN_SNAPSHOTS] = { .name = "vmm main (snapshots)",
+					    .calls = filter_vmm_snapshot_calls,
+					    .count = FILTER_COUNT(filter_vmm_snapshot_calls),
+					    .vmm_main = true, .threads = true },
 };
 
 static int filter_allow(scmp_filter_ctx ctx, const int *calls, size_t count)
@@ -217,10 +221,10 @@ static int filter_allow_thread_start(scmp_filter_ctx ctx)
 		rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(ENOSYS), SCMP_SYS(clone3), 0);
 	if (rc == 0)
 		rc = seccomp_rule_add(ctx, SCMP_ACT_ALLOW, SCMP_SYS(prctl), 1,
-				      SCMP_A0(SCMP_CMP_EQ, PR_SET_NAME));
+				      SCMP_A0(SCMP_CMP_EQ, PR_SET_NAME, 0));
 	if (rc == 0)
 		rc = seccomp_rule_add(ctx, SCMP_ACT_ALLOW, SCMP_SYS(prctl), 1,
-				      SCMP_A0(SCMP_CMP_EQ, PR_SET_NO_NEW_PRIVS));
+				      SCMP_A0(SCMP_CMP_EQ, PR_SET_NO_NEW_PRIVS, 0));
 	if (rc == 0)
 		rc = filter_allow(ctx, filter_thread_start_calls,
 				  FILTER_COUNT(filter_thread_start_calls));

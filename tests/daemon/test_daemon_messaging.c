@@ -46,7 +46,7 @@ static void test_relay_routes(void)
 	char err[TEST_ERR_MAX];
 	struct relay_answer a;
 	struct sidecar *sc = NULL;
-	uint16_t port;
+	uint16_t port = 0;
 	json_t *status;
 
 	if (!mkdtemp(dir))
@@ -126,7 +126,7 @@ static void test_run_messaging_json(void)
 	char dir[] = "/tmp/voidbox-daemon-run-json-XXXXXX", path[TEST_PATH_MAX];
 	char err[TEST_ERR_MAX], url[TEST_PATH_MAX];
 	struct sidecar *sc = NULL;
-	uint16_t port_a, port_b;
+	uint16_t port_a = 0, port_b = 0;
 	json_t *info, *member;
 
 	if (!mkdtemp(dir))
