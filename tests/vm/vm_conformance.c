@@ -19,6 +19,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <grp.h>
+#include <sys/sendfile.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -30,6 +32,7 @@
 #include "sandbox/sandbox.h"
 #include "sandbox/vmm_cgroup.h"
 #include "sandbox/vmm_jail.h"
+#include "sandbox/vmm_process.h"
 #include "store/guest_image.h"
 #include "vmm/kvm.h"
 #include "vmm_process_probe.h"
@@ -39,6 +42,18 @@
 #define TEST_MIB (1024ull * 1024ull)
 /* Set (to 1) where the host promises cgroup v2 caps: the nested L1's init (scripts/nested). */
 #define TEST_CAPS_EXPECTED_ENV "VOIDBOX_VMM_CGROUP_EXPECTED"
+/* the host promises that unprivileged users may run VMs (scripts/nested/l1-init) */
+#define TEST_UNPRIVILEGED_EXPECTED_ENV "VOIDBOX_UNPRIVILEGED_VMS_EXPECTED"
+#define TEST_UNPRIVILEGED_ID 65534 /* nobody */
+#define TEST_UNPRIVILEGED_HOME_TEMPLATE "/tmp/voidbox-unprivileged-XXXXXX"
+#define TEST_UNPRIVILEGED_MARKER "unprivileged-vm-running"
+#define TEST_UNPRIVILEGED_SCRIPT "echo " TEST_UNPRIVILEGED_MARKER "; sleep 5; echo done"
+#define TEST_UNPRIVILEGED_MEMORY_MB "256"
+#define TEST_UNPRIVILEGED_WAIT_S 600
+#define TEST_UNPRIVILEGED_POLL_NS 100000000L
+#define TEST_UNPRIVILEGED_HOME_MODE 0755
+#define TEST_VMM_BINARY_NAME "voidbox-vmm"
+#define TEST_VMM_BINARY_ENV "VOIDBOX_VMM_BINARY"
 /* opened by the test before the sandbox starts; its VMM process must not hold it */
 #define TEST_PLANTED_FD_PATH "/dev/zero"
 /* A host directory the VM shares (virtio-fs), so the VMM process's jail holds a share. */
@@ -921,6 +936,226 @@ static void test_cli_unbootable_initramfs_names_serial_log(void)
 	unlink(bogus);
 }
 
+/* ---- the CLI as an unprivileged user ---------------------------------------------------- */
+
+/* Copies from into dir/name with mode, owned by the unprivileged user; false on any failure. */
+static bool copy_for_unprivileged(const char *from, const char *dir, const char *name, mode_t mode)
+{
+	char to[PATH_MAX];
+	struct stat st;
+	int in = open(from, O_RDONLY | O_CLOEXEC), out = -1;
+	off_t offset = 0;
+	bool ok = false;
+
+	snprintf(to, sizeof(to), "%s/%s", dir, name);
+	if (in >= 0 && fstat(in, &st) == 0)
+		out = open(to, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, mode);
+	if (out >= 0) {
+		while (offset < st.st_size && sendfile(out, in, &offset, (size_t)(st.st_size - offset)) > 0)
+			;
+		ok = offset == st.st_size &&
+		     fchown(out, TEST_UNPRIVILEGED_ID, TEST_UNPRIVILEGED_ID) == 0;
+	}
+	if (!ok)
+		fprintf(stderr, "  (cannot copy %s to %s: %s)\n", from, to, strerror(errno));
+	if (in >= 0)
+		close(in);
+	if (out >= 0)
+		close(out);
+	return ok;
+}
+
+/* Whether the host promised that unprivileged users may run VMs. */
+static bool unprivileged_expected(void)
+{
+	const char *value = getenv(TEST_UNPRIVILEGED_EXPECTED_ENV);
+
+	return value && strcmp(value, "1") == 0;
+}
+
+/*
+ * Runs `voidbox exec` as nobody, with out_fd and err_fd as its stdout and stderr, from copies
+ * in home (the binaries may sit where nobody cannot reach, as beneath /root): the caller then
+ * holds neither CAP_SYS_ADMIN nor any other capability, and the VMM's jail is built through
+ * a user namespace (src/sandbox/vmm_jail.c).
+ */
+static pid_t spawn_unprivileged_cli(const char *home, int out_fd, int err_fd)
+{
+	char cli[PATH_MAX], kernel[PATH_MAX], initramfs[PATH_MAX];
+	pid_t pid;
+
+	snprintf(cli, sizeof(cli), "%s/voidbox", home);
+	snprintf(kernel, sizeof(kernel), "%s/vmlinuz", home);
+	snprintf(initramfs, sizeof(initramfs), "%s/initramfs", home);
+	pid = fork();
+	if (pid != 0)
+		return pid;
+	char *argv[] = { "voidbox", "exec", "--memory", TEST_UNPRIVILEGED_MEMORY_MB, "--kernel",
+			 kernel, "--initramfs", initramfs, "--", "sh", "-c",
+			 TEST_UNPRIVILEGED_SCRIPT, NULL };
+	dup2(out_fd, STDOUT_FILENO);
+	dup2(err_fd, STDERR_FILENO);
+	setenv("HOME", home, 1);
+	setenv(GUEST_IMAGE_ENV_HOME, home, 1);
+	unsetenv(TEST_VMM_BINARY_ENV);
+	if (setgroups(0, NULL) < 0 || setresgid(TEST_UNPRIVILEGED_ID, TEST_UNPRIVILEGED_ID,
+						TEST_UNPRIVILEGED_ID) < 0 ||
+	    setresuid(TEST_UNPRIVILEGED_ID, TEST_UNPRIVILEGED_ID, TEST_UNPRIVILEGED_ID) < 0) {
+		perror("becoming nobody");
+		_exit(126);
+	}
+	execv(cli, argv);
+	perror("executing the copied voidbox");
+	_exit(127);
+}
+
+/* The first child of pid whose /proc/PID/comm is VMM_PROCESS_NAME, or 0. */
+static pid_t find_vmm_child(pid_t pid)
+{
+	char path[PROBE_PATH_MAX], children[PROBE_PATH_MAX * 4] = "", comm[PROBE_PATH_MAX] = "";
+	char *cursor = children, *end;
+	FILE *file;
+
+	snprintf(path, sizeof(path), "/proc/%d/task/%d/children", (int)pid, (int)pid);
+	file = fopen(path, "re");
+	if (!file)
+		return 0;
+	if (!fgets(children, sizeof(children), file))
+		children[0] = '\0';
+	fclose(file);
+	for (long child = strtol(cursor, &end, 10); end != cursor;
+	     cursor = end, child = strtol(cursor, &end, 10)) {
+		snprintf(path, sizeof(path), "/proc/%ld/comm", child);
+		file = fopen(path, "re");
+		if (file && fgets(comm, sizeof(comm), file) && strcmp(comm, VMM_PROCESS_NAME "\n") == 0) {
+			fclose(file);
+			return (pid_t)child;
+		}
+		if (file)
+			fclose(file);
+	}
+	return 0;
+}
+
+/* What fd (a file from the start) holds so far. */
+static void read_file_so_far(int fd, char *buf, size_t len)
+{
+	ssize_t got = pread(fd, buf, len - 1, 0);
+
+	buf[got > 0 ? got : 0] = '\0';
+}
+
+/*
+ * A user without privileges runs a VM as root does, and its VMM process is jailed all the
+ * same, through a user namespace of its own that maps only that user: its own mount
+ * namespace, no /etc/passwd in its root, every thread filtered. Where the host does not
+ * promise that unprivileged users may run VMs (/dev/kvm open to them, unprivileged user
+ * namespaces allowed) and this test cannot arrange it, it says why and checks nothing more.
+ */
+static void test_cli_unprivileged_user_vm_jailed_in_user_namespace(void)
+{
+	char home[] = TEST_UNPRIVILEGED_HOME_TEMPLATE, vmm_beside[PATH_MAX], uid_map[PROBE_PATH_MAX];
+	char path[PROBE_PATH_MAX];
+	static char out[TEST_CLI_OUTPUT_MAX], err[TEST_CLI_OUTPUT_MAX];
+	long map[3] = { -1, -1, -1 };
+	struct timespec poll = { .tv_nsec = TEST_UNPRIVILEGED_POLL_NS };
+	struct timespec now;
+	time_t deadline;
+	int out_fd, err_fd, wstatus = 0;
+	bool reaped = false;
+	pid_t cli, vmm = 0;
+	FILE *file;
+
+	if (!unprivileged_expected() || geteuid() != 0) {
+		fprintf(stderr, "  (not checked: %s\n", geteuid() != 0 ?
+			"becoming another user needs root)" :
+			"the host does not promise that unprivileged users may run VMs: "
+			TEST_UNPRIVILEGED_EXPECTED_ENV "=1 would, where /dev/kvm is open to every "
+			"user and unprivileged user namespaces are allowed)");
+		CHECK(!unprivileged_expected());
+		return;
+	}
+	CHECK(mkdtemp(home) != NULL);
+	CHECK(chmod(home, TEST_UNPRIVILEGED_HOME_MODE) == 0);
+	CHECK(chown(home, TEST_UNPRIVILEGED_ID, TEST_UNPRIVILEGED_ID) == 0);
+	CHECK(copy_for_unprivileged(voidbox_cli, home, "voidbox", TEST_UNPRIVILEGED_HOME_MODE));
+	snprintf(vmm_beside, sizeof(vmm_beside), "%s", voidbox_cli);
+	if (strrchr(vmm_beside, '/'))
+		snprintf(strrchr(vmm_beside, '/') + 1,
+			 sizeof(vmm_beside) - (size_t)(strrchr(vmm_beside, '/') + 1 - vmm_beside),
+			 "%s", TEST_VMM_BINARY_NAME);
+	if (access(vmm_beside, X_OK) == 0)
+		CHECK(copy_for_unprivileged(vmm_beside, home, TEST_VMM_BINARY_NAME,
+					    TEST_UNPRIVILEGED_HOME_MODE));
+	CHECK(copy_for_unprivileged(test_image.kernel, home, "vmlinuz", TEST_SHARE_FILE_MODE));
+	CHECK(copy_for_unprivileged(test_image.initramfs, home, "initramfs", TEST_SHARE_FILE_MODE));
+
+	snprintf(path, sizeof(path), "%s/out", home);
+	out_fd = open(path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, TEST_SHARE_FILE_MODE);
+	snprintf(path, sizeof(path), "%s/err", home);
+	err_fd = open(path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, TEST_SHARE_FILE_MODE);
+	CHECK(out_fd >= 0 && err_fd >= 0);
+	cli = spawn_unprivileged_cli(home, out_fd, err_fd);
+	CHECK(cli > 0);
+	clock_gettime(CLOCK_MONOTONIC, &now);
+	deadline = now.tv_sec + TEST_UNPRIVILEGED_WAIT_S;
+	while (cli > 0 && !reaped && clock_gettime(CLOCK_MONOTONIC, &now) == 0 &&
+	       now.tv_sec < deadline && !(reaped = waitpid(cli, &wstatus, WNOHANG) == cli)) {
+		read_file_so_far(out_fd, out, sizeof(out));
+		if (strstr(out, TEST_UNPRIVILEGED_MARKER) && (vmm = find_vmm_child(cli)) > 0)
+			break;
+		nanosleep(&poll, NULL);
+	}
+	CHECK(vmm > 0);
+	if (vmm > 0) {
+		char pid_text[PROBE_PATH_MAX];
+
+		snprintf(pid_text, sizeof(pid_text), "%d", (int)vmm);
+		CHECK_INT_EQ((int)probe_task_status(vmm, pid_text, "Uid"), TEST_UNPRIVILEGED_ID);
+		CHECK(probe_is_jailed(vmm));
+		CHECK(!probe_same_namespace(vmm, "user"));
+		CHECK(probe_check_every_thread_confined(vmm) > 1);
+		/* the user namespace maps nobody to itself, and nobody else */
+		snprintf(path, sizeof(path), "/proc/%d/uid_map", (int)vmm);
+		file = fopen(path, "re");
+		uid_map[0] = '\0';
+		if (file && !fgets(uid_map, sizeof(uid_map), file))
+			uid_map[0] = '\0';
+		CHECK(file && fgetc(file) == EOF);
+		if (file)
+			fclose(file);
+		CHECK_INT_EQ(sscanf(uid_map, "%ld %ld %ld", &map[0], &map[1], &map[2]), 3);
+		CHECK(map[0] == TEST_UNPRIVILEGED_ID && map[1] == TEST_UNPRIVILEGED_ID && map[2] == 1);
+		uid_map[strcspn(uid_map, "\n")] = '\0';
+		fprintf(stderr, "  (the unprivileged VMM %d: uid_map %s)\n", (int)vmm, uid_map);
+	}
+	/* the guest sleeps, then says done and the CLI exits 0; one that does not is killed */
+	while (cli > 0 && !reaped && clock_gettime(CLOCK_MONOTONIC, &now) == 0 &&
+	       now.tv_sec < deadline && !(reaped = waitpid(cli, &wstatus, WNOHANG) == cli))
+		nanosleep(&poll, NULL);
+	if (cli > 0 && !reaped) {
+		fprintf(stderr, "  voidbox exec as nobody did not end within %d s; killed\n",
+			TEST_UNPRIVILEGED_WAIT_S);
+		kill(cli, SIGKILL);
+		waitpid(cli, &wstatus, 0);
+		wstatus = -1;
+	}
+	read_file_so_far(out_fd, out, sizeof(out));
+	read_file_so_far(err_fd, err, sizeof(err));
+	CHECK(reaped && WIFEXITED(wstatus) && WEXITSTATUS(wstatus) == 0);
+	CHECK_STR_EQ(out, TEST_UNPRIVILEGED_MARKER "\ndone\n");
+	if (!reaped || !WIFEXITED(wstatus) || WEXITSTATUS(wstatus) != 0 || vmm <= 0)
+		fprintf(stderr, "  voidbox exec as nobody: status %d\n  stdout: %s\n  stderr: %s\n",
+			wstatus, out, err);
+	if (out_fd >= 0)
+		close(out_fd);
+	if (err_fd >= 0)
+		close(err_fd);
+	snprintf(path, sizeof(path), "rm -rf %s", home);
+	if (system(path) != 0)
+		fprintf(stderr, "  (cannot remove %s)\n", home);
+}
+
 int main(int argc, char **argv)
 {
 	static char *allowed[] = { TEST_VM_ALLOWED };
@@ -1012,5 +1247,6 @@ int main(int argc, char **argv)
 	RUN_TEST(test_cli_exec_status_streams_and_stdin);
 	RUN_TEST(test_cli_shell_without_terminal);
 	RUN_TEST(test_cli_unbootable_initramfs_names_serial_log);
+	RUN_TEST(test_cli_unprivileged_user_vm_jailed_in_user_namespace);
 	return harness_finish();
 }
