@@ -174,4 +174,65 @@ static inline void probe_fd_target(pid_t pid, int fd, char *out, size_t len)
 	out[got > 0 ? got : 0] = '\0';
 }
 
+/* What /proc/PID/exe names into out ("" when it cannot be read). */
+static inline void probe_exe(pid_t pid, char *out, size_t len)
+{
+	char path[PROBE_PATH_MAX];
+	ssize_t got;
+
+	snprintf(path, sizeof(path), "/proc/%d/exe", (int)pid);
+	got = readlink(path, out, len - 1);
+	out[got > 0 ? got : 0] = '\0';
+}
+
+/*
+ * Whether marker is anywhere in the readable memory of pid (through /proc/PID/maps and
+ * /proc/PID/mem): 1 found, 0 not found with at least one region read, -1 nothing readable.
+ * Regions are read in chunks that overlap by the marker's length, so a marker across a chunk
+ * boundary is found too. Regions larger than PROBE_MEMORY_REGION_MAX are reservations, not a
+ * heap (ASan's shadow is terabytes of zero pages), and are skipped.
+ */
+#define PROBE_MEMORY_CHUNK (1024 * 1024)
+#define PROBE_MEMORY_REGION_MAX (1024UL * 1024 * 1024)
+#define PROBE_MAPS_LINE_MAX 1024
+static inline int probe_memory_has(pid_t pid, const char *marker)
+{
+	size_t marker_len = strlen(marker);
+	char path[PROBE_PATH_MAX], line[PROBE_MAPS_LINE_MAX];
+	char *chunk = malloc(PROBE_MEMORY_CHUNK);
+	int found = 0, read_any = 0, mem;
+	FILE *maps;
+
+	snprintf(path, sizeof(path), "/proc/%d/maps", (int)pid);
+	maps = fopen(path, "r");
+	snprintf(path, sizeof(path), "/proc/%d/mem", (int)pid);
+	mem = open(path, O_RDONLY | O_CLOEXEC);
+	while (chunk && maps && mem >= 0 && !found && fgets(line, sizeof(line), maps)) {
+		unsigned long start, end;
+		char perms[8];
+
+		if (sscanf(line, "%lx-%lx %7s", &start, &end, perms) != 3 || perms[0] != 'r' ||
+		    end - start > PROBE_MEMORY_REGION_MAX)
+			continue;
+		for (unsigned long at = start; at < end && !found;) {
+			size_t want = end - at < PROBE_MEMORY_CHUNK ? end - at : PROBE_MEMORY_CHUNK;
+			ssize_t got = pread(mem, chunk, want, (off_t)at);
+
+			if (got <= 0)
+				break; /* [vvar] and guard pages read as errors */
+			read_any = 1;
+			found = memmem(chunk, (size_t)got, marker, marker_len) != NULL;
+			if ((size_t)got < want || at + (size_t)got >= end)
+				break;
+			at += (size_t)got > marker_len ? (size_t)got - marker_len : (size_t)got;
+		}
+	}
+	if (maps)
+		fclose(maps);
+	if (mem >= 0)
+		close(mem);
+	free(chunk);
+	return found ? 1 : read_any ? 0 : -1;
+}
+
 #endif

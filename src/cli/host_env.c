@@ -4,6 +4,7 @@
 #include <stdlib.h>
 
 #include "common/log.h"
+#include "sandbox/vmm_process.h"
 #include "store/guest_image.h"
 #include "store/snapshot_store.h"
 #include "store/store_settings.h"
@@ -20,6 +21,9 @@ int host_env_apply(void)
 	int rc;
 
 	log_set_level_name(getenv(LOG_LEVEL_ENV));
+	if (vmm_process_use_binary(getenv(VMM_PROCESS_BINARY_ENV)) < 0)
+		log_warn("env", "%s is longer than a path may be: it is ignored, and the VMM's "
+			 "program is looked for beside this one", VMM_PROCESS_BINARY_ENV);
 	rc = store_settings_set(&store);
 	if (rc < 0)
 		log_error("env", "out of memory copying the environment's settings");

@@ -2,7 +2,8 @@
  * The environment variables the libraries below the CLI take as parameters, read in one
  * place for every program's entry point (the voidbox command, the benchmarks, the VM tests):
  * VOIDBOX_HOME, HOME, VOID_BOX_KERNEL, VOID_BOX_INITRAMFS and VOIDBOX_SNAPSHOT_CACHE_MAX go to
- * the stores (store_settings), VOIDBOX_LOG_LEVEL to the logger. The sandbox's own tunables
+ * the stores (store_settings), VOIDBOX_LOG_LEVEL to the logger, VOIDBOX_VMM_BINARY to the
+ * sandbox layer (the program VMM processes run, sandbox/vmm_process.h). The sandbox's own tunables
  * are the CLI's (cli_env.c), since only the CLI starts sandboxes from user settings.
  */
 #ifndef VOIDBOX_CLI_HOST_ENV_H

@@ -1,18 +1,19 @@
 /*
- * vmm_process.h: the fork, the child's confinement and the parent-child messages. One message
- * type, fixed size, so a reader takes exactly one recv() per message and refuses any other
- * length; the child answers "started" once, then "exited" once, and between them takes "stop"
- * (or the socket's end, which means the same) and the two requests, each answered once. The
- * child polls its socket and its VM in turn with a short period instead of running a second
- * thread, so its main thread stays one simple loop under a small filter; it serves a request
- * on that thread, so a snapshot is taken while nothing else of the child runs but the VM.
- * The parent reads the socket in short turns under a lock, so a thread waiting for the VM's
- * end and one waiting for an answer each take the message meant for them.
+ * vmm_process.h: the fork, the child's confinement, the execution of voidbox-vmm with its
+ * launch, and the parent's side of the messages (sandbox/vmm_msg.h). The launch is encoded
+ * before the fork into a sealed memfd the child puts on VMM_PROCESS_LAUNCH_FD, so the child
+ * between fork and execution only moves descriptors and makes system calls, whatever other
+ * threads of the caller held at the fork; an execution that fails says why on the control
+ * socket as a "started" with the error. The parent reads the socket in short turns under a
+ * lock, so a thread waiting for the VM's end and one waiting for an answer each take the
+ * message meant for them.
  */
 #include "sandbox/vmm_process.h"
 
 #include <errno.h>
 #include <fcntl.h>
+#include <libgen.h>
+#include <limits.h>
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
@@ -22,22 +23,22 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include "common/clock.h"
 #include "common/log.h"
-#include "sandbox/vmm_cgroup.h"
-#include "proto/protocol.h"
 #include "sandbox/vmm_jail.h"
+#include "sandbox/vmm_launch.h"
 #include "vmm/thread_filter.h"
-#include "vmm/working_set.h"
 
 #define VMM_PROCESS_LOG "vmm-process"
-/* Descriptors at or above this in the parent, so the child's dup2 to 0..3 never collides. */
+/* Descriptors at or above this in the parent, so the child's dup2 to 0..4 never collides. */
 #define VMM_PROCESS_PARENT_FD_FLOOR 10
-/* How often the child looks at its VM between control messages. */
+/* How often the parent's waits look at the socket. */
 #define VMM_PROCESS_POLL_MS 20
 /* How long a destroyed VMM process gets to exit by itself before it is killed. */
 #define VMM_PROCESS_EXIT_GRACE_MS 2000
@@ -47,17 +48,18 @@
  */
 #define VMM_PROCESS_START_TIMEOUT_MS 300000
 #define VMM_PROCESS_REQUEST_TIMEOUT_MS 300000
-/* The largest errno a status may carry; anything else reads as EIO. */
-#define VMM_PROCESS_ERRNO_MAX 4095
 #define VMM_PROCESS_MS_PER_SEC 1000
-#define VMM_PROCESS_NS_PER_MS 1000000ULL
-/* The child's exit statuses. */
+/* The child's exit statuses before it is voidbox-vmm. */
 #define VMM_PROCESS_EXIT_ORPHANED 70
 #define VMM_PROCESS_EXIT_SETUP 71
-/* /proc/self/stat, fields counted from 1: the state follows "(comm)", arg_start is 48th. */
-#define VMM_PROCESS_STAT_ARG_START_FIELD 48
-#define VMM_PROCESS_STAT_STATE_FIELD 3
-#define VMM_PROCESS_STAT_MAX 4096
+/* Where `meson install` puts voidbox-vmm (src/cli/meson.build). */
+#ifndef VOIDBOX_VMM_INSTALLED_PATH
+#define VOIDBOX_VMM_INSTALLED_PATH "/usr/local/libexec/" VMM_PROCESS_NAME
+#endif
+#define VMM_PROCESS_SELF_EXE "/proc/self/exe"
+/* The memfd's name, as /proc/PID/fd shows it. */
+#define VMM_PROCESS_LAUNCH_NAME "voidbox-vmm-launch"
+#define VMM_PROCESS_LAUNCH_SEALS (F_SEAL_SEAL | F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE)
 
 struct vmm_process {
 	pid_t pid;
@@ -72,108 +74,11 @@ struct vmm_process {
 	char answer_text[VMM_PROCESS_TEXT_MAX];
 };
 
-static int vmm_msg_send_whole(int fd, struct vmm_msg *msg)
-{
-	int rc = send(fd, msg, sizeof(*msg), MSG_NOSIGNAL) == (ssize_t)sizeof(*msg) ? 0 : -EIO;
-
-	explicit_bzero(msg->secret, sizeof(msg->secret));
-	return rc;
-}
-
-static int vmm_msg_send(int fd, enum vmm_msg_kind kind, int status, uint32_t reason,
-			const char *text)
-{
-	struct vmm_msg msg;
-
-	memset(&msg, 0, sizeof(msg));
-	msg.kind = kind;
-	msg.status = status;
-	msg.reason = reason;
-	if (text)
-		snprintf(msg.text, sizeof(msg.text), "%s", text);
-	return vmm_msg_send_whole(fd, &msg);
-}
-
-/* A status from the other side: 0, or a -errno in range (anything else is -EIO). */
-static int vmm_msg_status(int32_t status)
-{
-	return status > 0 || status < -VMM_PROCESS_ERRNO_MAX ? -EIO : status;
-}
-
-/* One message, or -EIO for the socket's end or any malformed message. */
-static int vmm_msg_recv(int fd, struct vmm_msg *msg)
-{
-	ssize_t got;
-
-	do
-		got = recv(fd, msg, sizeof(*msg), MSG_TRUNC);
-	while (got < 0 && errno == EINTR);
-	if (got != (ssize_t)sizeof(*msg))
-		return -EIO;
-	msg->text[sizeof(msg->text) - 1] = '\0';
-	msg->parent_dir[sizeof(msg->parent_dir) - 1] = '\0';
-	if (msg->kind < VMM_MSG_STARTED || msg->kind > VMM_MSG_ANSWER ||
-	    msg->reason > VM_EXIT_GUEST_TRIPLE_FAULT)
-		return -EIO;
-	return 0;
-}
-
 /* ---- the child's confinement ---- */
 
-/* Reads arg_start, arg_end, env_start and env_end of this process from /proc/self/stat. */
-static int vmm_process_blocks(unsigned long bounds[4])
-{
-	char stat[VMM_PROCESS_STAT_MAX];
-	int fd = open("/proc/self/stat", O_RDONLY | O_CLOEXEC);
-	ssize_t got;
-	char *cursor;
-	int field;
-
-	if (fd < 0)
-		return -errno;
-	got = read(fd, stat, sizeof(stat) - 1);
-	close(fd);
-	if (got <= 0)
-		return -EIO;
-	stat[got] = '\0';
-	cursor = strrchr(stat, ')'); /* the command name may hold spaces and parentheses */
-	if (!cursor)
-		return -EIO;
-	cursor++;
-	for (field = VMM_PROCESS_STAT_STATE_FIELD; field < VMM_PROCESS_STAT_ARG_START_FIELD;
-	     field++) {
-		cursor = strchr(cursor + 1, ' ');
-		if (!cursor)
-			return -EIO;
-	}
-	if (sscanf(cursor, " %lu %lu %lu %lu", &bounds[0], &bounds[1], &bounds[2], &bounds[3]) != 4 ||
-	    bounds[1] < bounds[0] || bounds[3] < bounds[2])
-		return -EIO;
-	return 0;
-}
-
-int vmm_process_scrub_identity(void)
-{
-	unsigned long bounds[4];
-	int rc = vmm_process_blocks(bounds);
-
-	clearenv();
-	if (rc < 0)
-		return rc;
-	/*
-	 * The block lives in this process's stack mapping, written by the kernel at exec.
-	 * Nothing below the CLI keeps pointers into it (sandbox.h: the CLI reads the environment
-	 * once, into settings). The argument block is left alone: network policies and paths
-	 * may point into it, and what it holds is what the guest is told anyway.
-	 */
-	explicit_bzero((void *)bounds[2], bounds[3] - bounds[2]);
-	prctl(PR_SET_NAME, VMM_PROCESS_NAME, 0, 0, 0);
-	return 0;
-}
-
 /* Step by step as the header says; any failure ends the child before it runs anything. */
-static void vmm_process_child(int control_fd, int null_fd, int log_fd, pid_t parent,
-			      int (*body)(int control_fd, void *opaque), void *opaque)
+static void vmm_process_child(int control_fd, int launch_fd, int null_fd, int log_fd,
+			      pid_t parent, int (*body)(int control_fd, void *opaque), void *opaque)
 {
 	if (prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) < 0)
 		_exit(VMM_PROCESS_EXIT_SETUP);
@@ -184,7 +89,9 @@ static void vmm_process_child(int control_fd, int null_fd, int log_fd, pid_t par
 		_exit(VMM_PROCESS_EXIT_SETUP);
 	if (dup2(null_fd, STDIN_FILENO) < 0 || dup2(null_fd, STDOUT_FILENO) < 0 ||
 	    dup2(log_fd, STDERR_FILENO) < 0 || dup2(control_fd, VMM_PROCESS_CONTROL_FD) < 0 ||
-	    close_range(VMM_PROCESS_CONTROL_FD + 1, ~0U, 0) < 0)
+	    (launch_fd >= 0 && dup2(launch_fd, VMM_PROCESS_LAUNCH_FD) < 0) ||
+	    close_range(launch_fd >= 0 ? VMM_PROCESS_LAUNCH_FD + 1 : VMM_PROCESS_CONTROL_FD + 1,
+			~0U, 0) < 0)
 		_exit(VMM_PROCESS_EXIT_SETUP);
 	if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0)
 		_exit(VMM_PROCESS_EXIT_SETUP);
@@ -195,8 +102,10 @@ static void vmm_process_child(int control_fd, int null_fd, int log_fd, pid_t par
 	_exit(body(VMM_PROCESS_CONTROL_FD, opaque));
 }
 
-int vmm_process_spawn(int (*body)(int control_fd, void *opaque), void *opaque, pid_t *pid,
-		      int *control_fd, char *err, size_t errlen)
+/* vmm_process_spawn, with launch_fd (-1: none) on VMM_PROCESS_LAUNCH_FD in the child. */
+static int vmm_process_spawn_with(int (*body)(int control_fd, void *opaque), void *opaque,
+				  int launch_fd, pid_t *pid, int *control_fd, char *err,
+				  size_t errlen)
 {
 	int pair[2] = { -1, -1 }, ours = -1, theirs = -1, null_fd = -1;
 	pid_t parent = getpid(), child;
@@ -239,8 +148,8 @@ int vmm_process_spawn(int (*body)(int control_fd, void *opaque), void *opaque, p
 		goto out;
 	}
 	if (child == 0)
-		vmm_process_child(theirs, null_fd, log_fd >= 0 ? log_fd : null_fd, parent, body,
-				  opaque);
+		vmm_process_child(theirs, launch_fd, null_fd, log_fd >= 0 ? log_fd : null_fd, parent,
+				  body, opaque);
 	*pid = child;
 	*control_fd = ours;
 	ours = -1;
@@ -254,206 +163,121 @@ out:
 	return rc;
 }
 
-/* ---- the VM's child ---- */
-
-struct vmm_process_vm_args {
-	const struct vm_config *cfg;		     /* a cold boot, or */
-	const char *snapshot_dir;		     /* a restore of this, with */
-	const struct vm_restore_options *restore;
-	const char *cgroup_dir;
-	enum vmm_thread_role main_role; /* VMM_THREAD_VMM_MAIN or _MAIN_SNAPSHOTS */
-	enum vmm_jail_mode jail_mode;
-	const char *const *snapshot_areas; /* NULL-terminated; NULL: none */
-};
-
-/* The parent's "snapshot": every field checked, then vm_snapshot_save as the parent asked. */
-static void vmm_process_serve_snapshot(int control_fd, struct vm *vm,
-				       const struct vmm_process_vm_args *args, struct vmm_msg *msg)
+int vmm_process_spawn(int (*body)(int control_fd, void *opaque), void *opaque, pid_t *pid,
+		      int *control_fd, char *err, size_t errlen)
 {
-	struct vm_snapshot_options opts = { .type = (enum vm_snapshot_type)msg->snapshot_type,
-					    .after = (enum vm_snapshot_after)msg->snapshot_after };
-	char err[VMM_PROCESS_TEXT_MAX] = "";
-	int rc = 0;
-
-	if (args->main_role != VMM_THREAD_VMM_MAIN_SNAPSHOTS) {
-		rc = -EPERM;
-		snprintf(err, sizeof(err), "this VM's process may write no snapshot: start the "
-			 "sandbox with vmm_placement SANDBOX_VMM_OWN_PROCESS_SNAPSHOTS");
-	} else if ((opts.type != VM_SNAPSHOT_BASE && opts.type != VM_SNAPSHOT_DIFF) ||
-		   (opts.after != VM_SNAPSHOT_RESUME && opts.after != VM_SNAPSHOT_STAY_STOPPED) ||
-		   msg->text[0] != '/' ||
-		   (opts.type == VM_SNAPSHOT_DIFF) != (msg->parent_dir[0] != '\0')) {
-		rc = -EINVAL;
-		snprintf(err, sizeof(err), "a malformed snapshot request (type %u, after %u)",
-			 msg->snapshot_type, msg->snapshot_after);
-	}
-	if (rc == 0) {
-		opts.parent_dir = msg->parent_dir[0] ? msg->parent_dir : NULL;
-		vm_snapshot_set_secret(vm, msg->secret);
-		rc = vm_snapshot_save(vm, msg->text, &opts, err, sizeof(err));
-		/* a VM left stopped is over: end it, as sandbox_snapshot does in process */
-		if (opts.after == VM_SNAPSHOT_STAY_STOPPED)
-			vm_request_stop(vm);
-	}
-	explicit_bzero(msg->secret, sizeof(msg->secret));
-	vmm_msg_send(control_fd, VMM_MSG_ANSWER, rc, 0, err);
+	return vmm_process_spawn_with(body, opaque, -1, pid, control_fd, err, errlen);
 }
 
-/* The parent's "record working set": beside the snapshot this VM was restored from. */
-static void vmm_process_serve_working_set(int control_fd, struct vm *vm,
-					  const struct vmm_process_vm_args *args)
-{
-	char err[VMM_PROCESS_TEXT_MAX] = "";
-	struct working_set_stats stats = { 0 };
-	int rc;
+/* ---- voidbox-vmm: finding it, its launch, its execution ---- */
 
-	if (!args->snapshot_dir) {
-		rc = -EINVAL;
-		snprintf(err, sizeof(err), "this VM was not restored: it has no working set to "
-			 "record");
-	} else {
-		rc = vm_working_set_record(vm, args->snapshot_dir, &stats, err, sizeof(err));
-	}
-	if (rc == 0 && stats.pages) /* the line sandbox_exec logs for a VM in its process */
-		log_info(VMM_PROCESS_LOG, "recorded the working set of %s: %llu pages in %u runs "
-			 "in %llu ms", args->snapshot_dir, (unsigned long long)stats.pages,
-			 stats.runs, (unsigned long long)(stats.elapsed_ns / VMM_PROCESS_NS_PER_MS));
-	vmm_msg_send(control_fd, VMM_MSG_ANSWER, rc, 0, err);
+static bool vmm_process_executable(const char *path)
+{
+	struct stat st;
+
+	return stat(path, &st) == 0 && S_ISREG(st.st_mode) && access(path, X_OK) == 0;
 }
 
-/*
- * The child's loop: serve "stop" (or the socket's end), "snapshot" and "record working set"
- * until the VM has ended, then say so.
- */
-static void vmm_process_serve(int control_fd, struct vm *vm,
-			      const struct vmm_process_vm_args *args)
+static int vmm_process_found(char *path, size_t len, const char *found)
 {
-	enum vm_exit_reason reason = VM_EXIT_NONE;
-	struct pollfd pfd = { .fd = control_fd, .events = POLLIN };
-	bool stop_asked = false;
-	struct vmm_msg msg;
-
-	while (vm_wait(vm, 0, &reason) != 0) {
-		if (poll(&pfd, 1, VMM_PROCESS_POLL_MS) <= 0 || stop_asked)
-			continue;
-		/* anything but a well-formed request is the parent going away: stop too */
-		int rc = vmm_msg_recv(control_fd, &msg);
-
-		if (rc == 0 && msg.kind == VMM_MSG_SNAPSHOT)
-			vmm_process_serve_snapshot(control_fd, vm, args, &msg);
-		else if (rc == 0 && msg.kind == VMM_MSG_RECORD_WORKING_SET)
-			vmm_process_serve_working_set(control_fd, vm, args);
-		else {
-			stop_asked = true;
-			vm_request_stop(vm);
-		}
-	}
-	vmm_msg_send(control_fd, VMM_MSG_EXITED, 0, reason, NULL);
+	return snprintf(path, len, "%s", found) < (int)len ? 0 : -ENAMETOOLONG;
 }
 
-/* vm_create_from_snapshot, the secret it answers to copied into *started for the parent. */
-static int vmm_process_restore_here(const struct vmm_process_vm_args *args, struct vm **vm,
-				    struct vmm_msg *started, char *err, size_t errlen)
+/* What vmm_process_use_binary named; "" for none. */
+static char vmm_process_named_binary[PATH_MAX];
+
+int vmm_process_use_binary(const char *path)
 {
-	char hex[2 * VM_SECRET_LEN + 1];
-	int rc = vm_create_from_snapshot(args->snapshot_dir, args->restore, vm, err, errlen);
+	if (path && strlen(path) >= sizeof(vmm_process_named_binary))
+		return -ENAMETOOLONG;
+	snprintf(vmm_process_named_binary, sizeof(vmm_process_named_binary), "%s",
+		 path ? path : "");
+	return 0;
+}
+
+int vmm_process_binary(char *path, size_t len, char *err, size_t errlen)
+{
+	const char *named = vmm_process_named_binary;
+	char self[PATH_MAX], beside[PATH_MAX] = "";
+	ssize_t got;
+
+	if (named[0]) {
+		if (vmm_process_executable(named) && vmm_process_found(path, len, named) == 0)
+			return 0;
+		snprintf(err, errlen, "%s names %s, which is not an executable file: point it at "
+			 "the %s this build made (beside the voidbox command), or unset it",
+			 VMM_PROCESS_BINARY_ENV, named, VMM_PROCESS_NAME);
+		return -ENOENT;
+	}
+	got = readlink(VMM_PROCESS_SELF_EXE, self, sizeof(self) - 1);
+	if (got > 0) {
+		self[got] = '\0';
+		if (snprintf(beside, sizeof(beside), "%s/%s", dirname(self), VMM_PROCESS_NAME) <
+			    (int)sizeof(beside) &&
+		    vmm_process_executable(beside) && vmm_process_found(path, len, beside) == 0)
+			return 0;
+	}
+	if (vmm_process_executable(VOIDBOX_VMM_INSTALLED_PATH) &&
+	    vmm_process_found(path, len, VOIDBOX_VMM_INSTALLED_PATH) == 0)
+		return 0;
+	snprintf(err, errlen, "cannot find %s, the program every VM runs in: it is neither "
+		 "beside this program (%s) nor at %s; install voidbox (meson install puts it at the "
+		 "latter), or set %s to its path", VMM_PROCESS_NAME,
+		 beside[0] ? beside : "unknown: " VMM_PROCESS_SELF_EXE " is unreadable",
+		 VOIDBOX_VMM_INSTALLED_PATH, VMM_PROCESS_BINARY_ENV);
+	return -ENOENT;
+}
+
+/* The launch encoded into a sealed memfd above the descriptor floor: its fd, or -errno. */
+static int vmm_process_launch_file(const struct vmm_launch *launch, char *err, size_t errlen)
+{
+	uint8_t *bytes = NULL;
+	size_t len = 0, done = 0;
+	int fd, high = -1, rc = vmm_launch_encode(launch, &bytes, &len, err, errlen);
 
 	if (rc < 0)
 		return rc;
-	vm_secret_hex(*vm, hex);
-	rc = proto_secret_from_hex(hex, started->secret);
-	explicit_bzero(hex, sizeof(hex));
-	if (rc < 0)
-		snprintf(err, errlen, "the restored VM's secret is not readable");
-	return rc;
-}
+	fd = memfd_create(VMM_PROCESS_LAUNCH_NAME, MFD_CLOEXEC | MFD_ALLOW_SEALING);
+	while (fd >= 0 && done < len) {
+		ssize_t put = write(fd, bytes + done, len - done);
 
-/* The directories snapshot requests write beneath, read-write for the VM's life. */
-static int vmm_process_jail_areas(struct vmm_jail *jail, const char *const *areas, char *err,
-				  size_t errlen)
-{
-	int rc = 0;
-
-	for (size_t i = 0; jail && areas && areas[i] && rc == 0; i++)
-		rc = vmm_jail_add(jail, areas[i], NULL, VMM_JAIL_READ_WRITE, VMM_JAIL_WHILE_RUNNING,
-				  err, errlen);
-	return rc;
-}
-
-/* Plans, enters the jail, then builds the VM in it: a restore of here->snapshot_dir or cfg. */
-static int vmm_process_create_jailed(struct vmm_process_vm_args *here, struct vmm_jail **jail,
-				     struct vm_config *jailed, struct vm_restore_options *restore,
-				     struct vm **vm, struct vmm_msg *started, char *err,
-				     size_t errlen)
-{
-	int rc;
-
-	if (here->snapshot_dir) {
-		rc = vmm_jail_plan_restore(here->snapshot_dir, here->restore, jail,
-					   &here->snapshot_dir, restore, err, errlen);
-		here->restore = restore;
-		if (rc == 0 && !*jail)
-			log_info(VMM_PROCESS_LOG, "the snapshot %s has disks or shares, whose paths "
-				 "only its device sections name: its VMM process runs unjailed",
-				 here->snapshot_dir);
-	} else {
-		rc = vmm_jail_plan_vm(here->cfg, jail, jailed, err, errlen);
+		if (put < 0 && errno == EINTR)
+			continue;
+		if (put <= 0)
+			break;
+		done += (size_t)put;
 	}
-	if (rc == 0)
-		rc = vmm_process_jail_areas(*jail, here->snapshot_areas, err, errlen);
-	if (rc == 0 && *jail)
-		rc = vmm_jail_enter(*jail, here->jail_mode, err, errlen);
-	if (rc == 0)
-		rc = here->snapshot_dir ? vmm_process_restore_here(here, vm, started, err, errlen)
-					: vm_create(jailed, vm, err, errlen);
-	if (rc == 0)
-		vmm_jail_seal(*jail); /* the VM holds what only its creation needed */
+	if (fd >= 0 && done == len && fcntl(fd, F_ADD_SEALS, VMM_PROCESS_LAUNCH_SEALS) == 0)
+		high = fcntl(fd, F_DUPFD_CLOEXEC, VMM_PROCESS_PARENT_FD_FLOOR);
+	rc = high >= 0 ? high : -errno;
+	if (high < 0)
+		snprintf(err, errlen, "cannot hand the VM's configuration to its VMM process: %s",
+			 strerror(errno));
+	if (fd >= 0)
+		close(fd);
+	explicit_bzero(bytes, len);
+	free(bytes);
 	return rc;
 }
 
-static int vmm_process_vm_body(int control_fd, void *opaque)
+/*
+ * The child's last step: voidbox-vmm with an empty environment. Only reached again when the
+ * execution failed, which the parent then reads as the VM's failed start.
+ */
+static int vmm_process_exec_body(int control_fd, void *opaque)
 {
-	struct vmm_process_vm_args here = *(const struct vmm_process_vm_args *)opaque;
-	struct vmm_msg started = { .kind = VMM_MSG_STARTED };
-	char *err = started.text;
-	size_t errlen = sizeof(started.text);
-	struct vmm_jail *jail = NULL;
-	struct vm_restore_options restore;
-	struct vm_config jailed;
-	struct vm *vm = NULL;
-	int rc = 0;
+	const char *binary = opaque;
+	char *const argv[] = { (char *)VMM_PROCESS_NAME, NULL };
+	char *const envp[] = { NULL };
+	struct vmm_msg failed = { .kind = VMM_MSG_STARTED };
 
-	/* the limits hold before the guest's memory is even mapped */
-	if (here.cgroup_dir && (rc = vmm_cgroup_enter(here.cgroup_dir, 0)) < 0)
-		snprintf(err, errlen, "cannot move the VMM process into the cgroup %s: %s",
-			 here.cgroup_dir, strerror(-rc));
-	/*
-	 * still one thread: the VM's threads start in the jail's namespaces. A cold boot's root
-	 * holds what its vm_config names, a restore's its snapshot chain and runtime directory,
-	 * and a VMM that takes snapshot requests also the directories they write beneath
-	 * (docs/security.md, "The jail").
-	 */
-	if (rc == 0)
-		rc = vmm_process_create_jailed(&here, &jail, &jailed, &restore, &vm, &started, err,
-					       errlen);
-
-	/* the VM holds copies of what it needs from cfg: what pointed into the blocks can go */
-	if (rc == 0 && (rc = vmm_process_scrub_identity()) < 0)
-		snprintf(err, errlen, "cannot wipe the VMM process's environment: %s",
-			 strerror(-rc));
-	if (rc == 0 && (rc = vm_start(vm)) < 0)
-		snprintf(err, errlen, "the VM did not start: %s", strerror(-rc));
-	if (rc == 0 && (rc = vmm_thread_confine(here.main_role)) < 0)
-		snprintf(err, errlen, "cannot install the VMM main thread's seccomp filter: %s",
-			 strerror(-rc));
-	started.status = rc;
-	if (rc < 0)
-		explicit_bzero(started.secret, sizeof(started.secret));
-	if (vmm_msg_send_whole(control_fd, &started) == 0 && rc == 0)
-		vmm_process_serve(control_fd, vm, &here);
-	vm_destroy(vm);
-	vmm_jail_free(jail);
-	return rc == 0 ? 0 : VMM_PROCESS_EXIT_SETUP;
+	execve(binary, argv, envp);
+	failed.status = -errno;
+	snprintf(failed.text, sizeof(failed.text), "cannot execute %s: %s: reinstall voidbox, or "
+		 "set %s to the %s of this build", binary, strerror(errno),
+		 VMM_PROCESS_BINARY_ENV, VMM_PROCESS_NAME);
+	vmm_msg_send_whole(control_fd, &failed);
+	return VMM_PROCESS_EXIT_SETUP;
 }
 
 /* ---- the parent's side ---- */
@@ -533,8 +357,10 @@ static bool vmm_process_pump(struct vmm_process *proc, int timeout_ms, const boo
 	}
 }
 
-int vmm_process_launch(int (*body)(int control_fd, void *opaque), void *opaque,
-		       struct vmm_process **out, char *err, size_t errlen)
+/* vmm_process_launch, with launch_fd on the child's VMM_PROCESS_LAUNCH_FD (-1: none). */
+static int vmm_process_launch_with(int (*body)(int control_fd, void *opaque), void *opaque,
+				   int launch_fd, struct vmm_process **out, char *err,
+				   size_t errlen)
 {
 	struct vmm_process *proc = calloc(1, sizeof(*proc));
 	int rc;
@@ -546,7 +372,8 @@ int vmm_process_launch(int (*body)(int control_fd, void *opaque), void *opaque,
 	}
 	pthread_mutex_init(&proc->lock, NULL);
 	/* the child works on its copy of opaque, made by fork */
-	rc = vmm_process_spawn(body, opaque, &proc->pid, &proc->control_fd, err, errlen);
+	rc = vmm_process_spawn_with(body, opaque, launch_fd, &proc->pid, &proc->control_fd, err,
+				    errlen);
 	if (rc < 0) {
 		pthread_mutex_destroy(&proc->lock);
 		free(proc);
@@ -554,6 +381,33 @@ int vmm_process_launch(int (*body)(int control_fd, void *opaque), void *opaque,
 	}
 	*out = proc;
 	return 0;
+}
+
+int vmm_process_launch(int (*body)(int control_fd, void *opaque), void *opaque,
+		       struct vmm_process **out, char *err, size_t errlen)
+{
+	return vmm_process_launch_with(body, opaque, -1, out, err, errlen);
+}
+
+/* Finds voidbox-vmm, encodes launch, and spawns the child that executes it with it. */
+static int vmm_process_launch_exec(struct vmm_launch *launch, struct vmm_process **out,
+				   char *err, size_t errlen)
+{
+	char binary[PATH_MAX];
+	int launch_fd, rc;
+
+	*out = NULL;
+	rc = vmm_process_binary(binary, sizeof(binary), err, errlen);
+	if (rc < 0)
+		return rc;
+	launch->jail_mode = vmm_jail_host_mode(); /* probed once, here, in the caller */
+	launch->log_level = log_get_level();
+	launch_fd = vmm_process_launch_file(launch, err, errlen);
+	if (launch_fd < 0)
+		return launch_fd;
+	rc = vmm_process_launch_with(vmm_process_exec_body, binary, launch_fd, out, err, errlen);
+	close(launch_fd);
+	return rc;
 }
 
 int vmm_process_await_started(struct vmm_process *proc, uint8_t secret[VM_SECRET_LEN],
@@ -583,46 +437,55 @@ int vmm_process_await_started(struct vmm_process *proc, uint8_t secret[VM_SECRET
 	return rc;
 }
 
-int vmm_process_start(int (*body)(int control_fd, void *opaque), void *opaque,
-		      uint8_t secret[VM_SECRET_LEN], struct vmm_process **out, char *err,
-		      size_t errlen)
+/* Waits for a launched child's "started"; on failure destroys it. *out: proc or NULL. */
+static int vmm_process_started_or_gone(int rc, struct vmm_process *proc,
+				       uint8_t secret[VM_SECRET_LEN], struct vmm_process **out,
+				       char *err, size_t errlen)
 {
-	struct vmm_process *proc;
-	int rc = vmm_process_launch(body, opaque, &proc, err, errlen);
-
 	if (rc == 0 && (rc = vmm_process_await_started(proc, secret, err, errlen)) < 0) {
 		vmm_process_destroy(proc);
 		proc = NULL;
 	}
-	*out = proc;
+	*out = rc == 0 ? proc : NULL;
 	return rc;
+}
+
+int vmm_process_start(int (*body)(int control_fd, void *opaque), void *opaque,
+		      uint8_t secret[VM_SECRET_LEN], struct vmm_process **out, char *err,
+		      size_t errlen)
+{
+	struct vmm_process *proc = NULL;
+	int rc = vmm_process_launch(body, opaque, &proc, err, errlen);
+
+	return vmm_process_started_or_gone(rc, proc, secret, out, err, errlen);
 }
 
 int vmm_process_start_vm(const struct vm_config *cfg, const char *cgroup_dir, bool snapshots,
 			 const char *const *snapshot_areas, struct vmm_process **out, char *err,
 			 size_t errlen)
 {
-	struct vmm_process_vm_args args = {
-		.cfg = cfg, .cgroup_dir = cgroup_dir,
+	struct vmm_launch launch = {
+		.kind = VMM_LAUNCH_BOOT, .cfg = *cfg, .cgroup_dir = cgroup_dir,
 		.main_role = snapshots ? VMM_THREAD_VMM_MAIN_SNAPSHOTS : VMM_THREAD_VMM_MAIN,
-		.jail_mode = vmm_jail_host_mode(),
 		.snapshot_areas = snapshots ? snapshot_areas : NULL,
 	};
+	struct vmm_process *proc = NULL;
+	int rc = vmm_process_launch_exec(&launch, &proc, err, errlen);
 
-	return vmm_process_start(vmm_process_vm_body, &args, NULL, out, err, errlen);
+	explicit_bzero(launch.cfg.secret, sizeof(launch.cfg.secret));
+	return vmm_process_started_or_gone(rc, proc, NULL, out, err, errlen);
 }
 
 int vmm_process_launch_restore(const char *snapshot_dir, const struct vm_restore_options *opts,
 			       const char *cgroup_dir, const char *const *snapshot_areas,
 			       struct vmm_process **out, char *err, size_t errlen)
 {
-	struct vmm_process_vm_args args = { .snapshot_dir = snapshot_dir, .restore = opts,
-					    .cgroup_dir = cgroup_dir,
-					    .main_role = VMM_THREAD_VMM_MAIN_SNAPSHOTS,
-					    .jail_mode = vmm_jail_host_mode(),
-					    .snapshot_areas = snapshot_areas };
+	struct vmm_launch launch = { .kind = VMM_LAUNCH_RESTORE, .snapshot_dir = snapshot_dir,
+				     .restore = *opts, .cgroup_dir = cgroup_dir,
+				     .main_role = VMM_THREAD_VMM_MAIN_SNAPSHOTS,
+				     .snapshot_areas = snapshot_areas };
 
-	return vmm_process_launch(vmm_process_vm_body, &args, out, err, errlen);
+	return vmm_process_launch_exec(&launch, out, err, errlen);
 }
 
 int vmm_process_wait(struct vmm_process *proc, int timeout_ms, enum vm_exit_reason *reason)

@@ -1,25 +1,31 @@
 /*
  * The VMM of a sandbox in a process of its own (docs/security.md, "What runs where").
  *
- * The sandbox forks right before it would create the VM; the child builds and runs the VM and
- * nothing else, and the parent keeps what only it may hold: the session's control channel to
- * the agent (it reaches the guest through the VM's vsock unix socket, as before), the policy,
- * and the user's environment and credentials. The two talk over a SOCK_SEQPACKET socketpair in
- * fixed-size messages that each side checks as untrusted input: the parent treats the child as
- * being as hostile as the guest, since the guest may have subverted it.
+ * The sandbox starts it right before it would create the VM; the VMM process builds and runs
+ * the VM and nothing else, and the parent keeps what only it may hold: the session's control
+ * channel to the agent (it reaches the guest through the VM's vsock unix socket, as before),
+ * the policy, and the user's environment and credentials. The two talk over a SOCK_SEQPACKET
+ * socketpair in fixed-size messages (sandbox/vmm_msg.h) that each side checks as untrusted
+ * input: the parent treats the child as being as hostile as the guest, since the guest may
+ * have subverted it.
  *
- * The child is confined before any guest instruction runs: killed when its parent dies
- * (PR_SET_PDEATHSIG, checked against an early parent exit), in a session of its own (no
- * terminal whose Ctrl-C would reach it), stdin and stdout on /dev/null,
- * stderr on the caller's log stream, every other descriptor but the control socket closed,
- * PR_SET_NO_NEW_PRIVS, not dumpable (other processes of the user can neither ptrace it nor
- * read its memory, environment or maps through /proc); the VM's child then enters its jail
- * (sandbox/vmm_jail.h: its own namespaces and a root holding only what the VM reaches by path)
- * before it builds the VM; once the VM is built its environment
- * block is wiped (so /proc/PID/environ shows none of the user's variables) and its main thread
- * takes the "VMM main" seccomp filter. The child is forked, not executed afresh: its memory starts as
- * a copy of the caller's, so anything the caller had read into memory before the fork is
- * still there (docs/security.md says what that leaves open).
+ * The child is forked, confined, then executes the voidbox-vmm program afresh, so its memory
+ * holds nothing of the caller's (no API key read into a spec, no other sandbox's secrets or
+ * channels): what it needs arrives as its launch (sandbox/vmm_launch.h), encoded by the parent
+ * into a sealed memfd. Before the execution the child is killed when its parent dies
+ * (PR_SET_PDEATHSIG, checked against an early parent exit; kept across the execution), in a
+ * session of its own (no terminal whose Ctrl-C would reach it), stdin and stdout on
+ * /dev/null, stderr on the caller's log stream, the control socket on VMM_PROCESS_CONTROL_FD,
+ * the launch on VMM_PROCESS_LAUNCH_FD, every other descriptor closed, PR_SET_NO_NEW_PRIVS;
+ * the program runs with an empty environment and the one argument VMM_PROCESS_NAME, makes
+ * itself not dumpable again first thing (an execution resets that), and does what
+ * sandbox/vmm_serve.h says.
+ *
+ * The program is found, in this order: the path the entry point named (vmm_process_use_binary:
+ * every entry point passes $VOIDBOX_VMM_BINARY, cli/host_env.h, which the meson test setup
+ * sets for tests and benchmarks); voidbox-vmm beside the running executable (/proc/self/exe's
+ * directory: the voidbox command, and the daemon it serves); the installed libexec path. A
+ * missing program is an error that says where it was looked for and what to do.
  */
 #ifndef VOIDBOX_SANDBOX_VMM_PROCESS_H
 #define VOIDBOX_SANDBOX_VMM_PROCESS_H
@@ -30,65 +36,42 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "sandbox/vmm_msg.h"
 #include "vmm/snapshot.h"
 #include "vmm/vm.h"
 
+/* The variable entry points read the program's path from (cli/host_env.c). */
+#define VMM_PROCESS_BINARY_ENV "VOIDBOX_VMM_BINARY"
+
 /*
- * The messages, one kind per SOCK_SEQPACKET record, all of one fixed size (a reader refuses
- * any other length). The child answers "started" once (a restore's carries the secret its
- * snapshot's guest answers to, for the parent's rekey), then "exited" once; in between it
- * takes "stop", and "snapshot" and "record working set", each answered by one "answer"
- * (status and sentence). Declared here so the unit test can play the child's part.
+ * Names the voidbox-vmm program this process's sandboxes execute; NULL or "" looks beside the
+ * running executable, then at the installed path. Call before any sandbox starts (the entry
+ * points do, with $VOIDBOX_VMM_BINARY). 0, or -ENAMETOOLONG (nothing changed).
  */
-#define VMM_PROCESS_TEXT_MAX PATH_MAX
-
-enum vmm_msg_kind {
-	VMM_MSG_STARTED = 1,	     /* child: status (0 or -errno), its sentence; a restore's secret */
-	VMM_MSG_EXITED,		     /* child: the VM ended, reason */
-	VMM_MSG_STOP,		     /* parent: stop the VM */
-	VMM_MSG_SNAPSHOT,	     /* parent: save to text (parent_dir: a diff's base), secret */
-	VMM_MSG_RECORD_WORKING_SET, /* parent: record the working set beside the restored snapshot */
-	VMM_MSG_ANSWER,		     /* child: status (0 or -errno) and sentence of a request */
-};
-
-struct vmm_msg {
-	uint32_t kind;
-	int32_t status;
-	uint32_t reason;	 /* EXITED: enum vm_exit_reason */
-	uint32_t snapshot_type;	 /* SNAPSHOT: enum vm_snapshot_type */
-	uint32_t snapshot_after; /* SNAPSHOT: enum vm_snapshot_after */
-	uint8_t secret[VM_SECRET_LEN];
-	char text[VMM_PROCESS_TEXT_MAX];       /* a sentence, or SNAPSHOT's directory */
-	char parent_dir[VMM_PROCESS_TEXT_MAX]; /* SNAPSHOT of a diff: its base */
-};
-
-/* The child's control socket; 0 and 1 are /dev/null, 2 the caller's log stream. */
-#define VMM_PROCESS_CONTROL_FD 3
-/* What /proc/PID/comm of a VMM process says. */
-#define VMM_PROCESS_NAME "voidbox-vmm"
+int vmm_process_use_binary(const char *path);
 
 /*
  * Forks a confined child (above) that runs body(VMM_PROCESS_CONTROL_FD, opaque) and exits with
- * its return value. The parent gets the child's pid and its end of the control socket
- * (close-on-exec). 0, or -errno with a sentence in err.
+ * its return value: the VM launches below give a body that executes voidbox-vmm, tests give
+ * stand-ins (a forked body's memory is a copy of the caller's). The parent gets the child's
+ * pid and its end of the control socket (close-on-exec). 0, or -errno with a sentence in err.
  */
 int vmm_process_spawn(int (*body)(int control_fd, void *opaque), void *opaque, pid_t *pid,
 		      int *control_fd, char *err, size_t errlen);
 
 /*
- * In a spawned child: wipes the environment block (what /proc/PID/environ reads), empties
- * environ, and names the process VMM_PROCESS_NAME (/proc/PID/comm). Pointers into the old
- * environment read zeros afterwards. 0 or -errno.
+ * The voidbox-vmm program into path (an executable file), found as the header says: 0, or
+ * -ENOENT with a sentence in err that says where it was looked for and what to do.
  */
-int vmm_process_scrub_identity(void);
+int vmm_process_binary(char *path, size_t len, char *err, size_t errlen);
 
 /* A VM running in a child process, seen from the parent. */
 struct vmm_process;
 
 /*
- * Spawns the child, which moves itself into cgroup_dir (NULL: stays where it is;
- * sandbox/vmm_cgroup.h), then creates and starts the VM of cfg; returns once it has (0 and
- * *out) or has failed (-errno and its sentence in err). With snapshots the child's main
+ * Spawns a VMM process running voidbox-vmm, which moves itself into cgroup_dir (NULL: stays
+ * where it is; sandbox/vmm_cgroup.h), then creates and starts the VM of cfg; returns once it
+ * has (0 and *out) or has failed (-errno and its sentence in err). With snapshots the child's main
  * thread may write snapshot files when asked (VMM_THREAD_VMM_MAIN_SNAPSHOTS) beneath the
  * directories of snapshot_areas (NULL-terminated; each in its jail, read-write, at the same
  * path: vmm_process_snapshot's paths must be canonical and beneath one); without, it writes
@@ -98,10 +81,11 @@ int vmm_process_start_vm(const struct vm_config *cfg, const char *cgroup_dir, bo
 			 const char *const *snapshot_areas, struct vmm_process **out, char *err,
 			 size_t errlen);
 /*
- * Spawns a child that restores the VM from snapshot_dir (opts as vm_create_from_snapshot,
- * working-set prefetch included; it may write the working-set list beside the snapshot, and
- * snapshots beneath snapshot_areas as vmm_process_start_vm's) and returns at once; vmm_process_await_started then waits for it and hands over the secret the restored
- * guest answers to until the parent rekeys it. The child's death signal follows the thread
+ * Spawns a VMM process (voidbox-vmm) that restores the VM from snapshot_dir (opts as
+ * vm_create_from_snapshot, working-set prefetch included; it may write the working-set list
+ * beside the snapshot, and snapshots beneath snapshot_areas as vmm_process_start_vm's) and
+ * returns at once; vmm_process_await_started then waits for it and hands over the secret the
+ * restored guest answers to until the parent rekeys it. The child's death signal follows the thread
  * that spawned it (PR_SET_PDEATHSIG): spawn from a thread that outlives the VM.
  */
 int vmm_process_launch_restore(const char *snapshot_dir, const struct vm_restore_options *opts,

@@ -1,11 +1,17 @@
 /*
- * The VMM process's confinement (src/sandbox/vmm_process.c) without a VM: a stand-in body does
- * what the VM's body does around the VM (wipes its identity, takes the main thread's filter)
- * and reports, and the test reads /proc as an outsider would: another process, none of the
- * caller's environment, no new privileges, not dumpable (its /proc files refused to another
- * process of the same user), filtered, only its four descriptors, and dead once its parent is. A VM that cannot start reports its sentence and leaves no process behind.
+ * The VMM process's confinement (src/sandbox/vmm_process.c) without a VM. A forked stand-in
+ * body takes the main thread's filter and reports, and the test reads /proc as an outsider
+ * would: another process, no new privileges, not dumpable (its /proc files refused to another
+ * process of the same user), filtered, only its four descriptors, and dead once its parent is.
+ * A VM's launch executes a program afresh: with a stand-in program for voidbox-vmm
+ * (vmm_stand_in.c), the process runs that program with an empty environment, holds only its
+ * control socket and standard descriptors once it has read its launch, and its memory holds
+ * none of the caller's (a marker in this test's heap is absent from it, though present here);
+ * a missing program is refused with a sentence. The real voidbox-vmm reports a VM that cannot
+ * start with its sentence and leaves no process behind.
  */
 #include <errno.h>
+#include <limits.h>
 #include <fcntl.h>
 #include <grp.h>
 #include <poll.h>
@@ -34,13 +40,12 @@
 #define TEST_UNPRIVILEGED_UID ((uid_t)65534)
 /* the stand-in's report: the errno socket(AF_INET) failed with under its filter */
 struct stand_in_report {
-	int scrub_rc;
 	int confine_rc;
 	int socket_errno;
 	int dumpable;
 };
 
-/* Wipes, confines, reports, then waits for the parent to close the socket. */
+/* Confines itself, reports, then waits for the parent to close the socket. */
 static int stand_in_body(int control_fd, void *opaque)
 {
 	struct stand_in_report report = { 0 };
@@ -49,7 +54,6 @@ static int stand_in_body(int control_fd, void *opaque)
 
 	(void)opaque;
 	report.dumpable = prctl(PR_GET_DUMPABLE, 0, 0, 0, 0);
-	report.scrub_rc = vmm_process_scrub_identity();
 	report.confine_rc = vmm_thread_confine(VMM_THREAD_VMM_MAIN);
 	fd = socket(AF_INET, SOCK_STREAM, 0);
 	report.socket_errno = fd < 0 ? errno : 0;
@@ -65,10 +69,9 @@ static int stand_in_body(int control_fd, void *opaque)
 static void test_child_is_confined(void)
 {
 	char err[TEST_ERR_MAX], target[PROBE_PATH_MAX], ours[PROBE_PATH_MAX];
-	char comm[PROBE_PATH_MAX] = "";
-	struct stand_in_report report = { -1, -1, -1, -1 };
+	struct stand_in_report report = { -1, -1, -1 };
 	int planted = open("/dev/zero", O_RDONLY); /* no O_CLOEXEC: fork alone keeps it */
-	int control_fd = -1, status = 0, cmd_fd;
+	int control_fd = -1, status = 0;
 	pid_t pid = 0;
 
 	CHECK(planted >= 0);
@@ -77,13 +80,10 @@ static void test_child_is_confined(void)
 		     0);
 	CHECK(pid > 0 && pid != getpid());
 	CHECK_INT_EQ(recv(control_fd, &report, sizeof(report), 0), (long)sizeof(report));
-	CHECK_INT_EQ(report.scrub_rc, 0);
 	CHECK_INT_EQ(report.confine_rc, 0);
 	CHECK_INT_EQ(report.socket_errno, EPERM);
 	CHECK_INT_EQ(report.dumpable, 0);
 
-	CHECK(!probe_environ_has(pid, PROBE_SECRET_NAME));
-	CHECK(!probe_environ_has(pid, "PATH"));
 	CHECK_INT_EQ(probe_check_every_thread_confined(pid), 1);
 	CHECK(!probe_has_fd_to(pid, "/dev/zero"));
 	for (int fd = 0; fd <= VMM_PROCESS_CONTROL_FD; fd++) {
@@ -99,15 +99,6 @@ static void test_child_is_confined(void)
 	CHECK_STR_EQ(target, ours);
 	probe_fd_target(pid, VMM_PROCESS_CONTROL_FD + 1, target, sizeof(target));
 	CHECK_STR_EQ(target, "");
-	snprintf(target, sizeof(target), "/proc/%d/comm", (int)pid);
-	cmd_fd = open(target, O_RDONLY | O_CLOEXEC);
-	if (cmd_fd >= 0) {
-		ssize_t got = read(cmd_fd, comm, sizeof(comm) - 1);
-
-		comm[got > 0 ? got - 1 : 0] = '\0'; /* without its newline */
-		close(cmd_fd);
-	}
-	CHECK_STR_EQ(comm, VMM_PROCESS_NAME);
 
 	close(control_fd); /* the body's end of the socket reads EOF: it returns */
 	CHECK_INT_EQ(waitpid(pid, &status, 0), pid);
@@ -252,7 +243,136 @@ static void test_child_is_not_dumpable(void)
 	end_middle(middle, child);
 }
 
-/* The VM's body reports vm_create's sentence; the process is reaped, no zombie is left. */
+/* ---- the execution of voidbox-vmm, played by vmm_stand_in ---- */
+
+#define TEST_STAND_IN_ENV "VOIDBOX_TEST_VMM_STAND_IN"
+/* at least VM_SECRET_LEN bytes: the stand-in hands back its first ones as the secret */
+#define TEST_STAND_IN_SNAPSHOT "/tmp/voidbox-test-snapshot-for-the-stand-in"
+#define TEST_MARKER_MAX 64
+#define TEST_NOT_A_PROGRAM "this file is executable but no program\n"
+#define TEST_PROGRAM_MODE 0700
+
+/* VOIDBOX_VMM_BINARY as the test setup gave it, put back after each test that changes it */
+static const char *test_setup_binary;
+
+static void use_binary(const char *path)
+{
+	CHECK_INT_EQ(vmm_process_use_binary(path), 0);
+}
+
+/* The bytes of /proc/PID/environ, or -1 when it cannot be read. */
+static long environ_size(pid_t pid)
+{
+	char path[PROBE_PATH_MAX], block[PROBE_PATH_MAX];
+	long size = 0;
+	ssize_t got;
+	int fd;
+
+	snprintf(path, sizeof(path), "/proc/%d/environ", (int)pid);
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return -1;
+	while ((got = read(fd, block, sizeof(block))) > 0)
+		size += got;
+	close(fd);
+	return got < 0 ? -1 : size;
+}
+
+/*
+ * A restore's launch reaches the executed program (its "started" echoes the snapshot
+ * directory), which is that program, not a copy of this one: /proc/PID/exe names it, its
+ * environment is empty, descriptors 0 to 3 are all it holds once it has read its launch, and a
+ * marker this test keeps in its heap (found by the same scan in this process) is nowhere in
+ * its memory. A forked child's memory would hold the marker.
+ */
+static void test_vm_process_is_executed_afresh(void)
+{
+	const char *stand_in = getenv(TEST_STAND_IN_ENV);
+	struct vm_restore_options opts = { .placement_cpu = -1 };
+	char exe[PATH_MAX] = "", expected[PATH_MAX] = "", target[PROBE_PATH_MAX];
+	char err[TEST_ERR_MAX] = "", *marker = malloc(TEST_MARKER_MAX);
+	uint8_t secret[VM_SECRET_LEN] = { 0 };
+	struct vmm_process *proc = NULL;
+	pid_t pid;
+
+	CHECK(stand_in != NULL && marker != NULL && realpath(stand_in, expected) != NULL);
+	if (!stand_in || !marker) {
+		free(marker);
+		return;
+	}
+	snprintf(marker, TEST_MARKER_MAX, "voidbox-heap-marker-%d-%ld", (int)getpid(),
+		 process_probe_now_ms());
+	CHECK_INT_EQ(probe_memory_has(getpid(), marker), 1); /* the scan finds it where it is */
+	use_binary(stand_in);
+	CHECK_INT_EQ(vmm_process_launch_restore(TEST_STAND_IN_SNAPSHOT, &opts, NULL, NULL, &proc,
+						err, sizeof(err)), 0);
+	use_binary(test_setup_binary);
+	if (!proc) {
+		fprintf(stderr, "  (the launch said: %s)\n", err);
+		free(marker);
+		return;
+	}
+	CHECK_INT_EQ(vmm_process_await_started(proc, secret, err, sizeof(err)), 0);
+	CHECK(memcmp(secret, TEST_STAND_IN_SNAPSHOT, sizeof(secret)) == 0);
+	pid = vmm_process_pid(proc);
+	probe_exe(pid, exe, sizeof(exe));
+	CHECK_STR_EQ(exe, expected);
+	CHECK_INT_EQ(environ_size(pid), 0L);
+	CHECK(probe_environ_has(getpid(), PROBE_SECRET_NAME)); /* and not in its: it has none */
+	probe_fd_target(pid, STDIN_FILENO, target, sizeof(target));
+	CHECK_STR_EQ(target, "/dev/null");
+	probe_fd_target(pid, VMM_PROCESS_CONTROL_FD, target, sizeof(target));
+	CHECK(strncmp(target, "socket:", strlen("socket:")) == 0);
+	probe_fd_target(pid, VMM_PROCESS_LAUNCH_FD, target, sizeof(target));
+	CHECK_STR_EQ(target, ""); /* read and closed */
+	CHECK_INT_EQ(probe_memory_has(pid, marker), 0);
+	vmm_process_destroy(proc);
+	CHECK(waitpid(-1, NULL, WNOHANG) < 0 && errno == ECHILD);
+	explicit_bzero(marker, TEST_MARKER_MAX);
+	free(marker);
+}
+
+/*
+ * A program that is not there is refused before anything is forked, with a sentence naming
+ * the variable; one that is there but cannot be executed fails the start with the child's
+ * sentence, and nothing is left running.
+ */
+static void test_missing_program_is_a_sentence(void)
+{
+	struct vm_config cfg = { .kernel_path = "/nonexistent/voidbox-test-bzImage",
+				 .memory_mb = 64, .no_thread_filters = true };
+	char not_a_program[] = "/tmp/voidbox-test-not-a-program-XXXXXX";
+	struct vmm_process *proc = NULL;
+	char err[TEST_ERR_MAX] = "";
+	int fd;
+
+	use_binary("/nonexistent/" VMM_PROCESS_NAME);
+	CHECK_INT_EQ(vmm_process_start_vm(&cfg, NULL, false, NULL, &proc, err, sizeof(err)),
+		     -ENOENT);
+	CHECK(proc == NULL);
+	CHECK(strstr(err, VMM_PROCESS_BINARY_ENV) != NULL);
+	CHECK(waitpid(-1, NULL, WNOHANG) < 0 && errno == ECHILD);
+
+	fd = mkstemp(not_a_program);
+	CHECK(fd >= 0);
+	CHECK_INT_EQ(write(fd, TEST_NOT_A_PROGRAM, strlen(TEST_NOT_A_PROGRAM)),
+		     (long)strlen(TEST_NOT_A_PROGRAM));
+	CHECK_INT_EQ(fchmod(fd, TEST_PROGRAM_MODE), 0);
+	close(fd);
+	use_binary(not_a_program);
+	CHECK(vmm_process_start_vm(&cfg, NULL, false, NULL, &proc, err, sizeof(err)) < 0);
+	CHECK(proc == NULL);
+	CHECK(strstr(err, "cannot execute") != NULL);
+	fprintf(stderr, "  (the failed execution said: %s)\n", err);
+	CHECK(waitpid(-1, NULL, WNOHANG) < 0 && errno == ECHILD);
+	unlink(not_a_program);
+	use_binary(test_setup_binary);
+}
+
+/*
+ * The real voidbox-vmm (as the test setup names it) reports vm_create's sentence; the process
+ * is reaped, no zombie is left.
+ */
 static void test_failed_vm_reports_and_is_reaped(void)
 {
 	struct vm_config cfg = { .kernel_path = "/nonexistent/voidbox-test-bzImage",
@@ -416,9 +536,13 @@ int main(int argc, char **argv)
 		harness_skip_all("valgrind cannot run the VMM process (seccomp-filtered threads) nor "
 				 "this test's re-execution of itself; the plain and ASan builds run it");
 	probe_reexec_with_secret(argv);
+	test_setup_binary = getenv(VMM_PROCESS_BINARY_ENV); /* as an entry point would */
+	use_binary(test_setup_binary);
 	RUN_TEST(test_child_is_confined);
 	RUN_TEST(test_child_dies_with_its_parent);
 	RUN_TEST(test_child_is_not_dumpable);
+	RUN_TEST(test_vm_process_is_executed_afresh);
+	RUN_TEST(test_missing_program_is_a_sentence);
 	RUN_TEST(test_failed_vm_reports_and_is_reaped);
 	RUN_TEST(test_snapshot_answered_with_a_sentence);
 	RUN_TEST(test_malformed_answer_ends_the_vm);

@@ -32,7 +32,7 @@
 #include "sandbox/sandbox.h"
 #include "sandbox/vmm_cgroup.h"
 #include "sandbox/vmm_jail.h"
-#include "sandbox/vmm_process.h"
+#include "sandbox/vmm_msg.h"
 #include "store/guest_image.h"
 #include "vmm/kvm.h"
 #include "vmm_process_probe.h"
@@ -645,18 +645,29 @@ static void test_session_secret_hidden(void)
 	proto_exec_response_free(&out);
 }
 
+/* a string only this process's heap holds, put there before the sandbox started */
+#define TEST_MARKER_MAX 64
+static char *test_heap_marker;
+
 /*
- * The test VM runs as the CLI's does, its VMM in a process of its own: not this one, without
- * this process's API key, every thread without new privileges and filtered (the vCPUs, the
- * workers and the main thread), stdin on /dev/null, and without a descriptor this process had
- * open when it started the sandbox.
+ * The test VM runs as the CLI's does, its VMM in a process of its own: not this one but the
+ * voidbox-vmm program executed afresh (none of this process's memory: the heap marker is not
+ * in its memory), without this process's API key, every thread without new privileges and
+ * filtered (the vCPUs, the workers and the main thread), stdin on /dev/null, and without a
+ * descriptor this process had open when it started the sandbox.
  */
 static void test_vmm_runs_in_its_own_process(void)
 {
 	pid_t vmm = sandbox_vmm_pid(test_vm);
-	char target[PROBE_PATH_MAX];
+	char target[PROBE_PATH_MAX], exe[PATH_MAX];
+	const char *base;
 
 	CHECK(vmm > 0 && vmm != getpid());
+	probe_exe(vmm, exe, sizeof(exe));
+	base = strrchr(exe, '/');
+	CHECK_STR_EQ(base ? base + 1 : exe, VMM_PROCESS_NAME);
+	CHECK_INT_EQ(probe_memory_has(getpid(), test_heap_marker), 1);
+	CHECK_INT_EQ(probe_memory_has(vmm, test_heap_marker), 0);
 	CHECK(probe_environ_has(getpid(), PROBE_SECRET_NAME));
 	CHECK(!probe_environ_has(vmm, PROBE_SECRET_NAME));
 	CHECK(probe_check_every_thread_confined(vmm) > TEST_VM_VCPUS);
@@ -1206,6 +1217,11 @@ int main(int argc, char **argv)
 	cfg.mount_count = 1;
 	/* a descriptor the VMM process must not inherit (no O_CLOEXEC: fork keeps it) */
 	planted_fd = open(TEST_PLANTED_FD_PATH, O_RDONLY);
+	test_heap_marker = malloc(TEST_MARKER_MAX);
+	if (!test_heap_marker)
+		return 1;
+	snprintf(test_heap_marker, TEST_MARKER_MAX, "voidbox-heap-marker-%d-%ld", (int)getpid(),
+		 (long)time(NULL));
 	rc = sandbox_start(&cfg, &test_vm, err, sizeof(err));
 	if (rc < 0) {
 		fprintf(stderr, "FAIL: the test VM did not start: %s\n", err);

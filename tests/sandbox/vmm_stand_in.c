@@ -1,0 +1,42 @@
+/*
+ * A stand-in for voidbox-vmm (src/sandbox/vmm_main.c) that needs no KVM: the sandbox layer
+ * executes it as it would the real program (tests/sandbox/test_vmm_process.c points
+ * VOIDBOX_VMM_BINARY at it), it reads its launch with the real reader, then plays a VM that
+ * runs until it is told to stop. Its "started" hands back, in place of a restored guest's
+ * secret, the first bytes of the snapshot directory it was given, so the test sees the launch
+ * arrived; anything but a restore launch is refused with the reader's sentence or "not a
+ * restore".
+ */
+#include <errno.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "sandbox/vmm_msg.h"
+#include "sandbox/vmm_serve.h"
+
+int main(void)
+{
+	struct vmm_msg msg = { .kind = VMM_MSG_STARTED };
+	struct vmm_launch_decoded decoded;
+	int rc = vmm_serve_read_launch(VMM_PROCESS_LAUNCH_FD, &decoded, msg.text,
+				       sizeof(msg.text));
+
+	if (rc == 0 && decoded.launch.kind != VMM_LAUNCH_RESTORE) {
+		rc = -EINVAL;
+		strcpy(msg.text, "not a restore");
+	}
+	if (rc == 0) {
+		size_t len = strlen(decoded.launch.snapshot_dir);
+
+		memcpy(msg.secret, decoded.launch.snapshot_dir,
+		       len < sizeof(msg.secret) ? len : sizeof(msg.secret));
+	}
+	msg.status = rc;
+	if (vmm_msg_send_whole(VMM_PROCESS_CONTROL_FD, &msg) < 0 || rc < 0)
+		return 1;
+	while (vmm_msg_recv(VMM_PROCESS_CONTROL_FD, &msg) == 0 && msg.kind != VMM_MSG_STOP)
+		vmm_msg_send(VMM_PROCESS_CONTROL_FD, VMM_MSG_ANSWER, 0, 0, NULL);
+	vmm_msg_send(VMM_PROCESS_CONTROL_FD, VMM_MSG_EXITED, 0, VM_EXIT_GUEST_POWEROFF, NULL);
+	vmm_launch_release(&decoded);
+	return 0;
+}
