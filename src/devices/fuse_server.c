@@ -48,6 +48,7 @@
 #include <sys/stat.h>
 #include <sys/statfs.h>
 #include <sys/syscall.h>
+#include <sys/uio.h>
 #include <sys/xattr.h>
 #include <unistd.h>
 
@@ -85,6 +86,8 @@
 #define FUSE_NO_SLOT UINT32_MAX
 #define FUSE_GUEST_NOBODY 65534u
 #define FUSE_XATTR_VALUE_MAX 65536u
+_Static_assert(FUSE_SERVER_MAX_ARGS >= FUSE_XATTR_VALUE_MAX + FUSE_SERVER_HEADER_ROOM,
+	       "a SETXATTR with its longest value and a GETXATTR's reply fit the copied part");
 #define FUSE_DIRENTS_BUFFER 32768u
 #define FUSE_PROC_FD_PATH_MAX 48u
 #define FUSE_NSEC_PER_SEC 1000000000L
@@ -172,21 +175,96 @@ struct fuse_server {
 	uint32_t node_fd_budget;  /* O_PATH fds held besides the root's */
 	uint32_t node_fd_count;
 	uint32_t lru_head, lru_tail; /* most and least recently used node holding an fd */
+	uint8_t request[FUSE_SERVER_MAX_ARGS]; /* the request being served, but a WRITE's data */
+	uint8_t reply[FUSE_SERVER_MAX_ARGS];   /* the reply being built, but a READ's data */
+	struct iovec data_segments[FUSE_SERVER_MAX_SEGMENTS]; /* a WRITE's or READ's data */
 };
 
 /* ---- request cursor and reply buffer ---- */
 
+/*
+ * A request's guest buffers: data/len is the part copied into the server (all of it but a
+ * WRITE's data, which stays in the guest's segments from data_at on, data_len bytes).
+ */
 struct fuse_req {
 	const uint8_t *data;
 	size_t len;
 	size_t off;
+	const struct iovec *segments;
+	unsigned int segment_count;
+	size_t data_at;
+	size_t data_len;
 };
 
+/*
+ * A reply: built in data (the server's, after the reply header) and copied out, or, for a
+ * READ, direct_len bytes written straight into the guest's segments after the header
+ * (guest_cap bytes of room there).
+ */
 struct fuse_reply {
-	uint8_t *data; /* payload area, after the reply header */
+	uint8_t *data;
 	size_t cap;
 	size_t len;
+	const struct iovec *segments;
+	unsigned int segment_count;
+	size_t guest_cap;
+	size_t direct_len;
 };
+
+/* ---- guest buffers: an ordered list of segments ---- */
+
+static size_t segments_total(const struct iovec *seg, unsigned int count)
+{
+	size_t total = 0;
+
+	for (unsigned int i = 0; i < count; i++)
+		total += seg[i].iov_len < SIZE_MAX - total ? seg[i].iov_len : SIZE_MAX - total;
+	return total;
+}
+
+/*
+ * The bytes [offset, offset + len) of the segments as at most FUSE_SERVER_MAX_SEGMENTS iovecs
+ * in out; returns how many. Fewer bytes when the segments end first (callers check the total
+ * beforehand).
+ */
+static unsigned int segments_slice(const struct iovec *seg, unsigned int count, size_t offset,
+				   size_t len, struct iovec *out)
+{
+	unsigned int used = 0;
+
+	for (unsigned int i = 0; i < count && len > 0; i++) {
+		size_t take;
+
+		if (offset >= seg[i].iov_len) {
+			offset -= seg[i].iov_len;
+			continue;
+		}
+		take = seg[i].iov_len - offset < len ? seg[i].iov_len - offset : len;
+		out[used++] = (struct iovec){ .iov_base = (uint8_t *)seg[i].iov_base + offset,
+					      .iov_len = take };
+		len -= take;
+		offset = 0;
+	}
+	return used;
+}
+
+/* Copies len bytes from (to_segments false) or to the segments at offset; returns the count. */
+static size_t segments_copy(const struct iovec *seg, unsigned int count, size_t offset,
+			    uint8_t *buf, size_t len, bool to_segments)
+{
+	struct iovec pieces[FUSE_SERVER_MAX_SEGMENTS];
+	unsigned int used = segments_slice(seg, count, offset, len, pieces);
+	size_t done = 0;
+
+	for (unsigned int i = 0; i < used; i++) {
+		if (to_segments)
+			memcpy(pieces[i].iov_base, buf + done, pieces[i].iov_len);
+		else
+			memcpy(buf + done, pieces[i].iov_base, pieces[i].iov_len);
+		done += pieces[i].iov_len;
+	}
+	return done;
+}
 
 static bool req_copy(struct fuse_req *req, void *dst, size_t size)
 {
@@ -1392,9 +1470,13 @@ _Static_assert(offsetof(struct fuse_fsync_in, fh) == 0, "handle_args reads fh fi
 _Static_assert(offsetof(struct fuse_fallocate_in, fh) == 0, "handle_args reads fh first");
 _Static_assert(offsetof(struct fuse_lseek_in, fh) == 0, "handle_args reads fh first");
 
+/* The data goes from the host file straight into the guest's reply segments. */
 static int op_read(struct fuse_op_ctx *ctx)
 {
 	struct fuse_read_in in;
+	struct fuse_reply *rep = ctx->rep;
+	struct iovec *data = ctx->s->data_segments;
+	unsigned int count;
 	size_t size;
 	ssize_t got;
 	int fd = file_args(ctx, &in, sizeof(in), FUSE_IO_READ);
@@ -1404,25 +1486,34 @@ static int op_read(struct fuse_op_ctx *ctx)
 	if (in.offset > (uint64_t)INT64_MAX)
 		return -EINVAL;
 	size = in.size < FUSE_SERVER_MAX_WRITE ? in.size : FUSE_SERVER_MAX_WRITE;
-	if (size > ctx->rep->cap - ctx->rep->len)
-		size = ctx->rep->cap - ctx->rep->len;
-	got = pread(fd, ctx->rep->data + ctx->rep->len, size, (off_t)in.offset);
+	if (size > rep->guest_cap)
+		size = rep->guest_cap;
+	count = segments_slice(rep->segments, rep->segment_count, sizeof(struct fuse_out_header),
+			       size, data);
+	got = count ? preadv(fd, data, (int)count, (off_t)in.offset) : 0;
 	if (got < 0)
 		return -errno;
-	ctx->rep->len += (size_t)got;
+	rep->direct_len = (size_t)got;
 	return 0;
 }
 
+/*
+ * The data goes from the guest's request segments straight to the host file. Its size must be
+ * exactly what the request carries after write_in: a header that claims more or less than the
+ * guest's buffers hold is refused, not served in part.
+ */
 static int op_write(struct fuse_op_ctx *ctx)
 {
 	struct fuse_write_in in;
 	struct fuse_write_out out = { 0 };
+	struct iovec *data = ctx->s->data_segments;
+	unsigned int count;
 	ssize_t done;
 	int fd = file_args(ctx, &in, sizeof(in), FUSE_IO_WRITE);
 
 	if (fd < 0)
 		return fd;
-	if (in.size > FUSE_SERVER_MAX_WRITE || in.size > ctx->req->len - ctx->req->off ||
+	if (in.size > FUSE_SERVER_MAX_WRITE || in.size != ctx->req->data_len ||
 	    in.offset > (uint64_t)INT64_MAX)
 		return -EINVAL;
 	if (read_only(ctx))
@@ -1433,7 +1524,9 @@ static int op_write(struct fuse_op_ctx *ctx)
 		if (rc < 0)
 			return rc;
 	}
-	done = pwrite(fd, ctx->req->data + ctx->req->off, in.size, (off_t)in.offset);
+	count = segments_slice(ctx->req->segments, ctx->req->segment_count, ctx->req->data_at,
+			       in.size, data);
+	done = count ? pwritev(fd, data, (int)count, (off_t)in.offset) : 0;
 	if (done < 0)
 		return -errno;
 	out.size = (uint32_t)done;
@@ -1873,27 +1966,55 @@ static int fuse_dispatch(struct fuse_op_ctx *ctx, uint32_t opcode)
 	}
 }
 
-size_t fuse_server_handle(struct fuse_server *server, const uint8_t *in, size_t in_len,
-			  uint8_t *out, size_t out_cap)
+/*
+ * How many of a request's first bytes are copied into the server: the whole request, but only
+ * the headers of a WRITE, whose data stays in the guest's segments.
+ */
+static size_t request_copied_len(const struct fuse_in_header *hdr)
+{
+	const size_t write_args = sizeof(*hdr) + sizeof(struct fuse_write_in);
+
+	if (hdr->opcode == FUSE_WRITE && hdr->len > write_args)
+		return write_args;
+	return hdr->len;
+}
+
+size_t fuse_server_handle_segments(struct fuse_server *server, const struct iovec *in,
+				   unsigned int in_count, const struct iovec *out,
+				   unsigned int out_count)
 {
 	struct fuse_in_header hdr;
 	struct fuse_out_header reply_hdr = { 0 };
-	struct fuse_req req = { .data = in, .len = in_len };
-	struct fuse_reply rep;
-	struct fuse_reply rep_init = { .data = out + sizeof(reply_hdr),
-				       .cap = out_cap > sizeof(reply_hdr) ? out_cap - sizeof(reply_hdr)
-									  : 0 };
+	struct fuse_req req = { .data = server->request, .segments = in };
+	struct fuse_reply rep = { .data = server->reply + sizeof(reply_hdr), .segments = out };
 	struct fuse_op_ctx ctx = { .s = server, .hdr = &hdr, .req = &req, .rep = &rep };
+	size_t in_len, out_cap;
 	int rc;
 
-	rep = rep_init;
-	if (out_cap < sizeof(reply_hdr) || !req_copy(&req, &hdr, sizeof(hdr)))
+	req.segment_count = in_count < FUSE_SERVER_MAX_SEGMENTS ? in_count
+								: FUSE_SERVER_MAX_SEGMENTS;
+	rep.segment_count = out_count < FUSE_SERVER_MAX_SEGMENTS ? out_count
+								  : FUSE_SERVER_MAX_SEGMENTS;
+	in_len = segments_total(in, req.segment_count);
+	out_cap = segments_total(out, rep.segment_count);
+	if (out_cap < sizeof(reply_hdr) ||
+	    segments_copy(in, req.segment_count, 0, (uint8_t *)&hdr, sizeof(hdr), false) <
+		    sizeof(hdr))
 		return 0;
-	if (hdr.len < sizeof(hdr) || hdr.len > in_len) {
+	rep.guest_cap = out_cap - sizeof(reply_hdr);
+	rep.cap = rep.guest_cap < sizeof(server->reply) - sizeof(reply_hdr)
+			  ? rep.guest_cap
+			  : sizeof(server->reply) - sizeof(reply_hdr);
+	/* what the header claims, never more than arrived nor than the server copies */
+	req.len = request_copied_len(&hdr);
+	if (hdr.len < sizeof(hdr) || hdr.len > in_len || req.len > sizeof(server->request)) {
 		rc = -EINVAL;
 		goto reply;
 	}
-	req.len = hdr.len; /* what the header claims, never more than arrived */
+	segments_copy(in, req.segment_count, 0, server->request, req.len, false);
+	req.off = sizeof(hdr);
+	req.data_at = req.len;
+	req.data_len = hdr.len - req.len;
 	if (hdr.opcode == FUSE_FORGET || hdr.opcode == FUSE_BATCH_FORGET) {
 		fuse_dispatch(&ctx, hdr.opcode);
 		return 0;
@@ -1905,9 +2026,22 @@ size_t fuse_server_handle(struct fuse_server *server, const uint8_t *in, size_t 
 reply:
 	reply_hdr.unique = hdr.unique;
 	reply_hdr.error = rc < 0 ? rc : 0;
-	reply_hdr.len = (uint32_t)sizeof(reply_hdr) + (rc < 0 ? 0 : (uint32_t)rep.len);
-	memcpy(out, &reply_hdr, sizeof(reply_hdr));
+	if (rc < 0)
+		rep.len = rep.direct_len = 0;
+	reply_hdr.len = (uint32_t)(sizeof(reply_hdr) + rep.len + rep.direct_len);
+	memcpy(server->reply, &reply_hdr, sizeof(reply_hdr));
+	/* a READ's data is in place already: only its header is copied */
+	segments_copy(out, rep.segment_count, 0, server->reply, sizeof(reply_hdr) + rep.len, true);
 	return reply_hdr.len;
+}
+
+size_t fuse_server_handle(struct fuse_server *server, const uint8_t *in, size_t in_len,
+			  uint8_t *out, size_t out_cap)
+{
+	const struct iovec request = { .iov_base = (void *)in, .iov_len = in_len };
+	const struct iovec reply = { .iov_base = out, .iov_len = out_cap };
+
+	return fuse_server_handle_segments(server, &request, 1, &reply, 1);
 }
 
 /* ---- lifetime ---- */
