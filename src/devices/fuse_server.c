@@ -23,8 +23,9 @@
  * to stop sending OPEN and RELEASE (the latter synchronous on virtio-fs: one round trip per
  * close()), and CREATE answers handle 0. File I/O with handle 0 goes to the node's own cached
  * fds, one for reading and one for writing, opened on first use through /proc/self/fd and
- * closed when the node is forgotten, when FUSE_IO_FDS_MAX are open, or when the process runs
- * out of fds (the cache is only a cache: a closed one reopens). FUSE_ATOMIC_O_TRUNC is not offered, since no OPEN carries
+ * closed when the node is forgotten, when FUSE_IO_FDS_MAX are open (the least recently used
+ * node's, from a list, as the O_PATH fds are), or when the process runs out of fds (the cache
+ * is only a cache: a closed one reopens). FUSE_ATOMIC_O_TRUNC is not offered, since no OPEN carries
  * O_TRUNC: an open(O_TRUNC) reaches the server as a SETATTR of the size.
  *
  * Snapshots save every node's path relative to the share, read back from the O_PATH fd's
@@ -106,6 +107,24 @@ _Static_assert(FUSE_SERVER_MAX_ARGS >= FUSE_XATTR_VALUE_MAX + FUSE_SERVER_HEADER
 /* What a node's cached I/O fd serves (fuse_inode.io_fd). */
 enum fuse_io_access { FUSE_IO_READ, FUSE_IO_WRITE, FUSE_IO_ACCESSES };
 
+/*
+ * The least-recently-used lists of slots whose fds the server may close to stay within a
+ * bound: closing one is taking the tail, never a walk of the table.
+ */
+enum fuse_fd_list {
+	FUSE_LIST_NODE_FD, /* nodes holding their O_PATH fd (never the root) */
+	FUSE_LIST_IO_FD,   /* regular files holding a cached I/O fd */
+	FUSE_LISTS,
+};
+
+struct fuse_list_link {
+	uint32_t prev, next; /* FUSE_NO_SLOT at the ends and when not on the list */
+};
+
+struct fuse_list {
+	uint32_t head, tail; /* most and least recently used, FUSE_NO_SLOT when empty */
+};
+
 struct fuse_inode {
 	int fd;     /* O_PATH; -1 when closed to stay within the budget (reopens) or stale */
 	bool used;
@@ -113,7 +132,8 @@ struct fuse_inode {
 	uint32_t parent;   /* the slot it reopens beneath (FUSE_NO_SLOT for the root) */
 	char *name;        /* its name there (a restored node: its path beneath the root) */
 	uint32_t children; /* nodes whose parent it is: it is kept while any exists */
-	uint32_t lru_prev, lru_next; /* the held-fd list, while fd >= 0 */
+	/* FUSE_LIST_NODE_FD while fd >= 0, FUSE_LIST_IO_FD while an io_fd is open */
+	struct fuse_list_link link[FUSE_LISTS];
 	uint64_t nlookup;
 	uint64_t generation;
 	dev_t dev;
@@ -123,11 +143,14 @@ struct fuse_inode {
 	int io_fd[FUSE_IO_ACCESSES]; /* regular files: O_RDONLY and O_WRONLY fds, or -1 */
 };
 
+#define FUSE_LIST_LINK_NONE ((struct fuse_list_link){ .prev = FUSE_NO_SLOT, .next = FUSE_NO_SLOT })
 #define FUSE_INODE_EMPTY                                                                     \
 	((struct fuse_inode){ .fd = -1,                                                        \
 			      .parent = FUSE_NO_SLOT,                                          \
-			      .lru_prev = FUSE_NO_SLOT,                                        \
-			      .lru_next = FUSE_NO_SLOT,                                        \
+			      .link = { [FUSE_LIST_NODE_FD] = { .prev = FUSE_NO_SLOT,          \
+								.next = FUSE_NO_SLOT },        \
+					[FUSE_LIST_IO_FD] = { .prev = FUSE_NO_SLOT,            \
+							      .next = FUSE_NO_SLOT } },        \
 			      .hash_next = FUSE_NO_SLOT,                                       \
 			      .io_fd = { -1, -1 } })
 
@@ -169,12 +192,11 @@ struct fuse_server {
 	struct fuse_handle handles[FUSE_SERVER_MAX_HANDLES];
 	uint32_t handle_count;
 	uint32_t io_fd_count;     /* cached I/O fds open, at most FUSE_IO_FDS_MAX */
-	uint32_t io_evict_cursor; /* the slot the next eviction looks at first */
 	uint32_t free_hint;       /* no slot below it is free */
 	size_t name_bytes;        /* held by node names, at most FUSE_NAME_BYTES_MAX */
 	uint32_t node_fd_budget;  /* O_PATH fds held besides the root's */
 	uint32_t node_fd_count;
-	uint32_t lru_head, lru_tail; /* most and least recently used node holding an fd */
+	struct fuse_list lists[FUSE_LISTS];
 	uint8_t request[FUSE_SERVER_MAX_ARGS]; /* the request being served, but a WRITE's data */
 	uint8_t reply[FUSE_SERVER_MAX_ARGS];   /* the reply being built, but a READ's data */
 	struct iovec data_segments[FUSE_SERVER_MAX_SEGMENTS]; /* a WRITE's or READ's data */
@@ -401,8 +423,61 @@ static int inode_table_grow(struct fuse_server *s, uint32_t needed)
 	return 0;
 }
 
-static void inode_close_io(struct fuse_server *s, struct fuse_inode *node)
+/* ---- least-recently-used lists of slots holding fds ---- */
+
+static void list_unlink(struct fuse_server *s, enum fuse_fd_list which, uint32_t slot)
 {
+	struct fuse_list_link *link = &s->inodes[slot].link[which];
+	struct fuse_list *list = &s->lists[which];
+
+	if (link->prev != FUSE_NO_SLOT)
+		s->inodes[link->prev].link[which].next = link->next;
+	else
+		list->head = link->next;
+	if (link->next != FUSE_NO_SLOT)
+		s->inodes[link->next].link[which].prev = link->prev;
+	else
+		list->tail = link->prev;
+	*link = FUSE_LIST_LINK_NONE;
+}
+
+static void list_push_front(struct fuse_server *s, enum fuse_fd_list which, uint32_t slot)
+{
+	struct fuse_list_link *link = &s->inodes[slot].link[which];
+	struct fuse_list *list = &s->lists[which];
+
+	link->prev = FUSE_NO_SLOT;
+	link->next = list->head;
+	if (list->head != FUSE_NO_SLOT)
+		s->inodes[list->head].link[which].prev = slot;
+	list->head = slot;
+	if (list->tail == FUSE_NO_SLOT)
+		list->tail = slot;
+}
+
+/* Moves a slot that is on the list to its front. */
+static void list_touch(struct fuse_server *s, enum fuse_fd_list which, uint32_t slot)
+{
+	if (s->lists[which].head == slot)
+		return;
+	list_unlink(s, which, slot);
+	list_push_front(s, which, slot);
+}
+
+/* ---- cached I/O fds ---- */
+
+static bool node_holds_io(const struct fuse_inode *node)
+{
+	return node->io_fd[FUSE_IO_READ] >= 0 || node->io_fd[FUSE_IO_WRITE] >= 0;
+}
+
+static void inode_close_io(struct fuse_server *s, uint32_t slot)
+{
+	struct fuse_inode *node = &s->inodes[slot];
+
+	if (!node_holds_io(node))
+		return;
+	list_unlink(s, FUSE_LIST_IO_FD, slot);
 	for (unsigned int access = 0; access < FUSE_IO_ACCESSES; access++) {
 		if (node->io_fd[access] < 0)
 			continue;
@@ -418,40 +493,12 @@ static bool io_cache_shed(struct fuse_server *s, int rc)
 {
 	if ((rc != -EMFILE && rc != -ENFILE) || s->io_fd_count == 0)
 		return false;
-	for (uint32_t i = 0; i < s->inode_capacity; i++)
-		inode_close_io(s, &s->inodes[i]);
+	while (s->lists[FUSE_LIST_IO_FD].tail != FUSE_NO_SLOT)
+		inode_close_io(s, s->lists[FUSE_LIST_IO_FD].tail);
 	return true;
 }
 
-/* ---- the O_PATH fds held: a least-recently-used list of slots (the root is never in it) ---- */
-
-static void lru_unlink(struct fuse_server *s, uint32_t slot)
-{
-	struct fuse_inode *node = &s->inodes[slot];
-
-	if (node->lru_prev != FUSE_NO_SLOT)
-		s->inodes[node->lru_prev].lru_next = node->lru_next;
-	else
-		s->lru_head = node->lru_next;
-	if (node->lru_next != FUSE_NO_SLOT)
-		s->inodes[node->lru_next].lru_prev = node->lru_prev;
-	else
-		s->lru_tail = node->lru_prev;
-	node->lru_prev = node->lru_next = FUSE_NO_SLOT;
-}
-
-static void lru_push_front(struct fuse_server *s, uint32_t slot)
-{
-	struct fuse_inode *node = &s->inodes[slot];
-
-	node->lru_prev = FUSE_NO_SLOT;
-	node->lru_next = s->lru_head;
-	if (s->lru_head != FUSE_NO_SLOT)
-		s->inodes[s->lru_head].lru_prev = slot;
-	s->lru_head = slot;
-	if (s->lru_tail == FUSE_NO_SLOT)
-		s->lru_tail = slot;
-}
+/* ---- the O_PATH fds held (FUSE_LIST_NODE_FD) ---- */
 
 /* Closes the node's O_PATH fd; the node stays, and reopens from its parent and name. */
 static void node_fd_drop(struct fuse_server *s, uint32_t slot)
@@ -460,7 +507,7 @@ static void node_fd_drop(struct fuse_server *s, uint32_t slot)
 
 	if (slot == 0 || node->fd < 0)
 		return;
-	lru_unlink(s, slot);
+	list_unlink(s, FUSE_LIST_NODE_FD, slot);
 	close(node->fd);
 	node->fd = -1;
 	s->node_fd_count--;
@@ -477,18 +524,17 @@ static void node_fd_adopt(struct fuse_server *s, uint32_t slot, int fd)
 	s->inodes[slot].fd = fd;
 	if (slot == 0)
 		return;
-	lru_push_front(s, slot);
+	list_push_front(s, FUSE_LIST_NODE_FD, slot);
 	s->node_fd_count++;
-	while (s->node_fd_count > s->node_fd_budget && s->lru_tail != slot)
-		node_fd_drop(s, s->lru_tail);
+	while (s->node_fd_count > s->node_fd_budget &&
+	       s->lists[FUSE_LIST_NODE_FD].tail != slot)
+		node_fd_drop(s, s->lists[FUSE_LIST_NODE_FD].tail);
 }
 
-static void lru_touch(struct fuse_server *s, uint32_t slot)
+static void node_fd_touch(struct fuse_server *s, uint32_t slot)
 {
-	if (slot == 0 || s->lru_head == slot)
-		return;
-	lru_unlink(s, slot);
-	lru_push_front(s, slot);
+	if (slot != 0)
+		list_touch(s, FUSE_LIST_NODE_FD, slot);
 }
 
 /* Records where the node is found again: name (copied) beneath the parent slot. */
@@ -525,7 +571,7 @@ static uint32_t inode_free_slot(struct fuse_server *s, uint32_t slot)
 	struct fuse_inode *node = &s->inodes[slot];
 	uint32_t parent = node->parent;
 
-	inode_close_io(s, node);
+	inode_close_io(s, slot);
 	if (!node->stale)
 		inode_hash_remove(s, slot);
 	if (slot == 0 && node->fd >= 0)
@@ -666,7 +712,7 @@ static int node_open_fd(struct fuse_server *s, uint32_t slot)
 	if (s->inodes[slot].stale)
 		return -ESTALE;
 	if (s->inodes[slot].fd >= 0) {
-		lru_touch(s, slot);
+		node_fd_touch(s, slot);
 		return s->inodes[slot].fd;
 	}
 	for (top = slot; top != FUSE_NO_SLOT && s->inodes[top].fd < 0; top = s->inodes[top].parent) {
@@ -681,7 +727,7 @@ static int node_open_fd(struct fuse_server *s, uint32_t slot)
 	depth = 0;
 	for (uint32_t at = slot; at != top; at = s->inodes[at].parent)
 		chain[depth++] = at;
-	lru_touch(s, top);
+	node_fd_touch(s, top);
 	dirfd = s->inodes[top].fd;
 	for (uint32_t i = depth; i-- > 0;) {
 		fd = node_reopen_child(s, dirfd, chain[i]);
@@ -734,19 +780,22 @@ static int node_reopen(struct fuse_server *s, uint64_t nodeid, int flags)
 	return fd < 0 ? -errno : fd;
 }
 
-/* Keeps fd as the slot's cached fd for access, closing another node's when the cache is full. */
+/*
+ * Keeps fd as the slot's cached fd for access, closing the least recently used other node's
+ * when the cache is full (the slot itself is off the list meanwhile, so never its own).
+ */
 static void node_cache_io_fd(struct fuse_server *s, uint32_t slot, enum fuse_io_access access,
 			     int fd)
 {
-	/* the cap is far above the two a node holds, so another node always has one to give */
-	while (s->io_fd_count >= FUSE_IO_FDS_MAX) {
-		uint32_t victim = s->io_evict_cursor++ % s->inode_capacity;
+	struct fuse_inode *node = &s->inodes[slot];
 
-		if (victim != slot)
-			inode_close_io(s, &s->inodes[victim]);
-	}
-	s->inodes[slot].io_fd[access] = fd;
+	if (node_holds_io(node))
+		list_unlink(s, FUSE_LIST_IO_FD, slot);
+	while (s->io_fd_count >= FUSE_IO_FDS_MAX && s->lists[FUSE_LIST_IO_FD].tail != FUSE_NO_SLOT)
+		inode_close_io(s, s->lists[FUSE_LIST_IO_FD].tail);
+	node->io_fd[access] = fd;
 	s->io_fd_count++;
+	list_push_front(s, FUSE_LIST_IO_FD, slot);
 }
 
 /* The regular file's cached fd for access, opened now if it is not open. */
@@ -759,8 +808,10 @@ static int node_io_fd(struct fuse_server *s, uint64_t nodeid, enum fuse_io_acces
 		return rc;
 	if (s->inodes[slot].type != S_IFREG)
 		return -EBADF;
-	if (s->inodes[slot].io_fd[access] >= 0)
+	if (s->inodes[slot].io_fd[access] >= 0) {
+		list_touch(s, FUSE_LIST_IO_FD, slot);
 		return s->inodes[slot].io_fd[access];
+	}
 	fd = node_reopen(s, nodeid, access == FUSE_IO_WRITE ? O_WRONLY : O_RDONLY);
 	if (io_cache_shed(s, fd))
 		fd = node_reopen(s, nodeid, access == FUSE_IO_WRITE ? O_WRONLY : O_RDONLY);
@@ -2093,7 +2144,8 @@ struct fuse_server *fuse_server_create(const char *host_dir, enum fuse_server_ac
 		s->handles[i].fd = -1;
 	s->root_fd = fd;
 	s->access = access;
-	s->lru_head = s->lru_tail = FUSE_NO_SLOT;
+	for (unsigned int list = 0; list < FUSE_LISTS; list++)
+		s->lists[list] = (struct fuse_list){ .head = FUSE_NO_SLOT, .tail = FUSE_NO_SLOT };
 	s->node_fd_budget = node_fd_budget_default();
 	s->host_uid = geteuid();
 	s->host_gid = getegid();
@@ -2142,7 +2194,7 @@ void fuse_server_set_node_fd_budget(struct fuse_server *server, uint32_t budget)
 {
 	server->node_fd_budget = budget < FUSE_NODE_FDS_MIN ? FUSE_NODE_FDS_MIN : budget;
 	while (server->node_fd_count > server->node_fd_budget)
-		node_fd_drop(server, server->lru_tail);
+		node_fd_drop(server, server->lists[FUSE_LIST_NODE_FD].tail);
 }
 
 /* ---- snapshots ---- */

@@ -1262,6 +1262,82 @@ static void test_io_fd_cache(void)
 	fx_free(&f);
 }
 
+/* How many of this process's fds other than O_PATH ones are open on the host file at path. */
+static unsigned int io_fds_on(const char *path)
+{
+	char real[PATH_MAX], link[PATH_MAX], proc[PATH_MAX], line[128];
+	DIR *dir = opendir("/proc/self/fd");
+	struct dirent *entry;
+	unsigned int count = 0;
+
+	if (!dir || !realpath(path, real)) {
+		if (dir)
+			closedir(dir);
+		return 0;
+	}
+	while ((entry = readdir(dir))) {
+		ssize_t len;
+		unsigned int flags = 0;
+		FILE *info;
+
+		snprintf(proc, sizeof(proc), "/proc/self/fd/%s", entry->d_name);
+		len = readlink(proc, link, sizeof(link) - 1);
+		if (len < 0)
+			continue;
+		link[len] = '\0';
+		if (strcmp(link, real) != 0)
+			continue;
+		snprintf(proc, sizeof(proc), "/proc/self/fdinfo/%s", entry->d_name);
+		info = fopen(proc, "r");
+		while (info && fgets(line, sizeof(line), info))
+			sscanf(line, "flags: %o", &flags);
+		if (info)
+			fclose(info);
+		count += !(flags & O_PATH);
+	}
+	closedir(dir);
+	return count;
+}
+
+/*
+ * A full cache of I/O fds closes the least recently used node's: a file written again just
+ * before the cache overflows keeps its fd, and the file used least recently loses its.
+ */
+static void test_io_fd_cache_evicts_least_recent(void)
+{
+	char name[TEST_NAME_MAX], path[PATH_MAX];
+	uint64_t first = 0, fh = 0;
+	struct rlimit limit;
+	unsigned int bad = 0;
+	struct fx f;
+
+	if (getrlimit(RLIMIT_NOFILE, &limit) == 0) {
+		limit.rlim_cur = limit.rlim_max;
+		setrlimit(RLIMIT_NOFILE, &limit);
+	}
+	CHECK_INT_EQ(fx_init(&f, FUSE_SERVER_READ_WRITE), 0);
+	for (unsigned int i = 0; i < TEST_IO_FDS_MAX; i++) {
+		uint64_t node;
+
+		snprintf(name, sizeof(name), "lru%u", i);
+		node = create(&f, TEST_ROOT, name, O_WRONLY | O_CREAT, &fh);
+		bad += node == 0;
+		if (i == 0)
+			first = node;
+	}
+	CHECK_INT_EQ(bad, 0);
+	write_fh(&f, first, 0, 0, "again"); /* lru0 is now the most recently used */
+	CHECK_INT_EQ(f.error, 0);
+	CHECK(create(&f, TEST_ROOT, "overflow", O_WRONLY | O_CREAT, &fh) != 0);
+	host_path(&f, "lru0", path);
+	CHECK_INT_EQ(io_fds_on(path), 1);
+	host_path(&f, "lru1", path);
+	CHECK_INT_EQ(io_fds_on(path), 0);
+	host_path(&f, "overflow", path);
+	CHECK_INT_EQ(io_fds_on(path), 1);
+	fx_free(&f);
+}
+
 /*
  * With few fds left, the cached I/O fds give way to nodes: every file is created, written and
  * read back although a node and its write fd each would not fit.
@@ -1601,6 +1677,7 @@ int main(int argc, char **argv)
 	RUN_TEST(test_malformed_requests);
 	RUN_TEST(test_handle_limit);
 	RUN_TEST(test_io_fd_cache);
+	RUN_TEST(test_io_fd_cache_evicts_least_recent);
 	RUN_TEST(test_io_fds_yield_to_nodes);
 	RUN_TEST(test_nodes_beyond_fd_budget);
 	RUN_TEST(test_snapshot_round_trip);
