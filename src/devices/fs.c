@@ -43,7 +43,8 @@
 /* The worker's name in /proc/PID/task (at most 15 bytes). */
 #define FS_WORKER_THREAD_NAME "fs-worker"
 #define FS_STATE_VERSION 1u
-#define FS_QUEUE_NUM_MAX 256
+/* Room for a 1 MiB request's 256 pages and its headers in one chain (FUSE_SERVER_MAX_WRITE). */
+#define FS_QUEUE_NUM_MAX 512
 #define FS_CONFIG_SIZE (FS_TAG_LEN + sizeof(uint32_t))
 #define FS_REQUEST_QUEUES 1u
 

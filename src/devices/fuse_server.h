@@ -28,8 +28,12 @@
 
 #include "common/byte_buffer.h"
 
-/* The largest WRITE payload and READ reply offered (fits a 256-entry queue, one page each). */
-#define FUSE_SERVER_MAX_WRITE (128u * 4096u)
+/*
+ * The largest WRITE payload and READ reply offered: 256 pages, the most a Linux 6.1 guest
+ * sends (FUSE_MAX_MAX_PAGES), which with their headers needs a 512-entry queue (one page
+ * each, and the guest takes at most queue size - 4 pages).
+ */
+#define FUSE_SERVER_MAX_WRITE (256u * 4096u)
 /* Headers and fixed arguments a request or reply carries beside its payload, at most. */
 #define FUSE_SERVER_HEADER_ROOM 4096u
 /* The largest request and reply buffers the server reads or writes. */

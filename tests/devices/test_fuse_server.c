@@ -53,6 +53,12 @@
 /* Requests and replies cut into separately allocated segments, as a guest's chain is. */
 #define TEST_SEGMENTS_MAX 8u
 #define TEST_SEGMENT_DATA "0123456789abcdefghijklmnopqrstuvwxyz"
+/* A full-size WRITE and READ as the guest lays them out: headers, then one segment a page. */
+#define TEST_PAGE 4096u
+#define TEST_FULL_PAGES (FUSE_SERVER_MAX_WRITE / TEST_PAGE)
+#define TEST_FULL_SEGMENTS (TEST_FULL_PAGES + 2u)
+/* The queue a 1 MiB request's pages and headers fit in. */
+#define TEST_FS_QUEUE_SIZE 512u
 
 struct fx {
 	char dir[TEST_DIR_MAX];     /* the share */
@@ -596,6 +602,70 @@ static void test_read_into_segments(void)
 	CHECK_INT_EQ(call_segments(&f, request, 2, short_room, 3), sizeof(reply) + 10);
 	CHECK_INT_EQ(f.error, 0);
 	CHECK(memcmp(payload(&f), text + 2, 10) == 0);
+	fx_free(&f);
+}
+
+static void fill_pages(struct iovec *pages, unsigned int count, bool pattern)
+{
+	for (unsigned int i = 0; i < count; i++) {
+		uint8_t *page = malloc(TEST_PAGE);
+
+		for (unsigned int b = 0; page && b < TEST_PAGE; b++)
+			page[b] = pattern ? (uint8_t)(i * 7u + b) : 0;
+		pages[i] = (struct iovec){ .iov_base = page, .iov_len = page ? TEST_PAGE : 0 };
+	}
+}
+
+/*
+ * The largest WRITE offered (1 MiB, max_pages 256) arrives as a Linux guest sends it, a
+ * segment per header and per page, and lands whole; a READ of it fills 256 page segments
+ * after the reply header's own, every byte in place.
+ */
+static void test_full_size_write_and_read(void)
+{
+	static struct iovec in[TEST_FULL_SEGMENTS], out[TEST_FULL_SEGMENTS - 1];
+	struct fuse_in_header hdr = { .opcode = FUSE_WRITE,
+				      .len = sizeof(hdr) + sizeof(struct fuse_write_in) +
+					     FUSE_SERVER_MAX_WRITE };
+	struct fuse_write_in write_in = { .size = FUSE_SERVER_MAX_WRITE };
+	struct fuse_read_in read_in = { .size = FUSE_SERVER_MAX_WRITE };
+	struct fuse_out_header reply = { 0 };
+	struct fuse_write_out written = { 0 };
+	uint8_t reply_head[sizeof(reply) + sizeof(written)];
+	unsigned int mismatched = 0;
+	uint64_t fh = 0;
+	struct fx f;
+
+	CHECK_INT_EQ(FUSE_SERVER_MAX_WRITE, 1024u * 1024u);
+	CHECK_INT_EQ(fx_init(&f, FUSE_SERVER_READ_WRITE), 0);
+	hdr.nodeid = create(&f, TEST_ROOT, "full", O_WRONLY | O_CREAT, &fh);
+	CHECK(hdr.nodeid != 0);
+	in[0] = (struct iovec){ .iov_base = &hdr, .iov_len = sizeof(hdr) };
+	in[1] = (struct iovec){ .iov_base = &write_in, .iov_len = sizeof(write_in) };
+	fill_pages(in + 2, TEST_FULL_PAGES, true);
+	out[0] = (struct iovec){ .iov_base = reply_head, .iov_len = sizeof(reply_head) };
+	CHECK_INT_EQ(fuse_server_handle_segments(f.s, in, TEST_FULL_SEGMENTS, out, 1),
+		     sizeof(reply_head));
+	memcpy(&reply, reply_head, sizeof(reply));
+	memcpy(&written, reply_head + sizeof(reply), sizeof(written));
+	CHECK_INT_EQ(reply.error, 0);
+	CHECK_INT_EQ(written.size, FUSE_SERVER_MAX_WRITE);
+	/* read it back: the reply header in a segment of its own, then the pages */
+	hdr.opcode = FUSE_READ;
+	hdr.len = sizeof(hdr) + sizeof(read_in);
+	in[1] = (struct iovec){ .iov_base = &read_in, .iov_len = sizeof(read_in) };
+	out[0] = (struct iovec){ .iov_base = &reply, .iov_len = sizeof(reply) };
+	fill_pages(out + 1, TEST_FULL_PAGES, false);
+	CHECK_INT_EQ(fuse_server_handle_segments(f.s, in, 2, out, TEST_FULL_PAGES + 1),
+		     sizeof(reply) + FUSE_SERVER_MAX_WRITE);
+	CHECK_INT_EQ(reply.error, 0);
+	for (unsigned int i = 0; i < TEST_FULL_PAGES; i++)
+		mismatched += memcmp(in[i + 2].iov_base, out[i + 1].iov_base, TEST_PAGE) != 0;
+	CHECK_INT_EQ(mismatched, 0);
+	for (unsigned int i = 0; i < TEST_FULL_PAGES; i++) {
+		free(in[i + 2].iov_base);
+		free(out[i + 1].iov_base);
+	}
 	fx_free(&f);
 }
 
@@ -1625,6 +1695,10 @@ static void test_device_queues(void)
 	queues = virtio_mmio_read32(fs_device_transport(dev), VIRTIO_MMIO_CONFIG + FS_TAG_LEN);
 	CHECK_STR_EQ(tag, "voidbox0");
 	CHECK_INT_EQ(queues, 1);
+	/* room for a 1 MiB request's pages and headers in one chain */
+	virtio_mmio_write32(fs_device_transport(dev), VIRTIO_MMIO_QUEUE_SEL, FS_QUEUE_REQUEST);
+	CHECK_INT_EQ(virtio_mmio_read32(fs_device_transport(dev), VIRTIO_MMIO_QUEUE_NUM_MAX),
+		     TEST_FS_QUEUE_SIZE);
 	/* no shared memory region (DAX): the guest driver must see length -1, not 0 */
 	virtio_mmio_write32(fs_device_transport(dev), VIRTIO_MMIO_SHM_SEL, 0);
 	CHECK(virtio_mmio_read32(fs_device_transport(dev), VIRTIO_MMIO_SHM_LEN_LOW) == UINT32_MAX);
@@ -1664,6 +1738,7 @@ int main(int argc, char **argv)
 	RUN_TEST(test_write_across_segments);
 	RUN_TEST(test_write_size_mismatch);
 	RUN_TEST(test_read_into_segments);
+	RUN_TEST(test_full_size_write_and_read);
 	RUN_TEST(test_directory_operations);
 	RUN_TEST(test_operations_under_share_filter);
 	RUN_SEPARATE_TEST(test_operations_under_landlock);
