@@ -9,7 +9,11 @@
  * path), answers INIT, then plays the input as records:
  *   u8 flags, u8 len_lo, u8 len_hi, then len request bytes.
  * FUZZ_FIX_LEN rewrites the header's len to the record's (so the fuzzer need not learn it),
- * FUZZ_SNAPSHOT saves the server and restores it into a new one before the request. After
+ * FUZZ_SNAPSHOT saves the server and restores it into a new one before the request, and
+ * FUZZ_SPLIT cuts the request and the reply room into segments of 1 to 32 bytes (the flags'
+ * top bits; the last segment takes the rest), each allocated on its own, as a guest's chain
+ * of buffers, so a WRITE's data and a READ's reply span several and a read or write past one
+ * trips ASan; without it each is one segment. After
  * every run the directory outside the share must hold exactly what it held before: a guest
  * that created, changed or removed anything there escaped the share, and the target aborts.
  */
@@ -20,6 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include "devices/fuse_server.h"
@@ -28,6 +33,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 #define FUZZ_FIX_LEN 0x01u
 #define FUZZ_SNAPSHOT 0x02u
+#define FUZZ_SPLIT 0x04u
+#define FUZZ_SPLIT_SIZE_SHIFT 3u
+#define FUZZ_SPLIT_SIZE_MASK 0x1fu
+/* Segments of the fuzzer's size before the one that takes the rest. */
+#define FUZZ_SEGMENTS_MAX 64u
 #define FUZZ_RECORD_HEADER 3u
 #define FUZZ_MAX_RECORDS 64u
 #define FUZZ_SECRET_TEXT "outside the share"
@@ -106,6 +116,61 @@ static void fuzz_check_outside(void)
 		abort();
 }
 
+struct fuzz_segments {
+	struct iovec iov[FUZZ_SEGMENTS_MAX + 1];
+	unsigned int count;
+};
+
+/*
+ * Cuts len bytes (from data, or zeroed room when data is NULL) into pieces of piece bytes,
+ * at most FUZZ_SEGMENTS_MAX of them, then one of the rest; each is its own allocation.
+ */
+static void fuzz_split(const uint8_t *data, size_t len, size_t piece, struct fuzz_segments *out)
+{
+	size_t at = 0;
+
+	out->count = 0;
+	while (at < len || out->count == 0) {
+		size_t take = out->count < FUZZ_SEGMENTS_MAX && piece < len - at ? piece : len - at;
+		uint8_t *buf = calloc(1, take ? take : 1);
+
+		if (!buf)
+			abort();
+		if (data)
+			memcpy(buf, data + at, take);
+		out->iov[out->count++] = (struct iovec){ .iov_base = buf, .iov_len = take };
+		at += take;
+	}
+}
+
+static void fuzz_segments_free(struct fuzz_segments *segments)
+{
+	for (unsigned int i = 0; i < segments->count; i++)
+		free(segments->iov[i].iov_base);
+	segments->count = 0;
+}
+
+/* One request, whole or in segments; the reply may never be longer than its room. */
+static void fuzz_serve(struct fuse_server *server, uint8_t flags, size_t len)
+{
+	static struct fuzz_segments request, reply;
+	size_t piece = ((flags >> FUZZ_SPLIT_SIZE_SHIFT) & FUZZ_SPLIT_SIZE_MASK) + 1u;
+
+	if (!(flags & FUZZ_SPLIT)) {
+		if (fuse_server_handle(server, fuzz_request, len, fuzz_reply,
+				       FUSE_SERVER_MAX_REPLY) > FUSE_SERVER_MAX_REPLY)
+			abort();
+		return;
+	}
+	fuzz_split(fuzz_request, len, piece, &request);
+	fuzz_split(NULL, FUSE_SERVER_MAX_REPLY, piece, &reply);
+	if (fuse_server_handle_segments(server, request.iov, request.count, reply.iov,
+					reply.count) > FUSE_SERVER_MAX_REPLY)
+		abort();
+	fuzz_segments_free(&request);
+	fuzz_segments_free(&reply);
+}
+
 static void fuzz_init(struct fuse_server *server)
 {
 	struct {
@@ -171,9 +236,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		}
 		if (flags & FUZZ_SNAPSHOT)
 			server = fuzz_snapshot(server);
-		if (fuse_server_handle(server, fuzz_request, len, fuzz_reply,
-				       FUSE_SERVER_MAX_REPLY) > FUSE_SERVER_MAX_REPLY)
-			abort();
+		fuzz_serve(server, flags, len);
 	}
 	fuse_server_destroy(server);
 	fuzz_check_outside();

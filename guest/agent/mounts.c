@@ -7,7 +7,7 @@
  *
  * A virtiofs share's read-ahead is raised from the kernel's 128 KiB to MOUNTS_READ_AHEAD_KB:
  * each FUSE READ is one round trip through the host, and the server answers reads of up to
- * 512 KiB (its max_pages), so a sequential read then costs a quarter of the round trips.
+ * 1 MiB (its max_pages), so a sequential read then costs an eighth of the round trips.
  *
  * A rw virtiofs share then has one file created, closed, opened and removed in it: voidbox's
  * server answers OPEN with ENOSYS, and only at that first OPEN does the guest kernel learn to
@@ -41,7 +41,7 @@
 #define MOUNTS_MODE_RW ":rw"
 #define MOUNTS_MODE_SUFFIX_LEN 3
 #define MOUNTS_DECIMAL_BASE 10
-/* Two of the server's 512 KiB reads in flight per sequential stream. */
+/* One of the server's largest reads (1 MiB) per read-ahead window. */
 #define MOUNTS_READ_AHEAD_KB "1024"
 #define MOUNTS_BDI_FORMAT "/sys/class/bdi/%u:%u/read_ahead_kb"
 #define MOUNTS_OPEN_PROBE_NAME ".voidbox-open-probe"

@@ -4,10 +4,13 @@
  * BATCH_FORGET, no reply), queue 1 carries every other request.
  *
  * A vCPU's queue notify only writes an eventfd -- in KVM itself, through an ioeventfd on the
- * QUEUE_NOTIFY register, when the VM has one; the device's worker thread then pops chains,
- * copies the readable part into a host buffer, has fuse_server answer it, and copies the reply
- * into the writable part. Copying keeps guest RAM the VMM's private mapping (no vhost-user
- * shared memory) and means the server never touches a guest pointer. The worker holds the
+ * QUEUE_NOTIFY register, when the VM has one; the device's worker thread then pops chains and
+ * hands fuse_server each one's buffers as two iovec lists, the readable part (the request) and
+ * the writable part (room for the reply), every buffer already checked to lie inside guest
+ * RAM by the virtqueue. The server copies headers and arguments in and replies out, and moves
+ * file data with one pwritev or preadv on those buffers, so a WRITE's or READ's data is
+ * copied once, by the host kernel, as QEMU's 9p does. Guest RAM stays the VMM's private
+ * mapping (no vhost-user shared memory). The worker holds the
  * device lock for a whole request, from pop to push: a snapshot (which takes the same lock
  * until resume) therefore never sees a request half-served, and the ring indices it saves
  * agree with the memory file.
@@ -29,6 +32,7 @@
 #include <string.h>
 #include <sys/eventfd.h>
 #include <sys/resource.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include "common/log.h"
@@ -39,7 +43,8 @@
 /* The worker's name in /proc/PID/task (at most 15 bytes). */
 #define FS_WORKER_THREAD_NAME "fs-worker"
 #define FS_STATE_VERSION 1u
-#define FS_QUEUE_NUM_MAX 256
+/* Room for a 1 MiB request's 256 pages and its headers in one chain (FUSE_SERVER_MAX_WRITE). */
+#define FS_QUEUE_NUM_MAX 512
 #define FS_CONFIG_SIZE (FS_TAG_LEN + sizeof(uint32_t))
 #define FS_REQUEST_QUEUES 1u
 
@@ -61,9 +66,12 @@ struct fs_device {
 	bool worker_started;
 	atomic_bool stopping;
 	struct virtqueue_chain chain; /* the chain being served (large: not on a stack) */
-	uint8_t *request;
-	uint8_t *reply;
+	struct iovec request[VIRTQUEUE_MAX_SIZE]; /* its readable buffers */
+	struct iovec reply[VIRTQUEUE_MAX_SIZE];   /* its writable buffers */
 };
+
+_Static_assert(VIRTQUEUE_MAX_SIZE <= FUSE_SERVER_MAX_SEGMENTS,
+	       "the server takes every buffer a chain may have");
 
 static void fs_kick(struct fs_device *dev)
 {
@@ -73,20 +81,26 @@ static void fs_kick(struct fs_device *dev)
 		log_debug(log_module, "kick failed: %s", strerror(errno));
 }
 
-/* One chain: request in, reply out. Called with the device lock held. */
+/*
+ * One chain: request in, reply out, served on the chain's own buffers. Returns the bytes
+ * written into the writable ones (at most FUSE_SERVER_MAX_REPLY). Called with the device lock
+ * held.
+ */
 static uint32_t fs_serve_chain(struct fs_device *dev)
 {
-	size_t in_len = dev->chain.readable_len < FUSE_SERVER_MAX_REQUEST
-				? (size_t)dev->chain.readable_len
-				: FUSE_SERVER_MAX_REQUEST;
-	size_t out_cap = dev->chain.writable_len < FUSE_SERVER_MAX_REPLY
-				 ? (size_t)dev->chain.writable_len
-				 : FUSE_SERVER_MAX_REPLY;
-	size_t reply_len;
+	unsigned int readable = 0, writable = 0;
 
-	in_len = virtqueue_chain_read(&dev->chain, 0, dev->request, in_len);
-	reply_len = fuse_server_handle(dev->server, dev->request, in_len, dev->reply, out_cap);
-	return (uint32_t)virtqueue_chain_write(&dev->chain, 0, dev->reply, reply_len);
+	for (unsigned int i = 0; i < dev->chain.buffer_count; i++) {
+		const struct virtqueue_buffer *buf = &dev->chain.buffers[i];
+		struct iovec segment = { .iov_base = buf->host, .iov_len = buf->len };
+
+		if (buf->writable)
+			dev->reply[writable++] = segment;
+		else
+			dev->request[readable++] = segment;
+	}
+	return (uint32_t)fuse_server_handle_segments(dev->server, dev->request, readable,
+						     dev->reply, writable);
 }
 
 static unsigned int fs_serve_queue(struct fs_device *dev, struct virtqueue *vq)
@@ -250,8 +264,6 @@ static void fs_device_free(struct fs_device *dev)
 	if (dev->kick_fd >= 0)
 		close(dev->kick_fd);
 	virtio_mmio_destroy(dev->transport);
-	free(dev->request);
-	free(dev->reply);
 	pthread_mutex_destroy(&dev->lock);
 	free(dev);
 }
@@ -289,10 +301,8 @@ struct fs_device *fs_device_create(const struct fs_device_config *cfg, char *err
 	atomic_init(&dev->stopping, false);
 	snprintf(dev->tag, sizeof(dev->tag), "%s", cfg->tag);
 	snprintf(dev->host_dir, sizeof(dev->host_dir), "%s", cfg->host_dir);
-	dev->request = malloc(FUSE_SERVER_MAX_REQUEST);
-	dev->reply = malloc(FUSE_SERVER_MAX_REPLY);
 	dev->kick_fd = eventfd(0, EFD_CLOEXEC);
-	if (!dev->request || !dev->reply || dev->kick_fd < 0) {
+	if (dev->kick_fd < 0) {
 		snprintf(err, errlen, "cannot set up the share %s: %s", cfg->host_dir,
 			 strerror(errno ? errno : ENOMEM));
 		goto fail;

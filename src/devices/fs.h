@@ -2,7 +2,8 @@
  * virtio-fs (VIRTIO 1.2 §5.11) served in-process: one device per shared host directory, a
  * worker thread that takes FUSE requests off its queues and answers them with fuse_server.
  * No external daemon and no shared-memory vhost-user: guest RAM stays the VMM's private
- * copy-on-write mapping that snapshots rely on, and requests are copied in and out.
+ * copy-on-write mapping that snapshots rely on; the server works on the guest's buffers
+ * (file data moves with one pwritev or preadv, headers are copied).
  */
 #ifndef VOIDBOX_DEVICES_FS_H
 #define VOIDBOX_DEVICES_FS_H

@@ -23,8 +23,9 @@
  * to stop sending OPEN and RELEASE (the latter synchronous on virtio-fs: one round trip per
  * close()), and CREATE answers handle 0. File I/O with handle 0 goes to the node's own cached
  * fds, one for reading and one for writing, opened on first use through /proc/self/fd and
- * closed when the node is forgotten, when FUSE_IO_FDS_MAX are open, or when the process runs
- * out of fds (the cache is only a cache: a closed one reopens). FUSE_ATOMIC_O_TRUNC is not offered, since no OPEN carries
+ * closed when the node is forgotten, when FUSE_IO_FDS_MAX are open (the least recently used
+ * node's, from a list, as the O_PATH fds are), or when the process runs out of fds (the cache
+ * is only a cache: a closed one reopens). FUSE_ATOMIC_O_TRUNC is not offered, since no OPEN carries
  * O_TRUNC: an open(O_TRUNC) reaches the server as a SETATTR of the size.
  *
  * Snapshots save every node's path relative to the share, read back from the O_PATH fd's
@@ -48,6 +49,7 @@
 #include <sys/stat.h>
 #include <sys/statfs.h>
 #include <sys/syscall.h>
+#include <sys/uio.h>
 #include <sys/xattr.h>
 #include <unistd.h>
 
@@ -85,6 +87,8 @@
 #define FUSE_NO_SLOT UINT32_MAX
 #define FUSE_GUEST_NOBODY 65534u
 #define FUSE_XATTR_VALUE_MAX 65536u
+_Static_assert(FUSE_SERVER_MAX_ARGS >= FUSE_XATTR_VALUE_MAX + FUSE_SERVER_HEADER_ROOM,
+	       "a SETXATTR with its longest value and a GETXATTR's reply fit the copied part");
 #define FUSE_DIRENTS_BUFFER 32768u
 #define FUSE_PROC_FD_PATH_MAX 48u
 #define FUSE_NSEC_PER_SEC 1000000000L
@@ -103,6 +107,24 @@
 /* What a node's cached I/O fd serves (fuse_inode.io_fd). */
 enum fuse_io_access { FUSE_IO_READ, FUSE_IO_WRITE, FUSE_IO_ACCESSES };
 
+/*
+ * The least-recently-used lists of slots whose fds the server may close to stay within a
+ * bound: closing one is taking the tail, never a walk of the table.
+ */
+enum fuse_fd_list {
+	FUSE_LIST_NODE_FD, /* nodes holding their O_PATH fd (never the root) */
+	FUSE_LIST_IO_FD,   /* regular files holding a cached I/O fd */
+	FUSE_LISTS,
+};
+
+struct fuse_list_link {
+	uint32_t prev, next; /* FUSE_NO_SLOT at the ends and when not on the list */
+};
+
+struct fuse_list {
+	uint32_t head, tail; /* most and least recently used, FUSE_NO_SLOT when empty */
+};
+
 struct fuse_inode {
 	int fd;     /* O_PATH; -1 when closed to stay within the budget (reopens) or stale */
 	bool used;
@@ -110,7 +132,8 @@ struct fuse_inode {
 	uint32_t parent;   /* the slot it reopens beneath (FUSE_NO_SLOT for the root) */
 	char *name;        /* its name there (a restored node: its path beneath the root) */
 	uint32_t children; /* nodes whose parent it is: it is kept while any exists */
-	uint32_t lru_prev, lru_next; /* the held-fd list, while fd >= 0 */
+	/* FUSE_LIST_NODE_FD while fd >= 0, FUSE_LIST_IO_FD while an io_fd is open */
+	struct fuse_list_link link[FUSE_LISTS];
 	uint64_t nlookup;
 	uint64_t generation;
 	dev_t dev;
@@ -120,11 +143,14 @@ struct fuse_inode {
 	int io_fd[FUSE_IO_ACCESSES]; /* regular files: O_RDONLY and O_WRONLY fds, or -1 */
 };
 
+#define FUSE_LIST_LINK_NONE ((struct fuse_list_link){ .prev = FUSE_NO_SLOT, .next = FUSE_NO_SLOT })
 #define FUSE_INODE_EMPTY                                                                     \
 	((struct fuse_inode){ .fd = -1,                                                        \
 			      .parent = FUSE_NO_SLOT,                                          \
-			      .lru_prev = FUSE_NO_SLOT,                                        \
-			      .lru_next = FUSE_NO_SLOT,                                        \
+			      .link = { [FUSE_LIST_NODE_FD] = { .prev = FUSE_NO_SLOT,          \
+								.next = FUSE_NO_SLOT },        \
+					[FUSE_LIST_IO_FD] = { .prev = FUSE_NO_SLOT,            \
+							      .next = FUSE_NO_SLOT } },        \
 			      .hash_next = FUSE_NO_SLOT,                                       \
 			      .io_fd = { -1, -1 } })
 
@@ -166,27 +192,101 @@ struct fuse_server {
 	struct fuse_handle handles[FUSE_SERVER_MAX_HANDLES];
 	uint32_t handle_count;
 	uint32_t io_fd_count;     /* cached I/O fds open, at most FUSE_IO_FDS_MAX */
-	uint32_t io_evict_cursor; /* the slot the next eviction looks at first */
 	uint32_t free_hint;       /* no slot below it is free */
 	size_t name_bytes;        /* held by node names, at most FUSE_NAME_BYTES_MAX */
 	uint32_t node_fd_budget;  /* O_PATH fds held besides the root's */
 	uint32_t node_fd_count;
-	uint32_t lru_head, lru_tail; /* most and least recently used node holding an fd */
+	struct fuse_list lists[FUSE_LISTS];
+	uint8_t request[FUSE_SERVER_MAX_ARGS]; /* the request being served, but a WRITE's data */
+	uint8_t reply[FUSE_SERVER_MAX_ARGS];   /* the reply being built, but a READ's data */
+	struct iovec data_segments[FUSE_SERVER_MAX_SEGMENTS]; /* a WRITE's or READ's data */
 };
 
 /* ---- request cursor and reply buffer ---- */
 
+/*
+ * A request's guest buffers: data/len is the part copied into the server (all of it but a
+ * WRITE's data, which stays in the guest's segments from data_at on, data_len bytes).
+ */
 struct fuse_req {
 	const uint8_t *data;
 	size_t len;
 	size_t off;
+	const struct iovec *segments;
+	unsigned int segment_count;
+	size_t data_at;
+	size_t data_len;
 };
 
+/*
+ * A reply: built in data (the server's, after the reply header) and copied out, or, for a
+ * READ, direct_len bytes written straight into the guest's segments after the header
+ * (guest_cap bytes of room there).
+ */
 struct fuse_reply {
-	uint8_t *data; /* payload area, after the reply header */
+	uint8_t *data;
 	size_t cap;
 	size_t len;
+	const struct iovec *segments;
+	unsigned int segment_count;
+	size_t guest_cap;
+	size_t direct_len;
 };
+
+/* ---- guest buffers: an ordered list of segments ---- */
+
+static size_t segments_total(const struct iovec *seg, unsigned int count)
+{
+	size_t total = 0;
+
+	for (unsigned int i = 0; i < count; i++)
+		total += seg[i].iov_len < SIZE_MAX - total ? seg[i].iov_len : SIZE_MAX - total;
+	return total;
+}
+
+/*
+ * The bytes [offset, offset + len) of the segments as at most FUSE_SERVER_MAX_SEGMENTS iovecs
+ * in out; returns how many. Fewer bytes when the segments end first (callers check the total
+ * beforehand).
+ */
+static unsigned int segments_slice(const struct iovec *seg, unsigned int count, size_t offset,
+				   size_t len, struct iovec *out)
+{
+	unsigned int used = 0;
+
+	for (unsigned int i = 0; i < count && len > 0; i++) {
+		size_t take;
+
+		if (offset >= seg[i].iov_len) {
+			offset -= seg[i].iov_len;
+			continue;
+		}
+		take = seg[i].iov_len - offset < len ? seg[i].iov_len - offset : len;
+		out[used++] = (struct iovec){ .iov_base = (uint8_t *)seg[i].iov_base + offset,
+					      .iov_len = take };
+		len -= take;
+		offset = 0;
+	}
+	return used;
+}
+
+/* Copies len bytes from (to_segments false) or to the segments at offset; returns the count. */
+static size_t segments_copy(const struct iovec *seg, unsigned int count, size_t offset,
+			    uint8_t *buf, size_t len, bool to_segments)
+{
+	struct iovec pieces[FUSE_SERVER_MAX_SEGMENTS];
+	unsigned int used = segments_slice(seg, count, offset, len, pieces);
+	size_t done = 0;
+
+	for (unsigned int i = 0; i < used; i++) {
+		if (to_segments)
+			memcpy(pieces[i].iov_base, buf + done, pieces[i].iov_len);
+		else
+			memcpy(buf + done, pieces[i].iov_base, pieces[i].iov_len);
+		done += pieces[i].iov_len;
+	}
+	return done;
+}
 
 static bool req_copy(struct fuse_req *req, void *dst, size_t size)
 {
@@ -323,8 +423,61 @@ static int inode_table_grow(struct fuse_server *s, uint32_t needed)
 	return 0;
 }
 
-static void inode_close_io(struct fuse_server *s, struct fuse_inode *node)
+/* ---- least-recently-used lists of slots holding fds ---- */
+
+static void list_unlink(struct fuse_server *s, enum fuse_fd_list which, uint32_t slot)
 {
+	struct fuse_list_link *link = &s->inodes[slot].link[which];
+	struct fuse_list *list = &s->lists[which];
+
+	if (link->prev != FUSE_NO_SLOT)
+		s->inodes[link->prev].link[which].next = link->next;
+	else
+		list->head = link->next;
+	if (link->next != FUSE_NO_SLOT)
+		s->inodes[link->next].link[which].prev = link->prev;
+	else
+		list->tail = link->prev;
+	*link = FUSE_LIST_LINK_NONE;
+}
+
+static void list_push_front(struct fuse_server *s, enum fuse_fd_list which, uint32_t slot)
+{
+	struct fuse_list_link *link = &s->inodes[slot].link[which];
+	struct fuse_list *list = &s->lists[which];
+
+	link->prev = FUSE_NO_SLOT;
+	link->next = list->head;
+	if (list->head != FUSE_NO_SLOT)
+		s->inodes[list->head].link[which].prev = slot;
+	list->head = slot;
+	if (list->tail == FUSE_NO_SLOT)
+		list->tail = slot;
+}
+
+/* Moves a slot that is on the list to its front. */
+static void list_touch(struct fuse_server *s, enum fuse_fd_list which, uint32_t slot)
+{
+	if (s->lists[which].head == slot)
+		return;
+	list_unlink(s, which, slot);
+	list_push_front(s, which, slot);
+}
+
+/* ---- cached I/O fds ---- */
+
+static bool node_holds_io(const struct fuse_inode *node)
+{
+	return node->io_fd[FUSE_IO_READ] >= 0 || node->io_fd[FUSE_IO_WRITE] >= 0;
+}
+
+static void inode_close_io(struct fuse_server *s, uint32_t slot)
+{
+	struct fuse_inode *node = &s->inodes[slot];
+
+	if (!node_holds_io(node))
+		return;
+	list_unlink(s, FUSE_LIST_IO_FD, slot);
 	for (unsigned int access = 0; access < FUSE_IO_ACCESSES; access++) {
 		if (node->io_fd[access] < 0)
 			continue;
@@ -340,40 +493,12 @@ static bool io_cache_shed(struct fuse_server *s, int rc)
 {
 	if ((rc != -EMFILE && rc != -ENFILE) || s->io_fd_count == 0)
 		return false;
-	for (uint32_t i = 0; i < s->inode_capacity; i++)
-		inode_close_io(s, &s->inodes[i]);
+	while (s->lists[FUSE_LIST_IO_FD].tail != FUSE_NO_SLOT)
+		inode_close_io(s, s->lists[FUSE_LIST_IO_FD].tail);
 	return true;
 }
 
-/* ---- the O_PATH fds held: a least-recently-used list of slots (the root is never in it) ---- */
-
-static void lru_unlink(struct fuse_server *s, uint32_t slot)
-{
-	struct fuse_inode *node = &s->inodes[slot];
-
-	if (node->lru_prev != FUSE_NO_SLOT)
-		s->inodes[node->lru_prev].lru_next = node->lru_next;
-	else
-		s->lru_head = node->lru_next;
-	if (node->lru_next != FUSE_NO_SLOT)
-		s->inodes[node->lru_next].lru_prev = node->lru_prev;
-	else
-		s->lru_tail = node->lru_prev;
-	node->lru_prev = node->lru_next = FUSE_NO_SLOT;
-}
-
-static void lru_push_front(struct fuse_server *s, uint32_t slot)
-{
-	struct fuse_inode *node = &s->inodes[slot];
-
-	node->lru_prev = FUSE_NO_SLOT;
-	node->lru_next = s->lru_head;
-	if (s->lru_head != FUSE_NO_SLOT)
-		s->inodes[s->lru_head].lru_prev = slot;
-	s->lru_head = slot;
-	if (s->lru_tail == FUSE_NO_SLOT)
-		s->lru_tail = slot;
-}
+/* ---- the O_PATH fds held (FUSE_LIST_NODE_FD) ---- */
 
 /* Closes the node's O_PATH fd; the node stays, and reopens from its parent and name. */
 static void node_fd_drop(struct fuse_server *s, uint32_t slot)
@@ -382,7 +507,7 @@ static void node_fd_drop(struct fuse_server *s, uint32_t slot)
 
 	if (slot == 0 || node->fd < 0)
 		return;
-	lru_unlink(s, slot);
+	list_unlink(s, FUSE_LIST_NODE_FD, slot);
 	close(node->fd);
 	node->fd = -1;
 	s->node_fd_count--;
@@ -399,18 +524,17 @@ static void node_fd_adopt(struct fuse_server *s, uint32_t slot, int fd)
 	s->inodes[slot].fd = fd;
 	if (slot == 0)
 		return;
-	lru_push_front(s, slot);
+	list_push_front(s, FUSE_LIST_NODE_FD, slot);
 	s->node_fd_count++;
-	while (s->node_fd_count > s->node_fd_budget && s->lru_tail != slot)
-		node_fd_drop(s, s->lru_tail);
+	while (s->node_fd_count > s->node_fd_budget &&
+	       s->lists[FUSE_LIST_NODE_FD].tail != slot)
+		node_fd_drop(s, s->lists[FUSE_LIST_NODE_FD].tail);
 }
 
-static void lru_touch(struct fuse_server *s, uint32_t slot)
+static void node_fd_touch(struct fuse_server *s, uint32_t slot)
 {
-	if (slot == 0 || s->lru_head == slot)
-		return;
-	lru_unlink(s, slot);
-	lru_push_front(s, slot);
+	if (slot != 0)
+		list_touch(s, FUSE_LIST_NODE_FD, slot);
 }
 
 /* Records where the node is found again: name (copied) beneath the parent slot. */
@@ -447,7 +571,7 @@ static uint32_t inode_free_slot(struct fuse_server *s, uint32_t slot)
 	struct fuse_inode *node = &s->inodes[slot];
 	uint32_t parent = node->parent;
 
-	inode_close_io(s, node);
+	inode_close_io(s, slot);
 	if (!node->stale)
 		inode_hash_remove(s, slot);
 	if (slot == 0 && node->fd >= 0)
@@ -588,7 +712,7 @@ static int node_open_fd(struct fuse_server *s, uint32_t slot)
 	if (s->inodes[slot].stale)
 		return -ESTALE;
 	if (s->inodes[slot].fd >= 0) {
-		lru_touch(s, slot);
+		node_fd_touch(s, slot);
 		return s->inodes[slot].fd;
 	}
 	for (top = slot; top != FUSE_NO_SLOT && s->inodes[top].fd < 0; top = s->inodes[top].parent) {
@@ -603,7 +727,7 @@ static int node_open_fd(struct fuse_server *s, uint32_t slot)
 	depth = 0;
 	for (uint32_t at = slot; at != top; at = s->inodes[at].parent)
 		chain[depth++] = at;
-	lru_touch(s, top);
+	node_fd_touch(s, top);
 	dirfd = s->inodes[top].fd;
 	for (uint32_t i = depth; i-- > 0;) {
 		fd = node_reopen_child(s, dirfd, chain[i]);
@@ -656,19 +780,22 @@ static int node_reopen(struct fuse_server *s, uint64_t nodeid, int flags)
 	return fd < 0 ? -errno : fd;
 }
 
-/* Keeps fd as the slot's cached fd for access, closing another node's when the cache is full. */
+/*
+ * Keeps fd as the slot's cached fd for access, closing the least recently used other node's
+ * when the cache is full (the slot itself is off the list meanwhile, so never its own).
+ */
 static void node_cache_io_fd(struct fuse_server *s, uint32_t slot, enum fuse_io_access access,
 			     int fd)
 {
-	/* the cap is far above the two a node holds, so another node always has one to give */
-	while (s->io_fd_count >= FUSE_IO_FDS_MAX) {
-		uint32_t victim = s->io_evict_cursor++ % s->inode_capacity;
+	struct fuse_inode *node = &s->inodes[slot];
 
-		if (victim != slot)
-			inode_close_io(s, &s->inodes[victim]);
-	}
-	s->inodes[slot].io_fd[access] = fd;
+	if (node_holds_io(node))
+		list_unlink(s, FUSE_LIST_IO_FD, slot);
+	while (s->io_fd_count >= FUSE_IO_FDS_MAX && s->lists[FUSE_LIST_IO_FD].tail != FUSE_NO_SLOT)
+		inode_close_io(s, s->lists[FUSE_LIST_IO_FD].tail);
+	node->io_fd[access] = fd;
 	s->io_fd_count++;
+	list_push_front(s, FUSE_LIST_IO_FD, slot);
 }
 
 /* The regular file's cached fd for access, opened now if it is not open. */
@@ -681,8 +808,10 @@ static int node_io_fd(struct fuse_server *s, uint64_t nodeid, enum fuse_io_acces
 		return rc;
 	if (s->inodes[slot].type != S_IFREG)
 		return -EBADF;
-	if (s->inodes[slot].io_fd[access] >= 0)
+	if (s->inodes[slot].io_fd[access] >= 0) {
+		list_touch(s, FUSE_LIST_IO_FD, slot);
 		return s->inodes[slot].io_fd[access];
+	}
 	fd = node_reopen(s, nodeid, access == FUSE_IO_WRITE ? O_WRONLY : O_RDONLY);
 	if (io_cache_shed(s, fd))
 		fd = node_reopen(s, nodeid, access == FUSE_IO_WRITE ? O_WRONLY : O_RDONLY);
@@ -1392,9 +1521,13 @@ _Static_assert(offsetof(struct fuse_fsync_in, fh) == 0, "handle_args reads fh fi
 _Static_assert(offsetof(struct fuse_fallocate_in, fh) == 0, "handle_args reads fh first");
 _Static_assert(offsetof(struct fuse_lseek_in, fh) == 0, "handle_args reads fh first");
 
+/* The data goes from the host file straight into the guest's reply segments. */
 static int op_read(struct fuse_op_ctx *ctx)
 {
 	struct fuse_read_in in;
+	struct fuse_reply *rep = ctx->rep;
+	struct iovec *data = ctx->s->data_segments;
+	unsigned int count;
 	size_t size;
 	ssize_t got;
 	int fd = file_args(ctx, &in, sizeof(in), FUSE_IO_READ);
@@ -1404,25 +1537,34 @@ static int op_read(struct fuse_op_ctx *ctx)
 	if (in.offset > (uint64_t)INT64_MAX)
 		return -EINVAL;
 	size = in.size < FUSE_SERVER_MAX_WRITE ? in.size : FUSE_SERVER_MAX_WRITE;
-	if (size > ctx->rep->cap - ctx->rep->len)
-		size = ctx->rep->cap - ctx->rep->len;
-	got = pread(fd, ctx->rep->data + ctx->rep->len, size, (off_t)in.offset);
+	if (size > rep->guest_cap)
+		size = rep->guest_cap;
+	count = segments_slice(rep->segments, rep->segment_count, sizeof(struct fuse_out_header),
+			       size, data);
+	got = count ? preadv(fd, data, (int)count, (off_t)in.offset) : 0;
 	if (got < 0)
 		return -errno;
-	ctx->rep->len += (size_t)got;
+	rep->direct_len = (size_t)got;
 	return 0;
 }
 
+/*
+ * The data goes from the guest's request segments straight to the host file. Its size must be
+ * exactly what the request carries after write_in: a header that claims more or less than the
+ * guest's buffers hold is refused, not served in part.
+ */
 static int op_write(struct fuse_op_ctx *ctx)
 {
 	struct fuse_write_in in;
 	struct fuse_write_out out = { 0 };
+	struct iovec *data = ctx->s->data_segments;
+	unsigned int count;
 	ssize_t done;
 	int fd = file_args(ctx, &in, sizeof(in), FUSE_IO_WRITE);
 
 	if (fd < 0)
 		return fd;
-	if (in.size > FUSE_SERVER_MAX_WRITE || in.size > ctx->req->len - ctx->req->off ||
+	if (in.size > FUSE_SERVER_MAX_WRITE || in.size != ctx->req->data_len ||
 	    in.offset > (uint64_t)INT64_MAX)
 		return -EINVAL;
 	if (read_only(ctx))
@@ -1433,7 +1575,9 @@ static int op_write(struct fuse_op_ctx *ctx)
 		if (rc < 0)
 			return rc;
 	}
-	done = pwrite(fd, ctx->req->data + ctx->req->off, in.size, (off_t)in.offset);
+	count = segments_slice(ctx->req->segments, ctx->req->segment_count, ctx->req->data_at,
+			       in.size, data);
+	done = count ? pwritev(fd, data, (int)count, (off_t)in.offset) : 0;
 	if (done < 0)
 		return -errno;
 	out.size = (uint32_t)done;
@@ -1873,27 +2017,55 @@ static int fuse_dispatch(struct fuse_op_ctx *ctx, uint32_t opcode)
 	}
 }
 
-size_t fuse_server_handle(struct fuse_server *server, const uint8_t *in, size_t in_len,
-			  uint8_t *out, size_t out_cap)
+/*
+ * How many of a request's first bytes are copied into the server: the whole request, but only
+ * the headers of a WRITE, whose data stays in the guest's segments.
+ */
+static size_t request_copied_len(const struct fuse_in_header *hdr)
+{
+	const size_t write_args = sizeof(*hdr) + sizeof(struct fuse_write_in);
+
+	if (hdr->opcode == FUSE_WRITE && hdr->len > write_args)
+		return write_args;
+	return hdr->len;
+}
+
+size_t fuse_server_handle_segments(struct fuse_server *server, const struct iovec *in,
+				   unsigned int in_count, const struct iovec *out,
+				   unsigned int out_count)
 {
 	struct fuse_in_header hdr;
 	struct fuse_out_header reply_hdr = { 0 };
-	struct fuse_req req = { .data = in, .len = in_len };
-	struct fuse_reply rep;
-	struct fuse_reply rep_init = { .data = out + sizeof(reply_hdr),
-				       .cap = out_cap > sizeof(reply_hdr) ? out_cap - sizeof(reply_hdr)
-									  : 0 };
+	struct fuse_req req = { .data = server->request, .segments = in };
+	struct fuse_reply rep = { .data = server->reply + sizeof(reply_hdr), .segments = out };
 	struct fuse_op_ctx ctx = { .s = server, .hdr = &hdr, .req = &req, .rep = &rep };
+	size_t in_len, out_cap;
 	int rc;
 
-	rep = rep_init;
-	if (out_cap < sizeof(reply_hdr) || !req_copy(&req, &hdr, sizeof(hdr)))
+	req.segment_count = in_count < FUSE_SERVER_MAX_SEGMENTS ? in_count
+								: FUSE_SERVER_MAX_SEGMENTS;
+	rep.segment_count = out_count < FUSE_SERVER_MAX_SEGMENTS ? out_count
+								  : FUSE_SERVER_MAX_SEGMENTS;
+	in_len = segments_total(in, req.segment_count);
+	out_cap = segments_total(out, rep.segment_count);
+	if (out_cap < sizeof(reply_hdr) ||
+	    segments_copy(in, req.segment_count, 0, (uint8_t *)&hdr, sizeof(hdr), false) <
+		    sizeof(hdr))
 		return 0;
-	if (hdr.len < sizeof(hdr) || hdr.len > in_len) {
+	rep.guest_cap = out_cap - sizeof(reply_hdr);
+	rep.cap = rep.guest_cap < sizeof(server->reply) - sizeof(reply_hdr)
+			  ? rep.guest_cap
+			  : sizeof(server->reply) - sizeof(reply_hdr);
+	/* what the header claims, never more than arrived nor than the server copies */
+	req.len = request_copied_len(&hdr);
+	if (hdr.len < sizeof(hdr) || hdr.len > in_len || req.len > sizeof(server->request)) {
 		rc = -EINVAL;
 		goto reply;
 	}
-	req.len = hdr.len; /* what the header claims, never more than arrived */
+	segments_copy(in, req.segment_count, 0, server->request, req.len, false);
+	req.off = sizeof(hdr);
+	req.data_at = req.len;
+	req.data_len = hdr.len - req.len;
 	if (hdr.opcode == FUSE_FORGET || hdr.opcode == FUSE_BATCH_FORGET) {
 		fuse_dispatch(&ctx, hdr.opcode);
 		return 0;
@@ -1905,9 +2077,22 @@ size_t fuse_server_handle(struct fuse_server *server, const uint8_t *in, size_t 
 reply:
 	reply_hdr.unique = hdr.unique;
 	reply_hdr.error = rc < 0 ? rc : 0;
-	reply_hdr.len = (uint32_t)sizeof(reply_hdr) + (rc < 0 ? 0 : (uint32_t)rep.len);
-	memcpy(out, &reply_hdr, sizeof(reply_hdr));
+	if (rc < 0)
+		rep.len = rep.direct_len = 0;
+	reply_hdr.len = (uint32_t)(sizeof(reply_hdr) + rep.len + rep.direct_len);
+	memcpy(server->reply, &reply_hdr, sizeof(reply_hdr));
+	/* a READ's data is in place already: only its header is copied */
+	segments_copy(out, rep.segment_count, 0, server->reply, sizeof(reply_hdr) + rep.len, true);
 	return reply_hdr.len;
+}
+
+size_t fuse_server_handle(struct fuse_server *server, const uint8_t *in, size_t in_len,
+			  uint8_t *out, size_t out_cap)
+{
+	const struct iovec request = { .iov_base = (void *)in, .iov_len = in_len };
+	const struct iovec reply = { .iov_base = out, .iov_len = out_cap };
+
+	return fuse_server_handle_segments(server, &request, 1, &reply, 1);
 }
 
 /* ---- lifetime ---- */
@@ -1959,7 +2144,8 @@ struct fuse_server *fuse_server_create(const char *host_dir, enum fuse_server_ac
 		s->handles[i].fd = -1;
 	s->root_fd = fd;
 	s->access = access;
-	s->lru_head = s->lru_tail = FUSE_NO_SLOT;
+	for (unsigned int list = 0; list < FUSE_LISTS; list++)
+		s->lists[list] = (struct fuse_list){ .head = FUSE_NO_SLOT, .tail = FUSE_NO_SLOT };
 	s->node_fd_budget = node_fd_budget_default();
 	s->host_uid = geteuid();
 	s->host_gid = getegid();
@@ -2008,7 +2194,7 @@ void fuse_server_set_node_fd_budget(struct fuse_server *server, uint32_t budget)
 {
 	server->node_fd_budget = budget < FUSE_NODE_FDS_MIN ? FUSE_NODE_FDS_MIN : budget;
 	while (server->node_fd_count > server->node_fd_budget)
-		node_fd_drop(server, server->lru_tail);
+		node_fd_drop(server, server->lists[FUSE_LIST_NODE_FD].tail);
 }
 
 /* ---- snapshots ---- */

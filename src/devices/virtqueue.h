@@ -21,7 +21,7 @@
 #include "vmm/guest_memory.h"
 
 /* The largest queue any of our devices offers; chains are bounded by the queue size. */
-#define VIRTQUEUE_MAX_SIZE 256
+#define VIRTQUEUE_MAX_SIZE 512
 
 #define VIRTQ_DESC_F_NEXT 1u
 #define VIRTQ_DESC_F_WRITE 2u

@@ -92,6 +92,8 @@ static const int filter_share_worker_calls[] = {
 	SCMP_SYS(symlinkat), SCMP_SYS(unlinkat), SCMP_SYS(utimensat), SCMP_SYS(chmod),
 	SCMP_SYS(fchmod), SCMP_SYS(fchmodat), SCMP_SYS(getdents64), SCMP_SYS(dup),
 	SCMP_SYS(fcntl), SCMP_SYS(geteuid),
+	/* file data moves between the guest's buffers and the host file in one call */
+	SCMP_SYS(preadv), SCMP_SYS(pwritev),
 };
 
 /* libslirp's loop: the guest's connections and datagrams (socket() itself is pinned below). */

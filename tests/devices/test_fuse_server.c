@@ -50,6 +50,15 @@
 #define TEST_BUDGET_DIRS 10u
 #define TEST_BUDGET_FILES 30u
 #define TEST_BUDGET_DEPTH 24u
+/* Requests and replies cut into separately allocated segments, as a guest's chain is. */
+#define TEST_SEGMENTS_MAX 8u
+#define TEST_SEGMENT_DATA "0123456789abcdefghijklmnopqrstuvwxyz"
+/* A full-size WRITE and READ as the guest lays them out: headers, then one segment a page. */
+#define TEST_PAGE 4096u
+#define TEST_FULL_PAGES (FUSE_SERVER_MAX_WRITE / TEST_PAGE)
+#define TEST_FULL_SEGMENTS (TEST_FULL_PAGES + 2u)
+/* The queue a 1 MiB request's pages and headers fit in. */
+#define TEST_FS_QUEUE_SIZE 512u
 
 struct fx {
 	char dir[TEST_DIR_MAX];     /* the share */
@@ -142,6 +151,69 @@ static size_t call(struct fx *f, uint32_t opcode, uint64_t nodeid, const void *a
 		CHECK(reply.len == got);
 	}
 	return got;
+}
+
+/*
+ * Sends the request in f->req (its header's len says how long) cut into segments of the
+ * given sizes (the last one takes the rest), each allocated on its own so a read or write
+ * past one trips ASan, and collects the reply from segments of reply_sizes into f->out.
+ * Returns the reply's length.
+ */
+static size_t call_segments(struct fx *f, const size_t *sizes, unsigned int count,
+			    const size_t *reply_sizes, unsigned int reply_count)
+{
+	struct iovec in[TEST_SEGMENTS_MAX], out[TEST_SEGMENTS_MAX];
+	struct fuse_in_header hdr;
+	size_t at = 0, got, left;
+
+	memcpy(&hdr, f->req, sizeof(hdr));
+	for (unsigned int i = 0; i < count; i++) {
+		size_t len = i + 1 == count ? hdr.len - at : sizes[i];
+
+		in[i] = (struct iovec){ .iov_base = malloc(len ? len : 1), .iov_len = len };
+		memcpy(in[i].iov_base, f->req + at, len);
+		at += len;
+	}
+	for (unsigned int i = 0; i < reply_count; i++)
+		out[i] = (struct iovec){ .iov_base = calloc(1, reply_sizes[i] ? reply_sizes[i] : 1),
+					 .iov_len = reply_sizes[i] };
+	got = fuse_server_handle_segments(f->s, in, count, out, reply_count);
+	at = 0;
+	left = got;
+	for (unsigned int i = 0; i < reply_count; i++) {
+		size_t take = left < out[i].iov_len ? left : out[i].iov_len;
+
+		memcpy(f->out + at, out[i].iov_base, take);
+		at += take;
+		left -= take;
+		free(out[i].iov_base);
+	}
+	for (unsigned int i = 0; i < count; i++)
+		free(in[i].iov_base);
+	f->error = 0;
+	f->payload = 0;
+	if (got >= sizeof(struct fuse_out_header)) {
+		struct fuse_out_header reply;
+
+		memcpy(&reply, f->out, sizeof(reply));
+		f->error = reply.error;
+		f->payload = got - sizeof(reply);
+	}
+	return got;
+}
+
+/* Lays out a WRITE of text at offset whose header says size bytes, in f->req. */
+static void write_request(struct fx *f, uint64_t node, uint64_t offset, const char *text,
+			  uint32_t size)
+{
+	struct fuse_in_header hdr = { .opcode = FUSE_WRITE, .unique = ++f->unique,
+				      .nodeid = node };
+	struct fuse_write_in in = { .offset = offset, .size = size };
+
+	hdr.len = (uint32_t)(sizeof(hdr) + sizeof(in) + strlen(text));
+	memcpy(f->req, &hdr, sizeof(hdr));
+	memcpy(f->req + sizeof(hdr), &in, sizeof(in));
+	memcpy(f->req + sizeof(hdr) + sizeof(in), text, strlen(text));
 }
 
 static void *payload(struct fx *f)
@@ -369,6 +441,7 @@ static void check_directory_operations(struct fx *fp)
 	CHECK_INT_EQ(attr.attr.size, 4);
 	CHECK_INT_EQ(attr.attr.mode & 07777, 0600);
 	CHECK_STR_EQ(host_read(&f, "a/b/f"), "0123");
+	CHECK_STR_EQ(read_fh(&f, file, fh), "0123");
 	host_path(&f, "a/b/f", path);
 	CHECK(stat(path, &st) == 0 && st.st_mtime == 1000000 && (st.st_mode & 07777) == 0600);
 	/* chown to anyone but the sandbox user is refused */
@@ -418,6 +491,182 @@ static void check_directory_operations(struct fx *fp)
 	host_path(&f, "moved", path);
 	CHECK(!host_exists(path));
 	*fp = f;
+}
+
+/*
+ * A WRITE whose headers and data are spread over several segments, as the guest's chain has
+ * them (header and write_in apart, then the data page by page): the host file gets the data
+ * in order, with no byte of the headers in it, whether a segment boundary falls inside a
+ * header, exactly after write_in, or inside the data.
+ */
+static void test_write_across_segments(void)
+{
+	const size_t guest_layout[] = { sizeof(struct fuse_in_header),
+					sizeof(struct fuse_write_in), 5, 1, 20, 0 };
+	const size_t odd_cuts[] = { 7, 50, 25, 1, 0 };
+	const size_t one_reply[] = { 64 };
+	const char *text = TEST_SEGMENT_DATA;
+	struct fuse_write_out out;
+	uint64_t fh = 0, node;
+	struct fx f;
+
+	CHECK_INT_EQ(fx_init(&f, FUSE_SERVER_READ_WRITE), 0);
+	node = create(&f, TEST_ROOT, "spread", O_WRONLY | O_CREAT, &fh);
+	CHECK(node != 0);
+	write_request(&f, node, 0, text, (uint32_t)strlen(text));
+	call_segments(&f, guest_layout, 6, one_reply, 1);
+	CHECK_INT_EQ(f.error, 0);
+	memcpy(&out, payload(&f), sizeof(out));
+	CHECK_INT_EQ(out.size, strlen(text));
+	CHECK_STR_EQ(host_read(&f, "spread"), text);
+	/* cut elsewhere (inside the in-header and write_in), at an offset */
+	write_request(&f, node, 4, "WXYZ", 4);
+	call_segments(&f, odd_cuts, 5, one_reply, 1);
+	CHECK_INT_EQ(f.error, 0);
+	CHECK_STR_EQ(host_read(&f, "spread"), "0123WXYZ89abcdefghijklmnopqrstuvwxyz");
+	fx_free(&f);
+}
+
+/*
+ * A WRITE whose header's size disagrees with the data the request carries is refused and
+ * writes nothing: more than carried, less than carried, and a request longer than its
+ * segments hold.
+ */
+static void test_write_size_mismatch(void)
+{
+	const size_t layout[] = { sizeof(struct fuse_in_header), sizeof(struct fuse_write_in), 0 };
+	const size_t one_reply[] = { 64 };
+	const char *text = TEST_SEGMENT_DATA;
+	uint64_t fh = 0, node;
+	struct fuse_in_header hdr;
+	struct fx f;
+
+	CHECK_INT_EQ(fx_init(&f, FUSE_SERVER_READ_WRITE), 0);
+	node = create(&f, TEST_ROOT, "mismatch", O_WRONLY | O_CREAT, &fh);
+	CHECK(node != 0);
+	write_request(&f, node, 0, text, (uint32_t)strlen(text) + 1);
+	call_segments(&f, layout, 3, one_reply, 1);
+	CHECK_INT_EQ(f.error, -EINVAL);
+	write_request(&f, node, 0, text, (uint32_t)strlen(text) - 1);
+	call_segments(&f, layout, 3, one_reply, 1);
+	CHECK_INT_EQ(f.error, -EINVAL);
+	write_request(&f, node, 0, text, 0);
+	call_segments(&f, layout, 3, one_reply, 1);
+	CHECK_INT_EQ(f.error, -EINVAL);
+	/* the header claims one byte more than the segments hold (size agrees with the claim) */
+	write_request(&f, node, 0, text, (uint32_t)strlen(text) + 1);
+	memcpy(&hdr, f.req, sizeof(hdr));
+	hdr.len++;
+	memcpy(f.req, &hdr, sizeof(hdr));
+	CHECK_INT_EQ(fuse_server_handle(f.s, f.req, hdr.len - 1, f.out, TEST_REPLY_CAP),
+		     sizeof(struct fuse_out_header));
+	CHECK_INT_EQ(((struct fuse_out_header *)f.out)->error, -EINVAL);
+	CHECK_STR_EQ(host_read(&f, "mismatch"), "");
+	fx_free(&f);
+}
+
+/*
+ * A READ's data lands across the reply's segments after the reply header, which may itself
+ * be cut: every byte in order, and no more than the segments hold when the guest asks for
+ * more than it gave room for.
+ */
+static void test_read_into_segments(void)
+{
+	const size_t request[] = { sizeof(struct fuse_in_header), 0 };
+	const size_t cut_header[] = { 10, 6, 3, 1, 12, 4096 };
+	const size_t short_room[] = { sizeof(struct fuse_out_header), 4, 6 };
+	const char *text = TEST_SEGMENT_DATA;
+	struct fuse_in_header hdr = { .opcode = FUSE_READ, .len = sizeof(hdr) +
+								   sizeof(struct fuse_read_in) };
+	struct fuse_read_in in = { .size = TEST_READ_SIZE };
+	struct fuse_out_header reply;
+	struct fx f;
+
+	CHECK_INT_EQ(fx_init(&f, FUSE_SERVER_READ_WRITE), 0);
+	host_write(&f, "source", text);
+	hdr.nodeid = lookup(&f, TEST_ROOT, "source", NULL);
+	CHECK(hdr.nodeid != 0);
+	hdr.unique = ++f.unique;
+	memcpy(f.req, &hdr, sizeof(hdr));
+	memcpy(f.req + sizeof(hdr), &in, sizeof(in));
+	CHECK_INT_EQ(call_segments(&f, request, 2, cut_header, 6),
+		     sizeof(reply) + strlen(text));
+	memcpy(&reply, f.out, sizeof(reply));
+	CHECK_INT_EQ(reply.error, 0);
+	CHECK(reply.unique == hdr.unique);
+	CHECK_INT_EQ(reply.len, sizeof(reply) + strlen(text));
+	CHECK(f.payload == strlen(text) && memcmp(payload(&f), text, strlen(text)) == 0);
+	/* room for ten bytes of data: ten are read, from the offset asked */
+	in.offset = 2;
+	memcpy(f.req + sizeof(hdr), &in, sizeof(in));
+	CHECK_INT_EQ(call_segments(&f, request, 2, short_room, 3), sizeof(reply) + 10);
+	CHECK_INT_EQ(f.error, 0);
+	CHECK(memcmp(payload(&f), text + 2, 10) == 0);
+	fx_free(&f);
+}
+
+static void fill_pages(struct iovec *pages, unsigned int count, bool pattern)
+{
+	for (unsigned int i = 0; i < count; i++) {
+		uint8_t *page = malloc(TEST_PAGE);
+
+		for (unsigned int b = 0; page && b < TEST_PAGE; b++)
+			page[b] = pattern ? (uint8_t)(i * 7u + b) : 0;
+		pages[i] = (struct iovec){ .iov_base = page, .iov_len = page ? TEST_PAGE : 0 };
+	}
+}
+
+/*
+ * The largest WRITE offered (1 MiB, max_pages 256) arrives as a Linux guest sends it, a
+ * segment per header and per page, and lands whole; a READ of it fills 256 page segments
+ * after the reply header's own, every byte in place.
+ */
+static void test_full_size_write_and_read(void)
+{
+	static struct iovec in[TEST_FULL_SEGMENTS], out[TEST_FULL_SEGMENTS - 1];
+	struct fuse_in_header hdr = { .opcode = FUSE_WRITE,
+				      .len = sizeof(hdr) + sizeof(struct fuse_write_in) +
+					     FUSE_SERVER_MAX_WRITE };
+	struct fuse_write_in write_in = { .size = FUSE_SERVER_MAX_WRITE };
+	struct fuse_read_in read_in = { .size = FUSE_SERVER_MAX_WRITE };
+	struct fuse_out_header reply = { 0 };
+	struct fuse_write_out written = { 0 };
+	uint8_t reply_head[sizeof(reply) + sizeof(written)];
+	unsigned int mismatched = 0;
+	uint64_t fh = 0;
+	struct fx f;
+
+	CHECK_INT_EQ(FUSE_SERVER_MAX_WRITE, 1024u * 1024u);
+	CHECK_INT_EQ(fx_init(&f, FUSE_SERVER_READ_WRITE), 0);
+	hdr.nodeid = create(&f, TEST_ROOT, "full", O_WRONLY | O_CREAT, &fh);
+	CHECK(hdr.nodeid != 0);
+	in[0] = (struct iovec){ .iov_base = &hdr, .iov_len = sizeof(hdr) };
+	in[1] = (struct iovec){ .iov_base = &write_in, .iov_len = sizeof(write_in) };
+	fill_pages(in + 2, TEST_FULL_PAGES, true);
+	out[0] = (struct iovec){ .iov_base = reply_head, .iov_len = sizeof(reply_head) };
+	CHECK_INT_EQ(fuse_server_handle_segments(f.s, in, TEST_FULL_SEGMENTS, out, 1),
+		     sizeof(reply_head));
+	memcpy(&reply, reply_head, sizeof(reply));
+	memcpy(&written, reply_head + sizeof(reply), sizeof(written));
+	CHECK_INT_EQ(reply.error, 0);
+	CHECK_INT_EQ(written.size, FUSE_SERVER_MAX_WRITE);
+	/* read it back: the reply header in a segment of its own, then the pages */
+	hdr.opcode = FUSE_READ;
+	hdr.len = sizeof(hdr) + sizeof(read_in);
+	in[1] = (struct iovec){ .iov_base = &read_in, .iov_len = sizeof(read_in) };
+	out[0] = (struct iovec){ .iov_base = &reply, .iov_len = sizeof(reply) };
+	fill_pages(out + 1, TEST_FULL_PAGES, false);
+	CHECK_INT_EQ(fuse_server_handle_segments(f.s, in, 2, out, TEST_FULL_PAGES + 1),
+		     sizeof(reply) + FUSE_SERVER_MAX_WRITE);
+	CHECK_INT_EQ(reply.error, 0);
+	for (unsigned int i = 0; i < TEST_FULL_PAGES; i++)
+		mismatched += memcmp(in[i + 2].iov_base, out[i + 1].iov_base, TEST_PAGE) != 0;
+	CHECK_INT_EQ(mismatched, 0);
+	for (unsigned int i = 0; i < TEST_FULL_PAGES; i++) {
+		free(in[i + 2].iov_base);
+		free(out[i + 1].iov_base);
+	}
+	fx_free(&f);
 }
 
 static void test_directory_operations(void)
@@ -1083,6 +1332,82 @@ static void test_io_fd_cache(void)
 	fx_free(&f);
 }
 
+/* How many of this process's fds other than O_PATH ones are open on the host file at path. */
+static unsigned int io_fds_on(const char *path)
+{
+	char real[PATH_MAX], link[PATH_MAX], proc[PATH_MAX], line[128];
+	DIR *dir = opendir("/proc/self/fd");
+	struct dirent *entry;
+	unsigned int count = 0;
+
+	if (!dir || !realpath(path, real)) {
+		if (dir)
+			closedir(dir);
+		return 0;
+	}
+	while ((entry = readdir(dir))) {
+		ssize_t len;
+		unsigned int flags = 0;
+		FILE *info;
+
+		snprintf(proc, sizeof(proc), "/proc/self/fd/%s", entry->d_name);
+		len = readlink(proc, link, sizeof(link) - 1);
+		if (len < 0)
+			continue;
+		link[len] = '\0';
+		if (strcmp(link, real) != 0)
+			continue;
+		snprintf(proc, sizeof(proc), "/proc/self/fdinfo/%s", entry->d_name);
+		info = fopen(proc, "r");
+		while (info && fgets(line, sizeof(line), info))
+			sscanf(line, "flags: %o", &flags);
+		if (info)
+			fclose(info);
+		count += !(flags & O_PATH);
+	}
+	closedir(dir);
+	return count;
+}
+
+/*
+ * A full cache of I/O fds closes the least recently used node's: a file written again just
+ * before the cache overflows keeps its fd, and the file used least recently loses its.
+ */
+static void test_io_fd_cache_evicts_least_recent(void)
+{
+	char name[TEST_NAME_MAX], path[PATH_MAX];
+	uint64_t first = 0, fh = 0;
+	struct rlimit limit;
+	unsigned int bad = 0;
+	struct fx f;
+
+	if (getrlimit(RLIMIT_NOFILE, &limit) == 0) {
+		limit.rlim_cur = limit.rlim_max;
+		setrlimit(RLIMIT_NOFILE, &limit);
+	}
+	CHECK_INT_EQ(fx_init(&f, FUSE_SERVER_READ_WRITE), 0);
+	for (unsigned int i = 0; i < TEST_IO_FDS_MAX; i++) {
+		uint64_t node;
+
+		snprintf(name, sizeof(name), "lru%u", i);
+		node = create(&f, TEST_ROOT, name, O_WRONLY | O_CREAT, &fh);
+		bad += node == 0;
+		if (i == 0)
+			first = node;
+	}
+	CHECK_INT_EQ(bad, 0);
+	write_fh(&f, first, 0, 0, "again"); /* lru0 is now the most recently used */
+	CHECK_INT_EQ(f.error, 0);
+	CHECK(create(&f, TEST_ROOT, "overflow", O_WRONLY | O_CREAT, &fh) != 0);
+	host_path(&f, "lru0", path);
+	CHECK_INT_EQ(io_fds_on(path), 1);
+	host_path(&f, "lru1", path);
+	CHECK_INT_EQ(io_fds_on(path), 0);
+	host_path(&f, "overflow", path);
+	CHECK_INT_EQ(io_fds_on(path), 1);
+	fx_free(&f);
+}
+
 /*
  * With few fds left, the cached I/O fds give way to nodes: every file is created, written and
  * read back although a node and its write fd each would not fit.
@@ -1370,6 +1695,10 @@ static void test_device_queues(void)
 	queues = virtio_mmio_read32(fs_device_transport(dev), VIRTIO_MMIO_CONFIG + FS_TAG_LEN);
 	CHECK_STR_EQ(tag, "voidbox0");
 	CHECK_INT_EQ(queues, 1);
+	/* room for a 1 MiB request's pages and headers in one chain */
+	virtio_mmio_write32(fs_device_transport(dev), VIRTIO_MMIO_QUEUE_SEL, FS_QUEUE_REQUEST);
+	CHECK_INT_EQ(virtio_mmio_read32(fs_device_transport(dev), VIRTIO_MMIO_QUEUE_NUM_MAX),
+		     TEST_FS_QUEUE_SIZE);
 	/* no shared memory region (DAX): the guest driver must see length -1, not 0 */
 	virtio_mmio_write32(fs_device_transport(dev), VIRTIO_MMIO_SHM_SEL, 0);
 	CHECK(virtio_mmio_read32(fs_device_transport(dev), VIRTIO_MMIO_SHM_LEN_LOW) == UINT32_MAX);
@@ -1406,6 +1735,10 @@ int main(int argc, char **argv)
 	harness_select(argc, argv);
 	RUN_TEST(test_init_negotiates);
 	RUN_TEST(test_create_write_read);
+	RUN_TEST(test_write_across_segments);
+	RUN_TEST(test_write_size_mismatch);
+	RUN_TEST(test_read_into_segments);
+	RUN_TEST(test_full_size_write_and_read);
 	RUN_TEST(test_directory_operations);
 	RUN_TEST(test_operations_under_share_filter);
 	RUN_SEPARATE_TEST(test_operations_under_landlock);
@@ -1419,6 +1752,7 @@ int main(int argc, char **argv)
 	RUN_TEST(test_malformed_requests);
 	RUN_TEST(test_handle_limit);
 	RUN_TEST(test_io_fd_cache);
+	RUN_TEST(test_io_fd_cache_evicts_least_recent);
 	RUN_TEST(test_io_fds_yield_to_nodes);
 	RUN_TEST(test_nodes_beyond_fd_budget);
 	RUN_TEST(test_snapshot_round_trip);

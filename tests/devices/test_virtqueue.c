@@ -57,7 +57,8 @@ static void test_configure_rejects_bad_layouts(void)
 {
 	CHECK_INT_EQ(virtqueue_configure(&vq, &guest.mem, 3, 0x1000, 0x2000, 0x3000, 0),
 		     -EINVAL);
-	CHECK_INT_EQ(virtqueue_configure(&vq, &guest.mem, 512, 0x1000, 0x2000, 0x3000, 0),
+	CHECK_INT_EQ(virtqueue_configure(&vq, &guest.mem, 2 * VIRTQUEUE_MAX_SIZE, 0x1000, 0x2000,
+					 0x3000, 0),
 		     -EINVAL);
 	CHECK_INT_EQ(virtqueue_configure(&vq, &guest.mem, 8, 0x1008, 0x2000, 0x3000, 0),
 		     -EINVAL);
