@@ -351,12 +351,20 @@ static void vmm_process_serve(int control_fd, struct vm *vm,
 	vmm_msg_send(control_fd, VMM_MSG_EXITED, 0, reason, NULL);
 }
 
-/* vm_create_from_snapshot, the secret it answers to copied into *started for the parent. */
-static int vmm_process_restore_here(const struct vmm_process_vm_args *args, struct vm **vm,
+/*
+ * The restore, from the state file its plan read (the jail's), the secret it answers to
+ * copied into *started for the parent.
+ */
+static int vmm_process_restore_here(const struct vmm_process_vm_args *args,
+				    const struct vmm_jail *jail, struct vm **vm,
 				    struct vmm_msg *started, char *err, size_t errlen)
 {
 	char hex[2 * VM_SECRET_LEN + 1];
-	int rc = vm_create_from_snapshot(args->snapshot_dir, args->restore, vm, err, errlen);
+	const struct vm_snapshot_state *state = vmm_jail_snapshot_state(jail);
+	int rc = state ? vm_create_from_snapshot_state(args->snapshot_dir, state, args->restore,
+						       vm, err, errlen)
+		       : vm_create_from_snapshot(args->snapshot_dir, args->restore, vm, err,
+						 errlen);
 
 	if (rc < 0)
 		return rc;
@@ -392,10 +400,6 @@ static int vmm_process_create_jailed(struct vmm_process_vm_args *here, struct vm
 		rc = vmm_jail_plan_restore(here->snapshot_dir, here->restore, jail,
 					   &here->snapshot_dir, restore, err, errlen);
 		here->restore = restore;
-		if (rc == 0 && !*jail)
-			log_info(VMM_PROCESS_LOG, "the snapshot %s has disks or shares, whose paths "
-				 "only its device sections name: its VMM process runs unjailed",
-				 here->snapshot_dir);
 	} else {
 		rc = vmm_jail_plan_vm(here->cfg, jail, jailed, err, errlen);
 	}
@@ -404,7 +408,8 @@ static int vmm_process_create_jailed(struct vmm_process_vm_args *here, struct vm
 	if (rc == 0 && *jail)
 		rc = vmm_jail_enter(*jail, here->jail_mode, err, errlen);
 	if (rc == 0)
-		rc = here->snapshot_dir ? vmm_process_restore_here(here, vm, started, err, errlen)
+		rc = here->snapshot_dir ? vmm_process_restore_here(here, *jail, vm, started, err,
+								   errlen)
 					: vm_create(jailed, vm, err, errlen);
 	if (rc == 0)
 		vmm_jail_seal(*jail); /* the VM holds what only its creation needed */

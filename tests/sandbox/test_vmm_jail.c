@@ -25,6 +25,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "common/byte_buffer.h"
+#include "devices/fuse_server.h"
 #include "harness.h"
 #include "sandbox/vmm_jail.h"
 #include "sandbox/vmm_process.h"
@@ -381,9 +383,42 @@ static void test_no_jail_where_unshare_is_refused(void)
 
 /* ---- a restore's plan ---- */
 
-/* A base (memory_mb of sparse memory) or a diff of parent in dir, as the VMM would write. */
+/* A device section the test adds to a snapshot: its kind and its bytes. */
+struct test_section {
+	const char *device;
+	struct byte_writer bytes;
+};
+
+/* The head of a disk's section, as src/devices/blk.c writes it (the rest is not read). */
+static void disk_section(struct test_section *section, const char *path, bool read_only)
+{
+	section->device = "blk";
+	byte_writer_init(&section->bytes);
+	byte_writer_u8(&section->bytes, read_only);
+	byte_writer_string(&section->bytes, path);
+	byte_writer_u64(&section->bytes, 0); /* size */
+	byte_writer_u64(&section->bytes, 0); /* inode */
+	byte_writer_u64(&section->bytes, 0); /* mtime */
+	byte_writer_u32(&section->bytes, 0);
+}
+
+/* The head of a share's section, as src/devices/fs.c writes it. */
+static void share_section(struct test_section *section, const char *tag, const char *dir,
+			  bool read_only)
+{
+	section->device = "fs";
+	byte_writer_init(&section->bytes);
+	byte_writer_string(&section->bytes, tag);
+	byte_writer_string(&section->bytes, dir);
+	byte_writer_u8(&section->bytes, read_only ? FUSE_SERVER_READ_ONLY : FUSE_SERVER_READ_WRITE);
+}
+
+/*
+ * A base (memory_mb of sparse memory) or a diff of parent in dir, as the VMM would write,
+ * with the extra device sections given.
+ */
 static void write_test_snapshot(const char *dir, const char *parent, uint64_t parent_id,
-				const char *extra_device, uint64_t *id)
+				const struct test_section *extra, size_t extra_count, uint64_t *id)
 {
 	static struct snapshot_image image;
 	bool diff = parent != NULL;
@@ -403,8 +438,10 @@ static void write_test_snapshot(const char *dir, const char *parent, uint64_t pa
 	}
 	snapshot_cpu_signature(image.meta.cpu_signature);
 	CHECK_INT_EQ(snapshot_image_add_device(&image, "serial", 1, NULL, 0), 0);
-	if (extra_device)
-		CHECK_INT_EQ(snapshot_image_add_device(&image, extra_device, 1, NULL, 0), 0);
+	for (size_t i = 0; i < extra_count; i++)
+		CHECK_INT_EQ(snapshot_image_add_device(&image, extra[i].device, 1,
+						       extra[i].bytes.data, extra[i].bytes.len),
+			     0);
 	for (unsigned int i = 0; i < SNAPSHOT_IRQCHIP_COUNT; i++)
 		image.irqchips[i].chip_id = i;
 	CHECK_INT_EQ(mkdir(dir, TEST_OPEN_DIR_MODE), 0);
@@ -427,6 +464,9 @@ struct restore_report {
 	bool planned;
 	int passwd_errno, diff_state_errno, base_state_errno, runtime_dir_errno;
 	int diff_write_errno, base_write_errno;
+	/* the disks and shares the diff's sections name */
+	int disk_rw_errno, disk_ro_read_errno, disk_ro_write_errno;
+	int share_rw_create_errno, share_ro_read_errno, share_ro_create_errno;
 	char jailed_dir[PATH_MAX];
 	char err[TEST_ERR_MAX];
 };
@@ -438,7 +478,31 @@ struct restore_paths {
 	char runtime[sizeof(TEST_DIR_TEMPLATE) + TEST_SNAPSHOT_NAME_MAX];
 	char socket[sizeof(TEST_DIR_TEMPLATE) + 2 * TEST_SNAPSHOT_NAME_MAX];
 	char made[2][sizeof(TEST_DIR_TEMPLATE) + 2 * TEST_SNAPSHOT_NAME_MAX];
+	/* named only in the diff's device sections */
+	char disk_rw[sizeof(TEST_DIR_TEMPLATE) + TEST_SNAPSHOT_NAME_MAX];
+	char disk_ro[sizeof(TEST_DIR_TEMPLATE) + TEST_SNAPSHOT_NAME_MAX];
+	char share_rw[sizeof(TEST_DIR_TEMPLATE) + TEST_SNAPSHOT_NAME_MAX];
+	char share_ro[sizeof(TEST_DIR_TEMPLATE) + TEST_SNAPSHOT_NAME_MAX];
+	char share_made[2][sizeof(TEST_DIR_TEMPLATE) + 2 * TEST_SNAPSHOT_NAME_MAX];
 };
+
+/* Which device sections the diff gets. */
+enum restore_devices {
+	RESTORE_NO_DEVICES,
+	RESTORE_DISKS_AND_SHARES, /* a disk and a share each read-write and read-only */
+	RESTORE_MALFORMED_SHARE,  /* a share's section with no bytes */
+};
+
+/* errno of open(path, flags), 0 where it opened (the file is closed again). */
+static int open_errno(const char *path, int flags)
+{
+	int fd = open(path, flags | O_CLOEXEC, TEST_FILE_MODE);
+
+	if (fd < 0)
+		return errno;
+	close(fd);
+	return 0;
+}
 
 static int access_errno(const char *dir, const char *name)
 {
@@ -482,6 +546,12 @@ static void restore_in_jail(const struct restore_paths *paths, struct restore_re
 			close(fd);
 		mine.base_write_errno = errno_of(open(paths->made[1], O_WRONLY | O_CREAT | O_CLOEXEC,
 						      TEST_FILE_MODE));
+		mine.disk_rw_errno = open_errno(paths->disk_rw, O_RDWR);
+		mine.disk_ro_read_errno = open_errno(paths->disk_ro, O_RDONLY);
+		mine.disk_ro_write_errno = open_errno(paths->disk_ro, O_RDWR);
+		mine.share_rw_create_errno = open_errno(paths->share_made[0], O_WRONLY | O_CREAT);
+		mine.share_ro_read_errno = errno_of(access(paths->share_ro, R_OK | X_OK));
+		mine.share_ro_create_errno = open_errno(paths->share_made[1], O_WRONLY | O_CREAT);
 		_exit(write(pipe_fds[1], &mine, sizeof(mine)) == (ssize_t)sizeof(mine) ? 0 : 1);
 	}
 	close(pipe_fds[1]);
@@ -492,9 +562,40 @@ static void restore_in_jail(const struct restore_paths *paths, struct restore_re
 	fprintf(stderr, "  (mode %d; the plan said: %s)\n", (int)mode, report->err);
 }
 
-static void make_restore_paths(struct restore_paths *paths, const char *extra_device)
+/* The disks and shares, and the sections of the diff that name them. */
+static size_t make_devices(struct restore_paths *paths, enum restore_devices devices,
+			   struct test_section sections[4])
 {
+	snprintf(paths->disk_rw, sizeof(paths->disk_rw), "%s/disk-rw.img", paths->dir);
+	snprintf(paths->disk_ro, sizeof(paths->disk_ro), "%s/disk-ro.img", paths->dir);
+	snprintf(paths->share_rw, sizeof(paths->share_rw), "%s/share-rw", paths->dir);
+	snprintf(paths->share_ro, sizeof(paths->share_ro), "%s/share-ro", paths->dir);
+	snprintf(paths->share_made[0], sizeof(paths->share_made[0]), "%s/made-in-jail",
+		 paths->share_rw);
+	snprintf(paths->share_made[1], sizeof(paths->share_made[1]), "%s/made-in-jail",
+		 paths->share_ro);
+	if (devices == RESTORE_MALFORMED_SHARE) {
+		sections[0] = (struct test_section){ .device = "fs" };
+		return 1;
+	}
+	if (devices == RESTORE_NO_DEVICES)
+		return 0;
+	write_file(paths->disk_rw, "", TEST_SHARED_FILE_MODE);
+	write_file(paths->disk_ro, "", TEST_SHARED_FILE_MODE);
+	CHECK_INT_EQ(mkdir(paths->share_rw, TEST_SHARED_DIR_MODE), 0);
+	CHECK_INT_EQ(mkdir(paths->share_ro, TEST_SHARED_DIR_MODE), 0);
+	disk_section(&sections[0], paths->disk_rw, false);
+	disk_section(&sections[1], paths->disk_ro, true);
+	share_section(&sections[2], "rw", paths->share_rw, false);
+	share_section(&sections[3], "ro", paths->share_ro, true);
+	return 4;
+}
+
+static void make_restore_paths(struct restore_paths *paths, enum restore_devices devices)
+{
+	struct test_section sections[4];
 	uint64_t base_id = 0, diff_id = 0;
+	size_t section_count;
 
 	snprintf(paths->dir, sizeof(paths->dir), "%s", TEST_DIR_TEMPLATE);
 	CHECK(mkdtemp(paths->dir) != NULL);
@@ -506,8 +607,11 @@ static void make_restore_paths(struct restore_paths *paths, const char *extra_de
 	snprintf(paths->made[0], sizeof(paths->made[0]), "%s/made-in-jail", paths->diff);
 	snprintf(paths->made[1], sizeof(paths->made[1]), "%s/made-in-jail", paths->base);
 	CHECK_INT_EQ(mkdir(paths->runtime, TEST_OPEN_DIR_MODE), 0);
-	write_test_snapshot(paths->base, NULL, 0, NULL, &base_id);
-	write_test_snapshot(paths->diff, paths->base, base_id, extra_device, &diff_id);
+	section_count = make_devices(paths, devices, sections);
+	write_test_snapshot(paths->base, NULL, 0, NULL, 0, &base_id);
+	write_test_snapshot(paths->diff, paths->base, base_id, sections, section_count, &diff_id);
+	for (size_t i = 0; i < section_count; i++)
+		byte_writer_free(&sections[i].bytes);
 }
 
 static void remove_restore_paths(const struct restore_paths *paths)
@@ -524,6 +628,12 @@ static void remove_restore_paths(const struct restore_paths *paths)
 		}
 		rmdir(snapshots[i]);
 	}
+	unlink(paths->share_made[0]);
+	unlink(paths->share_made[1]);
+	rmdir(paths->share_rw);
+	rmdir(paths->share_ro);
+	unlink(paths->disk_rw);
+	unlink(paths->disk_ro);
 	rmdir(paths->runtime);
 	rmdir(paths->dir);
 }
@@ -537,7 +647,7 @@ static void test_restore_plan_holds_the_snapshot_chain(void)
 	struct restore_report report;
 	struct restore_paths paths;
 
-	make_restore_paths(&paths, NULL);
+	make_restore_paths(&paths, RESTORE_NO_DEVICES);
 	restore_in_jail(&paths, &report);
 	CHECK_INT_EQ(report.plan_rc, 0);
 	CHECK(report.planned);
@@ -554,17 +664,44 @@ static void test_restore_plan_holds_the_snapshot_chain(void)
 	remove_restore_paths(&paths);
 }
 
-/* A snapshot with a share names its host directory only in its section: no plan, no jail. */
-static void test_restore_with_a_share_is_not_planned(void)
+/*
+ * A restore of a diff whose sections name a disk and a share, each read-write and read-only:
+ * all four are in its root at the paths the sections name, the read-only ones refusing writes.
+ */
+static void test_restore_plan_holds_disks_and_shares(void)
 {
 	struct restore_report report;
 	struct restore_paths paths;
 
-	make_restore_paths(&paths, "fs");
+	make_restore_paths(&paths, RESTORE_DISKS_AND_SHARES);
 	restore_in_jail(&paths, &report);
 	CHECK_INT_EQ(report.plan_rc, 0);
+	CHECK(report.planned);
+	if (vmm_jail_host_mode() != VMM_JAIL_OFF) {
+		CHECK_INT_EQ(report.enter_rc, 0);
+		CHECK_INT_EQ(report.passwd_errno, ENOENT);
+		CHECK_INT_EQ(report.disk_ro_write_errno, EROFS);
+		CHECK_INT_EQ(report.share_ro_create_errno, EROFS);
+	}
+	CHECK_INT_EQ(report.disk_rw_errno, 0);
+	CHECK_INT_EQ(report.disk_ro_read_errno, 0);
+	CHECK_INT_EQ(report.share_rw_create_errno, 0);
+	CHECK_INT_EQ(report.share_ro_read_errno, 0);
+	CHECK_INT_EQ(access(paths.share_made[0], F_OK), 0); /* made through the jail */
+	remove_restore_paths(&paths);
+}
+
+/* A share's section that cannot be read: no plan, and the sentence says to take it again. */
+static void test_restore_with_a_malformed_share_is_refused(void)
+{
+	struct restore_report report;
+	struct restore_paths paths;
+
+	make_restore_paths(&paths, RESTORE_MALFORMED_SHARE);
+	restore_in_jail(&paths, &report);
+	CHECK_INT_EQ(report.plan_rc, -EBADMSG);
 	CHECK(!report.planned);
-	CHECK_INT_EQ(report.passwd_errno, 0);
+	CHECK(strstr(report.err, "share section of the snapshot is malformed") != NULL);
 	remove_restore_paths(&paths);
 }
 
@@ -578,6 +715,7 @@ int main(int argc, char **argv)
 	RUN_TEST(test_jail_through_a_user_namespace);
 	RUN_TEST(test_no_jail_where_unshare_is_refused);
 	RUN_TEST(test_restore_plan_holds_the_snapshot_chain);
-	RUN_TEST(test_restore_with_a_share_is_not_planned);
+	RUN_TEST(test_restore_plan_holds_disks_and_shares);
+	RUN_TEST(test_restore_with_a_malformed_share_is_refused);
 	return harness_finish();
 }
