@@ -34,6 +34,7 @@
 #include "common/log.h"
 #include "vmm/kvm.h"
 #include "vmm/snapshot.h"
+#include "vmm/thread_filter.h"
 
 #define VMM_JAIL_LOG "vmm-jail"
 /* Where the new root is built before the pivot; hidden from this namespace only. */
@@ -56,6 +57,11 @@
 #define VMM_JAIL_SETGROUPS_DENY "deny"
 /* The device whose restore needs the host's network namespace (libslirp). */
 #define VMM_JAIL_NET_DEVICE "net"
+/* What a snapshot-writing thread reads of its own process (a restored VM's written pages). */
+#define VMM_JAIL_PAGEMAP "/proc/self/pagemap"
+/* pagemap, a restore's directory and its base; the snapshot areas after them */
+#define VMM_JAIL_WRITER_OWN_PATHS 3
+#define VMM_JAIL_WRITER_PATHS_MAX 8
 /* Entries a plan has room for before it grows (a VM without disks or shares needs six). */
 #define VMM_JAIL_FIRST_CAPACITY 8
 
@@ -110,6 +116,9 @@ struct vmm_jail {
 	char *socket_path;
 	/* what vmm_jail_plan_restore read, for the restore (vmm_jail_snapshot_state) */
 	struct vm_snapshot_state *snapshot;
+	/* a restore's snapshot directory and a diff's base, canonical (entries' targets) */
+	const char *restore_dir;
+	const char *restore_base;
 };
 
 /* ---- the steps shared by the probe and entering ---- */
@@ -554,10 +563,11 @@ static int vmm_jail_push_restore(struct vmm_jail *jail, const struct vm_snapshot
 	int rc = vmm_jail_push_vm_path(jail, jailed_dir, VMM_JAIL_READ_WRITE,
 				       VMM_JAIL_WHILE_RUNNING);
 
+	jail->restore_dir = *jailed_dir;
 	/* a diff's base, where its state file names it; a diff request against it reads it */
 	if (rc == 0 && info->type == VM_SNAPSHOT_DIFF) {
 		rc = vmm_jail_push(jail, info->parent_dir, info->parent_dir, VMM_JAIL_READ_ONLY,
-				   VMM_JAIL_WHILE_RUNNING, NULL);
+				   VMM_JAIL_WHILE_RUNNING, &jail->restore_base);
 		rc = rc == -ENOMEM ? rc : 0;
 	}
 	if (rc == 0)
@@ -611,6 +621,42 @@ int vmm_jail_plan_restore(const char *snapshot_dir, const struct vm_restore_opti
 const struct vm_snapshot_state *vmm_jail_snapshot_state(const struct vmm_jail *jail)
 {
 	return jail ? jail->snapshot : NULL;
+}
+
+/* ---- the snapshot-writing thread ---- */
+
+int vmm_jail_hold_snapshot_writer(const struct vmm_jail *jail, const char *const *areas,
+				  char *err, size_t errlen)
+{
+	struct vmm_thread_path paths[VMM_JAIL_WRITER_PATHS_MAX];
+	size_t count = 0;
+	int rc;
+
+	paths[count++] = (struct vmm_thread_path){ .path = VMM_JAIL_PAGEMAP, .read_only = true };
+	if (jail && jail->restore_dir)
+		paths[count++] = (struct vmm_thread_path){ .path = jail->restore_dir };
+	if (jail && jail->restore_base)
+		paths[count++] = (struct vmm_thread_path){ .path = jail->restore_base,
+							   .read_only = true };
+	for (size_t i = 0; areas && areas[i]; i++) {
+		if (count == VMM_JAIL_WRITER_PATHS_MAX) {
+			snprintf(err, errlen, "too many snapshot directories for the VMM process: at "
+				 "most %d", VMM_JAIL_WRITER_PATHS_MAX - VMM_JAIL_WRITER_OWN_PATHS);
+			return -E2BIG;
+		}
+		paths[count++] = (struct vmm_thread_path){ .path = areas[i] };
+	}
+	rc = vmm_thread_restrict_to(paths, count);
+	if (rc == -EOPNOTSUPP) {
+		log_info(VMM_JAIL_LOG, "this kernel has no Landlock (version 2 or later): the VMM "
+			 "process's snapshot-writing thread reaches every file its jail holds, not "
+			 "only its snapshot directories");
+		return 0;
+	}
+	if (rc < 0)
+		snprintf(err, errlen, "cannot hold the VMM process's snapshot-writing thread "
+			 "beneath its snapshot directories (Landlock): %s", strerror(-rc));
+	return rc;
 }
 
 /* ---- entering ---- */

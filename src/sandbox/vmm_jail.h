@@ -99,6 +99,17 @@ int vmm_jail_plan_restore(const char *snapshot_dir, const struct vm_restore_opti
  */
 const struct vm_snapshot_state *vmm_jail_snapshot_state(const struct vmm_jail *jail);
 /*
+ * Holds the calling thread's file calls (Landlock) beneath what a VMM process's
+ * snapshot-writing main thread needs once its VM runs: the snapshot areas (NULL-terminated,
+ * canonical; read-write), a restore's snapshot directory (read-write: the working set and
+ * diffs against it) and a diff's base (read-only), and /proc/self/pagemap (read-only). Call
+ * it after the VM's other threads have started (they keep their own rules) and before the
+ * thread's seccomp filter, which forbids the Landlock calls. Where the kernel has no Landlock
+ * 2, logs so and returns 0. 0, or -errno with a sentence in err.
+ */
+int vmm_jail_hold_snapshot_writer(const struct vmm_jail *jail, const char *const *areas,
+				  char *err, size_t errlen);
+/*
  * In the VMM process, single-threaded: unshares as mode says and pivots into the plan's root.
  * VMM_JAIL_OFF changes nothing. 0, or -errno with a sentence in err (the process is then in
  * no state to run a VM).

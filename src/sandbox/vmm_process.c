@@ -448,6 +448,8 @@ static int vmm_process_vm_body(int control_fd, void *opaque)
 			 strerror(-rc));
 	if (rc == 0 && (rc = vm_start(vm)) < 0)
 		snprintf(err, errlen, "the VM did not start: %s", strerror(-rc));
+	if (rc == 0 && here.main_role == VMM_THREAD_VMM_MAIN_SNAPSHOTS)
+		rc = vmm_jail_hold_snapshot_writer(jail, here.snapshot_areas, err, errlen);
 	if (rc == 0 && (rc = vmm_thread_confine(here.main_role)) < 0)
 		snprintf(err, errlen, "cannot install the VMM main thread's seccomp filter: %s",
 			 strerror(-rc));

@@ -31,6 +31,7 @@
 #include "sandbox/vmm_jail.h"
 #include "sandbox/vmm_process.h"
 #include "vmm/snapshot_file.h"
+#include "vmm/thread_filter.h"
 #include "vmm_process_probe.h"
 
 #define TEST_ERR_MAX 512
@@ -467,6 +468,9 @@ struct restore_report {
 	/* the disks and shares the diff's sections name */
 	int disk_rw_errno, disk_ro_read_errno, disk_ro_write_errno;
 	int share_rw_create_errno, share_ro_read_errno, share_ro_create_errno;
+	/* then held as a snapshot-writing thread is (vmm_jail_hold_snapshot_writer) */
+	int writer_rc, writer_area_errno, writer_diff_errno, writer_runtime_errno;
+	int writer_base_read_errno, writer_pagemap_errno;
 	char jailed_dir[PATH_MAX];
 	char err[TEST_ERR_MAX];
 };
@@ -484,6 +488,10 @@ struct restore_paths {
 	char share_rw[sizeof(TEST_DIR_TEMPLATE) + TEST_SNAPSHOT_NAME_MAX];
 	char share_ro[sizeof(TEST_DIR_TEMPLATE) + TEST_SNAPSHOT_NAME_MAX];
 	char share_made[2][sizeof(TEST_DIR_TEMPLATE) + 2 * TEST_SNAPSHOT_NAME_MAX];
+	/* a snapshot area (what snapshot create's temporary directory would be) */
+	char area[sizeof(TEST_DIR_TEMPLATE) + TEST_SNAPSHOT_NAME_MAX];
+	/* what the held process makes in the area, the diff and the runtime directory */
+	char writer_made[3][sizeof(TEST_DIR_TEMPLATE) + 2 * TEST_SNAPSHOT_NAME_MAX];
 };
 
 /* Which device sections the diff gets. */
@@ -512,6 +520,26 @@ static int access_errno(const char *dir, const char *name)
 	return errno_of(access(path, R_OK));
 }
 
+/*
+ * In the jailed child, last: held as a VMM process's snapshot-writing thread with paths->area,
+ * what it may still make and read.
+ */
+static void hold_as_snapshot_writer(const struct vmm_jail *jail,
+				    const struct restore_paths *paths, struct restore_report *mine)
+{
+	const char *const areas[] = { paths->area, NULL };
+	char state[PATH_MAX];
+
+	mine->writer_rc = vmm_jail_hold_snapshot_writer(jail, areas, mine->err,
+							sizeof(mine->err));
+	mine->writer_area_errno = open_errno(paths->writer_made[0], O_WRONLY | O_CREAT);
+	mine->writer_diff_errno = open_errno(paths->writer_made[1], O_WRONLY | O_CREAT);
+	mine->writer_runtime_errno = open_errno(paths->writer_made[2], O_WRONLY | O_CREAT);
+	snprintf(state, sizeof(state), "%s/%s", paths->base, VM_SNAPSHOT_STATE_FILE);
+	mine->writer_base_read_errno = open_errno(state, O_RDONLY);
+	mine->writer_pagemap_errno = open_errno("/proc/self/pagemap", O_RDONLY);
+}
+
 /* In a child: plans the restore of paths->diff, enters it, looks around; the report comes back. */
 static void restore_in_jail(const struct restore_paths *paths, struct restore_report *report)
 {
@@ -533,7 +561,12 @@ static void restore_in_jail(const struct restore_paths *paths, struct restore_re
 		mine.plan_rc = vmm_jail_plan_restore(paths->diff, &opts, &jail, &dir, &jailed,
 						     mine.err, sizeof(mine.err));
 		mine.planned = jail != NULL;
+		/* as vmm_process.c adds a snapshot-writing VMM's areas */
 		if (jail)
+			mine.enter_rc = vmm_jail_add(jail, paths->area, NULL, VMM_JAIL_READ_WRITE,
+						     VMM_JAIL_WHILE_RUNNING, mine.err,
+						     sizeof(mine.err));
+		if (jail && mine.enter_rc == 0)
 			mine.enter_rc = vmm_jail_enter(jail, mode, mine.err, sizeof(mine.err));
 		snprintf(mine.jailed_dir, sizeof(mine.jailed_dir), "%s", dir ? dir : "");
 		mine.passwd_errno = errno_of(access("/etc/passwd", F_OK));
@@ -552,6 +585,7 @@ static void restore_in_jail(const struct restore_paths *paths, struct restore_re
 		mine.share_rw_create_errno = open_errno(paths->share_made[0], O_WRONLY | O_CREAT);
 		mine.share_ro_read_errno = errno_of(access(paths->share_ro, R_OK | X_OK));
 		mine.share_ro_create_errno = open_errno(paths->share_made[1], O_WRONLY | O_CREAT);
+		hold_as_snapshot_writer(jail, paths, &mine);
 		_exit(write(pipe_fds[1], &mine, sizeof(mine)) == (ssize_t)sizeof(mine) ? 0 : 1);
 	}
 	close(pipe_fds[1]);
@@ -607,6 +641,14 @@ static void make_restore_paths(struct restore_paths *paths, enum restore_devices
 	snprintf(paths->made[0], sizeof(paths->made[0]), "%s/made-in-jail", paths->diff);
 	snprintf(paths->made[1], sizeof(paths->made[1]), "%s/made-in-jail", paths->base);
 	CHECK_INT_EQ(mkdir(paths->runtime, TEST_OPEN_DIR_MODE), 0);
+	snprintf(paths->area, sizeof(paths->area), "%s/area", paths->dir);
+	CHECK_INT_EQ(mkdir(paths->area, TEST_OPEN_DIR_MODE), 0);
+	snprintf(paths->writer_made[0], sizeof(paths->writer_made[0]), "%s/by-writer",
+		 paths->area);
+	snprintf(paths->writer_made[1], sizeof(paths->writer_made[1]), "%s/by-writer",
+		 paths->diff);
+	snprintf(paths->writer_made[2], sizeof(paths->writer_made[2]), "%s/by-writer",
+		 paths->runtime);
 	section_count = make_devices(paths, devices, sections);
 	write_test_snapshot(paths->base, NULL, 0, NULL, 0, &base_id);
 	write_test_snapshot(paths->diff, paths->base, base_id, sections, section_count, &diff_id);
@@ -618,7 +660,7 @@ static void remove_restore_paths(const struct restore_paths *paths)
 {
 	const char *const snapshots[] = { paths->base, paths->diff };
 	static const char *const files[] = { VM_SNAPSHOT_STATE_FILE, VM_SNAPSHOT_MEMORY_FILE,
-					     VM_SNAPSHOT_DIFF_FILE, "made-in-jail" };
+					     VM_SNAPSHOT_DIFF_FILE, "made-in-jail", "by-writer" };
 	char path[PATH_MAX];
 
 	for (size_t i = 0; i < sizeof(snapshots) / sizeof(snapshots[0]); i++) {
@@ -628,6 +670,9 @@ static void remove_restore_paths(const struct restore_paths *paths)
 		}
 		rmdir(snapshots[i]);
 	}
+	for (size_t i = 0; i < sizeof(paths->writer_made) / sizeof(paths->writer_made[0]); i++)
+		unlink(paths->writer_made[i]);
+	rmdir(paths->area);
 	unlink(paths->share_made[0]);
 	unlink(paths->share_made[1]);
 	rmdir(paths->share_rw);
@@ -661,6 +706,16 @@ static void test_restore_plan_holds_the_snapshot_chain(void)
 	CHECK_INT_EQ(report.base_state_errno, 0);
 	CHECK_INT_EQ(report.runtime_dir_errno, 0);
 	CHECK_INT_EQ(report.diff_write_errno, 0);
+	/* held as the snapshot-writing thread: its area and the diff, the base and pagemap read */
+	CHECK_INT_EQ(report.writer_rc, 0);
+	CHECK_INT_EQ(report.writer_area_errno, 0);
+	CHECK_INT_EQ(report.writer_diff_errno, 0);
+	CHECK_INT_EQ(report.writer_base_read_errno, 0);
+	CHECK_INT_EQ(report.writer_pagemap_errno, 0);
+	if (vmm_thread_restrict_usable()) /* else the log says the thread is not held */
+		CHECK_INT_EQ(report.writer_runtime_errno, EACCES);
+	CHECK_INT_EQ(access(paths.writer_made[2], F_OK) < 0 ? errno : 0,
+		     vmm_thread_restrict_usable() ? ENOENT : 0);
 	remove_restore_paths(&paths);
 }
 
