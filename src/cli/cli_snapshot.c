@@ -454,6 +454,7 @@ static int cli_snapshot_create_start(const struct cli_snapshot_create *c,
 		struct sandbox_restore_config restore = {
 			.snapshot_dir = base->path, .track_dirty_pages = true,
 			.host = cli_host_settings(), .vmm_placement = cfg->vmm_placement,
+			.snapshot_area = cfg->snapshot_area,
 		};
 
 		rc = sandbox_start_from_snapshot(&restore, sandbox, err, sizeof(err));
@@ -495,6 +496,8 @@ static int cli_snapshot_create_in_store(const struct cli_globals *globals,
 		fprintf(stderr, "voidbox snapshot create: %s\n", err);
 		return CLI_EXIT_FAILURE;
 	}
+	/* its VMM process may write the transaction's directory and nothing else of the store */
+	cfg.snapshot_area = txn.tmp_path;
 	if (cli_snapshot_create_start(c, base, &cfg, &sandbox, &start_ms) < 0 ||
 	    cli_snapshot_run_program(sandbox, c) < 0)
 		goto out;

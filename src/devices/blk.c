@@ -685,6 +685,21 @@ static int blk_vm_attach(struct vm *vm, const char *path, bool read_only,
 	return rc;
 }
 
+/* The identity at the head of a restore's section: 0, or -EBADMSG with err set. */
+static int blk_read_section(const struct vm_device_section *saved, bool *read_only,
+			    char path[PATH_MAX], struct blk_identity *id, char *err, size_t errlen)
+{
+	struct byte_reader in;
+
+	byte_reader_init(&in, saved->state, saved->state_len);
+	blk_read_identity(&in, read_only, path, PATH_MAX, id);
+	if (!in.failed && path[0])
+		return 0;
+	snprintf(err, errlen, "a disk section of the snapshot is malformed: take the snapshot "
+		 "again");
+	return -EBADMSG;
+}
+
 /* A cold boot attaches every disk the config lists; a restore, the one its section names. */
 static int blk_vm_create(struct vm *vm, const struct vm_config *cfg,
 			 const struct vm_device_section *saved, char *err, size_t errlen)
@@ -692,19 +707,12 @@ static int blk_vm_create(struct vm *vm, const struct vm_config *cfg,
 	int rc = 0;
 
 	if (saved) {
-		struct byte_reader in;
 		struct blk_identity id;
 		char path[PATH_MAX];
 		bool read_only;
 
-		byte_reader_init(&in, saved->state, saved->state_len);
-		blk_read_identity(&in, &read_only, path, sizeof(path), &id);
-		if (in.failed) {
-			snprintf(err, errlen, "a disk section of the snapshot is malformed: take "
-				 "the snapshot again");
-			return -EBADMSG;
-		}
-		return blk_vm_attach(vm, path, read_only, &id, err, errlen);
+		rc = blk_read_section(saved, &read_only, path, &id, err, errlen);
+		return rc < 0 ? rc : blk_vm_attach(vm, path, read_only, &id, err, errlen);
 	}
 	if (cfg->disk_count > VM_MAX_DISKS) {
 		snprintf(err, errlen, "%u disks asked for; a VM takes at most %u", cfg->disk_count,
@@ -717,8 +725,28 @@ static int blk_vm_create(struct vm *vm, const struct vm_config *cfg,
 	return rc;
 }
 
+/* The disk a restore opens: the path its section names, read-only where the disk was. */
+static int blk_vm_host_paths(const struct vm_device_section *saved, vm_host_path_fn each,
+			     void *opaque, char *err, size_t errlen)
+{
+	struct blk_identity id;
+	char path[PATH_MAX];
+	bool read_only;
+	int rc = blk_read_section(saved, &read_only, path, &id, err, errlen);
+
+	if (rc < 0)
+		return rc;
+	return each(&(const struct vm_host_path){
+			    .path = path,
+			    .access = read_only ? VM_HOST_PATH_READ_ONLY : VM_HOST_PATH_READ_WRITE,
+			    .use = VM_HOST_PATH_AT_CREATION,
+		    },
+		    opaque);
+}
+
 const struct vm_device_type blk_device_type = {
 	.name = "blk",
 	.ops = &blk_vm_ops,
 	.create = blk_vm_create,
+	.host_paths = blk_vm_host_paths,
 };

@@ -482,22 +482,30 @@ static int fs_vm_attach(struct vm *vm, const char *tag, const char *host_dir,
 	return virtio_attach(vm, &spec, err, errlen);
 }
 
+/* The identity at the head of a restore's section: 0, or -EBADMSG with err set. */
+static int fs_read_section(const struct vm_device_section *saved, struct fs_saved_identity *id,
+			   char *err, size_t errlen)
+{
+	struct byte_reader in;
+
+	byte_reader_init(&in, saved->state, saved->state_len);
+	if (fs_read_identity(&in, id))
+		return 0;
+	snprintf(err, errlen, "the share section of the snapshot is malformed: take the "
+		 "snapshot again");
+	return -EBADMSG;
+}
+
 /* A cold boot makes one device per share the config names; a restore, the one saved. */
 static int fs_vm_create(struct vm *vm, const struct vm_config *cfg,
 			const struct vm_device_section *saved, char *err, size_t errlen)
 {
 	struct fs_saved_identity id;
-	struct byte_reader in;
 	int rc = 0;
 
 	if (saved) {
-		byte_reader_init(&in, saved->state, saved->state_len);
-		if (!fs_read_identity(&in, &id)) {
-			snprintf(err, errlen, "the share section of the snapshot is malformed: "
-				 "take the snapshot again");
-			return -EBADMSG;
-		}
-		return fs_vm_attach(vm, id.tag, id.host_dir, id.access, err, errlen);
+		rc = fs_read_section(saved, &id, err, errlen);
+		return rc < 0 ? rc : fs_vm_attach(vm, id.tag, id.host_dir, id.access, err, errlen);
 	}
 	for (unsigned int i = 0; rc == 0 && i < cfg->share_count; i++) {
 		rc = fs_vm_attach(vm, cfg->shares[i].tag, cfg->shares[i].host_dir,
@@ -508,8 +516,27 @@ static int fs_vm_create(struct vm *vm, const struct vm_config *cfg,
 	return rc;
 }
 
+/* A restored share's worker works beneath its directory by path for the VM's whole life. */
+static int fs_vm_host_paths(const struct vm_device_section *saved, vm_host_path_fn each,
+			    void *opaque, char *err, size_t errlen)
+{
+	struct fs_saved_identity id;
+	int rc = fs_read_section(saved, &id, err, errlen);
+
+	if (rc < 0)
+		return rc;
+	return each(&(const struct vm_host_path){
+			    .path = id.host_dir,
+			    .access = id.access == FUSE_SERVER_READ_ONLY ? VM_HOST_PATH_READ_ONLY
+									: VM_HOST_PATH_READ_WRITE,
+			    .use = VM_HOST_PATH_WHILE_RUNNING,
+		    },
+		    opaque);
+}
+
 const struct vm_device_type fs_device_type = {
 	.name = "fs",
 	.ops = &fs_vm_ops,
 	.create = fs_vm_create,
+	.host_paths = fs_vm_host_paths,
 };

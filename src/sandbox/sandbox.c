@@ -58,7 +58,7 @@
 #define SANDBOX_FORK_DIR_TEMPLATE "voidbox-fork-XXXXXX"
 #define SANDBOX_FORK_SNAPSHOT_TEMPLATE "snapshot-XXXXXX"
 #define SANDBOX_FORK_SHM_DIR "/dev/shm"
-/* The fork area, the store, and the NULL that ends the list. */
+/* The fork area, the caller's snapshot area, and the NULL that ends the list. */
 #define SANDBOX_SNAPSHOT_AREAS_MAX 3
 /* How many disks the guest agent waits for (guest/agent/disks.h reads it). */
 #define SANDBOX_DISKS_CMDLINE_KEY "voidbox.disks="
@@ -118,6 +118,11 @@ struct sandbox {
 	 * saved beneath, made before it starts so its jail can hold it ("": none yet).
 	 */
 	char fork_area[PATH_MAX];
+	/*
+	 * The caller's snapshot_area, canonical ("": none): the other directory the VMM
+	 * process's snapshots may be written beneath.
+	 */
+	char snapshot_area[PATH_MAX];
 };
 
 static int sandbox_boot_timeout_ms(const struct sandbox_config *cfg)
@@ -139,22 +144,23 @@ static uint64_t sandbox_random_cid(void)
 
 /*
  * The directories a VMM process that takes snapshot requests writes beneath, each bound into
- * its jail: the snapshot store's (snapshot create saves into a temporary directory there),
- * where it exists, and a private directory on tmpfs for its forks, made here.
- * areas[] ends with NULL; store holds the store's path.
+ * its jail (and held by Landlock on its snapshot-writing thread): a private directory on
+ * tmpfs for its forks, made here, and the caller's snapshot area (`snapshot create` saves
+ * into a temporary directory of the store it made first), where one is given; both
+ * canonical. areas[] ends with NULL.
  */
-static int sandbox_snapshot_areas(struct sandbox *sandbox, char store[PATH_MAX],
+static int sandbox_snapshot_areas(struct sandbox *sandbox, const char *requested,
 				  const char *areas[SANDBOX_SNAPSHOT_AREAS_MAX], char *err,
 				  size_t errlen)
 {
 	const char *base = access(SANDBOX_FORK_SHM_DIR, W_OK) == 0 ? SANDBOX_FORK_SHM_DIR
 								  : SANDBOX_RUNTIME_FALLBACK_BASE;
+	char made[PATH_MAX];
 	size_t count = 0;
 
 	if (!sandbox->fork_area[0]) {
-		snprintf(sandbox->fork_area, sizeof(sandbox->fork_area), "%s/%s", base,
-			 SANDBOX_FORK_DIR_TEMPLATE);
-		if (!mkdtemp(sandbox->fork_area)) {
+		snprintf(made, sizeof(made), "%s/%s", base, SANDBOX_FORK_DIR_TEMPLATE);
+		if (!mkdtemp(made) || !realpath(made, sandbox->fork_area)) {
 			int rc = -errno;
 
 			sandbox->fork_area[0] = '\0';
@@ -164,10 +170,26 @@ static int sandbox_snapshot_areas(struct sandbox *sandbox, char store[PATH_MAX],
 		}
 	}
 	areas[count++] = sandbox->fork_area;
-	if (snapshot_store_dir(store, PATH_MAX) == 0 && access(store, F_OK) == 0)
-		areas[count++] = store;
+	if (requested && !realpath(requested, sandbox->snapshot_area)) {
+		int rc = -errno;
+
+		sandbox->snapshot_area[0] = '\0';
+		snprintf(err, errlen, "cannot resolve the snapshot directory %s: %s", requested,
+			 strerror(-rc));
+		return rc;
+	}
+	if (requested)
+		areas[count++] = sandbox->snapshot_area;
 	areas[count] = NULL;
 	return 0;
+}
+
+/* Whether the canonical path is area (canonical; "" is none) or beneath it. */
+static bool sandbox_path_beneath(const char *path, const char *area)
+{
+	size_t len = strlen(area);
+
+	return len && strncmp(path, area, len) == 0 && (path[len] == '\0' || path[len] == '/');
 }
 
 static int sandbox_make_runtime_dir(struct sandbox *sandbox, char *err, size_t errlen)
@@ -594,12 +616,13 @@ int sandbox_start(const struct sandbox_config *cfg, struct sandbox **out, char *
 		vm_cfg.placement_cpu = vm_placement_choose(vm_cfg.vcpus);
 		bool snapshots = cfg->vmm_placement == SANDBOX_VMM_OWN_PROCESS_SNAPSHOTS;
 		const char *areas[SANDBOX_SNAPSHOT_AREAS_MAX] = { NULL };
-		char store[PATH_MAX];
 
 		sandbox_cgroup_prepare(sandbox, vm_cfg.memory_mb, vm_cfg.vcpus);
 		const char *cgroup = sandbox->cgroup_dir[0] ? sandbox->cgroup_dir : NULL;
 
-		rc = snapshots ? sandbox_snapshot_areas(sandbox, store, areas, err, errlen) : 0;
+		rc = snapshots ? sandbox_snapshot_areas(sandbox, cfg->snapshot_area, areas, err,
+							errlen)
+			       : 0;
 		if (rc == 0)
 			rc = vmm_process_start_vm(&vm_cfg, cgroup, snapshots, areas, &sandbox->vmm_proc,
 						  err, errlen);
@@ -846,11 +869,10 @@ static int sandbox_launch_restore(const struct sandbox_restore_config *cfg,
 	};
 	const char *areas[SANDBOX_SNAPSHOT_AREAS_MAX] = { NULL };
 	struct vm_snapshot_info info;
-	char store[PATH_MAX];
 	int rc = vm_snapshot_inspect(cfg->snapshot_dir, &info, err, errlen);
 
 	if (rc == 0 && cfg->vmm_placement == SANDBOX_VMM_OWN_PROCESS_SNAPSHOTS)
-		rc = sandbox_snapshot_areas(sandbox, store, areas, err, errlen);
+		rc = sandbox_snapshot_areas(sandbox, cfg->snapshot_area, areas, err, errlen);
 	if (rc < 0)
 		return rc;
 	opts.placement_cpu = vm_placement_choose(info.vcpus);
@@ -926,8 +948,9 @@ static int sandbox_snapshot_in_vmm_process(struct sandbox *sandbox, const char *
 {
 	struct vm_snapshot_options abs_opts = *opts;
 	char abs_dir[PATH_MAX], abs_parent[PATH_MAX];
+	bool made = mkdir(dir, SANDBOX_SNAPSHOT_DIR_MODE) == 0;
 
-	if (mkdir(dir, SANDBOX_SNAPSHOT_DIR_MODE) < 0 && errno != EEXIST) {
+	if (!made && errno != EEXIST) {
 		int rc = -errno;
 
 		snprintf(err, errlen, "cannot create snapshot directory %s: %s", dir,
@@ -935,6 +958,18 @@ static int sandbox_snapshot_in_vmm_process(struct sandbox *sandbox, const char *
 		return rc;
 	}
 	const char *unresolved = !realpath(dir, abs_dir) ? dir : NULL;
+
+	/* the VMM process may write beneath its areas only (its jail and Landlock hold it) */
+	if (!unresolved && !sandbox_path_beneath(abs_dir, sandbox->fork_area) &&
+	    !sandbox_path_beneath(abs_dir, sandbox->snapshot_area)) {
+		if (made)
+			rmdir(dir);
+		snprintf(err, errlen, "this sandbox's VMM process may write snapshots only beneath "
+			 "%s%s%s, not %s: name the directory as the sandbox's snapshot_area when "
+			 "starting it", sandbox->fork_area[0] ? sandbox->fork_area : "(none)",
+			 sandbox->snapshot_area[0] ? " and " : "", sandbox->snapshot_area, abs_dir);
+		return -EACCES;
+	}
 
 	if (!unresolved && opts->parent_dir && !realpath(opts->parent_dir, abs_parent))
 		unresolved = opts->parent_dir;

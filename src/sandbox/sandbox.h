@@ -111,6 +111,13 @@ struct sandbox_config {
 	 * its own needs OWN_PROCESS_SNAPSHOTS (or to have been restored).
 	 */
 	enum sandbox_vmm_placement vmm_placement;
+	/*
+	 * OWN_PROCESS_SNAPSHOTS: an existing directory sandbox_snapshot will write into (or
+	 * beneath), such as the snapshot store's temporary directory of a `snapshot create`; its
+	 * VMM process's jail holds it and its private fork directory, nothing else it may write.
+	 * NULL: forks only.
+	 */
+	const char *snapshot_area;
 };
 
 /* The host's default policy: every command, the SANDBOX_DEFAULT_* limits. */
@@ -215,6 +222,8 @@ struct sandbox_restore_config {
 	 * the working set, while the rekey stays here.
 	 */
 	enum sandbox_vmm_placement vmm_placement;
+	/* OWN_PROCESS_SNAPSHOTS: as sandbox_config's snapshot_area. */
+	const char *snapshot_area;
 };
 
 /* What sandbox_open did, for the caller to report. */

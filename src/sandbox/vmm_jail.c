@@ -34,6 +34,7 @@
 #include "common/log.h"
 #include "vmm/kvm.h"
 #include "vmm/snapshot.h"
+#include "vmm/thread_filter.h"
 
 #define VMM_JAIL_LOG "vmm-jail"
 /* Where the new root is built before the pivot; hidden from this namespace only. */
@@ -54,10 +55,13 @@
 #define VMM_JAIL_FD_PATH_MAX 32
 #define VMM_JAIL_REASON_MAX 512
 #define VMM_JAIL_SETGROUPS_DENY "deny"
-/* Devices whose restore opens host paths only the snapshot's sections name. */
-#define VMM_JAIL_DISK_DEVICE "blk"
-#define VMM_JAIL_SHARE_DEVICE "fs"
+/* The device whose restore needs the host's network namespace (libslirp). */
 #define VMM_JAIL_NET_DEVICE "net"
+/* What a snapshot-writing thread reads of its own process (a restored VM's written pages). */
+#define VMM_JAIL_PAGEMAP "/proc/self/pagemap"
+/* pagemap, a restore's directory and its base; the snapshot areas after them */
+#define VMM_JAIL_WRITER_OWN_PATHS 3
+#define VMM_JAIL_WRITER_PATHS_MAX 8
 /* Entries a plan has room for before it grows (a VM without disks or shares needs six). */
 #define VMM_JAIL_FIRST_CAPACITY 8
 
@@ -110,6 +114,11 @@ struct vmm_jail {
 	struct vm_disk *disks;
 	struct vm_share *shares;
 	char *socket_path;
+	/* what vmm_jail_plan_restore read, for the restore (vmm_jail_snapshot_state) */
+	struct vm_snapshot_state *snapshot;
+	/* a restore's snapshot directory and a diff's base, canonical (entries' targets) */
+	const char *restore_dir;
+	const char *restore_base;
 };
 
 /* ---- the steps shared by the probe and entering ---- */
@@ -511,34 +520,54 @@ static bool vmm_jail_snapshot_has(const struct vm_snapshot_info *info, const cha
 	return false;
 }
 
-int vmm_jail_plan_restore(const char *snapshot_dir, const struct vm_restore_options *opts,
-			  struct vmm_jail **out, const char **jailed_dir,
-			  struct vm_restore_options *jailed, char *err, size_t errlen)
-{
-	struct vm_snapshot_info info;
+/* What vmm_jail_push_saved_path needs besides the path. */
+struct vmm_jail_saved_ctx {
 	struct vmm_jail *jail;
+	char *err;
+	size_t errlen;
+};
+
+/*
+ * A host path a device section names (vm_snapshot_host_paths): bound at that very name, since
+ * the restore opens it by that name; one that cannot be resolved stays out for the restore to
+ * report. A relative name could not be found in the jail's root: refused with a sentence.
+ */
+static int vmm_jail_push_saved_path(const struct vm_host_path *path, void *opaque)
+{
+	struct vmm_jail_saved_ctx *ctx = opaque;
 	int rc;
 
-	*out = NULL;
-	*jailed_dir = snapshot_dir;
-	*jailed = *opts;
-	rc = vm_snapshot_inspect(snapshot_dir, &info, err, errlen);
-	if (rc < 0)
-		return rc;
-	if (vmm_jail_snapshot_has(&info, VMM_JAIL_DISK_DEVICE) ||
-	    vmm_jail_snapshot_has(&info, VMM_JAIL_SHARE_DEVICE))
-		return 0;
-	jail = vmm_jail_new(vmm_jail_snapshot_has(&info, VMM_JAIL_NET_DEVICE));
-	if (!jail) {
-		snprintf(err, errlen, "out of memory");
-		return -ENOMEM;
+	if (path->path[0] != '/') {
+		snprintf(ctx->err, ctx->errlen, "the snapshot names %s by a relative path, which the "
+			 "VMM process's jail cannot hold: take the snapshot again with the path "
+			 "absolute", path->path);
+		return -EINVAL;
 	}
+	rc = vmm_jail_push(ctx->jail, path->path, path->path,
+			   vmm_jail_access_of(path->access == VM_HOST_PATH_READ_ONLY),
+			   path->use == VM_HOST_PATH_AT_CREATION ? VMM_JAIL_FOR_CREATION
+								 : VMM_JAIL_WHILE_RUNNING,
+			   NULL);
+	if (rc == -ENOMEM)
+		snprintf(ctx->err, ctx->errlen, "out of memory planning the VMM process's jail");
+	return rc == -ENOMEM ? rc : 0;
+}
+
+/* The snapshot chain, what its device sections name, and what the options name. */
+static int vmm_jail_push_restore(struct vmm_jail *jail, const struct vm_snapshot_info *info,
+				 const char **jailed_dir, struct vm_restore_options *jailed,
+				 char *err, size_t errlen)
+{
+	struct vmm_jail_saved_ctx saved = { .jail = jail, .err = err, .errlen = errlen };
 	/* the working set is recorded beside the snapshot, at any time of the VM's life */
-	rc = vmm_jail_push_vm_path(jail, jailed_dir, VMM_JAIL_READ_WRITE, VMM_JAIL_WHILE_RUNNING);
+	int rc = vmm_jail_push_vm_path(jail, jailed_dir, VMM_JAIL_READ_WRITE,
+				       VMM_JAIL_WHILE_RUNNING);
+
+	jail->restore_dir = *jailed_dir;
 	/* a diff's base, where its state file names it; a diff request against it reads it */
-	if (rc == 0 && info.type == VM_SNAPSHOT_DIFF) {
-		rc = vmm_jail_push(jail, info.parent_dir, info.parent_dir, VMM_JAIL_READ_ONLY,
-				   VMM_JAIL_WHILE_RUNNING, NULL);
+	if (rc == 0 && info->type == VM_SNAPSHOT_DIFF) {
+		rc = vmm_jail_push(jail, info->parent_dir, info->parent_dir, VMM_JAIL_READ_ONLY,
+				   VMM_JAIL_WHILE_RUNNING, &jail->restore_base);
 		rc = rc == -ENOMEM ? rc : 0;
 	}
 	if (rc == 0)
@@ -546,15 +575,88 @@ int vmm_jail_plan_restore(const char *snapshot_dir, const struct vm_restore_opti
 					   &jailed->vsock_socket_path);
 	if (rc == 0 && jail->own_network)
 		rc = vmm_jail_push_network(jail);
+	if (rc == -ENOMEM)
+		snprintf(err, errlen, "out of memory planning the VMM process's jail");
+	/* the disks and shares: only the device sections name them */
+	if (rc == 0)
+		rc = vm_snapshot_host_paths(jail->snapshot, vmm_jail_push_saved_path, &saved, err,
+					    errlen);
+	return rc;
+}
+
+int vmm_jail_plan_restore(const char *snapshot_dir, const struct vm_restore_options *opts,
+			  struct vmm_jail **out, const char **jailed_dir,
+			  struct vm_restore_options *jailed, char *err, size_t errlen)
+{
+	struct vm_snapshot_state *state = NULL;
+	const struct vm_snapshot_info *info;
+	struct vmm_jail *jail;
+	int rc;
+
+	*out = NULL;
+	*jailed_dir = snapshot_dir;
+	*jailed = *opts;
+	rc = vm_snapshot_state_read(snapshot_dir, &state, err, errlen);
+	if (rc < 0)
+		return rc;
+	info = vm_snapshot_state_info(state);
+	jail = vmm_jail_new(vmm_jail_snapshot_has(info, VMM_JAIL_NET_DEVICE));
+	if (!jail) {
+		vm_snapshot_state_free(state);
+		snprintf(err, errlen, "out of memory");
+		return -ENOMEM;
+	}
+	jail->snapshot = state;
+	rc = vmm_jail_push_restore(jail, info, jailed_dir, jailed, err, errlen);
 	if (rc < 0) {
 		vmm_jail_free(jail);
 		*jailed_dir = snapshot_dir;
 		*jailed = *opts;
-		snprintf(err, errlen, "out of memory planning the VMM process's jail");
 		return rc;
 	}
 	*out = jail;
 	return 0;
+}
+
+const struct vm_snapshot_state *vmm_jail_snapshot_state(const struct vmm_jail *jail)
+{
+	return jail ? jail->snapshot : NULL;
+}
+
+/* ---- the snapshot-writing thread ---- */
+
+int vmm_jail_hold_snapshot_writer(const struct vmm_jail *jail, const char *const *areas,
+				  char *err, size_t errlen)
+{
+	struct vmm_thread_path paths[VMM_JAIL_WRITER_PATHS_MAX];
+	size_t count = 0;
+	int rc;
+
+	paths[count++] = (struct vmm_thread_path){ .path = VMM_JAIL_PAGEMAP, .read_only = true };
+	if (jail && jail->restore_dir)
+		paths[count++] = (struct vmm_thread_path){ .path = jail->restore_dir };
+	if (jail && jail->restore_base)
+		paths[count++] = (struct vmm_thread_path){ .path = jail->restore_base,
+							   .read_only = true };
+	for (size_t i = 0; areas && areas[i]; i++) {
+		if (count == VMM_JAIL_WRITER_PATHS_MAX) {
+			snprintf(err, errlen, "too many snapshot directories for the VMM process: at "
+				 "most %d", VMM_JAIL_WRITER_PATHS_MAX - VMM_JAIL_WRITER_OWN_PATHS);
+			return -E2BIG;
+		}
+		paths[count++] = (struct vmm_thread_path){ .path = areas[i] };
+	}
+	rc = vmm_thread_restrict_to(paths, count);
+	if (rc == -EOPNOTSUPP) {
+		log_info(VMM_JAIL_LOG, "this kernel has no Landlock (version 2 or later): the VMM "
+			 "process's snapshot-writing thread reaches every file its jail holds, not "
+			 "only its snapshot directories");
+		return 0;
+	}
+	if (rc < 0)
+		snprintf(err, errlen, "cannot hold the VMM process's snapshot-writing thread "
+			 "beneath its snapshot directories (Landlock): %s", strerror(-rc));
+	return rc;
 }
 
 /* ---- entering ---- */
@@ -709,7 +811,12 @@ int vmm_jail_enter(struct vmm_jail *jail, enum vmm_jail_mode mode, char *err, si
 
 void vmm_jail_seal(struct vmm_jail *jail)
 {
-	if (!jail || !jail->entered)
+	if (!jail)
+		return;
+	/* the restore is done with the state it read */
+	vm_snapshot_state_free(jail->snapshot);
+	jail->snapshot = NULL;
+	if (!jail->entered)
 		return;
 	for (size_t i = jail->count; i-- > 0;) {
 		const struct vmm_jail_entry *entry = &jail->entries[i];
@@ -733,5 +840,6 @@ void vmm_jail_free(struct vmm_jail *jail)
 	free(jail->disks);
 	free(jail->shares);
 	free(jail->socket_path);
+	vm_snapshot_state_free(jail->snapshot);
 	free(jail);
 }

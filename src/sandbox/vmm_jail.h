@@ -12,7 +12,8 @@
  * with the vsock socket and the serial log, /etc/resolv.conf for libslirp) and the process's
  * own /proc/PID as /proc/self (the share's server reopens its descriptors through
  * /proc/self/fd); the old root is detached. A restore's plan holds the snapshot's directory
- * and its base's in place of the kernel and initramfs; a VMM that takes snapshot requests
+ * and its base's in place of the kernel and initramfs, and the disks and shares its device
+ * sections name; a VMM that takes snapshot requests
  * also holds the directories they write beneath (vmm_jail_add). Binding at the same paths keeps every layer below
  * unchanged: the VM opens what it opens, the workers' Landlock rules name the same
  * directories. Once the VM is built, the entries only creation needed (kernel, initramfs,
@@ -78,25 +79,46 @@ int vmm_jail_add(struct vmm_jail *jail, const char *source, const char *target,
 int vmm_jail_plan_vm(const struct vm_config *cfg, struct vmm_jail **out,
 		     struct vm_config *jailed, char *err, size_t errlen);
 /*
- * The plan for a restore of snapshot_dir with opts: the snapshot's directory (read-write for
- * the VM's life: the working set is recorded beside it), a diff's base at the path its state
+ * The plan for a restore of snapshot_dir with opts, from its state file, read once and kept
+ * for the restore (vmm_jail_snapshot_state): the snapshot's directory (read-write for the
+ * VM's life: the working set is recorded beside it), a diff's base at the path its state
  * file names (read-only, for its life: a later diff is checked against it), /dev/kvm, the
- * runtime directory and the console's log, and with a network in the snapshot
- * /etc/resolv.conf and /dev/urandom. *jailed_dir and *jailed are what the restore is then
- * given (canonical paths the jail owns). A snapshot with disks or shares names their host
- * paths only in its device sections: for it *out stays NULL and the VMM runs unjailed.
- * 0, or -errno with a sentence in err (an unreadable snapshot, out of memory).
+ * runtime directory and the console's log, with a network in the snapshot /etc/resolv.conf
+ * and /dev/urandom, and every host path its device sections name (vm_snapshot_host_paths:
+ * the disks for creation, the shares for the VM's life, read-only where they were), at the
+ * very paths the sections name. *jailed_dir and *jailed are what the restore is then given
+ * (canonical paths the jail owns). 0, or -errno with a sentence in err (an unreadable
+ * snapshot or device section, a relative path in a section, out of memory).
  */
 int vmm_jail_plan_restore(const char *snapshot_dir, const struct vm_restore_options *opts,
 			  struct vmm_jail **out, const char **jailed_dir,
 			  struct vm_restore_options *jailed, char *err, size_t errlen);
+/*
+ * The state file vmm_jail_plan_restore read, for vm_create_from_snapshot_state, until
+ * vmm_jail_seal; NULL for another plan (or jail NULL).
+ */
+const struct vm_snapshot_state *vmm_jail_snapshot_state(const struct vmm_jail *jail);
+/*
+ * Holds the calling thread's file calls (Landlock) beneath what a VMM process's
+ * snapshot-writing main thread needs once its VM runs: the snapshot areas (NULL-terminated,
+ * canonical; read-write), a restore's snapshot directory (read-write: the working set and
+ * diffs against it) and a diff's base (read-only), and /proc/self/pagemap (read-only). Call
+ * it after the VM's other threads have started (they keep their own rules) and before the
+ * thread's seccomp filter, which forbids the Landlock calls. Where the kernel has no Landlock
+ * 2, logs so and returns 0. 0, or -errno with a sentence in err.
+ */
+int vmm_jail_hold_snapshot_writer(const struct vmm_jail *jail, const char *const *areas,
+				  char *err, size_t errlen);
 /*
  * In the VMM process, single-threaded: unshares as mode says and pivots into the plan's root.
  * VMM_JAIL_OFF changes nothing. 0, or -errno with a sentence in err (the process is then in
  * no state to run a VM).
  */
 int vmm_jail_enter(struct vmm_jail *jail, enum vmm_jail_mode mode, char *err, size_t errlen);
-/* Detaches the entries only creation needed; a failure is logged, the VM runs on. */
+/*
+ * Detaches the entries only creation needed and frees the snapshot state a restore's plan
+ * read; a failure is logged, the VM runs on.
+ */
 void vmm_jail_seal(struct vmm_jail *jail);
 void vmm_jail_free(struct vmm_jail *jail);
 

@@ -120,12 +120,19 @@ static void vmm_serve_loop(int control_fd, struct vm *vm, const struct vmm_serve
 	vmm_msg_send(control_fd, VMM_MSG_EXITED, 0, reason, NULL);
 }
 
-/* vm_create_from_snapshot, the secret it answers to copied into *started for the parent. */
-static int vmm_serve_restore(const struct vmm_serve *args, struct vm **vm,
-			     struct vmm_msg *started, char *err, size_t errlen)
+/*
+ * The restore, from the state file its plan read (the jail's), the secret it answers to
+ * copied into *started for the parent.
+ */
+static int vmm_serve_restore(const struct vmm_serve *args, const struct vmm_jail *jail,
+			     struct vm **vm, struct vmm_msg *started, char *err, size_t errlen)
 {
 	char hex[2 * VM_SECRET_LEN + 1];
-	int rc = vm_create_from_snapshot(args->snapshot_dir, args->restore, vm, err, errlen);
+	const struct vm_snapshot_state *state = vmm_jail_snapshot_state(jail);
+	int rc = state ? vm_create_from_snapshot_state(args->snapshot_dir, state, args->restore,
+						       vm, err, errlen)
+		       : vm_create_from_snapshot(args->snapshot_dir, args->restore, vm, err,
+						 errlen);
 
 	if (rc < 0)
 		return rc;
@@ -161,10 +168,6 @@ static int vmm_serve_create_jailed(struct vmm_serve *here, struct vmm_jail **jai
 		rc = vmm_jail_plan_restore(launch->snapshot_dir, &launch->restore, jail,
 					   &here->snapshot_dir, restore, err, errlen);
 		here->restore = restore;
-		if (rc == 0 && !*jail)
-			log_info(VMM_SERVE_LOG, "the snapshot %s has disks or shares, whose paths "
-				 "only its device sections name: its VMM process runs unjailed",
-				 here->snapshot_dir);
 	} else {
 		rc = vmm_jail_plan_vm(&launch->cfg, jail, jailed, err, errlen);
 	}
@@ -174,7 +177,7 @@ static int vmm_serve_create_jailed(struct vmm_serve *here, struct vmm_jail **jai
 		rc = vmm_jail_enter(*jail, launch->jail_mode, err, errlen);
 	if (rc == 0)
 		rc = launch->kind == VMM_LAUNCH_RESTORE
-			     ? vmm_serve_restore(here, vm, started, err, errlen)
+			     ? vmm_serve_restore(here, *jail, vm, started, err, errlen)
 			     : vm_create(jailed, vm, err, errlen);
 	if (rc == 0)
 		vmm_jail_seal(*jail); /* the VM holds what only its creation needed */
@@ -256,6 +259,8 @@ static int vmm_serve_run(int control_fd, struct vmm_launch_decoded *decoded)
 	explicit_bzero(jailed.secret, sizeof(jailed.secret));
 	if (rc == 0 && (rc = vm_start(vm)) < 0)
 		snprintf(err, errlen, "the VM did not start: %s", strerror(-rc));
+	if (rc == 0 && launch->main_role == VMM_THREAD_VMM_MAIN_SNAPSHOTS)
+		rc = vmm_jail_hold_snapshot_writer(jail, launch->snapshot_areas, err, errlen);
 	if (rc == 0 && (rc = vmm_thread_confine(launch->main_role)) < 0)
 		snprintf(err, errlen, "cannot install the VMM main thread's seccomp filter: %s",
 			 strerror(-rc));

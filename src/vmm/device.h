@@ -51,6 +51,29 @@ struct vm_device_ops {
 	void (*destroy)(void *dev);
 };
 
+/*
+ * A host path a restore opens by the name its device section holds (a disk, a share's
+ * directory), so whoever confines the restore (the VMM process's jail) can let exactly it in.
+ */
+enum vm_host_path_access {
+	VM_HOST_PATH_READ_ONLY,
+	VM_HOST_PATH_READ_WRITE,
+};
+
+enum vm_host_path_use {
+	VM_HOST_PATH_AT_CREATION,     /* opened once while the device is created, then held */
+	VM_HOST_PATH_WHILE_RUNNING,   /* reached by path for the VM's whole life */
+};
+
+struct vm_host_path {
+	const char *path; /* as the section names it; the restore opens exactly this */
+	enum vm_host_path_access access;
+	enum vm_host_path_use use;
+};
+
+/* Called once per path; a nonzero return stops the listing and is returned. */
+typedef int (*vm_host_path_fn)(const struct vm_host_path *path, void *opaque);
+
 /* A device's section as a snapshot holds it. */
 struct vm_device_section {
 	char name[VM_DEVICE_NAME_MAX];
@@ -70,6 +93,14 @@ struct vm_device_type {
 	 */
 	int (*create)(struct vm *vm, const struct vm_config *cfg,
 		      const struct vm_device_section *saved, char *err, size_t errlen);
+	/*
+	 * Every host path create opens by a name saved holds, each handed to each; NULL: the
+	 * kind opens none (what it opens comes from the restore options). Reads saved as create
+	 * does, before any VM exists: 0, -EBADMSG with err set for a malformed section, or what
+	 * each returned.
+	 */
+	int (*host_paths)(const struct vm_device_section *saved, vm_host_path_fn each,
+			  void *opaque, char *err, size_t errlen);
 };
 
 /* Every device kind, in the order a cold boot creates them (src/devices/registry.c). */

@@ -608,7 +608,7 @@ int vm_snapshot_save(struct vm *vm, const char *dir, const struct vm_snapshot_op
 struct snapshot_restore_ctx {
 	const char *dir;
 	const struct vm_restore_options *opts;
-	struct snapshot_image *image;
+	const struct snapshot_image *image;
 	struct vm_snapshot_info info;
 	struct vm *vm;
 	char *err;
@@ -660,6 +660,22 @@ static int snapshot_restore_memory(struct snapshot_restore_ctx *ctx)
 								      : ctx->info.id);
 }
 
+/* A saved device's section as its kind reads it, and the kind. 0, or -EOPNOTSUPP and err. */
+static int snapshot_saved_section(const struct snapshot_device_state *saved,
+				  struct vm_device_section *section,
+				  const struct vm_device_type **type, char *err, size_t errlen)
+{
+	*section = (struct vm_device_section){ .version = saved->version, .state = saved->state,
+					       .state_len = saved->state_len };
+	snprintf(section->name, sizeof(section->name), "%s", saved->name);
+	*type = vm_device_type_find(saved->name);
+	if (*type)
+		return 0;
+	/* snapshot_decode refuses these; kept for the invariant */
+	snprintf(err, errlen, "unknown device '%s' in the snapshot", saved->name);
+	return -EOPNOTSUPP;
+}
+
 /* The saved devices, in their saved order, so each gets its saved virtio-mmio slot. */
 static int snapshot_restore_devices(struct snapshot_restore_ctx *ctx)
 {
@@ -674,17 +690,12 @@ static int snapshot_restore_devices(struct snapshot_restore_ctx *ctx)
 
 	for (size_t i = 0; rc == 0 && i < ctx->image->device_count; i++) {
 		const struct snapshot_device_state *saved = &ctx->image->devices[i];
-		const struct vm_device_type *type = vm_device_type_find(saved->name);
-		struct vm_device_section section = { .version = saved->version,
-						     .state = saved->state,
-						     .state_len = saved->state_len };
+		const struct vm_device_type *type;
+		struct vm_device_section section;
 
-		snprintf(section.name, sizeof(section.name), "%s", saved->name);
-		if (!type) { /* snapshot_decode refuses these; kept for the invariant */
-			snprintf(ctx->err, ctx->errlen, "unknown device '%s' in the snapshot",
-				 saved->name);
-			return -EOPNOTSUPP;
-		}
+		rc = snapshot_saved_section(saved, &section, &type, ctx->err, ctx->errlen);
+		if (rc < 0)
+			return rc;
 		vm_placement_enter(&placement, vm->placement_cpu); /* workers inherit it */
 		rc = type->create(vm, &cfg, &section, ctx->err, ctx->errlen);
 		vm_placement_leave(&placement);
@@ -838,55 +849,110 @@ static int snapshot_build_vm(struct snapshot_restore_ctx *ctx)
 	return rc;
 }
 
-int vm_create_from_snapshot(const char *dir, const struct vm_restore_options *opts,
-			    struct vm **out, char *err, size_t errlen)
+/* The state file, decoded and checked once; its directory's info beside it. */
+struct vm_snapshot_state {
+	struct snapshot_image image;
+	struct vm_snapshot_info info;
+	uint64_t read_ms; /* how long reading and checking took, for the debug timeline */
+};
+
+int vm_snapshot_state_read(const char *dir, struct vm_snapshot_state **out, char *err,
+			   size_t errlen)
 {
-	struct snapshot_restore_ctx ctx = { .dir = dir, .opts = opts, .err = err,
-					    .errlen = errlen };
+	struct vm_snapshot_state *state = calloc(1, sizeof(*state));
+	uint64_t started = clock_monotonic_ms();
 	int rc;
 
 	*out = NULL;
-	ctx.image = calloc(1, sizeof(*ctx.image));
-	if (!ctx.image) {
+	if (!state) {
 		snprintf(err, errlen, "out of memory");
 		return -ENOMEM;
 	}
-	ctx.read_ms = clock_monotonic_ms();
-	rc = snapshot_file_read(dir, ctx.image, &ctx.info, err, errlen);
-	ctx.read_ms = clock_monotonic_ms() - ctx.read_ms;
-	if (rc < 0)
-		goto out;
+	rc = snapshot_file_read(dir, &state->image, &state->info, err, errlen);
+	state->read_ms = clock_monotonic_ms() - started;
+	if (rc < 0) {
+		vm_snapshot_state_free(state);
+		return rc;
+	}
+	*out = state;
+	return 0;
+}
+
+const struct vm_snapshot_info *vm_snapshot_state_info(const struct vm_snapshot_state *state)
+{
+	return &state->info;
+}
+
+int vm_snapshot_host_paths(const struct vm_snapshot_state *state, vm_host_path_fn each,
+			   void *opaque, char *err, size_t errlen)
+{
+	int rc = 0;
+
+	for (size_t i = 0; rc == 0 && i < state->image.device_count; i++) {
+		const struct vm_device_type *type;
+		struct vm_device_section section;
+
+		rc = snapshot_saved_section(&state->image.devices[i], &section, &type, err, errlen);
+		if (rc == 0 && type->host_paths)
+			rc = type->host_paths(&section, each, opaque, err, errlen);
+	}
+	return rc;
+}
+
+int vm_create_from_snapshot_state(const char *dir, const struct vm_snapshot_state *state,
+				  const struct vm_restore_options *opts, struct vm **out,
+				  char *err, size_t errlen)
+{
+	struct snapshot_restore_ctx ctx = { .dir = dir, .opts = opts, .image = &state->image,
+					    .info = state->info, .err = err, .errlen = errlen,
+					    .read_ms = state->read_ms };
+	int rc;
+
+	*out = NULL;
 	ctx.vm = vm_alloc();
 	if (!ctx.vm) {
 		snprintf(err, errlen, "out of memory");
-		rc = -ENOMEM;
-		goto out;
+		return -ENOMEM;
 	}
 	rc = snapshot_build_vm(&ctx);
 	if (rc < 0) {
 		vm_destroy(ctx.vm);
-		goto out;
+		return rc;
 	}
 	*out = ctx.vm;
-out:
-	snapshot_image_release(ctx.image);
-	free(ctx.image);
+	return 0;
+}
+
+void vm_snapshot_state_free(struct vm_snapshot_state *state)
+{
+	if (!state)
+		return;
+	snapshot_image_release(&state->image);
+	free(state);
+}
+
+int vm_create_from_snapshot(const char *dir, const struct vm_restore_options *opts,
+			    struct vm **out, char *err, size_t errlen)
+{
+	struct vm_snapshot_state *state = NULL;
+	int rc = vm_snapshot_state_read(dir, &state, err, errlen);
+
+	*out = NULL;
+	if (rc == 0)
+		rc = vm_create_from_snapshot_state(dir, state, opts, out, err, errlen);
+	vm_snapshot_state_free(state);
 	return rc;
 }
 
 int vm_snapshot_inspect(const char *dir, struct vm_snapshot_info *info, char *err,
 			size_t errlen)
 {
-	struct snapshot_image *image = calloc(1, sizeof(*image));
-	int rc;
+	struct vm_snapshot_state *state = NULL;
+	int rc = vm_snapshot_state_read(dir, &state, err, errlen);
 
-	if (!image) {
-		snprintf(err, errlen, "out of memory");
-		return -ENOMEM;
-	}
-	rc = snapshot_file_read(dir, image, info, err, errlen);
-	snapshot_image_release(image);
-	free(image);
+	if (rc == 0)
+		*info = state->info;
+	vm_snapshot_state_free(state);
 	return rc;
 }
 

@@ -27,6 +27,7 @@
 #include <stdint.h>
 
 #include "vmm/cpu_features.h"
+#include "vmm/device.h"
 #include "vmm/vm.h"
 
 #define VM_SNAPSHOT_STATE_FILE "state"
@@ -125,6 +126,36 @@ int vm_snapshot_inspect(const char *dir, struct vm_snapshot_info *info, char *er
  */
 int vm_create_from_snapshot(const char *dir, const struct vm_restore_options *opts,
 			    struct vm **out, char *err, size_t errlen);
+
+/*
+ * A snapshot's state file read and checked once (vm_snapshot_state_read), so that what
+ * confines a restore and the restore itself see the same bytes: its info, every host path its
+ * device sections make the restore open (vm_snapshot_host_paths), then the restore
+ * (vm_create_from_snapshot_state). Free with vm_snapshot_state_free.
+ */
+struct vm_snapshot_state;
+
+/* vm_snapshot_inspect's checks of dir, the decoded state kept. 0 and *out, or -errno and err. */
+int vm_snapshot_state_read(const char *dir, struct vm_snapshot_state **out, char *err,
+			   size_t errlen);
+const struct vm_snapshot_info *vm_snapshot_state_info(const struct vm_snapshot_state *state);
+/*
+ * Hands each every host path a restore of state opens by a name a device section holds (a
+ * disk with its access, a share's directory with its mode), asking each saved device's kind
+ * (its vm_device_type's host_paths); the snapshot's own files and what the restore options
+ * name are not listed. 0, -EBADMSG with err for a malformed section, or what each returned.
+ */
+int vm_snapshot_host_paths(const struct vm_snapshot_state *state, vm_host_path_fn each,
+			   void *opaque, char *err, size_t errlen);
+/*
+ * vm_create_from_snapshot of dir (the directory state was read from, or the same directory
+ * by another name, such as its canonical path) from the state already read. The state can be
+ * freed afterwards.
+ */
+int vm_create_from_snapshot_state(const char *dir, const struct vm_snapshot_state *state,
+				  const struct vm_restore_options *opts, struct vm **out,
+				  char *err, size_t errlen);
+void vm_snapshot_state_free(struct vm_snapshot_state *state);
 
 /*
  * Forks a running VM into n running children that share its memory copy-on-write; each child

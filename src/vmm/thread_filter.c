@@ -7,7 +7,9 @@
  * (one table, indexed by role); two roles add calls with their arguments pinned: the network
  * worker may make IPv4 and IPv6 sockets only and open files read-only (libslirp reads
  * /etc/resolv.conf for the guest's DNS), never a unix, netlink or packet socket. A share's
- * worker is also held beneath its directory by Landlock, since seccomp cannot judge paths.
+ * worker is also held beneath its directory by Landlock, since seccomp cannot judge paths
+ * (vmm_thread_restrict_to gives each path its own access, for a VMM process's
+ * snapshot-writing thread).
  */
 #include "vmm/thread_filter.h"
 
@@ -20,6 +22,7 @@
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -44,6 +47,11 @@
 #define LANDLOCK_ACCESS_FS_ABI1 ((LANDLOCK_ACCESS_FS_MAKE_SYM << 1) - 1)
 #define LANDLOCK_ACCESS_FS_READ_ONLY \
 	(LANDLOCK_ACCESS_FS_EXECUTE | LANDLOCK_ACCESS_FS_READ_FILE | LANDLOCK_ACCESS_FS_READ_DIR)
+/* The rights a rule on a single file may carry (the rest concern directories). */
+#define LANDLOCK_ACCESS_FS_ON_FILE \
+	(LANDLOCK_ACCESS_FS_EXECUTE | LANDLOCK_ACCESS_FS_WRITE_FILE | LANDLOCK_ACCESS_FS_READ_FILE)
+/* How many paths vmm_thread_restrict_to_dirs hands on at most. */
+#define LANDLOCK_DIRS_MAX 16
 
 /* Every role: memory, locks, time, signals, logging, exit. */
 static const int filter_common_calls[] = {
@@ -125,7 +133,8 @@ static const int filter_vmm_main_calls[] = {
  * (vm_snapshot_save: create the directory, write each file under a temporary name, fsync,
  * rename, fsync the directory; a diff reads its base, realpath resolves the paths) or a
  * restored VM's working-set list (the same, and /proc/self/pagemap read). seccomp cannot
- * judge paths: these reach every file the user can (docs/security.md says so). A snapshot
+ * judge paths: a VMM process holds this thread beneath its snapshot directories with
+ * Landlock too (vmm_jail_hold_snapshot_writer, where the kernel has it). A snapshot
  * that resumes starts new vCPU threads, which name themselves and install their own filter:
  * filter_allow_thread_start pins what that takes.
  */
@@ -284,22 +293,31 @@ bool vmm_thread_restrict_usable(void)
 	return landlock_handled_rights() != 0;
 }
 
-/* Adds "dir and everything beneath it, with rights" to the ruleset. 0 or -errno. */
-static int landlock_allow_beneath(int ruleset_fd, const char *dir, uint64_t rights)
+/*
+ * Adds "path and everything beneath it, with rights" to the ruleset; a file gets the rights
+ * that apply to a file. 0 or -errno.
+ */
+static int landlock_allow_beneath(int ruleset_fd, const char *path, uint64_t rights)
 {
 	struct landlock_path_beneath_attr beneath = { .allowed_access = rights };
+	struct stat st;
 	int rc = 0;
 
-	beneath.parent_fd = open(dir, O_PATH | O_DIRECTORY | O_CLOEXEC);
+	beneath.parent_fd = open(path, O_PATH | O_CLOEXEC);
 	if (beneath.parent_fd < 0)
 		return -errno;
-	if (syscall(SYS_landlock_add_rule, ruleset_fd, LANDLOCK_RULE_PATH_BENEATH, &beneath, 0) < 0)
+	if (fstat(beneath.parent_fd, &st) < 0)
+		rc = -errno;
+	else if (!S_ISDIR(st.st_mode))
+		beneath.allowed_access &= LANDLOCK_ACCESS_FS_ON_FILE;
+	if (rc == 0 &&
+	    syscall(SYS_landlock_add_rule, ruleset_fd, LANDLOCK_RULE_PATH_BENEATH, &beneath, 0) < 0)
 		rc = -errno;
 	close(beneath.parent_fd);
 	return rc;
 }
 
-int vmm_thread_restrict_to_dirs(const char *const dirs[], size_t count, bool read_only)
+int vmm_thread_restrict_to(const struct vmm_thread_path paths[], size_t count)
 {
 	uint64_t handled = landlock_handled_rights();
 	struct landlock_ruleset_attr ruleset = { .handled_access_fs = handled };
@@ -311,13 +329,25 @@ int vmm_thread_restrict_to_dirs(const char *const dirs[], size_t count, bool rea
 	if (ruleset_fd < 0)
 		return -errno;
 	for (size_t i = 0; i < count && rc == 0; i++)
-		rc = landlock_allow_beneath(ruleset_fd, dirs[i],
-					    read_only ? LANDLOCK_ACCESS_FS_READ_ONLY : handled);
+		rc = landlock_allow_beneath(ruleset_fd, paths[i].path,
+					    paths[i].read_only ? LANDLOCK_ACCESS_FS_READ_ONLY
+							       : handled);
 	if (rc == 0 && (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0 ||
 			syscall(SYS_landlock_restrict_self, ruleset_fd, 0) < 0))
 		rc = -errno;
 	close(ruleset_fd);
 	return rc;
+}
+
+int vmm_thread_restrict_to_dirs(const char *const dirs[], size_t count, bool read_only)
+{
+	struct vmm_thread_path paths[LANDLOCK_DIRS_MAX];
+
+	if (count > LANDLOCK_DIRS_MAX)
+		return -E2BIG;
+	for (size_t i = 0; i < count; i++)
+		paths[i] = (struct vmm_thread_path){ .path = dirs[i], .read_only = read_only };
+	return vmm_thread_restrict_to(paths, count);
 }
 
 void vmm_thread_enter(enum vmm_thread_role role, const char *thread_name, bool confine)

@@ -42,6 +42,19 @@ const char *vmm_thread_role_name(enum vmm_thread_role role);
  * refuses every rename across directories); or -errno (nothing restricted).
  */
 int vmm_thread_restrict_to_dirs(const char *const dirs[], size_t count, bool read_only);
+
+/* A path a thread may reach: a directory and everything beneath it, or one file. */
+struct vmm_thread_path {
+	const char *path;
+	bool read_only; /* only reading (and, for a directory, listing) */
+};
+
+/*
+ * vmm_thread_restrict_to_dirs with each path's own access, and files as well as directories:
+ * the snapshot-writing main thread of a VMM process writes beneath some directories, only
+ * reads others, and reads /proc/self/pagemap. The same returns.
+ */
+int vmm_thread_restrict_to(const struct vmm_thread_path paths[], size_t count);
 /* Whether vmm_thread_restrict_to_dirs can work on this kernel (it changes nothing). */
 bool vmm_thread_restrict_usable(void);
 /*

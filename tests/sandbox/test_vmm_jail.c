@@ -25,10 +25,13 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "common/byte_buffer.h"
+#include "devices/fuse_server.h"
 #include "harness.h"
 #include "sandbox/vmm_jail.h"
 #include "sandbox/vmm_process.h"
 #include "vmm/snapshot_file.h"
+#include "vmm/thread_filter.h"
 #include "vmm_process_probe.h"
 
 #define TEST_ERR_MAX 512
@@ -381,9 +384,42 @@ static void test_no_jail_where_unshare_is_refused(void)
 
 /* ---- a restore's plan ---- */
 
-/* A base (memory_mb of sparse memory) or a diff of parent in dir, as the VMM would write. */
+/* A device section the test adds to a snapshot: its kind and its bytes. */
+struct test_section {
+	const char *device;
+	struct byte_writer bytes;
+};
+
+/* The head of a disk's section, as src/devices/blk.c writes it (the rest is not read). */
+static void disk_section(struct test_section *section, const char *path, bool read_only)
+{
+	section->device = "blk";
+	byte_writer_init(&section->bytes);
+	byte_writer_u8(&section->bytes, read_only);
+	byte_writer_string(&section->bytes, path);
+	byte_writer_u64(&section->bytes, 0); /* size */
+	byte_writer_u64(&section->bytes, 0); /* inode */
+	byte_writer_u64(&section->bytes, 0); /* mtime */
+	byte_writer_u32(&section->bytes, 0);
+}
+
+/* The head of a share's section, as src/devices/fs.c writes it. */
+static void share_section(struct test_section *section, const char *tag, const char *dir,
+			  bool read_only)
+{
+	section->device = "fs";
+	byte_writer_init(&section->bytes);
+	byte_writer_string(&section->bytes, tag);
+	byte_writer_string(&section->bytes, dir);
+	byte_writer_u8(&section->bytes, read_only ? FUSE_SERVER_READ_ONLY : FUSE_SERVER_READ_WRITE);
+}
+
+/*
+ * A base (memory_mb of sparse memory) or a diff of parent in dir, as the VMM would write,
+ * with the extra device sections given.
+ */
 static void write_test_snapshot(const char *dir, const char *parent, uint64_t parent_id,
-				const char *extra_device, uint64_t *id)
+				const struct test_section *extra, size_t extra_count, uint64_t *id)
 {
 	static struct snapshot_image image;
 	bool diff = parent != NULL;
@@ -403,8 +439,10 @@ static void write_test_snapshot(const char *dir, const char *parent, uint64_t pa
 	}
 	snapshot_cpu_signature(image.meta.cpu_signature);
 	CHECK_INT_EQ(snapshot_image_add_device(&image, "serial", 1, NULL, 0), 0);
-	if (extra_device)
-		CHECK_INT_EQ(snapshot_image_add_device(&image, extra_device, 1, NULL, 0), 0);
+	for (size_t i = 0; i < extra_count; i++)
+		CHECK_INT_EQ(snapshot_image_add_device(&image, extra[i].device, 1,
+						       extra[i].bytes.data, extra[i].bytes.len),
+			     0);
 	for (unsigned int i = 0; i < SNAPSHOT_IRQCHIP_COUNT; i++)
 		image.irqchips[i].chip_id = i;
 	CHECK_INT_EQ(mkdir(dir, TEST_OPEN_DIR_MODE), 0);
@@ -427,6 +465,12 @@ struct restore_report {
 	bool planned;
 	int passwd_errno, diff_state_errno, base_state_errno, runtime_dir_errno;
 	int diff_write_errno, base_write_errno;
+	/* the disks and shares the diff's sections name */
+	int disk_rw_errno, disk_ro_read_errno, disk_ro_write_errno;
+	int share_rw_create_errno, share_ro_read_errno, share_ro_create_errno;
+	/* then held as a snapshot-writing thread is (vmm_jail_hold_snapshot_writer) */
+	int writer_rc, writer_area_errno, writer_diff_errno, writer_runtime_errno;
+	int writer_base_read_errno, writer_pagemap_errno;
 	char jailed_dir[PATH_MAX];
 	char err[TEST_ERR_MAX];
 };
@@ -438,7 +482,35 @@ struct restore_paths {
 	char runtime[sizeof(TEST_DIR_TEMPLATE) + TEST_SNAPSHOT_NAME_MAX];
 	char socket[sizeof(TEST_DIR_TEMPLATE) + 2 * TEST_SNAPSHOT_NAME_MAX];
 	char made[2][sizeof(TEST_DIR_TEMPLATE) + 2 * TEST_SNAPSHOT_NAME_MAX];
+	/* named only in the diff's device sections */
+	char disk_rw[sizeof(TEST_DIR_TEMPLATE) + TEST_SNAPSHOT_NAME_MAX];
+	char disk_ro[sizeof(TEST_DIR_TEMPLATE) + TEST_SNAPSHOT_NAME_MAX];
+	char share_rw[sizeof(TEST_DIR_TEMPLATE) + TEST_SNAPSHOT_NAME_MAX];
+	char share_ro[sizeof(TEST_DIR_TEMPLATE) + TEST_SNAPSHOT_NAME_MAX];
+	char share_made[2][sizeof(TEST_DIR_TEMPLATE) + 2 * TEST_SNAPSHOT_NAME_MAX];
+	/* a snapshot area (what snapshot create's temporary directory would be) */
+	char area[sizeof(TEST_DIR_TEMPLATE) + TEST_SNAPSHOT_NAME_MAX];
+	/* what the held process makes in the area, the diff and the runtime directory */
+	char writer_made[3][sizeof(TEST_DIR_TEMPLATE) + 2 * TEST_SNAPSHOT_NAME_MAX];
 };
+
+/* Which device sections the diff gets. */
+enum restore_devices {
+	RESTORE_NO_DEVICES,
+	RESTORE_DISKS_AND_SHARES, /* a disk and a share each read-write and read-only */
+	RESTORE_MALFORMED_SHARE,  /* a share's section with no bytes */
+};
+
+/* errno of open(path, flags), 0 where it opened (the file is closed again). */
+static int open_errno(const char *path, int flags)
+{
+	int fd = open(path, flags | O_CLOEXEC, TEST_FILE_MODE);
+
+	if (fd < 0)
+		return errno;
+	close(fd);
+	return 0;
+}
 
 static int access_errno(const char *dir, const char *name)
 {
@@ -446,6 +518,26 @@ static int access_errno(const char *dir, const char *name)
 
 	snprintf(path, sizeof(path), "%s/%s", dir, name);
 	return errno_of(access(path, R_OK));
+}
+
+/*
+ * In the jailed child, last: held as a VMM process's snapshot-writing thread with paths->area,
+ * what it may still make and read.
+ */
+static void hold_as_snapshot_writer(const struct vmm_jail *jail,
+				    const struct restore_paths *paths, struct restore_report *mine)
+{
+	const char *const areas[] = { paths->area, NULL };
+	char state[PATH_MAX];
+
+	mine->writer_rc = vmm_jail_hold_snapshot_writer(jail, areas, mine->err,
+							sizeof(mine->err));
+	mine->writer_area_errno = open_errno(paths->writer_made[0], O_WRONLY | O_CREAT);
+	mine->writer_diff_errno = open_errno(paths->writer_made[1], O_WRONLY | O_CREAT);
+	mine->writer_runtime_errno = open_errno(paths->writer_made[2], O_WRONLY | O_CREAT);
+	snprintf(state, sizeof(state), "%s/%s", paths->base, VM_SNAPSHOT_STATE_FILE);
+	mine->writer_base_read_errno = open_errno(state, O_RDONLY);
+	mine->writer_pagemap_errno = open_errno("/proc/self/pagemap", O_RDONLY);
 }
 
 /* In a child: plans the restore of paths->diff, enters it, looks around; the report comes back. */
@@ -469,7 +561,12 @@ static void restore_in_jail(const struct restore_paths *paths, struct restore_re
 		mine.plan_rc = vmm_jail_plan_restore(paths->diff, &opts, &jail, &dir, &jailed,
 						     mine.err, sizeof(mine.err));
 		mine.planned = jail != NULL;
+		/* as vmm_process.c adds a snapshot-writing VMM's areas */
 		if (jail)
+			mine.enter_rc = vmm_jail_add(jail, paths->area, NULL, VMM_JAIL_READ_WRITE,
+						     VMM_JAIL_WHILE_RUNNING, mine.err,
+						     sizeof(mine.err));
+		if (jail && mine.enter_rc == 0)
 			mine.enter_rc = vmm_jail_enter(jail, mode, mine.err, sizeof(mine.err));
 		snprintf(mine.jailed_dir, sizeof(mine.jailed_dir), "%s", dir ? dir : "");
 		mine.passwd_errno = errno_of(access("/etc/passwd", F_OK));
@@ -482,6 +579,13 @@ static void restore_in_jail(const struct restore_paths *paths, struct restore_re
 			close(fd);
 		mine.base_write_errno = errno_of(open(paths->made[1], O_WRONLY | O_CREAT | O_CLOEXEC,
 						      TEST_FILE_MODE));
+		mine.disk_rw_errno = open_errno(paths->disk_rw, O_RDWR);
+		mine.disk_ro_read_errno = open_errno(paths->disk_ro, O_RDONLY);
+		mine.disk_ro_write_errno = open_errno(paths->disk_ro, O_RDWR);
+		mine.share_rw_create_errno = open_errno(paths->share_made[0], O_WRONLY | O_CREAT);
+		mine.share_ro_read_errno = errno_of(access(paths->share_ro, R_OK | X_OK));
+		mine.share_ro_create_errno = open_errno(paths->share_made[1], O_WRONLY | O_CREAT);
+		hold_as_snapshot_writer(jail, paths, &mine);
 		_exit(write(pipe_fds[1], &mine, sizeof(mine)) == (ssize_t)sizeof(mine) ? 0 : 1);
 	}
 	close(pipe_fds[1]);
@@ -492,9 +596,40 @@ static void restore_in_jail(const struct restore_paths *paths, struct restore_re
 	fprintf(stderr, "  (mode %d; the plan said: %s)\n", (int)mode, report->err);
 }
 
-static void make_restore_paths(struct restore_paths *paths, const char *extra_device)
+/* The disks and shares, and the sections of the diff that name them. */
+static size_t make_devices(struct restore_paths *paths, enum restore_devices devices,
+			   struct test_section sections[4])
 {
+	snprintf(paths->disk_rw, sizeof(paths->disk_rw), "%s/disk-rw.img", paths->dir);
+	snprintf(paths->disk_ro, sizeof(paths->disk_ro), "%s/disk-ro.img", paths->dir);
+	snprintf(paths->share_rw, sizeof(paths->share_rw), "%s/share-rw", paths->dir);
+	snprintf(paths->share_ro, sizeof(paths->share_ro), "%s/share-ro", paths->dir);
+	snprintf(paths->share_made[0], sizeof(paths->share_made[0]), "%s/made-in-jail",
+		 paths->share_rw);
+	snprintf(paths->share_made[1], sizeof(paths->share_made[1]), "%s/made-in-jail",
+		 paths->share_ro);
+	if (devices == RESTORE_MALFORMED_SHARE) {
+		sections[0] = (struct test_section){ .device = "fs" };
+		return 1;
+	}
+	if (devices == RESTORE_NO_DEVICES)
+		return 0;
+	write_file(paths->disk_rw, "", TEST_SHARED_FILE_MODE);
+	write_file(paths->disk_ro, "", TEST_SHARED_FILE_MODE);
+	CHECK_INT_EQ(mkdir(paths->share_rw, TEST_SHARED_DIR_MODE), 0);
+	CHECK_INT_EQ(mkdir(paths->share_ro, TEST_SHARED_DIR_MODE), 0);
+	disk_section(&sections[0], paths->disk_rw, false);
+	disk_section(&sections[1], paths->disk_ro, true);
+	share_section(&sections[2], "rw", paths->share_rw, false);
+	share_section(&sections[3], "ro", paths->share_ro, true);
+	return 4;
+}
+
+static void make_restore_paths(struct restore_paths *paths, enum restore_devices devices)
+{
+	struct test_section sections[4];
 	uint64_t base_id = 0, diff_id = 0;
+	size_t section_count;
 
 	snprintf(paths->dir, sizeof(paths->dir), "%s", TEST_DIR_TEMPLATE);
 	CHECK(mkdtemp(paths->dir) != NULL);
@@ -506,15 +641,26 @@ static void make_restore_paths(struct restore_paths *paths, const char *extra_de
 	snprintf(paths->made[0], sizeof(paths->made[0]), "%s/made-in-jail", paths->diff);
 	snprintf(paths->made[1], sizeof(paths->made[1]), "%s/made-in-jail", paths->base);
 	CHECK_INT_EQ(mkdir(paths->runtime, TEST_OPEN_DIR_MODE), 0);
-	write_test_snapshot(paths->base, NULL, 0, NULL, &base_id);
-	write_test_snapshot(paths->diff, paths->base, base_id, extra_device, &diff_id);
+	snprintf(paths->area, sizeof(paths->area), "%s/area", paths->dir);
+	CHECK_INT_EQ(mkdir(paths->area, TEST_OPEN_DIR_MODE), 0);
+	snprintf(paths->writer_made[0], sizeof(paths->writer_made[0]), "%s/by-writer",
+		 paths->area);
+	snprintf(paths->writer_made[1], sizeof(paths->writer_made[1]), "%s/by-writer",
+		 paths->diff);
+	snprintf(paths->writer_made[2], sizeof(paths->writer_made[2]), "%s/by-writer",
+		 paths->runtime);
+	section_count = make_devices(paths, devices, sections);
+	write_test_snapshot(paths->base, NULL, 0, NULL, 0, &base_id);
+	write_test_snapshot(paths->diff, paths->base, base_id, sections, section_count, &diff_id);
+	for (size_t i = 0; i < section_count; i++)
+		byte_writer_free(&sections[i].bytes);
 }
 
 static void remove_restore_paths(const struct restore_paths *paths)
 {
 	const char *const snapshots[] = { paths->base, paths->diff };
 	static const char *const files[] = { VM_SNAPSHOT_STATE_FILE, VM_SNAPSHOT_MEMORY_FILE,
-					     VM_SNAPSHOT_DIFF_FILE, "made-in-jail" };
+					     VM_SNAPSHOT_DIFF_FILE, "made-in-jail", "by-writer" };
 	char path[PATH_MAX];
 
 	for (size_t i = 0; i < sizeof(snapshots) / sizeof(snapshots[0]); i++) {
@@ -524,6 +670,15 @@ static void remove_restore_paths(const struct restore_paths *paths)
 		}
 		rmdir(snapshots[i]);
 	}
+	for (size_t i = 0; i < sizeof(paths->writer_made) / sizeof(paths->writer_made[0]); i++)
+		unlink(paths->writer_made[i]);
+	rmdir(paths->area);
+	unlink(paths->share_made[0]);
+	unlink(paths->share_made[1]);
+	rmdir(paths->share_rw);
+	rmdir(paths->share_ro);
+	unlink(paths->disk_rw);
+	unlink(paths->disk_ro);
 	rmdir(paths->runtime);
 	rmdir(paths->dir);
 }
@@ -537,7 +692,7 @@ static void test_restore_plan_holds_the_snapshot_chain(void)
 	struct restore_report report;
 	struct restore_paths paths;
 
-	make_restore_paths(&paths, NULL);
+	make_restore_paths(&paths, RESTORE_NO_DEVICES);
 	restore_in_jail(&paths, &report);
 	CHECK_INT_EQ(report.plan_rc, 0);
 	CHECK(report.planned);
@@ -551,20 +706,57 @@ static void test_restore_plan_holds_the_snapshot_chain(void)
 	CHECK_INT_EQ(report.base_state_errno, 0);
 	CHECK_INT_EQ(report.runtime_dir_errno, 0);
 	CHECK_INT_EQ(report.diff_write_errno, 0);
+	/* held as the snapshot-writing thread: its area and the diff, the base and pagemap read */
+	CHECK_INT_EQ(report.writer_rc, 0);
+	CHECK_INT_EQ(report.writer_area_errno, 0);
+	CHECK_INT_EQ(report.writer_diff_errno, 0);
+	CHECK_INT_EQ(report.writer_base_read_errno, 0);
+	CHECK_INT_EQ(report.writer_pagemap_errno, 0);
+	if (vmm_thread_restrict_usable()) /* else the log says the thread is not held */
+		CHECK_INT_EQ(report.writer_runtime_errno, EACCES);
+	CHECK_INT_EQ(access(paths.writer_made[2], F_OK) < 0 ? errno : 0,
+		     vmm_thread_restrict_usable() ? ENOENT : 0);
 	remove_restore_paths(&paths);
 }
 
-/* A snapshot with a share names its host directory only in its section: no plan, no jail. */
-static void test_restore_with_a_share_is_not_planned(void)
+/*
+ * A restore of a diff whose sections name a disk and a share, each read-write and read-only:
+ * all four are in its root at the paths the sections name, the read-only ones refusing writes.
+ */
+static void test_restore_plan_holds_disks_and_shares(void)
 {
 	struct restore_report report;
 	struct restore_paths paths;
 
-	make_restore_paths(&paths, "fs");
+	make_restore_paths(&paths, RESTORE_DISKS_AND_SHARES);
 	restore_in_jail(&paths, &report);
 	CHECK_INT_EQ(report.plan_rc, 0);
+	CHECK(report.planned);
+	if (vmm_jail_host_mode() != VMM_JAIL_OFF) {
+		CHECK_INT_EQ(report.enter_rc, 0);
+		CHECK_INT_EQ(report.passwd_errno, ENOENT);
+		CHECK_INT_EQ(report.disk_ro_write_errno, EROFS);
+		CHECK_INT_EQ(report.share_ro_create_errno, EROFS);
+	}
+	CHECK_INT_EQ(report.disk_rw_errno, 0);
+	CHECK_INT_EQ(report.disk_ro_read_errno, 0);
+	CHECK_INT_EQ(report.share_rw_create_errno, 0);
+	CHECK_INT_EQ(report.share_ro_read_errno, 0);
+	CHECK_INT_EQ(access(paths.share_made[0], F_OK), 0); /* made through the jail */
+	remove_restore_paths(&paths);
+}
+
+/* A share's section that cannot be read: no plan, and the sentence says to take it again. */
+static void test_restore_with_a_malformed_share_is_refused(void)
+{
+	struct restore_report report;
+	struct restore_paths paths;
+
+	make_restore_paths(&paths, RESTORE_MALFORMED_SHARE);
+	restore_in_jail(&paths, &report);
+	CHECK_INT_EQ(report.plan_rc, -EBADMSG);
 	CHECK(!report.planned);
-	CHECK_INT_EQ(report.passwd_errno, 0);
+	CHECK(strstr(report.err, "share section of the snapshot is malformed") != NULL);
 	remove_restore_paths(&paths);
 }
 
@@ -578,6 +770,7 @@ int main(int argc, char **argv)
 	RUN_TEST(test_jail_through_a_user_namespace);
 	RUN_TEST(test_no_jail_where_unshare_is_refused);
 	RUN_TEST(test_restore_plan_holds_the_snapshot_chain);
-	RUN_TEST(test_restore_with_a_share_is_not_planned);
+	RUN_TEST(test_restore_plan_holds_disks_and_shares);
+	RUN_TEST(test_restore_with_a_malformed_share_is_refused);
 	return harness_finish();
 }

@@ -17,10 +17,14 @@
  *   4b. a copy of the base whose metadata claims every CPU feature is refused before the
  *      guest runs, naming a feature this host lacks (no VM boots for it);
  *   5. `snapshot create --diff --from <id> -- sh -c ...` leaves a marker file only the diff has;
- *      while such a create runs, its VM is in a confined VMM process of its own;
+ *      while such a create runs, its VM is in a confined VMM process of its own, whose root
+ *      holds of the store only the base and the temporary directory the diff goes into;
  *   6. a workflow spec with sandbox.snapshot runs from the diff and reads that marker;
  *   7. `fork --children 3` gives four distinct outputs (parent and three children); while a
  *      fork runs, the parent and every child are each in a confined VMM process of their own;
+ *   7b. a base taken with a share and a read-only disk, restored by `exec --snapshot`, runs
+ *      jailed with the share in its root (the disk held open, out of it), and the guest reads
+ *      the share and the disk and writes the share through the jail;
  *   8. `snapshot export` of the diff (with its base), `snapshot import` into a second
  *      VOIDBOX_HOME, `snapshot verify` there, and `exec --snapshot` there reads the marker;
  *   9. `snapshot delete` removes the base and its diff.
@@ -29,6 +33,7 @@
  * image (tests/vm/run-vm-suite arranges the first; without either it exits 77 and says why,
  * or fails under VOIDBOX_REQUIRE_VM=1).
  */
+#include <dirent.h>
 #include <errno.h>
 #include <signal.h>
 #include <stdbool.h>
@@ -50,6 +55,7 @@
 #include "sandbox/vmm_process.h"
 #include "vmm_process_probe.h"
 #include "store/guest_image.h"
+#include "store/snapshot_store.h"
 #include "vmm/kvm.h"
 #include "vmm/memory.h"
 #include "vmm/snapshot.h"
@@ -81,6 +87,16 @@
 #define TEST_VMM_MAX 16
 /* what sandbox_start_from_snapshot logs once the restored guest answers with its new secret */
 #define TEST_RESTORE_LOG_MARKER "agent rekeyed"
+/* the share and disk a snapshot is taken with, and what the restored guest reads of them */
+#define TEST_SHARE_GUEST "/mnt/share"
+#define TEST_SHARE_FILE "from-host"
+#define TEST_SHARE_COPY "copied-by-guest"
+#define TEST_SHARE_TEXT "shared-before-the-snapshot"
+#define TEST_SHARE_MODE 0777
+#define TEST_SHARE_FILE_MODE 0666
+#define TEST_DISK_TEXT "disk-mark"
+#define TEST_DISK_TEXT_LEN "9"
+#define TEST_DISK_BYTES (1024 * 1024)
 
 struct cli_result {
 	int status; /* exit status, -1 when it did not exit */
@@ -300,7 +316,8 @@ static void read_so_far(int fd, char *buf, size_t len)
  * CLI, whose environment lacks the API key the CLI's has, every thread without new
  * privileges and filtered, jailed (a mount namespace of its own, no /etc/passwd). Then kills the CLI, which takes its VMM processes with it.
  */
-static void check_cli_vms_confined(const char *const *args, const char *marker, int want)
+static void check_cli_vms_confined(const char *const *args, const char *marker, int want,
+				   void (*also)(pid_t cli, pid_t vmm))
 {
 	double deadline = now_ms() + TEST_CLI_TIMEOUT_S * TEST_MS_PER_SEC;
 	struct timespec poll = { .tv_nsec = TEST_CLI_POLL_NS };
@@ -325,6 +342,8 @@ static void check_cli_vms_confined(const char *const *args, const char *marker, 
 		CHECK(!probe_environ_has(vmms[i], PROBE_SECRET_NAME));
 		CHECK(probe_check_every_thread_confined(vmms[i]) > 1);
 		CHECK(probe_is_jailed(vmms[i]));
+		if (also)
+			also(cli, vmms[i]);
 	}
 	if (found != want)
 		fprintf(stderr, "  %d of %d VMM processes under voidbox %s ...\n  stdout: %s\n"
@@ -345,20 +364,152 @@ static void test_exec_from_snapshot_runs_in_vmm_process(void)
 			       "echo " TEST_READY_MARKER "; sleep " TEST_GUEST_SLEEP_S, NULL };
 
 	snprintf(prefix, sizeof(prefix), "%s", base_id);
-	check_cli_vms_confined(args, TEST_READY_MARKER, 1);
+	check_cli_vms_confined(args, TEST_READY_MARKER, 1, NULL);
+}
+
+/* Whether path exists in pid's root (through /proc/PID/root); errno otherwise. */
+static int errno_in_root(pid_t pid, const char *path)
+{
+	char in_root[PATH_MAX];
+	struct stat st;
+
+	snprintf(in_root, sizeof(in_root), "/proc/%d/root%s", (int)pid, path);
+	return stat(in_root, &st) == 0 ? 0 : errno;
+}
+
+/*
+ * The snapshot store as the VMM process of a `snapshot create --diff` sees it: the base it
+ * restored, and the one temporary directory the CLI made for the diff, but not the store's
+ * other snapshots (the earlier diff).
+ */
+static void check_store_in_create_jail(pid_t cli, pid_t vmm)
+{
+	char store[PATH_MAX], path[PATH_MAX], home_store[PATH_MAX], tmp_prefix[PROBE_PATH_MAX];
+	struct dirent *entry;
+	bool tmp_seen = false;
+	DIR *dir;
+
+	snprintf(home_store, sizeof(home_store), "%s/home/%s", work_dir, SNAPSHOT_STORE_DIR_NAME);
+	CHECK(realpath(home_store, store) != NULL);
+	CHECK(diff_id[0] != '\0');
+	snprintf(path, sizeof(path), "%s/%s/%s", store, base_id, VM_SNAPSHOT_STATE_FILE);
+	CHECK_INT_EQ(errno_in_root(vmm, path), 0);
+	snprintf(path, sizeof(path), "%s/%s/%s", store, diff_id, VM_SNAPSHOT_STATE_FILE);
+	CHECK_INT_EQ(errno_in_root(vmm, path), ENOENT);
+	/* the CLI's transaction directory (the store names it by the CLI's pid) */
+	snprintf(tmp_prefix, sizeof(tmp_prefix), "%s%d-", SNAPSHOT_STORE_TMP_PREFIX, (int)cli);
+	dir = opendir(store);
+	CHECK(dir != NULL);
+	while (dir && (entry = readdir(dir))) {
+		if (strncmp(entry->d_name, tmp_prefix, strlen(tmp_prefix)) != 0)
+			continue;
+		snprintf(path, sizeof(path), "%s/%s", store, entry->d_name);
+		CHECK_INT_EQ(errno_in_root(vmm, path), 0);
+		tmp_seen = true;
+	}
+	if (dir)
+		closedir(dir);
+	CHECK(tmp_seen);
 }
 
 /*
  * `snapshot create --diff`: the restored VM whose snapshot is taken runs in a confined VMM
- * process of its own while PROGRAM runs (its store entry is never committed: the CLI is
- * killed, and the next create sweeps the temporary directory).
+ * process of its own while PROGRAM runs, whose root holds of the store only the base and the
+ * temporary directory the diff is written into (its store entry is never committed: the CLI
+ * is killed, and the next create sweeps the temporary directory).
  */
 static void test_create_runs_in_vmm_process(void)
 {
 	const char *args[] = { "snapshot", "create", "--diff", "--from", base_id, "--", "sleep",
 			       TEST_GUEST_SLEEP_S, NULL };
 
-	check_cli_vms_confined(args, TEST_RESTORE_LOG_MARKER, 1);
+	check_cli_vms_confined(args, TEST_RESTORE_LOG_MARKER, 1, check_store_in_create_jail);
+}
+
+/* The share and disk of test_share_and_disk_restore_jailed, beneath work_dir. */
+static char share_dir[PATH_MAX], disk_path[PATH_MAX];
+
+/*
+ * A restore of a snapshot with a share and a read-only disk, as its VMM process sees its
+ * root: the share there (its device sections name it; the worker works beneath it for the
+ * VM's life), the disk gone (held open since creation).
+ */
+static void check_devices_in_restore_jail(pid_t cli, pid_t vmm)
+{
+	char path[PATH_MAX];
+
+	struct stat st;
+
+	(void)cli;
+	snprintf(path, sizeof(path), "%s/%s", share_dir, TEST_SHARE_FILE);
+	CHECK_INT_EQ(errno_in_root(vmm, path), 0);
+	/* at most the empty mount point it was bound on is left */
+	snprintf(path, sizeof(path), "/proc/%d/root%s", (int)vmm, disk_path);
+	CHECK(stat(path, &st) < 0 || st.st_size == 0);
+}
+
+/*
+ * `snapshot create --mount DIR:/mnt/share --disk FILE:ro`, then `exec --snapshot` of it: the
+ * restored VM runs jailed (its plan takes the share and the disk from the snapshot's device
+ * sections), and through the jail the guest reads the share and the disk and writes the
+ * share, which the host then sees.
+ */
+static void test_share_and_disk_restore_jailed(void)
+{
+	static struct cli_result created;
+	char mount_arg[PATH_MAX + 32], disk_arg[PATH_MAX + 8], id[64], copied[PATH_MAX];
+	char text[TEST_ERR_MAX] = "";
+	const char *create[] = { "--output", "json", "snapshot", "create", "--memory",
+				 TEST_MEMORY_MB, "--mount", mount_arg, "--disk", disk_arg, NULL };
+	const char *restore[] = { "exec", "--snapshot", id, "--", "sh", "-c",
+				  "cat " TEST_SHARE_GUEST "/" TEST_SHARE_FILE " && "
+				  "head -c " TEST_DISK_TEXT_LEN " /dev/vda && "
+				  "cp " TEST_SHARE_GUEST "/" TEST_SHARE_FILE " " TEST_SHARE_GUEST
+				  "/" TEST_SHARE_COPY " && echo " TEST_READY_MARKER "; sleep "
+				  TEST_GUEST_SLEEP_S, NULL };
+	const char *delete_args[] = { "snapshot", "delete", id, NULL };
+	json_t *json;
+	int fd;
+
+	snprintf(share_dir, sizeof(share_dir), "%s/share", work_dir);
+	snprintf(disk_path, sizeof(disk_path), "%s/disk.img", work_dir);
+	CHECK_INT_EQ(mkdir(share_dir, TEST_SHARE_MODE), 0);
+	CHECK_INT_EQ(chmod(share_dir, TEST_SHARE_MODE), 0); /* the guest's user writes it */
+	snprintf(copied, sizeof(copied), "%s/%s", share_dir, TEST_SHARE_FILE);
+	fd = open(copied, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, TEST_SHARE_FILE_MODE);
+	CHECK(fd >= 0 && write(fd, TEST_SHARE_TEXT, strlen(TEST_SHARE_TEXT)) ==
+			     (ssize_t)strlen(TEST_SHARE_TEXT));
+	if (fd >= 0)
+		close(fd);
+	fd = open(disk_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, TEST_SHARE_FILE_MODE);
+	CHECK(fd >= 0 && write(fd, TEST_DISK_TEXT, strlen(TEST_DISK_TEXT)) ==
+			     (ssize_t)strlen(TEST_DISK_TEXT));
+	CHECK(fd >= 0 && ftruncate(fd, TEST_DISK_BYTES) == 0);
+	if (fd >= 0)
+		close(fd);
+	snprintf(mount_arg, sizeof(mount_arg), "%s:%s", share_dir, TEST_SHARE_GUEST);
+	snprintf(disk_arg, sizeof(disk_arg), "%s:ro", disk_path);
+
+	run_cli(&created, create);
+	CHECK_INT_EQ(created.status, 0);
+	json = json_loads(created.out, 0, NULL);
+	CHECK(json != NULL);
+	snprintf(id, sizeof(id), "%s", json_string_value(json_object_get(json, "id")) ?: "");
+	json_decref(json);
+	CHECK(id[0] != '\0');
+	if (!id[0])
+		return;
+	check_cli_vms_confined(restore, TEST_READY_MARKER, 1, check_devices_in_restore_jail);
+	snprintf(copied, sizeof(copied), "%s/%s", share_dir, TEST_SHARE_COPY);
+	fd = open(copied, O_RDONLY | O_CLOEXEC);
+	CHECK(fd >= 0);
+	if (fd >= 0) {
+		read_back(fd, text, sizeof(text));
+		CHECK_STR_EQ(text, TEST_SHARE_TEXT);
+	}
+	/* the store holds only the base and its diffs again, as the last test expects */
+	run_cli(&created, delete_args);
+	CHECK_INT_EQ(created.status, 0);
 }
 
 /* `fork`: the restored parent and each child run in a confined VMM process of their own. */
@@ -370,7 +521,7 @@ static void test_fork_children_run_in_vmm_processes(void)
 
 	snprintf(prefix, sizeof(prefix), "%s", base_id);
 	snprintf(children, sizeof(children), "%d", TEST_FORK_CHILDREN);
-	check_cli_vms_confined(args, TEST_FORK_LOG_MARKER, TEST_FORK_CHILDREN + 1);
+	check_cli_vms_confined(args, TEST_FORK_LOG_MARKER, TEST_FORK_CHILDREN + 1, NULL);
 }
 
 /* pages in the base's working-set list, or -1 when it has no valid one */
@@ -706,6 +857,7 @@ int main(int argc, char **argv)
 			RUN_TEST(test_spec_snapshot_runs_workflow);
 		RUN_TEST(test_fork_children_are_distinct);
 		RUN_TEST(test_fork_children_run_in_vmm_processes);
+		RUN_TEST(test_share_and_disk_restore_jailed);
 		if (diff_id[0])
 			RUN_TEST(test_export_import_restore_elsewhere);
 		RUN_TEST(test_delete_base_and_diff);

@@ -279,6 +279,81 @@ static void test_restrict_to_dirs(void)
 	}
 }
 
+struct landlock_paths_probe {
+	struct vmm_thread_path paths[3]; /* a writable and a read-only directory, a file */
+	const char *elsewhere;
+	int restrict_rc;
+	int create_errno[2];   /* a new file in each directory */
+	int read_errno[2];     /* the file in each directory */
+	int file_read_errno;   /* the file rule, read */
+	int file_write_errno;  /* the file rule, written */
+	int elsewhere_errno;
+};
+
+static void *landlock_paths_thread(void *arg)
+{
+	struct landlock_paths_probe *p = arg;
+
+	p->restrict_rc = vmm_thread_restrict_to(p->paths, 3);
+	for (int i = 0; i < 2; i++) {
+		p->create_errno[i] = open_errno(p->paths[i].path, "new", O_WRONLY | O_CREAT);
+		p->read_errno[i] = open_errno(p->paths[i].path, TEST_FILE_NAME, O_RDONLY);
+	}
+	p->file_read_errno = call_errno(open(p->paths[2].path, O_RDONLY | O_CLOEXEC));
+	p->file_write_errno = call_errno(open(p->paths[2].path, O_WRONLY | O_CLOEXEC));
+	p->elsewhere_errno = open_errno(p->elsewhere, "new", O_WRONLY | O_CREAT);
+	return NULL;
+}
+
+/*
+ * Landlock with each path's own access (what a VMM process's snapshot-writing thread gets):
+ * a file made in the writable directory, none in the read-only one (its file still read),
+ * the file rule read but not written, and nothing made in a directory outside them all.
+ */
+static void test_restrict_to_paths(void)
+{
+	char dirs[4][sizeof(TEST_DIR_TEMPLATE)], file[PATH_MAX];
+	struct landlock_paths_probe p = { 0 };
+	pthread_t thread;
+
+	if (!vmm_thread_restrict_usable())
+		harness_skip_all("this kernel has no Landlock (version 2 or later)");
+	for (int i = 0; i < 4; i++) {
+		char path[PATH_MAX];
+		int fd;
+
+		snprintf(dirs[i], sizeof(dirs[i]), "%s", TEST_DIR_TEMPLATE);
+		if (!mkdtemp(dirs[i]))
+			harness_fail_setup("a temporary directory");
+		snprintf(path, sizeof(path), "%s/%s", dirs[i], TEST_FILE_NAME);
+		fd = open(path, O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
+		if (fd < 0)
+			harness_fail_setup("a file in a temporary directory");
+		close(fd);
+	}
+	snprintf(file, sizeof(file), "%s/%s", dirs[2], TEST_FILE_NAME);
+	p.paths[0] = (struct vmm_thread_path){ .path = dirs[0] };
+	p.paths[1] = (struct vmm_thread_path){ .path = dirs[1], .read_only = true };
+	p.paths[2] = (struct vmm_thread_path){ .path = file, .read_only = true };
+	p.elsewhere = dirs[3];
+	CHECK_INT_EQ(pthread_create(&thread, NULL, landlock_paths_thread, &p), 0);
+	pthread_join(thread, NULL);
+	CHECK_INT_EQ(p.restrict_rc, 0);
+	CHECK_INT_EQ(p.create_errno[0], 0);
+	CHECK_INT_EQ(p.create_errno[1], EACCES);
+	CHECK_INT_EQ(p.read_errno[0], 0);
+	CHECK_INT_EQ(p.read_errno[1], 0);
+	CHECK_INT_EQ(p.file_read_errno, 0);
+	CHECK_INT_EQ(p.file_write_errno, EACCES);
+	CHECK_INT_EQ(p.elsewhere_errno, EACCES);
+	for (int i = 0; i < 4; i++) {
+		char cmd[PATH_MAX];
+
+		snprintf(cmd, sizeof(cmd), "rm -rf %s", dirs[i]);
+		CHECK_INT_EQ(system(cmd), 0);
+	}
+}
+
 static void test_unknown_role_refused(void)
 {
 	CHECK_INT_EQ(vmm_thread_confine(VMM_THREAD_ROLE_COUNT), -EINVAL);
@@ -295,5 +370,6 @@ int main(int argc, char **argv)
 	RUN_TEST(test_unknown_role_refused);
 	RUN_TEST(test_snapshots_role_starts_threads);
 	RUN_SEPARATE_TEST(test_restrict_to_dirs);
+	RUN_SEPARATE_TEST(test_restrict_to_paths);
 	return harness_finish();
 }
