@@ -168,6 +168,9 @@ static void op_script(enum fs_bench_op op, const char *dir, unsigned int run,
 	": > d$d/f$f || exit 1; f=$((f+1)); done; d=$((d+1)); done; "                            \
 	"n=$(find %1$s/tree | wc -l) && [ \"$n\" -eq %5$u ]"
 
+/* Steps that found the connection gone and ran again on a new one (run_script). */
+static unsigned int lost_connections;
+
 static int run_script(struct control_channel *ch, const char *script)
 {
 	char *args[] = { "-c", (char *)script };
@@ -182,6 +185,20 @@ static int run_script(struct control_channel *ch, const char *script)
 	if (rc < 0)
 		fprintf(stderr, "fs_bench: '%s' did not run: %s\n", script,
 			control_channel_last_error());
+	if (rc < 0) {
+		/*
+		 * The channel reconnects on its next call: a step that found the connection
+		 * gone (QEMU's guest has dropped it after a step of minutes) runs once more; its
+		 * time, taken by the caller, includes the failed attempt and the reconnect, and
+		 * the count is printed with the table.
+		 */
+		memset(&resp, 0, sizeof(resp));
+		rc = control_channel_exec(ch, &req, NULL, NULL, &resp);
+		fprintf(stderr, "fs_bench: retried once on a new connection: %s\n",
+			rc == 0 ? "it ran" : control_channel_last_error());
+		if (rc == 0)
+			lost_connections++;
+	}
 	if (rc == 0 && resp.exit_code != 0) {
 		fprintf(stderr, "fs_bench: '%s' exited %d: %.*s\n", script, resp.exit_code,
 			(int)resp.stderr_data.len, (const char *)resp.stderr_data.data);
@@ -224,6 +241,9 @@ static int run_workloads(struct control_channel *ch, enum fs_bench_side side,
 			if (run_script(ch, script) < 0)
 				return -EIO;
 			samples[side][op][run] = boot_now_ms() - started;
+			/* each figure as it comes: a later failure must not lose the ones before */
+			fprintf(stderr, "fs_bench: %s %s run %u: %.1f ms\n", side_names[side],
+				op_names[op], run + 1, samples[side][op][run]);
 		}
 		/* untimed: the run's big files go, so memory and /tmp hold one run's at a time */
 		snprintf(script, sizeof(script), "rm -f %s/w%u %s/host%u", side_dirs[side], run,
@@ -351,6 +371,9 @@ static void print_table(const struct fs_bench_options *opts)
 {
 	printf("(ms, median of %u; %u files, a %u-entry tree, %u MiB)\n", opts->runs, opts->files,
 	       opts->tree, opts->mib);
+	if (lost_connections)
+		printf("(%u step(s) found the connection gone and ran again on a new one)\n",
+		       lost_connections);
 	printf("%-8s", "op");
 	for (unsigned int side = 0; side < FS_BENCH_SIDES; side++) {
 		if (opts->sides[side])
@@ -505,7 +528,13 @@ static int bench_side(enum fs_bench_side side, const struct guest_image_paths *i
 		rc = bench_qemu(image, dir, opts);
 	else
 		rc = bench_voidbox(image, dir, side, opts);
-	snprintf(cmd, sizeof(cmd), "rm -rf %s %s.console", dir, dir);
+	/* a failed QEMU side keeps its guest's console, the one record of what the guest saw */
+	if (rc < 0 && side == FS_BENCH_QEMU) {
+		fprintf(stderr, "fs_bench: the QEMU guest's console is kept in %s.console\n", dir);
+		snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+	} else {
+		snprintf(cmd, sizeof(cmd), "rm -rf %s %s.console", dir, dir);
+	}
 	if (system(cmd) != 0)
 		fprintf(stderr, "fs_bench: could not remove %s\n", dir);
 	return rc;

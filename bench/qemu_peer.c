@@ -135,7 +135,15 @@ void qemu_peer_stop(struct qemu_peer *peer)
 
 	control_channel_destroy(peer->channel);
 	peer->channel = NULL;
-	if (peer->pid > 0) {
+	if (peer->pid > 0 && waitpid(peer->pid, &status, WNOHANG) == peer->pid) {
+		/* it ended on its own: say how, since its guest's connection went with it */
+		if (WIFSIGNALED(status))
+			fprintf(stderr, "qemu_peer: QEMU had already ended, killed by signal %d\n",
+				WTERMSIG(status));
+		else
+			fprintf(stderr, "qemu_peer: QEMU had already exited with status %d\n",
+				WEXITSTATUS(status));
+	} else if (peer->pid > 0) {
 		kill(peer->pid, SIGKILL);
 		waitpid(peer->pid, &status, 0);
 	}
