@@ -36,7 +36,7 @@
 #define HTTP_CONNECTION_LIMIT 256u
 /* a connection silent this long is closed (a live stream sends a keepalive well before) */
 #define HTTP_IDLE_TIMEOUT_SECS 120u
-#define HTTP_PURPOSE "voidbox serve"
+#define HTTP_PURPOSE "serving the daemon's HTTP API"
 
 /* One request's body as it arrives. */
 struct http_request {

@@ -61,7 +61,7 @@ extern struct archive_dl archive_dl;
 
 /*
  * Opens libarchive once per process. 0, after which archive_dl may be called; or -errno with
- * err saying that purpose ("voidbox snapshot export") needs libarchive and which package to
+ * err saying that purpose ("exporting a snapshot") needs libarchive and which package to
  * install.
  */
 int archive_dl_load(const char *purpose, char *err, size_t errlen);

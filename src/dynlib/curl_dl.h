@@ -30,7 +30,7 @@ extern struct curl_dl curl_dl;
 
 /*
  * Opens libcurl once per process. 0, after which curl_dl may be called; or -errno with err
- * saying that purpose ("voidbox image pull") needs libcurl and which package to install.
+ * saying that purpose ("pulling an OCI image") needs libcurl and which package to install.
  */
 int curl_dl_load(const char *purpose, char *err, size_t errlen);
 

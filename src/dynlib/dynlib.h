@@ -93,7 +93,7 @@ void dynlib_open_once(const struct dynlib_library *library, void *table,
 
 /*
  * The caller's answer once state is settled: 0, or state's -errno with err saying that
- * purpose (what the caller was doing, "voidbox image pull") needs the library, why it could
+ * purpose (what the caller was doing, "pulling an OCI image") needs the library, why it could
  * not be loaded and which package to install.
  */
 int dynlib_result(const struct dynlib_library *library, const struct dynlib_state *state,

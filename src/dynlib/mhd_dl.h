@@ -27,7 +27,8 @@ extern struct mhd_dl mhd_dl;
 
 /*
  * Opens libmicrohttpd once per process. 0, after which mhd_dl may be called; or -errno with
- * err saying that purpose ("voidbox serve") needs libmicrohttpd and which package to install.
+ * err saying that purpose ("serving the daemon's HTTP API") needs libmicrohttpd and which
+ * package to install.
  */
 int mhd_dl_load(const char *purpose, char *err, size_t errlen);
 

@@ -38,8 +38,8 @@
 #define SNAPSHOT_ARCHIVE_ERR_MAX 512
 #define SNAPSHOT_ARCHIVE_IMPORT_LABEL "import"
 #define SNAPSHOT_ARCHIVE_STATE "state"
-#define SNAPSHOT_ARCHIVE_EXPORT_PURPOSE "voidbox snapshot export"
-#define SNAPSHOT_ARCHIVE_IMPORT_PURPOSE "voidbox snapshot import"
+#define SNAPSHOT_ARCHIVE_EXPORT_PURPOSE "exporting a snapshot"
+#define SNAPSHOT_ARCHIVE_IMPORT_PURPOSE "importing a snapshot"
 
 static void snapshot_archive_hex(EVP_MD_CTX *ctx, char hex[SNAPSHOT_MANIFEST_SHA256_HEX_LEN + 1])
 {

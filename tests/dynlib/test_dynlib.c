@@ -5,6 +5,8 @@
  * every function of their tables, only when asked (this program does not link them, so they
  * are not in the process before), and once however many threads ask at the same time. The
  * tests of the real libraries run in this order, as each checks what is loaded before it.
+ * Through the real CLI (the built voidbox, passed as the argument), a library the loader finds
+ * broken makes the command that needs it fail with that sentence and a status, not a crash.
  */
 #include "dynlib/archive_dl.h"
 #include "dynlib/curl_dl.h"
@@ -14,9 +16,14 @@
 
 #include <dlfcn.h>
 #include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
 #include <pthread.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #define TEST_ERR_MAX 1024
 #define TEST_THREADS 8
@@ -25,6 +32,9 @@
 #define TEST_MISSING_PACKAGE "voidbox-missing-package"
 #define TEST_PRESENT_SONAME "libc.so.6"
 #define TEST_MISSING_FUNCTION "voidbox_no_such_function"
+#define TEST_BROKEN_LIBRARY "not a shared object\n"
+#define TEST_CLI_EXIT_FAILURE 1
+#define TEST_FILE_MODE 0600
 
 /* A table shaped like the real ones: two function pointers. */
 struct test_table {
@@ -191,13 +201,74 @@ static void test_concurrent_first_loads_agree(void)
 	CHECK(test_table_full(&mhd_dl, sizeof(mhd_dl)));
 }
 
+static const char *test_voidbox;
+
+/* Runs voidbox ARGS with LD_LIBRARY_PATH=lib_dir; its stderr into out. The wait status. */
+static int test_run_cli(const char *lib_dir, char *const args[], char *out, size_t out_len)
+{
+	int pipe_fds[2], status = -1;
+	size_t len = 0;
+	ssize_t n;
+	pid_t pid;
+
+	if (pipe2(pipe_fds, O_CLOEXEC) < 0)
+		harness_fail_setup("pipe2");
+	pid = fork();
+	if (pid < 0)
+		harness_fail_setup("fork");
+	if (pid == 0) {
+		dup2(pipe_fds[1], STDERR_FILENO);
+		setenv("LD_LIBRARY_PATH", lib_dir, 1);
+		setenv("VOIDBOX_HOME", lib_dir, 1);
+		execv(test_voidbox, args);
+		_exit(127);
+	}
+	close(pipe_fds[1]);
+	while (len + 1 < out_len && (n = read(pipe_fds[0], out + len, out_len - 1 - len)) > 0)
+		len += (size_t)n;
+	out[len] = '\0';
+	close(pipe_fds[0]);
+	waitpid(pid, &status, 0);
+	return status;
+}
+
+static void test_cli_with_broken_library_fails_cleanly(void)
+{
+	char dir[] = "/tmp/voidbox-dynlib-XXXXXX", lib[PATH_MAX], archive[PATH_MAX];
+	char out[TEST_ERR_MAX];
+	char *args[] = { "voidbox", "snapshot", "import", archive, NULL };
+	int fd, status;
+
+	if (!mkdtemp(dir))
+		harness_fail_setup("mkdtemp");
+	snprintf(lib, sizeof(lib), "%s/%s", dir, VOIDBOX_ARCHIVE_SONAME);
+	snprintf(archive, sizeof(archive), "%s/none.tar.zst", dir);
+	fd = open(lib, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, TEST_FILE_MODE);
+	if (fd < 0 || write(fd, TEST_BROKEN_LIBRARY, strlen(TEST_BROKEN_LIBRARY)) < 0)
+		harness_fail_setup("cannot write the broken library");
+	close(fd);
+	status = test_run_cli(dir, args, out, sizeof(out));
+	fprintf(stderr, "  %s", out);
+	CHECK(WIFEXITED(status) && WEXITSTATUS(status) == TEST_CLI_EXIT_FAILURE);
+	CHECK(strstr(out, "importing a snapshot needs libarchive (" VOIDBOX_ARCHIVE_SONAME
+			  "), which cannot be loaded") != NULL);
+	CHECK(strstr(out, lib) != NULL); /* the loader's own reason names the file it tried */
+	CHECK(strstr(out, "install") != NULL);
+	unlink(lib);
+	CHECK_INT_EQ(rmdir(dir), 0); /* the command left nothing behind */
+}
+
 int main(int argc, char **argv)
 {
 	harness_select(argc, argv);
+	if (argc < 2)
+		harness_fail_setup("usage: test_dynlib VOIDBOX");
+	test_voidbox = argv[1];
 	RUN_TEST(test_missing_library_names_package);
 	RUN_TEST(test_unknown_package_names_soname);
 	RUN_TEST(test_missing_function_names_it);
 	RUN_TEST(test_present_library_fills_table);
+	RUN_TEST(test_cli_with_broken_library_fails_cleanly);
 	RUN_TEST(test_libraries_load_on_first_use);
 	RUN_TEST(test_concurrent_first_loads_agree);
 	return harness_finish();
