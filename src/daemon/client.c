@@ -1,7 +1,8 @@
 /*
  * The daemon client (see client.h). Every call builds one curl easy handle, so a client is
  * plain data and can be used from any thread. Bodies are bounded: a response larger than
- * CLIENT_RESPONSE_MAX fails rather than growing without end.
+ * CLIENT_RESPONSE_MAX fails rather than growing without end. libcurl is opened by the first
+ * request (src/dynlib/curl_dl.h), so commands that never talk to a daemon do not load it.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -10,15 +11,15 @@
 #include <string.h>
 #include <unistd.h>
 
-#include <curl/curl.h>
-
 #include "daemon/client.h"
+#include "dynlib/curl_dl.h"
 
 #define CLIENT_RESPONSE_MAX (64u * 1024u * 1024u)
 #define CLIENT_URL_MAX 4096
 #define CLIENT_HEADER_MAX (DAEMON_CLIENT_TOKEN_MAX + 64)
 #define CLIENT_CONNECT_TIMEOUT_SECS 10L
 #define CLIENT_UNIX_HOST "localhost"
+#define CLIENT_PURPOSE "talking to the voidbox daemon"
 
 struct client_body {
 	char *data;
@@ -99,18 +100,29 @@ static size_t client_forward(char *data, size_t size, size_t count, void *opaque
 	return stream->on_data(data, size * count, stream->opaque) ? size * count : 0;
 }
 
-/* A handle aimed at path on the client's daemon, with its auth header in *headers. */
-static CURL *client_handle(const struct daemon_client *client, const char *path,
-			   struct curl_slist **headers)
+/*
+ * A handle aimed at path on the client's daemon in *out, with its auth header in *headers.
+ * 0, or -errno with err set when libcurl cannot be loaded or started.
+ */
+static int client_handle(const struct daemon_client *client, const char *path, CURL **out,
+			 struct curl_slist **headers, char *err, size_t errlen)
 {
 	char url[CLIENT_URL_MAX], header[CLIENT_HEADER_MAX];
-	CURL *curl = curl_easy_init();
+	CURL *curl;
+	int rc;
 
+	*out = NULL;
 	*headers = NULL;
-	if (!curl)
-		return NULL;
+	rc = curl_dl_load(CLIENT_PURPOSE, err, errlen);
+	if (rc < 0)
+		return rc;
+	curl = curl_dl.easy_init();
+	if (!curl) {
+		snprintf(err, errlen, "out of memory starting a request");
+		return -ENOMEM;
+	}
 	if (client->address.kind == DAEMON_LISTEN_UNIX) {
-		curl_easy_setopt(curl, CURLOPT_UNIX_SOCKET_PATH, client->address.path);
+		curl_dl.easy_setopt(curl, CURLOPT_UNIX_SOCKET_PATH, client->address.path);
 		snprintf(url, sizeof(url), "http://%s%s", CLIENT_UNIX_HOST, path);
 	} else {
 		snprintf(url, sizeof(url), "http://%s:%u%s", client->address.host,
@@ -118,13 +130,14 @@ static CURL *client_handle(const struct daemon_client *client, const char *path,
 	}
 	if (client->token[0]) {
 		snprintf(header, sizeof(header), "Authorization: Bearer %s", client->token);
-		*headers = curl_slist_append(*headers, header);
+		*headers = curl_dl.slist_append(*headers, header);
 	}
-	curl_easy_setopt(curl, CURLOPT_URL, url);
-	curl_easy_setopt(curl, CURLOPT_NOSIGNAL, 1L);
-	curl_easy_setopt(curl, CURLOPT_CONNECTTIMEOUT, CLIENT_CONNECT_TIMEOUT_SECS);
-	curl_easy_setopt(curl, CURLOPT_PROTOCOLS_STR, "http");
-	return curl;
+	curl_dl.easy_setopt(curl, CURLOPT_URL, url);
+	curl_dl.easy_setopt(curl, CURLOPT_NOSIGNAL, 1L);
+	curl_dl.easy_setopt(curl, CURLOPT_CONNECTTIMEOUT, CLIENT_CONNECT_TIMEOUT_SECS);
+	curl_dl.easy_setopt(curl, CURLOPT_PROTOCOLS_STR, "http");
+	*out = curl;
+	return 0;
 }
 
 static int client_perform(CURL *curl, struct curl_slist *headers, long *status, char *err,
@@ -132,12 +145,12 @@ static int client_perform(CURL *curl, struct curl_slist *headers, long *status, 
 {
 	CURLcode code;
 
-	curl_easy_setopt(curl, CURLOPT_HTTPHEADER, headers);
-	code = curl_easy_perform(curl);
-	curl_easy_getinfo(curl, CURLINFO_RESPONSE_CODE, status);
+	curl_dl.easy_setopt(curl, CURLOPT_HTTPHEADER, headers);
+	code = curl_dl.easy_perform(curl);
+	curl_dl.easy_getinfo(curl, CURLINFO_RESPONSE_CODE, status);
 	if (code != CURLE_OK && *status == 0) {
 		snprintf(err, errlen, "cannot reach the daemon: %s (is `voidbox serve` running?)",
-			 curl_easy_strerror(code));
+			 curl_dl.easy_strerror(code));
 		return -EIO;
 	}
 	return 0;
@@ -149,29 +162,28 @@ int daemon_client_request(const struct daemon_client *client, const char *method
 {
 	struct client_body collected = { 0 };
 	struct curl_slist *headers;
-	CURL *curl = client_handle(client, path, &headers);
+	CURL *curl;
 	int rc;
 
 	memset(out, 0, sizeof(*out));
-	if (!curl) {
-		snprintf(err, errlen, "out of memory starting a request");
-		return -ENOMEM;
-	}
-	curl_easy_setopt(curl, CURLOPT_CUSTOMREQUEST, method);
+	rc = client_handle(client, path, &curl, &headers, err, errlen);
+	if (rc < 0)
+		return rc;
+	curl_dl.easy_setopt(curl, CURLOPT_CUSTOMREQUEST, method);
 	if (body) {
-		headers = curl_slist_append(headers, "Content-Type: application/json");
-		curl_easy_setopt(curl, CURLOPT_POSTFIELDS, body);
-		curl_easy_setopt(curl, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)strlen(body));
+		headers = curl_dl.slist_append(headers, "Content-Type: application/json");
+		curl_dl.easy_setopt(curl, CURLOPT_POSTFIELDS, body);
+		curl_dl.easy_setopt(curl, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)strlen(body));
 	}
-	curl_easy_setopt(curl, CURLOPT_WRITEFUNCTION, client_collect);
-	curl_easy_setopt(curl, CURLOPT_WRITEDATA, &collected);
+	curl_dl.easy_setopt(curl, CURLOPT_WRITEFUNCTION, client_collect);
+	curl_dl.easy_setopt(curl, CURLOPT_WRITEDATA, &collected);
 	rc = client_perform(curl, headers, &out->status, err, errlen);
 	if (rc == 0 && collected.too_large) {
 		snprintf(err, errlen, "the daemon's response is over %u bytes", CLIENT_RESPONSE_MAX);
 		rc = -EFBIG;
 	}
-	curl_slist_free_all(headers);
-	curl_easy_cleanup(curl);
+	curl_dl.slist_free_all(headers);
+	curl_dl.easy_cleanup(curl);
 	if (rc < 0) {
 		free(collected.data);
 		return rc;
@@ -193,19 +205,18 @@ int daemon_client_stream(const struct daemon_client *client, const char *path,
 {
 	struct client_stream stream = { .on_data = on_data, .opaque = opaque };
 	struct curl_slist *headers;
-	CURL *curl = client_handle(client, path, &headers);
+	CURL *curl;
 	int rc;
 
 	*status = 0;
-	if (!curl) {
-		snprintf(err, errlen, "out of memory starting a request");
-		return -ENOMEM;
-	}
-	headers = curl_slist_append(headers, "Accept: text/event-stream");
-	curl_easy_setopt(curl, CURLOPT_WRITEFUNCTION, client_forward);
-	curl_easy_setopt(curl, CURLOPT_WRITEDATA, &stream);
+	rc = client_handle(client, path, &curl, &headers, err, errlen);
+	if (rc < 0)
+		return rc;
+	headers = curl_dl.slist_append(headers, "Accept: text/event-stream");
+	curl_dl.easy_setopt(curl, CURLOPT_WRITEFUNCTION, client_forward);
+	curl_dl.easy_setopt(curl, CURLOPT_WRITEDATA, &stream);
 	rc = client_perform(curl, headers, status, err, errlen);
-	curl_slist_free_all(headers);
-	curl_easy_cleanup(curl);
+	curl_dl.slist_free_all(headers);
+	curl_dl.easy_cleanup(curl);
 	return rc;
 }

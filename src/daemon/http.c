@@ -5,7 +5,8 @@
  * constant time), then the size limit (Content-Length over 4 MiB is refused before the body
  * is read; a chunked body that grows past it is discarded and refused at the end), then the
  * route and method. Every error leaves through http_send_error() with the one JSON shape
- * {code, message, retryable}. Routes and bodies are parsed by request.c.
+ * {code, message, retryable}. Routes and bodies are parsed by request.c. libmicrohttpd is
+ * opened when the server starts (src/dynlib/mhd_dl.h), so other commands do not load it.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -15,10 +16,9 @@
 #include <sys/random.h>
 #include <sys/stat.h>
 
-#include <microhttpd.h>
-
 #include "common/log.h"
 #include "daemon/daemon_internal.h"
+#include "dynlib/mhd_dl.h"
 #include "runtime/spec.h"
 
 #define HTTP_SSE_BLOCK_SIZE (64u * 1024u)
@@ -36,6 +36,7 @@
 #define HTTP_CONNECTION_LIMIT 256u
 /* a connection silent this long is closed (a live stream sends a keepalive well before) */
 #define HTTP_IDLE_TIMEOUT_SECS 120u
+#define HTTP_PURPOSE "serving the daemon's HTTP API"
 
 /* One request's body as it arrives. */
 struct http_request {
@@ -60,16 +61,16 @@ static enum MHD_Result http_send(struct MHD_Connection *conn, unsigned status, v
 				 size_t len, const char *mime)
 {
 	struct MHD_Response *response =
-		MHD_create_response_from_buffer(len, data, MHD_RESPMEM_MUST_FREE);
+		mhd_dl.create_response_from_buffer(len, data, MHD_RESPMEM_MUST_FREE);
 	enum MHD_Result rc;
 
 	if (!response) {
 		free(data);
 		return MHD_NO;
 	}
-	MHD_add_response_header(response, MHD_HTTP_HEADER_CONTENT_TYPE, mime);
-	rc = MHD_queue_response(conn, status, response);
-	MHD_destroy_response(response);
+	mhd_dl.add_response_header(response, MHD_HTTP_HEADER_CONTENT_TYPE, mime);
+	rc = mhd_dl.queue_response(conn, status, response);
+	mhd_dl.destroy_response(response);
 	return rc;
 }
 
@@ -341,7 +342,8 @@ static enum MHD_Result http_get_run(struct MHD_Connection *conn, struct daemon *
 
 static enum MHD_Result http_list_runs(struct MHD_Connection *conn, struct daemon *d)
 {
-	const char *state_text = MHD_lookup_connection_value(conn, MHD_GET_ARGUMENT_KIND, "state");
+	const char *state_text =
+		mhd_dl.lookup_connection_value(conn, MHD_GET_ARGUMENT_KIND, "state");
 	enum daemon_state_filter filter;
 	enum daemon_run_state state = DAEMON_RUN_PENDING;
 	struct daemon_error err;
@@ -465,9 +467,9 @@ static enum MHD_Result http_list_events(struct MHD_Connection *conn, struct daem
 static enum MHD_Result http_telemetry(struct MHD_Connection *conn, struct daemon *d,
 				      const char *run_id)
 {
-	const char *from = MHD_lookup_connection_value(conn, MHD_GET_ARGUMENT_KIND, "from_seq");
-	const char *stage = MHD_lookup_connection_value(conn, MHD_GET_ARGUMENT_KIND,
-							"stage_name");
+	const char *from = mhd_dl.lookup_connection_value(conn, MHD_GET_ARGUMENT_KIND, "from_seq");
+	const char *stage = mhd_dl.lookup_connection_value(conn, MHD_GET_ARGUMENT_KIND,
+							   "stage_name");
 	struct daemon_error err;
 	uint64_t from_seq, next_seq;
 	json_t *run, *samples, *answer;
@@ -599,7 +601,7 @@ static void http_stream_free(void *cls)
 static enum MHD_Result http_stream_events(struct MHD_Connection *conn, struct daemon *d,
 					  const char *run_id, uint64_t after)
 {
-	const char *last_id = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Last-Event-ID");
+	const char *last_id = mhd_dl.lookup_connection_value(conn, MHD_HEADER_KIND, "Last-Event-ID");
 	struct http_stream *stream;
 	struct MHD_Response *response;
 	struct daemon_error err;
@@ -616,23 +618,23 @@ static enum MHD_Result http_stream_events(struct MHD_Connection *conn, struct da
 	stream->d = d;
 	stream->last_event_id = after;
 	snprintf(stream->run_id, sizeof(stream->run_id), "%s", run_id);
-	response = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, HTTP_SSE_BLOCK_SIZE,
-						     http_stream_read, stream, http_stream_free);
+	response = mhd_dl.create_response_from_callback(MHD_SIZE_UNKNOWN, HTTP_SSE_BLOCK_SIZE,
+							http_stream_read, stream, http_stream_free);
 	if (!response) {
 		http_stream_free(stream);
 		return MHD_NO;
 	}
-	MHD_add_response_header(response, MHD_HTTP_HEADER_CONTENT_TYPE, HTTP_MIME_SSE);
-	MHD_add_response_header(response, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
-	result = MHD_queue_response(conn, MHD_HTTP_OK, response);
-	MHD_destroy_response(response);
+	mhd_dl.add_response_header(response, MHD_HTTP_HEADER_CONTENT_TYPE, HTTP_MIME_SSE);
+	mhd_dl.add_response_header(response, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
+	result = mhd_dl.queue_response(conn, MHD_HTTP_OK, response);
+	mhd_dl.destroy_response(response);
 	return result;
 }
 
 static bool http_wants_stream(struct MHD_Connection *conn)
 {
-	const char *accept = MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
-							 MHD_HTTP_HEADER_ACCEPT);
+	const char *accept = mhd_dl.lookup_connection_value(conn, MHD_HEADER_KIND,
+							    MHD_HTTP_HEADER_ACCEPT);
 
 	return accept && strstr(accept, HTTP_MIME_SSE);
 }
@@ -640,8 +642,8 @@ static bool http_wants_stream(struct MHD_Connection *conn)
 static enum MHD_Result http_events(struct MHD_Connection *conn, struct daemon *d,
 				   const struct daemon_route_match *match)
 {
-	const char *from = MHD_lookup_connection_value(conn, MHD_GET_ARGUMENT_KIND,
-						       "from_event_id");
+	const char *from = mhd_dl.lookup_connection_value(conn, MHD_GET_ARGUMENT_KIND,
+							  "from_event_id");
 	struct daemon_error err;
 	uint64_t after;
 
@@ -740,15 +742,15 @@ static enum MHD_Result http_first_call(struct MHD_Connection *conn, struct daemo
 	char *end;
 
 	if (d->listen_kind == DAEMON_LISTEN_TCP &&
-	    !daemon_request_token_matches(MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
+	    !daemon_request_token_matches(mhd_dl.lookup_connection_value(conn, MHD_HEADER_KIND,
 								   MHD_HTTP_HEADER_AUTHORIZATION),
 				       d->token)) {
 		request->answered = true;
 		return http_fail(conn, DAEMON_ERR_UNAUTHORIZED,
 				 "send Authorization: Bearer <token> with the token from the daemon's --token-file");
 	}
-	length = MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
-					     MHD_HTTP_HEADER_CONTENT_LENGTH);
+	length = mhd_dl.lookup_connection_value(conn, MHD_HEADER_KIND,
+						MHD_HTTP_HEADER_CONTENT_LENGTH);
 	if (length) {
 		declared = strtoull(length, &end, HTTP_DECIMAL);
 		if (declared > DAEMON_REQUEST_MAX_BYTES) {
@@ -818,14 +820,16 @@ struct MHD_Daemon *daemon_http_start(struct daemon *d, int listen_fd, char *err,
 {
 	struct MHD_Daemon *mhd;
 
-	mhd = MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION |
-				       MHD_USE_ITC | MHD_USE_ERROR_LOG,
-			       0, NULL, NULL, http_handle, d,
-			       MHD_OPTION_LISTEN_SOCKET, listen_fd,
-			       MHD_OPTION_NOTIFY_COMPLETED, http_completed, d,
-			       MHD_OPTION_CONNECTION_LIMIT, HTTP_CONNECTION_LIMIT,
-			       MHD_OPTION_CONNECTION_TIMEOUT, HTTP_IDLE_TIMEOUT_SECS,
-			       MHD_OPTION_END);
+	if (mhd_dl_load(HTTP_PURPOSE, err, errlen) < 0)
+		return NULL;
+	mhd = mhd_dl.start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION |
+					  MHD_USE_ITC | MHD_USE_ERROR_LOG,
+				  0, NULL, NULL, http_handle, d,
+				  MHD_OPTION_LISTEN_SOCKET, listen_fd,
+				  MHD_OPTION_NOTIFY_COMPLETED, http_completed, d,
+				  MHD_OPTION_CONNECTION_LIMIT, HTTP_CONNECTION_LIMIT,
+				  MHD_OPTION_CONNECTION_TIMEOUT, HTTP_IDLE_TIMEOUT_SECS,
+				  MHD_OPTION_END);
 	if (!mhd)
 		snprintf(err, errlen, "libmicrohttpd could not start on the listening socket");
 	return mhd;
@@ -834,5 +838,5 @@ struct MHD_Daemon *daemon_http_start(struct daemon *d, int listen_fd, char *err,
 void daemon_http_stop(struct MHD_Daemon *mhd)
 {
 	if (mhd)
-		MHD_stop_daemon(mhd);
+		mhd_dl.stop_daemon(mhd);
 }

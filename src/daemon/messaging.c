@@ -9,7 +9,8 @@
  * relays, so a run without messaging (or no longer running) answers 404 from the socket's
  * absence. The sidecar's answers already have the daemon's error shape and pass through.
  * GET /v1/runs/{id} asks the same socket's GET /v1/status whether there is a sidecar and
- * which members it serves, with the URL each member's guest uses.
+ * which members it serves, with the URL each member's guest uses. libcurl is opened by the
+ * first relayed request (src/dynlib/curl_dl.h).
  */
 #include <errno.h>
 #include <stdint.h>
@@ -20,11 +21,11 @@
 #include <sys/un.h>
 #include <unistd.h>
 
-#include <curl/curl.h>
 #include <microhttpd.h>
 
 #include "common/log.h"
 #include "daemon/daemon_internal.h"
+#include "dynlib/curl_dl.h"
 #include "runtime/messaging_run.h"
 
 #define MESSAGING_RUNS_PREFIX "/v1/runs/"
@@ -37,6 +38,7 @@
 #define MESSAGING_ANSWER_MAX (4u * 1024u * 1024u)
 #define MESSAGING_RUN_DIR_MODE 0700
 #define MESSAGING_HOST_LOOPBACK "127.0.0.1"
+#define MESSAGING_RELAY_PURPOSE "the daemon's messaging relay"
 
 /* The sidecar's answer as it arrives, at most MESSAGING_ANSWER_MAX bytes. */
 struct messaging_answer {
@@ -151,33 +153,37 @@ static int messaging_forward(const char *socket_path, const struct messaging_rel
 			     struct daemon_error *err)
 {
 	struct messaging_answer collected = { 0 };
-	struct curl_slist *headers = curl_slist_append(NULL, "Content-Type: application/json");
-	char url[MESSAGING_URL_MAX];
-	CURL *curl = curl_easy_init();
+	struct curl_slist *headers;
+	char url[MESSAGING_URL_MAX], why[DAEMON_ERROR_MESSAGE_MAX];
+	CURL *curl;
 	long code = 0;
 	CURLcode rc;
 
+	if (curl_dl_load(MESSAGING_RELAY_PURPOSE, why, sizeof(why)) < 0)
+		return daemon_error_set(err, DAEMON_ERR_INTERNAL_ERROR, "%s", why);
+	headers = curl_dl.slist_append(NULL, "Content-Type: application/json");
+	curl = curl_dl.easy_init();
 	if (!curl || !headers) {
-		curl_slist_free_all(headers);
+		curl_dl.slist_free_all(headers);
 		if (curl)
-			curl_easy_cleanup(curl);
+			curl_dl.easy_cleanup(curl);
 		return daemon_error_set(err, DAEMON_ERR_INTERNAL_ERROR, "out of memory");
 	}
 	snprintf(url, sizeof(url), "http://localhost%s", relay->control_path);
-	curl_easy_setopt(curl, CURLOPT_UNIX_SOCKET_PATH, socket_path);
-	curl_easy_setopt(curl, CURLOPT_URL, url);
-	curl_easy_setopt(curl, CURLOPT_CUSTOMREQUEST, relay->control_method);
-	curl_easy_setopt(curl, CURLOPT_HTTPHEADER, headers);
-	curl_easy_setopt(curl, CURLOPT_POSTFIELDS, body ? body : "");
-	curl_easy_setopt(curl, CURLOPT_POSTFIELDSIZE, (long)(body ? len : 0));
-	curl_easy_setopt(curl, CURLOPT_TIMEOUT, MESSAGING_TIMEOUT_SECS);
-	curl_easy_setopt(curl, CURLOPT_WRITEFUNCTION, messaging_collect);
-	curl_easy_setopt(curl, CURLOPT_WRITEDATA, &collected);
-	rc = curl_easy_perform(curl);
+	curl_dl.easy_setopt(curl, CURLOPT_UNIX_SOCKET_PATH, socket_path);
+	curl_dl.easy_setopt(curl, CURLOPT_URL, url);
+	curl_dl.easy_setopt(curl, CURLOPT_CUSTOMREQUEST, relay->control_method);
+	curl_dl.easy_setopt(curl, CURLOPT_HTTPHEADER, headers);
+	curl_dl.easy_setopt(curl, CURLOPT_POSTFIELDS, body ? body : "");
+	curl_dl.easy_setopt(curl, CURLOPT_POSTFIELDSIZE, (long)(body ? len : 0));
+	curl_dl.easy_setopt(curl, CURLOPT_TIMEOUT, MESSAGING_TIMEOUT_SECS);
+	curl_dl.easy_setopt(curl, CURLOPT_WRITEFUNCTION, messaging_collect);
+	curl_dl.easy_setopt(curl, CURLOPT_WRITEDATA, &collected);
+	rc = curl_dl.easy_perform(curl);
 	if (rc == CURLE_OK)
-		curl_easy_getinfo(curl, CURLINFO_RESPONSE_CODE, &code);
-	curl_slist_free_all(headers);
-	curl_easy_cleanup(curl);
+		curl_dl.easy_getinfo(curl, CURLINFO_RESPONSE_CODE, &code);
+	curl_dl.slist_free_all(headers);
+	curl_dl.easy_cleanup(curl);
 	*answer = collected.data ? json_loadb(collected.data, collected.len, 0, NULL) : NULL;
 	free(collected.data);
 	if (rc == CURLE_COULDNT_CONNECT)
@@ -188,7 +194,7 @@ static int messaging_forward(const char *socket_path, const struct messaging_rel
 		*answer = NULL;
 		return daemon_error_set(err, DAEMON_ERR_INTERNAL_ERROR,
 					"the run's messaging sidecar gave no answer: %s",
-					curl_easy_strerror(rc));
+					curl_dl.easy_strerror(rc));
 	}
 	*status = (unsigned)code;
 	return 0;

@@ -5,7 +5,8 @@
  * touches the state: the size limit (a Content-Length over MESSAGING_BODY_MAX is refused
  * before the body is read; a body that grows past it is refused at its end), the route, the
  * method, then the body's parser (message.c). Every error leaves through sidecar_send_error()
- * with the shape {code, message, retryable}.
+ * with the shape {code, message, retryable}. libmicrohttpd is opened when the first listener
+ * starts (src/dynlib/mhd_dl.h), so runs without messaging do not load it.
  *
  * The state is plain JSON values: pending intents (sent this iteration, not yet delivered or
  * drained), inbox entries (delivered, each with the inbox version that added it), and two
@@ -27,8 +28,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include <microhttpd.h>
-
+#include "dynlib/mhd_dl.h"
 #include "messaging/sidecar.h"
 
 #define SIDECAR_MIME_JSON "application/json"
@@ -43,6 +43,7 @@
 #define SIDECAR_IDEMPOTENCY_HEADER "Idempotency-Key"
 #define SIDECAR_OPERATOR_ID "operator"
 #define SIDECAR_DECIMAL 10
+#define SIDECAR_PURPOSE "the messaging sidecar"
 
 /* Who a listener serves: one member agent, or the host's control socket. */
 enum sidecar_listener_kind {
@@ -367,14 +368,14 @@ static enum MHD_Result sidecar_send(struct MHD_Connection *conn, unsigned status
 	json_decref(value);
 	if (!text)
 		return MHD_NO;
-	response = MHD_create_response_from_buffer(strlen(text), text, MHD_RESPMEM_MUST_FREE);
+	response = mhd_dl.create_response_from_buffer(strlen(text), text, MHD_RESPMEM_MUST_FREE);
 	if (!response) {
 		free(text);
 		return MHD_NO;
 	}
-	MHD_add_response_header(response, MHD_HTTP_HEADER_CONTENT_TYPE, SIDECAR_MIME_JSON);
-	rc = MHD_queue_response(conn, status, response);
-	MHD_destroy_response(response);
+	mhd_dl.add_response_header(response, MHD_HTTP_HEADER_CONTENT_TYPE, SIDECAR_MIME_JSON);
+	rc = mhd_dl.queue_response(conn, status, response);
+	mhd_dl.destroy_response(response);
 	return rc;
 }
 
@@ -452,7 +453,8 @@ static bool sidecar_entry_visible(const struct sidecar_member *member, json_t *e
 static enum MHD_Result sidecar_inbox(struct MHD_Connection *conn, struct sidecar *sc,
 				     const struct sidecar_member *member)
 {
-	const char *since_text = MHD_lookup_connection_value(conn, MHD_GET_ARGUMENT_KIND, "since");
+	const char *since_text =
+		mhd_dl.lookup_connection_value(conn, MHD_GET_ARGUMENT_KIND, "since");
 	struct messaging_error err;
 	json_t *entries = json_array(), *entry, *inbox;
 	uint64_t since;
@@ -575,7 +577,7 @@ static enum MHD_Result sidecar_post_intents(struct MHD_Connection *conn, struct 
 					    const struct sidecar_request *req)
 {
 	const char *idem_key =
-		MHD_lookup_connection_value(conn, MHD_HEADER_KIND, SIDECAR_IDEMPOTENCY_HEADER);
+		mhd_dl.lookup_connection_value(conn, MHD_HEADER_KIND, SIDECAR_IDEMPOTENCY_HEADER);
 	struct messaging_intent *intents = NULL;
 	struct messaging_error err;
 	json_t *root = NULL, *answers;
@@ -665,7 +667,8 @@ static enum MHD_Result sidecar_control_dispatch(struct MHD_Connection *conn, str
 static enum MHD_Result sidecar_first_call(struct MHD_Connection *conn, void **con_cls)
 {
 	const char *length =
-		MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
+		mhd_dl.lookup_connection_value(conn, MHD_HEADER_KIND,
+					       MHD_HTTP_HEADER_CONTENT_LENGTH);
 	struct sidecar_request *req = calloc(1, sizeof(*req));
 
 	if (!req)
@@ -735,12 +738,12 @@ static void sidecar_completed(void *cls, struct MHD_Connection *conn, void **con
 
 static struct MHD_Daemon *sidecar_start_mhd(struct sidecar_listener *listener, int listen_fd)
 {
-	return MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL, 0, NULL, NULL,
-				sidecar_handle, listener, MHD_OPTION_LISTEN_SOCKET, listen_fd,
-				MHD_OPTION_NOTIFY_COMPLETED, sidecar_completed, listener,
-				MHD_OPTION_CONNECTION_LIMIT, SIDECAR_CONNECTION_LIMIT,
-				MHD_OPTION_CONNECTION_TIMEOUT, SIDECAR_IDLE_TIMEOUT_SECS,
-				MHD_OPTION_END);
+	return mhd_dl.start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL, 0, NULL, NULL,
+				   sidecar_handle, listener, MHD_OPTION_LISTEN_SOCKET, listen_fd,
+				   MHD_OPTION_NOTIFY_COMPLETED, sidecar_completed, listener,
+				   MHD_OPTION_CONNECTION_LIMIT, SIDECAR_CONNECTION_LIMIT,
+				   MHD_OPTION_CONNECTION_TIMEOUT, SIDECAR_IDLE_TIMEOUT_SECS,
+				   MHD_OPTION_END);
 }
 
 /* A listening TCP socket on 127.0.0.1 at a free port. */
@@ -769,13 +772,16 @@ int sidecar_add_member(struct sidecar *sc, const char *candidate_id, enum messag
 		       uint16_t *port, char *err, size_t errlen)
 {
 	struct sidecar_member *member;
-	int fd;
+	int fd, rc;
 
 	if (!candidate_id || !sidecar_id_valid(candidate_id, SIDECAR_CANDIDATE_ID_MAX)) {
 		snprintf(err, errlen, "a messaging member needs a name of 1-%u characters [A-Za-z0-9._-]",
 			 SIDECAR_CANDIDATE_ID_MAX);
 		return -EINVAL;
 	}
+	rc = mhd_dl_load(SIDECAR_PURPOSE, err, errlen);
+	if (rc < 0)
+		return rc;
 	pthread_mutex_lock(&sc->lock);
 	for (size_t i = 0; i < sc->member_count; i++)
 		if (strcmp(sc->members[i].candidate_id, candidate_id) == 0) {
@@ -822,6 +828,9 @@ int sidecar_listen_control(struct sidecar *sc, const char *path, char *err, size
 		snprintf(err, errlen, "the control socket path %s is too long", path);
 		return -ENAMETOOLONG;
 	}
+	rc = mhd_dl_load(SIDECAR_PURPOSE, err, errlen);
+	if (rc < 0)
+		return rc;
 	snprintf(addr.sun_path, sizeof(addr.sun_path), "%s", path);
 	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
 	if (fd < 0)
@@ -854,9 +863,9 @@ void sidecar_destroy(struct sidecar *sc)
 		return;
 	for (size_t i = 0; i < sc->member_count; i++)
 		if (sc->members[i].listener.mhd)
-			MHD_stop_daemon(sc->members[i].listener.mhd);
+			mhd_dl.stop_daemon(sc->members[i].listener.mhd);
 	if (sc->control.mhd) {
-		MHD_stop_daemon(sc->control.mhd);
+		mhd_dl.stop_daemon(sc->control.mhd);
 		unlink(sc->control_path);
 	}
 	json_decref(sc->pending);

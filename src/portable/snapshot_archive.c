@@ -9,11 +9,10 @@
  * fixed set, the size the manifest gives), hashes each as it lands in a temporary directory
  * inside the store, and publishes only after the last one matched. All-zero pages are not
  * written (holes), so a memory file stays as sparse as it was where it was taken.
+ * libarchive is opened by the first export or import (src/dynlib/archive_dl.h).
  */
 #include "portable/snapshot_archive.h"
 
-#include <archive.h>
-#include <archive_entry.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <openssl/evp.h>
@@ -25,6 +24,7 @@
 
 #include "common/fd_io.h"
 #include "common/log.h"
+#include "dynlib/archive_dl.h"
 #include "store/snapshot_store.h"
 #include "store/store_fs.h"
 #include "vmm/snapshot.h"
@@ -38,6 +38,8 @@
 #define SNAPSHOT_ARCHIVE_ERR_MAX 512
 #define SNAPSHOT_ARCHIVE_IMPORT_LABEL "import"
 #define SNAPSHOT_ARCHIVE_STATE "state"
+#define SNAPSHOT_ARCHIVE_EXPORT_PURPOSE "exporting a snapshot"
+#define SNAPSHOT_ARCHIVE_IMPORT_PURPOSE "importing a snapshot"
 
 static void snapshot_archive_hex(EVP_MD_CTX *ctx, char hex[SNAPSHOT_MANIFEST_SHA256_HEX_LEN + 1])
 {
@@ -151,31 +153,31 @@ static int snapshot_archive_cpu_of(const char *dir, struct snapshot_archive_mani
 static int snapshot_archive_put_header(struct archive *a, const char *name, uint64_t size,
 				       time_t mtime, char *err, size_t errlen)
 {
-	struct archive_entry *entry = archive_entry_new();
+	struct archive_entry *entry = archive_dl.entry_new();
 	int rc;
 
 	if (!entry)
 		return -ENOMEM;
-	archive_entry_set_pathname(entry, name);
-	archive_entry_set_size(entry, (la_int64_t)size);
-	archive_entry_set_filetype(entry, AE_IFREG);
-	archive_entry_set_perm(entry, SNAPSHOT_ARCHIVE_FILE_MODE);
-	archive_entry_set_mtime(entry, mtime, 0);
-	rc = archive_write_header(a, entry) == ARCHIVE_OK ? 0 : -EIO;
+	archive_dl.entry_set_pathname(entry, name);
+	archive_dl.entry_set_size(entry, (la_int64_t)size);
+	archive_dl.entry_set_filetype(entry, AE_IFREG);
+	archive_dl.entry_set_perm(entry, SNAPSHOT_ARCHIVE_FILE_MODE);
+	archive_dl.entry_set_mtime(entry, mtime, 0);
+	rc = archive_dl.write_header(a, entry) == ARCHIVE_OK ? 0 : -EIO;
 	if (rc < 0)
 		store_error(err, errlen, "cannot write the archive entry %s: %s", name,
-			    archive_error_string(a));
-	archive_entry_free(entry);
+			    archive_dl.error_string(a));
+	archive_dl.entry_free(entry);
 	return rc;
 }
 
 static int snapshot_archive_put_data(struct archive *a, const void *data, size_t len,
 				     const char *name, char *err, size_t errlen)
 {
-	if (archive_write_data(a, data, len) == (la_ssize_t)len)
+	if (archive_dl.write_data(a, data, len) == (la_ssize_t)len)
 		return 0;
 	store_error(err, errlen, "cannot write %s into the archive: %s", name,
-		    archive_error_string(a));
+		    archive_dl.error_string(a));
 	return -EIO;
 }
 
@@ -238,16 +240,16 @@ static int snapshot_archive_write(const char *tmp_path, const struct snapshot_ar
 				  const struct snapshot_store_entry *chain, char *err,
 				  size_t errlen)
 {
-	struct archive *a = archive_write_new();
+	struct archive *a = archive_dl.write_new();
 	unsigned char *chunk = malloc(SNAPSHOT_ARCHIVE_CHUNK);
 	char *text = snapshot_archive_manifest_dump(m);
 	int rc = a && chunk && text ? 0 : -ENOMEM;
 
-	if (rc == 0 && (archive_write_add_filter_zstd(a) != ARCHIVE_OK ||
-			archive_write_set_format_pax_restricted(a) != ARCHIVE_OK ||
-			archive_write_open_filename(a, tmp_path) != ARCHIVE_OK)) {
+	if (rc == 0 && (archive_dl.write_add_filter_zstd(a) != ARCHIVE_OK ||
+			archive_dl.write_set_format_pax_restricted(a) != ARCHIVE_OK ||
+			archive_dl.write_open_filename(a, tmp_path) != ARCHIVE_OK)) {
 		store_error(err, errlen, "cannot write %s: %s", tmp_path,
-			    archive_error_string(a));
+			    archive_dl.error_string(a));
 		rc = -EIO;
 	}
 	if (rc == 0)
@@ -260,12 +262,12 @@ static int snapshot_archive_write(const char *tmp_path, const struct snapshot_ar
 		for (size_t j = 0; rc == 0 && j < m->chain[i].file_count; j++)
 			rc = snapshot_archive_put_file(a, chain[i].path, m->chain[i].id,
 						       &m->chain[i].files[j], chunk, err, errlen);
-	if (rc == 0 && archive_write_close(a) != ARCHIVE_OK) {
+	if (rc == 0 && archive_dl.write_close(a) != ARCHIVE_OK) {
 		store_error(err, errlen, "cannot finish %s: %s", tmp_path,
-			    archive_error_string(a));
+			    archive_dl.error_string(a));
 		rc = -EIO;
 	}
-	archive_write_free(a);
+	archive_dl.write_free(a);
 	free(chunk);
 	free(text);
 	return rc;
@@ -279,7 +281,10 @@ int snapshot_archive_export(const char *prefix, const char *out_path,
 	struct snapshot_archive_manifest *m = calloc(1, sizeof(*m));
 	char tmp_path[PATH_MAX], base_err[SNAPSHOT_ARCHIVE_ERR_MAX];
 	size_t count = 0;
-	int rc = m ? snapshot_store_find(prefix, &top, err, errlen) : -ENOMEM;
+	int rc = m ? archive_dl_load(SNAPSHOT_ARCHIVE_EXPORT_PURPOSE, err, errlen) : -ENOMEM;
+
+	if (rc == 0)
+		rc = snapshot_store_find(prefix, &top, err, errlen);
 
 	if (rc == 0 && top.kind == SNAPSHOT_STORE_KIND_DIFF) {
 		rc = snapshot_store_find(top.parent_id, &chain[0], base_err, sizeof(base_err));
@@ -456,7 +461,7 @@ static int snapshot_archive_match(struct snapshot_archive_import *ctx,
 				  struct archive_entry *entry, size_t *chain_index,
 				  const struct snapshot_manifest_file **file)
 {
-	const char *name = archive_entry_pathname(entry);
+	const char *name = archive_dl.entry_pathname(entry);
 
 	if (!name || name[0] == '/' || strstr(name, "..")) {
 		store_error(ctx->err, ctx->errlen, "archive entry '%s' points outside "
@@ -464,8 +469,8 @@ static int snapshot_archive_match(struct snapshot_archive_import *ctx,
 			    name ? name : "(no name)");
 		return -EBADMSG;
 	}
-	if (archive_entry_filetype(entry) != AE_IFREG || archive_entry_hardlink(entry) ||
-	    archive_entry_symlink(entry)) {
+	if (archive_dl.entry_filetype(entry) != AE_IFREG || archive_dl.entry_hardlink(entry) ||
+	    archive_dl.entry_symlink(entry)) {
 		store_error(ctx->err, ctx->errlen, "archive entry '%s' is not a regular "
 			    "file (links, directories and devices are refused)", name);
 		return -EBADMSG;
@@ -501,17 +506,17 @@ static int snapshot_archive_unpack(struct snapshot_archive_import *ctx, struct a
 {
 	const struct snapshot_manifest_file *f = NULL;
 	char path[PATH_MAX], dir[PATH_MAX], hex[SNAPSHOT_MANIFEST_SHA256_HEX_LEN + 1];
-	const char *name = archive_entry_pathname(entry);
+	const char *name = archive_dl.entry_pathname(entry);
 	EVP_MD_CTX *hash = EVP_MD_CTX_new();
 	uint64_t total = 0;
 	size_t index = 0;
 	int fd = -1, rc = snapshot_archive_match(ctx, entry, &index, &f);
 
-	if (rc == 0 && (!archive_entry_size_is_set(entry) ||
-			(uint64_t)archive_entry_size(entry) != f->size)) {
+	if (rc == 0 && (!archive_dl.entry_size_is_set(entry) ||
+			(uint64_t)archive_dl.entry_size(entry) != f->size)) {
 		store_error(ctx->err, ctx->errlen, "archive entry '%s' has %lld bytes, "
 			    "its manifest says %llu: the archive is refused", name,
-			    (long long)archive_entry_size(entry),
+			    (long long)archive_dl.entry_size(entry),
 			    (unsigned long long)f->size);
 		rc = -EBADMSG;
 	}
@@ -531,12 +536,12 @@ static int snapshot_archive_unpack(struct snapshot_archive_import *ctx, struct a
 		}
 	}
 	while (rc == 0) {
-		la_ssize_t n = archive_read_data(a, ctx->chunk, SNAPSHOT_ARCHIVE_CHUNK);
+		la_ssize_t n = archive_dl.read_data(a, ctx->chunk, SNAPSHOT_ARCHIVE_CHUNK);
 
 		if (n < 0) {
 			store_error(ctx->err, ctx->errlen, "cannot read %s from the "
 				    "archive: %s (the archive is truncated or damaged)",
-				    name, archive_error_string(a));
+				    name, archive_dl.error_string(a));
 			rc = -EBADMSG;
 		}
 		if (n <= 0)
@@ -581,39 +586,40 @@ static int snapshot_archive_read_manifest(struct snapshot_archive_import *ctx, s
 	struct archive_entry *entry;
 	char *text = NULL;
 	size_t len = 0;
-	int rc = archive_read_next_header(a, &entry);
+	int rc = archive_dl.read_next_header(a, &entry);
 
 	if (rc != ARCHIVE_OK) {
 		store_error(ctx->err, ctx->errlen, "%s is not a voidbox snapshot archive "
 			    "(%s)", ctx->archive_path, rc == ARCHIVE_EOF ? "it is empty" :
-			    archive_error_string(a));
+			    archive_dl.error_string(a));
 		return -EBADMSG;
 	}
-	if (strcmp(archive_entry_pathname(entry) ? archive_entry_pathname(entry) : "",
-		   SNAPSHOT_MANIFEST_FILE) != 0 || archive_entry_filetype(entry) != AE_IFREG ||
-	    archive_entry_size(entry) <= 0 ||
-	    archive_entry_size(entry) > SNAPSHOT_ARCHIVE_MANIFEST_MAX_BYTES) {
+	if (strcmp(archive_dl.entry_pathname(entry) ? archive_dl.entry_pathname(entry) : "",
+		   SNAPSHOT_MANIFEST_FILE) != 0 || archive_dl.entry_filetype(entry) != AE_IFREG ||
+	    archive_dl.entry_size(entry) <= 0 ||
+	    archive_dl.entry_size(entry) > SNAPSHOT_ARCHIVE_MANIFEST_MAX_BYTES) {
 		store_error(ctx->err, ctx->errlen, "%s is not a voidbox snapshot archive "
 			    "(it does not start with a %s of at most %u bytes)",
 			    ctx->archive_path, SNAPSHOT_MANIFEST_FILE,
 			    SNAPSHOT_ARCHIVE_MANIFEST_MAX_BYTES);
 		return -EBADMSG;
 	}
-	text = malloc((size_t)archive_entry_size(entry));
+	text = malloc((size_t)archive_dl.entry_size(entry));
 	if (!text)
 		return -ENOMEM;
-	while (len < (size_t)archive_entry_size(entry)) {
-		la_ssize_t n = archive_read_data(a, text + len, (size_t)archive_entry_size(entry) - len);
+	while (len < (size_t)archive_dl.entry_size(entry)) {
+		la_ssize_t n = archive_dl.read_data(a, text + len,
+						    (size_t)archive_dl.entry_size(entry) - len);
 
 		if (n <= 0)
 			break;
 		len += (size_t)n;
 	}
-	rc = len == (size_t)archive_entry_size(entry) ? 0 : -EBADMSG;
+	rc = len == (size_t)archive_dl.entry_size(entry) ? 0 : -EBADMSG;
 	if (rc < 0)
 		store_error(ctx->err, ctx->errlen, "cannot read %s from the archive: %s "
 			    "(the archive is truncated or damaged)", SNAPSHOT_MANIFEST_FILE,
-			    archive_error_string(a));
+			    archive_dl.error_string(a));
 	else
 		rc = snapshot_archive_manifest_parse(text, len, ctx->m, ctx->err, ctx->errlen);
 	free(text);
@@ -641,7 +647,7 @@ static int snapshot_archive_unpack_all(struct snapshot_archive_import *ctx, stru
 	int rc = 0;
 
 	for (;;) {
-		int status = archive_read_next_header(a, &entry);
+		int status = archive_dl.read_next_header(a, &entry);
 
 		if (status == ARCHIVE_EOF)
 			break;
@@ -650,7 +656,7 @@ static int snapshot_archive_unpack_all(struct snapshot_archive_import *ctx, stru
 				snprintf(missing, sizeof(missing), "(after the last file)");
 			store_error(ctx->err, ctx->errlen, "the archive is truncated or "
 				    "damaged before %s: %s", missing,
-				    archive_error_string(a));
+				    archive_dl.error_string(a));
 			return -EBADMSG;
 		}
 		rc = snapshot_archive_unpack(ctx, a, entry);
@@ -766,16 +772,17 @@ static int snapshot_archive_publish(struct snapshot_archive_import *ctx,
 
 static int snapshot_archive_open(struct snapshot_archive_import *ctx, struct archive **out)
 {
-	struct archive *a = archive_read_new();
+	struct archive *a = archive_dl.read_new();
 
 	*out = a;
 	if (!a)
 		return -ENOMEM;
-	if (archive_read_support_filter_zstd(a) != ARCHIVE_OK ||
-	    archive_read_support_format_tar(a) != ARCHIVE_OK ||
-	    archive_read_open_filename(a, ctx->archive_path, SNAPSHOT_ARCHIVE_CHUNK) != ARCHIVE_OK) {
+	if (archive_dl.read_support_filter_zstd(a) != ARCHIVE_OK ||
+	    archive_dl.read_support_format_tar(a) != ARCHIVE_OK ||
+	    archive_dl.read_open_filename(a, ctx->archive_path, SNAPSHOT_ARCHIVE_CHUNK) !=
+		    ARCHIVE_OK) {
 		store_error(ctx->err, ctx->errlen, "cannot open %s: %s",
-			    ctx->archive_path, archive_error_string(a));
+			    ctx->archive_path, archive_dl.error_string(a));
 		return -EIO;
 	}
 	return 0;
@@ -793,7 +800,10 @@ int snapshot_archive_import(const char *archive_path,
 	memset(result, 0, sizeof(*result));
 	ctx.m = calloc(1, sizeof(*ctx.m));
 	ctx.chunk = malloc(SNAPSHOT_ARCHIVE_CHUNK);
-	rc = ctx.m && ctx.chunk ? snapshot_store_dir(ctx.store, sizeof(ctx.store)) : -ENOMEM;
+	rc = ctx.m && ctx.chunk ? archive_dl_load(SNAPSHOT_ARCHIVE_IMPORT_PURPOSE, err, errlen) :
+				  -ENOMEM;
+	if (rc == 0)
+		rc = snapshot_store_dir(ctx.store, sizeof(ctx.store));
 	if (rc == 0)
 		rc = snapshot_store_scratch_dir(SNAPSHOT_ARCHIVE_IMPORT_LABEL, ctx.scratch,
 						sizeof(ctx.scratch), err, errlen);
@@ -821,7 +831,7 @@ int snapshot_archive_import(const char *archive_path,
 		rc = snapshot_archive_publish(&ctx, result);
 out:
 	if (a)
-		archive_read_free(a);
+		archive_dl.read_free(a);
 	if (ctx.scratch[0])
 		store_remove_tree(ctx.scratch);
 	free(ctx.chunk);

@@ -18,11 +18,11 @@
  * directory over a symlink) removes the old one first; a directory over a directory merges,
  * as overlayfs does. An existing file is always removed before it is rewritten, so a hard
  * link from a lower layer never sees the upper layer's bytes.
+ *
+ * libarchive is opened by the first layer applied (src/dynlib/archive_dl.h).
  */
 #include "store/oci_layer.h"
 
-#include <archive.h>
-#include <archive_entry.h>
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -36,8 +36,10 @@
 #include <unistd.h>
 
 #include "common/log.h"
+#include "dynlib/archive_dl.h"
 
 #define OCI_LAYER_LOG "oci"
+#define OCI_LAYER_PURPOSE "unpacking an OCI image layer"
 #define OCI_LAYER_PATH_MAX 4096
 #define OCI_LAYER_BLOCK_BYTES 65536
 #define OCI_SET_INITIAL_SLOTS 1024u
@@ -322,11 +324,11 @@ static int oci_copy_data(struct oci_apply *apply, const char *rel)
 	la_int64_t offset;
 	int rc;
 
-	while ((rc = archive_read_data_block(apply->in, &block, &size, &offset)) == ARCHIVE_OK)
-		if (archive_write_data_block(apply->out, block, size, offset) < ARCHIVE_OK)
-			return oci_fail(apply, -EIO, rel, archive_error_string(apply->out));
+	while ((rc = archive_dl.read_data_block(apply->in, &block, &size, &offset)) == ARCHIVE_OK)
+		if (archive_dl.write_data_block(apply->out, block, size, offset) < ARCHIVE_OK)
+			return oci_fail(apply, -EIO, rel, archive_dl.error_string(apply->out));
 	if (rc != ARCHIVE_EOF)
-		return oci_fail(apply, -EIO, rel, archive_error_string(apply->in));
+		return oci_fail(apply, -EIO, rel, archive_dl.error_string(apply->in));
 	return 0;
 }
 
@@ -340,8 +342,8 @@ static void oci_skip(struct oci_apply *apply, const char *rel, const char *why)
 static int oci_apply_entry(struct oci_apply *apply, struct archive_entry *entry)
 {
 	char rel[OCI_LAYER_PATH_MAX], link[OCI_LAYER_PATH_MAX], dir[OCI_LAYER_PATH_MAX];
-	const char *name = archive_entry_pathname(entry), *hardlink, *base;
-	bool is_dir = archive_entry_filetype(entry) == AE_IFDIR;
+	const char *name = archive_dl.entry_pathname(entry), *hardlink, *base;
+	bool is_dir = archive_dl.entry_filetype(entry) == AE_IFDIR;
 	int rc;
 
 	if (!name || oci_layer_normalize_path(name, rel, sizeof(rel)) < 0)
@@ -353,12 +355,12 @@ static int oci_apply_entry(struct oci_apply *apply, struct archive_entry *entry)
 	rc = oci_apply_whiteout(apply, rel, dir, base);
 	if (rc != 0)
 		return rc < 0 ? rc : 0;
-	hardlink = archive_entry_hardlink(entry);
+	hardlink = archive_dl.entry_hardlink(entry);
 	if (hardlink) {
 		if (oci_layer_normalize_path(hardlink, link, sizeof(link)) < 0 || !link[0])
 			return oci_fail(apply, -EINVAL, rel, "is a hard link that leaves the root: "
 					"the layer is refused");
-		archive_entry_set_hardlink(entry, link);
+		archive_dl.entry_set_hardlink(entry, link);
 	}
 	rc = oci_make_room(apply, dir, base, is_dir);
 	if (rc < 0)
@@ -367,21 +369,21 @@ static int oci_apply_entry(struct oci_apply *apply, struct archive_entry *entry)
 		oci_skip(apply, rel, "its directory is a symlink");
 		return 0;
 	}
-	archive_entry_set_pathname(entry, rel);
+	archive_dl.entry_set_pathname(entry, rel);
 	rc = oci_set_add(&apply->written, rel);
 	if (rc < 0)
 		return oci_fail(apply, rc, rel, "could not be recorded (out of memory)");
-	rc = archive_write_header(apply->out, entry);
+	rc = archive_dl.write_header(apply->out, entry);
 	if (rc == ARCHIVE_FAILED || rc == ARCHIVE_RETRY) {
-		oci_skip(apply, rel, archive_error_string(apply->out));
+		oci_skip(apply, rel, archive_dl.error_string(apply->out));
 		return 0;
 	}
 	if (rc < ARCHIVE_WARN)
-		return oci_fail(apply, -EIO, rel, archive_error_string(apply->out));
-	if (archive_entry_size(entry) > 0 && (rc = oci_copy_data(apply, rel)) < 0)
+		return oci_fail(apply, -EIO, rel, archive_dl.error_string(apply->out));
+	if (archive_dl.entry_size(entry) > 0 && (rc = oci_copy_data(apply, rel)) < 0)
 		return rc;
-	if (archive_write_finish_entry(apply->out) < ARCHIVE_WARN)
-		return oci_fail(apply, -EIO, rel, archive_error_string(apply->out));
+	if (archive_dl.write_finish_entry(apply->out) < ARCHIVE_WARN)
+		return oci_fail(apply, -EIO, rel, archive_dl.error_string(apply->out));
 	apply->stats->entries++;
 	return 0;
 }
@@ -394,20 +396,20 @@ static int oci_open_archives(struct oci_apply *apply)
 
 	if (geteuid() == 0)
 		flags |= ARCHIVE_EXTRACT_OWNER;
-	apply->in = archive_read_new();
-	apply->out = archive_write_disk_new();
+	apply->in = archive_dl.read_new();
+	apply->out = archive_dl.write_disk_new();
 	if (!apply->in || !apply->out) {
 		snprintf(apply->err, apply->errlen, "out of memory opening layer %s",
 			 apply->archive_path);
 		return -ENOMEM;
 	}
-	archive_read_support_filter_all(apply->in);
-	archive_read_support_format_tar(apply->in);
-	archive_write_disk_set_options(apply->out, flags);
-	if (archive_read_open_filename(apply->in, apply->archive_path, OCI_LAYER_BLOCK_BYTES) !=
+	archive_dl.read_support_filter_all(apply->in);
+	archive_dl.read_support_format_tar(apply->in);
+	archive_dl.write_disk_set_options(apply->out, flags);
+	if (archive_dl.read_open_filename(apply->in, apply->archive_path, OCI_LAYER_BLOCK_BYTES) !=
 	    ARCHIVE_OK) {
 		snprintf(apply->err, apply->errlen, "cannot read layer %s: %s",
-			 apply->archive_path, archive_error_string(apply->in));
+			 apply->archive_path, archive_dl.error_string(apply->in));
 		return -EIO;
 	}
 	return 0;
@@ -422,6 +424,9 @@ int oci_layer_apply(const char *archive_path, const char *root, struct oci_layer
 	int cwd_fd = open(".", O_PATH | O_DIRECTORY | O_CLOEXEC), rc;
 
 	memset(stats, 0, sizeof(*stats));
+	rc = archive_dl_load(OCI_LAYER_PURPOSE, err, errlen);
+	if (rc < 0)
+		goto out;
 	apply.root_fd = open(root, O_PATH | O_DIRECTORY | O_CLOEXEC);
 	if (cwd_fd < 0 || apply.root_fd < 0 || fchdir(apply.root_fd) < 0) {
 		rc = -errno;
@@ -430,28 +435,28 @@ int oci_layer_apply(const char *archive_path, const char *root, struct oci_layer
 	}
 	rc = oci_open_archives(&apply);
 	while (rc == 0) {
-		int next = archive_read_next_header(apply.in, &entry);
+		int next = archive_dl.read_next_header(apply.in, &entry);
 
 		if (next == ARCHIVE_EOF)
 			break;
 		if (next < ARCHIVE_WARN) {
 			snprintf(err, errlen, "layer %s is not a readable tar archive: %s",
-				 archive_path, archive_error_string(apply.in));
+				 archive_path, archive_dl.error_string(apply.in));
 			rc = -EIO;
 			break;
 		}
 		rc = oci_apply_entry(&apply, entry);
 	}
-	if (apply.out && archive_write_close(apply.out) < ARCHIVE_WARN && rc == 0) {
+	if (apply.out && archive_dl.write_close(apply.out) < ARCHIVE_WARN && rc == 0) {
 		snprintf(err, errlen, "layer %s: %s", archive_path,
-			 archive_error_string(apply.out));
+			 archive_dl.error_string(apply.out));
 		rc = -EIO;
 	}
 out:
 	if (apply.in)
-		archive_read_free(apply.in);
+		archive_dl.read_free(apply.in);
 	if (apply.out)
-		archive_write_free(apply.out);
+		archive_dl.write_free(apply.out);
 	oci_set_free(&apply.written);
 	if (cwd_fd >= 0) {
 		if (fchdir(cwd_fd) < 0 && rc == 0) {

@@ -9,7 +9,7 @@
  * Bodies of error answers are never written to a blob; a bounded prefix is kept for the
  * error sentence. Only http and https are spoken, redirects included (registries redirect
  * blob downloads to storage); curl drops our Authorization header when a redirect leaves
- * the host.
+ * the host. libcurl is opened when the first pull starts (src/dynlib/curl_dl.h).
  */
 #include "store/oci_pull.h"
 
@@ -19,9 +19,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <curl/curl.h>
 #include <openssl/evp.h>
 
+#include "dynlib/curl_dl.h"
 #include "store/oci_blobs.h"
 
 #define OCI_HTTP_OK 200
@@ -48,6 +48,7 @@
 	"Accept: " OCI_MEDIA_OCI_INDEX ", " OCI_MEDIA_OCI_MANIFEST ", " OCI_MEDIA_DOCKER_LIST \
 	", " OCI_MEDIA_DOCKER_MANIFEST
 #define OCI_CRED_MAX 1024
+#define OCI_PULL_PURPOSE "pulling an OCI image"
 
 enum oci_sink_kind {
 	OCI_SINK_MEMORY,
@@ -95,9 +96,9 @@ static size_t oci_on_body(char *data, size_t size, size_t nmemb, void *opaque)
 	size_t len = size * nmemb;
 	long status = 0;
 
-	curl_easy_getinfo(client->curl, CURLINFO_PRIVATE, &private_data);
+	curl_dl.easy_getinfo(client->curl, CURLINFO_PRIVATE, &private_data);
 	sink = (struct oci_sink *)(void *)private_data;
-	curl_easy_getinfo(client->curl, CURLINFO_RESPONSE_CODE, &status);
+	curl_dl.easy_getinfo(client->curl, CURLINFO_RESPONSE_CODE, &status);
 	if (status != OCI_HTTP_OK) {
 		size_t room = sizeof(sink->error_body) - 1 - sink->error_len;
 		size_t take = len < room ? len : room;
@@ -226,23 +227,23 @@ static int oci_get(struct oci_client *client, const char *url, const char *accep
 	int rc = 0;
 
 	if (accept)
-		headers = curl_slist_append(headers, accept);
+		headers = curl_dl.slist_append(headers, accept);
 	if (authorization && *authorization)
-		headers = curl_slist_append(headers, authorization);
+		headers = curl_dl.slist_append(headers, authorization);
 	client->status = 0;
 	client->content_type[0] = '\0';
 	client->challenge[0] = '\0';
-	curl_easy_setopt(client->curl, CURLOPT_URL, url);
-	curl_easy_setopt(client->curl, CURLOPT_HTTPHEADER, headers);
-	curl_easy_setopt(client->curl, CURLOPT_PRIVATE, sink);
-	code = curl_easy_perform(client->curl);
-	curl_easy_getinfo(client->curl, CURLINFO_RESPONSE_CODE, &client->status);
+	curl_dl.easy_setopt(client->curl, CURLOPT_URL, url);
+	curl_dl.easy_setopt(client->curl, CURLOPT_HTTPHEADER, headers);
+	curl_dl.easy_setopt(client->curl, CURLOPT_PRIVATE, sink);
+	code = curl_dl.easy_perform(client->curl);
+	curl_dl.easy_getinfo(client->curl, CURLINFO_RESPONSE_CODE, &client->status);
 	if (code != CURLE_OK && !(code == CURLE_WRITE_ERROR && (sink->overflow || sink->write_rc))) {
-		snprintf(err, errlen, "cannot fetch %s: %s", url, curl_easy_strerror(code));
+		snprintf(err, errlen, "cannot fetch %s: %s", url, curl_dl.easy_strerror(code));
 		rc = -EIO;
 	}
-	curl_easy_setopt(client->curl, CURLOPT_HTTPHEADER, NULL);
-	curl_slist_free_all(headers);
+	curl_dl.easy_setopt(client->curl, CURLOPT_HTTPHEADER, NULL);
+	curl_dl.slist_free_all(headers);
 	return rc;
 }
 
@@ -266,8 +267,8 @@ static int oci_fetch_token(struct oci_client *client, const struct oci_auth_chal
 	else if (snprintf(scope, sizeof(scope), OCI_SCOPE_PULL_FORMAT, client->ref->repository) >=
 		 (int)sizeof(scope))
 		return -ENAMETOOLONG;
-	service = curl_easy_escape(client->curl, challenge->service, 0);
-	scope_esc = curl_easy_escape(client->curl, scope, 0);
+	service = curl_dl.easy_escape(client->curl, challenge->service, 0);
+	scope_esc = curl_dl.easy_escape(client->curl, scope, 0);
 	sink.buf = malloc(sink.max);
 	if (!service || !scope_esc || !sink.buf) {
 		rc = -ENOMEM;
@@ -308,8 +309,8 @@ static int oci_fetch_token(struct oci_client *client, const struct oci_auth_chal
 	snprintf(client->authorization, sizeof(client->authorization), "Authorization: Bearer %s",
 		 token);
 out:
-	curl_free(service);
-	curl_free(scope_esc);
+	curl_dl.free(service);
+	curl_dl.free(scope_esc);
 	free(sink.buf);
 	return rc;
 }
@@ -500,33 +501,38 @@ static int oci_fetch_blob(struct oci_client *client, const struct oci_descriptor
 static int oci_client_init(struct oci_client *client, const struct oci_ref *ref,
 			   const struct oci_pull_options *options, char *err, size_t errlen)
 {
+	int rc;
+
 	memset(client, 0, sizeof(*client));
 	client->ref = ref;
 	client->options = options;
 	client->scheme = oci_registry_scheme(ref->registry, options->insecure);
-	client->curl = curl_easy_init();
+	rc = curl_dl_load(OCI_PULL_PURPOSE, err, errlen);
+	if (rc < 0)
+		return rc;
+	client->curl = curl_dl.easy_init();
 	if (!client->curl) {
 		snprintf(err, errlen, "cannot start libcurl");
 		return -ENOMEM;
 	}
-	curl_easy_setopt(client->curl, CURLOPT_PROTOCOLS_STR, OCI_PROTOCOLS);
-	curl_easy_setopt(client->curl, CURLOPT_REDIR_PROTOCOLS_STR, OCI_PROTOCOLS);
-	curl_easy_setopt(client->curl, CURLOPT_FOLLOWLOCATION, 1L);
-	curl_easy_setopt(client->curl, CURLOPT_MAXREDIRS, OCI_MAX_REDIRECTS);
-	curl_easy_setopt(client->curl, CURLOPT_CONNECTTIMEOUT, OCI_CONNECT_TIMEOUT_S);
-	curl_easy_setopt(client->curl, CURLOPT_LOW_SPEED_LIMIT, OCI_LOW_SPEED_LIMIT);
-	curl_easy_setopt(client->curl, CURLOPT_LOW_SPEED_TIME, OCI_LOW_SPEED_TIME_S);
-	curl_easy_setopt(client->curl, CURLOPT_USERAGENT, OCI_USER_AGENT);
-	curl_easy_setopt(client->curl, CURLOPT_NOSIGNAL, 1L);
-	curl_easy_setopt(client->curl, CURLOPT_WRITEFUNCTION, oci_on_body);
-	curl_easy_setopt(client->curl, CURLOPT_WRITEDATA, client);
-	curl_easy_setopt(client->curl, CURLOPT_HEADERFUNCTION, oci_on_header);
-	curl_easy_setopt(client->curl, CURLOPT_HEADERDATA, client);
-	curl_easy_setopt(client->curl, CURLOPT_XFERINFOFUNCTION, oci_on_progress);
-	curl_easy_setopt(client->curl, CURLOPT_XFERINFODATA, client);
-	curl_easy_setopt(client->curl, CURLOPT_NOPROGRESS, 0L);
+	curl_dl.easy_setopt(client->curl, CURLOPT_PROTOCOLS_STR, OCI_PROTOCOLS);
+	curl_dl.easy_setopt(client->curl, CURLOPT_REDIR_PROTOCOLS_STR, OCI_PROTOCOLS);
+	curl_dl.easy_setopt(client->curl, CURLOPT_FOLLOWLOCATION, 1L);
+	curl_dl.easy_setopt(client->curl, CURLOPT_MAXREDIRS, OCI_MAX_REDIRECTS);
+	curl_dl.easy_setopt(client->curl, CURLOPT_CONNECTTIMEOUT, OCI_CONNECT_TIMEOUT_S);
+	curl_dl.easy_setopt(client->curl, CURLOPT_LOW_SPEED_LIMIT, OCI_LOW_SPEED_LIMIT);
+	curl_dl.easy_setopt(client->curl, CURLOPT_LOW_SPEED_TIME, OCI_LOW_SPEED_TIME_S);
+	curl_dl.easy_setopt(client->curl, CURLOPT_USERAGENT, OCI_USER_AGENT);
+	curl_dl.easy_setopt(client->curl, CURLOPT_NOSIGNAL, 1L);
+	curl_dl.easy_setopt(client->curl, CURLOPT_WRITEFUNCTION, oci_on_body);
+	curl_dl.easy_setopt(client->curl, CURLOPT_WRITEDATA, client);
+	curl_dl.easy_setopt(client->curl, CURLOPT_HEADERFUNCTION, oci_on_header);
+	curl_dl.easy_setopt(client->curl, CURLOPT_HEADERDATA, client);
+	curl_dl.easy_setopt(client->curl, CURLOPT_XFERINFOFUNCTION, oci_on_progress);
+	curl_dl.easy_setopt(client->curl, CURLOPT_XFERINFODATA, client);
+	curl_dl.easy_setopt(client->curl, CURLOPT_NOPROGRESS, 0L);
 	/* no proxy from the environment: a pull talks to the registry it names */
-	curl_easy_setopt(client->curl, CURLOPT_NOPROXY, "*");
+	curl_dl.easy_setopt(client->curl, CURLOPT_NOPROXY, "*");
 	return 0;
 }
 
@@ -579,7 +585,7 @@ int oci_pull(const struct oci_ref *ref, const struct oci_pull_options *options,
 				    errlen);
 out:
 	if (client.curl)
-		curl_easy_cleanup(client.curl);
+		curl_dl.easy_cleanup(client.curl);
 	free(top);
 	return rc;
 }
