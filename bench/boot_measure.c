@@ -112,3 +112,32 @@ int boot_memory_sample_pid(int pid, uint64_t guest_ram_bytes, struct boot_memory
 	fclose(smaps);
 	return rc;
 }
+
+double boot_median(const double *values, size_t count)
+{
+	double *copy = count ? malloc(count * sizeof(*copy)) : NULL;
+	double median;
+
+	if (!copy)
+		return 0;
+	memcpy(copy, values, count * sizeof(*copy));
+	median = boot_percentile(copy, count, PERCENT_MAX / 2);
+	free(copy);
+	return median;
+}
+
+bool boot_parse_count(const char *prog, const char *flag, const char *text, unsigned long max,
+		      unsigned int *out)
+{
+	char *end;
+	unsigned long value;
+
+	errno = 0;
+	value = strtoul(text, &end, 10);
+	if (errno || end == text || *end || text[0] == '-' || value == 0 || value > max) {
+		fprintf(stderr, "%s: %s takes 1..%lu, not '%s'\n", prog, flag, max, text);
+		return false;
+	}
+	*out = (unsigned int)value;
+	return true;
+}

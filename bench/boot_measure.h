@@ -7,6 +7,7 @@
 #define VOIDBOX_BENCH_BOOT_MEASURE_H
 
 #include <stddef.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 
@@ -37,5 +38,15 @@ double boot_percentile(double *values, size_t count, unsigned int percent);
 
 /* CLOCK_MONOTONIC in milliseconds, fractional. */
 double boot_now_ms(void);
+
+/* The median (nearest rank) of count values, which are left as they are; 0 for none. */
+double boot_median(const double *values, size_t count);
+
+/*
+ * A benchmark's count option: a whole number in 1..max into *out, else false after a line on
+ * stderr naming prog, the flag and what it takes.
+ */
+bool boot_parse_count(const char *prog, const char *flag, const char *text, unsigned long max,
+		      unsigned int *out);
 
 #endif

@@ -30,12 +30,11 @@
 #include "cli/host_env.h"
 #include "store/guest_image.h"
 
+#define CB_PROG "cli_bench" /* the name its messages start with */
 #define CB_DEFAULT_RUNS 5
 #define CB_MAX_RUNS 100
 #define CB_DEFAULT_MEMORY_MB 256
 #define CB_MAX_MEMORY_MB 65536
-#define CB_MS_PER_SEC 1000.0
-#define CB_NS_PER_MS 1e6
 #define CB_OUTPUT_MAX 65536
 #define CB_EXIT_USAGE 2
 #define CB_HOME_TEMPLATE "voidbox-cli-bench-XXXXXX"
@@ -73,29 +72,6 @@ static void cb_usage(FILE *out)
 		CB_CLI_BESIDE, CB_DEFAULT_RUNS, CB_DEFAULT_MEMORY_MB);
 }
 
-static double cb_now_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec * CB_MS_PER_SEC + (double)ts.tv_nsec / CB_NS_PER_MS;
-}
-
-static bool cb_number(const char *flag, const char *text, unsigned long max, unsigned int *out)
-{
-	char *end;
-	unsigned long value;
-
-	errno = 0;
-	value = strtoul(text, &end, 10);
-	if (errno || end == text || *end || text[0] == '-' || value == 0 || value > max) {
-		fprintf(stderr, "cli_bench: %s takes 1..%lu, not '%s'\n", flag, max, text);
-		return false;
-	}
-	*out = (unsigned int)value;
-	return true;
-}
-
 enum cb_option {
 	CB_OPT_VOIDBOX = 1000, CB_OPT_RUNS, CB_OPT_MEMORY, CB_OPT_KERNEL, CB_OPT_INITRAMFS,
 	CB_OPT_JSON, CB_OPT_KEEP_HOME, CB_OPT_HELP,
@@ -121,9 +97,11 @@ static int cb_parse(int argc, char **argv, struct cb_options *o)
 
 		switch (c) {
 		case CB_OPT_VOIDBOX: o->voidbox = optarg; break;
-		case CB_OPT_RUNS: ok = cb_number("--runs", optarg, CB_MAX_RUNS, &o->runs); break;
+		case CB_OPT_RUNS:
+			ok = boot_parse_count(CB_PROG, "--runs", optarg, CB_MAX_RUNS, &o->runs);
+			break;
 		case CB_OPT_MEMORY:
-			ok = cb_number("--memory", optarg, CB_MAX_MEMORY_MB, &o->memory_mb);
+			ok = boot_parse_count(CB_PROG, "--memory", optarg, CB_MAX_MEMORY_MB, &o->memory_mb);
 			break;
 		case CB_OPT_KERNEL: o->kernel = optarg; break;
 		case CB_OPT_INITRAMFS: o->initramfs = optarg; break;
@@ -182,7 +160,7 @@ static int cb_run(const char *voidbox, char *const argv[], double *ms, char *out
 			strerror(errno));
 		return -1;
 	}
-	started = cb_now_ms();
+	started = boot_now_ms();
 	pid = fork();
 	if (pid == 0) {
 		int null_fd = open("/dev/null", O_RDWR | O_CLOEXEC);
@@ -197,7 +175,7 @@ static int cb_run(const char *voidbox, char *const argv[], double *ms, char *out
 	}
 	if (pid < 0 || waitpid(pid, &status, 0) != pid)
 		status = -1;
-	*ms = cb_now_ms() - started;
+	*ms = boot_now_ms() - started;
 	if (out_len)
 		cb_read_back(out_fd, out, out_len);
 	else
@@ -266,19 +244,11 @@ static int cb_measure(const struct cb_options *o, const struct guest_image_paths
 	return 0;
 }
 
-static double cb_median(const double *values, unsigned int n)
-{
-	double copy[CB_MAX_RUNS];
-
-	memcpy(copy, values, n * sizeof(*copy));
-	return boot_percentile(copy, n, 50);
-}
-
 static void cb_report(const struct cb_options *o, const struct cb_figures *fig)
 {
-	double version = cb_median(fig->version_ms, o->runs);
-	double cold = cb_median(fig->cold_ms, o->runs);
-	double restore = cb_median(fig->restore_ms, o->runs);
+	double version = boot_median(fig->version_ms, o->runs);
+	double cold = boot_median(fig->cold_ms, o->runs);
+	double restore = boot_median(fig->restore_ms, o->runs);
 	json_t *root;
 
 	printf("cli_bench: %u MiB guest, %u runs, medians of whole voidbox processes\n",

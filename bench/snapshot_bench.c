@@ -50,6 +50,7 @@
 #pragma GCC diagnostic ignored "-Wformat-truncation"
 #endif
 
+#define SB_PROG "snapshot_bench" /* the name its messages start with */
 #define SB_DEFAULT_RUNS 3u
 #define SB_DEFAULT_MEMORY_MB 256u
 #define SB_DEFAULT_CHILDREN 4u
@@ -128,21 +129,6 @@ static void sb_usage(FILE *out)
 		"4 children.\n", SB_IDLE_WAIT_S);
 }
 
-static bool sb_number(const char *flag, const char *text, unsigned long max, unsigned int *out)
-{
-	char *end;
-	unsigned long value;
-
-	errno = 0;
-	value = strtoul(text, &end, 10);
-	if (errno || end == text || *end || text[0] == '-' || value == 0 || value > max) {
-		fprintf(stderr, "snapshot_bench: %s takes 1..%lu, not '%s'\n", flag, max, text);
-		return false;
-	}
-	*out = (unsigned int)value;
-	return true;
-}
-
 enum sb_option {
 	SB_OPT_RUNS = 1000, SB_OPT_MEMORY, SB_OPT_CHILDREN, SB_OPT_KERNEL, SB_OPT_INITRAMFS,
 	SB_OPT_QEMU, SB_OPT_NO_QEMU, SB_OPT_QEMU_MACHINE, SB_OPT_CID, SB_OPT_JSON, SB_OPT_HELP,
@@ -172,19 +158,23 @@ static int sb_parse(int argc, char **argv, struct sb_options *o)
 		bool ok = true;
 
 		switch (c) {
-		case SB_OPT_RUNS: ok = sb_number("--runs", optarg, SB_MAX_RUNS, &o->runs); break;
+		case SB_OPT_RUNS:
+			ok = boot_parse_count(SB_PROG, "--runs", optarg, SB_MAX_RUNS, &o->runs);
+			break;
 		case SB_OPT_MEMORY:
-			ok = sb_number("--memory", optarg, SB_MAX_MEMORY_MB, &o->memory_mb);
+			ok = boot_parse_count(SB_PROG, "--memory", optarg, SB_MAX_MEMORY_MB, &o->memory_mb);
 			break;
 		case SB_OPT_CHILDREN:
-			ok = sb_number("--children", optarg, SB_MAX_CHILDREN, &o->children);
+			ok = boot_parse_count(SB_PROG, "--children", optarg, SB_MAX_CHILDREN, &o->children);
 			break;
 		case SB_OPT_KERNEL: o->kernel = optarg; break;
 		case SB_OPT_INITRAMFS: o->initramfs = optarg; break;
 		case SB_OPT_QEMU: o->qemu_path = optarg; break;
 		case SB_OPT_NO_QEMU: o->qemu_path = NULL; break;
 		case SB_OPT_QEMU_MACHINE: o->qemu_machine = optarg; break;
-		case SB_OPT_CID: ok = sb_number("--cid", optarg, UINT32_MAX - 1, &o->cid); break;
+		case SB_OPT_CID:
+			ok = boot_parse_count(SB_PROG, "--cid", optarg, UINT32_MAX - 1, &o->cid);
+			break;
 		case SB_OPT_JSON: o->json_path = optarg; break;
 		case SB_OPT_LOG_LEVEL: o->log_level = optarg; break;
 		case SB_OPT_HELP: sb_usage(stdout); return -1;
@@ -624,14 +614,6 @@ static int sb_qemu(const struct sb_options *o, const char *workdir, struct sb_fi
 
 /* ---- report ------------------------------------------------------------------------------ */
 
-static double sb_median(const double *values, unsigned int n)
-{
-	double copy[SB_MAX_RUNS];
-
-	memcpy(copy, values, n * sizeof(*copy));
-	return boot_percentile(copy, n, 50);
-}
-
 /* a / b, or 0 when b is not a measurement */
 static double sb_ratio(double a, double b)
 {
@@ -640,8 +622,8 @@ static double sb_ratio(double a, double b)
 
 static void sb_print(const struct sb_options *o, const struct sb_figures *f)
 {
-	double cold = sb_median(f->cold_ms, o->runs), restore = sb_median(f->restore_ms, o->runs);
-	double prefetch = sb_median(f->prefetch_ms, o->runs);
+	double cold = boot_median(f->cold_ms, o->runs), restore = boot_median(f->restore_ms, o->runs);
+	double prefetch = boot_median(f->prefetch_ms, o->runs);
 
 	printf("snapshot_bench: %u MiB guest, %u runs, medians\n", o->memory_mb, o->runs);
 	printf("  voidbox cold boot -> first exec     %9.1f ms\n", cold);
@@ -678,8 +660,8 @@ static void sb_print(const struct sb_options *o, const struct sb_figures *f)
 static int sb_write_json(const struct sb_options *o, const struct sb_figures *f)
 {
 	json_t *cold = json_array(), *restore = json_array(), *prefetch = json_array(), *root;
-	double cold_median = sb_median(f->cold_ms, o->runs);
-	double prefetch_median = sb_median(f->prefetch_ms, o->runs);
+	double cold_median = boot_median(f->cold_ms, o->runs);
+	double prefetch_median = boot_median(f->prefetch_ms, o->runs);
 	int rc;
 
 	for (unsigned int i = 0; i < o->runs; i++) {
@@ -709,7 +691,7 @@ static int sb_write_json(const struct sb_options *o, const struct sb_figures *f)
 				    json_real(f->parent_exec_ms));
 		/* the ratios the goals are stated in, from this run's medians */
 		json_object_set_new(root, "ratio_cold_over_restore",
-				    json_real(sb_ratio(cold_median, sb_median(f->restore_ms, o->runs))));
+				    json_real(sb_ratio(cold_median, boot_median(f->restore_ms, o->runs))));
 		json_object_set_new(root, "ratio_cold_over_prefetch",
 				    json_real(sb_ratio(cold_median, prefetch_median)));
 		json_object_set_new(root, "ratio_fork_over_prefetch",

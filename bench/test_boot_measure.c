@@ -82,10 +82,31 @@ static void test_percentiles_are_nearest_rank(void)
 	CHECK(boot_percentile(one, 0, 50) == 0);
 }
 
+/* The median leaves its input as it was; a count option takes 1..max and nothing else. */
+static void test_median_and_count_option(void)
+{
+	const double three[] = { 30, 10, 20 };
+	unsigned int out = 7;
+
+	CHECK(boot_median(three, 3) == 20);
+	CHECK(three[0] == 30 && three[1] == 10 && three[2] == 20);
+	CHECK(boot_median(three, 0) == 0);
+	CHECK(boot_parse_count("test", "--runs", "5", 10, &out) && out == 5);
+	CHECK(boot_parse_count("test", "--runs", "10", 10, &out) && out == 10);
+	out = 7;
+	CHECK(!boot_parse_count("test", "--runs", "11", 10, &out));
+	CHECK(!boot_parse_count("test", "--runs", "0", 10, &out));
+	CHECK(!boot_parse_count("test", "--runs", "-1", 10, &out));
+	CHECK(!boot_parse_count("test", "--runs", "3x", 10, &out));
+	CHECK(!boot_parse_count("test", "--runs", "", 10, &out));
+	CHECK(out == 7);
+}
+
 int main(void)
 {
 	RUN_TEST(test_smaps_subtracts_the_guest_mapping);
 	RUN_TEST(test_smaps_without_guest_mapping_is_refused);
 	RUN_TEST(test_percentiles_are_nearest_rank);
+	RUN_TEST(test_median_and_count_option);
 	return harness_finish();
 }
