@@ -235,4 +235,41 @@ static inline int probe_memory_has(pid_t pid, const char *marker)
 	return found ? 1 : read_any ? 0 : -1;
 }
 
+/* What fd (a file, read from its start) holds so far, NUL-terminated into buf. */
+static inline void probe_read_so_far(int fd, char *buf, size_t len)
+{
+	ssize_t got = pread(fd, buf, len - 1, 0);
+
+	buf[got > 0 ? got : 0] = '\0';
+}
+
+/* The children of pid whose /proc/PID/comm is name, up to max of them into out; how many. */
+static inline int probe_children_named(pid_t pid, const char *name, pid_t *out, int max)
+{
+	char path[PROBE_PATH_MAX], children[PROBE_ENVIRON_MAX / 64] = "", comm[PROBE_PATH_MAX];
+	char *cursor = children, *end;
+	int found = 0;
+	FILE *file;
+
+	snprintf(path, sizeof(path), "/proc/%d/task/%d/children", (int)pid, (int)pid);
+	file = fopen(path, "re");
+	if (!file)
+		return 0;
+	if (!fgets(children, sizeof(children), file))
+		children[0] = '\0';
+	fclose(file);
+	for (long child = strtol(cursor, &end, 10); end != cursor && found < max;
+	     cursor = end, child = strtol(cursor, &end, 10)) {
+		snprintf(path, sizeof(path), "/proc/%ld/comm", child);
+		file = fopen(path, "re");
+		if (!file)
+			continue;
+		if (fgets(comm, sizeof(comm), file) && strcspn(comm, "\n") == strlen(name) &&
+		    strncmp(comm, name, strlen(name)) == 0)
+			out[found++] = (pid_t)child;
+		fclose(file);
+	}
+	return found;
+}
+
 #endif

@@ -1020,42 +1020,6 @@ static pid_t spawn_unprivileged_cli(const char *home, int out_fd, int err_fd)
 	_exit(127);
 }
 
-/* The first child of pid whose /proc/PID/comm is VMM_PROCESS_NAME, or 0. */
-static pid_t find_vmm_child(pid_t pid)
-{
-	char path[PROBE_PATH_MAX], children[PROBE_PATH_MAX * 4] = "", comm[PROBE_PATH_MAX] = "";
-	char *cursor = children, *end;
-	FILE *file;
-
-	snprintf(path, sizeof(path), "/proc/%d/task/%d/children", (int)pid, (int)pid);
-	file = fopen(path, "re");
-	if (!file)
-		return 0;
-	if (!fgets(children, sizeof(children), file))
-		children[0] = '\0';
-	fclose(file);
-	for (long child = strtol(cursor, &end, 10); end != cursor;
-	     cursor = end, child = strtol(cursor, &end, 10)) {
-		snprintf(path, sizeof(path), "/proc/%ld/comm", child);
-		file = fopen(path, "re");
-		if (file && fgets(comm, sizeof(comm), file) && strcmp(comm, VMM_PROCESS_NAME "\n") == 0) {
-			fclose(file);
-			return (pid_t)child;
-		}
-		if (file)
-			fclose(file);
-	}
-	return 0;
-}
-
-/* What fd (a file from the start) holds so far. */
-static void read_file_so_far(int fd, char *buf, size_t len)
-{
-	ssize_t got = pread(fd, buf, len - 1, 0);
-
-	buf[got > 0 ? got : 0] = '\0';
-}
-
 /*
  * A user without privileges runs a VM as root does, and its VMM process is jailed all the
  * same, through a user namespace of its own that maps only that user: its own mount
@@ -1112,8 +1076,9 @@ static void test_cli_unprivileged_user_vm_jailed_in_user_namespace(void)
 	deadline = now.tv_sec + TEST_UNPRIVILEGED_WAIT_S;
 	while (cli > 0 && !reaped && clock_gettime(CLOCK_MONOTONIC, &now) == 0 &&
 	       now.tv_sec < deadline && !(reaped = waitpid(cli, &wstatus, WNOHANG) == cli)) {
-		read_file_so_far(out_fd, out, sizeof(out));
-		if (strstr(out, TEST_UNPRIVILEGED_MARKER) && (vmm = find_vmm_child(cli)) > 0)
+		probe_read_so_far(out_fd, out, sizeof(out));
+		if (strstr(out, TEST_UNPRIVILEGED_MARKER) &&
+		    probe_children_named(cli, VMM_PROCESS_NAME, &vmm, 1) == 1)
 			break;
 		nanosleep(&poll, NULL);
 	}
@@ -1151,8 +1116,8 @@ static void test_cli_unprivileged_user_vm_jailed_in_user_namespace(void)
 		waitpid(cli, &wstatus, 0);
 		wstatus = -1;
 	}
-	read_file_so_far(out_fd, out, sizeof(out));
-	read_file_so_far(err_fd, err, sizeof(err));
+	probe_read_so_far(out_fd, out, sizeof(out));
+	probe_read_so_far(err_fd, err, sizeof(err));
 	CHECK(reaped && WIFEXITED(wstatus) && WEXITSTATUS(wstatus) == 0);
 	CHECK_STR_EQ(out, TEST_UNPRIVILEGED_MARKER "\ndone\n");
 	if (!reaped || !WIFEXITED(wstatus) || WEXITSTATUS(wstatus) != 0 || vmm <= 0)

@@ -276,39 +276,6 @@ static void test_exec_from_snapshot(void)
 	printf("restore + exec: %.0f ms, %.0f ms (cold %.0f ms)\n", r.ms, again.ms, cold_ms);
 }
 
-/* The children of pid named VMM_PROCESS_NAME, up to max of them into out; how many. */
-static int find_vmm_children(pid_t pid, pid_t *out, int max)
-{
-	char path[PROBE_PATH_MAX], children[TEST_ERR_MAX] = "", comm[PROBE_PATH_MAX];
-	char *cursor = children, *end;
-	int fd, found = 0;
-
-	snprintf(path, sizeof(path), "/proc/%d/task/%d/children", (int)pid, (int)pid);
-	fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0)
-		return 0;
-	read_back(fd, children, sizeof(children));
-	for (long child = strtol(cursor, &end, 10); end != cursor && found < max;
-	     cursor = end, child = strtol(cursor, &end, 10)) {
-		snprintf(path, sizeof(path), "/proc/%ld/comm", child);
-		fd = open(path, O_RDONLY | O_CLOEXEC);
-		if (fd < 0)
-			continue;
-		read_back(fd, comm, sizeof(comm));
-		if (strcmp(comm, VMM_PROCESS_NAME "\n") == 0)
-			out[found++] = (pid_t)child;
-	}
-	return found;
-}
-
-/* What a file the CLI writes holds so far. */
-static void read_so_far(int fd, char *buf, size_t len)
-{
-	ssize_t got = pread(fd, buf, len - 1, 0);
-
-	buf[got > 0 ? got : 0] = '\0';
-}
-
 /*
  * Runs voidbox with args, whose guests sleep once they run; once its output (stdout or the
  * log on stderr) holds marker, which it prints only after every VM has started, checks that
@@ -328,10 +295,10 @@ static void check_cli_vms_confined(const char *const *args, const char *marker, 
 
 	CHECK(cli > 0);
 	while (cli > 0 && now_ms() < deadline && waitpid(cli, NULL, WNOHANG) == 0) {
-		read_so_far(out_fd, out, sizeof(out));
-		read_so_far(err_fd, err, sizeof(err));
+		probe_read_so_far(out_fd, out, sizeof(out));
+		probe_read_so_far(err_fd, err, sizeof(err));
 		if ((strstr(out, marker) || strstr(err, marker)) &&
-		    (found = find_vmm_children(cli, vmms, TEST_VMM_MAX)) >= want)
+		    (found = probe_children_named(cli, VMM_PROCESS_NAME, vmms, TEST_VMM_MAX)) >= want)
 			break;
 		nanosleep(&poll, NULL);
 	}
