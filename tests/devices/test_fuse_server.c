@@ -306,6 +306,21 @@ static uint64_t create(struct fx *f, uint64_t parent, const char *name, uint32_t
 	return entry.nodeid;
 }
 
+/* The open_flags a CREATE of name with flags answers (the reply's fuse_open_out). */
+static uint32_t created_open_flags(struct fx *f, const char *name, uint32_t flags)
+{
+	struct fuse_create_in in = { .flags = flags, .mode = S_IFREG | TEST_MODE_FILE };
+	struct fuse_open_out open_out = { 0 };
+
+	call(f, FUSE_CREATE, TEST_ROOT, &in, sizeof(in), name, strlen(name) + 1, NULL, 0);
+	CHECK_INT_EQ(f->error, 0);
+	if (f->error)
+		return UINT32_MAX;
+	memcpy(&open_out, (uint8_t *)payload(f) + sizeof(struct fuse_entry_out),
+	       sizeof(open_out));
+	return open_out.open_flags;
+}
+
 static uint64_t open_node(struct fx *f, uint64_t node, uint32_t flags)
 {
 	struct fuse_open_in in = { .flags = flags };
@@ -1066,6 +1081,28 @@ static void test_cache_hints(void)
 	fx_free(&f);
 }
 
+/*
+ * A new file opened write-only is written past the guest's page cache (FOPEN_DIRECT_IO); one
+ * opened for reading too keeps the cache (it may be mmapped). The data lands either way.
+ */
+static void test_create_write_only_direct(void)
+{
+	struct fx f;
+	uint64_t fh = 0, node;
+
+	CHECK_INT_EQ(fx_init(&f, FUSE_SERVER_READ_WRITE), 0);
+	CHECK_INT_EQ(created_open_flags(&f, "out.o", O_WRONLY | O_CREAT | O_TRUNC),
+		     FOPEN_DIRECT_IO);
+	CHECK_INT_EQ(created_open_flags(&f, "db", O_RDWR | O_CREAT) & FOPEN_DIRECT_IO, 0);
+	CHECK_INT_EQ(created_open_flags(&f, "lock", O_RDONLY | O_CREAT) & FOPEN_DIRECT_IO, 0);
+	node = lookup(&f, TEST_ROOT, "out.o", NULL);
+	CHECK(node != 0);
+	write_fh(&f, node, fh, 0, TEST_GUEST_TEXT);
+	CHECK_INT_EQ(f.error, 0);
+	CHECK_STR_EQ(host_read(&f, "out.o"), TEST_GUEST_TEXT);
+	fx_free(&f);
+}
+
 /* The host file's permission bits, or 0 when it cannot be read. */
 static mode_t host_mode(struct fx *f, const char *name)
 {
@@ -1748,6 +1785,7 @@ int main(int argc, char **argv)
 	RUN_TEST(test_confinement);
 	RUN_TEST(test_read_only_share);
 	RUN_TEST(test_cache_hints);
+	RUN_TEST(test_create_write_only_direct);
 	RUN_TEST(test_kill_suidgid);
 	RUN_TEST(test_malformed_requests);
 	RUN_TEST(test_handle_limit);
