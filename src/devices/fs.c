@@ -38,6 +38,7 @@
 #include "common/log.h"
 #include "devices/virtio_attach.h"
 #include "vmm/device.h"
+#include "vmm/placement.h"
 #include "vmm/thread_filter.h"
 
 /* The worker's name in /proc/PID/task (at most 15 bytes). */
@@ -61,6 +62,8 @@ struct fs_device {
 	enum fuse_server_access access;
 	enum fs_worker_mode mode;
 	bool confine_worker;
+	cpu_set_t worker_cpus; /* valid when worker_floats */
+	bool worker_floats;
 	int kick_fd;
 	pthread_t worker;
 	bool worker_started;
@@ -168,6 +171,8 @@ static void *fs_worker_main(void *arg)
 	struct fs_device *dev = arg;
 	uint64_t kicks;
 
+	/* before the filter: setting affinity is not among the share role's calls */
+	vm_placement_float_thread(dev->worker_floats ? &dev->worker_cpus : NULL);
 	if (dev->confine_worker)
 		fs_worker_restrict_files(dev);
 	vmm_thread_enter(VMM_THREAD_SHARE_WORKER, FS_WORKER_THREAD_NAME, dev->confine_worker);
@@ -297,6 +302,10 @@ struct fs_device *fs_device_create(const struct fs_device_config *cfg, char *err
 	dev->kick_fd = -1;
 	dev->mode = cfg->worker_mode;
 	dev->confine_worker = cfg->confine_worker;
+	if (cfg->worker_cpus) {
+		dev->worker_cpus = *cfg->worker_cpus;
+		dev->worker_floats = true;
+	}
 	dev->access = cfg->access;
 	atomic_init(&dev->stopping, false);
 	snprintf(dev->tag, sizeof(dev->tag), "%s", cfg->tag);
@@ -472,7 +481,8 @@ static int fs_vm_attach(struct vm *vm, const char *tag, const char *host_dir,
 {
 	struct fs_device_config cfg = { .tag = tag, .host_dir = host_dir, .access = access,
 					.worker_mode = FS_WORKER_THREAD,
-					.confine_worker = vm_thread_filters_on(vm) };
+					.confine_worker = vm_thread_filters_on(vm),
+					.worker_cpus = vm_stream_worker_cpus(vm) };
 	char what[PATH_MAX + sizeof("the share ")];
 	const struct virtio_attach spec = {
 		.type = &fs_device_type, .what = what, .create = fs_attach_create, .ctx = &cfg,

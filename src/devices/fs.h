@@ -8,6 +8,7 @@
 #ifndef VOIDBOX_DEVICES_FS_H
 #define VOIDBOX_DEVICES_FS_H
 
+#include <sched.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -38,6 +39,8 @@ struct fs_device_config {
 	struct irq_line irq;
 	enum fs_worker_mode worker_mode;
 	bool confine_worker; /* the worker installs its seccomp filter (vmm/thread_filter.h) */
+	/* the CPUs the worker runs on (vm_stream_worker_cpus); NULL: its creator's */
+	const cpu_set_t *worker_cpus;
 };
 
 struct fs_device;

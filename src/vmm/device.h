@@ -13,6 +13,7 @@
 #ifndef VOIDBOX_VMM_DEVICE_H
 #define VOIDBOX_VMM_DEVICE_H
 
+#include <sched.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -127,6 +128,12 @@ void vm_guest_requested_reset(struct vm *vm);
  * off. 0 or -errno (the caller keeps the slower MMIO path then).
  */
 int vm_bind_doorbell(struct vm *vm, uint64_t addr, uint32_t len, int fd);
+/*
+ * Inside a device's create: the CPUs a streaming worker runs on instead of the VM's one
+ * (vm_placement_float_thread), or NULL when the VM's threads are not pinned. The set lives
+ * only until create returns: a device copies it.
+ */
+const cpu_set_t *vm_stream_worker_cpus(const struct vm *vm);
 /* Whether device threads install their seccomp filters (vmm/thread_filter.h). */
 bool vm_thread_filters_on(const struct vm *vm);
 /* The vsock device records the guest's CID here; the VM saves it as its identity. */

@@ -54,6 +54,17 @@ void vm_placement_enter(struct vm_placement *placement, int cpu)
 	placement->pinned = true;
 }
 
+void vm_placement_float_thread(const cpu_set_t *cpus)
+{
+	int rc;
+
+	if (!cpus)
+		return;
+	rc = pthread_setaffinity_np(pthread_self(), sizeof(*cpus), cpus);
+	if (rc != 0)
+		log_debug("vm", "a streaming worker stays on the VM's CPU: %s", strerror(rc));
+}
+
 void vm_placement_leave(struct vm_placement *placement)
 {
 	if (placement->pinned)

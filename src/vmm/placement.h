@@ -6,6 +6,8 @@
  * nested virtualization (docs/performance.md, host directory mounts). So the vCPU thread and
  * every device worker of a one-vCPU VM are created pinned to one host CPU; VMs created one
  * after another take the allowed CPUs in turn. A VM with more vCPUs is left to the scheduler.
+ * The virtio-fs worker is the exception (vm_placement_float_thread): its requests carry up to
+ * 1 MiB of data, and on a CPU of its own it copies one while the guest copies the next.
  *
  * Threads inherit their creator's affinity, so the VM pins the creating thread around the
  * code that makes its threads (devices, vCPUs) and gives it its own affinity back after.
@@ -31,5 +33,15 @@ int vm_placement_choose(unsigned int vcpus);
 /* Pins the calling thread to cpu (nothing for VM_PLACEMENT_NONE) until vm_placement_leave. */
 void vm_placement_enter(struct vm_placement *placement, int cpu);
 void vm_placement_leave(struct vm_placement *placement);
+/*
+ * A device worker that streams data rather than answering one small request at a time (the
+ * virtio-fs worker: a 1 MiB READ or WRITE is a host copy as long as the guest's) gives the
+ * VM's CPU back: it runs on cpus, the CPUs its creator had before the pin, so the host copies
+ * one request while the vCPU copies the last in the guest. A worker whose request wakes it
+ * while the vCPU waits still tends to run on the vCPU's idle CPU (the scheduler wakes a thread
+ * near its waker), so small requests keep most of the pin's benefit (docs/performance.md,
+ * "host directory mounts"). Called by the worker thread itself; cpus NULL: nothing.
+ */
+void vm_placement_float_thread(const cpu_set_t *cpus);
 
 #endif

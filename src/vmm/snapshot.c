@@ -697,7 +697,9 @@ static int snapshot_restore_devices(struct snapshot_restore_ctx *ctx)
 		if (rc < 0)
 			return rc;
 		vm_placement_enter(&placement, vm->placement_cpu); /* workers inherit it */
+		vm->creator_cpus = placement.pinned ? &placement.saved : NULL;
 		rc = type->create(vm, &cfg, &section, ctx->err, ctx->errlen);
+		vm->creator_cpus = NULL;
 		vm_placement_leave(&placement);
 		if (rc == 0 && (vm->device_count != i + 1 || vm->devices[i].type != type)) {
 			snprintf(ctx->err, ctx->errlen, "internal error: the %s device did not "

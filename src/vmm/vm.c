@@ -283,8 +283,10 @@ int vm_create_devices(struct vm *vm, const struct vm_config *cfg, char *err, siz
 	int rc = 0;
 
 	vm_placement_enter(&placement, vm->placement_cpu); /* device workers inherit it */
+	vm->creator_cpus = placement.pinned ? &placement.saved : NULL;
 	for (size_t i = 0; vm_device_types[i] && rc == 0; i++)
 		rc = vm_device_types[i]->create(vm, cfg, NULL, err, errlen);
+	vm->creator_cpus = NULL;
 	vm_placement_leave(&placement);
 	return rc;
 }
@@ -328,6 +330,11 @@ int vm_bind_doorbell(struct vm *vm, uint64_t addr, uint32_t len, int fd)
 	if (vm->started)
 		return -EBUSY;
 	return ioctl(vm->kvm.vm_fd, KVM_IOEVENTFD, &doorbell) < 0 ? -errno : 0;
+}
+
+const cpu_set_t *vm_stream_worker_cpus(const struct vm *vm)
+{
+	return vm->creator_cpus;
 }
 
 bool vm_thread_filters_on(const struct vm *vm)

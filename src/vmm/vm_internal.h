@@ -41,6 +41,8 @@ struct vm {
 	bool no_doorbells;  /* vm_config.no_doorbells */
 	bool no_thread_filters; /* vm_config.no_thread_filters */
 	int placement_cpu;	/* the host CPU of its threads; VM_PLACEMENT_NONE: any */
+	/* while devices are created pinned: the creator's own CPUs (vm_stream_worker_cpus) */
+	const cpu_set_t *creator_cpus;
 	struct acpi_virtio_device virtio[VM_VIRTIO_MMIO_MAX_SLOTS];
 	bool virtio_attached[VM_VIRTIO_MMIO_MAX_SLOTS];
 	size_t virtio_count;
