@@ -146,14 +146,20 @@ out:
 	return err;
 }
 
-static void server_shutdown_request(const struct agent_context *ctx)
+/*
+ * Syncs, then ends the connection the Shutdown came on, then powers off: the host takes the
+ * connection's end as "the guest's file systems are flushed" and stops the VM there, without
+ * waiting for the rest of the kernel's poweroff (docs/protocol.md, Shutdown).
+ */
+static void server_shutdown_request(struct agent_conn *conn)
 {
-	if (!ctx->is_pid1) {
+	if (!conn->ctx->is_pid1) {
 		agent_info("Shutdown requested; not PID 1, so the agent keeps running");
 		return;
 	}
 	agent_log_emergency("Shutdown requested: syncing and powering off");
 	sync();
+	shutdown(conn->fd, SHUT_RDWR);
 	reboot(RB_POWER_OFF);
 	agent_log_emergency("power off failed: %s", strerror(errno));
 }
@@ -180,7 +186,7 @@ static int server_dispatch(struct agent_conn *conn, const struct agent_frame *fr
 		conn_send(conn, PROTO_MSG_SNAPSHOT_READY, frame->request_id, NULL, 0);
 		return 0;
 	case PROTO_MSG_SHUTDOWN:
-		server_shutdown_request(conn->ctx);
+		server_shutdown_request(conn);
 		return 0;
 	case PROTO_MSG_PTY_OPEN:
 		return pty_open(conn, frame->request_id, frame->payload, frame->len);

@@ -105,7 +105,8 @@ struct channel_conn {
 	void (*reader_start)(void);  /* control_channel_config.reader_start */
 	pthread_mutex_t lock;        /* slots, dead, reason, queued_bytes */
 	pthread_mutex_t write_lock;  /* one frame at a time on the socket */
-	pthread_cond_t queue_space;  /* the reader waits here while the stream queues are full */
+	pthread_cond_t queue_space;  /* the reader waits here while the stream queues are full,
+				      * control_channel_shutdown until the end (CLOCK_MONOTONIC) */
 	size_t queued_bytes;         /* sum over this connection's slot queues */
 	bool dead;
 	bool closing;                /* retired on purpose: its end is not worth a warning */
@@ -358,6 +359,7 @@ static void *conn_reader_run(void *arg)
 static int conn_start(int fd, void (*reader_start)(void), struct channel_conn **out)
 {
 	struct channel_conn *conn = calloc(1, sizeof(*conn));
+	pthread_condattr_t attr;
 	int rc;
 
 	if (!conn) {
@@ -369,7 +371,10 @@ static int conn_start(int fd, void (*reader_start)(void), struct channel_conn **
 	conn->reader_start = reader_start;
 	pthread_mutex_init(&conn->lock, NULL);
 	pthread_mutex_init(&conn->write_lock, NULL);
-	pthread_cond_init(&conn->queue_space, NULL);
+	pthread_condattr_init(&attr);
+	pthread_condattr_setclock(&attr, CLOCK_MONOTONIC); /* control_channel_shutdown's wait */
+	pthread_cond_init(&conn->queue_space, &attr);
+	pthread_condattr_destroy(&attr);
 	rc = pthread_create(&conn->reader, NULL, conn_reader_run, conn);
 	if (rc) {
 		conn_put(conn);
@@ -1095,7 +1100,29 @@ void control_channel_set_secret(struct control_channel *ch,
 }
 
 /* Only over a live connection: a teardown never waits for a reconnect to a dead guest. */
-int control_channel_shutdown(struct control_channel *ch)
+/* Waits until conn is dead (the reader saw its end) or timeout_ms pass; whether it is. */
+static bool conn_wait_dead(struct channel_conn *conn, int timeout_ms)
+{
+	struct timespec deadline;
+	bool dead;
+	int rc = 0;
+
+	clock_gettime(CLOCK_MONOTONIC, &deadline);
+	deadline.tv_sec += timeout_ms / 1000;
+	deadline.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
+	if (deadline.tv_nsec >= 1000000000L) {
+		deadline.tv_sec++;
+		deadline.tv_nsec -= 1000000000L;
+	}
+	pthread_mutex_lock(&conn->lock);
+	while (!conn->dead && rc == 0)
+		rc = pthread_cond_timedwait(&conn->queue_space, &conn->lock, &deadline);
+	dead = conn->dead;
+	pthread_mutex_unlock(&conn->lock);
+	return dead;
+}
+
+int control_channel_shutdown(struct control_channel *ch, int timeout_ms)
 {
 	struct channel_conn *conn = channel_current(ch);
 	int rc;
@@ -1104,8 +1131,12 @@ int control_channel_shutdown(struct control_channel *ch)
 		return control_channel_fail(-ENOTCONN, "no live control connection to send "
 					    "Shutdown on; the VM is stopped instead");
 	rc = conn_send(conn, PROTO_MSG_SHUTDOWN, channel_next_request_id(ch), NULL, 0);
-	if (rc == 0)
-		conn_expect_end(conn); /* the guest now powers off */
+	if (rc == 0) {
+		conn_expect_end(conn); /* the guest now syncs, ends it and powers off */
+		if (!conn_wait_dead(conn, timeout_ms))
+			rc = control_channel_fail(-ETIMEDOUT, "the guest did not end its connection "
+						  "after Shutdown; the VM is stopped");
+	}
 	conn_put(conn);
 	return rc;
 }

@@ -125,8 +125,14 @@ int control_channel_connect_rekey(struct control_channel *ch, const void *doc, s
 /* The secret later connections authenticate with (after a rekey); the current one stays. */
 void control_channel_set_secret(struct control_channel *ch,
 				const uint8_t secret[PROTO_SECRET_SIZE]);
-/* Sends Shutdown (the agent powers the VM off); nothing answers it. */
-int control_channel_shutdown(struct control_channel *ch);
+/*
+ * Sends Shutdown (the agent syncs and powers the VM off; nothing answers it) and waits up to
+ * timeout_ms for the guest to end the connection, which the agent does once its sync has
+ * returned, before the kernel's poweroff. 0 when it ended (the guest's file systems are
+ * flushed: the caller may stop the VM at once), -ETIMEDOUT when it did not, -ENOTCONN or
+ * another -errno when Shutdown could not be sent.
+ */
+int control_channel_shutdown(struct control_channel *ch, int timeout_ms);
 
 /*
  * Subscribes to telemetry and calls on_batch for each batch on the calling thread until

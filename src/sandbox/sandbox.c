@@ -51,7 +51,7 @@
 /* The agent brings eth0 up when the command line carries this (guest/agent/netcfg.h). */
 #define SANDBOX_NETWORK_CMDLINE "voidbox.network=1"
 #define SANDBOX_CMDLINE_MAX 2048
-/* how long a guest gets to power off after the Shutdown RPC before the VM is stopped */
+/* how long a guest gets to sync and end its connection after Shutdown before it is stopped */
 #define SANDBOX_SHUTDOWN_GRACE_MS 2000
 #define SANDBOX_RUNTIME_FALLBACK_BASE "/tmp"
 /* A fork's directory: one private directory per sandbox on tmpfs, one beneath it per fork. */
@@ -720,14 +720,17 @@ static void sandbox_remove_runtime_dir(struct sandbox *sandbox, bool keep_serial
 
 void sandbox_destroy(struct sandbox *sandbox, bool keep_serial_log)
 {
-	enum vm_exit_reason reason;
-
 	if (!sandbox)
 		return;
 	if ((sandbox->vm || sandbox->vmm_proc) && !sandbox_vm_ended(sandbox) && sandbox->channel) {
-		/* a clean guest poweroff flushes the guest's filesystems first */
-		if (control_channel_shutdown(sandbox->channel) == 0)
-			sandbox_vm_wait(sandbox, SANDBOX_SHUTDOWN_GRACE_MS, &reason);
+		/*
+		 * The agent flushes the guest's file systems, ends the connection and powers
+		 * off: once the connection has ended the VM is stopped at once, since the rest
+		 * of the kernel's poweroff writes nothing (an agent that ends it only when the VM
+		 * has gone costs what it did before).
+		 */
+		if (control_channel_shutdown(sandbox->channel, SANDBOX_SHUTDOWN_GRACE_MS) < 0)
+			log_debug(SANDBOX_LOG, "%s", control_channel_last_error());
 	}
 	if (sandbox->channel)
 		control_channel_destroy(sandbox->channel);

@@ -17,6 +17,9 @@
 
 /* the liveness check's answer time in the tests that exercise it */
 #define TEST_LIVENESS_MS 1000
+/* a Shutdown the fake agent answers by ending the connection, and one it never answers */
+#define TEST_SHUTDOWN_LONG_WAIT_MS 5000
+#define TEST_SHUTDOWN_WAIT_MS 300
 #define FAKE_MAX_CONNECTIONS 64
 #define FAKE_CONCURRENT_CALLS 16
 #define FAKE_SHORT_DEADLINE_MS 400
@@ -286,6 +289,11 @@ static void *fake_serve(void *arg)
 		if (fc->agent->mode == FAKE_SILENT) {
 			proto_frame_free(&frame);
 			continue;
+		}
+		if (frame.type == PROTO_MSG_SHUTDOWN) {
+			/* as the agent as PID 1: sync, then end the connection, then power off */
+			proto_frame_free(&frame);
+			break;
 		}
 		if (fc->agent->mode == FAKE_DIE_ON_EXEC && frame.type == PROTO_MSG_EXEC_REQUEST) {
 			proto_frame_free(&frame);
@@ -901,18 +909,35 @@ static void test_cancel_wakes_paused_reader(void)
 	fake_finish(&agent);
 }
 
-/* Shutdown goes over a live connection only: with none it neither connects nor waits. */
+/*
+ * Shutdown goes over a live connection only: with none it neither connects nor waits. Over
+ * one, it returns once the agent has ended the connection (after its sync), and gives up
+ * with -ETIMEDOUT on an agent that keeps it.
+ */
 static void test_shutdown_never_reconnects(void)
 {
 	struct fake_agent agent;
 	struct control_channel *ch;
+	long long start;
 
 	fake_init(&agent, FAKE_NORMAL);
 	ch = channel_for(&agent, 0);
-	CHECK_INT_EQ(control_channel_shutdown(ch), -ENOTCONN);
+	CHECK_INT_EQ(control_channel_shutdown(ch, TEST_SHUTDOWN_WAIT_MS), -ENOTCONN);
 	CHECK_INT_EQ(atomic_load(&agent.connections), 0);
 	CHECK_INT_EQ(control_channel_connect(ch), 0);
-	CHECK_INT_EQ(control_channel_shutdown(ch), 0);
+	start = now_ms();
+	CHECK_INT_EQ(control_channel_shutdown(ch, TEST_SHUTDOWN_LONG_WAIT_MS), 0);
+	CHECK(now_ms() - start < TEST_SHUTDOWN_LONG_WAIT_MS);
+	control_channel_destroy(ch);
+	fake_finish(&agent);
+
+	fake_init(&agent, FAKE_SILENT);
+	ch = channel_for(&agent, 0);
+	CHECK_INT_EQ(control_channel_connect(ch), 0);
+	start = now_ms();
+	CHECK_INT_EQ(control_channel_shutdown(ch, TEST_SHUTDOWN_WAIT_MS), -ETIMEDOUT);
+	CHECK(now_ms() - start >= TEST_SHUTDOWN_WAIT_MS - 1);
+	CHECK(strstr(control_channel_last_error(), "did not end its connection") != NULL);
 	control_channel_destroy(ch);
 	fake_finish(&agent);
 }

@@ -834,7 +834,8 @@ static void test_guest_poweroff_ends_vm(void)
 {
 	enum vm_exit_reason reason = VM_EXIT_NONE;
 
-	CHECK_INT_EQ(control_channel_shutdown(sandbox_channel(test_vm)), 0);
+	/* 0: the agent synced and ended the connection; the guest then powers off by itself */
+	CHECK_INT_EQ(control_channel_shutdown(sandbox_channel(test_vm), TEST_POWEROFF_WAIT_MS), 0);
 	CHECK_INT_EQ(sandbox_wait_exit(test_vm, TEST_POWEROFF_WAIT_MS, &reason), 0);
 	CHECK_INT_EQ(reason, VM_EXIT_GUEST_POWEROFF);
 }
