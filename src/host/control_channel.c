@@ -1103,17 +1103,10 @@ void control_channel_set_secret(struct control_channel *ch,
 /* Waits until conn is dead (the reader saw its end) or timeout_ms pass; whether it is. */
 static bool conn_wait_dead(struct channel_conn *conn, int timeout_ms)
 {
-	struct timespec deadline;
+	struct timespec deadline = clock_deadline_after_ms(timeout_ms);
 	bool dead;
 	int rc = 0;
 
-	clock_gettime(CLOCK_MONOTONIC, &deadline);
-	deadline.tv_sec += timeout_ms / 1000;
-	deadline.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
-	if (deadline.tv_nsec >= 1000000000L) {
-		deadline.tv_sec++;
-		deadline.tv_nsec -= 1000000000L;
-	}
 	pthread_mutex_lock(&conn->lock);
 	while (!conn->dead && rc == 0)
 		rc = pthread_cond_timedwait(&conn->queue_space, &conn->lock, &deadline);
