@@ -26,7 +26,10 @@
  * closed when the node is forgotten, when FUSE_IO_FDS_MAX are open (the least recently used
  * node's, from a list, as the O_PATH fds are), or when the process runs out of fds (the cache
  * is only a cache: a closed one reopens). FUSE_ATOMIC_O_TRUNC is not offered, since no OPEN carries
- * O_TRUNC: an open(O_TRUNC) reaches the server as a SETATTR of the size.
+ * O_TRUNC: an open(O_TRUNC) reaches the server as a SETATTR of the size. A write-only CREATE
+ * is written past the guest's page cache (FOPEN_DIRECT_IO), and every guest write moves the
+ * modification time the guest is shown (node_shown_mtime): that is how a reader's cached pages
+ * of the file learn they are stale.
  *
  * Snapshots save every node's path relative to the share, read back from the O_PATH fd's
  * /proc link (the kernel follows renames for us; a closed fd is reopened first); a node whose
@@ -141,8 +144,14 @@ struct fuse_inode {
 	mode_t type; /* S_IFMT bits */
 	uint32_t hash_next;
 	int io_fd[FUSE_IO_ACCESSES]; /* regular files: O_RDONLY and O_WRONLY fds, or -1 */
+	/* the modification time the guest is shown (node_shown_mtime); not in snapshots */
+	struct timespec host_mtime;  /* the host's, at the last answer */
+	struct timespec shown_mtime; /* what that answer showed */
+	bool written;                /* the guest changed the data since */
 };
 
+/* No host modification time seen yet (tv_nsec is never negative in a real one). */
+#define FUSE_MTIME_UNSEEN ((struct timespec){ .tv_sec = 0, .tv_nsec = -1 })
 #define FUSE_LIST_LINK_NONE ((struct fuse_list_link){ .prev = FUSE_NO_SLOT, .next = FUSE_NO_SLOT })
 #define FUSE_INODE_EMPTY                                                                     \
 	((struct fuse_inode){ .fd = -1,                                                        \
@@ -152,7 +161,8 @@ struct fuse_inode {
 					[FUSE_LIST_IO_FD] = { .prev = FUSE_NO_SLOT,            \
 							      .next = FUSE_NO_SLOT } },        \
 			      .hash_next = FUSE_NO_SLOT,                                       \
-			      .io_fd = { -1, -1 } })
+			      .io_fd = { -1, -1 },                                             \
+			      .host_mtime = FUSE_MTIME_UNSEEN })
 
 enum fuse_handle_kind { FUSE_HANDLE_FREE, FUSE_HANDLE_FILE, FUSE_HANDLE_DIR };
 
@@ -860,13 +870,43 @@ static uint64_t cache_timeout(const struct fuse_server *s)
 						  : FUSE_CACHE_TIMEOUT_SEC;
 }
 
-static void entry_fill(const struct fuse_server *s, uint32_t slot, const struct stat *st,
+/*
+ * The modification time the guest is shown for slot's file, in place of st's. The guest keeps
+ * a file's cached pages until a refresh of its attributes shows another size or modification
+ * time than it knows. Its own writes have told it the new size already, so a guest write that
+ * left the host's mtime where the last answer put it (both in one tick of the host's clock)
+ * would leave another reader's cached pages of the file stale for good: after such a write
+ * the next answer shows the mtime one nanosecond past the last one shown. Any other change of
+ * the host's mtime (a later tick, a `touch` into the past) is shown as it is.
+ */
+static void node_shown_mtime(struct fuse_server *s, uint32_t slot, struct stat *st)
+{
+	struct fuse_inode *node = &s->inodes[slot];
+	bool host_same = st->st_mtim.tv_sec == node->host_mtime.tv_sec &&
+			 st->st_mtim.tv_nsec == node->host_mtime.tv_nsec;
+
+	if (!host_same) {
+		node->shown_mtime = st->st_mtim;
+	} else if (node->written) {
+		node->shown_mtime.tv_nsec++;
+		if (node->shown_mtime.tv_nsec >= FUSE_NSEC_PER_SEC) {
+			node->shown_mtime.tv_sec++;
+			node->shown_mtime.tv_nsec = 0;
+		}
+	}
+	node->host_mtime = st->st_mtim;
+	node->written = false;
+	st->st_mtim = node->shown_mtime;
+}
+
+static void entry_fill(struct fuse_server *s, uint32_t slot, struct stat *st,
 		       struct fuse_entry_out *entry)
 {
 	*entry = (struct fuse_entry_out){ .nodeid = slot + 1ull,
 					  .generation = s->inodes[slot].generation,
 					  .entry_valid = cache_timeout(s),
 					  .attr_valid = cache_timeout(s) };
+	node_shown_mtime(s, slot, st);
 	attr_from_stat(s, st, &entry->attr);
 }
 
@@ -1100,14 +1140,19 @@ static int op_batch_forget(struct fuse_op_ctx *ctx)
 	return 0;
 }
 
+/* The attributes of the request's node, whose fd is fd. */
 static int reply_attr_of_fd(struct fuse_op_ctx *ctx, int fd)
 {
 	struct fuse_attr_out out = { .attr_valid = cache_timeout(ctx->s) };
 	struct stat st;
+	uint32_t slot = 0;
 	int rc = stat_fd(fd, &st);
 
+	if (rc == 0)
+		rc = node_slot(ctx->s, ctx->hdr->nodeid, &slot);
 	if (rc < 0)
 		return rc;
+	node_shown_mtime(ctx->s, slot, &st);
 	attr_from_stat(ctx->s, &st, &out.attr);
 	return reply_put(ctx->rep, &out, sizeof(out));
 }
@@ -1221,8 +1266,12 @@ static int op_setattr(struct fuse_op_ctx *ctx)
 	}
 	if (rc == 0 && (in.valid & FATTR_SIZE))
 		rc = setattr_size(ctx, &in);
+	if (rc == 0 && (in.valid & FATTR_SIZE))
+		ctx->s->inodes[slot].written = true;
 	if (rc == 0 && (in.valid & (FATTR_ATIME | FATTR_MTIME | FATTR_ATIME_NOW | FATTR_MTIME_NOW)))
 		rc = setattr_times(ctx, &in, node);
+	if (rc == 0 && (in.valid & FATTR_MTIME)) /* a time the guest chose is shown as it is */
+		ctx->s->inodes[slot].host_mtime = FUSE_MTIME_UNSEEN;
 	if (rc == 0 && (in.valid & FATTR_KILL_SUIDGID) && !(in.valid & FATTR_MODE))
 		rc = kill_suidgid(node);
 	return rc < 0 ? rc : reply_attr_of_fd(ctx, node);
@@ -1448,19 +1497,23 @@ static int op_open(struct fuse_op_ctx *ctx)
 
 /*
  * A new file opened write-only is written past the guest's page cache (FOPEN_DIRECT_IO): the
- * guest kernel then hands the writer's own pages to the WRITE instead of copying them into
- * cache pages first, which is one copy of every byte and one page allocation per 4 KiB less
- * (dd, cp, tar x, a compiler's output). Nothing else can be lost: the call is still one
- * synchronous WRITE per write(2), as a cached write is without a writeback cache; a write-only
- * fd cannot be mmapped; and a new file has no cached pages to go stale. Opens that can read
- * (and so mmap) keep the page cache.
+ * guest kernel then hands the writer's own pages to the WRITE instead of allocating cache pages
+ * and copying into them first (dd, cp, tar x, a shell's `>`, a compiler's output). It is still
+ * one synchronous WRITE per write(2), as a cached write is without a writeback cache; a
+ * write-only fd cannot be mmapped; a new file has no cached pages of its own. A reader that
+ * caches the file's pages while it is written (`tail -f` of a log) is told to drop them by
+ * the modification time its next refresh shows, which a write always moves
+ * (node_shown_mtime): Linux does not drop them on a direct write. Opens that can read (and
+ * so mmap) keep the page cache.
  */
 static uint32_t create_open_flags(uint32_t guest_flags)
 {
 	return (guest_flags & O_ACCMODE) == O_WRONLY ? FOPEN_DIRECT_IO : 0;
 }
 
-/* Handle 0: the new file's fd becomes its node's cached fd for the access it was opened for. */
+/*
+ * Handle 0: the new file's fd becomes its node's cached fd for the access it was opened for.
+ */
 static int op_create(struct fuse_op_ctx *ctx)
 {
 	struct fuse_create_in in;
@@ -1529,6 +1582,15 @@ static int file_args(struct fuse_op_ctx *ctx, void *in, size_t in_size,
 	return fh == 0 ? node_io_fd(ctx->s, ctx->hdr->nodeid, access) : fd;
 }
 
+/* The guest changed the request's file: its next answer shows a new mtime (node_shown_mtime). */
+static void node_mark_written(struct fuse_op_ctx *ctx)
+{
+	uint32_t slot;
+
+	if (node_slot(ctx->s, ctx->hdr->nodeid, &slot) == 0)
+		ctx->s->inodes[slot].written = true;
+}
+
 _Static_assert(offsetof(struct fuse_read_in, fh) == 0, "handle_args reads fh first");
 _Static_assert(offsetof(struct fuse_write_in, fh) == 0, "handle_args reads fh first");
 _Static_assert(offsetof(struct fuse_fsync_in, fh) == 0, "handle_args reads fh first");
@@ -1594,6 +1656,8 @@ static int op_write(struct fuse_op_ctx *ctx)
 	done = count ? pwritev(fd, data, (int)count, (off_t)in.offset) : 0;
 	if (done < 0)
 		return -errno;
+	if (done > 0)
+		node_mark_written(ctx);
 	out.size = (uint32_t)done;
 	return reply_put(ctx->rep, &out, sizeof(out));
 }
@@ -1959,7 +2023,10 @@ static int op_fallocate(struct fuse_op_ctx *ctx)
 		return -EINVAL;
 	if (read_only(ctx))
 		return -EROFS;
-	return fallocate(fd, (int)in.mode, (off_t)in.offset, (off_t)in.length) < 0 ? -errno : 0;
+	if (fallocate(fd, (int)in.mode, (off_t)in.offset, (off_t)in.length) < 0)
+		return -errno;
+	node_mark_written(ctx);
+	return 0;
 }
 
 static int op_lseek(struct fuse_op_ctx *ctx)

@@ -32,6 +32,9 @@
 #define TEST_ROOT 1u
 #define TEST_MODE_FILE 0644u
 #define TEST_MODE_DIR 0755u
+/* writes in a row that must each move the shown mtime, and a time set on the host */
+#define TEST_MTIME_WRITES 50
+#define TEST_PAST_SECS 1000000000LL
 #define TEST_HOST_TEXT "host bytes"
 #define TEST_GUEST_TEXT "written by the guest"
 #define TEST_READ_SIZE 4096u
@@ -1103,6 +1106,48 @@ static void test_create_write_only_direct(void)
 	fx_free(&f);
 }
 
+/* The modification time a GETATTR of node shows, in nanoseconds. */
+static long long shown_mtime_ns(struct fx *f, uint64_t node)
+{
+	struct fuse_getattr_in in = { 0 };
+	struct fuse_attr_out out = { 0 };
+
+	call(f, FUSE_GETATTR, node, &in, sizeof(in), NULL, 0, NULL, 0);
+	CHECK_INT_EQ(f->error, 0);
+	memcpy(&out, payload(f), sizeof(out));
+	return (long long)out.attr.mtime * 1000000000LL + out.attr.mtimensec;
+}
+
+/*
+ * Every guest write moves the modification time the next answer shows, even one within the
+ * host clock's tick (the guest drops a reader's stale cached pages only on a changed mtime or
+ * size); without a write it stays put, and a time set on the host is shown as it is.
+ */
+static void test_writes_always_move_mtime(void)
+{
+	struct fx f;
+	uint64_t fh = 0, node;
+	long long before, after;
+	char path[TEST_DIR_MAX + NAME_MAX + 2];
+	const struct timespec past[2] = { { .tv_sec = TEST_PAST_SECS }, { .tv_sec = TEST_PAST_SECS } };
+
+	CHECK_INT_EQ(fx_init(&f, FUSE_SERVER_READ_WRITE), 0);
+	node = create(&f, TEST_ROOT, "log", O_WRONLY | O_CREAT | O_TRUNC, &fh);
+	CHECK(node != 0);
+	for (int i = 0; i < TEST_MTIME_WRITES; i++) {
+		before = shown_mtime_ns(&f, node);
+		write_fh(&f, node, fh, (uint64_t)i, "x");
+		CHECK_INT_EQ(f.error, 0);
+		after = shown_mtime_ns(&f, node);
+		CHECK(after > before);
+		CHECK_INT_EQ(shown_mtime_ns(&f, node), after); /* no write: unchanged */
+	}
+	snprintf(path, sizeof(path), "%s/log", f.dir);
+	CHECK_INT_EQ(utimensat(AT_FDCWD, path, past, 0), 0);
+	CHECK_INT_EQ(shown_mtime_ns(&f, node), TEST_PAST_SECS * 1000000000LL);
+	fx_free(&f);
+}
+
 /* The host file's permission bits, or 0 when it cannot be read. */
 static mode_t host_mode(struct fx *f, const char *name)
 {
@@ -1786,6 +1831,7 @@ int main(int argc, char **argv)
 	RUN_TEST(test_read_only_share);
 	RUN_TEST(test_cache_hints);
 	RUN_TEST(test_create_write_only_direct);
+	RUN_TEST(test_writes_always_move_mtime);
 	RUN_TEST(test_kill_suidgid);
 	RUN_TEST(test_malformed_requests);
 	RUN_TEST(test_handle_limit);
