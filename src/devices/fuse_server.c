@@ -1140,16 +1140,13 @@ static int op_batch_forget(struct fuse_op_ctx *ctx)
 	return 0;
 }
 
-/* The attributes of the request's node, whose fd is fd. */
-static int reply_attr_of_fd(struct fuse_op_ctx *ctx, int fd)
+/* The attributes of the node in slot, whose fd is fd. */
+static int reply_attr_of_node(struct fuse_op_ctx *ctx, uint32_t slot, int fd)
 {
 	struct fuse_attr_out out = { .attr_valid = cache_timeout(ctx->s) };
 	struct stat st;
-	uint32_t slot = 0;
 	int rc = stat_fd(fd, &st);
 
-	if (rc == 0)
-		rc = node_slot(ctx->s, ctx->hdr->nodeid, &slot);
 	if (rc < 0)
 		return rc;
 	node_shown_mtime(ctx->s, slot, &st);
@@ -1160,12 +1157,15 @@ static int reply_attr_of_fd(struct fuse_op_ctx *ctx, int fd)
 static int op_getattr(struct fuse_op_ctx *ctx)
 {
 	struct fuse_getattr_in in;
-	int fd;
+	uint32_t slot;
+	int rc;
 
 	if (!req_copy(ctx->req, &in, sizeof(in)))
 		return -EINVAL;
-	fd = node_fd(ctx->s, ctx->hdr->nodeid);
-	return fd < 0 ? fd : reply_attr_of_fd(ctx, fd);
+	rc = node_slot(ctx->s, ctx->hdr->nodeid, &slot);
+	if (rc == 0)
+		rc = node_open_fd(ctx->s, slot);
+	return rc < 0 ? rc : reply_attr_of_node(ctx, slot, rc);
 }
 
 static int setattr_owner(struct fuse_op_ctx *ctx, const struct fuse_setattr_in *in)
@@ -1274,7 +1274,7 @@ static int op_setattr(struct fuse_op_ctx *ctx)
 		ctx->s->inodes[slot].host_mtime = FUSE_MTIME_UNSEEN;
 	if (rc == 0 && (in.valid & FATTR_KILL_SUIDGID) && !(in.valid & FATTR_MODE))
 		rc = kill_suidgid(node);
-	return rc < 0 ? rc : reply_attr_of_fd(ctx, node);
+	return rc < 0 ? rc : reply_attr_of_node(ctx, slot, node);
 }
 
 static int op_readlink(struct fuse_op_ctx *ctx)
