@@ -696,11 +696,9 @@ static int snapshot_restore_devices(struct snapshot_restore_ctx *ctx)
 		rc = snapshot_saved_section(saved, &section, &type, ctx->err, ctx->errlen);
 		if (rc < 0)
 			return rc;
-		vm_placement_enter(&placement, vm->placement_cpu); /* workers inherit it */
-		vm->creator_cpus = placement.pinned ? &placement.saved : NULL;
+		vm_devices_placement_enter(vm, &placement);
 		rc = type->create(vm, &cfg, &section, ctx->err, ctx->errlen);
-		vm->creator_cpus = NULL;
-		vm_placement_leave(&placement);
+		vm_devices_placement_leave(vm, &placement);
 		if (rc == 0 && (vm->device_count != i + 1 || vm->devices[i].type != type)) {
 			snprintf(ctx->err, ctx->errlen, "internal error: the %s device did not "
 				 "attach in its saved place", saved->name);

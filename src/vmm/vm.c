@@ -277,17 +277,27 @@ int vm_setup_platform(struct vm *vm, char *err, size_t errlen)
 	return 0;
 }
 
+void vm_devices_placement_enter(struct vm *vm, struct vm_placement *placement)
+{
+	vm_placement_enter(placement, vm->placement_cpu);
+	vm->creator_cpus = placement->pinned ? &placement->saved : NULL;
+}
+
+void vm_devices_placement_leave(struct vm *vm, struct vm_placement *placement)
+{
+	vm->creator_cpus = NULL;
+	vm_placement_leave(placement);
+}
+
 int vm_create_devices(struct vm *vm, const struct vm_config *cfg, char *err, size_t errlen)
 {
 	struct vm_placement placement;
 	int rc = 0;
 
-	vm_placement_enter(&placement, vm->placement_cpu); /* device workers inherit it */
-	vm->creator_cpus = placement.pinned ? &placement.saved : NULL;
+	vm_devices_placement_enter(vm, &placement);
 	for (size_t i = 0; vm_device_types[i] && rc == 0; i++)
 		rc = vm_device_types[i]->create(vm, cfg, NULL, err, errlen);
-	vm->creator_cpus = NULL;
-	vm_placement_leave(&placement);
+	vm_devices_placement_leave(vm, &placement);
 	return rc;
 }
 

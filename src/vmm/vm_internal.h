@@ -71,6 +71,13 @@ void vm_join_vcpu(struct vm *vm, struct vcpu *vcpu);
 int vm_setup_platform(struct vm *vm, char *err, size_t errlen);
 /* Cold boot: creates every device kind cfg asks for, in registry order. */
 int vm_create_devices(struct vm *vm, const struct vm_config *cfg, char *err, size_t errlen);
+/*
+ * Around the creation of devices (a boot's or a restore's): the calling thread is pinned to the
+ * VM's CPU, which their workers inherit, and a streaming worker finds the creator's own CPUs
+ * meanwhile (vm_stream_worker_cpus).
+ */
+void vm_devices_placement_enter(struct vm *vm, struct vm_placement *placement);
+void vm_devices_placement_leave(struct vm *vm, struct vm_placement *placement);
 /* Lowers every virtio-mmio interrupt line (a restore, before devices restore their state). */
 void vm_lower_virtio_lines(struct vm *vm);
 int vm_setup_vcpus(struct vm *vm, char *err, size_t errlen);
