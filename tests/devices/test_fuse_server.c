@@ -293,35 +293,40 @@ static uint64_t lookup(struct fx *f, uint64_t parent, const char *name, struct f
 	return entry.nodeid;
 }
 
-static uint64_t create(struct fx *f, uint64_t parent, const char *name, uint32_t flags,
-		       uint64_t *fh)
+/* A CREATE of name in parent with flags: the new node id (0 on an error) and its fuse_open_out. */
+static uint64_t create_with_open(struct fx *f, uint64_t parent, const char *name, uint32_t flags,
+				 struct fuse_open_out *open_out)
 {
 	struct fuse_create_in in = { .flags = flags, .mode = S_IFREG | TEST_MODE_FILE };
 	struct fuse_entry_out entry = { 0 };
-	struct fuse_open_out open_out = { 0 };
 
+	*open_out = (struct fuse_open_out){ 0 };
 	call(f, FUSE_CREATE, parent, &in, sizeof(in), name, strlen(name) + 1, NULL, 0);
 	if (f->error)
 		return 0;
 	memcpy(&entry, payload(f), sizeof(entry));
-	memcpy(&open_out, (uint8_t *)payload(f) + sizeof(entry), sizeof(open_out));
-	*fh = open_out.fh;
+	memcpy(open_out, (uint8_t *)payload(f) + sizeof(entry), sizeof(*open_out));
 	return entry.nodeid;
+}
+
+static uint64_t create(struct fx *f, uint64_t parent, const char *name, uint32_t flags,
+		       uint64_t *fh)
+{
+	struct fuse_open_out open_out;
+	uint64_t node = create_with_open(f, parent, name, flags, &open_out);
+
+	*fh = open_out.fh;
+	return node;
 }
 
 /* The open_flags a CREATE of name with flags answers (the reply's fuse_open_out). */
 static uint32_t created_open_flags(struct fx *f, const char *name, uint32_t flags)
 {
-	struct fuse_create_in in = { .flags = flags, .mode = S_IFREG | TEST_MODE_FILE };
-	struct fuse_open_out open_out = { 0 };
+	struct fuse_open_out open_out;
 
-	call(f, FUSE_CREATE, TEST_ROOT, &in, sizeof(in), name, strlen(name) + 1, NULL, 0);
+	create_with_open(f, TEST_ROOT, name, flags, &open_out);
 	CHECK_INT_EQ(f->error, 0);
-	if (f->error)
-		return UINT32_MAX;
-	memcpy(&open_out, (uint8_t *)payload(f) + sizeof(struct fuse_entry_out),
-	       sizeof(open_out));
-	return open_out.open_flags;
+	return f->error ? UINT32_MAX : open_out.open_flags;
 }
 
 static uint64_t open_node(struct fx *f, uint64_t node, uint32_t flags)
