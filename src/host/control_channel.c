@@ -1075,6 +1075,16 @@ static void conn_expect_end(struct channel_conn *conn)
 	pthread_mutex_unlock(&conn->lock);
 }
 
+void control_channel_expect_end(struct control_channel *ch)
+{
+	struct channel_conn *conn = channel_current(ch); /* a dead one's end was logged already */
+
+	if (!conn)
+		return;
+	conn_expect_end(conn);
+	conn_put(conn);
+}
+
 int control_channel_connect_rekey(struct control_channel *ch, const void *doc, size_t len,
 				  const uint8_t new_secret[PROTO_SECRET_SIZE], bool *applied)
 {

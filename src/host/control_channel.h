@@ -133,6 +133,11 @@ void control_channel_set_secret(struct control_channel *ch,
  * another -errno when Shutdown could not be sent.
  */
 int control_channel_shutdown(struct control_channel *ch, int timeout_ms);
+/*
+ * The current connection is about to end on purpose without a Shutdown (the VMM stops the VM
+ * after a snapshot that leaves it stopped): its end is logged at debug level, not warned of.
+ */
+void control_channel_expect_end(struct control_channel *ch);
 
 /*
  * Subscribes to telemetry and calls on_batch for each batch on the calling thread until

@@ -931,7 +931,14 @@ int sandbox_start_from_snapshot(const struct sandbox_restore_config *cfg, struct
 	sandbox->boot_ms = (long)clock_monotonic_ms() - started_ms;
 	snprintf(sandbox->working_set_dir, sizeof(sandbox->working_set_dir), "%s",
 		 cfg->snapshot_dir);
-	atomic_store(&sandbox->record_working_set, true);
+	/* a restore that prefetched its snapshot's own list has nothing to record */
+	bool known = sandbox->vmm_proc ? vmm_process_working_set_known(sandbox->vmm_proc)
+				       : vm_working_set_known(sandbox->vm);
+
+	atomic_store(&sandbox->record_working_set, !known);
+	if (known)
+		log_debug(SANDBOX_LOG, "the restore prefetched the working-set list of %s: "
+			  "nothing to record", cfg->snapshot_dir);
 	log_info(SANDBOX_LOG, "restored %s, agent rekeyed after %ld ms", cfg->snapshot_dir,
 		 sandbox->boot_ms);
 	*out = sandbox;
@@ -999,6 +1006,9 @@ int sandbox_snapshot(struct sandbox *sandbox, const char *dir,
 {
 	int rc;
 
+	/* the VM stops once saved, so the guest's connection ends: an end nobody need be told of */
+	if (opts->after == VM_SNAPSHOT_STAY_STOPPED && sandbox->channel)
+		control_channel_expect_end(sandbox->channel);
 	if (sandbox->vmm_proc) /* the child stops a VM left stopped itself */
 		return sandbox_snapshot_in_vmm_process(sandbox, dir, opts, err, errlen);
 	rc = vm_snapshot_save(sandbox->vm, dir, opts, err, errlen);

@@ -50,7 +50,7 @@ int vmm_msg_recv(int fd, struct vmm_msg *msg)
 	msg->text[sizeof(msg->text) - 1] = '\0';
 	msg->parent_dir[sizeof(msg->parent_dir) - 1] = '\0';
 	if (msg->kind < VMM_MSG_STARTED || msg->kind > VMM_MSG_ANSWER ||
-	    msg->reason > VM_EXIT_GUEST_TRIPLE_FAULT)
+	    msg->reason > VM_EXIT_GUEST_TRIPLE_FAULT || msg->working_set_known > 1)
 		return -EIO;
 	return 0;
 }

@@ -68,6 +68,7 @@ struct vmm_process {
 	bool exited;
 	enum vm_exit_reason reason;
 	bool reaped;
+	bool working_set_known; /* its "started": the restore prefetched its own snapshot's list */
 	bool awaiting;	      /* a request was sent and its answer not yet taken */
 	bool answered;	      /* its answer came: answer_status, answer_text */
 	int answer_status;
@@ -428,8 +429,10 @@ int vmm_process_await_started(struct vmm_process *proc, uint8_t secret[VM_SECRET
 	} else if (msg.status != 0) {
 		rc = msg.status < 0 ? vmm_msg_status(msg.status) : -EIO;
 		snprintf(err, errlen, "%s", msg.text[0] ? msg.text : "the VM did not start");
-	} else if (secret) {
-		memcpy(secret, msg.secret, VM_SECRET_LEN);
+	} else {
+		proc->working_set_known = msg.working_set_known != 0;
+		if (secret)
+			memcpy(secret, msg.secret, VM_SECRET_LEN);
 	}
 	explicit_bzero(msg.secret, sizeof(msg.secret));
 	if (rc == 0)
@@ -559,6 +562,11 @@ int vmm_process_snapshot(struct vmm_process *proc, const char *dir,
 	}
 	memcpy(msg.secret, secret, sizeof(msg.secret));
 	return vmm_process_request(proc, &msg, "take the snapshot", err, errlen);
+}
+
+bool vmm_process_working_set_known(const struct vmm_process *proc)
+{
+	return proc->working_set_known;
 }
 
 int vmm_process_record_working_set(struct vmm_process *proc, char *err, size_t errlen)

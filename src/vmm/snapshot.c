@@ -648,9 +648,12 @@ static int snapshot_restore_memory(struct snapshot_restore_ctx *ctx)
 	 * the guest's way to its first answer runs through much the same pages, and pages the
 	 * diff copied in are private already, so the prefetch leaves them alone.
 	 */
-	if (!working_set_prefetch_dir(&vm->mem, ctx->dir, ctx->info.id, NULL) &&
+	struct working_set_stats own = { 0 };
+
+	if (!working_set_prefetch_dir(&vm->mem, ctx->dir, ctx->info.id, &own) &&
 	    ctx->info.type == VM_SNAPSHOT_DIFF)
 		working_set_prefetch_dir(&vm->mem, base_dir, ctx->info.parent_id, NULL);
+	vm->working_set_known = own.pages > 0;
 	rc = kvm_map_guest_memory(&vm->kvm, &vm->mem);
 	if (rc < 0)
 		snprintf(ctx->err, ctx->errlen, "cannot register guest memory with KVM: %s",

@@ -340,6 +340,11 @@ int working_set_scan(const struct guest_memory *mem, uint64_t snapshot_id, struc
 	return rc;
 }
 
+bool vm_working_set_known(const struct vm *vm)
+{
+	return vm->working_set_known;
+}
+
 int vm_working_set_record(struct vm *vm, const char *dir, struct working_set_stats *stats,
 			  char *err, size_t errlen)
 {

@@ -122,5 +122,10 @@ struct vm;
  */
 int vm_working_set_record(struct vm *vm, const char *dir, struct working_set_stats *stats,
 			  char *err, size_t errlen);
+/*
+ * True when vm was restored and prefetched a valid list of its own snapshot's directory: a
+ * record would then have nothing to do, so a caller need not ask for one.
+ */
+bool vm_working_set_known(const struct vm *vm);
 
 #endif
