@@ -1,139 +1,23 @@
 /*
- * SHA-256 (FIPS 180-4) and HMAC-SHA256 (RFC 2104) for the handshake's challenge-response
- * (docs/protocol.md §3). Written out here, small and dependency-free, because the guest agent
- * is one static binary that links no crypto library; the host uses the same code so both ends
- * compute the proof identically. Only whole messages are hashed (the handshake's inputs are a
- * few dozen bytes), so the interface is one call over a list of pieces.
+ * SHA-256 over pieces and HMAC-SHA256 (RFC 2104) for the handshake's challenge-response
+ * (docs/protocol.md §3), on the dependency-free SHA-256 of src/common (the guest agent links
+ * no crypto library, and both ends must compute the proof identically). Only whole messages
+ * are hashed (the handshake's inputs are a few dozen bytes), so the interface is one call
+ * over a list of pieces.
  */
 #include "proto/protocol.h"
 
 #include <string.h>
 
-#define SHA256_BLOCK_SIZE 64u
-#define SHA256_WORDS 8u
-#define SHA256_ROUNDS 64u
-#define SHA256_SCHEDULE_WORDS 16u
-#define SHA256_LENGTH_BYTES 8u
-#define SHA256_PAD_BYTE 0x80u
+#include "common/sha256.h"
+
 #define HMAC_INNER_PAD 0x36u
 #define HMAC_OUTER_PAD 0x5cu
-#define BITS_PER_BYTE 8u
-
-static const uint32_t sha256_k[SHA256_ROUNDS] = {
-	0x428a2f98, 0x71374491, 0xb5c0fbcf, 0xe9b5dba5, 0x3956c25b, 0x59f111f1, 0x923f82a4,
-	0xab1c5ed5, 0xd807aa98, 0x12835b01, 0x243185be, 0x550c7dc3, 0x72be5d74, 0x80deb1fe,
-	0x9bdc06a7, 0xc19bf174, 0xe49b69c1, 0xefbe4786, 0x0fc19dc6, 0x240ca1cc, 0x2de92c6f,
-	0x4a7484aa, 0x5cb0a9dc, 0x76f988da, 0x983e5152, 0xa831c66d, 0xb00327c8, 0xbf597fc7,
-	0xc6e00bf3, 0xd5a79147, 0x06ca6351, 0x14292967, 0x27b70a85, 0x2e1b2138, 0x4d2c6dfc,
-	0x53380d13, 0x650a7354, 0x766a0abb, 0x81c2c92e, 0x92722c85, 0xa2bfe8a1, 0xa81a664b,
-	0xc24b8b70, 0xc76c51a3, 0xd192e819, 0xd6990624, 0xf40e3585, 0x106aa070, 0x19a4c116,
-	0x1e376c08, 0x2748774c, 0x34b0bcb5, 0x391c0cb3, 0x4ed8aa4a, 0x5b9cca4f, 0x682e6ff3,
-	0x748f82ee, 0x78a5636f, 0x84c87814, 0x8cc70208, 0x90befffa, 0xa4506ceb, 0xbef9a3f7,
-	0xc67178f2,
-};
-
-static const uint32_t sha256_initial[SHA256_WORDS] = {
-	0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a,
-	0x510e527f, 0x9b05688c, 0x1f83d9ab, 0x5be0cd19,
-};
-
-struct sha256 {
-	uint32_t state[SHA256_WORDS];
-	uint8_t block[SHA256_BLOCK_SIZE];
-	size_t block_len;
-	uint64_t total_len;
-};
-
-static uint32_t rotr32(uint32_t x, unsigned int n)
-{
-	return x >> n | x << (32u - n);
-}
-
-static void sha256_compress(struct sha256 *h, const uint8_t block[SHA256_BLOCK_SIZE])
-{
-	uint32_t w[SHA256_SCHEDULE_WORDS], v[SHA256_WORDS];
-
-	memcpy(v, h->state, sizeof(v));
-	for (unsigned int i = 0; i < SHA256_ROUNDS; i++) {
-		uint32_t word;
-
-		if (i < SHA256_SCHEDULE_WORDS) {
-			word = (uint32_t)block[4 * i] << 24 | (uint32_t)block[4 * i + 1] << 16 |
-			       (uint32_t)block[4 * i + 2] << 8 | (uint32_t)block[4 * i + 3];
-		} else {
-			uint32_t w15 = w[(i - 15) % SHA256_SCHEDULE_WORDS];
-			uint32_t w2 = w[(i - 2) % SHA256_SCHEDULE_WORDS];
-			uint32_t s0 = rotr32(w15, 7) ^ rotr32(w15, 18) ^ (w15 >> 3);
-			uint32_t s1 = rotr32(w2, 17) ^ rotr32(w2, 19) ^ (w2 >> 10);
-
-			word = w[i % SHA256_SCHEDULE_WORDS] + s0 + w[(i - 7) % SHA256_SCHEDULE_WORDS] +
-			       s1;
-		}
-		w[i % SHA256_SCHEDULE_WORDS] = word;
-
-		uint32_t s1 = rotr32(v[4], 6) ^ rotr32(v[4], 11) ^ rotr32(v[4], 25);
-		uint32_t ch = (v[4] & v[5]) ^ (~v[4] & v[6]);
-		uint32_t t1 = v[7] + s1 + ch + sha256_k[i] + word;
-		uint32_t s0 = rotr32(v[0], 2) ^ rotr32(v[0], 13) ^ rotr32(v[0], 22);
-		uint32_t maj = (v[0] & v[1]) ^ (v[0] & v[2]) ^ (v[1] & v[2]);
-
-		memmove(v + 1, v, (SHA256_WORDS - 1) * sizeof(v[0]));
-		v[4] += t1;
-		v[0] = t1 + s0 + maj;
-	}
-	for (unsigned int i = 0; i < SHA256_WORDS; i++)
-		h->state[i] += v[i];
-}
-
-static void sha256_init(struct sha256 *h)
-{
-	memcpy(h->state, sha256_initial, sizeof(h->state));
-	h->block_len = 0;
-	h->total_len = 0;
-}
-
-static void sha256_update(struct sha256 *h, const uint8_t *data, size_t len)
-{
-	h->total_len += len;
-	while (len > 0) {
-		size_t take = SHA256_BLOCK_SIZE - h->block_len;
-
-		if (take > len)
-			take = len;
-		memcpy(h->block + h->block_len, data, take);
-		h->block_len += take;
-		data += take;
-		len -= take;
-		if (h->block_len == SHA256_BLOCK_SIZE) {
-			sha256_compress(h, h->block);
-			h->block_len = 0;
-		}
-	}
-}
-
-static void sha256_final(struct sha256 *h, uint8_t out[PROTO_SHA256_SIZE])
-{
-	uint64_t bits = h->total_len * BITS_PER_BYTE;
-	uint8_t pad = SHA256_PAD_BYTE;
-	uint8_t zero = 0;
-	uint8_t length[SHA256_LENGTH_BYTES];
-
-	for (unsigned int i = 0; i < SHA256_LENGTH_BYTES; i++)
-		length[i] = (uint8_t)(bits >> (BITS_PER_BYTE * (SHA256_LENGTH_BYTES - 1 - i)));
-	sha256_update(h, &pad, 1);
-	while (h->block_len != SHA256_BLOCK_SIZE - SHA256_LENGTH_BYTES)
-		sha256_update(h, &zero, 1);
-	sha256_update(h, length, sizeof(length));
-	for (unsigned int i = 0; i < SHA256_WORDS; i++)
-		for (unsigned int b = 0; b < 4; b++)
-			out[4 * i + b] = (uint8_t)(h->state[i] >> (24 - BITS_PER_BYTE * b));
-	memset(h, 0, sizeof(*h));
-}
 
 void proto_sha256(const struct proto_bytes_piece *pieces, size_t count,
 		  uint8_t out[PROTO_SHA256_SIZE])
 {
-	struct sha256 h;
+	struct sha256_ctx h;
 
 	sha256_init(&h);
 	for (size_t i = 0; i < count; i++)
@@ -146,7 +30,7 @@ void proto_hmac_sha256(const uint8_t *key, size_t key_len, const struct proto_by
 {
 	uint8_t block_key[SHA256_BLOCK_SIZE] = { 0 }, pad[SHA256_BLOCK_SIZE];
 	uint8_t inner[PROTO_SHA256_SIZE];
-	struct sha256 h;
+	struct sha256_ctx h;
 
 	if (key_len > SHA256_BLOCK_SIZE) {
 		struct proto_bytes_piece whole = { key, key_len };

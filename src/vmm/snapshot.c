@@ -2,10 +2,10 @@
  * Snapshot save, inspect and restore (the API and the directory layout are in snapshot.h,
  * every byte of the state file in docs/snapshot-format.md).
  *
- * The state file is a fixed header (magic, version, type, body length, FNV-1a 64 checksum
- * of the body) and a body of tagged sections, each KVM structure stored verbatim. Reading
- * checks the header, length and checksum before it looks at any section, and bounds-checks
- * every section, so a truncated or corrupted file is refused with a sentence, never parsed.
+ * The state file is a fixed header (magic, version, body length, the body's SHA-256) and a
+ * body of named, checksummed sections written field by field (snapshot_file.c). Reading
+ * checks the header, length and hash before it looks at any section, and bounds-checks every
+ * section, so a truncated or corrupted file is refused with a sentence, never parsed.
  *
  * Memory: a base writes all RAM regions back to back into memory.mem, leaving all-zero pages
  * as holes (sparse file). Restore maps that file MAP_PRIVATE, so pages load lazily and writes

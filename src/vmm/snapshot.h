@@ -33,7 +33,7 @@
 #define VM_SNAPSHOT_STATE_FILE "state"
 #define VM_SNAPSHOT_MEMORY_FILE "memory.mem"
 #define VM_SNAPSHOT_DIFF_FILE "memory.diff"
-#define VM_SNAPSHOT_FORMAT_VERSION 2u
+#define VM_SNAPSHOT_FORMAT_VERSION 3u
 #define VM_SNAPSHOT_CPU_SIGNATURE_LEN 64
 #define VM_SNAPSHOT_MAX_DEVICES 16
 #define VM_SNAPSHOT_DEVICE_NAME_LEN 16
@@ -62,7 +62,7 @@ struct vm_snapshot_options {
 struct vm_snapshot_info {
 	uint32_t version;
 	enum vm_snapshot_type type;
-	uint64_t id;		  /* checksum of the state file: names this snapshot */
+	uint64_t id;		  /* first 8 bytes of the state body's SHA-256: names this snapshot */
 	char parent_dir[PATH_MAX]; /* DIFF: the base directory, as recorded at save time */
 	uint64_t parent_id;	  /* DIFF: the base's id; a replaced base is refused */
 	unsigned int memory_mb;

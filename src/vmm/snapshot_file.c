@@ -1,11 +1,13 @@
 /*
  * Encoding, decoding and checking of the state file. Decoding trusts nothing: the header,
- * the total length and the checksum are checked before any section is read; every section's
- * name, version, instance, length and checksum are checked before its payload is used, a
- * section seen twice is refused, and a diff's base is read without following any parent of
- * its own (a base never has one), so no chain of files can recurse. Every refusal names what
- * is wrong and what to do, because the usual remedy (take the snapshot again, on this host)
- * is the same for most of them but the user needs to know which file is at fault.
+ * the total length and the body's SHA-256 (which also gives the snapshot its id, so an id
+ * names exactly one state) are checked before any section is read; every section's name,
+ * version, instance, length and FNV-1a checksum (which names the damaged section) are
+ * checked before its payload is used, a section seen twice is refused, and a diff's base is
+ * read without following any parent of its own (a base never has one), so no chain of files
+ * can recurse. Every refusal names what is wrong and what to do, because the usual remedy
+ * (take the snapshot again, on this host) is the same for most of them but the user needs to
+ * know which file is at fault.
  */
 #include "vmm/snapshot_file.h"
 
@@ -20,6 +22,7 @@
 #include <unistd.h>
 
 #include "common/fd_io.h"
+#include "common/sha256.h"
 
 #define FNV_OFFSET_BASIS 0xcbf29ce484222325ULL
 #define FNV_PRIME 0x100000001b3ULL
@@ -151,13 +154,23 @@ static void snapshot_put_section(struct byte_writer *w, const char *name, uint32
 	byte_writer_bytes(w, payload, len);
 }
 
-static void snapshot_put_header(struct byte_writer *w, uint64_t body_len, uint64_t checksum)
+static void snapshot_put_header(struct byte_writer *w, uint64_t body_len,
+				const uint8_t body_sha256[SHA256_DIGEST_SIZE])
 {
 	byte_writer_bytes(w, SNAPSHOT_MAGIC, SNAPSHOT_MAGIC_LEN);
 	byte_writer_u32(w, VM_SNAPSHOT_FORMAT_VERSION);
 	byte_writer_u32(w, SNAPSHOT_HEADER_SIZE);
 	byte_writer_u64(w, body_len);
-	byte_writer_u64(w, checksum);
+	byte_writer_bytes(w, body_sha256, SHA256_DIGEST_SIZE);
+}
+
+/* A snapshot's id: the first 8 bytes of its body's SHA-256, read little-endian. */
+static uint64_t snapshot_id_of(const uint8_t body_sha256[SHA256_DIGEST_SIZE])
+{
+	struct byte_reader r;
+
+	byte_reader_init(&r, body_sha256, sizeof(uint64_t));
+	return byte_reader_u64(&r);
 }
 
 static void snapshot_encode_body(struct byte_writer *body, const struct snapshot_image *image)
@@ -201,7 +214,10 @@ int snapshot_encode(const struct snapshot_image *image, uint8_t **out, size_t *o
 	byte_writer_init(&file);
 	snapshot_encode_body(&body, image);
 	if (!byte_writer_failed(&body)) {
-		snapshot_put_header(&file, body.len, snapshot_checksum(body.data, body.len));
+		uint8_t body_sha256[SHA256_DIGEST_SIZE];
+
+		sha256_digest(body.data, body.len, body_sha256);
+		snapshot_put_header(&file, body.len, body_sha256);
 		byte_writer_bytes(&file, body.data, body.len);
 	}
 	if (byte_writer_failed(&body) || byte_writer_failed(&file)) {
@@ -224,7 +240,7 @@ struct snapshot_header {
 	uint32_t version;
 	uint32_t header_size;
 	uint64_t body_len;
-	uint64_t body_checksum; /* FNV-1a 64 of the body; also the snapshot's id */
+	uint8_t body_sha256[SHA256_DIGEST_SIZE]; /* its first 8 bytes are the snapshot's id */
 };
 
 static int snapshot_decode_header(const uint8_t *data, size_t len, enum snapshot_decode_mode mode,
@@ -242,7 +258,7 @@ static int snapshot_decode_header(const uint8_t *data, size_t len, enum snapshot
 	header->version = byte_reader_u32(&r);
 	header->header_size = byte_reader_u32(&r);
 	header->body_len = byte_reader_u64(&r);
-	header->body_checksum = byte_reader_u64(&r);
+	byte_reader_bytes(&r, header->body_sha256, sizeof(header->body_sha256));
 	if (memcmp(header->magic, SNAPSHOT_MAGIC, SNAPSHOT_MAGIC_LEN) != 0) {
 		snprintf(err, errlen, "the state file is not a voidbox snapshot (bad magic)");
 		return -EBADMSG;
@@ -261,12 +277,15 @@ static int snapshot_decode_header(const uint8_t *data, size_t len, enum snapshot
 			 header->body_len);
 		return -EBADMSG;
 	}
-	if (mode == SNAPSHOT_DECODE_CHECKED &&
-	    snapshot_checksum(data + SNAPSHOT_HEADER_SIZE, header->body_len) !=
-		    header->body_checksum) {
-		snprintf(err, errlen, "the state file is corrupted (checksum mismatch): take the "
-			 "snapshot again");
-		return -EBADMSG;
+	if (mode == SNAPSHOT_DECODE_CHECKED) {
+		uint8_t body_sha256[SHA256_DIGEST_SIZE];
+
+		sha256_digest(data + SNAPSHOT_HEADER_SIZE, header->body_len, body_sha256);
+		if (memcmp(body_sha256, header->body_sha256, sizeof(body_sha256)) != 0) {
+			snprintf(err, errlen, "the state file is corrupted (its SHA-256 does not "
+				 "match the one in its header): take the snapshot again");
+			return -EBADMSG;
+		}
 	}
 	return 0;
 }
@@ -539,7 +558,7 @@ int snapshot_decode(const uint8_t *data, size_t len, enum snapshot_decode_mode m
 		snapshot_image_release(image);
 		return rc;
 	}
-	*id = header.body_checksum;
+	*id = snapshot_id_of(header.body_sha256);
 	return 0;
 }
 
@@ -578,10 +597,7 @@ int snapshot_file_write(const char *dir, const struct snapshot_image *image, uin
 		snprintf(err, errlen, "cannot write %s: %s: check the directory is writable and "
 			 "has space", final, strerror(-rc));
 	} else {
-		struct byte_reader header;
-
-		byte_reader_init(&header, data + SNAPSHOT_HEADER_SIZE - sizeof(*id), sizeof(*id));
-		*id = byte_reader_u64(&header);
+		*id = snapshot_id_of(data + SNAPSHOT_BODY_HASH_OFFSET);
 	}
 	explicit_bzero(data, len);
 	free(data);

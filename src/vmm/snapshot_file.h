@@ -24,7 +24,9 @@
 
 #define SNAPSHOT_MAGIC "VBOXSNAP"
 #define SNAPSHOT_MAGIC_LEN 8
-#define SNAPSHOT_HEADER_SIZE 32u
+/* magic, version, header size, body length, then the body's SHA-256 */
+#define SNAPSHOT_HEADER_SIZE 56u
+#define SNAPSHOT_BODY_HASH_OFFSET 24u
 #define SNAPSHOT_DIFF_MAGIC 0x3146464944584f42ULL /* "BOXDIFF1" little-endian */
 #define SNAPSHOT_IRQCHIP_COUNT 3
 /* A state file is a few KiB per vCPU; anything far larger is not one of ours. */
@@ -96,6 +98,7 @@ enum snapshot_decode_mode {
 
 /* dir/name into out (PATH_MAX bytes); -ENAMETOOLONG when it does not fit. */
 int snapshot_path(char *out, const char *dir, const char *name);
+/* FNV-1a 64: each section's and the working-set list's check against accidents. */
 uint64_t snapshot_checksum(const void *data, size_t len);
 /* "vendor family-model-stepping" of this host's CPU. */
 void snapshot_cpu_signature(char out[VM_SNAPSHOT_CPU_SIGNATURE_LEN]);
@@ -114,7 +117,10 @@ int snapshot_encode(const struct snapshot_image *image, uint8_t **out, size_t *o
  */
 int snapshot_decode(const uint8_t *data, size_t len, enum snapshot_decode_mode mode,
 		    struct snapshot_image *image, uint64_t *id, char *err, size_t errlen);
-/* Writes dir/state (temporary name, fsync, rename, directory fsync); *id is its checksum. */
+/*
+ * Writes dir/state (temporary name, fsync, rename, directory fsync); *id is the snapshot's id
+ * (the first 8 bytes of its body's SHA-256).
+ */
 int snapshot_file_write(const char *dir, const struct snapshot_image *image, uint64_t *id,
 			char *err, size_t errlen);
 /*

@@ -11,6 +11,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "common/sha256.h"
 #include "harness.h"
 #include "vmm/snapshot.h"
 #include "vmm/snapshot_file.h"
@@ -139,6 +140,33 @@ static void test_round_trip(void)
 	CHECK_INT_EQ(info.device_count, 3);
 	CHECK_STR_EQ(info.devices[2], "vsock");
 	CHECK(info.memory_bytes == (uint64_t)TEST_MEMORY_MB * MIB);
+}
+
+/* The header holds the body's SHA-256, and the id is its first 8 bytes, little-endian. */
+static void test_id_is_body_sha256(void)
+{
+	uint8_t *encoded = NULL, digest[SHA256_DIGEST_SIZE];
+	size_t len = 0;
+	uint64_t id = 0, expected = 0;
+	char err[512] = "";
+	struct snapshot_image *decoded = calloc(1, sizeof(*decoded));
+
+	fill_image(&image, VM_SNAPSHOT_BASE);
+	CHECK_INT_EQ(snapshot_encode(&image, &encoded, &len), 0);
+	CHECK(decoded != NULL && encoded != NULL && len > SNAPSHOT_HEADER_SIZE);
+	if (!decoded || !encoded || len <= SNAPSHOT_HEADER_SIZE)
+		goto out;
+	sha256_digest(encoded + SNAPSHOT_HEADER_SIZE, len - SNAPSHOT_HEADER_SIZE, digest);
+	CHECK(memcmp(encoded + SNAPSHOT_BODY_HASH_OFFSET, digest, sizeof(digest)) == 0);
+	for (int i = 7; i >= 0; i--)
+		expected = expected << 8 | digest[i];
+	CHECK_INT_EQ(snapshot_decode(encoded, len, SNAPSHOT_DECODE_CHECKED, decoded, &id, err,
+				     sizeof(err)), 0);
+	CHECK(id == expected);
+	snapshot_image_release(decoded);
+out:
+	free(decoded);
+	free(encoded);
 }
 
 static void test_corrupted_state_refused(void)
@@ -404,6 +432,7 @@ int main(void)
 		return 1;
 	}
 	RUN_TEST(test_round_trip);
+	RUN_TEST(test_id_is_body_sha256);
 	RUN_TEST(test_corrupted_state_refused);
 	RUN_TEST(test_truncated_state_refused);
 	RUN_TEST(test_wrong_version_refused);
