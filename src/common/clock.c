@@ -1,4 +1,4 @@
-/* The monotonic clock helpers of clock.h. */
+/* The clock helpers of clock.h. */
 #include "common/clock.h"
 
 uint64_t clock_monotonic_ns(void)
@@ -6,6 +6,14 @@ uint64_t clock_monotonic_ns(void)
 	struct timespec now;
 
 	clock_gettime(CLOCK_MONOTONIC, &now);
+	return (uint64_t)now.tv_sec * CLOCK_NSEC_PER_SEC + (uint64_t)now.tv_nsec;
+}
+
+uint64_t clock_realtime_ns(void)
+{
+	struct timespec now;
+
+	clock_gettime(CLOCK_REALTIME, &now);
 	return (uint64_t)now.tv_sec * CLOCK_NSEC_PER_SEC + (uint64_t)now.tv_nsec;
 }
 

@@ -108,6 +108,31 @@ static int handshake_read_challenge(int fd, int timeout_ms, uint8_t nonce[PROTO_
 }
 
 /*
+ * Copies the rekey document into a Ping's tail, its clock stamped now: a restore whose first
+ * attempts failed would otherwise set the guest's clock behind by the time they took. A
+ * document that is not a rekey goes as it is (the agent refuses it). Bytes written, or
+ * -EMSGSIZE.
+ */
+static int handshake_put_rekey(const struct agent_rekey *rekey, uint8_t *out, size_t room)
+{
+	char *stamped = NULL;
+	const uint8_t *doc = rekey->doc;
+	size_t len = rekey->len;
+
+	if (proto_rekey_restamp(rekey->doc, rekey->len, clock_realtime_ns(), &stamped) == 0) {
+		doc = (const uint8_t *)stamped;
+		len = strlen(stamped);
+	}
+	if (len <= room)
+		memcpy(out, doc, len);
+	if (stamped) {
+		explicit_bzero(stamped, strlen(stamped));
+		free(stamped);
+	}
+	return len <= room ? (int)len : -EMSGSIZE;
+}
+
+/*
  * Answers the agent's Challenge with Ping (the proof over its nonce, never the secret) and
  * validates Pong; *kind says whether a failure is worth retrying.
  */
@@ -129,9 +154,15 @@ static int handshake_run(const struct control_channel_config *cfg, struct agent_
 		return rc;
 	proto_handshake_proof(cfg->secret, nonce, ping.proof);
 	if (rekey) {
+		rc = handshake_put_rekey(rekey, ping_body + PROTO_PING_SIZE,
+					 sizeof(ping_body) - PROTO_PING_SIZE);
+		if (rc < 0) {
+			*kind = HANDSHAKE_FATAL;
+			snprintf(reason, reason_len, "the rekey document does not fit in a Ping");
+			return rc;
+		}
 		ping.flags |= PROTO_FLAG_REKEY;
-		memcpy(ping_body + PROTO_PING_SIZE, rekey->doc, rekey->len);
-		ping_len += rekey->len;
+		ping_len += (size_t)rc;
 	}
 	proto_ping_encode(&ping, ping_body);
 	rc = set_socket_timeout(fd, SO_SNDTIMEO, SEND_TIMEOUT_MS);

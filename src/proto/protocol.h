@@ -398,5 +398,11 @@ int proto_rekey_encode(const struct proto_rekey *rekey, char **json_out);
 /* 0, or -EINVAL with *why naming the bad field; out is zeroed on failure. */
 int proto_rekey_decode(const uint8_t *json, size_t len, struct proto_rekey *out,
 		       const char **why);
+/*
+ * The same document with clock_ns in place of its clock: a host stamps a rekey as it sends it,
+ * so a guest restored after retries is not set behind by the time they took. Malloc'ed JSON
+ * in *json_out; 0, or -EINVAL (json is not a rekey document, or clock_ns is 0) or -ENOMEM.
+ */
+int proto_rekey_restamp(const uint8_t *json, size_t len, uint64_t clock_ns, char **json_out);
 
 #endif

@@ -85,3 +85,18 @@ out:
 	json_decref(root);
 	return rc;
 }
+
+int proto_rekey_restamp(const uint8_t *json, size_t len, uint64_t clock_ns, char **json_out)
+{
+	struct proto_rekey rekey;
+	const char *why = NULL;
+	int rc = proto_rekey_decode(json, len, &rekey, &why);
+
+	*json_out = NULL;
+	if (rc == 0) {
+		rekey.clock_ns = clock_ns;
+		rc = proto_rekey_encode(&rekey, json_out);
+	}
+	explicit_bzero(&rekey, sizeof(rekey));
+	return rc;
+}

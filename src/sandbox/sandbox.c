@@ -756,22 +756,19 @@ void sandbox_destroy(struct sandbox *sandbox, bool keep_serial_log)
 #define SANDBOX_SNAPSHOT_DIR_MODE 0700
 #define SANDBOX_RNG_SEED_BYTES 64
 #define SANDBOX_REKEY_ERR_MAX 1024
-#define SANDBOX_NSEC_PER_SEC 1000000000ULL
 #define SANDBOX_NSEC_PER_MSEC 1000000ULL
 
 /* The rekey document: a fresh secret (also returned in new_secret), seed and clock. */
 static int sandbox_rekey_document(uint8_t new_secret[PROTO_SECRET_SIZE], char **json)
 {
 	struct proto_rekey rekey = { .seed_len = SANDBOX_RNG_SEED_BYTES };
-	struct timespec now;
 	int rc;
 
 	if (getrandom(new_secret, PROTO_SECRET_SIZE, 0) != PROTO_SECRET_SIZE ||
 	    getrandom(rekey.seed, rekey.seed_len, 0) != (ssize_t)rekey.seed_len)
 		return -EIO;
-	clock_gettime(CLOCK_REALTIME, &now);
 	memcpy(rekey.secret, new_secret, sizeof(rekey.secret));
-	rekey.clock_ns = (uint64_t)now.tv_sec * SANDBOX_NSEC_PER_SEC + (uint64_t)now.tv_nsec;
+	rekey.clock_ns = clock_realtime_ns(); /* the handshake stamps it again as it sends it */
 	rc = proto_rekey_encode(&rekey, json);
 	explicit_bzero(&rekey, sizeof(rekey));
 	return rc;
@@ -806,6 +803,15 @@ static int sandbox_rekey(struct sandbox *sandbox, const uint8_t old_secret[PROTO
 	if (rc < 0)
 		goto out;
 	if (!rekeyed) {
+		char *stamped = NULL;
+
+		/* the clock as it is sent, as the handshake stamps its own */
+		if (proto_rekey_restamp((const uint8_t *)json, strlen(json), clock_realtime_ns(),
+					&stamped) == 0) {
+			explicit_bzero(json, strlen(json));
+			free(json);
+			json = stamped;
+		}
 		rc = control_channel_write_file(sandbox->channel, SANDBOX_REKEY_PATH, json,
 						strlen(json), false, CONTROL_CHANNEL_TIMEOUT_DEFAULT);
 		if (rc < 0) {

@@ -618,6 +618,38 @@ static void test_rekey_document(void)
 	CHECK_INT_EQ(proto_rekey_encode(&rekey, &json), -EINVAL);
 }
 
+/* Restamping keeps the secret and seed and replaces only the clock; a non-document is refused. */
+static void test_rekey_restamp(void)
+{
+	struct proto_rekey rekey = { .seed_len = 32, .clock_ns = 1000 }, back;
+	const char *why = NULL;
+	char *json = NULL, *stamped = NULL;
+
+	memset(rekey.secret, 0x5a, sizeof(rekey.secret));
+	memset(rekey.seed, 0x17, rekey.seed_len);
+	CHECK_INT_EQ(proto_rekey_encode(&rekey, &json), 0);
+	CHECK(json != NULL);
+	if (!json)
+		return;
+	CHECK_INT_EQ(proto_rekey_restamp((const uint8_t *)json, strlen(json),
+					 1767225600123456789ULL, &stamped), 0);
+	CHECK(stamped != NULL);
+	if (stamped) {
+		CHECK_INT_EQ(proto_rekey_decode((const uint8_t *)stamped, strlen(stamped), &back,
+						&why), 0);
+		CHECK(back.clock_ns == 1767225600123456789ULL);
+		CHECK(memcmp(back.secret, rekey.secret, sizeof(rekey.secret)) == 0);
+		CHECK(back.seed_len == rekey.seed_len &&
+		      memcmp(back.seed, rekey.seed, rekey.seed_len) == 0);
+	}
+	free(stamped);
+	CHECK_INT_EQ(proto_rekey_restamp((const uint8_t *)json, strlen(json), 0, &stamped), -EINVAL);
+	CHECK(stamped == NULL);
+	CHECK_INT_EQ(proto_rekey_restamp((const uint8_t *)"[]", 2, 1, &stamped), -EINVAL);
+	CHECK(stamped == NULL);
+	free(json);
+}
+
 int main(void)
 {
 	RUN_TEST(test_exec_request_roundtrip);
@@ -636,5 +668,6 @@ int main(void)
 	RUN_TEST(test_json_value_cap);
 	RUN_TEST(test_error_codes);
 	RUN_TEST(test_rekey_document);
+	RUN_TEST(test_rekey_restamp);
 	return harness_finish();
 }
