@@ -234,19 +234,10 @@ static void *landlock_thread(void *arg)
 	return NULL;
 }
 
-/*
- * Landlock (its own meson test: it skips where the kernel has none): a thread held to two
- * directories, read-only, reads files in both, nothing in a third, and creates nothing.
- */
-static void test_restrict_to_dirs(void)
+/* count fresh temporary directories, each holding one empty TEST_FILE_NAME */
+static void make_dirs_with_file(char (*dirs)[sizeof(TEST_DIR_TEMPLATE)], int count)
 {
-	char dirs[3][sizeof(TEST_DIR_TEMPLATE)];
-	struct landlock_probe p = { 0 };
-	pthread_t thread;
-
-	if (!vmm_thread_restrict_usable())
-		harness_skip_all("this kernel has no Landlock (version 2 or later)");
-	for (int i = 0; i < 3; i++) {
+	for (int i = 0; i < count; i++) {
 		char path[PATH_MAX];
 		int fd;
 
@@ -259,6 +250,31 @@ static void test_restrict_to_dirs(void)
 			harness_fail_setup("a file in a temporary directory");
 		close(fd);
 	}
+}
+
+static void remove_dirs(char (*dirs)[sizeof(TEST_DIR_TEMPLATE)], int count)
+{
+	for (int i = 0; i < count; i++) {
+		char cmd[PATH_MAX];
+
+		snprintf(cmd, sizeof(cmd), "rm -rf %s", dirs[i]);
+		CHECK_INT_EQ(system(cmd), 0);
+	}
+}
+
+/*
+ * Landlock (its own meson test: it skips where the kernel has none): a thread held to two
+ * directories, read-only, reads files in both, nothing in a third, and creates nothing.
+ */
+static void test_restrict_to_dirs(void)
+{
+	char dirs[3][sizeof(TEST_DIR_TEMPLATE)];
+	struct landlock_probe p = { 0 };
+	pthread_t thread;
+
+	if (!vmm_thread_restrict_usable())
+		harness_skip_all("this kernel has no Landlock (version 2 or later)");
+	make_dirs_with_file(dirs, 3);
 	p.dirs[0] = dirs[0];
 	p.dirs[1] = dirs[1];
 	p.elsewhere = dirs[2];
@@ -271,12 +287,7 @@ static void test_restrict_to_dirs(void)
 	CHECK_INT_EQ(p.create_errno, EACCES);
 	/* the restriction was the thread's alone */
 	CHECK_INT_EQ(open_errno(dirs[2], TEST_FILE_NAME, O_RDONLY), 0);
-	for (int i = 0; i < 3; i++) {
-		char cmd[PATH_MAX];
-
-		snprintf(cmd, sizeof(cmd), "rm -rf %s", dirs[i]);
-		CHECK_INT_EQ(system(cmd), 0);
-	}
+	remove_dirs(dirs, 3);
 }
 
 struct landlock_paths_probe {
@@ -318,19 +329,7 @@ static void test_restrict_to_paths(void)
 
 	if (!vmm_thread_restrict_usable())
 		harness_skip_all("this kernel has no Landlock (version 2 or later)");
-	for (int i = 0; i < 4; i++) {
-		char path[PATH_MAX];
-		int fd;
-
-		snprintf(dirs[i], sizeof(dirs[i]), "%s", TEST_DIR_TEMPLATE);
-		if (!mkdtemp(dirs[i]))
-			harness_fail_setup("a temporary directory");
-		snprintf(path, sizeof(path), "%s/%s", dirs[i], TEST_FILE_NAME);
-		fd = open(path, O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
-		if (fd < 0)
-			harness_fail_setup("a file in a temporary directory");
-		close(fd);
-	}
+	make_dirs_with_file(dirs, 4);
 	snprintf(file, sizeof(file), "%s/%s", dirs[2], TEST_FILE_NAME);
 	p.paths[0] = (struct vmm_thread_path){ .path = dirs[0] };
 	p.paths[1] = (struct vmm_thread_path){ .path = dirs[1], .read_only = true };
@@ -346,12 +345,7 @@ static void test_restrict_to_paths(void)
 	CHECK_INT_EQ(p.file_read_errno, 0);
 	CHECK_INT_EQ(p.file_write_errno, EACCES);
 	CHECK_INT_EQ(p.elsewhere_errno, EACCES);
-	for (int i = 0; i < 4; i++) {
-		char cmd[PATH_MAX];
-
-		snprintf(cmd, sizeof(cmd), "rm -rf %s", dirs[i]);
-		CHECK_INT_EQ(system(cmd), 0);
-	}
+	remove_dirs(dirs, 4);
 }
 
 static void test_unknown_role_refused(void)
