@@ -38,40 +38,49 @@ static uint32_t rotr32(uint32_t x, unsigned int n)
 	return x >> n | x << (32u - n);
 }
 
-static void sha256_compress(struct sha256_ctx *h, const uint8_t block[SHA256_BLOCK_SIZE])
+/*
+ * One 64-byte block. The message schedule is expanded in full first and the eight working
+ * variables are named rather than shifted through an array each round: the same FIPS 180-4
+ * steps, several times faster, since a restore hashes its state file on every start.
+ */
+static void sha256_compress(struct sha256_ctx *ctx, const uint8_t block[SHA256_BLOCK_SIZE])
 {
-	uint32_t w[SHA256_SCHEDULE_WORDS], v[SHA256_WORDS];
+	uint32_t w[SHA256_ROUNDS];
+	uint32_t a = ctx->state[0], b = ctx->state[1], c = ctx->state[2], d = ctx->state[3];
+	uint32_t e = ctx->state[4], f = ctx->state[5], g = ctx->state[6], h = ctx->state[7];
 
-	memcpy(v, h->state, sizeof(v));
-	for (unsigned int i = 0; i < SHA256_ROUNDS; i++) {
-		uint32_t word;
+	for (unsigned int i = 0; i < SHA256_SCHEDULE_WORDS; i++)
+		w[i] = (uint32_t)block[4 * i] << 24 | (uint32_t)block[4 * i + 1] << 16 |
+		       (uint32_t)block[4 * i + 2] << 8 | (uint32_t)block[4 * i + 3];
+	for (unsigned int i = SHA256_SCHEDULE_WORDS; i < SHA256_ROUNDS; i++) {
+		uint32_t s0 = rotr32(w[i - 15], 7) ^ rotr32(w[i - 15], 18) ^ (w[i - 15] >> 3);
+		uint32_t s1 = rotr32(w[i - 2], 17) ^ rotr32(w[i - 2], 19) ^ (w[i - 2] >> 10);
 
-		if (i < SHA256_SCHEDULE_WORDS) {
-			word = (uint32_t)block[4 * i] << 24 | (uint32_t)block[4 * i + 1] << 16 |
-			       (uint32_t)block[4 * i + 2] << 8 | (uint32_t)block[4 * i + 3];
-		} else {
-			uint32_t w15 = w[(i - 15) % SHA256_SCHEDULE_WORDS];
-			uint32_t w2 = w[(i - 2) % SHA256_SCHEDULE_WORDS];
-			uint32_t s0 = rotr32(w15, 7) ^ rotr32(w15, 18) ^ (w15 >> 3);
-			uint32_t s1 = rotr32(w2, 17) ^ rotr32(w2, 19) ^ (w2 >> 10);
-
-			word = w[i % SHA256_SCHEDULE_WORDS] + s0 + w[(i - 7) % SHA256_SCHEDULE_WORDS] +
-			       s1;
-		}
-		w[i % SHA256_SCHEDULE_WORDS] = word;
-
-		uint32_t s1 = rotr32(v[4], 6) ^ rotr32(v[4], 11) ^ rotr32(v[4], 25);
-		uint32_t ch = (v[4] & v[5]) ^ (~v[4] & v[6]);
-		uint32_t t1 = v[7] + s1 + ch + sha256_k[i] + word;
-		uint32_t s0 = rotr32(v[0], 2) ^ rotr32(v[0], 13) ^ rotr32(v[0], 22);
-		uint32_t maj = (v[0] & v[1]) ^ (v[0] & v[2]) ^ (v[1] & v[2]);
-
-		memmove(v + 1, v, (SHA256_WORDS - 1) * sizeof(v[0]));
-		v[4] += t1;
-		v[0] = t1 + s0 + maj;
+		w[i] = w[i - 16] + s0 + w[i - 7] + s1;
 	}
-	for (unsigned int i = 0; i < SHA256_WORDS; i++)
-		h->state[i] += v[i];
+	for (unsigned int i = 0; i < SHA256_ROUNDS; i++) {
+		uint32_t t1 = h + (rotr32(e, 6) ^ rotr32(e, 11) ^ rotr32(e, 25)) +
+			      ((e & f) ^ (~e & g)) + sha256_k[i] + w[i];
+		uint32_t t2 = (rotr32(a, 2) ^ rotr32(a, 13) ^ rotr32(a, 22)) +
+			      ((a & b) ^ (a & c) ^ (b & c));
+
+		h = g;
+		g = f;
+		f = e;
+		e = d + t1;
+		d = c;
+		c = b;
+		b = a;
+		a = t1 + t2;
+	}
+	ctx->state[0] += a;
+	ctx->state[1] += b;
+	ctx->state[2] += c;
+	ctx->state[3] += d;
+	ctx->state[4] += e;
+	ctx->state[5] += f;
+	ctx->state[6] += g;
+	ctx->state[7] += h;
 }
 
 void sha256_init(struct sha256_ctx *h)
