@@ -79,40 +79,72 @@ const struct snapshot_manifest_file *snapshot_manifest_find(const struct snapsho
 
 /* ---- hashing ---- */
 
+/*
+ * Feeds bytes [from, to) of fd into ctx (chunk and zeros: SNAPSHOT_MANIFEST_CHUNK bytes
+ * each, zeros all zero): a hole is fed from zeros without reading it
+ * (a memory file is mostly holes, and reading a hole costs the kernel a copy of zeros per
+ * byte), data is read; a file system that cannot tell holes is read whole. 0 or -errno.
+ */
+static int snapshot_sha256_range(EVP_MD_CTX *ctx, int fd, uint64_t from, uint64_t to,
+				 unsigned char *chunk, const unsigned char *zeros)
+{
+	uint64_t at = from;
+
+	while (at < to) {
+		off_t data = lseek(fd, (off_t)at, SEEK_DATA);
+		uint64_t data_at = data < 0 ? (errno == ENXIO ? to : at) : (uint64_t)data;
+		off_t hole = data < 0 ? -1 : lseek(fd, data, SEEK_HOLE);
+		uint64_t hole_at = hole < 0 ? to : (uint64_t)hole;
+
+		if (data_at > to)
+			data_at = to;
+		if (hole_at > to)
+			hole_at = to;
+		for (; at < data_at; at += SNAPSHOT_MANIFEST_CHUNK)
+			EVP_DigestUpdate(ctx, zeros, data_at - at < SNAPSHOT_MANIFEST_CHUNK
+							     ? data_at - at
+							     : SNAPSHOT_MANIFEST_CHUNK);
+		at = data_at;
+		while (at < hole_at) {
+			size_t want = hole_at - at < SNAPSHOT_MANIFEST_CHUNK ? hole_at - at
+									 : SNAPSHOT_MANIFEST_CHUNK;
+			int rc = fd_pread_full(fd, chunk, want, (off_t)at);
+
+			if (rc < 0)
+				return rc;
+			EVP_DigestUpdate(ctx, chunk, want);
+			at += want;
+		}
+	}
+	return 0;
+}
+
 int snapshot_sha256_file(const char *path, char hex[SNAPSHOT_MANIFEST_SHA256_HEX_LEN + 1],
 			 uint64_t *size, char *err, size_t errlen)
 {
 	unsigned char digest[EVP_MAX_MD_SIZE];
 	unsigned int digest_len = 0;
 	unsigned char *chunk = malloc(SNAPSHOT_MANIFEST_CHUNK);
+	unsigned char *zeros = calloc(1, SNAPSHOT_MANIFEST_CHUNK);
 	EVP_MD_CTX *ctx = EVP_MD_CTX_new();
-	uint64_t total = 0;
+	struct stat st;
 	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
 	int rc = 0;
 
-	if (fd < 0) {
+	if (fd < 0 || fstat(fd, &st) < 0) {
 		rc = -errno;
 		store_error(err, errlen, "cannot read %s: %s", path, strerror(errno));
 		goto out;
 	}
-	if (!chunk || !ctx || EVP_DigestInit_ex(ctx, EVP_sha256(), NULL) != 1) {
+	if (!chunk || !zeros || !ctx || EVP_DigestInit_ex(ctx, EVP_sha256(), NULL) != 1) {
 		rc = -ENOMEM;
 		store_error(err, errlen, "out of memory hashing %s", path);
 		goto out;
 	}
-	for (;;) {
-		ssize_t n = fd_read_full(fd, chunk, SNAPSHOT_MANIFEST_CHUNK);
-
-		if (n < 0) {
-			rc = (int)n;
-			store_error(err, errlen, "cannot read %s: %s", path,
-				    strerror((int)-n));
-			goto out;
-		}
-		if (n == 0)
-			break;
-		EVP_DigestUpdate(ctx, chunk, (size_t)n);
-		total += (uint64_t)n;
+	rc = snapshot_sha256_range(ctx, fd, 0, (uint64_t)st.st_size, chunk, zeros);
+	if (rc < 0) {
+		store_error(err, errlen, "cannot read %s: %s", path, strerror(-rc));
+		goto out;
 	}
 	if (EVP_DigestFinal_ex(ctx, digest, &digest_len) != 1) {
 		rc = -EIO;
@@ -122,11 +154,12 @@ int snapshot_sha256_file(const char *path, char hex[SNAPSHOT_MANIFEST_SHA256_HEX
 		snprintf(hex + 2 * i, 3, "%02x", digest[i]);
 	hex[SNAPSHOT_MANIFEST_SHA256_HEX_LEN] = '\0';
 	if (size)
-		*size = total;
+		*size = (uint64_t)st.st_size;
 out:
 	if (fd >= 0)
 		close(fd);
 	EVP_MD_CTX_free(ctx);
+	free(zeros);
 	free(chunk);
 	return rc;
 }

@@ -32,6 +32,10 @@
 #define HASH_A2 "aaaa222200000000000000000000000000000000000000000000000000000002"
 #define HASH_B "bbbb000000000000000000000000000000000000000000000000000000000003"
 
+#define TEST_SPARSE_MIB (1024 * 1024)
+#define TEST_SPARSE_MIDDLE_AT (TEST_SPARSE_MIB + 17) /* data not on a page boundary */
+#define TEST_SPARSE_TAIL_GAP 100 /* a hole after the last data, too */
+
 static char root[PATH_MAX];
 static char home[PATH_MAX];
 
@@ -450,6 +454,49 @@ static void test_manifest_and_verify(void)
 	CHECK(strstr(err, path) != NULL);
 }
 
+/*
+ * A sparse file (holes before, between and after data, as a memory file has) hashes to what
+ * the same bytes written out densely do, whether the holes are fed as zeros or read.
+ */
+static void test_sha256_of_sparse_file(void)
+{
+	static const char middle[] = "data in the middle";
+	static const char tail[] = "and at the end";
+	const off_t size = 3 * TEST_SPARSE_MIB + TEST_PAGE;
+	char sparse[PATH_MAX], dense[PATH_MAX], err[512];
+	char hex_sparse[SNAPSHOT_MANIFEST_SHA256_HEX_LEN + 1] = "";
+	char hex_dense[SNAPSHOT_MANIFEST_SHA256_HEX_LEN + 1] = "";
+	uint64_t size_sparse = 0, size_dense = 0;
+	char *bytes = calloc(1, (size_t)size);
+	int fd;
+
+	CHECK(bytes != NULL);
+	if (!bytes)
+		return;
+	memcpy(bytes + TEST_SPARSE_MIDDLE_AT, middle, strlen(middle));
+	memcpy(bytes + size - (off_t)strlen(tail) - TEST_SPARSE_TAIL_GAP, tail, strlen(tail));
+	snprintf(sparse, sizeof(sparse), "%s/sparse", root);
+	snprintf(dense, sizeof(dense), "%s/dense", root);
+	fd = open(sparse, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+	CHECK(fd >= 0);
+	CHECK_INT_EQ(pwrite(fd, middle, strlen(middle), TEST_SPARSE_MIDDLE_AT), (ssize_t)strlen(middle));
+	CHECK_INT_EQ(pwrite(fd, tail, strlen(tail), size - (off_t)strlen(tail) - TEST_SPARSE_TAIL_GAP),
+		     (ssize_t)strlen(tail));
+	CHECK_INT_EQ(ftruncate(fd, size), 0);
+	close(fd);
+	fd = open(dense, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+	CHECK(fd >= 0);
+	CHECK_INT_EQ(write(fd, bytes, (size_t)size), (ssize_t)size);
+	close(fd);
+	CHECK_INT_EQ(snapshot_sha256_file(sparse, hex_sparse, &size_sparse, err, sizeof(err)), 0);
+	CHECK_INT_EQ(snapshot_sha256_file(dense, hex_dense, &size_dense, err, sizeof(err)), 0);
+	CHECK_STR_EQ(hex_sparse, hex_dense);
+	CHECK(size_sparse == (uint64_t)size && size_dense == (uint64_t)size);
+	unlink(sparse);
+	unlink(dense);
+	free(bytes);
+}
+
 static void test_parse_size(void)
 {
 	uint64_t value = 0;
@@ -555,6 +602,7 @@ int main(void)
 	RUN_TEST(test_evict_lru_by_mtime);
 	RUN_TEST(test_gc_spares_in_use_and_bases);
 	RUN_TEST(test_manifest_and_verify);
+	RUN_TEST(test_sha256_of_sparse_file);
 	RUN_TEST(test_parse_size);
 	RUN_TEST(test_resolution_precedence);
 	RUN_TEST(test_voidbox_home);
