@@ -315,8 +315,20 @@ int snapshot_archive_export(const char *prefix, const char *out_path,
 	if (rc == 0 && snprintf(tmp_path, sizeof(tmp_path), "%s.tmp-%ld", out_path,
 				(long)getpid()) >= (int)sizeof(tmp_path))
 		rc = -ENAMETOOLONG;
-	if (rc == 0)
+	if (rc == 0) {
+		/* made here first, so an unwritable destination is told with its errno */
+		int fd = open(tmp_path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC,
+			      SNAPSHOT_ARCHIVE_FILE_MODE);
+
+		if (fd < 0) {
+			rc = -errno;
+			store_error(err, errlen, "cannot write %s: %s: check that its directory "
+				    "exists and is writable", out_path, strerror(-rc));
+			goto out;
+		}
+		close(fd);
 		rc = snapshot_archive_write(tmp_path, m, chain, err, errlen);
+	}
 	if (rc == 0 && rename(tmp_path, out_path) < 0) {
 		rc = -errno;
 		store_error(err, errlen, "cannot write %s: %s", out_path, strerror(errno));
@@ -772,8 +784,27 @@ static int snapshot_archive_publish(struct snapshot_archive_import *ctx,
 
 static int snapshot_archive_open(struct snapshot_archive_import *ctx, struct archive **out)
 {
-	struct archive *a = archive_dl.read_new();
+	/* opened here first, so a missing or unreadable file is told with its errno */
+	int fd = open(ctx->archive_path, O_RDONLY | O_CLOEXEC);
+	struct archive *a;
+	struct stat st;
 
+	int rc = 0;
+
+	*out = NULL;
+	if (fd < 0 || fstat(fd, &st) < 0)
+		rc = -errno;
+	else if (!S_ISREG(st.st_mode))
+		rc = -EINVAL;
+	if (fd >= 0)
+		close(fd);
+	if (rc < 0) {
+		store_error(ctx->err, ctx->errlen, "cannot open %s: %s", ctx->archive_path,
+			    rc == -EINVAL ? "not a regular file (give the archive's path)"
+					  : strerror(-rc));
+		return rc;
+	}
+	a = archive_dl.read_new();
 	*out = a;
 	if (!a)
 		return -ENOMEM;

@@ -290,6 +290,7 @@ static void test_round_trip(void)
 	struct vm_snapshot_info info;
 	char err[ERR_MAX], archive[PATH_MAX], path_a[PATH_MAX], path_b[PATH_MAX];
 	char hex_a[SNAPSHOT_MANIFEST_SHA256_HEX_LEN + 1], hex_b[SNAPSHOT_MANIFEST_SHA256_HEX_LEN + 1];
+	char nowhere[PATH_MAX];
 	struct stat st;
 	uint64_t base_id;
 
@@ -305,6 +306,11 @@ static void test_round_trip(void)
 	CHECK(manifest.has_cpu_features);
 	CHECK(manifest.cpu_features[2] == ((1u << 5) | (1u << 3)));
 	CHECK_INT_EQ(manifest.state_format_version, VM_SNAPSHOT_FORMAT_VERSION);
+	/* a destination that cannot be written is named, with why */
+	archive_path(nowhere, "no-such-dir/diff.vbsnap");
+	CHECK(snapshot_archive_export(TEST_DIFF_ID, nowhere, SNAPSHOT_ARCHIVE_WITH_BASE, NULL, err,
+				      sizeof(err)) < 0);
+	CHECK(strstr(err, "no-such-dir/diff.vbsnap: No such file or directory") != NULL);
 
 	use_home(home_b);
 	CHECK_INT_EQ(snapshot_archive_import(archive, &result, err, sizeof(err)), 0);
@@ -500,6 +506,10 @@ static void test_manifest_checked(void)
 	archive_path(bad, "not-an-archive.vbsnap");
 	write_bytes(bad, "hello", 5, 0);
 	expect_import_refused(home_c, bad, "not-an-archive.vbsnap");
+	/* a path that is no archive file at all says so, not what libarchive made of it */
+	archive_path(bad, "missing.vbsnap");
+	expect_import_refused(home_c, bad, "No such file or directory");
+	expect_import_refused(home_c, root, "not a regular file");
 }
 
 /* The same through the voidbox command: export ID -o FILE, import, verify, gc. */
