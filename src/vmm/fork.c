@@ -68,7 +68,6 @@ void vm_snapshot_dir_remove(const char *dir)
 
 struct fork_child_job {
 	const char *dir;
-	const struct vm_snapshot_state *state; /* read and checked once for every child */
 	struct vm_restore_options opts; /* the caller's, with the CPU this child takes */
 	unsigned int index;
 	struct vm *vm;
@@ -81,8 +80,8 @@ static void fork_child_run(void *item)
 	struct fork_child_job *job = item;
 	long started = (long)clock_monotonic_ms(), restored;
 
-	job->rc = vm_create_from_snapshot_state(job->dir, job->state, &job->opts, &job->vm,
-						job->err, sizeof(job->err));
+	job->rc = vm_create_from_snapshot(job->dir, &job->opts, &job->vm, job->err,
+					  sizeof(job->err));
 	restored = (long)clock_monotonic_ms();
 	if (job->rc == 0) {
 		job->rc = vm_start(job->vm);
@@ -96,31 +95,23 @@ static void fork_child_run(void *item)
 
 /*
  * Restores and starts the n children at the same time: every restore is a VM of its own (KVM
- * VM, memory mapping, devices), so they share nothing but the files and the state file, read
- * and checked once here rather than once a child. Their host CPUs are chosen here, in turn,
- * so n children spread evenly over the CPUs. All or none: on any failure every child made is
- * destroyed and the first error is returned.
+ * VM, memory mapping, devices), so they share nothing but the files. Their host CPUs are
+ * chosen here, in turn, so n children spread evenly over the CPUs. All or none: on any
+ * failure every child made is destroyed and the first error is returned.
  */
 static int fork_children(const char *dir, unsigned int n, unsigned int vcpus,
 			 const struct vm_restore_options *const child_opts[], struct vm *children[],
 			 char *err, size_t errlen)
 {
 	struct fork_child_job *jobs = calloc(n, sizeof(*jobs));
-	struct vm_snapshot_state *state = NULL;
 	int rc = 0;
 
 	if (!jobs) {
 		snprintf(err, errlen, "out of memory");
 		return -ENOMEM;
 	}
-	rc = vm_snapshot_state_read(dir, &state, err, errlen);
-	if (rc < 0) {
-		free(jobs);
-		return rc;
-	}
 	for (unsigned int i = 0; i < n; i++) {
-		jobs[i] = (struct fork_child_job){ .dir = dir, .state = state,
-						   .opts = *child_opts[i], .index = i };
+		jobs[i] = (struct fork_child_job){ .dir = dir, .opts = *child_opts[i], .index = i };
 		if (!jobs[i].opts.has_placement_cpu) {
 			jobs[i].opts.has_placement_cpu = true;
 			jobs[i].opts.placement_cpu = vm_placement_choose(vcpus);
@@ -140,7 +131,6 @@ static int fork_children(const char *dir, unsigned int n, unsigned int vcpus,
 		}
 		children[i] = jobs[i].vm;
 	}
-	vm_snapshot_state_free(state);
 	free(jobs);
 	return rc;
 }
