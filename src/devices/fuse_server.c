@@ -1264,10 +1264,11 @@ static int op_setattr(struct fuse_op_ctx *ctx)
 		if (chmod(path, in.mode & ALLPERMS) < 0)
 			rc = -errno;
 	}
-	if (rc == 0 && (in.valid & FATTR_SIZE))
+	if (rc == 0 && (in.valid & FATTR_SIZE)) {
 		rc = setattr_size(ctx, &in);
-	if (rc == 0 && (in.valid & FATTR_SIZE))
-		ctx->s->inodes[slot].written = true;
+		if (rc == 0)
+			ctx->s->inodes[slot].written = true;
+	}
 	if (rc == 0 && (in.valid & (FATTR_ATIME | FATTR_MTIME | FATTR_ATIME_NOW | FATTR_MTIME_NOW)))
 		rc = setattr_times(ctx, &in, node);
 	if (rc == 0 && (in.valid & FATTR_MTIME)) /* a time the guest chose is shown as it is */
@@ -1511,9 +1512,7 @@ static uint32_t create_open_flags(uint32_t guest_flags)
 	return (guest_flags & O_ACCMODE) == O_WRONLY ? FOPEN_DIRECT_IO : 0;
 }
 
-/*
- * Handle 0: the new file's fd becomes its node's cached fd for the access it was opened for.
- */
+/* Handle 0: the new file's fd becomes its node's cached fd for the access it was opened for. */
 static int op_create(struct fuse_op_ctx *ctx)
 {
 	struct fuse_create_in in;

@@ -1109,7 +1109,6 @@ void control_channel_set_secret(struct control_channel *ch,
 	pthread_mutex_unlock(&ch->establish_lock);
 }
 
-/* Only over a live connection: a teardown never waits for a reconnect to a dead guest. */
 /* Waits until conn is dead (the reader saw its end) or timeout_ms pass; whether it is. */
 static bool conn_wait_dead(struct channel_conn *conn, int timeout_ms)
 {
@@ -1125,6 +1124,7 @@ static bool conn_wait_dead(struct channel_conn *conn, int timeout_ms)
 	return dead;
 }
 
+/* Only over a live connection: a teardown never waits for a reconnect to a dead guest. */
 int control_channel_shutdown(struct control_channel *ch, int timeout_ms)
 {
 	struct channel_conn *conn = channel_current(ch);

@@ -788,7 +788,6 @@ static int snapshot_archive_open(struct snapshot_archive_import *ctx, struct arc
 	int fd = open(ctx->archive_path, O_RDONLY | O_CLOEXEC);
 	struct archive *a;
 	struct stat st;
-
 	int rc = 0;
 
 	*out = NULL;

@@ -80,26 +80,26 @@ const struct snapshot_manifest_file *snapshot_manifest_find(const struct snapsho
 /* ---- hashing ---- */
 
 /*
- * Feeds bytes [from, to) of fd into ctx (chunk and zeros: SNAPSHOT_MANIFEST_CHUNK bytes
- * each, zeros all zero): a hole is fed from zeros without reading it
- * (a memory file is mostly holes, and reading a hole costs the kernel a copy of zeros per
- * byte), data is read; a file system that cannot tell holes is read whole. 0 or -errno.
+ * Feeds the first size bytes of fd into ctx (chunk and zeros: SNAPSHOT_MANIFEST_CHUNK bytes
+ * each, zeros all zero): a hole is fed from zeros without reading it (a memory file is mostly
+ * holes, and reading a hole costs the kernel a copy of zeros per byte), data is read; a file
+ * system that cannot tell holes is read whole. 0 or -errno.
  */
-static int snapshot_sha256_range(EVP_MD_CTX *ctx, int fd, uint64_t from, uint64_t to,
-				 unsigned char *chunk, const unsigned char *zeros)
+static int snapshot_sha256_fd(EVP_MD_CTX *ctx, int fd, uint64_t size, unsigned char *chunk,
+			      const unsigned char *zeros)
 {
-	uint64_t at = from;
+	uint64_t at = 0;
 
-	while (at < to) {
+	while (at < size) {
 		off_t data = lseek(fd, (off_t)at, SEEK_DATA);
-		uint64_t data_at = data < 0 ? (errno == ENXIO ? to : at) : (uint64_t)data;
+		uint64_t data_at = data < 0 ? (errno == ENXIO ? size : at) : (uint64_t)data;
 		off_t hole = data < 0 ? -1 : lseek(fd, data, SEEK_HOLE);
-		uint64_t hole_at = hole < 0 ? to : (uint64_t)hole;
+		uint64_t hole_at = hole < 0 ? size : (uint64_t)hole;
 
-		if (data_at > to)
-			data_at = to;
-		if (hole_at > to)
-			hole_at = to;
+		if (data_at > size)
+			data_at = size;
+		if (hole_at > size)
+			hole_at = size;
 		for (; at < data_at; at += SNAPSHOT_MANIFEST_CHUNK)
 			EVP_DigestUpdate(ctx, zeros, data_at - at < SNAPSHOT_MANIFEST_CHUNK
 							     ? data_at - at
@@ -141,7 +141,7 @@ int snapshot_sha256_file(const char *path, char hex[SNAPSHOT_MANIFEST_SHA256_HEX
 		store_error(err, errlen, "out of memory hashing %s", path);
 		goto out;
 	}
-	rc = snapshot_sha256_range(ctx, fd, 0, (uint64_t)st.st_size, chunk, zeros);
+	rc = snapshot_sha256_fd(ctx, fd, (uint64_t)st.st_size, chunk, zeros);
 	if (rc < 0) {
 		store_error(err, errlen, "cannot read %s: %s", path, strerror(-rc));
 		goto out;
