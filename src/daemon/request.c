@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/api_error.h"
 #include "common/path.h"
 #include "daemon/daemon_internal.h"
 
@@ -22,13 +23,7 @@
 #define REQUEST_BEARER_PREFIX "Bearer "
 #define REQUEST_CPU_PERCENT_MAX 100.0 /* the guest sums every CPU into one percentage */
 
-struct daemon_error_info {
-	const char *name;
-	unsigned http_status;
-	bool retryable;
-};
-
-static const struct daemon_error_info daemon_errors[] = {
+static const struct api_error_info daemon_errors[] = {
 	[DAEMON_ERR_INVALID_SPEC] = { "INVALID_SPEC", 400, false },
 	[DAEMON_ERR_INVALID_POLICY] = { "INVALID_POLICY", 400, false },
 	[DAEMON_ERR_INVALID_PARAMS] = { "INVALID_PARAMS", 400, false },

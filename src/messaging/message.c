@@ -9,19 +9,14 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/api_error.h"
 #include "common/parse_number.h"
 #include "messaging/message.h"
 
 #define MESSAGE_FIRST_PRINTABLE 0x21
 #define MESSAGE_LAST_PRINTABLE 0x7e
 
-struct messaging_error_info {
-	const char *name;
-	unsigned http_status;
-	bool retryable;
-};
-
-static const struct messaging_error_info messaging_errors[] = {
+static const struct api_error_info messaging_errors[] = {
 	[MESSAGING_ERR_INVALID_PARAMS] = { "INVALID_PARAMS", 400, false },
 	[MESSAGING_ERR_NOT_FOUND] = { "NOT_FOUND", 404, false },
 	[MESSAGING_ERR_METHOD_NOT_ALLOWED] = { "METHOD_NOT_ALLOWED", 405, false },
