@@ -26,6 +26,7 @@
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -283,9 +284,29 @@ static int vmm_process_exec_body(int control_fd, void *opaque)
 
 /* ---- the parent's side ---- */
 
+/*
+ * Sleeps until the child has exited (its pidfd turns readable) or the deadline passes; where
+ * the kernel has no pidfd_open (before 5.3) or the call is refused, a short sleep. The child
+ * tearing its KVM VM down is what a destroy waits for here (tens of ms nested), so a fixed
+ * turn of polling would add up to a turn to every VM's end.
+ */
+static void vmm_process_sleep_until_exit(int pidfd, long deadline)
+{
+	long left = deadline - (long)clock_monotonic_ms();
+	struct pollfd pfd = { .fd = pidfd, .events = POLLIN };
+
+	if (left <= 0)
+		return;
+	if (pidfd >= 0)
+		poll(&pfd, 1, (int)left);
+	else
+		poll(NULL, 0, left < VMM_PROCESS_POLL_MS ? (int)left : VMM_PROCESS_POLL_MS);
+}
+
 static void vmm_process_reap(struct vmm_process *proc, int grace_ms)
 {
 	long deadline = (long)clock_monotonic_ms() + grace_ms;
+	int pidfd = proc->reaped ? -1 : (int)syscall(SYS_pidfd_open, proc->pid, 0);
 
 	while (!proc->reaped) {
 		pid_t got = waitpid(proc->pid, NULL, WNOHANG);
@@ -301,8 +322,10 @@ static void vmm_process_reap(struct vmm_process *proc, int grace_ms)
 			proc->reaped = true;
 			break;
 		}
-		poll(NULL, 0, VMM_PROCESS_POLL_MS);
+		vmm_process_sleep_until_exit(pidfd, deadline);
 	}
+	if (pidfd >= 0)
+		close(pidfd);
 }
 
 /*
