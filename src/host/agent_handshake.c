@@ -36,7 +36,13 @@
 
 #define LOG_MODULE "channel"
 #define CONNECT_DEFAULT_DEADLINE_MS 30000
-#define CONNECT_BACKOFF_START_MS 25
+/*
+ * A cold boot's first refused attempt comes when the guest's vsock driver is up and the agent,
+ * a moment later, is not listening yet: natively a millisecond or two, so the next attempt
+ * follows soon; doubling keeps a guest that takes longer (nested: tens of ms) from being asked
+ * more than a few times.
+ */
+#define CONNECT_BACKOFF_START_MS 2
 #define CONNECT_BACKOFF_MAX_MS 250
 #define CONNECT_ATTEMPT_MAX_MS 2000
 #define PONG_TIMEOUT_START_MS 1000
