@@ -1,6 +1,6 @@
 /*
  * vmm_serve.h: the VMM process's side, one simple loop on its main thread. It polls its
- * socket and its VM in turn with a short period instead of running a second thread, so its
+ * socket and its VM's end eventfd together instead of running a second thread, so its
  * main thread stays under a small filter; it serves a request on that thread, so a snapshot
  * is taken while nothing else of the process runs but the VM. Anything but a well-formed
  * request (the socket's end included) is the parent going away, and stops the VM.
@@ -26,7 +26,7 @@
 #include "vmm/working_set.h"
 
 #define VMM_SERVE_LOG "vmm-process"
-/* How often the process looks at its VM between control messages. */
+/* How often the process looks at its VM where the VM has no end eventfd. */
 #define VMM_SERVE_POLL_MS 20
 #define VMM_SERVE_NS_PER_MS 1000000ULL
 
@@ -98,12 +98,14 @@ static void vmm_serve_working_set(int control_fd, struct vm *vm, const struct vm
 static void vmm_serve_loop(int control_fd, struct vm *vm, const struct vmm_serve *args)
 {
 	enum vm_exit_reason reason = VM_EXIT_NONE;
-	struct pollfd pfd = { .fd = control_fd, .events = POLLIN };
+	struct pollfd pfds[] = { { .fd = control_fd, .events = POLLIN },
+				 { .fd = vm_end_event_fd(vm), .events = POLLIN } };
+	int turn_ms = pfds[1].fd >= 0 ? -1 : VMM_SERVE_POLL_MS;
 	bool stop_asked = false;
 	struct vmm_msg msg;
 
 	while (vm_wait(vm, 0, &reason) != 0) {
-		if (poll(&pfd, 1, VMM_SERVE_POLL_MS) <= 0 || stop_asked)
+		if (poll(pfds, 2, turn_ms) <= 0 || !pfds[0].revents || stop_asked)
 			continue;
 		/* anything but a well-formed request is the parent going away: stop too */
 		int rc = vmm_msg_recv(control_fd, &msg);

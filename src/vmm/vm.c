@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/eventfd.h>
 #include <sys/ioctl.h>
 #include <sys/random.h>
 #include <sys/stat.h>
@@ -102,6 +103,13 @@ static void vm_end(struct vm *vm, enum vm_exit_reason reason)
 
 	pthread_cond_broadcast(&vm->cond);
 	pthread_mutex_unlock(&vm->lock);
+	if (first && vm->end_event_fd >= 0) {
+		uint64_t one = 1;
+
+		if (write(vm->end_event_fd, &one, sizeof(one)) != (ssize_t)sizeof(one))
+			log_debug("vm", "cannot signal the VM's end on its eventfd: %s",
+				  strerror(errno));
+	}
 	if (first)
 		vm_kick_all(vm);
 	/* a guest that is gone answers nothing: its host connections end now, not at timeouts */
@@ -430,6 +438,7 @@ struct vm *vm_alloc(void)
 	pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
 	pthread_cond_init(&vm->cond, &attr);
 	pthread_condattr_destroy(&attr);
+	vm->end_event_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
 	return vm;
 }
 
@@ -610,6 +619,11 @@ int vm_wait(struct vm *vm, int timeout_ms, enum vm_exit_reason *reason)
 	return ended ? 0 : -ETIMEDOUT;
 }
 
+int vm_end_event_fd(const struct vm *vm)
+{
+	return vm->end_event_fd;
+}
+
 void vm_request_stop(struct vm *vm)
 {
 	vm_end(vm, VM_EXIT_HOST_STOP);
@@ -631,6 +645,8 @@ void vm_destroy(struct vm *vm)
 	guest_memory_unmap(&vm->mem);
 	vm_fork_release_base(vm);
 	vm_snapshot_release(vm);
+	if (vm->end_event_fd >= 0)
+		close(vm->end_event_fd);
 	pthread_cond_destroy(&vm->cond);
 	pthread_mutex_destroy(&vm->lock);
 	pthread_mutex_destroy(&vm->kick_lock);

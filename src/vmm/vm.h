@@ -139,6 +139,11 @@ int vm_start(struct vm *vm);
  * timeout_ms < 0 waits forever.
  */
 int vm_wait(struct vm *vm, int timeout_ms, enum vm_exit_reason *reason);
+/*
+ * A descriptor that polls readable once the VM has ended, for a loop that waits on other
+ * descriptors too (vm_wait then returns at once); -1 when none could be made. Owned by vm.
+ */
+int vm_end_event_fd(const struct vm *vm);
 /* Asks every vCPU to stop; returns at once. Safe from any thread, repeatable. */
 void vm_request_stop(struct vm *vm);
 /* Stops, joins every thread, closes every fd, unmaps memory, frees vm. NULL is fine. */

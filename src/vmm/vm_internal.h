@@ -54,6 +54,7 @@ struct vm {
 	uint64_t start_ns;
 	pthread_mutex_t lock;
 	pthread_cond_t cond;
+	int end_event_fd; /* eventfd, readable once reason is set (-1: could not be made) */
 	pthread_mutex_t kick_lock; /* a kick never targets a thread that was joined */
 	enum vm_exit_reason reason;
 	/* snapshot state (src/vmm/snapshot.c) */
