@@ -21,8 +21,8 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
-#include <pthread.h>
 #include <linux/kvm.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -855,9 +855,9 @@ static int snapshot_create_kvm_beside_memory(struct snapshot_restore_ctx *ctx, u
 	int rc;
 
 	if (!beside)
-		snapshot_kvm_job_main(&job);
+		snapshot_kvm_job_main(&job); /* no thread to be had: one after the other */
 	memory_started = clock_monotonic_ms();
-	rc = job.rc == 0 ? snapshot_restore_memory(ctx) : 0;
+	rc = beside || job.rc == 0 ? snapshot_restore_memory(ctx) : 0;
 	*memory_ms = clock_monotonic_ms() - memory_started;
 	if (beside)
 		pthread_join(thread, NULL);

@@ -94,16 +94,20 @@ static void vm_end(struct vm *vm, enum vm_exit_reason reason)
 	if ((reason == VM_EXIT_GUEST_REBOOT || reason == VM_EXIT_GUEST_TRIPLE_FAULT) &&
 	    vm_devices_saw_panic(vm))
 		reason = VM_EXIT_GUEST_PANIC;
+	bool ended_now = false;
+
 	pthread_mutex_lock(&vm->lock);
 	if (vm->reason == VM_EXIT_NONE) {
 		vm->reason = reason;
+		ended_now = true;
 		log_debug("vm", "VM ends: %s", vm_exit_reason_name(reason));
 	}
+	/* a snapshot's pause sets stop too: the end's eventfd follows the reason, not stop */
 	bool first = !atomic_exchange(&vm->stop, true);
 
 	pthread_cond_broadcast(&vm->cond);
 	pthread_mutex_unlock(&vm->lock);
-	if (first && vm->end_event_fd >= 0) {
+	if (ended_now && vm->end_event_fd >= 0) {
 		uint64_t one = 1;
 
 		if (write(vm->end_event_fd, &one, sizeof(one)) != (ssize_t)sizeof(one))
