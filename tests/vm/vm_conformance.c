@@ -84,6 +84,17 @@
 #define TEST_PROBE_SCRIPT \
 	"for t in /proc/[0-9]*/task/*; do echo \"$t $(cat $t/stat 2>/dev/null)\"; done"
 #define TEST_SERIAL_TAIL_BYTES 4096
+/*
+ * KVM's counters of the test VM in debugfs (the nested harness's L1 mounts it), sampled this
+ * far apart once an exec went unanswered. In the harness's nested page-walk fault
+ * (docs/testing.md) one vCPU loops on an emulated #PF delivery, so KVM injects page faults
+ * thousands of times a second while the other vCPU may still answer the agent's liveness
+ * check; a healthy guest has KVM inject next to none (nested paging handles its own faults).
+ */
+#define TEST_KVM_DEBUGFS "/sys/kernel/debug/kvm"
+#define TEST_KVM_SAMPLE_NS 1000000000L
+#define TEST_KVM_PF_LOOP_PER_SEC 1000ULL
+#define TEST_KVM_PF_LOOP_SIGNATURE "KVM injects page faults into the guest in a loop"
 #define TEST_JOB_ERROR_MAX 512
 /* bounds a command that waits for the host; reaching it means the host's part never came */
 #define TEST_STREAM_WAIT_SECS 120
@@ -156,6 +167,63 @@ static void print_host_threads(const char *label, pid_t pid)
 	closedir(tasks);
 }
 
+static const char *const test_kvm_counters[] = { "pf_guest", "insn_emulation", "exits" };
+#define TEST_KVM_COUNTER_COUNT (sizeof(test_kvm_counters) / sizeof(test_kvm_counters[0]))
+
+/* Reads every counter of dir; false when one is missing. */
+static bool read_kvm_counters(const char *dir, unsigned long long values[TEST_KVM_COUNTER_COUNT])
+{
+	char path[PATH_MAX];
+
+	for (size_t i = 0; i < TEST_KVM_COUNTER_COUNT; i++) {
+		FILE *file;
+		bool ok;
+
+		snprintf(path, sizeof(path), "%s/%s", dir, test_kvm_counters[i]);
+		file = fopen(path, "r");
+		if (!file)
+			return false;
+		ok = fscanf(file, "%llu", &values[i]) == 1;
+		fclose(file);
+		if (!ok)
+			return false;
+	}
+	return true;
+}
+
+/*
+ * How KVM's counters of pid's VM moved over a second, and the harness fault's line when its
+ * page-fault injections run away. Nothing where debugfs is not mounted.
+ */
+static void print_kvm_counters(pid_t pid)
+{
+	struct timespec pause = { .tv_sec = 0, .tv_nsec = TEST_KVM_SAMPLE_NS };
+	unsigned long long before[TEST_KVM_COUNTER_COUNT], after[TEST_KVM_COUNTER_COUNT];
+	char prefix[32], dir[PATH_MAX] = "";
+	struct dirent *entry;
+	DIR *vms = opendir(TEST_KVM_DEBUGFS);
+
+	if (!vms)
+		return;
+	snprintf(prefix, sizeof(prefix), "%d-", (int)pid);
+	while ((entry = readdir(vms)) != NULL)
+		if (strncmp(entry->d_name, prefix, strlen(prefix)) == 0)
+			snprintf(dir, sizeof(dir), "%s/%s", TEST_KVM_DEBUGFS, entry->d_name);
+	closedir(vms);
+	if (!dir[0] || !read_kvm_counters(dir, before))
+		return;
+	nanosleep(&pause, NULL);
+	if (!read_kvm_counters(dir, after))
+		return;
+	fprintf(stderr, "  KVM counters of the VM over 1 s (%s):", dir);
+	for (size_t i = 0; i < TEST_KVM_COUNTER_COUNT; i++)
+		fprintf(stderr, " %s +%llu", test_kvm_counters[i], after[i] - before[i]);
+	fprintf(stderr, "\n");
+	if (after[0] - before[0] >= TEST_KVM_PF_LOOP_PER_SEC)
+		fprintf(stderr, "  %s (%llu a second): the harness's nested page-walk fault "
+			"(docs/testing.md)\n", TEST_KVM_PF_LOOP_SIGNATURE, after[0] - before[0]);
+}
+
 static int vm_exec_request(struct proto_exec_response *out, const void *stdin_data,
 			   size_t stdin_len, long timeout_secs, const char *program, char **args,
 			   size_t args_count)
@@ -191,6 +259,7 @@ static void report_unanswered_exec(const char *program, const char *why)
 	print_host_threads("test process", getpid());
 	if (sandbox_vmm_pid(test_vm) > 0)
 		print_host_threads("VMM process", sandbox_vmm_pid(test_vm));
+	print_kvm_counters(sandbox_vmm_pid(test_vm) > 0 ? sandbox_vmm_pid(test_vm) : getpid());
 	if (strstr(why, TEST_LIVENESS_FAILED))
 		fprintf(stderr, "  the guest answers nothing: no probe\n");
 	else if (vm_exec_request(&probe, NULL, 0, TEST_PROBE_TIMEOUT_SECS, "sh", args, 2) == 0)
