@@ -2,14 +2,15 @@
  * The lifecycle API against the real /dev/kvm, without booting Linux: the "kernel" is a tiny
  * ELF whose entry is a HLT loop, wrapped as an XZ bzImage so vm_create also exercises the
  * vmlinux cache. Checks slot allocation, the secret on the command line, a wait that times
- * out, and a host stop that kicks halted vCPUs out of KVM_RUN. Skips where /dev/kvm cannot be
- * opened.
+ * out, and a host stop that kicks halted vCPUs out of KVM_RUN and signals the end's eventfd.
+ * Skips where /dev/kvm cannot be opened.
  */
 #include <dirent.h>
 #include <elf.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <lzma.h>
+#include <poll.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -141,7 +142,14 @@ static void test_lifecycle(const char *kernel_path)
 	CHECK_INT_EQ(vm_virtio_mmio_slot_reserve(vm, &bogus), -EBUSY);
 	CHECK_INT_EQ(vm_wait(vm, WAIT_SHORT_MS, &reason), -ETIMEDOUT);
 	CHECK_INT_EQ(reason, VM_EXIT_NONE);
+	/* the end's eventfd stays quiet while the VM runs and turns readable when it ends */
+	struct pollfd end = { .fd = vm_end_event_fd(vm), .events = POLLIN };
+
+	CHECK(end.fd >= 0);
+	CHECK_INT_EQ(poll(&end, 1, 0), 0);
 	vm_request_stop(vm);
+	CHECK_INT_EQ(poll(&end, 1, WAIT_SHORT_MS), 1);
+	CHECK(end.revents & POLLIN);
 	CHECK_INT_EQ(vm_wait(vm, -1, &reason), 0);
 	CHECK_INT_EQ(reason, VM_EXIT_HOST_STOP);
 	vm_request_stop(vm);
