@@ -24,6 +24,7 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "harness.h"
@@ -511,6 +512,55 @@ static void test_malformed_answer_ends_the_vm(void)
 	check_broken_answer_ends_the_vm(STAND_IN_ANSWER_WRONG_KIND);
 }
 
+/*
+ * A VMM process's exit takes a while after it said "exited" (the kernel tears its KVM VM
+ * down): a destroy waits for that exit, without killing it, and reaps it.
+ */
+#define TEST_SLOW_EXIT_NS 300000000L
+#define TEST_SLOW_EXIT_MARKER_TEMPLATE "/tmp/voidbox-test-slow-exit-XXXXXX"
+
+static int slow_exit_body(int control_fd, void *opaque)
+{
+	const char *marker = opaque;
+	struct timespec teardown = { .tv_sec = 0, .tv_nsec = TEST_SLOW_EXIT_NS };
+	struct vmm_msg msg = { .kind = VMM_MSG_STARTED };
+	int fd;
+
+	if (send(control_fd, &msg, sizeof(msg), 0) != (ssize_t)sizeof(msg))
+		return 1;
+	while (recv(control_fd, &msg, sizeof(msg), 0) == (ssize_t)sizeof(msg) &&
+	       msg.kind != VMM_MSG_STOP)
+		;
+	msg = (struct vmm_msg){ .kind = VMM_MSG_EXITED, .reason = VM_EXIT_HOST_STOP };
+	send(control_fd, &msg, sizeof(msg), 0);
+	nanosleep(&teardown, NULL);
+	fd = open(marker, O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
+	if (fd < 0)
+		return 1;
+	close(fd);
+	return 0;
+}
+
+static void test_destroy_waits_for_a_slow_exit(void)
+{
+	char marker[] = TEST_SLOW_EXIT_MARKER_TEMPLATE;
+	struct vmm_process *proc = NULL;
+	char err[TEST_ERR_MAX] = "";
+	int fd = mkstemp(marker);
+
+	if (fd < 0)
+		harness_fail_setup("cannot create a temporary file (mkstemp)");
+	close(fd);
+	unlink(marker); /* the child makes it again once its slow exit is done */
+	CHECK_INT_EQ(vmm_process_start(slow_exit_body, marker, NULL, &proc, err, sizeof(err)), 0);
+	if (!proc)
+		return;
+	vmm_process_destroy(proc);
+	CHECK(access(marker, F_OK) == 0);
+	CHECK(waitpid(-1, NULL, WNOHANG) < 0 && errno == ECHILD);
+	unlink(marker);
+}
+
 /* A "started" of the wrong length fails the start, and nothing is left running. */
 static int malformed_start_body(int control_fd, void *opaque)
 {
@@ -547,5 +597,6 @@ int main(int argc, char **argv)
 	RUN_TEST(test_snapshot_answered_with_a_sentence);
 	RUN_TEST(test_malformed_answer_ends_the_vm);
 	RUN_TEST(test_malformed_start_fails);
+	RUN_TEST(test_destroy_waits_for_a_slow_exit);
 	return harness_finish();
 }
