@@ -21,6 +21,7 @@ struct archive_dl {
 	__typeof__(archive_read_support_filter_zstd) *read_support_filter_zstd;
 	__typeof__(archive_read_support_format_tar) *read_support_format_tar;
 	__typeof__(archive_read_open_filename) *read_open_filename;
+	__typeof__(archive_read_open_fd) *read_open_fd;
 	__typeof__(archive_read_next_header) *read_next_header;
 	__typeof__(archive_read_data) *read_data;
 	__typeof__(archive_read_data_block) *read_data_block;
@@ -29,7 +30,7 @@ struct archive_dl {
 	__typeof__(archive_write_new) *write_new;
 	__typeof__(archive_write_add_filter_zstd) *write_add_filter_zstd;
 	__typeof__(archive_write_set_format_pax_restricted) *write_set_format_pax_restricted;
-	__typeof__(archive_write_open_filename) *write_open_filename;
+	__typeof__(archive_write_open_fd) *write_open_fd;
 	__typeof__(archive_write_header) *write_header;
 	__typeof__(archive_write_data) *write_data;
 	__typeof__(archive_write_close) *write_close;

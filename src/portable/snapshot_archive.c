@@ -236,7 +236,9 @@ out:
 	return rc;
 }
 
-static int snapshot_archive_write(const char *tmp_path, const struct snapshot_archive_manifest *m,
+/* Writes the archive onto fd, the temporary file tmp_path names (for messages). */
+static int snapshot_archive_write(int fd, const char *tmp_path,
+				  const struct snapshot_archive_manifest *m,
 				  const struct snapshot_store_entry *chain, char *err,
 				  size_t errlen)
 {
@@ -247,7 +249,7 @@ static int snapshot_archive_write(const char *tmp_path, const struct snapshot_ar
 
 	if (rc == 0 && (archive_dl.write_add_filter_zstd(a) != ARCHIVE_OK ||
 			archive_dl.write_set_format_pax_restricted(a) != ARCHIVE_OK ||
-			archive_dl.write_open_filename(a, tmp_path) != ARCHIVE_OK)) {
+			archive_dl.write_open_fd(a, fd) != ARCHIVE_OK)) {
 		store_error(err, errlen, "cannot write %s: %s", tmp_path,
 			    archive_dl.error_string(a));
 		rc = -EIO;
@@ -316,7 +318,7 @@ int snapshot_archive_export(const char *prefix, const char *out_path,
 				(long)getpid()) >= (int)sizeof(tmp_path))
 		rc = -ENAMETOOLONG;
 	if (rc == 0) {
-		/* made here first, so an unwritable destination is told with its errno */
+		/* opened here, so an unwritable destination is told with its errno */
 		int fd = open(tmp_path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC,
 			      SNAPSHOT_ARCHIVE_FILE_MODE);
 
@@ -326,8 +328,11 @@ int snapshot_archive_export(const char *prefix, const char *out_path,
 				    "exists and is writable", out_path, strerror(-rc));
 			goto out;
 		}
-		close(fd);
-		rc = snapshot_archive_write(tmp_path, m, chain, err, errlen);
+		rc = snapshot_archive_write(fd, tmp_path, m, chain, err, errlen);
+		if (close(fd) < 0 && rc == 0) {
+			rc = -errno;
+			store_error(err, errlen, "cannot write %s: %s", tmp_path, strerror(-rc));
+		}
 	}
 	if (rc == 0 && rename(tmp_path, out_path) < 0) {
 		rc = -errno;
@@ -346,6 +351,7 @@ out:
 
 struct snapshot_archive_import {
 	const char *archive_path;
+	int archive_fd; /* the archive, open for libarchive until the import ends (-1: not yet) */
 	struct snapshot_archive_manifest *m;
 	char store[PATH_MAX];
 	char scratch[PATH_MAX];
@@ -784,7 +790,7 @@ static int snapshot_archive_publish(struct snapshot_archive_import *ctx,
 
 static int snapshot_archive_open(struct snapshot_archive_import *ctx, struct archive **out)
 {
-	/* opened here first, so a missing or unreadable file is told with its errno */
+	/* opened here, so a missing or unreadable file is told with its errno */
 	int fd = open(ctx->archive_path, O_RDONLY | O_CLOEXEC);
 	struct archive *a;
 	struct stat st;
@@ -795,22 +801,22 @@ static int snapshot_archive_open(struct snapshot_archive_import *ctx, struct arc
 		rc = -errno;
 	else if (!S_ISREG(st.st_mode))
 		rc = -EINVAL;
-	if (fd >= 0)
-		close(fd);
 	if (rc < 0) {
+		if (fd >= 0)
+			close(fd);
 		store_error(ctx->err, ctx->errlen, "cannot open %s: %s", ctx->archive_path,
 			    rc == -EINVAL ? "not a regular file (give the archive's path)"
 					  : strerror(-rc));
 		return rc;
 	}
+	ctx->archive_fd = fd;
 	a = archive_dl.read_new();
 	*out = a;
 	if (!a)
 		return -ENOMEM;
 	if (archive_dl.read_support_filter_zstd(a) != ARCHIVE_OK ||
 	    archive_dl.read_support_format_tar(a) != ARCHIVE_OK ||
-	    archive_dl.read_open_filename(a, ctx->archive_path, SNAPSHOT_ARCHIVE_CHUNK) !=
-		    ARCHIVE_OK) {
+	    archive_dl.read_open_fd(a, ctx->archive_fd, SNAPSHOT_ARCHIVE_CHUNK) != ARCHIVE_OK) {
 		store_error(ctx->err, ctx->errlen, "cannot open %s: %s",
 			    ctx->archive_path, archive_dl.error_string(a));
 		return -EIO;
@@ -822,8 +828,8 @@ int snapshot_archive_import(const char *archive_path,
 			    struct snapshot_archive_import_result *result, char *err,
 			    size_t errlen)
 {
-	struct snapshot_archive_import ctx = { .archive_path = archive_path, .err = err,
-					       .errlen = errlen };
+	struct snapshot_archive_import ctx = { .archive_path = archive_path, .archive_fd = -1,
+					       .err = err, .errlen = errlen };
 	struct archive *a = NULL;
 	int rc;
 
@@ -862,6 +868,8 @@ int snapshot_archive_import(const char *archive_path,
 out:
 	if (a)
 		archive_dl.read_free(a);
+	if (ctx.archive_fd >= 0)
+		close(ctx.archive_fd);
 	if (ctx.scratch[0])
 		store_remove_tree(ctx.scratch);
 	free(ctx.chunk);
