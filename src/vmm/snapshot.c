@@ -618,10 +618,16 @@ struct snapshot_restore_ctx {
 	uint64_t read_ms; /* reading and checking the state files, for the debug timeline */
 };
 
+/* The directory whose memory.mem the guest's RAM maps: a diff's base, or the snapshot's own. */
+static const char *snapshot_restore_base_dir(const struct snapshot_restore_ctx *ctx)
+{
+	return ctx->info.type == VM_SNAPSHOT_DIFF ? ctx->info.parent_dir : ctx->dir;
+}
+
 static int snapshot_restore_memory(struct snapshot_restore_ctx *ctx)
 {
 	struct vm *vm = ctx->vm;
-	const char *base_dir = ctx->info.type == VM_SNAPSHOT_DIFF ? ctx->info.parent_dir : ctx->dir;
+	const char *base_dir = snapshot_restore_base_dir(ctx);
 	char path[PATH_MAX];
 	int rc = guest_memory_plan(&vm->mem, ctx->info.memory_mb, 0, ctx->err, ctx->errlen);
 
@@ -663,7 +669,6 @@ static int snapshot_restore_memory(struct snapshot_restore_ctx *ctx)
 static int snapshot_register_memory(struct snapshot_restore_ctx *ctx)
 {
 	struct vm *vm = ctx->vm;
-	const char *base_dir = ctx->info.type == VM_SNAPSHOT_DIFF ? ctx->info.parent_dir : ctx->dir;
 	int rc = kvm_map_guest_memory(&vm->kvm, &vm->mem);
 
 	if (rc < 0) {
@@ -671,9 +676,9 @@ static int snapshot_register_memory(struct snapshot_restore_ctx *ctx)
 			 strerror(-rc));
 		return rc;
 	}
-	return snapshot_set_dirty_base(vm, base_dir, ctx->info.type == VM_SNAPSHOT_DIFF
-							     ? ctx->info.parent_id
-							     : ctx->info.id);
+	return snapshot_set_dirty_base(vm, snapshot_restore_base_dir(ctx),
+				       ctx->info.type == VM_SNAPSHOT_DIFF ? ctx->info.parent_id
+									  : ctx->info.id);
 }
 
 /* A saved device's section as its kind reads it, and the kind. 0, or -EOPNOTSUPP and err. */
@@ -857,7 +862,7 @@ static int snapshot_create_kvm_beside_memory(struct snapshot_restore_ctx *ctx, u
 	if (!beside)
 		snapshot_kvm_job_main(&job); /* no thread to be had: one after the other */
 	memory_started = clock_monotonic_ms();
-	rc = beside || job.rc == 0 ? snapshot_restore_memory(ctx) : 0;
+	rc = (beside || job.rc == 0) ? snapshot_restore_memory(ctx) : 0;
 	*memory_ms = clock_monotonic_ms() - memory_started;
 	if (beside)
 		pthread_join(thread, NULL);
