@@ -83,7 +83,7 @@ int guest_memory_plan(struct guest_memory *mem, uint64_t memory_mb, uint64_t hos
  * modulo 2 MiB, and guest RAM regions start on 2 MiB boundaries. Over-reserves by one
  * alignment unit and trims both ends.
  */
-static void *guest_memory_map_aligned(uint64_t size)
+void *guest_memory_reserve_aligned(uint64_t size)
 {
 	size_t reserve = (size_t)size + GUEST_MEMORY_HOST_ALIGN;
 	uint8_t *base = mmap(NULL, reserve, PROT_READ | PROT_WRITE,
@@ -101,8 +101,16 @@ static void *guest_memory_map_aligned(uint64_t size)
 		munmap(base, head);
 	if (tail)
 		munmap(aligned + size, tail);
+	return aligned;
+}
+
+static void *guest_memory_map_aligned(uint64_t size)
+{
+	void *aligned = guest_memory_reserve_aligned(size);
+
 	/* transparent huge pages where the host offers them; a refusal costs only speed */
-	madvise(aligned, (size_t)size, MADV_HUGEPAGE);
+	if (aligned != MAP_FAILED)
+		madvise(aligned, (size_t)size, MADV_HUGEPAGE);
 	return aligned;
 }
 

@@ -279,7 +279,10 @@ out:
 }
 
 /*
- * Maps every region of mem MAP_PRIVATE from path (MAP_FIXED over the old mapping if any). The
+ * Maps every region of mem MAP_PRIVATE from path, MAP_FIXED over the old mapping or over a
+ * fresh 2 MiB-aligned reservation: where the file's pages are huge (a tmpfs mounted
+ * huge=always), the host maps them 2 MiB at a time and so can KVM, which it does only where
+ * host and guest addresses agree modulo 2 MiB (memory.c). The
  * size is checked on the descriptor that is mapped: a file cut short after an earlier check
  * would otherwise kill the VMM with SIGBUS at the first touch of a missing page.
  */
@@ -298,15 +301,22 @@ static int snapshot_map_memory_file(struct guest_memory *mem, const char *path)
 	}
 	for (size_t r = 0; r < mem->region_count; r++) {
 		struct guest_memory_region *region = &mem->regions[r];
-		int flags = MAP_PRIVATE | MAP_NORESERVE | (region->host_addr ? MAP_FIXED : 0);
-		void *addr = mmap(region->host_addr, region->size, PROT_READ | PROT_WRITE, flags,
-				  fd, (off_t)file_offset);
+		void *addr = region->host_addr;
 
-		if (addr == MAP_FAILED) {
+		if (!addr) {
+			addr = guest_memory_reserve_aligned(region->size);
+			if (addr == MAP_FAILED) {
+				rc = -errno;
+				break;
+			}
+			region->host_addr = addr; /* guest_memory_unmap releases it on failure */
+		}
+		if (mmap(addr, region->size, PROT_READ | PROT_WRITE,
+			 MAP_PRIVATE | MAP_NORESERVE | MAP_FIXED, fd,
+			 (off_t)file_offset) == MAP_FAILED) {
 			rc = -errno;
 			break;
 		}
-		region->host_addr = addr;
 		file_offset += region->size;
 	}
 	close(fd);
