@@ -817,8 +817,9 @@ static int snapshot_archive_open(struct snapshot_archive_import *ctx, struct arc
 	if (archive_dl.read_support_filter_zstd(a) != ARCHIVE_OK ||
 	    archive_dl.read_support_format_tar(a) != ARCHIVE_OK ||
 	    archive_dl.read_open_fd(a, ctx->archive_fd, SNAPSHOT_ARCHIVE_CHUNK) != ARCHIVE_OK) {
-		store_error(ctx->err, ctx->errlen, "cannot open %s: %s",
-			    ctx->archive_path, archive_dl.error_string(a));
+		store_error(ctx->err, ctx->errlen, "cannot open %s: %s: give an archive written "
+			    "by voidbox snapshot export", ctx->archive_path,
+			    archive_dl.error_string(a));
 		return -EIO;
 	}
 	return 0;

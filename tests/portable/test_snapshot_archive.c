@@ -506,6 +506,7 @@ static void test_manifest_checked(void)
 	archive_path(bad, "not-an-archive.vbsnap");
 	write_bytes(bad, "hello", 5, 0);
 	expect_import_refused(home_c, bad, "not-an-archive.vbsnap");
+	expect_import_refused(home_c, bad, "written by voidbox snapshot export");
 	/* a path that is no archive file at all says so, not what libarchive made of it */
 	archive_path(bad, "missing.vbsnap");
 	expect_import_refused(home_c, bad, "No such file or directory");
