@@ -280,9 +280,10 @@ out:
 
 /*
  * Maps every region of mem MAP_PRIVATE from path, MAP_FIXED over the old mapping or over a
- * fresh 2 MiB-aligned reservation: where the file's pages are huge (a tmpfs mounted
- * huge=always), the host maps them 2 MiB at a time and so can KVM, which it does only where
- * host and guest addresses agree modulo 2 MiB (memory.c). The
+ * fresh 2 MiB-aligned reservation: where the file system keeps the file in 2 MiB pages, the
+ * host maps them 2 MiB at a time and so can KVM, which it does only where host and guest
+ * addresses agree modulo 2 MiB (memory.c). tmpfs aligns its own huge mappings; the
+ * reservation does it for every file system. The
  * size is checked on the descriptor that is mapped: a file cut short after an earlier check
  * would otherwise kill the VMM with SIGBUS at the first touch of a missing page.
  */
