@@ -14,6 +14,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <linux/magic.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -22,6 +23,7 @@
 #include <string.h>
 #include <sys/random.h>
 #include <sys/stat.h>
+#include <sys/vfs.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -82,6 +84,8 @@ struct sandbox {
 	struct vm *vm;		       /* the VM in this process, or */
 	struct vmm_process *vmm_proc; /* the VM in a process of its own */
 	char cgroup_dir[PATH_MAX];     /* its limits (sandbox/vmm_cgroup.h); "": none */
+	unsigned int cgroup_memory_mb; /* the guest memory its memory.max was made for */
+	bool cgroup_allows_memory_copy; /* memory.max raised for a snapshot on tmpfs */
 	uint64_t vsock_cid;
 	struct control_channel *channel;
 	uint8_t secret[PROTO_SECRET_SIZE];
@@ -538,6 +542,37 @@ static void sandbox_cgroup_prepare(struct sandbox *sandbox, unsigned int memory_
 	if (vmm_cgroup_create(sandbox_cgroup_root, name + 1, &limits, sandbox->cgroup_dir,
 			      sizeof(sandbox->cgroup_dir), err, sizeof(err)) < 0)
 		log_warn(SANDBOX_LOG, "this VM runs without memory and CPU caps: %s", err);
+	else
+		sandbox->cgroup_memory_mb = memory_mb;
+}
+
+/*
+ * Before a VMM process writes a snapshot into dir: where dir is on a memory-backed file system
+ * (tmpfs, ramfs: a fork's area, a store under /tmp or /dev/shm), the memory file's pages are
+ * charged to the VMM's cgroup for as long as the file exists and cannot be reclaimed, so the
+ * cap grows, once, by a copy of the guest's memory; without it a guest that has touched most
+ * of its memory gets its VMM killed half-way through the save. A disk's page cache is
+ * written back and reclaimed under the cap as it is.
+ */
+static void sandbox_cgroup_before_snapshot(struct sandbox *sandbox, const char *dir)
+{
+	struct statfs fs;
+	int rc;
+
+	if (!sandbox->cgroup_dir[0] || sandbox->cgroup_allows_memory_copy)
+		return;
+	if (statfs(dir, &fs) < 0 || (fs.f_type != TMPFS_MAGIC && fs.f_type != RAMFS_MAGIC))
+		return;
+	rc = vmm_cgroup_allow_memory_copy(sandbox->cgroup_dir, sandbox->cgroup_memory_mb);
+	if (rc == 0) {
+		sandbox->cgroup_allows_memory_copy = true;
+		log_debug(SANDBOX_LOG, "%s is in memory: the VM's cgroup may now hold a copy of "
+			  "its %u MiB there too", dir, sandbox->cgroup_memory_mb);
+	} else {
+		log_warn(SANDBOX_LOG, "cannot raise the memory cap of %s for a snapshot into %s "
+			 "(%s): a guest that filled its memory may be killed while it is saved",
+			 sandbox->cgroup_dir, dir, strerror(-rc));
+	}
 }
 
 /* vm_create and vm_start in this process. */
@@ -998,6 +1033,7 @@ static int sandbox_snapshot_in_vmm_process(struct sandbox *sandbox, const char *
 	}
 	if (opts->parent_dir)
 		abs_opts.parent_dir = abs_parent;
+	sandbox_cgroup_before_snapshot(sandbox, abs_dir);
 	int rc = vmm_process_snapshot(sandbox->vmm_proc, abs_dir, &abs_opts, sandbox->secret, err,
 				      errlen);
 

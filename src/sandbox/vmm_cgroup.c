@@ -180,7 +180,7 @@ int vmm_cgroup_create(const char *root, const char *name, const struct vmm_cgrou
 		return rc;
 	}
 	snprintf(memory, sizeof(memory), "%llu",
-		 ((unsigned long long)limits->memory_mb + VMM_CGROUP_OVERHEAD_MB) * VMM_CGROUP_MIB);
+		 vmm_cgroup_memory_max_bytes(limits->memory_mb, false));
 	snprintf(cpu, sizeof(cpu), "%llu %u",
 		 (unsigned long long)limits->vcpus * VMM_CGROUP_CPU_PERIOD_US,
 		 VMM_CGROUP_CPU_PERIOD_US);
@@ -197,6 +197,23 @@ int vmm_cgroup_create(const char *root, const char *name, const struct vmm_cgrou
 		dir[0] = '\0';
 	}
 	return rc;
+}
+
+unsigned long long vmm_cgroup_memory_max_bytes(unsigned int memory_mb, bool with_memory_copy)
+{
+	unsigned long long mb = (unsigned long long)memory_mb + VMM_CGROUP_OVERHEAD_MB;
+
+	if (with_memory_copy)
+		mb += memory_mb;
+	return mb * VMM_CGROUP_MIB;
+}
+
+int vmm_cgroup_allow_memory_copy(const char *dir, unsigned int memory_mb)
+{
+	char memory[VMM_CGROUP_VALUE_MAX];
+
+	snprintf(memory, sizeof(memory), "%llu", vmm_cgroup_memory_max_bytes(memory_mb, true));
+	return vmm_cgroup_write(dir, "memory.max", memory);
 }
 
 int vmm_cgroup_enter(const char *dir, pid_t pid)

@@ -15,6 +15,7 @@
 #ifndef VOIDBOX_SANDBOX_VMM_CGROUP_H
 #define VOIDBOX_SANDBOX_VMM_CGROUP_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <sys/types.h>
 
@@ -40,6 +41,20 @@ int vmm_cgroup_root(char *out, size_t len, char *why, size_t whylen);
  */
 int vmm_cgroup_create(const char *root, const char *name, const struct vmm_cgroup_limits *limits,
 		      char *dir, size_t dirlen, char *err, size_t errlen);
+
+/*
+ * memory.max for a guest of memory_mb: the guest and the allowance, and with_memory_copy the
+ * guest's memory once more (below).
+ */
+unsigned long long vmm_cgroup_memory_max_bytes(unsigned int memory_mb, bool with_memory_copy);
+
+/*
+ * Raises dir's memory.max by the guest's memory, for a VMM about to write a snapshot onto a
+ * memory-backed file system (tmpfs): the file's pages are charged to the cgroup of the
+ * process that writes them and cannot be reclaimed without swap, so under the plain cap the
+ * kernel would kill the VMM half-way through its guest's memory. 0 or -errno.
+ */
+int vmm_cgroup_allow_memory_copy(const char *dir, unsigned int memory_mb);
 
 /* Moves pid (0: the calling process) into dir. 0 or -errno. */
 int vmm_cgroup_enter(const char *dir, pid_t pid);

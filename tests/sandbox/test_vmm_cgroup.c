@@ -86,6 +86,12 @@ static void test_limits_written_where_controllers_enabled(void)
 	CHECK_STR_EQ(value, expected);
 	read_text(dir, "memory.swap.max", value, sizeof(value));
 	CHECK_STR_EQ(value, "0");
+	/* before a snapshot onto tmpfs: room for a copy of the guest's memory, once */
+	CHECK_INT_EQ(vmm_cgroup_allow_memory_copy(dir, TEST_MEMORY_MB), 0);
+	read_text(dir, "memory.max", value, sizeof(value));
+	snprintf(expected, sizeof(expected), "%llu",
+		 (2 * TEST_MEMORY_MB + VMM_CGROUP_OVERHEAD_MB) * 1024ull * 1024ull);
+	CHECK_STR_EQ(value, expected);
 	CHECK_INT_EQ(vmm_cgroup_enter(dir, 4242), 0);
 	read_text(dir, "cgroup.procs", value, sizeof(value));
 	CHECK_STR_EQ(value, "4242");
