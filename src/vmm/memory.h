@@ -26,12 +26,12 @@
  */
 int guest_memory_plan(struct guest_memory *mem, uint64_t memory_mb, uint64_t host_ram_bytes,
 		      char *err, size_t errlen);
-/* Maps every planned region (anonymous, MAP_NORESERVE). Returns 0 or -errno. */
 /*
  * Address space for one region, its start GUEST_MEMORY_HOST_ALIGN-aligned (anonymous; a
  * restore maps its memory file over it with MAP_FIXED). MAP_FAILED with errno on failure.
  */
 void *guest_memory_reserve_aligned(uint64_t size);
+/* Maps every planned region (anonymous, MAP_NORESERVE). Returns 0 or -errno. */
 int guest_memory_map(struct guest_memory *mem);
 void guest_memory_unmap(struct guest_memory *mem);
 /* End (exclusive) of the RAM region that starts at 0. */
