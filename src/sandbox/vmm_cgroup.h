@@ -19,8 +19,16 @@
 #include <stddef.h>
 #include <sys/types.h>
 
-/* What the VMM may take beyond its guest's memory (page tables, device buffers, libslirp). */
+/*
+ * What the VMM may take beyond its guest's memory (page tables, device buffers, libslirp). A
+ * build with AddressSanitizer (the CI's sanitizer pass over the VM suite) adds its shadow
+ * memory and its quarantine of freed blocks (256 MiB by default) to every VMM process.
+ */
+#if defined(__SANITIZE_ADDRESS__)
+#define VMM_CGROUP_OVERHEAD_MB 1024u
+#else
 #define VMM_CGROUP_OVERHEAD_MB 128u
+#endif
 /* cpu.max's period: a cap of N vCPUs is N periods of CPU time in each period. */
 #define VMM_CGROUP_CPU_PERIOD_US 100000u
 
