@@ -163,7 +163,8 @@ static inline int sh(struct sandbox *box, const char *script, char *out, size_t 
 	if (out && out_len) {
 		size_t n = resp.stdout_data.len < out_len - 1 ? resp.stdout_data.len : out_len - 1;
 
-		memcpy(out, resp.stdout_data.data, n);
+		if (n) /* an empty output may have no buffer at all */
+			memcpy(out, resp.stdout_data.data, n);
 		while (n > 0 && (out[n - 1] == '\n' || out[n - 1] == '\r'))
 			n--;
 		out[n] = '\0';
