@@ -275,8 +275,11 @@ static void cli_fork_print(const struct cli_globals *globals, const struct cli_f
 
 		printf("== %s %u: exit %d (%ld ms) ==\n", i ? "child" : "parent", i,
 		       runs[i].rc < 0 ? -1 : r->exit_code, runs[i].ms);
-		fwrite(r->stdout_data.data, 1, r->stdout_data.len, stdout);
-		fwrite(r->stderr_data.data, 1, r->stderr_data.len, stdout);
+		/* an empty output may have no buffer at all */
+		if (r->stdout_data.len)
+			fwrite(r->stdout_data.data, 1, r->stdout_data.len, stdout);
+		if (r->stderr_data.len)
+			fwrite(r->stderr_data.data, 1, r->stderr_data.len, stdout);
 		if (runs[i].rc < 0 || r->error)
 			printf("(%s)\n", runs[i].rc < 0 ? "the agent did not answer" : r->error);
 	}
