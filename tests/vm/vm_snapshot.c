@@ -470,7 +470,6 @@ static struct sandbox *restore_showing(const char *dir, const char *script, cons
  */
 static void test_restore_from_huge_page_tmpfs(void)
 {
-	const char *required = getenv("VOIDBOX_REQUIRE_VM");
 	char huge_base[PATH_MAX + 8], huge_diff[PATH_MAX + 8], cmd[3 * PATH_MAX];
 	char out[TEST_OUTPUT_MAX], err[1024];
 	struct sandbox *box;
@@ -479,7 +478,7 @@ static void test_restore_from_huge_page_tmpfs(void)
 	if (huge_unavailable[0]) {
 		fprintf(stderr, "  not checked: %s\n", huge_unavailable);
 		/* CI runs as root on kernels with transparent huge pages: there it must run */
-		CHECK(!(required && strcmp(required, "1") == 0));
+		CHECK(!harness_vm_required());
 		return;
 	}
 	snprintf(huge_base, sizeof(huge_base), "%s/base", huge_dir);
