@@ -218,7 +218,10 @@ static inline json_t *wait_terminal(const struct served *served, const char *run
 	return run;
 }
 
-/* Polls until the run's stage is running and its process is known; returns the pid. */
+/*
+ * Polls until the run's stage is running and its process is known; returns the pid. A run
+ * that ended first fails the check at once (its stage can no longer start).
+ */
 static inline pid_t wait_stage_running(const struct served *served, const char *run_id,
 				const char *stage)
 {
@@ -228,14 +231,48 @@ static inline pid_t wait_stage_running(const struct served *served, const char *
 		const char *status = json_string_value(json_object_get(state, "status"));
 		pid_t pid = (pid_t)json_integer_value(json_object_get(run, "pid"));
 		bool running = status && strcmp(status, "running") == 0 && pid > 0;
+		bool ended = state_is_terminal(run);
 
 		json_decref(run);
 		if (running)
 			return pid;
+		if (ended) {
+			CHECK(!"the run ended before the stage started");
+			return 0;
+		}
 		serve_pause();
 	}
 	CHECK(!"the stage never started");
 	return 0;
+}
+
+/*
+ * Prints what the daemon knows of a run to stderr: its state and error, then every event's
+ * type, stage and message (the run's own log among them). A VM test calls it when one of its
+ * checks failed, so the log shows why the run's VM failed (a boot error, a guest crash).
+ */
+static inline void serve_show_run(const struct served *served, const char *run_id)
+{
+	char path[SERVE_PATH_MAX];
+	json_t *run = get_run(served, run_id), *events, *event;
+	size_t index;
+	long status;
+
+	fprintf(stderr, "  run %s: status %s, error: %s\n", run_id,
+		json_string_value(json_object_get(run, "status")) ?: "(none)",
+		json_string_value(json_object_get(run, "error")) ?: "(none)");
+	json_decref(run);
+	snprintf(path, sizeof(path), "/v1/runs/%s/events", run_id);
+	events = call(served, "GET", path, NULL, &status);
+	json_array_foreach(events, index, event) {
+		const char *stage = json_string_value(json_object_get(event, "stage_name"));
+
+		fprintf(stderr, "  run %s event %s%s%s: %s\n", run_id,
+			json_string_value(json_object_get(event, "event_type")) ?: "?",
+			stage ? " of " : "", stage ? stage : "",
+			json_string_value(json_object_get(event, "message")) ?: "");
+	}
+	json_decref(events);
 }
 
 /*

@@ -167,7 +167,10 @@ static bool wait_live_line(const struct served *daemon, const char *run_id, cons
 	return seen && !ended;
 }
 
-/* True once the run's telemetry has a guest sample of stage with the guest's memory total. */
+/*
+ * True once the run's telemetry has a guest sample of stage with the guest's memory total;
+ * false as soon as the run has ended without one.
+ */
 static bool wait_guest_sample(const struct served *daemon, const char *run_id, const char *stage)
 {
 	char path[TEST_PATH_MAX];
@@ -177,9 +180,12 @@ static bool wait_guest_sample(const struct served *daemon, const char *run_id, c
 	snprintf(path, sizeof(path), "/v1/runs/%s/telemetry?stage_name=%s", run_id, stage);
 	for (int i = 0; i < SERVE_WAIT_ROUNDS && !seen; i++) {
 		json_t *answer = call(daemon, "GET", path, NULL, &status);
+		json_t *run = get_run(daemon, run_id);
+		bool ended = state_is_terminal(run);
 		json_t *sample;
 		size_t index;
 
+		json_decref(run);
 		json_array_foreach(json_object_get(answer, "samples"), index, sample) {
 			json_t *guest = json_object_get(sample, "guest");
 
@@ -188,8 +194,9 @@ static bool wait_guest_sample(const struct served *daemon, const char *run_id, c
 				seen = true;
 		}
 		json_decref(answer);
-		if (!seen)
-			serve_pause();
+		if (seen || ended)
+			break;
+		serve_pause();
 	}
 	return seen;
 }
@@ -236,6 +243,8 @@ static void test_cancel_stops_the_vm(void)
 	events = call(daemon, "GET", "/v1/runs/vm-cancel-1/events", NULL, &status);
 	CHECK(json_array_size(events) > 0);
 	json_decref(events);
+	if (harness_checks_failed_in_test)
+		serve_show_run(daemon, "vm-cancel-1");
 	json_decref(body);
 	free(text);
 }
@@ -302,6 +311,8 @@ static void test_service_agent_stops_on_request(void)
 	/* the agent's stream-json arrived parsed while it still ran (before the stop) */
 	tool_id = first_event_id(daemon, "vm-service-1", "log.chunk", "vm-service", "[tool_use] ");
 	CHECK(tool_id > 0 && tool_id < stop_id);
+	if (harness_checks_failed_in_test)
+		serve_show_run(daemon, "vm-service-1");
 	json_decref(body);
 	free(text);
 }
