@@ -344,12 +344,16 @@ static int sandbox_open_channel(struct sandbox *sandbox, int connect_deadline_ms
 		rc = control_channel_connect(sandbox->channel);
 	if (rc == -ECHILD && sandbox_vm_ended(sandbox))
 		return sandbox_describe_stop(sandbox, err, errlen);
-	if (rc == -ETIMEDOUT)
-		snprintf(err, errlen, "the guest agent did not answer: %s (guest console: %s)",
-			 control_channel_last_error(), sandbox->serial_log_path);
-	else if (rc < 0)
-		snprintf(err, errlen, "the guest agent refused the handshake: %s (guest console: %s)",
-			 control_channel_last_error(), sandbox->serial_log_path);
+	if (rc < 0) {
+		/* the runtime directory, console and all, goes with the sandbox: quote its end */
+		char tail[SANDBOX_CONSOLE_TAIL_BYTES + 1];
+
+		sandbox_console_tail(sandbox->serial_log_path, tail, sizeof(tail));
+		snprintf(err, errlen, "the guest agent %s: %s (guest console: %s%s%s)",
+			 rc == -ETIMEDOUT ? "did not answer" : "refused the handshake",
+			 control_channel_last_error(), sandbox->serial_log_path,
+			 tail[0] ? ", ending: " : "", tail);
+	}
 	return rc;
 }
 
@@ -401,6 +405,12 @@ static int sandbox_send_policy(struct sandbox *sandbox, const struct proto_set_p
 	if (!policy)
 		return 0;
 	rc = control_channel_set_policy(sandbox->channel, policy, CONTROL_CHANNEL_TIMEOUT_DEFAULT);
+	if (rc == -ETIMEDOUT) {
+		/* an agent that cannot take a policy says so; one that says nothing is stuck */
+		snprintf(err, errlen, "the guest agent did not take the exec policy: %s",
+			 control_channel_last_error());
+		return rc;
+	}
 	if (rc < 0) {
 		snprintf(err, errlen, "the guest agent did not take the exec policy (%s): rebuild "
 			 "the image with this voidbox's agent (voidbox image build)",

@@ -33,6 +33,7 @@
 #include "sandbox/vmm_cgroup.h"
 #include "sandbox/vmm_jail.h"
 #include "sandbox/vmm_msg.h"
+#include "store/cpio_newc.h"
 #include "store/guest_image.h"
 #include "vmm/kvm.h"
 #include "vmm_process_probe.h"
@@ -57,6 +58,11 @@
 /* opened by the test before the sandbox starts; its VMM process must not hold it */
 #define TEST_PLANTED_FD_PATH "/dev/zero"
 /* A host directory the VM shares (virtio-fs), so the VMM process's jail holds a share. */
+#define TEST_NO_AGENT_MARKER "this-initramfs-runs-no-guest-agent"
+#define TEST_NO_AGENT_INIT_MODE 0755
+#define TEST_NO_AGENT_BOOT_TIMEOUT_S "30"
+#define TEST_COPY_CHUNK 65536
+
 #define TEST_SHARE_TEMPLATE "/tmp/voidbox-conformance-share-XXXXXX"
 #define TEST_SHARE_GUEST "/mnt/conformance"
 #define TEST_SHARE_FROM_HOST "from-host\n"
@@ -1017,6 +1023,72 @@ static void test_cli_unbootable_initramfs_names_serial_log(void)
 	unlink(bogus);
 }
 
+/* The stand-in /init: prints a line to the console and never starts an agent. */
+static const char no_agent_init[] =
+	"#!/bin/sh\necho " TEST_NO_AGENT_MARKER "\nwhile :; do sleep 60; done\n";
+
+static int write_to_file(void *ctx, const void *data, size_t len)
+{
+	return fwrite(data, 1, len, ctx) == len ? 0 : -EIO;
+}
+
+/*
+ * Writes the default initramfs followed by an archive replacing its /init with
+ * no_agent_init (the kernel unpacks concatenated archives in order, later entries winning)
+ * to path, a mkstemp template.
+ */
+static bool write_initramfs_without_agent(char *path)
+{
+	char buf[TEST_COPY_CHUNK];
+	struct cpio_writer writer;
+	int fd = mkstemp(path);
+	FILE *out = fd >= 0 ? fdopen(fd, "wb") : NULL;
+	FILE *in = fopen(test_image.initramfs, "rb");
+	size_t got;
+	bool ok = out && in;
+
+	while (ok && (got = fread(buf, 1, sizeof(buf), in)) > 0)
+		ok = fwrite(buf, 1, got, out) == got;
+	if (ok) {
+		cpio_writer_init(&writer, write_to_file, out, 0);
+		ok = cpio_writer_add_file(&writer, "init", TEST_NO_AGENT_INIT_MODE, no_agent_init,
+					  strlen(no_agent_init)) == 0 &&
+		     cpio_writer_finish(&writer) == 0;
+	}
+	if (in)
+		fclose(in);
+	if (out && fclose(out) != 0)
+		ok = false;
+	else if (!out && fd >= 0)
+		close(fd);
+	return ok;
+}
+
+/*
+ * A guest that boots but never answers (its /init is not the agent) fails once the boot
+ * timeout runs out, and the error quotes the end of the guest's console: the console file is
+ * in the sandbox's runtime directory, which is gone by the time the user reads the error.
+ */
+static void test_cli_guest_without_agent_quotes_console(void)
+{
+	static struct cli_result result;
+	char initramfs[] = "/tmp/voidbox-no-agent-initramfs-XXXXXX";
+	char *argv[] = { "voidbox", "exec", "--kernel", test_image.kernel, "--initramfs", initramfs,
+			 "--boot-timeout", TEST_NO_AGENT_BOOT_TIMEOUT_S, "--", "true", NULL };
+
+	if (!write_initramfs_without_agent(initramfs)) {
+		CHECK(!"cannot write the initramfs without an agent");
+		unlink(initramfs);
+		return;
+	}
+	run_cli(&result, NULL, argv);
+	fprintf(stderr, "  initramfs without an agent: status %d: %s", result.status, result.err);
+	CHECK_INT_EQ(result.status, 125);
+	CHECK(strstr(result.err, "did not answer") != NULL);
+	CHECK(strstr(result.err, TEST_NO_AGENT_MARKER) != NULL);
+	unlink(initramfs);
+}
+
 /* ---- the CLI as an unprivileged user ---------------------------------------------------- */
 
 /* Copies from into dir/name with mode, owned by the unprivileged user; false on any failure. */
@@ -1298,6 +1370,7 @@ int main(int argc, char **argv)
 	RUN_TEST(test_cli_exec_status_streams_and_stdin);
 	RUN_TEST(test_cli_shell_without_terminal);
 	RUN_TEST(test_cli_unbootable_initramfs_names_serial_log);
+	RUN_TEST(test_cli_guest_without_agent_quotes_console);
 	RUN_TEST(test_cli_unprivileged_user_vm_jailed_in_user_namespace);
 	return harness_finish();
 }
