@@ -617,6 +617,33 @@ static int call_wait(struct channel_call *call, const struct timespec *deadline,
 				    timeout_ms);
 }
 
+/* The liveness check's answer time; 0 turns the check off. */
+static long long channel_liveness_timeout_ms(const struct control_channel *ch)
+{
+	if (ch->cfg.liveness_timeout_ms < 0)
+		return 0;
+	return ch->cfg.liveness_timeout_ms > 0 ? ch->cfg.liveness_timeout_ms
+					       : LIVENESS_TIMEOUT_DEFAULT_MS;
+}
+
+/*
+ * The liveness check: a SnapshotReady round trip within timeout_ms, which the agent answers
+ * from its connection reader whatever its commands are doing. 0 when it came back; otherwise
+ * the error says that the guest stopped answering while what was under way (-ETIMEDOUT).
+ */
+static int channel_check_alive(struct control_channel *ch, const char *what,
+			       long long timeout_ms)
+{
+	char why[CONTROL_CHANNEL_ERROR_MAX];
+
+	if (control_channel_snapshot_ready(ch, (int)timeout_ms) == 0)
+		return 0;
+	snprintf(why, sizeof(why), "%s", control_channel_last_error());
+	return control_channel_fail(-ETIMEDOUT, "%s: the guest stopped answering (a liveness "
+				    "check failed: %s); the VM is wedged, see its console", what,
+				    why);
+}
+
 /* One request, one reply of reply_type; the reply stays in call->slot.reply. */
 static int call_oneshot(struct control_channel *ch, struct channel_call *call,
 			uint8_t request_type, const void *body, size_t len, uint8_t reply_type,
@@ -634,6 +661,22 @@ static int call_oneshot(struct control_channel *ch, struct channel_call *call,
 	rc = call_send(call, request_type, body, len);
 	if (rc == 0)
 		rc = call_wait(call, bounded ? &deadline : NULL, what, timeout_ms, &unused);
+	/*
+	 * Unanswered: say whether the guest is wedged or only this call went unanswered, with a
+	 * check no longer than the call's own wait, so a call fails within twice its timeout.
+	 */
+	if (rc == -ETIMEDOUT && request_type != PROTO_MSG_SNAPSHOT_READY && timeout_ms > 0 &&
+	    channel_liveness_timeout_ms(ch) > 0) {
+		long long check_ms = channel_liveness_timeout_ms(ch);
+		char unanswered[CONTROL_CHANNEL_ERROR_MAX];
+
+		if (timeout_ms < check_ms)
+			check_ms = timeout_ms;
+		snprintf(unanswered, sizeof(unanswered), "%s", control_channel_last_error());
+		if (channel_check_alive(ch, what, check_ms) == 0)
+			control_channel_fail(-ETIMEDOUT, "%s (the guest answered a liveness check "
+					     "after it)", unanswered);
+	}
 	if (rc == 0 && call->slot.reply.type != reply_type)
 		rc = control_channel_fail(-EPROTO, "the guest agent answered %s with %s", what,
 					  proto_msg_type_name(call->slot.reply.type));
@@ -765,15 +808,6 @@ static void exec_deliver_chunk(struct proto_frame *frame,
 	proto_exec_output_chunk_free(&chunk);
 }
 
-/* The liveness check's answer time; 0 turns the check off. */
-static long long exec_liveness_timeout_ms(const struct control_channel *ch)
-{
-	if (ch->cfg.liveness_timeout_ms < 0)
-		return 0;
-	return ch->cfg.liveness_timeout_ms > 0 ? ch->cfg.liveness_timeout_ms
-					       : LIVENESS_TIMEOUT_DEFAULT_MS;
-}
-
 static bool timespec_before(const struct timespec *a, const struct timespec *b)
 {
 	return a->tv_sec < b->tv_sec || (a->tv_sec == b->tv_sec && a->tv_nsec < b->tv_nsec);
@@ -808,7 +842,7 @@ static bool exec_deadline_passed(const struct timespec *deadline)
 static int exec_wait_alive(struct channel_call *call, const struct timespec *deadline,
 			   long long timeout_ms, struct proto_frame *frame)
 {
-	long long liveness_ms = exec_liveness_timeout_ms(call->ch);
+	long long liveness_ms = channel_liveness_timeout_ms(call->ch);
 
 	for (;;) {
 		struct timespec wake = exec_next_wake(deadline, liveness_ms < LIVENESS_INTERVAL_MS
@@ -819,15 +853,9 @@ static int exec_wait_alive(struct channel_call *call, const struct timespec *dea
 
 		if (rc != -ETIMEDOUT || liveness_ms == 0 || exec_deadline_passed(deadline))
 			return rc;
-		rc = control_channel_snapshot_ready(call->ch, (int)liveness_ms);
-		if (rc < 0) {
-			char why[CONTROL_CHANNEL_ERROR_MAX];
-
-			snprintf(why, sizeof(why), "%s", control_channel_last_error());
-			return control_channel_fail(-ETIMEDOUT, "Exec: the guest stopped answering "
-						    "(a liveness check failed: %s); the VM is "
-						    "wedged, see its console", why);
-		}
+		rc = channel_check_alive(call->ch, "Exec", liveness_ms);
+		if (rc < 0)
+			return rc;
 		log_debug(LOG_MODULE, "Exec still running; the guest answered a liveness check");
 	}
 }

@@ -49,6 +49,7 @@ enum fake_mode {
 	FAKE_FLOOD,         /* answers an exec with FAKE_FLOOD_CHUNKS large output chunks */
 	FAKE_PTY_STALL,     /* opens a PTY, then sends two bytes of a frame and stops */
 	FAKE_NO_CHALLENGE,  /* an agent of protocol 2: waits for Ping without a Challenge */
+	FAKE_DROP_WRITES,   /* never answers a WriteFile, everything else at once */
 };
 
 struct fake_agent {
@@ -286,7 +287,8 @@ static void *fake_serve(void *arg)
 			slow_exec_due = now_ms() + FAKE_SLOW_EXEC_MS;
 			continue;
 		}
-		if (fc->agent->mode == FAKE_SILENT) {
+		if (fc->agent->mode == FAKE_SILENT ||
+		    (fc->agent->mode == FAKE_DROP_WRITES && frame.type == PROTO_MSG_WRITE_FILE)) {
 			proto_frame_free(&frame);
 			continue;
 		}
@@ -630,6 +632,41 @@ static void test_call_timeout(void)
 	fake_finish(&agent);
 }
 
+/*
+ * A one-shot call that goes unanswered is followed by a liveness check no longer than the
+ * call's own wait, and its error says which it was: a wedged guest, or an agent that answers
+ * but not this call.
+ */
+static void test_call_timeout_tells_wedged_from_unanswered(void)
+{
+	static const char data[] = "x";
+	struct fake_agent agent;
+	struct control_channel *ch;
+	long long started;
+
+	fake_init(&agent, FAKE_SILENT);
+	ch = channel_with(&agent, 0, TEST_LIVENESS_MS);
+	started = now_ms();
+	CHECK_INT_EQ(control_channel_write_file(ch, "/x", data, 1, false, 200), -ETIMEDOUT);
+	CHECK(strstr(control_channel_last_error(),
+		     "WriteFile: the guest stopped answering (a liveness check failed") != NULL);
+	/* the check waited no longer than the call (200 ms), not the liveness timeout */
+	CHECK(now_ms() - started < TEST_LIVENESS_MS);
+	control_channel_destroy(ch);
+	fake_finish(&agent);
+
+	fake_init(&agent, FAKE_DROP_WRITES);
+	ch = channel_with(&agent, 0, TEST_LIVENESS_MS);
+	CHECK_INT_EQ(control_channel_write_file(ch, "/x", data, 1, false, 200), -ETIMEDOUT);
+	CHECK(strstr(control_channel_last_error(), "WriteFile got no answer") != NULL);
+	CHECK(strstr(control_channel_last_error(), "the guest answered a liveness check") != NULL);
+	/* the write and the check reached the agent, and the channel still works */
+	CHECK(atomic_load(&agent.requests) >= 2);
+	CHECK_INT_EQ(control_channel_snapshot_ready(ch, 1000), 0);
+	control_channel_destroy(ch);
+	fake_finish(&agent);
+}
+
 static int refuse_connect(void *opaque, int timeout_ms)
 {
 	atomic_fetch_add((atomic_int *)opaque, 1);
@@ -957,6 +994,7 @@ int main(void)
 	RUN_TEST(test_connect_deadline);
 	RUN_TEST(test_connect_stops_when_vm_ended);
 	RUN_TEST(test_exec_wedged_guest_found_by_liveness);
+	RUN_TEST(test_call_timeout_tells_wedged_from_unanswered);
 	RUN_TEST(test_exec_outlives_liveness_checks);
 	RUN_TEST(test_handshake_stall_mid_frame);
 	RUN_TEST(test_cancel_ends_stalled_connect);
