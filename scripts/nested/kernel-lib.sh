@@ -89,11 +89,18 @@ kernel_lib_module_depends() {
 kernel_lib_module_order() {
 	local kern=$1
 	shift
-	local -A path_of=() state=()
+	local -A path_of=() state=() builtin=()
 	local f
 	while IFS= read -r f; do
 		path_of[$(kernel_lib_module_name "$f")]=$f
 	done < <(find "$kern/lib/modules" -name '*.ko' -o -name '*.ko.xz' -o -name '*.ko.zst')
+	# modules.builtin names what this kernel has built in (kernel/drivers/virtio/virtio_pci.ko
+	# in 6.12): nothing to load for those, whatever the older kernels shipped as modules
+	while IFS= read -r f; do
+		f=${f##*/}
+		f=${f%.ko}
+		builtin[${f//-/_}]=1
+	done < <(cat "$kern"/lib/modules/*/modules.builtin 2>/dev/null || true)
 
 	kernel_lib_visit() {
 		local name=$1 dep
@@ -101,6 +108,7 @@ kernel_lib_module_order() {
 		done) return ;;
 		active) kernel_lib_die "module dependency cycle through $name" ;;
 		esac
+		[[ -n "${path_of[$name]:-}" || -z "${builtin[$name]:-}" ]] || return 0
 		[[ -n "${path_of[$name]:-}" ]] ||
 			kernel_lib_die "module $name is not in the kernel package (built in? wrong flavour?)"
 		state[$name]=active
