@@ -98,6 +98,7 @@ struct sb_figures {
 	double prefetch_ms[SB_MAX_RUNS]; /* with the list the run before recorded */
 	uint64_t working_set_pages;	 /* the list's size after the last run */
 	uint32_t working_set_runs;
+	uint64_t prefaulted_pages; /* of the last prefetched restore: mapped into KVM ahead */
 	double create_ms;
 	double diff_create_ms;
 	uint64_t base_bytes;	  /* allocated */
@@ -632,6 +633,8 @@ static void sb_print(const struct sb_options *o, const struct sb_figures *f)
 	printf("  voidbox restore, prefetched -> exec %9.1f ms   (%.1fx faster; %llu pages in %u runs)\n",
 	       prefetch, sb_ratio(cold, prefetch),
 	       (unsigned long long)f->working_set_pages, f->working_set_runs);
+	printf("  of them mapped into KVM ahead        %9llu pages (0: the kernel cannot)\n",
+	       (unsigned long long)f->prefaulted_pages);
 	printf("  base snapshot create                %9.1f ms   (%.1f MiB on disk, %.1f MiB apparent)\n",
 	       f->create_ms, (double)f->base_bytes / SB_BYTES_PER_MIB,
 	       (double)f->base_apparent / SB_BYTES_PER_MIB);
@@ -682,6 +685,8 @@ static int sb_write_json(const struct sb_options *o, const struct sb_figures *f)
 		json_object_set_new(root, "prefetch_first_exec_ms", prefetch);
 		json_object_set_new(root, "working_set_pages",
 				    json_integer((json_int_t)f->working_set_pages));
+		json_object_set_new(root, "working_set_prefaulted_pages",
+				    json_integer((json_int_t)f->prefaulted_pages));
 		json_object_set_new(root, "working_set_runs",
 				    json_integer((json_int_t)f->working_set_runs));
 		json_object_set_new(root, "idle_diff_bytes",
@@ -760,6 +765,8 @@ static int sb_voidbox(const struct sb_options *o, const char *workdir, struct sb
 		sandbox = NULL;
 		if (rc == 0)
 			rc = sb_restore(base, false, &sandbox, &fig->prefetch_ms[i]);
+		if (rc == 0)
+			fig->prefaulted_pages = sandbox_working_set_prefaulted_pages(sandbox);
 		sandbox_destroy(sandbox, rc < 0);
 		if (rc == 0)
 			fprintf(stderr, "run %u: cold %.1f ms, restore %.1f ms, with prefetch %.1f ms\n",

@@ -722,6 +722,13 @@ unsigned long sandbox_guest_cid(const struct sandbox *sandbox)
 			   : (unsigned long)sandbox->vsock_cid;
 }
 
+uint64_t sandbox_working_set_prefaulted_pages(const struct sandbox *sandbox)
+{
+	if (sandbox->vmm_proc)
+		return vmm_process_working_set_prefaulted(sandbox->vmm_proc);
+	return sandbox->vm ? vm_working_set_prefaulted_pages(sandbox->vm) : 0;
+}
+
 pid_t sandbox_vmm_pid(const struct sandbox *sandbox)
 {
 	return sandbox->vmm_proc ? vmm_process_pid(sandbox->vmm_proc) : getpid();

@@ -183,6 +183,12 @@ const char *sandbox_vsock_socket_path(const struct sandbox *sandbox);
 unsigned long sandbox_guest_cid(const struct sandbox *sandbox);
 /* The process that runs the sandbox's VM: the caller's own, or its VMM process. */
 pid_t sandbox_vmm_pid(const struct sandbox *sandbox);
+/*
+ * For a restored sandbox: how many pages of its working set the restore mapped into KVM ahead
+ * of the guest (KVM_PRE_FAULT_MEMORY, Linux 6.10); 0 for a cold boot, a restore without a
+ * working-set list, or a kernel without it.
+ */
+uint64_t sandbox_working_set_prefaulted_pages(const struct sandbox *sandbox);
 /* Milliseconds from sandbox_start's call to the agent's first Pong. */
 long sandbox_boot_ms(const struct sandbox *sandbox);
 

@@ -41,6 +41,7 @@ struct vmm_msg {
 	uint32_t snapshot_type;	 /* SNAPSHOT: enum vm_snapshot_type */
 	uint32_t snapshot_after; /* SNAPSHOT: enum vm_snapshot_after */
 	uint32_t working_set_known; /* STARTED of a restore: 1 when it prefetched its own list */
+	uint64_t working_set_prefaulted; /* STARTED of a restore: pages mapped into KVM ahead */
 	uint8_t secret[VM_SECRET_LEN];
 	char text[VMM_PROCESS_TEXT_MAX];       /* a sentence, or SNAPSHOT's directory */
 	char parent_dir[VMM_PROCESS_TEXT_MAX]; /* SNAPSHOT of a diff: its base */

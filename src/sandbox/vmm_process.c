@@ -70,6 +70,7 @@ struct vmm_process {
 	enum vm_exit_reason reason;
 	bool reaped;
 	bool working_set_known; /* its "started": the restore prefetched its own snapshot's list */
+	uint64_t working_set_prefaulted; /* its "started": pages the restore mapped into KVM */
 	bool awaiting;	      /* a request was sent and its answer not yet taken */
 	bool answered;	      /* its answer came: answer_status, answer_text */
 	int answer_status;
@@ -454,6 +455,7 @@ int vmm_process_await_started(struct vmm_process *proc, uint8_t secret[VM_SECRET
 		snprintf(err, errlen, "%s", msg.text[0] ? msg.text : "the VM did not start");
 	} else {
 		proc->working_set_known = msg.working_set_known != 0;
+		proc->working_set_prefaulted = msg.working_set_prefaulted;
 		if (secret)
 			memcpy(secret, msg.secret, VM_SECRET_LEN);
 	}
@@ -590,6 +592,11 @@ int vmm_process_snapshot(struct vmm_process *proc, const char *dir,
 bool vmm_process_working_set_known(const struct vmm_process *proc)
 {
 	return proc->working_set_known;
+}
+
+uint64_t vmm_process_working_set_prefaulted(const struct vmm_process *proc)
+{
+	return proc->working_set_prefaulted;
 }
 
 int vmm_process_record_working_set(struct vmm_process *proc, char *err, size_t errlen)

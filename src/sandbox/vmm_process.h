@@ -118,6 +118,8 @@ int vmm_process_snapshot(struct vmm_process *proc, const char *dir,
 			 const uint8_t secret[VM_SECRET_LEN], char *err, size_t errlen);
 /* Whether the child's restore prefetched its own snapshot's list (vm_working_set_known). */
 bool vmm_process_working_set_known(const struct vmm_process *proc);
+/* The pages its restore mapped into KVM ahead of the guest (vm_working_set_prefaulted_pages). */
+uint64_t vmm_process_working_set_prefaulted(const struct vmm_process *proc);
 /* Asks a restored VM's child for vm_working_set_record beside its snapshot; as above. */
 int vmm_process_record_working_set(struct vmm_process *proc, char *err, size_t errlen);
 /* As vm_wait: 0 and *reason once the VM has ended (or its process died), else -ETIMEDOUT. */

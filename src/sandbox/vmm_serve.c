@@ -139,6 +139,7 @@ static int vmm_serve_restore(const struct vmm_serve *args, const struct vmm_jail
 	if (rc < 0)
 		return rc;
 	started->working_set_known = vm_working_set_known(*vm);
+	started->working_set_prefaulted = vm_working_set_prefaulted_pages(*vm);
 	vm_secret_hex(*vm, hex);
 	rc = proto_secret_from_hex(hex, started->secret);
 	explicit_bzero(hex, sizeof(hex));

@@ -17,6 +17,21 @@
 
 #include "common/log.h"
 
+/* Calls of KVM_PRE_FAULT_MEMORY in a row that may map nothing (interrupted) before giving up. */
+#define KVM_PRE_FAULT_STALLS_MAX 16
+
+/* Linux 6.10's stage-2 prefault, for builds against older headers. */
+#ifndef KVM_PRE_FAULT_MEMORY
+#define KVM_CAP_PRE_FAULT_MEMORY 236
+struct kvm_pre_fault_memory {
+	__u64 gpa;
+	__u64 size;
+	__u64 flags;
+	__u64 padding[5];
+};
+#define KVM_PRE_FAULT_MEMORY _IOWR(KVMIO, 0xd5, struct kvm_pre_fault_memory)
+#endif
+
 #define KVM_EXPECTED_API_VERSION 12
 /* Three pages the VMX implementation needs below 4 GiB, inside the MMIO gap, above devices. */
 #define KVM_TSS_ADDR 0xfffbd000UL
@@ -88,11 +103,31 @@ int kvm_open(struct kvm *kvm, char *err, size_t errlen)
 	kvm->vcpu_mmap_size = (size_t)mmap_size;
 	kvm->has_tsc_deadline = ioctl(kvm->sys_fd, KVM_CHECK_EXTENSION,
 				      KVM_CAP_TSC_DEADLINE_TIMER) > 0;
+	kvm->has_pre_fault_memory = ioctl(kvm->sys_fd, KVM_CHECK_EXTENSION,
+					  KVM_CAP_PRE_FAULT_MEMORY) > 0;
 	return 0;
 fail:
 	close(kvm->sys_fd);
 	kvm->sys_fd = -1;
 	return -ENOTSUP;
+}
+
+int kvm_pre_fault_memory(int vcpu_fd, uint64_t gpa, uint64_t size)
+{
+	struct kvm_pre_fault_memory range = { .gpa = gpa, .size = size };
+	int stalls = 0;
+
+	/* the kernel moves gpa and size past what it mapped and may stop early: go on */
+	while (range.size > 0) {
+		uint64_t before = range.size;
+
+		if (ioctl(vcpu_fd, KVM_PRE_FAULT_MEMORY, &range) < 0 && errno != EINTR &&
+		    errno != EAGAIN)
+			return -errno;
+		if (range.size == before && ++stalls > KVM_PRE_FAULT_STALLS_MAX)
+			return -EAGAIN;
+	}
+	return 0;
 }
 
 int kvm_create_vm(struct kvm *kvm, char *err, size_t errlen)

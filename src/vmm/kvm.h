@@ -19,6 +19,7 @@ struct kvm {
 	int vm_fd;
 	size_t vcpu_mmap_size;
 	bool has_tsc_deadline;
+	bool has_pre_fault_memory; /* KVM_PRE_FAULT_MEMORY (Linux 6.10) */
 };
 
 /* Opens /dev/kvm, checks the API version and required capabilities. */
@@ -30,6 +31,13 @@ int kvm_map_guest_memory(struct kvm *kvm, const struct guest_memory *mem);
 /* Sets a GSI level on the in-kernel IOAPIC; opaque is a struct kvm. */
 void kvm_set_irq_level(void *opaque, uint32_t gsi, bool asserted);
 void kvm_close(struct kvm *kvm);
+/*
+ * Maps [gpa, gpa + size) into the VM's stage-2 page tables as read faults of the vCPU would
+ * (KVM_PRE_FAULT_MEMORY; kvm->has_pre_fault_memory says whether the kernel has it), so the
+ * guest's first touches of those pages exit to nobody. 0, or -errno (EOPNOTSUPP where the MMU
+ * cannot, e.g. without two-dimensional paging).
+ */
+int kvm_pre_fault_memory(int vcpu_fd, uint64_t gpa, uint64_t size);
 
 /*
  * Whether this host's KVM runs standard guests at hardware speed: true, or false with the

@@ -14,7 +14,9 @@
  * that are no longer the file's, whoever wrote them. (KVM's dirty log would miss the device's
  * host-side writes.) A VM that saves a base and resumes is remapped over its own new
  * memory.mem for the same reason, so it can save diffs against it later. Before the vCPUs
- * exist, a restore prefetches the pages the snapshot's working-set list names (working_set.h).
+ * exist, a restore prefetches the pages the snapshot's working-set list names (working_set.h),
+ * and once they hold their state, maps those pages into KVM ahead of the guest where the
+ * kernel can (KVM_PRE_FAULT_MEMORY).
  */
 #include "vmm/snapshot.h"
 
@@ -627,6 +629,7 @@ struct snapshot_restore_ctx {
 	char *err;
 	size_t errlen;
 	uint64_t read_ms; /* reading and checking the state files, for the debug timeline */
+	struct working_set prefetched; /* the list the memory step prefetched, for the prefault */
 };
 
 /* The directory whose memory.mem the guest's RAM maps: a diff's base, or the snapshot's own. */
@@ -669,9 +672,10 @@ static int snapshot_restore_memory(struct snapshot_restore_ctx *ctx)
 	 */
 	struct working_set_stats own = { 0 };
 
-	if (!working_set_prefetch_dir(&vm->mem, ctx->dir, ctx->info.id, &own) &&
+	if (!working_set_prefetch_dir(&vm->mem, ctx->dir, ctx->info.id, &own, &ctx->prefetched) &&
 	    ctx->info.type == VM_SNAPSHOT_DIFF)
-		working_set_prefetch_dir(&vm->mem, base_dir, ctx->info.parent_id, NULL);
+		working_set_prefetch_dir(&vm->mem, base_dir, ctx->info.parent_id, NULL,
+					 &ctx->prefetched);
 	vm->working_set_known = own.pages > 0;
 	return 0;
 }
@@ -820,6 +824,36 @@ fail:;
 	return -saved;
 }
 
+/*
+ * Once the vCPUs hold their saved state: the prefetched working set goes into KVM's stage-2
+ * page tables too, where the kernel can (KVM_PRE_FAULT_MEMORY, Linux 6.10), so the guest's
+ * first touches of those pages do not each exit to KVM. Under nested virtualization each such
+ * exit is a round trip through the outer hypervisor. Never fails the restore: a page left out
+ * faults in on first touch as before.
+ */
+static void snapshot_pre_fault_working_set(struct snapshot_restore_ctx *ctx)
+{
+	struct vm *vm = ctx->vm;
+	const struct working_set *ws = &ctx->prefetched;
+	uint64_t started = clock_monotonic_ms();
+
+	if (ws->run_count == 0 || vm->vcpus_created == 0 || !vm->kvm.has_pre_fault_memory)
+		return;
+	for (uint32_t i = 0; i < ws->run_count; i++) {
+		int rc = kvm_pre_fault_memory(vm->vcpus[0].fd, ws->runs[i].gpa,
+					      ws->runs[i].pages * WORKING_SET_PAGE_SIZE);
+
+		if (rc < 0) {
+			log_info(SNAP_LOG, "KVM did not map the working set ahead (%s); its pages "
+				 "map on first touch", strerror(-rc));
+			return;
+		}
+	}
+	vm->working_set_prefaulted = ws->pages;
+	log_debug(SNAP_LOG, "mapped %" PRIu64 " pages of the working set into KVM in %" PRIu64
+		  " ms", ws->pages, clock_monotonic_ms() - started);
+}
+
 /* Before any vCPU exists: every feature the guest was shown must be one this host's KVM offers. */
 static int snapshot_check_host_features(struct snapshot_restore_ctx *ctx, const struct kvm *kvm)
 {
@@ -919,6 +953,9 @@ static int snapshot_build_vm(struct snapshot_restore_ctx *ctx)
 		rc = vm_setup_vcpus(vm, ctx->err, ctx->errlen);
 	if (rc == 0)
 		rc = snapshot_restore_kvm_state(ctx);
+	if (rc == 0)
+		snapshot_pre_fault_working_set(ctx);
+	working_set_release(&ctx->prefetched);
 	if (rc == 0)
 		rc = snapshot_restore_device_state(ctx);
 	vm->restored = true;

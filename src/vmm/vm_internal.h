@@ -60,6 +60,7 @@ struct vm {
 	/* snapshot state (src/vmm/snapshot.c) */
 	bool restored;		/* built from a snapshot: vm_start keeps the guest's ACPI tables */
 	bool working_set_known;	/* the restore prefetched its own snapshot's valid list */
+	uint64_t working_set_prefaulted; /* pages of it the restore mapped into KVM ahead */
 	bool dirty_logging;	/* memslots carry KVM_MEM_LOG_DIRTY_PAGES */
 	char *dirty_base_dir;	/* the base a diff of this VM counts from; NULL: none */
 	uint64_t dirty_base_id;

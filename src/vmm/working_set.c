@@ -345,6 +345,11 @@ bool vm_working_set_known(const struct vm *vm)
 	return vm->working_set_known;
 }
 
+uint64_t vm_working_set_prefaulted_pages(const struct vm *vm)
+{
+	return vm->working_set_prefaulted;
+}
+
 int vm_working_set_record(struct vm *vm, const char *dir, struct working_set_stats *stats,
 			  char *err, size_t errlen)
 {
@@ -418,7 +423,8 @@ int working_set_prefetch(const struct guest_memory *mem, const struct working_se
 }
 
 bool working_set_prefetch_dir(const struct guest_memory *mem, const char *dir,
-			      uint64_t snapshot_id, struct working_set_stats *stats)
+			      uint64_t snapshot_id, struct working_set_stats *stats,
+			      struct working_set *keep)
 {
 	struct working_set ws;
 	struct working_set_stats done = { 0 };
@@ -438,7 +444,10 @@ bool working_set_prefetch_dir(const struct guest_memory *mem, const char *dir,
 		else
 			log_info(WS_LOG, "prefetched %" PRIu64 " pages in %u runs in %" PRIu64
 				 " ms", done.pages, done.runs, done.elapsed_ns / WS_NS_PER_MS);
-		working_set_release(&ws);
+		if (rc == 0 && keep)
+			*keep = ws; /* the caller's now */
+		else
+			working_set_release(&ws);
 	}
 	if (stats)
 		*stats = done;

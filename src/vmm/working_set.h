@@ -107,11 +107,13 @@ int working_set_prefetch(const struct guest_memory *mem, const struct working_se
 /*
  * The restore's step: loads dir's list for snapshot_id and prefetches it into mem. Never fails
  * the restore: a missing list is logged at debug level, a bad one as a warning. *stats (may be
- * NULL) gets what was prefetched (zero when nothing was). Returns false only when dir has no
- * list at all, so the caller may try another (a diff's base).
+ * NULL) gets what was prefetched (zero when nothing was). When keep is not NULL, a list that
+ * was prefetched whole moves into *keep (release it) for the restore's later steps. Returns
+ * false only when dir has no list at all, so the caller may try another (a diff's base).
  */
 bool working_set_prefetch_dir(const struct guest_memory *mem, const char *dir,
-			      uint64_t snapshot_id, struct working_set_stats *stats);
+			      uint64_t snapshot_id, struct working_set_stats *stats,
+			      struct working_set *keep);
 
 struct vm;
 /*
@@ -127,5 +129,10 @@ int vm_working_set_record(struct vm *vm, const char *dir, struct working_set_sta
  * record would then have nothing to do, so a caller need not ask for one.
  */
 bool vm_working_set_known(const struct vm *vm);
+/*
+ * Pages of the prefetched working set that vm's restore also mapped into KVM's stage-2 page
+ * tables ahead of the guest (KVM_PRE_FAULT_MEMORY); 0 where the kernel cannot, or without a list.
+ */
+uint64_t vm_working_set_prefaulted_pages(const struct vm *vm);
 
 #endif

@@ -317,7 +317,7 @@ static void test_prefetch_dir_ignores_bad_list(void)
 	write_bytes(VM_WORKING_SET_FILE, data, len);
 	CHECK_INT_EQ(map_memory(&mem), 0);
 	/* a bad list is still a list: the caller does not go looking for another */
-	CHECK(working_set_prefetch_dir(&mem, root, TEST_SNAPSHOT_ID, &stats));
+	CHECK(working_set_prefetch_dir(&mem, root, TEST_SNAPSHOT_ID, &stats, NULL));
 	CHECK(stats.pages == 0);
 	CHECK(!(pagemap_entry(mem.regions[0].host_addr + 3 * TEST_PAGE) & TEST_PAGEMAP_PRESENT));
 	/* the memory reads as the file does: the restore goes on with lazy faults */
@@ -326,7 +326,7 @@ static void test_prefetch_dir_ignores_bad_list(void)
 	/* a good list for this snapshot is prefetched */
 	CHECK_INT_EQ(working_set_store(root, &ws), 0);
 	CHECK_INT_EQ(map_memory(&mem), 0);
-	CHECK(working_set_prefetch_dir(&mem, root, TEST_SNAPSHOT_ID, &stats));
+	CHECK(working_set_prefetch_dir(&mem, root, TEST_SNAPSHOT_ID, &stats, NULL));
 	CHECK(stats.pages == 4);
 	CHECK(pagemap_entry(mem.regions[0].host_addr + 3 * TEST_PAGE) & TEST_PAGEMAP_PRESENT);
 	unmap_memory(&mem);
@@ -415,7 +415,7 @@ static void test_prefetch_dir_says_when_there_is_no_list(void)
 
 	CHECK(mkdtemp(empty) != NULL);
 	CHECK_INT_EQ(map_memory(&mem), 0);
-	CHECK(!working_set_prefetch_dir(&mem, empty, TEST_SNAPSHOT_ID, &stats));
+	CHECK(!working_set_prefetch_dir(&mem, empty, TEST_SNAPSHOT_ID, &stats, NULL));
 	CHECK(stats.pages == 0);
 	unmap_memory(&mem);
 	rmdir(empty);

@@ -28,6 +28,7 @@
 #include "store/guest_image.h"
 #include "vmm/kvm.h"
 #include "vmm/snapshot.h"
+#include "vmm/working_set.h"
 #include "vm_test.h"
 
 #define TEST_VM_MEMORY_MB 256
@@ -264,14 +265,44 @@ out:
 	sandbox_destroy(second, harness_tests_failed > 0);
 }
 
+/*
+ * Whether this host's KVM maps memory ahead of a vCPU (KVM_PRE_FAULT_MEMORY, Linux 6.10): a
+ * restore with a working-set list must then have mapped it, and without it must not claim to.
+ */
+static bool kvm_can_pre_fault(void)
+{
+	char err[1024];
+	struct kvm kvm;
+	bool can;
+
+	if (kvm_open(&kvm, err, sizeof(err)) < 0)
+		return false;
+	can = kvm.has_pre_fault_memory;
+	kvm_close(&kvm);
+	return can;
+}
+
 static void test_restore_diff(void)
 {
-	struct sandbox *box = restore(diff_dir);
-	char out[TEST_OUTPUT_MAX];
+	char list[PATH_MAX + sizeof(VM_WORKING_SET_FILE) + 1], out[TEST_OUTPUT_MAX];
+	bool base_has_list;
+	struct sandbox *box;
 
+	/* the base's first restores recorded its list; a diff without one of its own takes it */
+	snprintf(list, sizeof(list), "%s/%s", base_dir, VM_WORKING_SET_FILE);
+	base_has_list = access(list, F_OK) == 0;
+	box = restore(diff_dir);
 	CHECK(box != NULL);
 	if (!box)
 		return;
+	fprintf(stderr, "  working set mapped into KVM ahead: %llu pages (KVM %s it; the base %s a "
+		"list)\n", (unsigned long long)sandbox_working_set_prefaulted_pages(box),
+		kvm_can_pre_fault() ? "can do" : "cannot do", base_has_list ? "has" : "has no");
+	CHECK(base_has_list);
+	if (base_has_list && kvm_can_pre_fault())
+		CHECK(sandbox_working_set_prefaulted_pages(box) > 0);
+	else
+		CHECK_INT_EQ(sandbox_working_set_prefaulted_pages(box), 0);
 	CHECK_INT_EQ(sh(box, "cat /tmp/marker /tmp/after-base", out, sizeof(out)), 0);
 	CHECK_STR_EQ(out, "before-snapshot\nafter-base");
 	CHECK_INT_EQ(sh(box, "nproc", out, sizeof(out)), 0);
