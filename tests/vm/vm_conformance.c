@@ -36,6 +36,7 @@
 #include "store/cpio_newc.h"
 #include "store/guest_image.h"
 #include "vmm/kvm.h"
+#include "vm_test.h"
 #include "vmm_process_probe.h"
 
 #define TEST_VM_MEMORY_MB 512
@@ -57,12 +58,11 @@
 #define TEST_VMM_BINARY_ENV "VOIDBOX_VMM_BINARY"
 /* opened by the test before the sandbox starts; its VMM process must not hold it */
 #define TEST_PLANTED_FD_PATH "/dev/zero"
-/* A host directory the VM shares (virtio-fs), so the VMM process's jail holds a share. */
+/* An image whose /init prints this and never starts the agent, booted with this timeout. */
 #define TEST_NO_AGENT_MARKER "this-initramfs-runs-no-guest-agent"
 #define TEST_NO_AGENT_INIT_MODE 0755
 #define TEST_NO_AGENT_BOOT_TIMEOUT_S "30"
-#define TEST_COPY_CHUNK 65536
-
+/* A host directory the VM shares (virtio-fs), so the VMM process's jail holds a share. */
 #define TEST_SHARE_TEMPLATE "/tmp/voidbox-conformance-share-XXXXXX"
 #define TEST_SHARE_GUEST "/mnt/conformance"
 #define TEST_SHARE_FROM_HOST "from-host\n"
@@ -1023,45 +1023,13 @@ static void test_cli_unbootable_initramfs_names_serial_log(void)
 	unlink(bogus);
 }
 
-/* The stand-in /init: prints a line to the console and never starts an agent. */
-static const char no_agent_init[] =
-	"#!/bin/sh\necho " TEST_NO_AGENT_MARKER "\nwhile :; do sleep 60; done\n";
-
-static int write_to_file(void *ctx, const void *data, size_t len)
+/* Replaces the image's /init with a script that prints a line and never starts an agent. */
+static int add_init_without_agent(struct cpio_writer *writer, const void *ctx)
 {
-	return fwrite(data, 1, len, ctx) == len ? 0 : -EIO;
-}
+	static const char init[] =
+		"#!/bin/sh\necho " TEST_NO_AGENT_MARKER "\nwhile :; do sleep 60; done\n";
 
-/*
- * Writes the default initramfs followed by an archive replacing its /init with
- * no_agent_init (the kernel unpacks concatenated archives in order, later entries winning)
- * to path, a mkstemp template.
- */
-static bool write_initramfs_without_agent(char *path)
-{
-	char buf[TEST_COPY_CHUNK];
-	struct cpio_writer writer;
-	int fd = mkstemp(path);
-	FILE *out = fd >= 0 ? fdopen(fd, "wb") : NULL;
-	FILE *in = fopen(test_image.initramfs, "rb");
-	size_t got;
-	bool ok = out && in;
-
-	while (ok && (got = fread(buf, 1, sizeof(buf), in)) > 0)
-		ok = fwrite(buf, 1, got, out) == got;
-	if (ok) {
-		cpio_writer_init(&writer, write_to_file, out, 0);
-		ok = cpio_writer_add_file(&writer, "init", TEST_NO_AGENT_INIT_MODE, no_agent_init,
-					  strlen(no_agent_init)) == 0 &&
-		     cpio_writer_finish(&writer) == 0;
-	}
-	if (in)
-		fclose(in);
-	if (out && fclose(out) != 0)
-		ok = false;
-	else if (!out && fd >= 0)
-		close(fd);
-	return ok;
+	return cpio_writer_add_file(writer, "init", TEST_NO_AGENT_INIT_MODE, init, strlen(init));
 }
 
 /*
@@ -1076,7 +1044,8 @@ static void test_cli_guest_without_agent_quotes_console(void)
 	char *argv[] = { "voidbox", "exec", "--kernel", test_image.kernel, "--initramfs", initramfs,
 			 "--boot-timeout", TEST_NO_AGENT_BOOT_TIMEOUT_S, "--", "true", NULL };
 
-	if (!write_initramfs_without_agent(initramfs)) {
+	if (vm_test_initramfs_extend(test_image.initramfs, add_init_without_agent, NULL,
+				     initramfs) < 0) {
 		CHECK(!"cannot write the initramfs without an agent");
 		unlink(initramfs);
 		return;

@@ -1,7 +1,8 @@
 /*
  * What VM test programs share: the check that VMs can boot here at all, sh(), one shell
- * script in a sandbox, the way they look at the guest, and vm_test_initramfs_with(), a test
- * image made of the built one plus a few files. Header-only so each test program, a single
+ * script in a sandbox, the way they look at the guest, and vm_test_initramfs_extend() (and
+ * vm_test_initramfs_with(), its common case), a test image made of the built one plus a few
+ * files. Header-only so each test program, a single
  * file, includes it without a library.
  */
 #ifndef VOIDBOX_TESTS_VM_TEST_H
@@ -46,16 +47,18 @@ static inline int vm_test_sink_write(void *ctx, const void *data, size_t len)
 	return fwrite(data, 1, len, ctx) == len ? 0 : -EIO;
 }
 
+/* Adds the entries of the archive vm_test_initramfs_extend appends; 0 or -errno. */
+typedef int (*vm_test_cpio_fill_fn)(struct cpio_writer *writer, const void *ctx);
+
 /*
- * Writes a copy of the initramfs base followed by a second cpio archive holding bins under
- * /usr/local/bin (the kernel unpacks concatenated archives in order), so a test gets the mock
- * agent or the guest tools without building an image. path is a mkstemp template, filled in.
+ * Writes a copy of the initramfs base followed by a second cpio archive that fill writes (the
+ * kernel unpacks concatenated archives in order, later entries replacing earlier ones), so a
+ * test changes the built image without building one. path is a mkstemp template, filled in.
  */
-static inline int vm_test_initramfs_with(const char *base, const struct vm_test_bin *bins,
-					 size_t count, char *path)
+static inline int vm_test_initramfs_extend(const char *base, vm_test_cpio_fill_fn fill,
+					   const void *ctx, char *path)
 {
-	static const char *const dirs[] = { "usr", "usr/local", "usr/local/bin" };
-	char buf[VM_TEST_COPY_CHUNK], guest[VM_TEST_REASON_MAX];
+	char buf[VM_TEST_COPY_CHUNK];
 	struct cpio_writer writer;
 	FILE *in, *out;
 	size_t got;
@@ -69,6 +72,8 @@ static inline int vm_test_initramfs_with(const char *base, const struct vm_test_
 	if (!out || !in) {
 		if (out)
 			fclose(out);
+		else
+			close(fd);
 		if (in)
 			fclose(in);
 		return -EIO;
@@ -79,18 +84,47 @@ static inline int vm_test_initramfs_with(const char *base, const struct vm_test_
 	fclose(in);
 	/* archives start 4-byte aligned; a newc archive's length already is */
 	cpio_writer_init(&writer, vm_test_sink_write, out, 0);
-	for (size_t i = 0; rc == 0 && i < sizeof(dirs) / sizeof(dirs[0]); i++)
-		rc = cpio_writer_add_directory(&writer, dirs[i], VM_TEST_BIN_DIR_MODE);
-	for (size_t i = 0; rc == 0 && i < count; i++) {
-		snprintf(guest, sizeof(guest), "usr/local/bin/%s", bins[i].name);
-		rc = cpio_writer_add_file_from_path(&writer, guest, VM_TEST_BIN_MODE,
-						    bins[i].host_path);
-	}
+	if (rc == 0)
+		rc = fill(&writer, ctx);
 	if (rc == 0)
 		rc = cpio_writer_finish(&writer);
 	if (fclose(out) != 0 && rc == 0)
 		rc = -EIO;
 	return rc;
+}
+
+struct vm_test_bins {
+	const struct vm_test_bin *bins;
+	size_t count;
+};
+
+static inline int vm_test_add_bins(struct cpio_writer *writer, const void *ctx)
+{
+	static const char *const dirs[] = { "usr", "usr/local", "usr/local/bin" };
+	const struct vm_test_bins *list = ctx;
+	char guest[VM_TEST_REASON_MAX];
+	int rc = 0;
+
+	for (size_t i = 0; rc == 0 && i < sizeof(dirs) / sizeof(dirs[0]); i++)
+		rc = cpio_writer_add_directory(writer, dirs[i], VM_TEST_BIN_DIR_MODE);
+	for (size_t i = 0; rc == 0 && i < list->count; i++) {
+		snprintf(guest, sizeof(guest), "usr/local/bin/%s", list->bins[i].name);
+		rc = cpio_writer_add_file_from_path(writer, guest, VM_TEST_BIN_MODE,
+						    list->bins[i].host_path);
+	}
+	return rc;
+}
+
+/*
+ * The built image plus bins under /usr/local/bin, so a test gets the mock agent or the guest
+ * tools without building an image. path is a mkstemp template, filled in.
+ */
+static inline int vm_test_initramfs_with(const char *base, const struct vm_test_bin *bins,
+					 size_t count, char *path)
+{
+	const struct vm_test_bins list = { .bins = bins, .count = count };
+
+	return vm_test_initramfs_extend(base, vm_test_add_bins, &list, path);
 }
 #define VM_TEST_POLL_US (100 * 1000)
 
