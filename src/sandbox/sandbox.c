@@ -49,6 +49,8 @@
 #define SANDBOX_KERNEL_CACHE_SUBDIR "cache/kernels"
 /* how much of the guest console an early-exit error quotes */
 #define SANDBOX_CONSOLE_TAIL_BYTES 240
+/* sandbox_console_quote's text: the console's path, ", ending: " and its tail */
+#define SANDBOX_CONSOLE_QUOTE_MAX (PATH_MAX + 16 + SANDBOX_CONSOLE_TAIL_BYTES)
 #define SANDBOX_PATH_MAX 256
 /* The agent brings eth0 up when the command line carries this (guest/agent/netcfg.h). */
 #define SANDBOX_NETWORK_CMDLINE "voidbox.network=1"
@@ -280,16 +282,27 @@ static bool sandbox_vm_ended(struct sandbox *sandbox)
 	return sandbox->exited;
 }
 
-/* The error for a VM that ended before its agent answered: why, and the console's end. */
-static int sandbox_describe_stop(struct sandbox *sandbox, char *err, size_t errlen)
+/*
+ * "PATH" or "PATH, ending: TAIL": the console's path and, since the runtime directory that
+ * holds it goes with the sandbox, its last bytes, for an error about a guest that never answered.
+ */
+static void sandbox_console_quote(const struct sandbox *sandbox, char *out, size_t len)
 {
 	char tail[SANDBOX_CONSOLE_TAIL_BYTES + 1];
 
 	sandbox_console_tail(sandbox->serial_log_path, tail, sizeof(tail));
+	snprintf(out, len, "%s%s%s", sandbox->serial_log_path, tail[0] ? ", ending: " : "", tail);
+}
+
+/* The error for a VM that ended before its agent answered: why, and the console's end. */
+static int sandbox_describe_stop(struct sandbox *sandbox, char *err, size_t errlen)
+{
+	char console[SANDBOX_CONSOLE_QUOTE_MAX];
+
+	sandbox_console_quote(sandbox, console, sizeof(console));
 	snprintf(err, errlen,
-		 "the VM stopped (%s) before its guest agent answered; the guest console is in %s%s%s",
-		 vm_exit_reason_name(sandbox->exit_reason), sandbox->serial_log_path,
-		 tail[0] ? ", ending: " : "", tail);
+		 "the VM stopped (%s) before its guest agent answered; the guest console is in %s",
+		 vm_exit_reason_name(sandbox->exit_reason), console);
 	return -ECHILD;
 }
 
@@ -345,14 +358,12 @@ static int sandbox_open_channel(struct sandbox *sandbox, int connect_deadline_ms
 	if (rc == -ECHILD && sandbox_vm_ended(sandbox))
 		return sandbox_describe_stop(sandbox, err, errlen);
 	if (rc < 0) {
-		/* the runtime directory, console and all, goes with the sandbox: quote its end */
-		char tail[SANDBOX_CONSOLE_TAIL_BYTES + 1];
+		char console[SANDBOX_CONSOLE_QUOTE_MAX];
 
-		sandbox_console_tail(sandbox->serial_log_path, tail, sizeof(tail));
-		snprintf(err, errlen, "the guest agent %s: %s (guest console: %s%s%s)",
+		sandbox_console_quote(sandbox, console, sizeof(console));
+		snprintf(err, errlen, "the guest agent %s: %s (guest console: %s)",
 			 rc == -ETIMEDOUT ? "did not answer" : "refused the handshake",
-			 control_channel_last_error(), sandbox->serial_log_path,
-			 tail[0] ? ", ending: " : "", tail);
+			 control_channel_last_error(), console);
 	}
 	return rc;
 }
