@@ -108,9 +108,10 @@ kernel_lib_module_order() {
 		done) return ;;
 		active) kernel_lib_die "module dependency cycle through $name" ;;
 		esac
-		[[ -n "${path_of[$name]:-}" || -z "${builtin[$name]:-}" ]] || return 0
-		[[ -n "${path_of[$name]:-}" ]] ||
+		if [[ -z "${path_of[$name]:-}" ]]; then
+			[[ -z "${builtin[$name]:-}" ]] || return 0
 			kernel_lib_die "module $name is not in the kernel package (built in? wrong flavour?)"
+		fi
 		state[$name]=active
 		for dep in $(kernel_lib_module_depends "${path_of[$name]}"); do
 			kernel_lib_visit "$dep"

@@ -652,6 +652,7 @@ static int call_oneshot(struct control_channel *ch, struct channel_call *call,
 	const char *what = proto_msg_type_name(request_type);
 	struct timespec deadline;
 	bool bounded = deadline_after(timeout_ms, &deadline);
+	long long check_ms = channel_liveness_timeout_ms(ch);
 	struct proto_frame unused;
 	int rc;
 
@@ -666,8 +667,7 @@ static int call_oneshot(struct control_channel *ch, struct channel_call *call,
 	 * check no longer than the call's own wait, so a call fails within twice its timeout.
 	 */
 	if (rc == -ETIMEDOUT && request_type != PROTO_MSG_SNAPSHOT_READY && timeout_ms > 0 &&
-	    channel_liveness_timeout_ms(ch) > 0) {
-		long long check_ms = channel_liveness_timeout_ms(ch);
+	    check_ms > 0) {
 		char unanswered[CONTROL_CHANNEL_ERROR_MAX];
 
 		if (timeout_ms < check_ms)

@@ -285,7 +285,7 @@ static bool kvm_can_pre_fault(void)
 static void test_restore_diff(void)
 {
 	char list[PATH_MAX + sizeof(VM_WORKING_SET_FILE) + 1], out[TEST_OUTPUT_MAX];
-	bool base_has_list;
+	bool base_has_list, can_pre_fault = kvm_can_pre_fault();
 	struct sandbox *box;
 
 	/* the base's first restores recorded its list; a diff without one of its own takes it */
@@ -297,9 +297,9 @@ static void test_restore_diff(void)
 		return;
 	fprintf(stderr, "  working set mapped into KVM ahead: %llu pages (KVM %s it; the base %s a "
 		"list)\n", (unsigned long long)sandbox_working_set_prefaulted_pages(box),
-		kvm_can_pre_fault() ? "can do" : "cannot do", base_has_list ? "has" : "has no");
+		can_pre_fault ? "can do" : "cannot do", base_has_list ? "has" : "has no");
 	CHECK(base_has_list);
-	if (base_has_list && kvm_can_pre_fault())
+	if (base_has_list && can_pre_fault)
 		CHECK(sandbox_working_set_prefaulted_pages(box) > 0);
 	else
 		CHECK_INT_EQ(sandbox_working_set_prefaulted_pages(box), 0);
