@@ -4,7 +4,10 @@
  *     the snapshot's working-set list (pages fault in one at a time; that restore records the
  *     list) and with it (the listed pages prefetched before the vCPUs run; goal: 20x);
  *   - base snapshot create time and size, diff create time and size against the base;
- *   - fork time per child (and each child's first exec), and the whole fork against one restore;
+ *   - fork time per child (and each child's first exec), and the whole fork against one restore,
+ *     as the median of --fork-runs forks; beside it the CPU time the fork and a restore cost this
+ *     process and how busy the host's CPUs were during the fork, which say whether a fork of n
+ *     is bound by n children's CPU time on too few CPUs (then only cheaper children help);
  *   - an idle VM's diff: restore, wait SB_IDLE_WAIT_S, save a diff; its size against guest RAM;
  *   - QEMU's own save/restore of the same guest for comparison: migrate to a file, then a new
  *     QEMU with `-incoming "exec:cat FILE"` -> first exec over vhost-vsock.
@@ -25,6 +28,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -54,6 +58,7 @@
 #define SB_DEFAULT_RUNS 3u
 #define SB_DEFAULT_MEMORY_MB 256u
 #define SB_DEFAULT_CHILDREN 4u
+#define SB_DEFAULT_FORK_RUNS 3u
 #define SB_DEFAULT_CID 52u
 #define SB_MAX_RUNS 100u
 #define SB_MAX_CHILDREN 64u
@@ -83,6 +88,7 @@ struct sb_options {
 	unsigned int runs;
 	unsigned int memory_mb;
 	unsigned int children;
+	unsigned int fork_runs;
 	unsigned int cid;
 	const char *kernel;
 	const char *initramfs;
@@ -96,6 +102,7 @@ struct sb_figures {
 	double cold_ms[SB_MAX_RUNS];
 	double restore_ms[SB_MAX_RUNS];	 /* no working-set list: lazy faults, records one */
 	double prefetch_ms[SB_MAX_RUNS]; /* with the list the run before recorded */
+	double prefetch_cpu_ms[SB_MAX_RUNS]; /* CPU time the bench's process spent on it */
 	uint64_t working_set_pages;	 /* the list's size after the last run */
 	uint32_t working_set_runs;
 	uint64_t prefaulted_pages; /* of the last prefetched restore: mapped into KVM ahead */
@@ -105,10 +112,16 @@ struct sb_figures {
 	uint64_t base_apparent;	  /* file sizes */
 	uint64_t diff_bytes;
 	double diff_restore_ms;
-	double fork_ms;
+	double fork_run_ms[SB_MAX_RUNS];
+	double fork_run_busy_pct[SB_MAX_RUNS]; /* the host's CPUs busy during it, of all of them */
+	double fork_run_cpu_ms[SB_MAX_RUNS];	/* CPU time of the bench's process during it */
+	double parent_exec_run_ms[SB_MAX_RUNS];	/* the parent's first exec after each fork */
+	double fork_ms;				/* medians of the fork runs */
+	double fork_cpu_busy_pct;
+	double fork_cpu_ms;
 	uint64_t idle_diff_bytes; /* allocated, after SB_IDLE_WAIT_S idle */
-	double child_exec_ms;	  /* slowest child's first exec after the fork */
-	double parent_exec_ms;	  /* the parent's first exec after the fork */
+	double child_exec_ms;	  /* slowest child's first exec after a fork, of all runs */
+	double parent_exec_ms;
 	bool have_qemu;
 	double qemu_cold_ms;
 	double qemu_save_ms;
@@ -119,21 +132,22 @@ struct sb_figures {
 static void sb_usage(FILE *out)
 {
 	fprintf(out,
-		"usage: snapshot_bench [--runs N] [--memory MB] [--children N] [--kernel K]\n"
-		"                      [--initramfs I] [--qemu PATH | --no-qemu] [--qemu-machine M]\n"
-		"                      [--cid N] [--json PATH] [--log-level LEVEL]\n\n"
+		"usage: snapshot_bench [--runs N] [--memory MB] [--children N] [--fork-runs N]\n"
+		"                      [--kernel K] [--initramfs I] [--qemu PATH | --no-qemu]\n"
+		"                      [--qemu-machine M] [--cid N] [--json PATH]\n"
+		"                      [--log-level LEVEL]\n\n"
 		"Cold boot -> first exec against restore -> first exec without and with the\n"
 		"snapshot's working-set list (N runs each), snapshot create time, diff size against\n"
 		"base, fork time per child and against one restore, an idle VM's diff after %d s,\n"
 		"and QEMU's migrate-to-file restore of the same guest. Needs a /dev/kvm that runs\n"
 		"stock kernels (and /dev/vhost-vsock for the QEMU part). Defaults: 3 runs, 256 MiB,\n"
-		"4 children.\n", SB_IDLE_WAIT_S);
+		"4 children, 3 forks (the fork's figures are their medians).\n", SB_IDLE_WAIT_S);
 }
 
 enum sb_option {
 	SB_OPT_RUNS = 1000, SB_OPT_MEMORY, SB_OPT_CHILDREN, SB_OPT_KERNEL, SB_OPT_INITRAMFS,
 	SB_OPT_QEMU, SB_OPT_NO_QEMU, SB_OPT_QEMU_MACHINE, SB_OPT_CID, SB_OPT_JSON, SB_OPT_HELP,
-	SB_OPT_LOG_LEVEL,
+	SB_OPT_LOG_LEVEL, SB_OPT_FORK_RUNS,
 };
 
 static int sb_parse(int argc, char **argv, struct sb_options *o)
@@ -142,6 +156,7 @@ static int sb_parse(int argc, char **argv, struct sb_options *o)
 		{ "runs", required_argument, NULL, SB_OPT_RUNS },
 		{ "memory", required_argument, NULL, SB_OPT_MEMORY },
 		{ "children", required_argument, NULL, SB_OPT_CHILDREN },
+		{ "fork-runs", required_argument, NULL, SB_OPT_FORK_RUNS },
 		{ "kernel", required_argument, NULL, SB_OPT_KERNEL },
 		{ "initramfs", required_argument, NULL, SB_OPT_INITRAMFS },
 		{ "qemu", required_argument, NULL, SB_OPT_QEMU },
@@ -167,6 +182,10 @@ static int sb_parse(int argc, char **argv, struct sb_options *o)
 			break;
 		case SB_OPT_CHILDREN:
 			ok = boot_parse_count(SB_PROG, "--children", optarg, SB_MAX_CHILDREN, &o->children);
+			break;
+		case SB_OPT_FORK_RUNS:
+			ok = boot_parse_count(SB_PROG, "--fork-runs", optarg, SB_MAX_RUNS,
+					      &o->fork_runs);
 			break;
 		case SB_OPT_KERNEL: o->kernel = optarg; break;
 		case SB_OPT_INITRAMFS: o->initramfs = optarg; break;
@@ -245,11 +264,27 @@ static int sb_cold(const struct sandbox_config *cfg, double *ms)
 	return rc;
 }
 
-static int sb_restore(const char *dir, bool track, struct sandbox **out, double *ms)
+/*
+ * CPU time this process has used, in ms: its VMM threads included (the vCPUs' guest time
+ * among them), since the bench runs every VM in-process.
+ */
+static double sb_process_cpu_ms(void)
+{
+	struct rusage use;
+
+	if (getrusage(RUSAGE_SELF, &use) != 0)
+		return 0;
+	return (double)(use.ru_utime.tv_sec + use.ru_stime.tv_sec) * SB_MS_PER_SEC +
+	       (double)(use.ru_utime.tv_usec + use.ru_stime.tv_usec) / SB_US_PER_MS;
+}
+
+/* A restore of dir up to its first exec's answer: wall time in *ms, CPU time in *cpu_ms. */
+static int sb_restore_cpu(const char *dir, bool track, struct sandbox **out, double *ms,
+			  double *cpu_ms)
 {
 	struct sandbox_restore_config restore = { .snapshot_dir = dir, .track_dirty_pages = track };
 	char err[SB_ERROR_MAX];
-	double start = boot_now_ms();
+	double start = boot_now_ms(), cpu_start = sb_process_cpu_ms();
 	int rc = sandbox_start_from_snapshot(&restore, out, err, sizeof(err));
 
 	if (rc < 0)
@@ -257,7 +292,15 @@ static int sb_restore(const char *dir, bool track, struct sandbox **out, double 
 	if (rc == 0)
 		rc = sb_exec(*out, NULL);
 	*ms = boot_now_ms() - start;
+	*cpu_ms = sb_process_cpu_ms() - cpu_start;
 	return rc;
+}
+
+static int sb_restore(const char *dir, bool track, struct sandbox **out, double *ms)
+{
+	double ignored;
+
+	return sb_restore_cpu(dir, track, out, ms, &ignored);
 }
 
 static int sb_save(struct sandbox *sandbox, const char *dir, enum vm_snapshot_type type,
@@ -313,7 +356,30 @@ static int sb_diff(const char *base, const char *dir, struct sb_figures *fig)
 	return rc;
 }
 
-static int sb_fork(const char *base, unsigned int n, struct sb_figures *fig)
+/*
+ * The host's CPU time so far from /proc/stat's "cpu" line, in ticks: all of it, and the part
+ * spent idle or waiting for I/O. Tells a fork bound by CPU (every CPU busy throughout) from one
+ * that waits on something. Both 0 where /proc/stat cannot be read.
+ */
+static void sb_cpu_ticks(unsigned long long *total, unsigned long long *idle)
+{
+	unsigned long long t[8] = { 0 };
+	FILE *f = fopen("/proc/stat", "re");
+
+	*total = *idle = 0;
+	if (!f)
+		return;
+	if (fscanf(f, "cpu %llu %llu %llu %llu %llu %llu %llu %llu", &t[0], &t[1], &t[2], &t[3],
+		   &t[4], &t[5], &t[6], &t[7]) == 8) {
+		for (int i = 0; i < 8; i++)
+			*total += t[i];
+		*idle = t[3] + t[4];
+	}
+	fclose(f);
+}
+
+/* One fork of a restored parent into n children: fork run `run` of the figures. */
+static int sb_fork(const char *base, unsigned int n, unsigned int run, struct sb_figures *fig)
 {
 	struct sandbox *parent = NULL, **children = calloc(n, sizeof(*children));
 	char err[SB_ERROR_MAX];
@@ -321,9 +387,18 @@ static int sb_fork(const char *base, unsigned int n, struct sb_figures *fig)
 	int rc = children ? sb_restore(base, false, &parent, &ignored) : -ENOMEM;
 
 	if (rc == 0) {
+		unsigned long long total0, idle0, total1, idle1;
+		double cpu_start = sb_process_cpu_ms();
+
+		sb_cpu_ticks(&total0, &idle0);
 		start = boot_now_ms();
 		rc = sandbox_fork(parent, n, children, err, sizeof(err));
-		fig->fork_ms = boot_now_ms() - start;
+		fig->fork_run_ms[run] = boot_now_ms() - start;
+		fig->fork_run_cpu_ms[run] = sb_process_cpu_ms() - cpu_start;
+		sb_cpu_ticks(&total1, &idle1);
+		if (total1 > total0)
+			fig->fork_run_busy_pct[run] = SB_PERCENT *
+				(double)((total1 - total0) - (idle1 - idle0)) / (double)(total1 - total0);
 		if (rc < 0)
 			fprintf(stderr, "snapshot_bench: fork: %s\n", err);
 		for (unsigned int i = 0; rc == 0 && i < n; i++) {
@@ -338,7 +413,7 @@ static int sb_fork(const char *base, unsigned int n, struct sb_figures *fig)
 			double exec_start = boot_now_ms();
 
 			rc = sb_exec(parent, NULL);
-			fig->parent_exec_ms = boot_now_ms() - exec_start;
+			fig->parent_exec_run_ms[run] = boot_now_ms() - exec_start;
 		}
 		for (unsigned int i = 0; children && i < n; i++)
 			sandbox_destroy(children[i], rc < 0);
@@ -625,6 +700,7 @@ static void sb_print(const struct sb_options *o, const struct sb_figures *f)
 {
 	double cold = boot_median(f->cold_ms, o->runs), restore = boot_median(f->restore_ms, o->runs);
 	double prefetch = boot_median(f->prefetch_ms, o->runs);
+	double prefetch_cpu = boot_median(f->prefetch_cpu_ms, o->runs);
 
 	printf("snapshot_bench: %u MiB guest, %u runs, medians\n", o->memory_mb, o->runs);
 	printf("  voidbox cold boot -> first exec     %9.1f ms\n", cold);
@@ -642,10 +718,15 @@ static void sb_print(const struct sb_options *o, const struct sb_figures *f)
 	       f->diff_create_ms, (double)f->diff_bytes / SB_BYTES_PER_MIB,
 	       f->base_bytes ? 100.0 * (double)f->diff_bytes / (double)f->base_bytes : 0.0);
 	printf("  diff restore -> first exec          %9.1f ms\n", f->diff_restore_ms);
-	printf("  fork, per child (%u children)        %9.1f ms   (slowest child's first exec %.1f ms)\n",
-	       o->children, f->fork_ms / o->children, f->child_exec_ms);
+	printf("  fork, per child (%u children)        %9.1f ms   (median of %u forks; slowest child's first exec %.1f ms)\n",
+	       o->children, f->fork_ms / o->children, o->fork_runs, f->child_exec_ms);
 	printf("  fork of %u against one restore        %9.2fx  (%.1f ms against %.1f ms)\n",
 	       o->children, sb_ratio(f->fork_ms, prefetch), f->fork_ms, prefetch);
+	printf("  host CPUs busy during the fork        %9.1f %%   (%ld online)\n",
+	       f->fork_cpu_busy_pct, sysconf(_SC_NPROCESSORS_ONLN));
+	printf("  CPU time: fork of %u / one restore     %9.1f ms / %.1f ms (%.2f restores a child)\n",
+	       o->children, f->fork_cpu_ms, prefetch_cpu,
+	       sb_ratio(f->fork_cpu_ms / o->children, prefetch_cpu));
 	printf("  the parent's first exec after it      %9.1f ms\n", f->parent_exec_ms);
 	printf("  idle diff after %d s                  %9.2f MiB (%.2f%% of guest RAM)\n",
 	       SB_IDLE_WAIT_S, (double)f->idle_diff_bytes / SB_BYTES_PER_MIB,
@@ -663,6 +744,8 @@ static void sb_print(const struct sb_options *o, const struct sb_figures *f)
 static int sb_write_json(const struct sb_options *o, const struct sb_figures *f)
 {
 	json_t *cold = json_array(), *restore = json_array(), *prefetch = json_array(), *root;
+	json_t *forks = json_array(), *busy = json_array(), *fork_cpu = json_array();
+	json_t *prefetch_cpu = json_array();
 	double cold_median = boot_median(f->cold_ms, o->runs);
 	double prefetch_median = boot_median(f->prefetch_ms, o->runs);
 	int rc;
@@ -671,6 +754,12 @@ static int sb_write_json(const struct sb_options *o, const struct sb_figures *f)
 		json_array_append_new(cold, json_real(f->cold_ms[i]));
 		json_array_append_new(restore, json_real(f->restore_ms[i]));
 		json_array_append_new(prefetch, json_real(f->prefetch_ms[i]));
+		json_array_append_new(prefetch_cpu, json_real(f->prefetch_cpu_ms[i]));
+	}
+	for (unsigned int i = 0; i < o->fork_runs; i++) {
+		json_array_append_new(forks, json_real(f->fork_run_ms[i]));
+		json_array_append_new(busy, json_real(f->fork_run_busy_pct[i]));
+		json_array_append_new(fork_cpu, json_real(f->fork_run_cpu_ms[i]));
 	}
 	root = json_pack("{s:I, s:I, s:I, s:o, s:o, s:f, s:I, s:I, s:f, s:I, s:f, s:f, s:f}",
 			 "memory_mb", (json_int_t)o->memory_mb, "runs", (json_int_t)o->runs,
@@ -692,6 +781,14 @@ static int sb_write_json(const struct sb_options *o, const struct sb_figures *f)
 		json_object_set_new(root, "idle_diff_bytes",
 				    json_integer((json_int_t)f->idle_diff_bytes));
 		json_object_set_new(root, "idle_wait_s", json_integer(SB_IDLE_WAIT_S));
+		json_object_set_new(root, "fork_runs_ms", forks);
+		json_object_set_new(root, "fork_runs_host_cpu_busy_pct", busy);
+		json_object_set_new(root, "fork_host_cpu_busy_pct", json_real(f->fork_cpu_busy_pct));
+		json_object_set_new(root, "fork_runs_cpu_ms", fork_cpu);
+		json_object_set_new(root, "fork_cpu_ms", json_real(f->fork_cpu_ms));
+		json_object_set_new(root, "prefetch_cpu_ms", prefetch_cpu);
+		json_object_set_new(root, "host_cpus_online",
+				    json_integer(sysconf(_SC_NPROCESSORS_ONLN)));
 		json_object_set_new(root, "parent_first_exec_after_fork_ms",
 				    json_real(f->parent_exec_ms));
 		/* the ratios the goals are stated in, from this run's medians */
@@ -703,6 +800,10 @@ static int sb_write_json(const struct sb_options *o, const struct sb_figures *f)
 				    json_real(sb_ratio(f->fork_ms, prefetch_median)));
 	} else {
 		json_decref(prefetch);
+		json_decref(forks);
+		json_decref(busy);
+		json_decref(fork_cpu);
+		json_decref(prefetch_cpu);
 	}
 	if (root && f->have_qemu)
 		json_object_set_new(root, "qemu",
@@ -764,7 +865,8 @@ static int sb_voidbox(const struct sb_options *o, const char *workdir, struct sb
 		sandbox_destroy(sandbox, rc < 0);
 		sandbox = NULL;
 		if (rc == 0)
-			rc = sb_restore(base, false, &sandbox, &fig->prefetch_ms[i]);
+			rc = sb_restore_cpu(base, false, &sandbox, &fig->prefetch_ms[i],
+					    &fig->prefetch_cpu_ms[i]);
 		if (rc == 0)
 			fig->prefaulted_pages = sandbox_working_set_prefaulted_pages(sandbox);
 		sandbox_destroy(sandbox, rc < 0);
@@ -776,8 +878,17 @@ static int sb_voidbox(const struct sb_options *o, const char *workdir, struct sb
 		sb_read_working_set(base, o->memory_mb, fig);
 	if (rc == 0)
 		rc = sb_diff(base, diff, fig);
-	if (rc == 0)
-		rc = sb_fork(base, o->children, fig);
+	for (unsigned int i = 0; rc == 0 && i < o->fork_runs; i++) {
+		rc = sb_fork(base, o->children, i, fig);
+		if (rc == 0)
+			fprintf(stderr, "fork %u: %u children in %.1f ms, %.1f ms of CPU, host CPUs "
+				"%.0f %% busy\n", i + 1, o->children, fig->fork_run_ms[i],
+				fig->fork_run_cpu_ms[i], fig->fork_run_busy_pct[i]);
+	}
+	fig->fork_ms = boot_median(fig->fork_run_ms, o->fork_runs);
+	fig->fork_cpu_busy_pct = boot_median(fig->fork_run_busy_pct, o->fork_runs);
+	fig->fork_cpu_ms = boot_median(fig->fork_run_cpu_ms, o->fork_runs);
+	fig->parent_exec_ms = boot_median(fig->parent_exec_run_ms, o->fork_runs);
 	if (rc == 0)
 		rc = sb_idle_diff(base, idle, fig);
 	return rc;
@@ -786,7 +897,8 @@ static int sb_voidbox(const struct sb_options *o, const char *workdir, struct sb
 int main(int argc, char **argv)
 {
 	struct sb_options o = { .runs = SB_DEFAULT_RUNS, .memory_mb = SB_DEFAULT_MEMORY_MB,
-				.children = SB_DEFAULT_CHILDREN, .cid = SB_DEFAULT_CID,
+				.children = SB_DEFAULT_CHILDREN, .fork_runs = SB_DEFAULT_FORK_RUNS,
+				.cid = SB_DEFAULT_CID,
 				.qemu_path = "qemu-system-x86_64", .qemu_machine = "microvm,acpi=on" };
 	static struct sb_figures fig;
 	struct guest_image_paths image;
