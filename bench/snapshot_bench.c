@@ -104,6 +104,7 @@ struct sb_figures {
 	double prefetch_ms[SB_MAX_RUNS]; /* with the list the run before recorded */
 	double prefetch_cpu_ms[SB_MAX_RUNS]; /* CPU time the bench's process spent on it */
 	uint64_t working_set_pages;	 /* the list's size after the last run */
+	uint64_t working_set_written_pages; /* of them, copied in for writing on a restore */
 	uint32_t working_set_runs;
 	uint64_t prefaulted_pages; /* of the last prefetched restore: mapped into KVM ahead */
 	double create_ms;
@@ -709,6 +710,8 @@ static void sb_print(const struct sb_options *o, const struct sb_figures *f)
 	printf("  voidbox restore, prefetched -> exec %9.1f ms   (%.1fx faster; %llu pages in %u runs)\n",
 	       prefetch, sb_ratio(cold, prefetch),
 	       (unsigned long long)f->working_set_pages, f->working_set_runs);
+	printf("  of them copied in for writing        %9llu pages\n",
+	       (unsigned long long)f->working_set_written_pages);
 	printf("  of them mapped into KVM ahead        %9llu pages (0: the kernel cannot)\n",
 	       (unsigned long long)f->prefaulted_pages);
 	printf("  base snapshot create                %9.1f ms   (%.1f MiB on disk, %.1f MiB apparent)\n",
@@ -776,6 +779,8 @@ static int sb_write_json(const struct sb_options *o, const struct sb_figures *f)
 				    json_integer((json_int_t)f->working_set_pages));
 		json_object_set_new(root, "working_set_prefaulted_pages",
 				    json_integer((json_int_t)f->prefaulted_pages));
+		json_object_set_new(root, "working_set_written_pages",
+				    json_integer((json_int_t)f->working_set_written_pages));
 		json_object_set_new(root, "working_set_runs",
 				    json_integer((json_int_t)f->working_set_runs));
 		json_object_set_new(root, "idle_diff_bytes",
@@ -840,6 +845,7 @@ static void sb_read_working_set(const char *base, unsigned int memory_mb, struct
 		return;
 	}
 	fig->working_set_pages = ws.pages;
+	fig->working_set_written_pages = ws.written_pages;
 	fig->working_set_runs = ws.run_count;
 	working_set_release(&ws);
 }

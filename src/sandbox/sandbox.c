@@ -1326,8 +1326,9 @@ static void sandbox_record_working_set(struct sandbox *sandbox)
 	else if (rc < 0)
 		log_warn(SANDBOX_LOG, "%s", err);
 	else if (stats.pages)
-		log_info(SANDBOX_LOG, "recorded the working set of %s: %llu pages in %u runs "
-			 "in %llu ms", sandbox->working_set_dir, (unsigned long long)stats.pages,
+		log_info(SANDBOX_LOG, "recorded the working set of %s: %llu pages (%llu written) in "
+			 "%u runs in %llu ms", sandbox->working_set_dir,
+			 (unsigned long long)stats.pages, (unsigned long long)stats.written_pages,
 			 stats.runs, (unsigned long long)(stats.elapsed_ns / SANDBOX_NSEC_PER_MSEC));
 }
 

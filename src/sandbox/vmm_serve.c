@@ -85,9 +85,10 @@ static void vmm_serve_working_set(int control_fd, struct vm *vm, const struct vm
 		rc = vm_working_set_record(vm, args->snapshot_dir, &stats, err, sizeof(err));
 	}
 	if (rc == 0 && stats.pages) /* the line sandbox_exec logs for a VM in its process */
-		log_info(VMM_SERVE_LOG, "recorded the working set of %s: %llu pages in %u runs "
-			 "in %llu ms", args->snapshot_dir, (unsigned long long)stats.pages,
-			 stats.runs, (unsigned long long)(stats.elapsed_ns / VMM_SERVE_NS_PER_MS));
+		log_info(VMM_SERVE_LOG, "recorded the working set of %s: %llu pages (%llu written) in "
+			 "%u runs in %llu ms", args->snapshot_dir, (unsigned long long)stats.pages,
+			 (unsigned long long)stats.written_pages, stats.runs,
+			 (unsigned long long)(stats.elapsed_ns / VMM_SERVE_NS_PER_MS));
 	vmm_msg_send(control_fd, VMM_MSG_ANSWER, rc, 0, err);
 }
 

@@ -7,8 +7,9 @@
  * costs a few reads, never one allocation per guest page. Prefetching is two passes over the
  * runs: MADV_WILLNEED first, so the reads of every run are queued before the first one is
  * waited on, then MADV_POPULATE_READ, which maps the pages without copying them (a read fault),
- * so they stay the memory file's and a diff still sees only written pages. A kernel without
- * MADV_POPULATE_READ (before 5.14) gets the same effect from one read per page.
+ * so they stay the memory file's and a diff still sees only written pages, or, for a run the
+ * recorded guest wrote, MADV_POPULATE_WRITE, which copies them in now. A kernel without them
+ * (before 5.14) gets the same effect from one read, or one read and write back, per page.
  */
 #include "vmm/working_set.h"
 
@@ -35,6 +36,9 @@
 #ifndef MADV_POPULATE_READ
 #define MADV_POPULATE_READ 22 /* Linux 5.14 */
 #endif
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23 /* Linux 5.14 */
+#endif
 
 #define WS_LOG "snapshot"
 #define WS_FILE_MODE 0600
@@ -43,6 +47,7 @@
 #define WS_PAGEMAP_CHUNK 4096u /* entries per pread: 32 KiB, 16 MiB of guest memory */
 #define WS_PAGEMAP_PRESENT (1ULL << 63)
 #define WS_PAGEMAP_SWAPPED (1ULL << 62)
+#define WS_PAGEMAP_FILE (1ULL << 61) /* the page is the file's (or shared), not the VM's own */
 #define WS_TMP_NAME_MAX 64
 #define WS_ERR_MAX 256
 #define WS_NS_PER_MS 1000000u
@@ -61,9 +66,10 @@ void working_set_release(struct working_set *ws)
 	ws->run_count = 0;
 	ws->run_cap = 0;
 	ws->pages = 0;
+	ws->written_pages = 0;
 }
 
-int working_set_add_page(struct working_set *ws, uint64_t gpa)
+int working_set_add_page(struct working_set *ws, uint64_t gpa, bool written)
 {
 	struct working_set_run *last = ws->run_count ? &ws->runs[ws->run_count - 1] : NULL;
 
@@ -71,9 +77,11 @@ int working_set_add_page(struct working_set *ws, uint64_t gpa)
 		return -EINVAL;
 	if (last && gpa < last->gpa + last->pages * WORKING_SET_PAGE_SIZE)
 		return -EINVAL; /* not ascending */
-	if (last && gpa == last->gpa + last->pages * WORKING_SET_PAGE_SIZE) {
+	if (last && gpa == last->gpa + last->pages * WORKING_SET_PAGE_SIZE &&
+	    last->written == written) {
 		last->pages++;
 		ws->pages++;
+		ws->written_pages += written;
 		return 0;
 	}
 	if (ws->run_count == WORKING_SET_MAX_RUNS)
@@ -81,8 +89,10 @@ int working_set_add_page(struct working_set *ws, uint64_t gpa)
 	if (!array_reserve_one((void **)&ws->runs, &ws->run_cap, ws->run_count,
 			       sizeof(*ws->runs), WS_INITIAL_RUNS))
 		return -ENOMEM;
-	ws->runs[ws->run_count++] = (struct working_set_run){ .gpa = gpa, .pages = 1 };
+	ws->runs[ws->run_count++] =
+		(struct working_set_run){ .gpa = gpa, .pages = 1, .written = written };
 	ws->pages++;
+	ws->written_pages += written;
 	return 0;
 }
 
@@ -92,7 +102,8 @@ static void working_set_write_runs(struct byte_writer *w, const struct working_s
 {
 	for (uint32_t i = 0; i < ws->run_count; i++) {
 		byte_writer_u64(w, ws->runs[i].gpa);
-		byte_writer_u64(w, ws->runs[i].pages);
+		byte_writer_u32(w, (uint32_t)ws->runs[i].pages);
+		byte_writer_u32(w, ws->runs[i].written ? WORKING_SET_RUN_WRITTEN : 0);
 	}
 }
 
@@ -104,6 +115,9 @@ int working_set_encode(const struct working_set *ws, uint8_t **out, size_t *out_
 	*out_len = 0;
 	if (ws->run_count > WORKING_SET_MAX_RUNS)
 		return -EINVAL;
+	for (uint32_t i = 0; i < ws->run_count; i++)
+		if (ws->runs[i].pages > UINT32_MAX)
+			return -EINVAL; /* a run's page count is a u32 */
 	byte_writer_init(&runs);
 	working_set_write_runs(&runs, ws);
 	byte_writer_init(&file);
@@ -150,7 +164,7 @@ static int working_set_refuse(char *err, size_t errlen, const char *what)
 	return -EBADMSG;
 }
 
-static int working_set_decode_runs(struct byte_reader *in, uint32_t count,
+static int working_set_decode_runs(struct byte_reader *in, uint32_t version, uint32_t count,
 				   const struct guest_memory *layout, struct working_set *ws,
 				   char *err, size_t errlen)
 {
@@ -163,15 +177,28 @@ static int working_set_decode_runs(struct byte_reader *in, uint32_t count,
 	}
 	ws->run_cap = count;
 	for (uint32_t i = 0; i < count; i++) {
-		uint64_t gpa = byte_reader_u64(in), pages = byte_reader_u64(in);
+		uint64_t gpa = byte_reader_u64(in), pages;
+		uint32_t flags = 0;
 
+		if (version == WORKING_SET_VERSION_READ_ONLY) {
+			pages = byte_reader_u64(in);
+		} else {
+			pages = byte_reader_u32(in);
+			flags = byte_reader_u32(in);
+		}
+		if (flags & ~WORKING_SET_RUN_WRITTEN)
+			return working_set_refuse(err, errlen, "a run has unknown flags");
 		if (gpa % WORKING_SET_PAGE_SIZE || !working_set_run_fits(layout, gpa, pages))
 			return working_set_refuse(err, errlen, "a run lies outside guest memory");
 		if (i > 0 && gpa < next_free)
 			return working_set_refuse(err, errlen, "runs overlap or are out of order");
-		ws->runs[i] = (struct working_set_run){ .gpa = gpa, .pages = pages };
+		ws->runs[i] = (struct working_set_run){
+			.gpa = gpa, .pages = pages, .written = flags & WORKING_SET_RUN_WRITTEN
+		};
 		ws->run_count++;
 		ws->pages += pages;
+		if (ws->runs[i].written)
+			ws->written_pages += pages;
 		next_free = gpa + pages * WORKING_SET_PAGE_SIZE;
 	}
 	return 0;
@@ -197,7 +224,8 @@ int working_set_decode(const uint8_t *data, size_t len, const struct guest_memor
 	count = byte_reader_u32(&in);
 	reserved = byte_reader_u32(&in);
 	checksum = byte_reader_u64(&in);
-	if (magic != WORKING_SET_MAGIC || version != WORKING_SET_VERSION || reserved != 0)
+	if (magic != WORKING_SET_MAGIC || reserved != 0 ||
+	    (version != WORKING_SET_VERSION && version != WORKING_SET_VERSION_READ_ONLY))
 		return working_set_refuse(err, errlen, "unknown magic or version");
 	if (count > WORKING_SET_MAX_RUNS ||
 	    len - WORKING_SET_HEADER_BYTES != (size_t)count * WORKING_SET_RUN_BYTES)
@@ -206,7 +234,7 @@ int working_set_decode(const uint8_t *data, size_t len, const struct guest_memor
 	    snapshot_checksum(data + WORKING_SET_HEADER_BYTES, len - WORKING_SET_HEADER_BYTES) !=
 		    checksum)
 		return working_set_refuse(err, errlen, "checksum mismatch");
-	rc = working_set_decode_runs(&in, count, layout, ws, err, errlen);
+	rc = working_set_decode_runs(&in, version, count, layout, ws, err, errlen);
 	if (rc == 0 && byte_reader_finish(&in) < 0)
 		rc = working_set_refuse(err, errlen, "trailing bytes");
 	if (rc < 0)
@@ -303,10 +331,15 @@ static int working_set_scan_region(int pagemap_fd, const struct guest_memory_reg
 		if (rc < 0)
 			return rc;
 		for (uint64_t i = 0; i < chunk; i++) {
-			if (!(entries[i] & (WS_PAGEMAP_PRESENT | WS_PAGEMAP_SWAPPED)))
+			bool present = entries[i] & WS_PAGEMAP_PRESENT;
+			bool swapped = entries[i] & WS_PAGEMAP_SWAPPED;
+
+			if (!present && !swapped)
 				continue;
-			rc = working_set_add_page(ws, region->guest_phys_addr +
-							      (done + i) * WORKING_SET_PAGE_SIZE);
+			rc = working_set_add_page(ws,
+						  region->guest_phys_addr +
+							  (done + i) * WORKING_SET_PAGE_SIZE,
+						  swapped || !(entries[i] & WS_PAGEMAP_FILE));
 			if (rc < 0)
 				return rc;
 		}
@@ -375,7 +408,9 @@ int vm_working_set_record(struct vm *vm, const char *dir, struct working_set_sta
 			 rc == -E2BIG ? "the guest touched too scattered a set of pages"
 				      : strerror(-rc));
 	} else if (stats) {
-		*stats = (struct working_set_stats){ .pages = ws.pages, .runs = ws.run_count,
+		*stats = (struct working_set_stats){ .pages = ws.pages,
+						     .written_pages = ws.written_pages,
+						     .runs = ws.run_count,
 						     .elapsed_ns = clock_monotonic_ns() - start_ns };
 	}
 	working_set_release(&ws);
@@ -384,11 +419,19 @@ int vm_working_set_record(struct vm *vm, const char *dir, struct working_set_sta
 
 /* ---- prefetch ---- */
 
-/* One read per page: what MADV_POPULATE_READ does, for kernels without it. */
-static void working_set_touch(const uint8_t *addr, uint64_t len)
+/*
+ * One read per page, or one read and the same byte written back: what MADV_POPULATE_READ and
+ * MADV_POPULATE_WRITE do, for kernels without them. Safe only before any vCPU runs.
+ */
+static void working_set_touch(uint8_t *addr, uint64_t len, bool write)
 {
-	for (uint64_t off = 0; off < len; off += WORKING_SET_PAGE_SIZE)
-		(void)*(const volatile uint8_t *)(addr + off);
+	for (uint64_t off = 0; off < len; off += WORKING_SET_PAGE_SIZE) {
+		volatile uint8_t *byte = addr + off;
+		uint8_t value = *byte;
+
+		if (write)
+			*byte = value;
+	}
 }
 
 int working_set_prefetch(const struct guest_memory *mem, const struct working_set *ws,
@@ -408,16 +451,19 @@ int working_set_prefetch(const struct guest_memory *mem, const struct working_se
 	for (uint32_t i = 0; i < ws->run_count; i++) {
 		uint64_t len = ws->runs[i].pages * WORKING_SET_PAGE_SIZE;
 		uint8_t *addr = guest_memory_ptr(mem, ws->runs[i].gpa, len);
+		int advice = ws->runs[i].written ? MADV_POPULATE_WRITE : MADV_POPULATE_READ;
 
-		if (populate && madvise(addr, len, MADV_POPULATE_READ) == 0)
+		if (populate && madvise(addr, len, advice) == 0)
 			continue;
 		if (populate && errno != EINVAL)
 			return -errno;
 		populate = false;
-		working_set_touch(addr, len);
+		working_set_touch(addr, len, ws->runs[i].written);
 	}
 	if (stats)
-		*stats = (struct working_set_stats){ .pages = ws->pages, .runs = ws->run_count,
+		*stats = (struct working_set_stats){ .pages = ws->pages,
+						     .written_pages = ws->written_pages,
+						     .runs = ws->run_count,
 						     .elapsed_ns = clock_monotonic_ns() - start_ns };
 	return 0;
 }
@@ -442,8 +488,9 @@ bool working_set_prefetch_dir(const struct guest_memory *mem, const char *dir,
 			log_warn(WS_LOG, "prefetching the working set of %s stopped: %s; the rest "
 				 "loads on first touch", dir, strerror(-rc));
 		else
-			log_info(WS_LOG, "prefetched %" PRIu64 " pages in %u runs in %" PRIu64
-				 " ms", done.pages, done.runs, done.elapsed_ns / WS_NS_PER_MS);
+			log_info(WS_LOG, "prefetched %" PRIu64 " pages in %u runs (%" PRIu64
+				 " of them copied in for writing) in %" PRIu64 " ms", done.pages,
+				 done.runs, done.written_pages, done.elapsed_ns / WS_NS_PER_MS);
 		if (rc == 0 && keep)
 			*keep = ws; /* the caller's now */
 		else

@@ -7,10 +7,13 @@
  * The first restore of a snapshot records which guest pages are mapped once its first exec has
  * answered (from /proc/self/pagemap, which marks exactly the pages of the private file mapping
  * the process has touched, read or written) and stores them beside the snapshot as runs of
- * pages (VM_WORKING_SET_FILE). Every later restore reads that list and maps those runs in large
- * calls (MADV_WILLNEED to start the reads, then MADV_POPULATE_READ) before any vCPU runs. The
- * pages stay the file's, mapped read-only, so a later diff still finds only the pages the guest
- * wrote.
+ * pages (VM_WORKING_SET_FILE), marking the runs the guest wrote. Every later restore reads that
+ * list and maps those runs in large calls (MADV_WILLNEED to start the reads, then
+ * MADV_POPULATE_WRITE for the written runs and MADV_POPULATE_READ for the rest) before any vCPU
+ * runs. Read pages stay the file's, mapped read-only, so a later diff finds only what was
+ * written; written runs become the VM's own copies up front (the guest writes them again on
+ * its way to its first answer, and each first write would otherwise be a copy-on-write fault
+ * taken by a running guest), so a later diff also holds those pages, written or not.
  *
  * The file is a hint: a missing, stale (another snapshot id or memory size), truncated or
  * garbled one is ignored with a log line and the restore proceeds with lazy faults; the next
@@ -29,7 +32,10 @@
 
 #define VM_WORKING_SET_FILE "workingset"
 #define WORKING_SET_MAGIC 0x53574256u /* "VBWS" little-endian */
-#define WORKING_SET_VERSION 1u
+#define WORKING_SET_VERSION 2u
+/* version 1 runs are {u64 gpa, u64 pages}, all read; version 2 runs {u64 gpa, u32 pages, u32 flags} */
+#define WORKING_SET_VERSION_READ_ONLY 1u
+#define WORKING_SET_RUN_WRITTEN 1u /* flags: the guest wrote these pages; copy them in ahead */
 #define WORKING_SET_PAGE_SIZE 4096u
 /* magic, version, snapshot id, memory bytes, run count, reserved, checksum */
 #define WORKING_SET_HEADER_BYTES 40u
@@ -42,6 +48,7 @@
 struct working_set_run {
 	uint64_t gpa;	/* page-aligned guest-physical address */
 	uint64_t pages; /* >= 1; the run lies inside one RAM region */
+	bool written;	/* the recorded guest wrote every page of it, not only read */
 };
 
 struct working_set {
@@ -50,7 +57,8 @@ struct working_set {
 	struct working_set_run *runs; /* ascending and disjoint */
 	uint32_t run_count;
 	size_t run_cap;
-	uint64_t pages; /* sum of the runs' pages */
+	uint64_t pages;		/* sum of the runs' pages */
+	uint64_t written_pages; /* of them, in written runs */
 };
 
 enum working_set_decode_mode {
@@ -61,14 +69,18 @@ enum working_set_decode_mode {
 /* What a prefetch or record did, for logs and the benchmark. */
 struct working_set_stats {
 	uint64_t pages;
+	uint64_t written_pages;
 	uint32_t runs;
 	uint64_t elapsed_ns;
 };
 
 void working_set_init(struct working_set *ws, uint64_t snapshot_id, uint64_t memory_bytes);
 void working_set_release(struct working_set *ws);
-/* Appends the page at gpa (ascending order), extending the last run when adjacent; -errno. */
-int working_set_add_page(struct working_set *ws, uint64_t gpa);
+/*
+ * Appends the page at gpa (ascending order), extending the last run when adjacent and written
+ * alike; -errno.
+ */
+int working_set_add_page(struct working_set *ws, uint64_t gpa, bool written);
 
 /* The file's bytes (malloc'ed into *out). 0, -EINVAL (too many runs) or -ENOMEM. */
 int working_set_encode(const struct working_set *ws, uint8_t **out, size_t *out_len);
@@ -93,13 +105,15 @@ int working_set_store(const char *dir, const struct working_set *ws);
 
 /*
  * Every page of mem's mappings that this process has mapped or written (pagemap present or
- * swapped), as runs. 0 with *ws, or -errno.
+ * swapped), as runs; a page that is the VM's own (written since the mapping: anonymous, or
+ * swapped) is in a written run. 0 with *ws, or -errno.
  */
 int working_set_scan(const struct guest_memory *mem, uint64_t snapshot_id, struct working_set *ws);
 /*
- * Maps every run of ws into mem's mappings (readahead first, then populate); pages already
- * private to the VM are left as they are. 0, or -errno from the first run that failed (the
- * rest then fault in lazily, as without a list).
+ * Maps every run of ws into mem's mappings (readahead first, then populate): a written run as
+ * private copies (a write fault each, taken now rather than by the guest), any other as the
+ * file's pages (a read fault). Pages already private to the VM are left as they are. 0, or
+ * -errno from the first run that failed (the rest then fault in lazily, as without a list).
  */
 int working_set_prefetch(const struct guest_memory *mem, const struct working_set *ws,
 			 struct working_set_stats *stats);

@@ -17,6 +17,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "common/byte_buffer.h"
 #include "harness.h"
 #include "vmm/memory.h"
 #include "vmm/snapshot_file.h"
@@ -54,14 +55,14 @@ static void write_bytes(const char *name, const void *data, size_t len)
 	close(fd);
 }
 
-/* pages 3-5 and 100 of the low region */
+/* pages 3-5 (read) and 100 (written) of the low region */
 static void sample_set(struct working_set *ws)
 {
 	static const uint64_t pages[] = { 3, 4, 5, 100 };
 
 	working_set_init(ws, TEST_SNAPSHOT_ID, layout.total_size);
 	for (size_t i = 0; i < sizeof(pages) / sizeof(pages[0]); i++)
-		CHECK_INT_EQ(working_set_add_page(ws, pages[i] * TEST_PAGE), 0);
+		CHECK_INT_EQ(working_set_add_page(ws, pages[i] * TEST_PAGE, pages[i] == 100), 0);
 }
 
 static void test_runs_from_pages(void)
@@ -72,9 +73,14 @@ static void test_runs_from_pages(void)
 	CHECK_INT_EQ(ws.run_count, 2);
 	CHECK(ws.runs[0].gpa == 3 * TEST_PAGE && ws.runs[0].pages == 3);
 	CHECK(ws.runs[1].gpa == 100 * TEST_PAGE && ws.runs[1].pages == 1);
-	CHECK(ws.pages == 4);
-	CHECK_INT_EQ(working_set_add_page(&ws, 50 * TEST_PAGE), -EINVAL); /* descending */
-	CHECK_INT_EQ(working_set_add_page(&ws, 200 * TEST_PAGE + 1), -EINVAL);
+	CHECK(!ws.runs[0].written && ws.runs[1].written);
+	CHECK(ws.pages == 4 && ws.written_pages == 1);
+	/* an adjacent page that was only read starts a run of its own */
+	CHECK_INT_EQ(working_set_add_page(&ws, 101 * TEST_PAGE, false), 0);
+	CHECK_INT_EQ(ws.run_count, 3);
+	CHECK(ws.runs[2].gpa == 101 * TEST_PAGE && !ws.runs[2].written);
+	CHECK_INT_EQ(working_set_add_page(&ws, 50 * TEST_PAGE, false), -EINVAL); /* descending */
+	CHECK_INT_EQ(working_set_add_page(&ws, 200 * TEST_PAGE + 1, false), -EINVAL);
 	working_set_release(&ws);
 }
 
@@ -93,7 +99,14 @@ static void test_round_trip(void)
 	CHECK(back.snapshot_id == TEST_SNAPSHOT_ID && back.memory_bytes == layout.total_size);
 	CHECK_INT_EQ(back.run_count, 2);
 	CHECK(back.pages == 4 && back.runs[1].gpa == 100 * TEST_PAGE);
+	CHECK(!back.runs[0].written && back.runs[1].written && back.written_pages == 1);
 	working_set_release(&back);
+	/* a run flag this voidbox does not know is refused, not guessed at */
+	/* (the first run's flags: the u32 after its u64 gpa and u32 page count) */
+	data[TEST_RUN_OFFSET_IN_FILE + 12] |= 0x02;
+	CHECK_INT_EQ(working_set_decode(data, len, &layout, WORKING_SET_DECODE_IGNORE_CHECKSUM,
+					&back, err, sizeof(err)), -EBADMSG);
+	CHECK(strstr(err, "unknown flags") != NULL);
 	/* through the file */
 	CHECK_INT_EQ(working_set_store(root, &ws), 0);
 	CHECK_INT_EQ(working_set_load(root, TEST_SNAPSHOT_ID, &layout, &back, err, sizeof(err)), 0);
@@ -101,6 +114,41 @@ static void test_round_trip(void)
 	working_set_release(&back);
 	free(data);
 	working_set_release(&ws);
+}
+
+/*
+ * A version 1 list (runs {u64 gpa, u64 pages}, no flags), as a voidbox before written runs
+ * recorded it: still read, every run read-only.
+ */
+static void test_version_1_read(void)
+{
+	struct byte_writer runs, file;
+	struct working_set back;
+	char err[TEST_ERR_MAX] = "";
+
+	byte_writer_init(&runs);
+	byte_writer_u64(&runs, 3 * TEST_PAGE);
+	byte_writer_u64(&runs, 3);
+	byte_writer_u64(&runs, 100 * TEST_PAGE);
+	byte_writer_u64(&runs, 1);
+	byte_writer_init(&file);
+	byte_writer_u32(&file, WORKING_SET_MAGIC);
+	byte_writer_u32(&file, WORKING_SET_VERSION_READ_ONLY);
+	byte_writer_u64(&file, TEST_SNAPSHOT_ID);
+	byte_writer_u64(&file, layout.total_size);
+	byte_writer_u32(&file, 2);
+	byte_writer_u32(&file, 0);
+	byte_writer_u64(&file, snapshot_checksum(runs.data, runs.len));
+	byte_writer_bytes(&file, runs.data, runs.len);
+	CHECK(!byte_writer_failed(&runs) && !byte_writer_failed(&file));
+	CHECK_INT_EQ(working_set_decode(file.data, file.len, &layout, WORKING_SET_DECODE_CHECKED,
+					&back, err, sizeof(err)), 0);
+	CHECK_INT_EQ(back.run_count, 2);
+	CHECK(back.pages == 4 && back.written_pages == 0);
+	CHECK(back.runs[1].gpa == 100 * TEST_PAGE && !back.runs[1].written);
+	working_set_release(&back);
+	byte_writer_free(&runs);
+	byte_writer_free(&file);
 }
 
 static void expect_load(int expected, const char *needle)
@@ -157,7 +205,7 @@ static void test_runs_checked(void)
 
 	/* a run past the end of guest memory (checksum valid: the writer is hostile) */
 	working_set_init(&ws, TEST_SNAPSHOT_ID, layout.total_size);
-	CHECK_INT_EQ(working_set_add_page(&ws, layout.total_size - TEST_PAGE), 0);
+	CHECK_INT_EQ(working_set_add_page(&ws, layout.total_size - TEST_PAGE, false), 0);
 	ws.runs[0].pages = 2;
 	CHECK_INT_EQ(working_set_store(root, &ws), 0);
 	expect_load(-EBADMSG, "outside guest memory");
@@ -276,6 +324,15 @@ static void test_scan_and_prefetch(void)
 	/* read faults map neighbours too (fault-around); the touched pages must be there */
 	CHECK(touched.pages >= 4);
 	CHECK(touched.memory_bytes == layout.total_size);
+	/* the written page, and only it, is in a written run */
+	CHECK(touched.written_pages == 1);
+	for (uint32_t i = 0; i < touched.run_count; i++) {
+		const struct working_set_run *run = &touched.runs[i];
+		bool has_100 = run->gpa <= 100 * TEST_PAGE &&
+			       100 * TEST_PAGE < run->gpa + run->pages * TEST_PAGE;
+
+		CHECK(run->written == has_100);
+	}
 	unmap_memory(&mem);
 
 	/* a fresh mapping has nothing mapped; the prefetch maps exactly the list, read-only */
@@ -294,7 +351,11 @@ static void test_scan_and_prefetch(void)
 		CHECK(entry & TEST_PAGEMAP_PRESENT);
 		CHECK(entry & TEST_PAGEMAP_FILE); /* still the file's: a diff will not copy it */
 	}
+	/* the written run is copied in: the VM's own page, with the file's contents */
 	CHECK(pagemap_entry(mem.regions[0].host_addr + 100 * TEST_PAGE) & TEST_PAGEMAP_PRESENT);
+	CHECK(!(pagemap_entry(mem.regions[0].host_addr + 100 * TEST_PAGE) & TEST_PAGEMAP_FILE));
+	CHECK(mem.regions[0].host_addr[100 * TEST_PAGE] == 0);
+	CHECK(stats.written_pages == 1);
 	CHECK(!(pagemap_entry(mem.regions[0].host_addr + 1000 * TEST_PAGE) &
 		TEST_PAGEMAP_PRESENT));
 	unmap_memory(&mem);
@@ -432,6 +493,7 @@ int main(void)
 	CHECK_INT_EQ(guest_memory_plan(&layout, TEST_MEMORY_MB, 0, err, sizeof(err)), 0);
 	RUN_TEST(test_runs_from_pages);
 	RUN_TEST(test_round_trip);
+	RUN_TEST(test_version_1_read);
 	RUN_TEST(test_bad_files_refused);
 	RUN_TEST(test_runs_checked);
 	RUN_TEST(test_oversized_refused);

@@ -27,6 +27,7 @@
 #include "sandbox/sandbox.h"
 #include "store/guest_image.h"
 #include "vmm/kvm.h"
+#include "vmm/memory.h"
 #include "vmm/snapshot.h"
 #include "vmm/working_set.h"
 #include "vm_test.h"
@@ -282,6 +283,25 @@ static bool kvm_can_pre_fault(void)
 	return can;
 }
 
+/*
+ * The base's list, recorded by a real guest on its way to its first answer: some of its pages
+ * were written (a restore copies those in ahead), most only read.
+ */
+static void check_base_list_marks_written_runs(void)
+{
+	struct guest_memory layout;
+	struct working_set ws;
+	char err[1024] = "";
+
+	CHECK_INT_EQ(guest_memory_plan(&layout, base_info.memory_mb, 0, err, sizeof(err)), 0);
+	CHECK_INT_EQ(working_set_load(base_dir, base_info.id, &layout, &ws, err, sizeof(err)), 0);
+	fprintf(stderr, "  the base's working set: %llu pages, %llu of them written, in %u runs\n",
+		(unsigned long long)ws.pages, (unsigned long long)ws.written_pages, ws.run_count);
+	CHECK(ws.written_pages > 0);
+	CHECK(ws.written_pages < ws.pages);
+	working_set_release(&ws);
+}
+
 static void test_restore_diff(void)
 {
 	char list[PATH_MAX + sizeof(VM_WORKING_SET_FILE) + 1], out[TEST_OUTPUT_MAX];
@@ -299,6 +319,8 @@ static void test_restore_diff(void)
 		"list)\n", (unsigned long long)sandbox_working_set_prefaulted_pages(box),
 		can_pre_fault ? "can do" : "cannot do", base_has_list ? "has" : "has no");
 	CHECK(base_has_list);
+	if (base_has_list)
+		check_base_list_marks_written_runs();
 	if (base_has_list && can_pre_fault)
 		CHECK(sandbox_working_set_prefaulted_pages(box) > 0);
 	else
