@@ -676,7 +676,8 @@ static int snapshot_restore_memory(struct snapshot_restore_ctx *ctx)
 	    ctx->info.type == VM_SNAPSHOT_DIFF)
 		working_set_prefetch_dir(&vm->mem, base_dir, ctx->info.parent_id, NULL,
 					 &ctx->prefetched);
-	vm->working_set_known = own.pages > 0;
+	/* a version 1 list marks no written runs: the first exec records it again */
+	vm->working_set_known = own.pages > 0 && own.marks_writes;
 	return 0;
 }
 

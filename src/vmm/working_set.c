@@ -57,6 +57,7 @@ void working_set_init(struct working_set *ws, uint64_t snapshot_id, uint64_t mem
 	memset(ws, 0, sizeof(*ws));
 	ws->snapshot_id = snapshot_id;
 	ws->memory_bytes = memory_bytes;
+	ws->marks_writes = true;
 }
 
 void working_set_release(struct working_set *ws)
@@ -234,6 +235,7 @@ int working_set_decode(const uint8_t *data, size_t len, const struct guest_memor
 	    snapshot_checksum(data + WORKING_SET_HEADER_BYTES, len - WORKING_SET_HEADER_BYTES) !=
 		    checksum)
 		return working_set_refuse(err, errlen, "checksum mismatch");
+	ws->marks_writes = version != WORKING_SET_VERSION_READ_ONLY;
 	rc = working_set_decode_runs(&in, version, count, layout, ws, err, errlen);
 	if (rc == 0 && byte_reader_finish(&in) < 0)
 		rc = working_set_refuse(err, errlen, "trailing bytes");
@@ -397,8 +399,11 @@ int vm_working_set_record(struct vm *vm, const char *dir, struct working_set_sta
 	if (rc < 0)
 		return rc;
 	if (working_set_load(dir, info.id, &vm->mem, &ws, ignored, sizeof(ignored)) == 0) {
+		bool current = ws.marks_writes;
+
 		working_set_release(&ws);
-		return 0;
+		if (current)
+			return 0;
 	}
 	rc = working_set_scan(&vm->mem, info.id, &ws);
 	if (rc == 0)
@@ -463,6 +468,7 @@ int working_set_prefetch(const struct guest_memory *mem, const struct working_se
 	if (stats)
 		*stats = (struct working_set_stats){ .pages = ws->pages,
 						     .written_pages = ws->written_pages,
+						     .marks_writes = ws->marks_writes,
 						     .runs = ws->run_count,
 						     .elapsed_ns = clock_monotonic_ns() - start_ns };
 	return 0;

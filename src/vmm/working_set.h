@@ -59,6 +59,7 @@ struct working_set {
 	size_t run_cap;
 	uint64_t pages;		/* sum of the runs' pages */
 	uint64_t written_pages; /* of them, in written runs */
+	bool marks_writes;	/* false: a version 1 list, whose runs are all read ones */
 };
 
 enum working_set_decode_mode {
@@ -70,6 +71,7 @@ enum working_set_decode_mode {
 struct working_set_stats {
 	uint64_t pages;
 	uint64_t written_pages;
+	bool marks_writes; /* the list marks written runs (not version 1) */
 	uint32_t runs;
 	uint64_t elapsed_ns;
 };
@@ -133,14 +135,16 @@ struct vm;
 /*
  * Records vm's working set beside the snapshot it was restored from (dir), unless dir already
  * holds a valid list for that snapshot (the restore then prefetched it, and the mapped pages
- * say more about the prefetch than about the guest). Call once the first exec has answered.
+ * say more about the prefetch than about the guest) that marks written runs; a version 1 list
+ * is recorded again, so its written pages are copied in from then on. Call once the first exec
+ * has answered.
  * 0 (recorded, or nothing to do), or -errno with a sentence in err; *stats may be NULL.
  */
 int vm_working_set_record(struct vm *vm, const char *dir, struct working_set_stats *stats,
 			  char *err, size_t errlen);
 /*
- * True when vm was restored and prefetched a valid list of its own snapshot's directory: a
- * record would then have nothing to do, so a caller need not ask for one.
+ * True when vm was restored and prefetched a valid list of its own snapshot's directory that
+ * marks written runs: a record would then have nothing to do, so a caller need not ask for one.
  */
 bool vm_working_set_known(const struct vm *vm);
 /*

@@ -100,6 +100,7 @@ static void test_round_trip(void)
 	CHECK_INT_EQ(back.run_count, 2);
 	CHECK(back.pages == 4 && back.runs[1].gpa == 100 * TEST_PAGE);
 	CHECK(!back.runs[0].written && back.runs[1].written && back.written_pages == 1);
+	CHECK(back.marks_writes);
 	working_set_release(&back);
 	/* a run flag this voidbox does not know is refused, not guessed at */
 	/* (the first run's flags: the u32 after its u64 gpa and u32 page count) */
@@ -146,6 +147,7 @@ static void test_version_1_read(void)
 	CHECK_INT_EQ(back.run_count, 2);
 	CHECK(back.pages == 4 && back.written_pages == 0);
 	CHECK(back.runs[1].gpa == 100 * TEST_PAGE && !back.runs[1].written);
+	CHECK(!back.marks_writes); /* so the next first exec records a version 2 list */
 	working_set_release(&back);
 	byte_writer_free(&runs);
 	byte_writer_free(&file);
@@ -344,7 +346,7 @@ static void test_scan_and_prefetch(void)
 	CHECK(again.pages == 0);
 	working_set_release(&again);
 	CHECK_INT_EQ(working_set_prefetch(&mem, &listed, &stats), 0);
-	CHECK(stats.pages == 4 && stats.runs == 2);
+	CHECK(stats.pages == 4 && stats.runs == 2 && stats.marks_writes);
 	for (uint64_t page = 3; page <= 5; page++) {
 		uint64_t entry = pagemap_entry(mem.regions[0].host_addr + page * TEST_PAGE);
 
