@@ -819,7 +819,6 @@ void sandbox_destroy(struct sandbox *sandbox, bool keep_serial_log)
 #define SANDBOX_SNAPSHOT_DIR_MODE 0700
 #define SANDBOX_RNG_SEED_BYTES 64
 #define SANDBOX_REKEY_ERR_MAX 1024
-#define SANDBOX_NSEC_PER_MSEC 1000000ULL
 
 /* The rekey document: a fresh secret (also returned in new_secret), seed and clock. */
 static int sandbox_rekey_document(uint8_t new_secret[PROTO_SECRET_SIZE], char **json)
@@ -1326,10 +1325,7 @@ static void sandbox_record_working_set(struct sandbox *sandbox)
 	else if (rc < 0)
 		log_warn(SANDBOX_LOG, "%s", err);
 	else if (stats.pages)
-		log_info(SANDBOX_LOG, "recorded the working set of %s: %llu pages (%llu written) in "
-			 "%u runs in %llu ms", sandbox->working_set_dir,
-			 (unsigned long long)stats.pages, (unsigned long long)stats.written_pages,
-			 stats.runs, (unsigned long long)(stats.elapsed_ns / SANDBOX_NSEC_PER_MSEC));
+		working_set_log_recorded(SANDBOX_LOG, sandbox->working_set_dir, &stats);
 }
 
 int sandbox_exec(struct sandbox *sandbox, const struct proto_exec_request *req,

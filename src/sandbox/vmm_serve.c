@@ -28,7 +28,6 @@
 #define VMM_SERVE_LOG "vmm-process"
 /* How often the process looks at its VM where the VM has no end eventfd. */
 #define VMM_SERVE_POLL_MS 20
-#define VMM_SERVE_NS_PER_MS 1000000ULL
 
 /* What one VM's process works from: its launch, and what the jail handed the VM instead. */
 struct vmm_serve {
@@ -85,10 +84,7 @@ static void vmm_serve_working_set(int control_fd, struct vm *vm, const struct vm
 		rc = vm_working_set_record(vm, args->snapshot_dir, &stats, err, sizeof(err));
 	}
 	if (rc == 0 && stats.pages) /* the line sandbox_exec logs for a VM in its process */
-		log_info(VMM_SERVE_LOG, "recorded the working set of %s: %llu pages (%llu written) in "
-			 "%u runs in %llu ms", args->snapshot_dir, (unsigned long long)stats.pages,
-			 (unsigned long long)stats.written_pages, stats.runs,
-			 (unsigned long long)(stats.elapsed_ns / VMM_SERVE_NS_PER_MS));
+		working_set_log_recorded(VMM_SERVE_LOG, args->snapshot_dir, &stats);
 	vmm_msg_send(control_fd, VMM_MSG_ANSWER, rc, 0, err);
 }
 

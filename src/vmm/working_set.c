@@ -422,6 +422,14 @@ int vm_working_set_record(struct vm *vm, const char *dir, struct working_set_sta
 	return rc;
 }
 
+void working_set_log_recorded(const char *log_tag, const char *dir,
+			      const struct working_set_stats *stats)
+{
+	log_info(log_tag, "recorded the working set of %s: %" PRIu64 " pages (%" PRIu64
+		 " written) in %u runs in %" PRIu64 " ms", dir, stats->pages,
+		 stats->written_pages, stats->runs, stats->elapsed_ns / WS_NS_PER_MS);
+}
+
 /* ---- prefetch ---- */
 
 /*

@@ -131,6 +131,10 @@ bool working_set_prefetch_dir(const struct guest_memory *mem, const char *dir,
 			      uint64_t snapshot_id, struct working_set_stats *stats,
 			      struct working_set *keep);
 
+/* The info line for a record that wrote a list: one wording wherever the VM runs. */
+void working_set_log_recorded(const char *log_tag, const char *dir,
+			      const struct working_set_stats *stats);
+
 struct vm;
 /*
  * Records vm's working set beside the snapshot it was restored from (dir), unless dir already
