@@ -38,12 +38,12 @@
 #include <time.h>
 #include <unistd.h>
 
-#include <libslirp.h>
 
 #include "common/log.h"
 #include "devices/net.h"
 #include "devices/virtio_attach.h"
 #include "devices/virtqueue.h"
+#include "dynlib/slirp_dl.h"
 #include "vmm/device.h"
 #include "vmm/thread_filter.h"
 
@@ -53,6 +53,8 @@
  * opens and connects the guest's IPv4/IPv6 sockets there, and nothing else.
  */
 #define NET_WORKER_THREAD_NAME "net-worker"
+/* What the network needs libslirp for, in the error a missing library gives. */
+#define NET_SLIRP_PURPOSE "the guest's network (virtio-net over libslirp)"
 /* Where libslirp reads the host's resolvers (NET_RESOLV_CONF): the worker may read there. */
 #define NET_HOST_CONFIG_DIR "/etc"
 #define NET_STATE_VERSION 1u
@@ -303,7 +305,7 @@ static void net_transmit_frame(struct net_device *dev, uint8_t *frame, size_t le
 	if (dev->cfg.dns_server_port && info.kind == NET_FRAME_UDP &&
 	    info.dst_addr == NET_DNS_ADDR && info.dst_port == NET_DNS_PORT)
 		net_frame_set_udp_dst(frame, &info, dev->dns_gateway_addr, dev->cfg.dns_server_port);
-	slirp_input(dev->slirp, frame, (int)len);
+	slirp_dl.input(dev->slirp, frame, (int)len);
 	pthread_mutex_lock(&dev->lock);
 	dev->stats.tx_frames++;
 	pthread_mutex_unlock(&dev->lock);
@@ -471,7 +473,7 @@ static void net_fire_timers(struct net_device *dev)
 
 		if (timer->used && timer->armed && timer->expire_ms <= now) {
 			timer->armed = false;
-			slirp_handle_timer(dev->slirp, timer->id, timer->cb_opaque);
+			slirp_dl.handle_timer(dev->slirp, timer->id, timer->cb_opaque);
 		}
 	}
 }
@@ -552,13 +554,13 @@ static void *net_worker_main(void *opaque)
 
 		dev->pollfd_count = 0;
 		net_slirp_add_poll(dev->kick_fd, SLIRP_POLL_IN, dev);
-		slirp_pollfds_fill(dev->slirp, &timeout, net_slirp_add_poll, dev);
+		slirp_dl.pollfds_fill(dev->slirp, &timeout, net_slirp_add_poll, dev);
 		timeout = net_timer_timeout(dev, timeout);
 		rc = poll(dev->pollfds, dev->pollfd_count, (int)timeout);
 		if (rc > 0 && (dev->pollfds[0].revents & POLLIN) &&
 		    read(dev->kick_fd, &kicks, sizeof(kicks)) < 0 && errno != EAGAIN)
 			log_warn(NET_LOG, "cannot read the network kick: %s", strerror(errno));
-		slirp_pollfds_poll(dev->slirp, rc < 0, net_slirp_get_revents, dev);
+		slirp_dl.pollfds_poll(dev->slirp, rc < 0, net_slirp_get_revents, dev);
 		net_fire_timers(dev);
 		net_serve_tx(dev);
 		net_flush_pending(dev);
@@ -729,8 +731,11 @@ static int net_slirp_create(struct net_device *dev, char *err, size_t errlen)
 		.disable_dns = !dev->cfg.policy.dns,
 		.disable_dhcp = true, /* the agent configures eth0 statically */
 	};
+	int rc = slirp_dl_load(NET_SLIRP_PURPOSE, err, errlen);
 
-	dev->slirp = slirp_new(&config, &net_slirp_callbacks, dev);
+	if (rc < 0)
+		return rc;
+	dev->slirp = slirp_dl.new_stack(&config, &net_slirp_callbacks, dev);
 	if (!dev->slirp) {
 		snprintf(err, errlen, "libslirp could not create the network stack");
 		return -ENOMEM;
@@ -738,9 +743,9 @@ static int net_slirp_create(struct net_device *dev, char *err, size_t errlen)
 	for (unsigned int i = 0; i < dev->cfg.publish_count && i < NET_MAX_PUBLISH; i++) {
 		const struct net_publish *publish = &dev->cfg.publish[i];
 
-		if (slirp_add_hostfwd(dev->slirp, 0, net_in_addr(NET_HOST_LOOPBACK_ADDR),
-				      publish->host_port, net_in_addr(NET_GUEST_ADDR),
-				      publish->guest_port) < 0) {
+		if (slirp_dl.add_hostfwd(dev->slirp, 0, net_in_addr(NET_HOST_LOOPBACK_ADDR),
+					 publish->host_port, net_in_addr(NET_GUEST_ADDR),
+					 publish->guest_port) < 0) {
 			snprintf(err, errlen, "cannot publish 127.0.0.1:%u to the guest's port %u "
 				 "(is the host port in use?): pick another host port",
 				 publish->host_port, publish->guest_port);
@@ -830,7 +835,7 @@ void net_device_destroy(struct net_device *dev)
 		pthread_join(dev->worker, NULL);
 	}
 	if (dev->slirp)
-		slirp_cleanup(dev->slirp);
+		slirp_dl.cleanup(dev->slirp);
 	virtio_mmio_destroy(dev->transport);
 	if (dev->kick_fd >= 0)
 		close(dev->kick_fd);
@@ -921,11 +926,11 @@ static int net_vm_save(void *opaque, struct byte_writer *out)
 	net_config_write_section(out, &dev->cfg);
 	virtio_mmio_state_write(out, &state);
 	byte_writer_init(&slirp_state);
-	slirp_state_save(dev->slirp, net_slirp_state_write, &slirp_state);
+	slirp_dl.state_save(dev->slirp, net_slirp_state_write, &slirp_state);
 	if (byte_writer_failed(&slirp_state) || slirp_state.len > NET_SLIRP_STATE_MAX) {
 		rc = -ENOMEM;
 	} else {
-		byte_writer_u32(out, (uint32_t)slirp_state_version());
+		byte_writer_u32(out, (uint32_t)slirp_dl.state_version());
 		byte_writer_u32(out, (uint32_t)slirp_state.len);
 		byte_writer_bytes(out, slirp_state.data, slirp_state.len);
 	}
@@ -966,14 +971,14 @@ static int net_vm_restore(void *opaque, struct byte_reader *in, uint32_t version
 	slirp_len = byte_reader_u32(in);
 	slirp_bytes = byte_reader_view(in, slirp_len);
 	if (byte_reader_finish(in) < 0 || !slirp_bytes ||
-	    slirp_version > (uint32_t)slirp_state_version()) {
+	    slirp_version > (uint32_t)slirp_dl.state_version()) {
 		snprintf(err, errlen, "the network device's saved state is malformed or from a "
 			 "newer libslirp: take the snapshot again");
 		return -EBADMSG;
 	}
 	net_worker_park(dev);
 	byte_reader_init(&slirp_in, slirp_bytes, slirp_len);
-	rc = slirp_state_load(dev->slirp, (int)slirp_version, net_slirp_state_read, &slirp_in);
+	rc = slirp_dl.state_load(dev->slirp, (int)slirp_version, net_slirp_state_read, &slirp_in);
 	if (rc < 0) {
 		snprintf(err, errlen, "libslirp refused the network state of the snapshot (%d): "
 			 "take the snapshot again", rc);
@@ -1045,8 +1050,16 @@ static int net_vm_create(struct vm *vm, const struct vm_config *cfg,
 	return virtio_attach(vm, &spec, err, errlen);
 }
 
+/* libslirp, for a network the config asks for or a snapshot holds: as net_vm_create decides. */
+static int net_vm_load_libraries(const struct vm_config *cfg, const struct vm_device_section *saved,
+				 char *err, size_t errlen)
+{
+	return saved || cfg->network ? slirp_dl_load(NET_SLIRP_PURPOSE, err, errlen) : 0;
+}
+
 const struct vm_device_type net_device_type = {
 	.name = "net",
 	.ops = &net_vm_ops,
 	.create = net_vm_create,
+	.load_libraries = net_vm_load_libraries,
 };

@@ -3,8 +3,9 @@
  *
  * Most voidbox commands (exec, shell, run, snapshot create, version) never touch libcurl,
  * libarchive or libmicrohttpd, yet linking them made every start map and relocate some forty
- * shared objects they pull in. So those three are not linked: each has a table of function
- * pointers for exactly the functions voidbox calls (curl_dl.h, archive_dl.h, mhd_dl.h),
+ * shared objects they pull in; libslirp (with GLib) serves only VMs with a network. So those
+ * four are not linked: each has a table of function pointers for exactly the functions voidbox
+ * calls (curl_dl.h, archive_dl.h, mhd_dl.h, slirp_dl.h),
  * described by a list of symbol names and offsets that this generic loader fills from one
  * dlopen of the library's soname with RTLD_NOW, checking every symbol. Each library module
  * opens its library at most once per process (pthread_once) and keeps the outcome, so every

@@ -22,6 +22,7 @@
 #include "sandbox/vmm_cgroup.h"
 #include "sandbox/vmm_jail.h"
 #include "sandbox/vmm_msg.h"
+#include "vmm/device.h"
 #include "vmm/thread_filter.h"
 #include "vmm/working_set.h"
 
@@ -157,6 +158,19 @@ static int vmm_serve_jail_areas(struct vmm_jail *jail, const char *const *areas,
 	return rc;
 }
 
+/*
+ * The libraries the VM's devices open on first use (libslirp for a network), opened while /lib
+ * is still in reach: inside the jail they could not be. A VM without such a device maps none.
+ */
+static int vmm_serve_load_device_libraries(const struct vmm_launch *launch,
+					   const struct vmm_jail *jail, char *err, size_t errlen)
+{
+	if (launch->kind != VMM_LAUNCH_RESTORE)
+		return vm_devices_load_libraries(&launch->cfg, err, errlen);
+	return jail ? vm_snapshot_load_device_libraries(vmm_jail_snapshot_state(jail), err, errlen)
+		    : 0; /* no jail: the restore opens them where it needs them */
+}
+
 /* Plans, enters the jail, then builds the VM in it: a restore or a cold boot. */
 static int vmm_serve_create_jailed(struct vmm_serve *here, struct vmm_jail **jail,
 				   struct vm_config *jailed, struct vm_restore_options *restore,
@@ -174,6 +188,8 @@ static int vmm_serve_create_jailed(struct vmm_serve *here, struct vmm_jail **jai
 	}
 	if (rc == 0)
 		rc = vmm_serve_jail_areas(*jail, launch->snapshot_areas, err, errlen);
+	if (rc == 0)
+		rc = vmm_serve_load_device_libraries(launch, *jail, err, errlen);
 	if (rc == 0 && *jail)
 		rc = vmm_jail_enter(*jail, launch->jail_mode, err, errlen);
 	if (rc == 0)

@@ -102,11 +102,25 @@ struct vm_device_type {
 	 */
 	int (*host_paths)(const struct vm_device_section *saved, vm_host_path_fn each,
 			  void *opaque, char *err, size_t errlen);
+	/*
+	 * Loads the shared libraries create will call (src/dynlib opens them on first use),
+	 * for the same cfg and saved as create: a VMM process asks before it enters its jail,
+	 * where the host's /lib is out of reach (vm_devices_load_libraries,
+	 * vm_snapshot_load_device_libraries). NULL: the kind
+	 * calls none. 0, or -errno with err saying what to install.
+	 */
+	int (*load_libraries)(const struct vm_config *cfg, const struct vm_device_section *saved,
+			      char *err, size_t errlen);
 };
 
 /* Every device kind, in the order a cold boot creates them (src/devices/registry.c). */
 extern const struct vm_device_type *const vm_device_types[];
 const struct vm_device_type *vm_device_type_find(const char *name);
+/*
+ * Every kind's load_libraries for a cold boot of cfg; a restore's are asked by
+ * vm_snapshot_load_device_libraries. 0, or the first failure with err.
+ */
+int vm_devices_load_libraries(const struct vm_config *cfg, char *err, size_t errlen);
 
 /* Adds a created device of type to the VM; the VM destroys it from then on. 0 or -errno. */
 int vm_device_attach(struct vm *vm, const struct vm_device_type *type, void *dev);

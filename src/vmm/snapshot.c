@@ -1019,6 +1019,23 @@ int vm_snapshot_host_paths(const struct vm_snapshot_state *state, vm_host_path_f
 	return rc;
 }
 
+int vm_snapshot_load_device_libraries(const struct vm_snapshot_state *state, char *err,
+				      size_t errlen)
+{
+	const struct vm_config none = { 0 };
+	int rc = 0;
+
+	for (size_t i = 0; rc == 0 && i < state->image.device_count; i++) {
+		const struct vm_device_type *type;
+		struct vm_device_section section;
+
+		rc = snapshot_saved_section(&state->image.devices[i], &section, &type, err, errlen);
+		if (rc == 0 && type->load_libraries)
+			rc = type->load_libraries(&none, &section, err, errlen);
+	}
+	return rc;
+}
+
 int vm_create_from_snapshot_state(const char *dir, const struct vm_snapshot_state *state,
 				  const struct vm_restore_options *opts, struct vm **out,
 				  char *err, size_t errlen)

@@ -148,6 +148,13 @@ const struct vm_snapshot_info *vm_snapshot_state_info(const struct vm_snapshot_s
 int vm_snapshot_host_paths(const struct vm_snapshot_state *state, vm_host_path_fn each,
 			   void *opaque, char *err, size_t errlen);
 /*
+ * Loads the shared libraries the restore of state will call, asking each saved device's kind
+ * (its vm_device_type's load_libraries), while the host's files are in reach. 0, or the first
+ * failure with err.
+ */
+int vm_snapshot_load_device_libraries(const struct vm_snapshot_state *state, char *err,
+				      size_t errlen);
+/*
  * vm_create_from_snapshot of dir (the directory state was read from, or the same directory
  * by another name, such as its canonical path) from the state already read. The state can be
  * freed afterwards.

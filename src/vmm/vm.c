@@ -321,6 +321,16 @@ const struct vm_device_type *vm_device_type_find(const char *name)
 	return NULL;
 }
 
+int vm_devices_load_libraries(const struct vm_config *cfg, char *err, size_t errlen)
+{
+	int rc = 0;
+
+	for (size_t i = 0; rc == 0 && vm_device_types[i]; i++)
+		if (vm_device_types[i]->load_libraries)
+			rc = vm_device_types[i]->load_libraries(cfg, NULL, err, errlen);
+	return rc;
+}
+
 int vm_device_attach(struct vm *vm, const struct vm_device_type *type, void *dev)
 {
 	if (vm->started)

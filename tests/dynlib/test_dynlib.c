@@ -1,9 +1,9 @@
 /*
  * The optional-library loader (src/dynlib): a missing library and a library missing a
  * function each give the sentence that names the purpose, the soname and the package to
- * install, with the table left empty; the real libcurl, libarchive and libmicrohttpd load with
- * every function of their tables, only when asked (this program does not link them, so they
- * are not in the process before), and once however many threads ask at the same time. The
+ * install, with the table left empty; the real libcurl, libarchive, libmicrohttpd and libslirp
+ * load with every function of their tables, only when asked (this program does not link them,
+ * so they are not in the process before), and once however many threads ask at the same time. The
  * tests of the real libraries run in this order, as each checks what is loaded before it.
  * Through the real CLI (the built voidbox, passed as the argument), a library the loader finds
  * broken makes the command that needs it fail with that sentence and a status, not a crash.
@@ -12,6 +12,7 @@
 #include "dynlib/curl_dl.h"
 #include "dynlib/dynlib.h"
 #include "dynlib/mhd_dl.h"
+#include "dynlib/slirp_dl.h"
 #include "harness.h"
 
 #include <dlfcn.h>
@@ -172,6 +173,22 @@ static void test_libraries_load_on_first_use(void)
 	CHECK_STR_EQ(curl_dl.easy_strerror(CURLE_OK), "No error");
 }
 
+/* libslirp: not in the process until asked; then every function, and a call reaches it. */
+static void test_slirp_loads_on_first_use(void)
+{
+	char err[TEST_ERR_MAX] = "";
+
+	CHECK(!test_in_process(VOIDBOX_SLIRP_SONAME));
+	CHECK(slirp_dl.new_stack == NULL);
+	CHECK_INT_EQ(slirp_dl_load(TEST_PURPOSE, err, sizeof(err)), 0);
+	CHECK_STR_EQ(err, "");
+	CHECK(test_in_process(VOIDBOX_SLIRP_SONAME));
+	CHECK(test_table_full(&slirp_dl, sizeof(slirp_dl)));
+	CHECK(slirp_dl.new_stack ==
+	      (__typeof__(slirp_dl.new_stack))test_symbol(VOIDBOX_SLIRP_SONAME, "slirp_new"));
+	CHECK(slirp_dl.state_version() > 0);
+}
+
 static void *test_load_thread(void *opaque)
 {
 	char err[TEST_ERR_MAX];
@@ -271,5 +288,6 @@ int main(int argc, char **argv)
 	RUN_TEST(test_cli_with_broken_library_fails_cleanly);
 	RUN_TEST(test_libraries_load_on_first_use);
 	RUN_TEST(test_concurrent_first_loads_agree);
+	RUN_TEST(test_slirp_loads_on_first_use);
 	return harness_finish();
 }

@@ -1,11 +1,11 @@
 /*
  * What the built programs load at start: the voidbox command and voidbox-vmm must not list
- * libcurl, libarchive or libmicrohttpd among their DT_NEEDED libraries (src/dynlib opens them
- * on first use), while a control program that links libcurl must list it, so a reader that
+ * libcurl, libarchive, libmicrohttpd or libslirp (nor GLib, which only libslirp brought) among
+ * their DT_NEEDED libraries (src/dynlib opens them on first use), while a control program that links libcurl must list it, so a reader that
  * found nothing cannot pass. The dynamic section is read from the ELF file itself.
  *
  * usage: test_needed CONTROL PROGRAM...
- *   CONTROL links libcurl (VOIDBOX_CURL_SONAME); every PROGRAM links none of the three.
+ *   CONTROL links libcurl (VOIDBOX_CURL_SONAME); every PROGRAM links none of them.
  */
 #include "harness.h"
 
@@ -20,8 +20,9 @@
 #define TEST_NEEDED_MAX 128
 #define TEST_LIBC_SONAME "libc.so.6"
 
-/* Every library name that is one of the three, whatever soname or flavour it has. */
-static const char *const test_forbidden_prefixes[] = { "libcurl", "libarchive", "libmicrohttpd" };
+/* Every library name that is one of them, whatever soname or flavour it has. */
+static const char *const test_forbidden_prefixes[] = { "libcurl", "libarchive", "libmicrohttpd",
+						       "libslirp", "libglib" };
 #define TEST_FORBIDDEN_COUNT (sizeof(test_forbidden_prefixes) / sizeof(test_forbidden_prefixes[0]))
 
 struct test_needed {
@@ -121,6 +122,7 @@ static void test_program(const char *path, bool control)
 		CHECK(!test_lists(&needed, VOIDBOX_CURL_SONAME));
 		CHECK(!test_lists(&needed, VOIDBOX_ARCHIVE_SONAME));
 		CHECK(!test_lists(&needed, VOIDBOX_MHD_SONAME));
+		CHECK(!test_lists(&needed, VOIDBOX_SLIRP_SONAME));
 	}
 	munmap(image, (size_t)st.st_size);
 }

@@ -5,7 +5,7 @@
  * mistake is refused rather than sent anywhere else. DNS is answered by the local server
  * (--dns-server), never by the host's resolvers.
  *
- * Four cold boots. The first VM (allow 127.0.0.1/32, a published port, the local DNS server,
+ * Four cold boots in this process. The first VM (allow 127.0.0.1/32, a published port, the local DNS server,
  * a cap of TEST_CONN_RATE new connections per second) fetches a small page and a 10 MiB body
  * byte for byte, is refused fast at a deny-listed address, trips the rate cap and recovers,
  * serves busybox httpd to the host through --publish, resolves a name through 10.0.2.3; then
@@ -14,8 +14,11 @@
  * HTTP server is refused by the allow list (and would reach only that server if it were not).
  *
  * Then, through the voidbox command (argv[1]): `exec --network --allow 127.0.0.1/32` fetches,
- * a network flag without --network is a usage error, and a workflow spec with
- * sandbox.network, network_allow and dns_server fetches by name through the DNS server.
+ * a network flag without --network is a usage error, a workflow spec with sandbox.network,
+ * network_allow and dns_server fetches by name through the DNS server, and a base made by
+ * `snapshot create --network --allow 127.0.0.1/32` in a store of the test's own fetches when
+ * `exec --snapshot` restores it: the restore runs in a jailed VMM process, which must have
+ * loaded libslirp before it entered its jail.
  *
  * L1 of the nested harness starts with its loopback down; this program brings it up. busybox
  * wget runs without -T: Debian's static busybox 1.35 crashes with it; the exec's own timeout
@@ -63,6 +66,7 @@
 #define TEST_DNS_TTL 60
 #define TEST_DNS_NAME "test.voidbox.invalid"
 #define TEST_FORK_CHILDREN 2
+#define TEST_SNAPSHOT_ID_LEN 16 /* a store id: hex digits */
 #define TEST_WORK_TEMPLATE "voidbox-nettest-XXXXXX"
 #define TEST_SNAP_TEMPLATE "/tmp/voidbox-netsnap-XXXXXX"
 #define TEST_CLI_OUTPUT_MAX 65536
@@ -585,6 +589,43 @@ static void test_cli_exec_network(void)
 	CHECK(strstr(out, "need --network") != NULL);
 }
 
+/* A networked base, then a restore of it fetching: both in jailed VMM processes. */
+static void test_cli_snapshot_network(void)
+{
+	static char out[TEST_CLI_OUTPUT_MAX];
+	char cmd[3 * PATH_MAX + TEST_SCRIPT_MAX], id[TEST_SNAPSHOT_ID_LEN + 1] = "";
+	char home[PATH_MAX];
+	const char *found;
+	int code;
+
+	if (!realpath(work_dir, home))
+		harness_fail_setup("realpath of the work directory");
+	snprintf(cmd, sizeof(cmd),
+		 "VOIDBOX_HOME='%s/home' '%s' --output json snapshot create --kernel '%s' "
+		 "--initramfs '%s' --memory %d --network --allow 127.0.0.1/32 2>&1",
+		 home, voidbox_cli, image.kernel, image.initramfs, TEST_VM_MEMORY_MB);
+	code = host_run(cmd, out, sizeof(out));
+	CHECK_INT_EQ(code, 0);
+	found = strstr(out, "\"id\"");
+	found = found ? strchr(found + strlen("\"id\""), '"') : NULL;
+	if (found)
+		snprintf(id, sizeof(id), "%.*s", TEST_SNAPSHOT_ID_LEN, found + 1);
+	CHECK_INT_EQ(strlen(id), TEST_SNAPSHOT_ID_LEN);
+	if (code != 0 || strlen(id) != TEST_SNAPSHOT_ID_LEN) {
+		fprintf(stderr, "  output: %s\n", out);
+		return;
+	}
+	snprintf(cmd, sizeof(cmd),
+		 "VOIDBOX_HOME='%s/home' '%s' exec --snapshot %s -- sh -c "
+		 "'wget -q -O /tmp/s http://10.0.2.2:%u/small && wc -c < /tmp/s' 2>&1",
+		 home, voidbox_cli, id, http_port);
+	code = host_run(cmd, out, sizeof(out));
+	CHECK_INT_EQ(code, 0);
+	CHECK((unsigned int)atoi(out) == TEST_SMALL_LEN);
+	if (code != 0)
+		fprintf(stderr, "  output: %s\n", out);
+}
+
 static void test_spec_network(void)
 {
 	static char out[TEST_CLI_OUTPUT_MAX];
@@ -683,6 +724,7 @@ int main(int argc, char **argv)
 	RUN_TEST(test_allow_list_refuses_the_rest);
 	RUN_TEST(test_cli_exec_network);
 	RUN_TEST(test_spec_network);
+	RUN_TEST(test_cli_snapshot_network);
 	finish_work_dir();
 	return harness_finish();
 }
