@@ -106,8 +106,8 @@ struct vm_device_type {
 	 * Loads the shared libraries create will call (src/dynlib opens them on first use),
 	 * for the same cfg and saved as create: a VMM process asks before it enters its jail,
 	 * where the host's /lib is out of reach (vm_devices_load_libraries,
-	 * vm_snapshot_load_device_libraries). NULL: the kind
-	 * calls none. 0, or -errno with err saying what to install.
+	 * vm_snapshot_load_device_libraries). NULL: the kind calls none. 0, or -errno with err
+	 * saying what to install.
 	 */
 	int (*load_libraries)(const struct vm_config *cfg, const struct vm_device_section *saved,
 			      char *err, size_t errlen);
