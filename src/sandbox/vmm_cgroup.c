@@ -10,6 +10,7 @@
 #include <limits.h>
 #include <stdbool.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -216,9 +217,31 @@ int vmm_cgroup_allow_memory_copy(const char *dir, unsigned int memory_mb)
 	return vmm_cgroup_write(dir, "memory.max", memory);
 }
 
+/* Whether dir's cgroup.procs lists the calling process (reading it takes no lock of note). */
+static bool vmm_cgroup_holds_self(const char *dir)
+{
+	char path[PATH_MAX], line[VMM_CGROUP_VALUE_MAX];
+	long self = (long)getpid();
+	bool found = false;
+	FILE *f;
+
+	if ((size_t)snprintf(path, sizeof(path), "%s/cgroup.procs", dir) >= sizeof(path))
+		return false;
+	f = fopen(path, "re");
+	if (!f)
+		return false;
+	while (!found && fgets(line, sizeof(line), f))
+		found = strtol(line, NULL, 10) == self;
+	fclose(f);
+	return found;
+}
+
 int vmm_cgroup_enter(const char *dir, pid_t pid)
 {
 	char value[VMM_CGROUP_VALUE_MAX];
+
+	if (pid == 0 && vmm_cgroup_holds_self(dir))
+		return 0;
 
 	snprintf(value, sizeof(value), "%ld", (long)pid);
 	return vmm_cgroup_write(dir, "cgroup.procs", value);

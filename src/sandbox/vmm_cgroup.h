@@ -2,9 +2,10 @@
  * Memory and CPU caps for one VMM process (docs/security.md, "Design: resource limits per
  * VM"): a cgroup v2 directory of its own beneath a delegated root, with memory.max (guest
  * memory plus a fixed allowance for the VMM itself), memory.swap.max 0 and cpu.max (the VM's
- * vCPUs' worth of host CPU). The host makes the directory and writes the limits before it forks
- * the VMM process, and the child moves itself in before it builds the VM, so no guest
- * instruction runs outside the limits.
+ * vCPUs' worth of host CPU). The host makes the directory and writes the limits before it
+ * starts the VMM process, which is born in it where the kernel allows (CLONE_INTO_CGROUP) and
+ * otherwise moves itself in before it builds the VM, so no guest instruction runs outside the
+ * limits.
  *
  * The delegated root is the parent of this process's own cgroup on the cgroup2 mount (a
  * cgroup that holds processes cannot give controllers to children, so siblings are the place),
@@ -64,7 +65,11 @@ unsigned long long vmm_cgroup_memory_max_bytes(unsigned int memory_mb, bool with
  */
 int vmm_cgroup_allow_memory_copy(const char *dir, unsigned int memory_mb);
 
-/* Moves pid (0: the calling process) into dir. 0 or -errno. */
+/*
+ * Moves pid (0: the calling process) into dir. 0 or -errno. A calling process already in dir
+ * (born there: vmm_process.c clones it in) is left as it is, since a write to cgroup.procs
+ * takes the kernel's migration lock even for a process that does not move.
+ */
 int vmm_cgroup_enter(const char *dir, pid_t pid);
 
 /* Removes dir once its processes have ended; NULL or "" is fine. */

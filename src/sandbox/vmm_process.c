@@ -14,6 +14,7 @@
 #include <fcntl.h>
 #include <libgen.h>
 #include <limits.h>
+#include <linux/sched.h> /* struct clone_args, CLONE_INTO_CGROUP */
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
@@ -106,9 +107,31 @@ static void vmm_process_child(int control_fd, int launch_fd, int null_fd, int lo
 }
 
 /* vmm_process_spawn, with launch_fd (-1: none) on VMM_PROCESS_LAUNCH_FD in the child. */
+/*
+ * fork(), or where cgroup_fd names a cgroup directory, a clone3 straight into that cgroup
+ * (CLONE_INTO_CGROUP, Linux 5.7). A process that moves itself by writing cgroup.procs takes
+ * the kernel's cgroup-migration lock for writing, which waits out an RCU grace period (17-20
+ * ms a VM in the nested harness); one born in the cgroup takes it only for reading. The
+ * clone3 child has not run the C library's fork handlers, so only a child that makes nothing
+ * but system calls until it executes another program may come from it: the caller says so
+ * by passing a cgroup_fd. Where clone3 is refused (an older kernel, a seccomp filter, a cgroup
+ * that cannot take the process), plain fork(), and the child moves itself as before.
+ */
+static pid_t vmm_process_fork_into(int cgroup_fd)
+{
+	struct clone_args args = { .flags = CLONE_INTO_CGROUP, .exit_signal = SIGCHLD,
+				   .cgroup = (uint64_t)cgroup_fd };
+	long child;
+
+	if (cgroup_fd < 0)
+		return fork();
+	child = syscall(SYS_clone3, &args, sizeof(args));
+	return child >= 0 ? (pid_t)child : fork();
+}
+
 static int vmm_process_spawn_with(int (*body)(int control_fd, void *opaque), void *opaque,
-				  int launch_fd, pid_t *pid, int *control_fd, char *err,
-				  size_t errlen)
+				  int launch_fd, int cgroup_fd, pid_t *pid, int *control_fd,
+				  char *err, size_t errlen)
 {
 	int pair[2] = { -1, -1 }, ours = -1, theirs = -1, null_fd = -1;
 	pid_t parent = getpid(), child;
@@ -144,7 +167,7 @@ static int vmm_process_spawn_with(int (*body)(int control_fd, void *opaque), voi
 	 */
 	log_stream = log_current_stream();
 	log_fd = log_stream ? fileno(log_stream) : -1;
-	child = fork();
+	child = vmm_process_fork_into(cgroup_fd);
 	if (child < 0) {
 		rc = -errno;
 		snprintf(err, errlen, "cannot start the VMM process: %s", strerror(errno));
@@ -169,7 +192,7 @@ out:
 int vmm_process_spawn(int (*body)(int control_fd, void *opaque), void *opaque, pid_t *pid,
 		      int *control_fd, char *err, size_t errlen)
 {
-	return vmm_process_spawn_with(body, opaque, -1, pid, control_fd, err, errlen);
+	return vmm_process_spawn_with(body, opaque, -1, -1, pid, control_fd, err, errlen);
 }
 
 /* ---- voidbox-vmm: finding it, its launch, its execution ---- */
@@ -382,10 +405,13 @@ static bool vmm_process_pump(struct vmm_process *proc, int timeout_ms, const boo
 	}
 }
 
-/* vmm_process_launch, with launch_fd on the child's VMM_PROCESS_LAUNCH_FD (-1: none). */
+/*
+ * vmm_process_launch, with launch_fd on the child's VMM_PROCESS_LAUNCH_FD (-1: none), born in
+ * the cgroup cgroup_fd names where the kernel lets it (-1: none; see vmm_process_fork_into).
+ */
 static int vmm_process_launch_with(int (*body)(int control_fd, void *opaque), void *opaque,
-				   int launch_fd, struct vmm_process **out, char *err,
-				   size_t errlen)
+				   int launch_fd, int cgroup_fd, struct vmm_process **out,
+				   char *err, size_t errlen)
 {
 	struct vmm_process *proc = calloc(1, sizeof(*proc));
 	int rc;
@@ -397,8 +423,8 @@ static int vmm_process_launch_with(int (*body)(int control_fd, void *opaque), vo
 	}
 	pthread_mutex_init(&proc->lock, NULL);
 	/* the child works on its copy of opaque, made by fork */
-	rc = vmm_process_spawn_with(body, opaque, launch_fd, &proc->pid, &proc->control_fd, err,
-				    errlen);
+	rc = vmm_process_spawn_with(body, opaque, launch_fd, cgroup_fd, &proc->pid,
+				    &proc->control_fd, err, errlen);
 	if (rc < 0) {
 		pthread_mutex_destroy(&proc->lock);
 		free(proc);
@@ -411,7 +437,7 @@ static int vmm_process_launch_with(int (*body)(int control_fd, void *opaque), vo
 int vmm_process_launch(int (*body)(int control_fd, void *opaque), void *opaque,
 		       struct vmm_process **out, char *err, size_t errlen)
 {
-	return vmm_process_launch_with(body, opaque, -1, out, err, errlen);
+	return vmm_process_launch_with(body, opaque, -1, -1, out, err, errlen);
 }
 
 /* Finds voidbox-vmm, encodes launch, and spawns the child that executes it with it. */
@@ -419,7 +445,7 @@ static int vmm_process_launch_exec(struct vmm_launch *launch, struct vmm_process
 				   char *err, size_t errlen)
 {
 	char binary[PATH_MAX];
-	int launch_fd, rc;
+	int launch_fd, cgroup_fd, rc;
 
 	*out = NULL;
 	rc = vmm_process_binary(binary, sizeof(binary), err, errlen);
@@ -430,7 +456,14 @@ static int vmm_process_launch_exec(struct vmm_launch *launch, struct vmm_process
 	launch_fd = vmm_process_launch_file(launch, err, errlen);
 	if (launch_fd < 0)
 		return launch_fd;
-	rc = vmm_process_launch_with(vmm_process_exec_body, binary, launch_fd, out, err, errlen);
+	/* the child only executes voidbox-vmm: it may be born in its cgroup */
+	cgroup_fd = launch->cgroup_dir ? open(launch->cgroup_dir, O_RDONLY | O_DIRECTORY |
+								     O_CLOEXEC)
+				       : -1;
+	rc = vmm_process_launch_with(vmm_process_exec_body, binary, launch_fd, cgroup_fd, out,
+				     err, errlen);
+	if (cgroup_fd >= 0)
+		close(cgroup_fd);
 	close(launch_fd);
 	return rc;
 }

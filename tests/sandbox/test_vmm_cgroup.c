@@ -2,7 +2,8 @@
  * The VMM's cgroup limits (src/sandbox/vmm_cgroup.c) against a directory laid out as a
  * delegated cgroup v2 root: with memory and cpu enabled for children, the VM's cgroup gets
  * memory.max (guest memory plus the allowance) and cpu.max (its vCPUs' worth) and takes a pid;
- * with either controller missing nothing is made and the sentence names the controller. What
+ * with either controller missing nothing is made and the sentence names the controller; a
+ * process already listed in a cgroup that enters it writes nothing. What
  * this host itself offers is only reported: the writes are what is tested, and the host check
  * would pass or fail by the host's configuration, not by the code.
  */
@@ -118,6 +119,29 @@ static void test_nothing_made_without_a_controller(void)
 }
 
 /* Reports what this host offers; either answer is right, a sentence is required for "no". */
+/*
+ * A process born in its cgroup (clone3 with CLONE_INTO_CGROUP) that enters it is left alone:
+ * the file is not written. One that is not listed writes its "0" as before.
+ */
+static void test_enter_skips_a_process_already_in(void)
+{
+	char dir[TEST_PATH_MAX * 2], listed[TEST_VALUE_MAX], value[TEST_VALUE_MAX];
+
+	snprintf(dir, sizeof(dir), "%s/born-in", test_root);
+	CHECK_INT_EQ(mkdir(dir, 0755), 0);
+	snprintf(listed, sizeof(listed), "1\n%ld\n", (long)getpid());
+	write_text(dir, "cgroup.procs", listed);
+	CHECK_INT_EQ(vmm_cgroup_enter(dir, 0), 0);
+	read_text(dir, "cgroup.procs", value, sizeof(value));
+	CHECK_STR_EQ(value, "1\n"); /* the first line as it was: nothing written */
+
+	write_text(dir, "cgroup.procs", "1\n");
+	CHECK_INT_EQ(vmm_cgroup_enter(dir, 0), 0);
+	read_text(dir, "cgroup.procs", value, sizeof(value));
+	CHECK_STR_EQ(value, "0\n"); /* "0" written over the "1": this process moving in */
+	remove_fake_cgroup(dir);
+}
+
 static void test_host_root_answers(void)
 {
 	char root[TEST_PATH_MAX], why[TEST_ERR_MAX] = "";
@@ -142,6 +166,7 @@ int main(void)
 	}
 	RUN_TEST(test_limits_written_where_controllers_enabled);
 	RUN_TEST(test_nothing_made_without_a_controller);
+	RUN_TEST(test_enter_skips_a_process_already_in);
 	RUN_TEST(test_host_root_answers);
 	snprintf(path, sizeof(path), "%s/cgroup.subtree_control", test_root);
 	unlink(path);
