@@ -106,7 +106,6 @@ static void vmm_process_child(int control_fd, int launch_fd, int null_fd, int lo
 	_exit(body(VMM_PROCESS_CONTROL_FD, opaque));
 }
 
-/* vmm_process_spawn, with launch_fd (-1: none) on VMM_PROCESS_LAUNCH_FD in the child. */
 /*
  * fork(), or where cgroup_fd names a cgroup directory, a clone3 straight into that cgroup
  * (CLONE_INTO_CGROUP, Linux 5.7). A process that moves itself by writing cgroup.procs takes
@@ -129,6 +128,10 @@ static pid_t vmm_process_fork_into(int cgroup_fd)
 	return child >= 0 ? (pid_t)child : fork();
 }
 
+/*
+ * vmm_process_spawn, with launch_fd (-1: none) on VMM_PROCESS_LAUNCH_FD in the child, started
+ * by vmm_process_fork_into(cgroup_fd).
+ */
 static int vmm_process_spawn_with(int (*body)(int control_fd, void *opaque), void *opaque,
 				  int launch_fd, int cgroup_fd, pid_t *pid, int *control_fd,
 				  char *err, size_t errlen)
