@@ -38,7 +38,6 @@
 #include <time.h>
 #include <unistd.h>
 
-
 #include "common/log.h"
 #include "devices/net.h"
 #include "devices/virtio_attach.h"

@@ -25,7 +25,7 @@
 /* the controllers the caps need, each a word of cgroup.subtree_control */
 static const char *const vmm_cgroup_needed[] = { "memory", "cpu" };
 
-/* A line of a /proc file that take() accepts; take copies what it needs into out. */
+/* A line of a /proc or cgroup file that take() accepts; take copies what it needs into out. */
 static int vmm_cgroup_scan(const char *path, bool (*take)(char *line, char *out, size_t len),
 			   char *out, size_t len)
 {
@@ -217,23 +217,22 @@ int vmm_cgroup_allow_memory_copy(const char *dir, unsigned int memory_mb)
 	return vmm_cgroup_write(dir, "memory.max", memory);
 }
 
+/* A line of cgroup.procs that is the calling process's pid; nothing is copied. */
+static bool vmm_cgroup_take_self(char *line, char *out, size_t len)
+{
+	(void)out;
+	(void)len;
+	return strtol(line, NULL, 10) == (long)getpid();
+}
+
 /* Whether dir's cgroup.procs lists the calling process (reading it takes no lock of note). */
 static bool vmm_cgroup_holds_self(const char *dir)
 {
-	char path[PATH_MAX], line[VMM_CGROUP_VALUE_MAX];
-	long self = (long)getpid();
-	bool found = false;
-	FILE *f;
+	char path[PATH_MAX];
 
 	if ((size_t)snprintf(path, sizeof(path), "%s/cgroup.procs", dir) >= sizeof(path))
 		return false;
-	f = fopen(path, "re");
-	if (!f)
-		return false;
-	while (!found && fgets(line, sizeof(line), f))
-		found = strtol(line, NULL, 10) == self;
-	fclose(f);
-	return found;
+	return vmm_cgroup_scan(path, vmm_cgroup_take_self, NULL, 0) == 0;
 }
 
 int vmm_cgroup_enter(const char *dir, pid_t pid)

@@ -5,11 +5,12 @@
  * mistake is refused rather than sent anywhere else. DNS is answered by the local server
  * (--dns-server), never by the host's resolvers.
  *
- * Four cold boots in this process. The first VM (allow 127.0.0.1/32, a published port, the local DNS server,
- * a cap of TEST_CONN_RATE new connections per second) fetches a small page and a 10 MiB body
- * byte for byte, is refused fast at a deny-listed address, trips the rate cap and recovers,
- * serves busybox httpd to the host through --publish, resolves a name through 10.0.2.3; then
- * it is snapshotted and a restored copy fetches again, and two fork children fetch at once.
+ * Four cold boots in this process. The first VM (allow 127.0.0.1/32, a published port, the
+ * local DNS server, a cap of TEST_CONN_RATE new connections per second) fetches a small page
+ * and a 10 MiB body byte for byte, is refused fast at a deny-listed address, trips the rate
+ * cap and recovers, serves busybox httpd to the host through --publish, resolves a name
+ * through 10.0.2.3; then it is snapshotted and a restored copy fetches again, and two fork
+ * children fetch at once.
  * The second VM allows only 127.0.0.2/32, where nothing is reachable, so its fetch from the
  * HTTP server is refused by the allow list (and would reach only that server if it were not).
  *
