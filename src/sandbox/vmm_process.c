@@ -80,9 +80,15 @@ struct vmm_process {
 
 /* ---- the child's confinement ---- */
 
-/* Step by step as the header says; any failure ends the child before it runs anything. */
+/*
+ * Step by step as the header says; any failure ends the child before it runs anything.
+ * bare_clone: the child came from clone3, so the C library's fork handlers did not run and a
+ * lock another thread held at the clone (the log's, say) stays held here for good; such a
+ * child touches no lock before it executes voidbox-vmm.
+ */
 static void vmm_process_child(int control_fd, int launch_fd, int null_fd, int log_fd,
-			      pid_t parent, int (*body)(int control_fd, void *opaque), void *opaque)
+			      pid_t parent, bool bare_clone,
+			      int (*body)(int control_fd, void *opaque), void *opaque)
 {
 	if (prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) < 0)
 		_exit(VMM_PROCESS_EXIT_SETUP);
@@ -102,7 +108,8 @@ static void vmm_process_child(int control_fd, int launch_fd, int null_fd, int lo
 	/* no other process of the user may ptrace it or read its memory through /proc */
 	if (prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) < 0)
 		_exit(VMM_PROCESS_EXIT_SETUP);
-	log_set_stream(stderr); /* now the caller's log, whose own descriptor is closed */
+	if (!bare_clone)
+		log_set_stream(stderr); /* now the caller's log, whose own descriptor is closed */
 	_exit(body(VMM_PROCESS_CONTROL_FD, opaque));
 }
 
@@ -116,16 +123,20 @@ static void vmm_process_child(int control_fd, int launch_fd, int null_fd, int lo
  * by passing a cgroup_fd. Where clone3 is refused (an older kernel, a seccomp filter, a cgroup
  * that cannot take the process), plain fork(), and the child moves itself as before.
  */
-static pid_t vmm_process_fork_into(int cgroup_fd)
+static pid_t vmm_process_fork_into(int cgroup_fd, bool *bare_clone)
 {
 	struct clone_args args = { .flags = CLONE_INTO_CGROUP, .exit_signal = SIGCHLD,
 				   .cgroup = (uint64_t)cgroup_fd };
 	long child;
 
+	*bare_clone = false;
 	if (cgroup_fd < 0)
 		return fork();
 	child = syscall(SYS_clone3, &args, sizeof(args));
-	return child >= 0 ? (pid_t)child : fork();
+	if (child < 0)
+		return fork();
+	*bare_clone = true; /* in the parent and in the child alike */
+	return (pid_t)child;
 }
 
 /*
@@ -140,6 +151,7 @@ static int vmm_process_spawn_with(int (*body)(int control_fd, void *opaque), voi
 	pid_t parent = getpid(), child;
 	FILE *log_stream;
 	int rc = 0, log_fd;
+	bool bare_clone;
 
 	if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, pair) < 0) {
 		rc = -errno;
@@ -170,7 +182,7 @@ static int vmm_process_spawn_with(int (*body)(int control_fd, void *opaque), voi
 	 */
 	log_stream = log_current_stream();
 	log_fd = log_stream ? fileno(log_stream) : -1;
-	child = vmm_process_fork_into(cgroup_fd);
+	child = vmm_process_fork_into(cgroup_fd, &bare_clone);
 	if (child < 0) {
 		rc = -errno;
 		snprintf(err, errlen, "cannot start the VMM process: %s", strerror(errno));
@@ -178,7 +190,7 @@ static int vmm_process_spawn_with(int (*body)(int control_fd, void *opaque), voi
 	}
 	if (child == 0)
 		vmm_process_child(theirs, launch_fd, null_fd, log_fd >= 0 ? log_fd : null_fd, parent,
-				  body, opaque);
+				  bare_clone, body, opaque);
 	*pid = child;
 	*control_fd = ours;
 	ours = -1;
@@ -302,8 +314,9 @@ static int vmm_process_exec_body(int control_fd, void *opaque)
 
 	execve(binary, argv, envp);
 	failed.status = -errno;
+	/* strerrordesc_np: strerror's translation takes a lock a bare clone may find held */
 	snprintf(failed.text, sizeof(failed.text), "cannot execute %s: %s: reinstall voidbox, or "
-		 "set %s to the %s of this build", binary, strerror(errno),
+		 "set %s to the %s of this build", binary, strerrordesc_np(errno),
 		 VMM_PROCESS_BINARY_ENV, VMM_PROCESS_NAME);
 	vmm_msg_send_whole(control_fd, &failed);
 	return VMM_PROCESS_EXIT_SETUP;

@@ -5,12 +5,14 @@
  * runs until it is told to stop. Its "started" hands back, in place of a restored guest's
  * secret, the first bytes of the snapshot directory it was given, so the test sees the launch
  * arrived; anything but a restore launch is refused with the reader's sentence or "not a
- * restore".
+ * restore". Like the real program, it first enters the cgroup its launch names (a no-op for a
+ * process the caller cloned straight into it).
  */
 #include <errno.h>
 #include <string.h>
 #include <unistd.h>
 
+#include "sandbox/vmm_cgroup.h"
 #include "sandbox/vmm_msg.h"
 #include "sandbox/vmm_serve.h"
 
@@ -21,6 +23,9 @@ int main(void)
 	int rc = vmm_serve_read_launch(VMM_PROCESS_LAUNCH_FD, &decoded, msg.text,
 				       sizeof(msg.text));
 
+	if (rc == 0 && decoded.launch.cgroup_dir &&
+	    (rc = vmm_cgroup_enter(decoded.launch.cgroup_dir, 0)) < 0)
+		strcpy(msg.text, "cannot enter the cgroup");
 	if (rc == 0 && decoded.launch.kind != VMM_LAUNCH_RESTORE) {
 		rc = -EINVAL;
 		strcpy(msg.text, "not a restore");
