@@ -17,6 +17,7 @@
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -343,7 +344,7 @@ static void test_vm_process_is_executed_afresh(void)
 struct busy_log {
 	FILE *stream;
 	pthread_t thread;
-	volatile bool stop;
+	atomic_bool stop;
 };
 
 /* Logs warnings into /dev/null until told to stop: the log's lock is held most of the time. */
@@ -351,7 +352,7 @@ static void *log_busily(void *opaque)
 {
 	struct busy_log *busy = opaque;
 
-	while (!busy->stop)
+	while (!atomic_load(&busy->stop))
 		log_warn("test", "a warning that keeps the log's lock busy");
 	return NULL;
 }
@@ -474,7 +475,7 @@ static void test_born_in_cgroup_while_others_log(void)
 		vmm_process_destroy(proc);
 	}
 	use_binary(test_setup_binary);
-	busy.stop = true;
+	atomic_store(&busy.stop, true);
 	pthread_join(busy.thread, NULL);
 	log_set_stream(stderr);
 	fclose(busy.stream);
