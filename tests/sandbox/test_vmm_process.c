@@ -7,8 +7,9 @@
  * (vmm_stand_in.c), the process runs that program with an empty environment, holds only its
  * control socket and standard descriptors once it has read its launch, and its memory holds
  * none of the caller's (a marker in this test's heap is absent from it, though present here);
- * a missing program is refused with a sentence. The real voidbox-vmm reports a VM that cannot
- * start with its sentence and leaves no process behind.
+ * a missing program is refused with a sentence. Launched into a cgroup while another thread
+ * logs without pause, every child still executes it, in that cgroup. The real voidbox-vmm
+ * reports a VM that cannot start with its sentence and leaves no process behind.
  */
 #include <errno.h>
 #include <limits.h>
