@@ -10,6 +10,7 @@
 #define VOIDBOX_TESTS_VMM_PROCESS_PROBE_H
 
 #include <dirent.h>
+#include <limits.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdbool.h>
@@ -183,6 +184,36 @@ static inline void probe_exe(pid_t pid, char *out, size_t len)
 	snprintf(path, sizeof(path), "/proc/%d/exe", (int)pid);
 	got = readlink(path, out, len - 1);
 	out[got > 0 ? got : 0] = '\0';
+}
+
+/* pid's cgroup v2 path (the "0::" line of /proc/PID/cgroup without its prefix) into out. */
+static inline bool probe_cgroup_path(pid_t pid, char *out, size_t len)
+{
+	char path[PROBE_PATH_MAX], line[PATH_MAX] = "";
+	bool found = false;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/proc/%d/cgroup", (int)pid);
+	f = fopen(path, "re");
+	if (!f)
+		return false;
+	while (!found && fgets(line, sizeof(line), f))
+		found = strncmp(line, "0::", 3) == 0;
+	fclose(f);
+	line[strcspn(line, "\n")] = '\0';
+	return found && snprintf(out, len, "%s", line + 3) < (int)len;
+}
+
+/*
+ * Whether pid is in the cgroup directory dir: its cgroup v2 path, a cgroup beneath the
+ * hierarchy's root, is the end of dir (the cgroup2 mount point joined with that path).
+ */
+static inline bool probe_in_cgroup(pid_t pid, const char *dir)
+{
+	char path[PATH_MAX];
+
+	return probe_cgroup_path(pid, path, sizeof(path)) && strlen(path) > 1 &&
+	       strlen(dir) >= strlen(path) && strcmp(dir + strlen(dir) - strlen(path), path) == 0;
 }
 
 /*

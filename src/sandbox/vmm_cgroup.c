@@ -99,21 +99,48 @@ static const char *vmm_cgroup_missing_controller(const char *root)
 	return NULL;
 }
 
+/* The cgroup2 mount point and this process's cgroup v2 path beneath it. 0 or -EOPNOTSUPP. */
+static int vmm_cgroup_locate_own(char *mount_point, size_t mount_len, char *own, size_t own_len,
+				 char *why, size_t whylen)
+{
+	if (vmm_cgroup_scan("/proc/self/mountinfo", vmm_cgroup_take_mount, mount_point,
+			    mount_len) < 0) {
+		snprintf(why, whylen, "no cgroup v2 hierarchy is mounted");
+		return -EOPNOTSUPP;
+	}
+	if (vmm_cgroup_scan("/proc/self/cgroup", vmm_cgroup_take_own, own, own_len) < 0) {
+		snprintf(why, whylen, "/proc/self/cgroup names no cgroup v2 path");
+		return -EOPNOTSUPP;
+	}
+	return 0;
+}
+
+int vmm_cgroup_own_dir(char *out, size_t len, char *why, size_t whylen)
+{
+	char mount_point[PATH_MAX], own[PATH_MAX];
+	int rc = vmm_cgroup_locate_own(mount_point, sizeof(mount_point), own, sizeof(own), why,
+				       whylen);
+
+	if (rc < 0)
+		return rc;
+	if ((size_t)snprintf(out, len, "%s%s", mount_point, strcmp(own, "/") == 0 ? "" : own) >=
+	    len) {
+		snprintf(why, whylen, "the cgroup path is too long");
+		return -ENAMETOOLONG;
+	}
+	return 0;
+}
+
 int vmm_cgroup_root(char *out, size_t len, char *why, size_t whylen)
 {
 	char mount_point[PATH_MAX], own[PATH_MAX];
 	const char *missing;
 	char *slash;
+	int rc = vmm_cgroup_locate_own(mount_point, sizeof(mount_point), own, sizeof(own), why,
+				       whylen);
 
-	if (vmm_cgroup_scan("/proc/self/mountinfo", vmm_cgroup_take_mount, mount_point,
-			    sizeof(mount_point)) < 0) {
-		snprintf(why, whylen, "no cgroup v2 hierarchy is mounted");
-		return -EOPNOTSUPP;
-	}
-	if (vmm_cgroup_scan("/proc/self/cgroup", vmm_cgroup_take_own, own, sizeof(own)) < 0) {
-		snprintf(why, whylen, "/proc/self/cgroup names no cgroup v2 path");
-		return -EOPNOTSUPP;
-	}
+	if (rc < 0)
+		return rc;
 	slash = strrchr(own, '/');
 	if (slash && slash != own)
 		*slash = '\0'; /* the parent of our own cgroup */

@@ -45,6 +45,12 @@ struct vmm_cgroup_limits {
 int vmm_cgroup_root(char *out, size_t len, char *why, size_t whylen);
 
 /*
+ * This process's own cgroup v2 directory (the cgroup2 mount joined with /proc/self/cgroup's
+ * path) into out, whatever controllers it has: 0, or -errno with a sentence in why.
+ */
+int vmm_cgroup_own_dir(char *out, size_t len, char *why, size_t whylen);
+
+/*
  * Checks that root enables the memory and cpu controllers for its children, makes root/name
  * and writes the limits there; the directory's path goes to dir. 0, or -errno with a sentence.
  */

@@ -118,7 +118,6 @@ static void test_nothing_made_without_a_controller(void)
 	CHECK(strstr(err, "'cpu'") != NULL);
 }
 
-/* Reports what this host offers; either answer is right, a sentence is required for "no". */
 /*
  * A process born in its cgroup (clone3 with CLONE_INTO_CGROUP) that enters it is left alone:
  * the file is not written. One that is not listed writes its "0" as before.
@@ -142,6 +141,7 @@ static void test_enter_skips_a_process_already_in(void)
 	remove_fake_cgroup(dir);
 }
 
+/* Reports what this host offers; either answer is right, a sentence is required for "no". */
 static void test_host_root_answers(void)
 {
 	char root[TEST_PATH_MAX], why[TEST_ERR_MAX] = "";

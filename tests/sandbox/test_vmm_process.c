@@ -33,6 +33,7 @@
 #include "common/log.h"
 #include "harness.h"
 #include "process_probe.h"
+#include "sandbox/vmm_cgroup.h"
 #include "sandbox/vmm_jail.h"
 #include "sandbox/vmm_process.h"
 #include "vmm/thread_filter.h"
@@ -358,24 +359,6 @@ static void *log_busily(void *opaque)
 	return NULL;
 }
 
-/* The "0::" line of /proc/PID/cgroup without its prefix: pid's cgroup v2 path. */
-static bool cgroup_path_of(pid_t pid, char *out, size_t len)
-{
-	char path[PROBE_PATH_MAX], line[PATH_MAX] = "";
-	bool found = false;
-	FILE *f;
-
-	snprintf(path, sizeof(path), "/proc/%d/cgroup", (int)pid);
-	f = fopen(path, "re");
-	if (!f)
-		return false;
-	while (!found && fgets(line, sizeof(line), f))
-		found = strncmp(line, "0::", 3) == 0;
-	fclose(f);
-	line[strcspn(line, "\n")] = '\0';
-	return found && snprintf(out, len, "%s", line + 3) < (int)len;
-}
-
 /*
  * A cgroup v2 directory beneath this process's own, made for the test (a host with v1
  * controllers still mounts a cgroup2 hierarchy without them, which is all a clone into a
@@ -383,36 +366,17 @@ static bool cgroup_path_of(pid_t pid, char *out, size_t len)
  */
 static bool make_own_cgroup(char *dir, size_t len, char *why, size_t whylen)
 {
-	char line[PATH_MAX], mount_point[PATH_MAX] = "", own[PATH_MAX];
-	FILE *f = fopen("/proc/self/mountinfo", "re");
+	char own[PATH_MAX];
 
-	while (f && !mount_point[0] && fgets(line, sizeof(line), f))
-		if (strstr(line, " - cgroup2 ") && sscanf(line, "%*s %*s %*s %*s %4095s",
-							   mount_point) != 1)
-			mount_point[0] = '\0';
-	if (f)
-		fclose(f);
-	if (!mount_point[0] || !cgroup_path_of(getpid(), own, sizeof(own))) {
-		snprintf(why, whylen, "this host mounts no cgroup2 hierarchy");
+	if (vmm_cgroup_own_dir(own, sizeof(own), why, whylen) < 0)
 		return false;
-	}
-	if (snprintf(dir, len, "%s%s/voidbox-test-born-%d", mount_point,
-		     strcmp(own, "/") == 0 ? "" : own, (int)getpid()) >= (int)len ||
+	if (snprintf(dir, len, "%s/voidbox-test-born-%d", own, (int)getpid()) >= (int)len ||
 	    mkdir(dir, 0755) < 0) {
-		snprintf(why, whylen, "cannot make a cgroup beneath %.400s%.400s: %s", mount_point,
-			 own, strerror(errno));
+		snprintf(why, whylen, "cannot make a cgroup beneath %.800s: %s", own,
+			 strerror(errno));
 		return false;
 	}
 	return true;
-}
-
-/* Whether pid's cgroup (the "0::" line of /proc/PID/cgroup) is dir beneath the cgroup2 mount. */
-static bool process_in_cgroup(pid_t pid, const char *dir)
-{
-	char path[PATH_MAX];
-
-	return cgroup_path_of(pid, path, sizeof(path)) && strlen(dir) >= strlen(path) &&
-	       strcmp(dir + strlen(dir) - strlen(path), path) == 0;
 }
 
 /*
@@ -468,7 +432,7 @@ static void test_born_in_cgroup_while_others_log(void)
 		if (strcmp(exe, expected) == 0) {
 			executed++;
 			started += vmm_process_await_started(proc, secret, err, sizeof(err)) == 0;
-			in_cgroup += process_in_cgroup(vmm_process_pid(proc), dir);
+			in_cgroup += probe_in_cgroup(vmm_process_pid(proc), dir);
 		} else {
 			fprintf(stderr, "  launch %d: the child did not execute %s within %d s\n", i,
 				expected, TEST_EXECUTE_WAIT_MS / 1000);

@@ -855,9 +855,8 @@ static void read_cgroup_file(const char *dir, const char *name, char *out, size_
 static void test_vmm_cgroup_caps(void)
 {
 	char root[PATH_MAX], why[PATH_MAX + 256], name[PATH_MAX], expected[PROBE_PATH_MAX];
-	char value[PROBE_PATH_MAX], own[PATH_MAX + PROBE_PATH_MAX];
+	char value[PROBE_PATH_MAX];
 	pid_t vmm = sandbox_vmm_pid(test_vm);
-	FILE *file;
 
 	if (vmm_cgroup_root(root, sizeof(root), why, sizeof(why)) < 0) {
 		CHECK(!caps_expected());
@@ -869,18 +868,8 @@ static void test_vmm_cgroup_caps(void)
 	snprintf(test_vm_cgroup, sizeof(test_vm_cgroup), "%s/%s", root, strrchr(name, '/') + 1);
 	fprintf(stderr, "  (the VM's cgroup: %s)\n", test_vm_cgroup);
 
-	/* the VMM process is in it: /proc/PID/cgroup's v2 line ends with its name */
-	snprintf(own, sizeof(own), "/proc/%d/cgroup", (int)vmm);
-	file = fopen(own, "re");
-	CHECK(file != NULL);
-	own[0] = '\0';
-	while (file && fgets(own, sizeof(own), file) && strncmp(own, "0::", 3) != 0)
-		own[0] = '\0';
-	if (file)
-		fclose(file);
-	own[strcspn(own, "\n")] = '\0';
-	CHECK(strlen(own) > strlen(strrchr(name, '/')) &&
-	      strcmp(own + strlen(own) - strlen(strrchr(name, '/')), strrchr(name, '/')) == 0);
+	/* the VMM process is in it: /proc/PID/cgroup's v2 path is the end of the cgroup's */
+	CHECK(probe_in_cgroup(vmm, test_vm_cgroup));
 
 	read_cgroup_file(test_vm_cgroup, "memory.max", value, sizeof(value));
 	snprintf(expected, sizeof(expected), "%llu",
