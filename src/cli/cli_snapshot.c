@@ -467,6 +467,20 @@ static int cli_snapshot_create_start(const struct cli_snapshot_create *c,
 	return rc;
 }
 
+/* The CPU features the saved guest was shown, for the store's manifest.json. */
+static void cli_snapshot_note_cpu_features(struct snapshot_store_txn *txn)
+{
+	struct vm_snapshot_info info;
+	char err[CLI_SNAPSHOT_ERROR_MAX];
+
+	if (vm_snapshot_inspect(txn->tmp_path, &info, err, sizeof(err)) < 0 ||
+	    !info.has_cpu_features)
+		return;
+	txn->has_cpu_features = true;
+	for (unsigned int i = 0; i < SNAPSHOT_MANIFEST_CPU_REGS; i++)
+		txn->cpu_features[i] = info.cpu_features.regs[i];
+}
+
 static int cli_snapshot_create_in_store(const struct cli_globals *globals,
 					const struct cli_snapshot_create *c,
 					const struct snapshot_store_config *config,
@@ -507,6 +521,7 @@ static int cli_snapshot_create_in_store(const struct cli_globals *globals,
 		goto out;
 	}
 	save_ms = (long)clock_monotonic_ms() - started;
+	cli_snapshot_note_cpu_features(&txn);
 	if (snapshot_store_commit(&txn, config, err, sizeof(err)) < 0) {
 		fprintf(stderr, "voidbox snapshot create: %s\n", err);
 		goto out;

@@ -314,6 +314,13 @@ int snapshot_archive_export(const char *prefix, const char *out_path,
 	snprintf(m->kernel_path, sizeof(m->kernel_path), "%s", top.kernel_path);
 	snprintf(m->initramfs_path, sizeof(m->initramfs_path), "%s", top.initramfs_path);
 	rc = snapshot_archive_cpu_of(top.path, m, err, errlen);
+	/* one list in the archive: what the state file records and what the manifests claim */
+	for (size_t i = 0; rc == 0 && i < count; i++) {
+		snapshot_manifest_add_cpu_features(&m->has_cpu_features, m->cpu_features,
+						   m->chain[i].has_cpu_features,
+						   m->chain[i].cpu_features);
+		m->chain[i].has_cpu_features = false;
+	}
 	if (rc == 0 && snprintf(tmp_path, sizeof(tmp_path), "%s.tmp-%ld", out_path,
 				(long)getpid()) >= (int)sizeof(tmp_path))
 		rc = -ENAMETOOLONG;
@@ -727,6 +734,10 @@ static int snapshot_archive_publish_one(struct snapshot_archive_import *ctx, siz
 	struct snapshot_store_txn txn;
 	char src[PATH_MAX], base_dir[PATH_MAX], resolved[PATH_MAX];
 	int rc = store_join(src, sizeof(src), ctx->scratch, stored.id);
+
+	/* the archive's cpu.features go with each snapshot: its restores require them */
+	snapshot_manifest_add_cpu_features(&stored.has_cpu_features, stored.cpu_features,
+					   ctx->m->has_cpu_features, ctx->m->cpu_features);
 
 	if (rc == 0 && stored.diff) {
 		rc = store_join(base_dir, sizeof(base_dir), ctx->store, base_id);

@@ -898,6 +898,29 @@ out:
 	return sandbox_send_policy(sandbox, policy, err, errlen);
 }
 
+/*
+ * The CPU features dir's manifest.json says its guest was shown, which the restore requires
+ * besides those of the state file. A snapshot without a manifest has none to add; one whose
+ * manifest cannot be read restores on its state file's alone, with a warning.
+ */
+static void sandbox_manifest_cpu_features(const char *dir, struct vm_restore_options *opts)
+{
+	struct snapshot_manifest manifest;
+	char err[PATH_MAX + 256];
+	int rc = snapshot_manifest_read(dir, &manifest, err, sizeof(err));
+
+	if (rc == -ENOENT)
+		return;
+	if (rc < 0) {
+		log_warn("sandbox", "%s: its CPU features are checked against its state file "
+			 "only", err);
+		return;
+	}
+	opts->has_manifest_cpu_features = manifest.has_cpu_features;
+	for (unsigned int i = 0; i < CPU_FEATURE_REG_COUNT; i++)
+		opts->manifest_cpu_features.regs[i] = manifest.cpu_features[i];
+}
+
 /* The restore in this process: the VM, and the secret its guest answers to now. */
 static int sandbox_restore_here(const struct sandbox_restore_config *cfg,
 				struct sandbox *sandbox, uint8_t old_secret[PROTO_SECRET_SIZE],
@@ -909,7 +932,10 @@ static int sandbox_restore_here(const struct sandbox_restore_config *cfg,
 		.track_dirty_pages = cfg->track_dirty_pages,
 	};
 	char old_hex[2 * PROTO_SECRET_SIZE + 1];
-	int rc = vm_create_from_snapshot(cfg->snapshot_dir, &opts, &sandbox->vm, err, errlen);
+	int rc;
+
+	sandbox_manifest_cpu_features(cfg->snapshot_dir, &opts);
+	rc = vm_create_from_snapshot(cfg->snapshot_dir, &opts, &sandbox->vm, err, errlen);
 
 	if (rc < 0)
 		return rc;
@@ -947,6 +973,7 @@ static int sandbox_launch_restore(const struct sandbox_restore_config *cfg,
 	if (rc < 0)
 		return rc;
 	opts.placement_cpu = vm_placement_choose(info.vcpus);
+	sandbox_manifest_cpu_features(cfg->snapshot_dir, &opts);
 	sandbox->vsock_cid = info.cid;
 	if (info.type == VM_SNAPSHOT_DIFF)
 		snprintf(sandbox->dirty_base_dir, sizeof(sandbox->dirty_base_dir), "%s",

@@ -137,6 +137,10 @@ static void put_restore(struct launch_writer *lw, const char *dir,
 	put_bool(lw, opts->serial_to_stdout);
 	put_bool(lw, opts->track_dirty_pages);
 	put_placement(lw, opts->has_placement_cpu, opts->placement_cpu);
+	put_bool(lw, opts->has_manifest_cpu_features);
+	for (unsigned int i = 0; i < CPU_FEATURE_REG_COUNT; i++)
+		byte_writer_u32(&lw->w, opts->has_manifest_cpu_features ?
+					       opts->manifest_cpu_features.regs[i] : 0);
 }
 
 int vmm_launch_encode(const struct vmm_launch *launch, uint8_t **out, size_t *out_len, char *err,
@@ -346,6 +350,9 @@ static void get_restore(struct launch_reader *lr, struct vmm_launch *launch)
 	opts->serial_to_stdout = get_bool(lr);
 	opts->track_dirty_pages = get_bool(lr);
 	get_placement(lr, &opts->has_placement_cpu, &opts->placement_cpu);
+	opts->has_manifest_cpu_features = get_bool(lr);
+	for (unsigned int i = 0; i < CPU_FEATURE_REG_COUNT; i++)
+		opts->manifest_cpu_features.regs[i] = byte_reader_u32(&lr->r);
 }
 
 int vmm_launch_decode(const void *data, size_t len, struct vmm_launch_decoded *out, char *err,

@@ -194,6 +194,68 @@ static json_t *snapshot_manifest_hash_or_null(const char *hex)
 	return hex[0] ? json_string(hex) : json_null();
 }
 
+/* {"leaf1_ecx": "0x...", ...}: the five registers, as the archive's cpu.features. */
+static json_t *snapshot_manifest_features_to_json(const uint32_t regs[SNAPSHOT_MANIFEST_CPU_REGS])
+{
+	json_t *features = json_object();
+
+	for (size_t i = 0; features && i < SNAPSHOT_MANIFEST_CPU_REGS; i++) {
+		char word[SNAPSHOT_MANIFEST_HEX_WORD];
+
+		snprintf(word, sizeof(word), "0x%08x", regs[i]);
+		json_object_set_new(features, SNAPSHOT_MANIFEST_CPU_REG_NAMES[i], json_string(word));
+	}
+	return features;
+}
+
+/*
+ * A features object (see above) into regs and *has; absent or null leaves *has false.
+ * where names the field for the error ("cpu.features").
+ */
+static int snapshot_manifest_take_features(json_t *features, const char *where, bool *has,
+					   uint32_t regs[SNAPSHOT_MANIFEST_CPU_REGS], char *err,
+					   size_t errlen)
+{
+	*has = false;
+	if (!features || json_is_null(features))
+		return 0;
+	if (!json_is_object(features))
+		goto bad;
+	for (size_t i = 0; i < SNAPSHOT_MANIFEST_CPU_REGS; i++) {
+		const char *word = json_string_value(json_object_get(features,
+								     SNAPSHOT_MANIFEST_CPU_REG_NAMES[i]));
+		char *end;
+		unsigned long value;
+
+		if (!word || strncmp(word, "0x", 2) != 0 ||
+		    strlen(word) != SNAPSHOT_MANIFEST_HEX_WORD - 1 ||
+		    strspn(word + 2, "0123456789abcdefABCDEF") != SNAPSHOT_MANIFEST_HEX_WORD - 3)
+			goto bad;
+		errno = 0;
+		value = strtoul(word + 2, &end, 16);
+		if (errno || *end || value > UINT32_MAX)
+			goto bad;
+		regs[i] = (uint32_t)value;
+	}
+	*has = true;
+	return 0;
+bad:
+	store_error(err, errlen, "the manifest's %s must map leaf1_ecx, leaf1_edx, leaf7_ebx, "
+		    "leaf7_ecx and leaf7_edx to \"0x\" and 8 hex digits", where);
+	return -EBADMSG;
+}
+
+void snapshot_manifest_add_cpu_features(bool *into_has, uint32_t into[SNAPSHOT_MANIFEST_CPU_REGS],
+					bool from_has,
+					const uint32_t from[SNAPSHOT_MANIFEST_CPU_REGS])
+{
+	if (!from_has)
+		return;
+	for (size_t i = 0; i < SNAPSHOT_MANIFEST_CPU_REGS; i++)
+		into[i] = (*into_has ? into[i] : 0) | from[i];
+	*into_has = true;
+}
+
 static json_t *snapshot_manifest_to_json(const struct snapshot_manifest *m)
 {
 	json_t *files = json_array();
@@ -212,6 +274,9 @@ static json_t *snapshot_manifest_to_json(const struct snapshot_manifest *m)
 	if (m->diff)
 		json_object_set_new(root, "parent_state_sha256",
 				    snapshot_manifest_hash_or_null(m->parent_state_sha256));
+	if (m->has_cpu_features)
+		json_object_set_new(root, "cpu_features",
+				    snapshot_manifest_features_to_json(m->cpu_features));
 	for (size_t i = 0; i < m->file_count; i++)
 		json_array_append_new(files, json_pack("{s:s, s:I, s:s}", "name", m->files[i].name,
 						       "size", (json_int_t)m->files[i].size,
@@ -329,6 +394,10 @@ static int snapshot_manifest_from_json(json_t *root, bool whole, struct snapshot
 	if (rc == 0)
 		rc = snapshot_manifest_take_hash(root, "parent_state_sha256",
 						 m->parent_state_sha256, err, errlen);
+	if (rc == 0)
+		rc = snapshot_manifest_take_features(json_object_get(root, "cpu_features"),
+						     "cpu_features", &m->has_cpu_features,
+						     m->cpu_features, err, errlen);
 	if (rc < 0)
 		return rc;
 	m->diff = strcmp(kind, "diff") == 0;
@@ -470,7 +539,8 @@ int snapshot_manifest_verify(const char *dir, const struct snapshot_manifest *m,
 char *snapshot_archive_manifest_dump(const struct snapshot_archive_manifest *m)
 {
 	json_t *chain = json_array();
-	json_t *features = m->has_cpu_features ? json_object() : json_null();
+	json_t *features = m->has_cpu_features ? snapshot_manifest_features_to_json(m->cpu_features) :
+						  json_null();
 	json_t *root = json_pack("{s:s, s:i, s:i, s:s}", "format", SNAPSHOT_ARCHIVE_FORMAT,
 				 "version", SNAPSHOT_ARCHIVE_VERSION, "state_format_version",
 				 (int)m->state_format_version, "snapshot", m->snapshot);
@@ -478,12 +548,6 @@ char *snapshot_archive_manifest_dump(const struct snapshot_archive_manifest *m)
 
 	if (!root || !chain || !features)
 		goto out;
-	for (size_t i = 0; m->has_cpu_features && i < SNAPSHOT_MANIFEST_CPU_REGS; i++) {
-		char word[SNAPSHOT_MANIFEST_HEX_WORD];
-
-		snprintf(word, sizeof(word), "0x%08x", m->cpu_features[i]);
-		json_object_set_new(features, SNAPSHOT_MANIFEST_CPU_REG_NAMES[i], json_string(word));
-	}
 	json_object_set_new(root, "config_hash", m->config_hash[0] ? json_string(m->config_hash) :
 								    json_null());
 	json_object_set_new(root, "kernel", m->kernel_path[0] ? json_string(m->kernel_path) :
@@ -501,37 +565,6 @@ out:
 	json_decref(chain);
 	json_decref(root);
 	return text;
-}
-
-static int snapshot_archive_take_features(json_t *cpu, struct snapshot_archive_manifest *m,
-					  char *err, size_t errlen)
-{
-	json_t *features = json_object_get(cpu, "features");
-
-	if (!features || json_is_null(features))
-		return 0;
-	if (!json_is_object(features))
-		goto bad;
-	for (size_t i = 0; i < SNAPSHOT_MANIFEST_CPU_REGS; i++) {
-		const char *word = json_string_value(json_object_get(features,
-								     SNAPSHOT_MANIFEST_CPU_REG_NAMES[i]));
-		char *end;
-		unsigned long value;
-
-		if (!word || strncmp(word, "0x", 2) != 0 || strlen(word) != SNAPSHOT_MANIFEST_HEX_WORD - 1)
-			goto bad;
-		errno = 0;
-		value = strtoul(word + 2, &end, 16);
-		if (errno || *end || value > UINT32_MAX)
-			goto bad;
-		m->cpu_features[i] = (uint32_t)value;
-	}
-	m->has_cpu_features = true;
-	return 0;
-bad:
-	store_error(err, errlen, "the manifest's cpu.features must map leaf1_ecx, "
-		    "leaf1_edx, leaf7_ebx, leaf7_ecx and leaf7_edx to \"0x\" and 8 hex digits");
-	return -EBADMSG;
 }
 
 static int snapshot_archive_take_header(json_t *root, struct snapshot_archive_manifest *m,
@@ -577,7 +610,9 @@ static int snapshot_archive_take_header(json_t *root, struct snapshot_archive_ma
 		rc = snapshot_manifest_take_string(cpu, "signature", false, m->cpu_signature,
 						   sizeof(m->cpu_signature), err, errlen);
 	if (rc == 0)
-		rc = snapshot_archive_take_features(cpu, m, err, errlen);
+		rc = snapshot_manifest_take_features(json_object_get(cpu, "features"),
+						     "cpu.features", &m->has_cpu_features,
+						     m->cpu_features, err, errlen);
 	return rc;
 }
 

@@ -10,8 +10,13 @@
  *   and initramfs identity, the CPU signature and the CPU features the guest was shown).
  *   Import checks every file against it before anything is published.
  *
- * The SHA-256 here is an integrity check of bytes at rest and in transit; the state file's
- * FNV-1a checksum stays the snapshot's id and what a restore checks (docs/snapshots.md).
+ * A stored manifest also records the CPU features the guest was shown (cpu_features, the
+ * archive's cpu.features at import): a restore refuses on a host that lacks one of them as it
+ * does for those in the state file, so a feature list edited in a copy is honoured, never
+ * widened (docs/snapshots.md).
+ *
+ * The SHA-256 here is an integrity check of bytes at rest and in transit; a restore checks
+ * the state file's own SHA-256, which also gives the snapshot its id (docs/snapshots.md).
  * The archive manifest's parser is what an archive from anywhere reaches first, so it bounds
  * everything (names from a fixed set, sizes, counts) and is fuzzed (fuzz/snapshot_archive_fuzz.c).
  */
@@ -53,6 +58,12 @@ struct snapshot_manifest {
 	char parent_state_sha256[SNAPSHOT_MANIFEST_SHA256_HEX_LEN + 1]; /* a diff's base's state */
 	char kernel_sha256[SNAPSHOT_MANIFEST_SHA256_HEX_LEN + 1];     /* "" when not known */
 	char initramfs_sha256[SNAPSHOT_MANIFEST_SHA256_HEX_LEN + 1];  /* "" when none */
+	/*
+	 * The CPU features the guest was shown (as in the archive manifest's cpu.features);
+	 * false for a manifest written before they were recorded. A restore requires them.
+	 */
+	bool has_cpu_features;
+	uint32_t cpu_features[SNAPSHOT_MANIFEST_CPU_REGS];
 	size_t file_count;
 	struct snapshot_manifest_file files[SNAPSHOT_MANIFEST_MAX_FILES];
 };
@@ -90,6 +101,10 @@ int snapshot_sha256_file(const char *path, char hex[SNAPSHOT_MANIFEST_SHA256_HEX
  */
 int snapshot_manifest_hash_dir(const char *dir, struct snapshot_manifest *m, char *err,
 			       size_t errlen);
+/* Adds the features of from to into (into->has_cpu_features set when either has them). */
+void snapshot_manifest_add_cpu_features(bool *into_has, uint32_t into[SNAPSHOT_MANIFEST_CPU_REGS],
+					bool from_has,
+					const uint32_t from[SNAPSHOT_MANIFEST_CPU_REGS]);
 /* dir/manifest.json, written and fsync'd. */
 int snapshot_manifest_write(const char *dir, const struct snapshot_manifest *m, char *err,
 			    size_t errlen);

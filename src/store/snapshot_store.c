@@ -1133,6 +1133,9 @@ static int snapshot_store_write_manifest(const struct snapshot_store_txn *txn,
 					     manifest.kernel_sha256);
 		snapshot_store_hash_or_empty(config ? config->initramfs_path : NULL,
 					     manifest.initramfs_sha256);
+		snapshot_manifest_add_cpu_features(&manifest.has_cpu_features,
+						   manifest.cpu_features, txn->has_cpu_features,
+						   txn->cpu_features);
 		rc = snapshot_manifest_hash_dir(txn->tmp_path, &manifest, err, errlen);
 		if (rc == 0 && txn->kind == SNAPSHOT_STORE_KIND_DIFF) {
 			rc = snapshot_store_dir(store, sizeof(store));

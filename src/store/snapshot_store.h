@@ -91,6 +91,12 @@ struct snapshot_store_txn {
 	bool open;
 	/* Hashes already known (an import verified them); NULL: commit hashes the files. */
 	const struct snapshot_manifest *manifest;
+	/*
+	 * Without a manifest: the CPU features the guest was shown, from the state file (the
+	 * caller reads them; the store does not decode states), recorded in manifest.json.
+	 */
+	bool has_cpu_features;
+	uint32_t cpu_features[SNAPSHOT_MANIFEST_CPU_REGS];
 };
 
 /* The locks a process holds on a snapshot (and a diff's base) while a VM restores from it. */

@@ -855,14 +855,20 @@ static void snapshot_pre_fault_working_set(struct snapshot_restore_ctx *ctx)
 		  " ms", ws->pages, clock_monotonic_ms() - started);
 }
 
-/* Before any vCPU exists: every feature the guest was shown must be one this host's KVM offers. */
+/*
+ * Before any vCPU exists: every feature the guest was shown, as its state file records and as
+ * its manifest says, must be one this host's KVM offers.
+ */
 static int snapshot_check_host_features(struct snapshot_restore_ctx *ctx, const struct kvm *kvm)
 {
 	const struct snapshot_meta *meta = &ctx->image->meta;
+	const struct vm_restore_options *opts = ctx->opts;
+	bool by_manifest = opts && opts->has_manifest_cpu_features;
 	struct cpu_features host;
+	size_t len;
 	int rc;
 
-	if (!meta->has_cpu_features)
+	if (!meta->has_cpu_features && !by_manifest)
 		return 0;
 	rc = cpu_features_for_guest(kvm->sys_fd, meta->vcpus, kvm->has_tsc_deadline, &host);
 	if (rc < 0) {
@@ -870,7 +876,19 @@ static int snapshot_check_host_features(struct snapshot_restore_ctx *ctx, const 
 			 strerror(-rc));
 		return rc;
 	}
-	return cpu_features_check(&meta->cpu_features, &host, ctx->err, ctx->errlen);
+	if (meta->has_cpu_features) {
+		rc = cpu_features_check(&meta->cpu_features, &host, ctx->err, ctx->errlen);
+		if (rc < 0)
+			return rc;
+	}
+	if (!by_manifest)
+		return 0;
+	rc = cpu_features_check(&opts->manifest_cpu_features, &host, ctx->err, ctx->errlen);
+	len = strlen(ctx->err);
+	if (rc < 0 && len < ctx->errlen)
+		snprintf(ctx->err + len, ctx->errlen - len, " (the feature is in the snapshot's "
+			 "manifest.json)");
+	return rc;
 }
 
 /*

@@ -98,6 +98,13 @@ struct vm_restore_options {
 	 */
 	bool has_placement_cpu;
 	int placement_cpu;
+	/*
+	 * CPU features the snapshot's manifest.json says its guest was shown (an imported
+	 * archive's list, or one edited in a copy): the restore requires these as well as those
+	 * its state file records. false: the state file's alone.
+	 */
+	bool has_manifest_cpu_features;
+	struct cpu_features manifest_cpu_features;
 };
 
 /*

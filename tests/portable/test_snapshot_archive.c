@@ -513,6 +513,54 @@ static void test_manifest_checked(void)
 	expect_import_refused(home_c, root, "not a regular file");
 }
 
+/*
+ * A feature list edited in a copy of an archive's manifest is imported, not ignored: every
+ * snapshot of the chain records the listed features in its manifest.json (where a restore
+ * requires them, tests/vm/vm_snapshot_cli.c), on top of those its state file records. The
+ * export gives the archive one list (cpu.features), none per snapshot.
+ */
+static void test_edited_cpu_features_imported(void)
+{
+	struct snapshot_archive_manifest manifest;
+	struct snapshot_archive_import_result result;
+	struct snapshot_store_entry entry;
+	struct snapshot_manifest stored;
+	char err[ERR_MAX], good[PATH_MAX], edited[PATH_MAX], home_e[PATH_MAX], *text;
+	const char *ids[] = { TEST_BASE_ID, TEST_DIFF_ID };
+
+	use_home(home_a);
+	archive_path(good, "features.vbsnap");
+	CHECK_INT_EQ(snapshot_archive_export(TEST_DIFF_ID, good, SNAPSHOT_ARCHIVE_WITH_BASE,
+					     &manifest, err, sizeof(err)), 0);
+	CHECK(manifest.has_cpu_features);
+	CHECK(!manifest.chain[0].has_cpu_features && !manifest.chain[1].has_cpu_features);
+	for (unsigned int i = 0; i < SNAPSHOT_MANIFEST_CPU_REGS; i++)
+		manifest.cpu_features[i] = UINT32_MAX;
+	text = snapshot_archive_manifest_dump(&manifest);
+	CHECK(text != NULL);
+	CHECK(text && strstr(text, "\"leaf7_ebx\": \"0xffffffff\"") != NULL);
+	archive_path(edited, "features-edited.vbsnap");
+	copy_archive(good, edited, MUTATE_REPLACE_MANIFEST, text ? text : "");
+	free(text);
+
+	snprintf(home_e, sizeof(home_e), "%s/e", root);
+	use_home(home_e);
+	CHECK_INT_EQ(snapshot_archive_import(edited, &result, err, sizeof(err)), 0);
+	CHECK_INT_EQ(result.published, 2);
+	for (size_t i = 0; i < 2; i++) {
+		CHECK_INT_EQ(snapshot_store_verify(ids[i], &entry, err, sizeof(err)), 0);
+		CHECK_INT_EQ(snapshot_manifest_read(entry.path, &stored, err, sizeof(err)), 0);
+		CHECK(stored.has_cpu_features);
+		for (unsigned int r = 0; r < SNAPSHOT_MANIFEST_CPU_REGS; r++)
+			CHECK(stored.cpu_features[r] == UINT32_MAX);
+	}
+	/* exported again from here, the archive carries the list it came with */
+	archive_path(good, "features-again.vbsnap");
+	CHECK_INT_EQ(snapshot_archive_export(TEST_DIFF_ID, good, SNAPSHOT_ARCHIVE_WITH_BASE,
+					     &manifest, err, sizeof(err)), 0);
+	CHECK(manifest.has_cpu_features && manifest.cpu_features[0] == UINT32_MAX);
+}
+
 /* The same through the voidbox command: export ID -o FILE, import, verify, gc. */
 static void test_cli_round_trip(void)
 {
@@ -564,6 +612,7 @@ int main(int argc, char **argv)
 	RUN_TEST(test_missing_base_refused);
 	RUN_TEST(test_entries_confined);
 	RUN_TEST(test_manifest_checked);
+	RUN_TEST(test_edited_cpu_features_imported);
 	RUN_TEST(test_cli_round_trip);
 	snapshot_image_release(&image);
 	snprintf(cmd, sizeof(cmd), "rm -rf %s", root);

@@ -98,6 +98,9 @@ static void fill_restore(struct vmm_launch *launch)
 			.track_dirty_pages = true,
 			.has_placement_cpu = true,
 			.placement_cpu = VM_PLACEMENT_NONE,
+			.has_manifest_cpu_features = true,
+			.manifest_cpu_features = { { 0xf6fa3203u, 0x0f8bfbffu, 0x009c07abu, 0x4u,
+						     0xac000400u } },
 		},
 		.cgroup_dir = NULL,
 		.main_role = VMM_THREAD_VMM_MAIN,
@@ -194,6 +197,9 @@ static void check_same_launch(const struct vmm_launch *a, const struct vmm_launc
 	CHECK_INT_EQ(a->restore.track_dirty_pages, b->restore.track_dirty_pages);
 	CHECK_INT_EQ(a->restore.has_placement_cpu, b->restore.has_placement_cpu);
 	CHECK_INT_EQ(a->restore.placement_cpu, b->restore.placement_cpu);
+	CHECK_INT_EQ(a->restore.has_manifest_cpu_features, b->restore.has_manifest_cpu_features);
+	CHECK(memcmp(&a->restore.manifest_cpu_features, &b->restore.manifest_cpu_features,
+		     sizeof(a->restore.manifest_cpu_features)) == 0);
 }
 
 /* Encodes, decodes, compares every field and the bytes of a second encoding. */

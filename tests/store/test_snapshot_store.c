@@ -455,6 +455,64 @@ static void test_manifest_and_verify(void)
 }
 
 /*
+ * manifest.json records the CPU features a create hands the commit, reads them back, says
+ * nothing of them for a snapshot committed without, and refuses a malformed list.
+ */
+static void test_manifest_cpu_features(void)
+{
+	static const uint32_t shown[SNAPSHOT_MANIFEST_CPU_REGS] = { 0xf6fa3203u, 0x0f8bfbffu,
+								    0x009c07abu, 0x4u, 0xac000400u };
+	struct snapshot_store_txn txn;
+	struct snapshot_manifest manifest;
+	struct snapshot_store_entry entry;
+	char err[ERR_MAX], path[PATH_MAX], id[SNAPSHOT_STORE_ID_MAX];
+	bool has = false;
+	uint32_t merged[SNAPSHOT_MANIFEST_CPU_REGS] = { 0 };
+	static const uint32_t more[SNAPSHOT_MANIFEST_CPU_REGS] = { 0, 0, 1u << 16, 0, 0 };
+	FILE *f;
+
+	reset_home();
+	CHECK_INT_EQ(snapshot_store_begin(HASH_A1, NULL, &txn, err, sizeof(err)), 0);
+	snprintf(path, sizeof(path), "%s/%s", txn.tmp_path, SNAPSHOT_STORE_STATE_FILE);
+	write_file(path, "state", 5);
+	txn.has_cpu_features = true;
+	memcpy(txn.cpu_features, shown, sizeof(shown));
+	CHECK_INT_EQ(snapshot_store_commit(&txn, NULL, err, sizeof(err)), 0);
+	CHECK_INT_EQ(snapshot_store_find(txn.id, &entry, err, sizeof(err)), 0);
+	CHECK_INT_EQ(snapshot_manifest_read(entry.path, &manifest, err, sizeof(err)), 0);
+	CHECK(manifest.has_cpu_features);
+	CHECK(memcmp(manifest.cpu_features, shown, sizeof(shown)) == 0);
+	CHECK_INT_EQ(snapshot_store_verify(txn.id, &entry, err, sizeof(err)), 0);
+
+	CHECK_INT_EQ(store_fake(HASH_B, NULL, 1, id), 0);
+	CHECK_INT_EQ(snapshot_store_find(id, &entry, err, sizeof(err)), 0);
+	CHECK_INT_EQ(snapshot_manifest_read(entry.path, &manifest, err, sizeof(err)), 0);
+	CHECK(!manifest.has_cpu_features);
+
+	/* a feature list that is not five registers of 0x and 8 hex digits is refused */
+	snprintf(path, sizeof(path), "%s/%s", entry.path, SNAPSHOT_MANIFEST_FILE);
+	f = fopen(path, "w");
+	CHECK(f != NULL);
+	if (f) {
+		fprintf(f, "{\"id\": \"%s\", \"kind\": \"base\", \"parent\": null, \"files\": [], "
+			"\"cpu_features\": {\"leaf1_ecx\": \"0x-0000001\", \"leaf1_edx\": "
+			"\"0x00000000\", \"leaf7_ebx\": \"0x00000000\", \"leaf7_ecx\": "
+			"\"0x00000000\", \"leaf7_edx\": \"0x00000000\"}}", id);
+		fclose(f);
+	}
+	CHECK_INT_EQ(snapshot_manifest_read(entry.path, &manifest, err, sizeof(err)), -EBADMSG);
+	CHECK(strstr(err, "cpu_features") != NULL);
+
+	/* adding features is a union, and from nothing it is the features added */
+	snapshot_manifest_add_cpu_features(&has, merged, false, more);
+	CHECK(!has);
+	snapshot_manifest_add_cpu_features(&has, merged, true, shown);
+	CHECK(has && memcmp(merged, shown, sizeof(shown)) == 0);
+	snapshot_manifest_add_cpu_features(&has, merged, true, more);
+	CHECK(merged[2] == (shown[2] | (1u << 16)) && merged[0] == shown[0]);
+}
+
+/*
  * A sparse file (holes before, between and after data, as a memory file has) hashes to what
  * the same bytes written out densely do, whether the holes are fed as zeros or read.
  */
@@ -602,6 +660,7 @@ int main(void)
 	RUN_TEST(test_evict_lru_by_mtime);
 	RUN_TEST(test_gc_spares_in_use_and_bases);
 	RUN_TEST(test_manifest_and_verify);
+	RUN_TEST(test_manifest_cpu_features);
 	RUN_TEST(test_sha256_of_sparse_file);
 	RUN_TEST(test_parse_size);
 	RUN_TEST(test_resolution_precedence);

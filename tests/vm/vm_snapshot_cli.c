@@ -15,7 +15,8 @@
  *   4. `snapshot list` and `snapshot inspect` show it, restorable, with the CPU features the
  *      guest was shown;
  *   4b. a copy of the base whose metadata claims every CPU feature is refused before the
- *      guest runs, naming a feature this host lacks (no VM boots for it);
+ *      guest runs, naming a feature this host lacks (no VM boots for it); so is a copy whose
+ *      manifest.json alone claims them (the base's records the features it was shown);
  *   5. `snapshot create --diff --from <id> -- sh -c ...` leaves a marker file only the diff has;
  *      while such a create runs, its VM is in a confined VMM process of its own, whose root
  *      holds of the store only the base and the temporary directory the diff goes into;
@@ -82,6 +83,7 @@
 /* far beyond any step's nested-KVM time (a cold boot there takes 10-60 s) */
 #define TEST_CLI_TIMEOUT_S 300
 #define TEST_CLI_POLL_NS 50000000L
+#define TEST_COPY_CHUNK 65536
 #define TEST_NS_PER_MS 1e6
 #define TEST_CPUID_1_EDX_SSE2 (1ul << 26)
 /* what a guest prints once it runs; it then sleeps until the test kills the CLI */
@@ -596,6 +598,23 @@ static void test_list_and_inspect(void)
 }
 
 /*
+ * A test copy of the base: copy_dir = work_dir/name, made, with the base's memory file
+ * hard-linked into it; base_dir = the base's directory in the store.
+ */
+static void start_base_copy(const char *name, char base_dir[PATH_MAX], char copy_dir[PATH_MAX])
+{
+	char from[PATH_MAX], to[PATH_MAX];
+
+	snprintf(base_dir, PATH_MAX, "%s/%s/%s", getenv(GUEST_IMAGE_ENV_HOME) ?: "", "snapshots",
+		 base_id);
+	snprintf(copy_dir, PATH_MAX, "%s/%s", work_dir, name);
+	CHECK_INT_EQ(mkdir(copy_dir, 0755), 0);
+	snprintf(from, sizeof(from), "%s/%s", base_dir, VM_SNAPSHOT_MEMORY_FILE);
+	snprintf(to, sizeof(to), "%s/%s", copy_dir, VM_SNAPSHOT_MEMORY_FILE);
+	CHECK_INT_EQ(link(from, to), 0);
+}
+
+/*
  * A test copy of the base (state re-encoded with every CPUID feature bit set, memory file
  * hard-linked) must be refused by the restore itself, before the guest runs, naming a
  * feature: no host offers a guest every bit of those five registers.
@@ -604,7 +623,7 @@ static void test_cpu_feature_mismatch_refused(void)
 {
 	static struct cli_result r;
 	struct snapshot_image *image = calloc(1, sizeof(*image));
-	char base_dir[PATH_MAX], copy_dir[PATH_MAX], from[PATH_MAX], to[PATH_MAX], err[TEST_ERR_MAX];
+	char base_dir[PATH_MAX], copy_dir[PATH_MAX], from[PATH_MAX], err[TEST_ERR_MAX];
 	const char *args[] = { "exec", "--snapshot", copy_dir, "--", "true", NULL };
 	uint8_t *state = NULL;
 	uint64_t id = 0;
@@ -614,13 +633,7 @@ static void test_cpu_feature_mismatch_refused(void)
 	CHECK(image != NULL);
 	if (!image)
 		return;
-	snprintf(base_dir, sizeof(base_dir), "%s/%s/%s", getenv(GUEST_IMAGE_ENV_HOME) ?: "",
-		 "snapshots", base_id);
-	snprintf(copy_dir, sizeof(copy_dir), "%s/all-features", work_dir);
-	CHECK_INT_EQ(mkdir(copy_dir, 0755), 0);
-	snprintf(from, sizeof(from), "%s/%s", base_dir, VM_SNAPSHOT_MEMORY_FILE);
-	snprintf(to, sizeof(to), "%s/%s", copy_dir, VM_SNAPSHOT_MEMORY_FILE);
-	CHECK_INT_EQ(link(from, to), 0);
+	start_base_copy("all-features", base_dir, copy_dir);
 	snprintf(from, sizeof(from), "%s/%s", base_dir, VM_SNAPSHOT_STATE_FILE);
 	f = fopen(from, "rb");
 	CHECK(f != NULL);
@@ -646,6 +659,64 @@ static void test_cpu_feature_mismatch_refused(void)
 	snapshot_image_release(image);
 	free(image);
 	free(state);
+}
+
+/*
+ * The base's manifest.json records the CPU features its guest was shown, and a test copy of
+ * the base whose manifest.json (only) claims every feature is refused by the restore before
+ * the guest runs, naming a feature and the manifest: a feature list edited in a copy, or
+ * carried in by an imported archive, counts as the state file's does.
+ */
+static void test_manifest_cpu_features_refused(void)
+{
+	static struct cli_result r;
+	char base_dir[PATH_MAX], copy_dir[PATH_MAX], from[PATH_MAX], to[PATH_MAX];
+	const char *args[] = { "exec", "--snapshot", copy_dir, "--", "true", NULL };
+	json_t *manifest, *features;
+	const char *leaf1_edx;
+	int in, out;
+	char buf[TEST_COPY_CHUNK];
+	ssize_t n;
+
+	start_base_copy("features-in-manifest", base_dir, copy_dir);
+	snprintf(from, sizeof(from), "%s/manifest.json", base_dir);
+	manifest = json_load_file(from, 0, NULL);
+	CHECK(manifest != NULL);
+	features = json_object_get(manifest, "cpu_features");
+	CHECK(json_is_object(features));
+	leaf1_edx = json_string_value(json_object_get(features, "leaf1_edx"));
+	CHECK(leaf1_edx && (strtoul(leaf1_edx, NULL, 16) & TEST_CPUID_1_EDX_SSE2));
+	if (!json_is_object(features)) {
+		json_decref(manifest);
+		return;
+	}
+	for (const char *const *reg = (const char *const[]){ "leaf1_ecx", "leaf1_edx", "leaf7_ebx",
+							     "leaf7_ecx", "leaf7_edx", NULL };
+	     *reg; reg++)
+		json_object_set_new(features, *reg, json_string("0xffffffff"));
+
+	/* the state file as it is: only the manifest differs from the base */
+	snprintf(from, sizeof(from), "%s/%s", base_dir, VM_SNAPSHOT_STATE_FILE);
+	snprintf(to, sizeof(to), "%s/%s", copy_dir, VM_SNAPSHOT_STATE_FILE);
+	in = open(from, O_RDONLY | O_CLOEXEC);
+	out = open(to, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+	CHECK(in >= 0 && out >= 0);
+	while (in >= 0 && out >= 0 && (n = read(in, buf, sizeof(buf))) > 0)
+		CHECK_INT_EQ(write(out, buf, (size_t)n), n);
+	if (in >= 0)
+		close(in);
+	if (out >= 0)
+		close(out);
+	snprintf(to, sizeof(to), "%s/manifest.json", copy_dir);
+	CHECK_INT_EQ(json_dump_file(manifest, to, JSON_INDENT(2)), 0);
+	json_decref(manifest);
+
+	run_cli(&r, args);
+	CHECK(r.status != 0);
+	CHECK(strstr(r.err, "the snapshot's guest was shown CPU feature") != NULL);
+	CHECK(strstr(r.err, "which this host lacks") != NULL);
+	CHECK(strstr(r.err, "manifest.json") != NULL);
+	CHECK(strstr(r.err, "cold-booting") == NULL);
 }
 
 static void test_diff_keeps_its_pages(void)
@@ -862,6 +933,7 @@ int main(int argc, char **argv)
 		RUN_TEST(test_exec_from_snapshot_runs_in_vmm_process);
 		RUN_TEST(test_list_and_inspect);
 		RUN_TEST(test_cpu_feature_mismatch_refused);
+		RUN_TEST(test_manifest_cpu_features_refused);
 		RUN_TEST(test_diff_keeps_its_pages);
 		RUN_TEST(test_create_runs_in_vmm_process);
 		if (diff_id[0])
