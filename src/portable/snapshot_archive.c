@@ -27,6 +27,8 @@
 #include "dynlib/archive_dl.h"
 #include "store/snapshot_store.h"
 #include "store/store_fs.h"
+#include "vmm/cpu_features.h"
+#include "vmm/kvm.h"
 #include "vmm/snapshot.h"
 #include "vmm/snapshot_file.h"
 
@@ -799,6 +801,29 @@ static int snapshot_archive_publish(struct snapshot_archive_import *ctx,
 	return 0;
 }
 
+/*
+ * After an import: where this host's KVM can be asked, a snapshot whose guest was shown a
+ * feature it cannot offer is named now, since every restore of it here will be refused. The
+ * import stands: the store may be moved on, or the archive was only being checked.
+ */
+static void snapshot_archive_judge_features(const struct snapshot_archive_manifest *m,
+					    const char *imported_id)
+{
+	struct cpu_features shown, host;
+	struct kvm kvm;
+	char err[SNAPSHOT_ARCHIVE_ERR_MAX];
+
+	if (!m->has_cpu_features || kvm_open(&kvm, err, sizeof(err)) < 0)
+		return;
+	for (unsigned int i = 0; i < CPU_FEATURE_REG_COUNT; i++)
+		shown.regs[i] = m->cpu_features[i];
+	if (cpu_features_for_guest(kvm.sys_fd, 1, kvm.has_tsc_deadline, &host) == 0 &&
+	    cpu_features_check(&shown, &host, err, sizeof(err)) < 0)
+		log_warn("snapshot", "%s is imported, but this host cannot restore it: %s",
+			 imported_id, err);
+	kvm_close(&kvm);
+}
+
 static int snapshot_archive_open(struct snapshot_archive_import *ctx, struct archive **out)
 {
 	/* opened here, so a missing or unreadable file is told with its errno */
@@ -877,6 +902,8 @@ int snapshot_archive_import(const char *archive_path,
 		rc = snapshot_archive_unpack_all(&ctx, a);
 	if (rc == 0)
 		rc = snapshot_archive_publish(&ctx, result);
+	if (rc == 0)
+		snapshot_archive_judge_features(ctx.m, result->snapshot_id);
 out:
 	if (a)
 		archive_dl.read_free(a);

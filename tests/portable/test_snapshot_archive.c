@@ -16,10 +16,12 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "common/log.h"
 #include "harness.h"
 #include "portable/snapshot_archive.h"
 #include "store/snapshot_store.h"
 #include "store/store_settings.h"
+#include "vmm/kvm.h"
 #include "vmm/snapshot.h"
 #include "vmm/snapshot_file.h"
 
@@ -516,8 +518,9 @@ static void test_manifest_checked(void)
 /*
  * A feature list edited in a copy of an archive's manifest is imported, not ignored: every
  * snapshot of the chain records the listed features in its manifest.json (where a restore
- * requires them, tests/vm/vm_snapshot_cli.c), on top of those its state file records. The
- * export gives the archive one list (cpu.features), none per snapshot.
+ * requires them, tests/vm/vm_snapshot_cli.c), on top of those its state file records, and
+ * where /dev/kvm opens the import warns that this host cannot restore it. The export gives
+ * the archive one list (cpu.features), none per snapshot.
  */
 static void test_edited_cpu_features_imported(void)
 {
@@ -527,6 +530,10 @@ static void test_edited_cpu_features_imported(void)
 	struct snapshot_manifest stored;
 	char err[ERR_MAX], good[PATH_MAX], edited[PATH_MAX], home_e[PATH_MAX], *text;
 	const char *ids[] = { TEST_BASE_ID, TEST_DIFF_ID };
+	char *log_text = NULL;
+	size_t log_len = 0;
+	FILE *log_stream;
+	struct kvm kvm;
 
 	use_home(home_a);
 	archive_path(good, "features.vbsnap");
@@ -545,8 +552,23 @@ static void test_edited_cpu_features_imported(void)
 
 	snprintf(home_e, sizeof(home_e), "%s/e", root);
 	use_home(home_e);
+	log_stream = open_memstream(&log_text, &log_len);
+	CHECK(log_stream != NULL);
+	if (log_stream)
+		log_set_stream(log_stream);
 	CHECK_INT_EQ(snapshot_archive_import(edited, &result, err, sizeof(err)), 0);
+	log_set_stream(stderr);
+	if (log_stream)
+		fclose(log_stream);
 	CHECK_INT_EQ(result.published, 2);
+	/* where KVM can be asked, the import says at once that this host cannot restore it */
+	if (kvm_open(&kvm, err, sizeof(err)) == 0) {
+		kvm_close(&kvm);
+		CHECK(log_text && strstr(log_text, TEST_DIFF_ID " is imported, but this host "
+					 "cannot restore it: the snapshot's guest was shown CPU "
+					 "feature") != NULL);
+	}
+	free(log_text);
 	for (size_t i = 0; i < 2; i++) {
 		CHECK_INT_EQ(snapshot_store_verify(ids[i], &entry, err, sizeof(err)), 0);
 		CHECK_INT_EQ(snapshot_manifest_read(entry.path, &stored, err, sizeof(err)), 0);
