@@ -8,7 +8,8 @@
  * control socket and standard descriptors once it has read its launch, and its memory holds
  * none of the caller's (a marker in this test's heap is absent from it, though present here);
  * a missing program is refused with a sentence. Launched into a cgroup while another thread
- * logs without pause, every child still executes it, in that cgroup. The real voidbox-vmm
+ * logs without pause, every child still executes it, in that cgroup; so does one launched
+ * where clone3 is refused (forked, and moved in by itself). The real voidbox-vmm
  * reports a VM that cannot start with its sentence and leaves no process behind.
  */
 #include <errno.h>
@@ -25,7 +26,10 @@
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
+#include <linux/sched.h>
+#include <seccomp.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -380,6 +384,27 @@ static bool make_own_cgroup(char *dir, size_t len, char *why, size_t whylen)
 }
 
 /*
+ * For a test that launches the stand-in into a cgroup: the stand-in's path, its resolved path
+ * (what /proc/PID/exe shows once it runs) and a cgroup of the test's own. False, having said
+ * why, when there is no stand-in (a failed check) or no cgroup can be made (not run).
+ */
+static bool prepare_cgroup_launch(const char **stand_in, char expected[PATH_MAX],
+				  char dir[PATH_MAX])
+{
+	char why[TEST_ERR_MAX] = "";
+
+	*stand_in = getenv(TEST_STAND_IN_ENV);
+	CHECK(*stand_in != NULL && realpath(*stand_in, expected) != NULL);
+	if (!*stand_in)
+		return false;
+	if (!make_own_cgroup(dir, PATH_MAX, why, sizeof(why))) {
+		fprintf(stderr, "  not run: %s\n", why);
+		return false;
+	}
+	return true;
+}
+
+/*
  * VMM processes launched into a cgroup while another thread of the caller logs without pause
  * each execute voidbox-vmm, in that cgroup (born there; where the kernel refuses clone3, forked
  * and moved in by the program, as the stand-in does too). The clone runs none
@@ -390,20 +415,14 @@ static bool make_own_cgroup(char *dir, size_t len, char *why, size_t whylen)
  */
 static void test_born_in_cgroup_while_others_log(void)
 {
-	const char *stand_in = getenv(TEST_STAND_IN_ENV);
+	const char *stand_in;
 	struct vm_restore_options opts = { .placement_cpu = -1 };
 	char dir[PATH_MAX], expected[PATH_MAX] = "", err[TEST_ERR_MAX] = "";
-	char why[TEST_ERR_MAX] = "";
 	struct busy_log busy = { 0 };
 	int executed = 0, in_cgroup = 0, started = 0;
 
-	CHECK(stand_in != NULL && realpath(stand_in, expected) != NULL);
-	if (!stand_in)
+	if (!prepare_cgroup_launch(&stand_in, expected, dir))
 		return;
-	if (!make_own_cgroup(dir, sizeof(dir), why, sizeof(why))) {
-		fprintf(stderr, "  not run: %s\n", why);
-		return;
-	}
 	(void)vmm_jail_host_mode(); /* its probe's children are forked once, before the noise */
 	busy.stream = fopen("/dev/null", "we");
 	CHECK(busy.stream != NULL);
@@ -450,6 +469,99 @@ static void test_born_in_cgroup_while_others_log(void)
 	CHECK_INT_EQ(in_cgroup, TEST_LOGGED_LAUNCHES);
 	CHECK_INT_EQ(started, TEST_LOGGED_LAUNCHES);
 out:
+	if (rmdir(dir) < 0)
+		fprintf(stderr, "  cannot remove the test's cgroup %s: %s\n", dir, strerror(errno));
+}
+
+/* What the child of test_clone3_refused_falls_back_to_fork exits with. */
+enum fallback_outcome {
+	FALLBACK_OK,
+	FALLBACK_NO_FILTER,	 /* the seccomp filter could not be loaded */
+	FALLBACK_CLONE3_ALLOWED, /* clone3 was not refused: the test proves nothing */
+	FALLBACK_NOT_LAUNCHED,
+	FALLBACK_NOT_EXECUTED,
+	FALLBACK_NOT_STARTED,
+	FALLBACK_NOT_IN_CGROUP,
+};
+
+/* In a child of the test: clone3 refused by a filter, then one launch into dir. */
+static enum fallback_outcome launch_without_clone3(const char *dir, const char *stand_in,
+						   const char *expected)
+{
+	struct vm_restore_options opts = { .placement_cpu = -1 };
+	struct clone_args probe = { .exit_signal = SIGCHLD };
+	scmp_filter_ctx filter = seccomp_init(SCMP_ACT_ALLOW);
+	uint8_t secret[VM_SECRET_LEN] = { 0 };
+	struct vmm_process *proc = NULL;
+	char err[TEST_ERR_MAX] = "", exe[PATH_MAX] = "";
+	long deadline;
+	enum fallback_outcome outcome = FALLBACK_OK;
+
+	if (!filter || seccomp_rule_add(filter, SCMP_ACT_ERRNO(ENOSYS), SCMP_SYS(clone3), 0) < 0 ||
+	    seccomp_load(filter) < 0) {
+		seccomp_release(filter);
+		return FALLBACK_NO_FILTER;
+	}
+	seccomp_release(filter);
+	if (syscall(SYS_clone3, &probe, sizeof(probe)) != -1 || errno != ENOSYS)
+		return FALLBACK_CLONE3_ALLOWED; /* (a child, were it allowed, exits at once) */
+	if (vmm_process_use_binary(stand_in) < 0 ||
+	    vmm_process_launch_restore(TEST_STAND_IN_SNAPSHOT, &opts, dir, NULL, &proc, err,
+				       sizeof(err)) < 0) {
+		fprintf(stderr, "  launch without clone3: %s\n", err);
+		return FALLBACK_NOT_LAUNCHED;
+	}
+	deadline = process_probe_now_ms() + TEST_EXECUTE_WAIT_MS;
+	while (process_probe_now_ms() < deadline) {
+		probe_exe(vmm_process_pid(proc), exe, sizeof(exe));
+		if (strcmp(exe, expected) == 0)
+			break;
+		usleep(TEST_POLL_MS * 1000);
+	}
+	if (strcmp(exe, expected) != 0)
+		outcome = FALLBACK_NOT_EXECUTED;
+	else if (vmm_process_await_started(proc, secret, err, sizeof(err)) < 0)
+		outcome = FALLBACK_NOT_STARTED;
+	else if (!probe_in_cgroup(vmm_process_pid(proc), dir))
+		outcome = FALLBACK_NOT_IN_CGROUP;
+	if (outcome != FALLBACK_OK)
+		fprintf(stderr, "  launch without clone3: outcome %d %s\n", outcome, err);
+	vmm_process_destroy(proc);
+	return outcome;
+}
+
+/*
+ * Where the kernel refuses clone3 (older than 5.7, or a seccomp filter such as a container
+ * runtime's), the VMM process is forked instead and moves itself into its cgroup: launched
+ * from a child of the test whose filter makes clone3 fail with ENOSYS, the stand-in still
+ * executes, starts and runs in the cgroup.
+ */
+static void test_clone3_refused_falls_back_to_fork(void)
+{
+	const char *stand_in;
+	char dir[PATH_MAX], expected[PATH_MAX] = "";
+	long deadline = process_probe_now_ms() + 2 * TEST_EXECUTE_WAIT_MS;
+	int status = -1;
+	pid_t child, done = 0;
+
+	if (!prepare_cgroup_launch(&stand_in, expected, dir))
+		return;
+	fflush(NULL);
+	child = fork();
+	CHECK(child >= 0);
+	if (child == 0)
+		_exit(launch_without_clone3(dir, stand_in, expected));
+	while (child > 0 && (done = waitpid(child, &status, WNOHANG)) == 0 &&
+	       process_probe_now_ms() < deadline)
+		usleep(TEST_POLL_MS * 1000);
+	if (child > 0 && done == 0) {
+		kill(child, SIGKILL);
+		waitpid(child, &status, 0);
+		fprintf(stderr, "  the launch without clone3 did not end within %d s\n",
+			2 * TEST_EXECUTE_WAIT_MS / 1000);
+	}
+	CHECK(WIFEXITED(status));
+	CHECK_INT_EQ(WIFEXITED(status) ? WEXITSTATUS(status) : -1, FALLBACK_OK);
 	if (rmdir(dir) < 0)
 		fprintf(stderr, "  cannot remove the test's cgroup %s: %s\n", dir, strerror(errno));
 }
@@ -714,6 +826,7 @@ int main(int argc, char **argv)
 	RUN_TEST(test_child_is_not_dumpable);
 	RUN_TEST(test_vm_process_is_executed_afresh);
 	RUN_TEST(test_born_in_cgroup_while_others_log);
+	RUN_TEST(test_clone3_refused_falls_back_to_fork);
 	RUN_TEST(test_missing_program_is_a_sentence);
 	RUN_TEST(test_failed_vm_reports_and_is_reaped);
 	RUN_TEST(test_snapshot_answered_with_a_sentence);
