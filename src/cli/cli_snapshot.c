@@ -845,11 +845,13 @@ static int cli_snapshot_gc(const struct cli_globals *globals, const char *comman
 						  (json_int_t)result.spared_bases, "remaining_bytes",
 						  (json_int_t)result.remaining_bytes));
 	else
-		printf("evicted %zu snapshot director%s; %.1f MiB remain%s\n", result.evicted,
+		printf("evicted %zu snapshot director%s; %.1f MiB remain%s%s\n", result.evicted,
 		       result.evicted == 1 ? "y" : "ies",
 		       (double)result.remaining_bytes / CLI_SNAPSHOT_BYTES_PER_MIB,
 		       result.spared_in_use || result.spared_bases ?
-			       " (some kept: in use by a running VM, or the base of a diff)" : "");
+			       " (some kept: in use by a running VM, or the base of a diff)" : "",
+		       have_max ? "" : " (no size cap to keep the store within: give "
+				       "--max-size SIZE or set VOIDBOX_SNAPSHOT_CACHE_MAX)");
 	return CLI_EXIT_OK;
 }
 
