@@ -143,7 +143,8 @@ static void cli_snapshot_usage(FILE *out)
 		"         --disk attaches a host file and --image boots from a pulled OCI image, as for\n"
 		"         exec; a restore reopens the same files and refuses one that changed.\n"
 		"list     every snapshot with kind, parent, size and last use\n"
-		"inspect  one snapshot (an unambiguous id prefix): the store's record and the VMM's checks\n"
+		"inspect  one snapshot (an unambiguous id prefix): the store's record, the VMM's checks\n"
+		"         and, where /dev/kvm opens, whether this host offers its CPU features\n"
 		"delete   one snapshot by id prefix; deleting a base deletes its diffs\n"
 		"export   writes the snapshot (and a diff's base, unless --diff-only) to one archive\n"
 		"         (tar + zstd) with a manifest of every file's SHA-256\n"
@@ -746,11 +747,43 @@ static void cli_snapshot_inspect_human(const struct snapshot_store_entry *e,
 		printf("  diff pages:  %llu\n", (unsigned long long)info->diff_pages);
 }
 
+/*
+ * Whether this host's KVM offers every CPU feature the snapshot's guest was shown, as its
+ * state file records and as its manifest.json lists (what a restore checks): 0, -EXDEV with
+ * err, or another -errno (*asked false) where KVM cannot be asked.
+ */
+static int cli_snapshot_judge_cpu(const char *dir, const struct vm_snapshot_info *info,
+				  bool *asked, char *err, size_t errlen)
+{
+	struct snapshot_manifest manifest;
+	struct cpu_features listed;
+	int rc = 0;
+
+	*asked = false;
+	if (info->has_cpu_features) {
+		rc = cpu_features_check_here(&info->cpu_features, info->vcpus, err, errlen);
+		*asked = rc == 0 || rc == -EXDEV;
+	}
+	if (rc < 0 || snapshot_manifest_read(dir, &manifest, NULL, 0) < 0 ||
+	    !manifest.has_cpu_features)
+		return rc;
+	for (unsigned int i = 0; i < CPU_FEATURE_REG_COUNT; i++)
+		listed.regs[i] = manifest.cpu_features[i];
+	rc = cpu_features_check_here(&listed, info->vcpus, err, errlen);
+	*asked = rc == 0 || rc == -EXDEV;
+	if (rc == -EXDEV && strlen(err) + 1 < errlen)
+		snprintf(err + strlen(err), errlen - strlen(err), " (the feature is in the "
+			 "snapshot's manifest.json)");
+	return rc;
+}
+
 static int cli_snapshot_inspect(const struct cli_globals *globals, const char *prefix)
 {
 	struct snapshot_store_entry entry;
 	struct vm_snapshot_info info;
 	char err[CLI_SNAPSHOT_ERROR_MAX], vm_err[CLI_SNAPSHOT_ERROR_MAX] = "";
+	char cpu_err[CLI_SNAPSHOT_ERROR_MAX] = "";
+	bool cpu_asked = false;
 	int vm_rc;
 
 	if (snapshot_store_find(prefix, &entry, err, sizeof(err)) < 0) {
@@ -759,13 +792,24 @@ static int cli_snapshot_inspect(const struct cli_globals *globals, const char *p
 	}
 	memset(&info, 0, sizeof(info));
 	vm_rc = vm_snapshot_inspect(entry.path, &info, vm_err, sizeof(vm_err));
+	if (vm_rc == 0) {
+		int cpu_rc = cli_snapshot_judge_cpu(entry.path, &info, &cpu_asked, cpu_err,
+						    sizeof(cpu_err));
+
+		if (cpu_rc == -EXDEV) {
+			vm_rc = cpu_rc;
+			snprintf(vm_err, sizeof(vm_err), "%s", cpu_err);
+		}
+	}
 	if (globals->output == CLI_OUTPUT_JSON) {
 		json_t *root = cli_snapshot_entry_json(&entry);
 
-		if (root && vm_rc == 0)
+		if (root && (vm_rc == 0 || vm_rc == -EXDEV))
 			json_object_set_new(root, "vm", cli_snapshot_vm_json(&info));
-		if (root)
+		if (root) {
 			json_object_set_new(root, "restorable", json_boolean(vm_rc == 0));
+			json_object_set_new(root, "cpu_features_checked", json_boolean(cpu_asked));
+		}
 		if (root && vm_rc < 0)
 			json_object_set_new(root, "error", json_string(vm_err));
 		cli_snapshot_print_json(root);

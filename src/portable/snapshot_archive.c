@@ -28,7 +28,6 @@
 #include "store/snapshot_store.h"
 #include "store/store_fs.h"
 #include "vmm/cpu_features.h"
-#include "vmm/kvm.h"
 #include "vmm/snapshot.h"
 #include "vmm/snapshot_file.h"
 
@@ -809,19 +808,16 @@ static int snapshot_archive_publish(struct snapshot_archive_import *ctx,
 static void snapshot_archive_judge_features(const struct snapshot_archive_manifest *m,
 					    const char *imported_id)
 {
-	struct cpu_features shown, host;
-	struct kvm kvm;
+	struct cpu_features shown;
 	char err[SNAPSHOT_ARCHIVE_ERR_MAX];
 
-	if (!m->has_cpu_features || kvm_open(&kvm, err, sizeof(err)) < 0)
+	if (!m->has_cpu_features)
 		return;
 	for (unsigned int i = 0; i < CPU_FEATURE_REG_COUNT; i++)
 		shown.regs[i] = m->cpu_features[i];
-	if (cpu_features_for_guest(kvm.sys_fd, 1, kvm.has_tsc_deadline, &host) == 0 &&
-	    cpu_features_check(&shown, &host, err, sizeof(err)) < 0)
+	if (cpu_features_check_here(&shown, 1, err, sizeof(err)) == -EXDEV)
 		log_warn("snapshot", "%s is imported, but this host cannot restore it: %s",
 			 imported_id, err);
-	kvm_close(&kvm);
 }
 
 static int snapshot_archive_open(struct snapshot_archive_import *ctx, struct archive **out)

@@ -10,9 +10,11 @@
 #include <linux/kvm.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/ioctl.h>
 
 #include "vmm/cpuid.h"
+#include "vmm/kvm.h"
 
 #define CPU_FEATURE_LEAF_BASIC 0x1u
 #define CPU_FEATURE_LEAF_EXTENDED 0x7u
@@ -175,4 +177,23 @@ int cpu_features_check(const struct cpu_features *shown, const struct cpu_featur
 		}
 	}
 	return 0;
+}
+
+int cpu_features_check_here(const struct cpu_features *shown, unsigned int vcpus, char *err,
+			    size_t errlen)
+{
+	struct cpu_features host;
+	struct kvm kvm;
+	int rc = kvm_open(&kvm, err, errlen);
+
+	if (rc < 0)
+		return rc;
+	rc = cpu_features_for_guest(kvm.sys_fd, vcpus ? vcpus : 1, kvm.has_tsc_deadline, &host);
+	if (rc < 0)
+		snprintf(err, errlen, "cannot read this host's CPU features from KVM: %s",
+			 strerror(-rc));
+	else
+		rc = cpu_features_check(shown, &host, err, errlen);
+	kvm_close(&kvm);
+	return rc;
 }

@@ -55,5 +55,12 @@ int cpu_features_for_guest(int kvm_sys_fd, unsigned int vcpus, bool tsc_deadline
  */
 int cpu_features_check(const struct cpu_features *shown, const struct cpu_features *host,
 		       char *err, size_t errlen);
+/*
+ * cpu_features_check against what this host's KVM would show a guest of vcpus vCPUs, for
+ * a caller that has no VM (an import, an inspect): 0, -EXDEV with err naming the missing
+ * feature, or another -errno with err when KVM cannot be asked (no /dev/kvm, say).
+ */
+int cpu_features_check_here(const struct cpu_features *shown, unsigned int vcpus, char *err,
+			    size_t errlen);
 
 #endif

@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "common/log.h"
@@ -41,6 +42,7 @@
 #define TEST_BASE_ID "cafe000000000000"
 #define TEST_DIFF_ID TEST_BASE_ID "-diff-1"
 #define TEST_BUF 65536
+#define TEST_CPUID_1_EDX_SSE2_FPU ((1u << 26) | (1u << 0))
 
 static char root[] = "/tmp/voidbox-archive-XXXXXX";
 static char home_a[PATH_MAX], home_b[PATH_MAX], home_c[PATH_MAX];
@@ -66,8 +68,8 @@ static void fill_image(enum vm_snapshot_type type)
 	image.meta.cid = TEST_CID;
 	snapshot_cpu_signature(image.meta.cpu_signature);
 	image.meta.has_cpu_features = true;
-	image.meta.cpu_features.regs[CPU_FEATURE_LEAF1_ECX] = 1u << 28;
-	image.meta.cpu_features.regs[CPU_FEATURE_LEAF7_EBX] = (1u << 5) | (1u << 3);
+	/* SSE2 and FPU, which every x86-64 host offers: a restore here would accept them */
+	image.meta.cpu_features.regs[CPU_FEATURE_LEAF1_EDX] = TEST_CPUID_1_EDX_SSE2_FPU;
 	CHECK_INT_EQ(snapshot_image_add_device(&image, "serial", 1, serial_state,
 					       sizeof(serial_state)), 0);
 	for (unsigned int i = 0; i < SNAPSHOT_IRQCHIP_COUNT; i++)
@@ -306,7 +308,7 @@ static void test_round_trip(void)
 	CHECK_STR_EQ(manifest.snapshot, TEST_DIFF_ID);
 	CHECK_STR_EQ(manifest.config_hash, TEST_HASH);
 	CHECK(manifest.has_cpu_features);
-	CHECK(manifest.cpu_features[2] == ((1u << 5) | (1u << 3)));
+	CHECK(manifest.cpu_features[CPU_FEATURE_LEAF1_EDX] == TEST_CPUID_1_EDX_SSE2_FPU);
 	CHECK_INT_EQ(manifest.state_format_version, VM_SNAPSHOT_FORMAT_VERSION);
 	/* a destination that cannot be written is named, with why */
 	archive_path(nowhere, "no-such-dir/diff.vbsnap");
@@ -534,6 +536,7 @@ static void test_edited_cpu_features_imported(void)
 	size_t log_len = 0;
 	FILE *log_stream;
 	struct kvm kvm;
+	bool kvm_usable;
 
 	use_home(home_a);
 	archive_path(good, "features.vbsnap");
@@ -562,7 +565,8 @@ static void test_edited_cpu_features_imported(void)
 		fclose(log_stream);
 	CHECK_INT_EQ(result.published, 2);
 	/* where KVM can be asked, the import says at once that this host cannot restore it */
-	if (kvm_open(&kvm, err, sizeof(err)) == 0) {
+	kvm_usable = kvm_open(&kvm, err, sizeof(err)) == 0;
+	if (kvm_usable) {
 		kvm_close(&kvm);
 		CHECK(log_text && strstr(log_text, TEST_DIFF_ID " is imported, but this host "
 					 "cannot restore it: the snapshot's guest was shown CPU "
@@ -581,6 +585,27 @@ static void test_edited_cpu_features_imported(void)
 	CHECK_INT_EQ(snapshot_archive_export(TEST_DIFF_ID, good, SNAPSHOT_ARCHIVE_WITH_BASE,
 					     &manifest, err, sizeof(err)), 0);
 	CHECK(manifest.has_cpu_features && manifest.cpu_features[0] == UINT32_MAX);
+	/* and inspect, where it can ask KVM, says the snapshot does not restore here, and why */
+	if (kvm_usable) {
+		static char out[TEST_BUF];
+		char cmd[2 * PATH_MAX];
+		FILE *p;
+		size_t got = 0;
+
+		snprintf(cmd, sizeof(cmd), "'%s' --output json snapshot inspect %s", voidbox_cli,
+			 TEST_DIFF_ID);
+		p = popen(cmd, "r");
+		CHECK(p != NULL);
+		if (p) {
+			got = fread(out, 1, sizeof(out) - 1, p);
+			out[got] = '\0';
+			CHECK(WEXITSTATUS(pclose(p)) == 1);
+		}
+		CHECK(strstr(out, "\"restorable\": false") != NULL);
+		CHECK(strstr(out, "\"cpu_features_checked\": true") != NULL);
+		CHECK(strstr(out, "which this host lacks") != NULL);
+		CHECK(strstr(out, "(the feature is in the snapshot's manifest.json)") != NULL);
+	}
 }
 
 /* The same through the voidbox command: export ID -o FILE, import, verify, gc. */
