@@ -401,7 +401,6 @@ static int snapshot_archive_plan(struct snapshot_archive_import *ctx)
 {
 	const struct snapshot_archive_manifest *m = ctx->m;
 	const struct snapshot_manifest *last = &m->chain[m->chain_count - 1];
-	char here[VM_SNAPSHOT_CPU_SIGNATURE_LEN];
 	bool exists = false, same = false;
 	int rc;
 
@@ -412,11 +411,6 @@ static int snapshot_archive_plan(struct snapshot_archive_import *ctx)
 			    VM_SNAPSHOT_FORMAT_VERSION);
 		return -EPROTO;
 	}
-	snapshot_cpu_signature(here);
-	if (strcmp(here, m->cpu_signature) != 0)
-		log_warn("snapshot", "%s was taken on a %s CPU and this host is %s: it is imported, "
-			 "but it restores only on a host like the one it was taken on",
-			 m->snapshot, m->cpu_signature, here);
 	if (m->chain_count == 2 && strcmp(last->parent_state_sha256,
 					  snapshot_archive_state_hash(&m->chain[0])) != 0) {
 		store_error(ctx->err, ctx->errlen, "the archive's manifest says diff %s "
@@ -480,6 +474,29 @@ static int snapshot_archive_write_sparse(int fd, const unsigned char *data, size
 		done += part;
 	}
 	return 0;
+}
+
+/*
+ * A file of the archive that could not be written into the store: which, why, and for a full
+ * file system what to do (nothing is published, and the scratch directory goes).
+ */
+static void snapshot_archive_unpack_failed(struct snapshot_archive_import *ctx, const char *name,
+					   int rc)
+{
+	uint64_t bytes = 0;
+
+	for (size_t i = 0; i < ctx->m->chain_count; i++)
+		for (size_t f = 0; f < ctx->m->chain[i].file_count; f++)
+			bytes += ctx->m->chain[i].files[f].size;
+	if (rc == -ENOSPC || rc == -EDQUOT)
+		store_error(ctx->err, ctx->errlen, "cannot unpack %s into %s: %s: free space "
+			    "there, or set VOIDBOX_HOME to a store with room (the archive's files "
+			    "take up to %.1f MiB, less where memory is all zeros); nothing was "
+			    "imported", name, ctx->store, strerror(-rc),
+			    (double)bytes / (1024.0 * 1024.0));
+	else
+		store_error(ctx->err, ctx->errlen, "cannot unpack %s into %s: %s; nothing was "
+			    "imported", name, ctx->store, strerror(-rc));
 }
 
 /* Refuses anything but a regular file at a path the manifest names, not seen before. */
@@ -557,8 +574,7 @@ static int snapshot_archive_unpack(struct snapshot_archive_import *ctx, struct a
 				  SNAPSHOT_ARCHIVE_FILE_MODE);
 		if (rc == 0 && fd < 0) {
 			rc = -errno;
-			store_error(ctx->err, ctx->errlen, "cannot unpack %s: %s", name,
-				    strerror(errno));
+			snapshot_archive_unpack_failed(ctx, name, rc);
 		}
 	}
 	while (rc == 0) {
@@ -582,14 +598,12 @@ static int snapshot_archive_unpack(struct snapshot_archive_import *ctx, struct a
 		if (fd >= 0)
 			rc = snapshot_archive_write_sparse(fd, ctx->chunk, (size_t)n, total);
 		if (rc < 0)
-			store_error(ctx->err, ctx->errlen, "cannot unpack %s: %s", name,
-				    strerror(-rc));
+			snapshot_archive_unpack_failed(ctx, name, rc);
 		total += (uint64_t)n;
 	}
 	if (rc == 0 && fd >= 0 && ftruncate(fd, (off_t)total) < 0) {
 		rc = -errno;
-		store_error(ctx->err, ctx->errlen, "cannot unpack %s: %s", name,
-			    strerror(errno));
+		snapshot_archive_unpack_failed(ctx, name, rc);
 	}
 	if (rc == 0) {
 		snapshot_archive_hex(hash, hex);
@@ -801,16 +815,25 @@ static int snapshot_archive_publish(struct snapshot_archive_import *ctx,
 }
 
 /*
- * After an import: where this host's KVM can be asked, a snapshot whose guest was shown a
- * feature it cannot offer is named now, since every restore of it here will be refused. The
- * import stands: the store may be moved on, or the archive was only being checked.
+ * After an import: a snapshot of another CPU model, or (where this host's KVM can be asked)
+ * one whose guest was shown a feature this host cannot offer, is named now, since every
+ * restore of it here will be refused. The import stands: the store may be moved on, or the
+ * archive was only being checked.
  */
 static void snapshot_archive_judge_features(const struct snapshot_archive_manifest *m,
 					    const char *imported_id)
 {
+	char here[VM_SNAPSHOT_CPU_SIGNATURE_LEN];
 	struct cpu_features shown;
 	char err[SNAPSHOT_ARCHIVE_ERR_MAX];
 
+	snapshot_cpu_signature(here);
+	if (strcmp(here, m->cpu_signature) != 0) {
+		log_warn("snapshot", "%s was taken on CPU %s and this host's is %s: it is imported, "
+			 "but it restores only on a host like the one it was taken on",
+			 imported_id, m->cpu_signature, here);
+		return;
+	}
 	if (!m->has_cpu_features)
 		return;
 	for (unsigned int i = 0; i < CPU_FEATURE_REG_COUNT; i++)

@@ -648,7 +648,7 @@ static int snapshot_check_host(const struct snapshot_meta *meta, char *err, size
 
 	snapshot_cpu_signature(here);
 	if (strcmp(here, meta->cpu_signature) != 0) {
-		snprintf(err, errlen, "the snapshot was taken on a %s CPU, this host is %s: "
+		snprintf(err, errlen, "the snapshot was taken on CPU %s, this host's is %s: "
 			 "restore it on a host with the same CPU or take it again here",
 			 meta->cpu_signature, here);
 		return -EXDEV;

@@ -13,6 +13,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sched.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -42,6 +44,7 @@
 #define TEST_BASE_ID "cafe000000000000"
 #define TEST_DIFF_ID TEST_BASE_ID "-diff-1"
 #define TEST_BUF 65536
+#define TEST_FULL_NOT_RUN 77 /* the child could not make a small file system to fill */
 #define TEST_CPUID_1_EDX_SSE2_FPU ((1u << 26) | (1u << 0))
 
 static char root[] = "/tmp/voidbox-archive-XXXXXX";
@@ -537,6 +540,7 @@ static void test_edited_cpu_features_imported(void)
 	FILE *log_stream;
 	struct kvm kvm;
 	bool kvm_usable;
+	static char out[TEST_BUF];
 
 	use_home(home_a);
 	archive_path(good, "features.vbsnap");
@@ -587,7 +591,6 @@ static void test_edited_cpu_features_imported(void)
 	CHECK(manifest.has_cpu_features && manifest.cpu_features[0] == UINT32_MAX);
 	/* and inspect, where it can ask KVM, says the snapshot does not restore here, and why */
 	if (kvm_usable) {
-		static char out[TEST_BUF];
 		char cmd[2 * PATH_MAX];
 		FILE *p;
 		size_t got = 0;
@@ -602,10 +605,69 @@ static void test_edited_cpu_features_imported(void)
 			CHECK(WEXITSTATUS(pclose(p)) == 1);
 		}
 		CHECK(strstr(out, "\"restorable\": false") != NULL);
+	}
+	/*
+	 * Under valgrind this process sees valgrind's CPUID, so the snapshots it wrote name
+	 * another CPU than the voidbox command sees, which then refuses them on that alone.
+	 */
+	if (kvm_usable && strstr(out, "was taken on CPU")) {
+		fprintf(stderr, "  inspect's feature check not judged: this process and the voidbox "
+			"command see different CPUs (valgrind?)\n");
+	} else if (kvm_usable) {
 		CHECK(strstr(out, "\"cpu_features_checked\": true") != NULL);
 		CHECK(strstr(out, "which this host lacks") != NULL);
 		CHECK(strstr(out, "(the feature is in the snapshot's manifest.json)") != NULL);
 	}
+}
+
+/* In a child with a mount namespace of its own: home on a tmpfs of one page, then an import. */
+static int import_into_full_store(const char *home, const char *archive)
+{
+	struct snapshot_archive_import_result result;
+	char err[ERR_MAX] = "", listing[ERR_MAX] = "";
+
+	if (unshare(CLONE_NEWNS) < 0 &&
+	    (unshare(CLONE_NEWUSER | CLONE_NEWNS) < 0)) {
+		printf("  not run: no mount namespace (%s)\n", strerror(errno));
+		return TEST_FULL_NOT_RUN;
+	}
+	if (mount("none", "/", "none", MS_REC | MS_PRIVATE, NULL) < 0 ||
+	    mount("tmpfs", home, "tmpfs", 0, "size=4k") < 0) {
+		printf("  not run: cannot mount a small tmpfs (%s)\n", strerror(errno));
+		return TEST_FULL_NOT_RUN;
+	}
+	CHECK_INT_EQ(store_settings_set(&(struct store_settings){ .voidbox_home = home }), 0);
+	CHECK(snapshot_archive_import(archive, &result, err, sizeof(err)) < 0);
+	fprintf(stderr, "  refused: %s\n", err);
+	CHECK(strstr(err, "No space left on device") != NULL);
+	CHECK(strstr(err, "free space there, or set VOIDBOX_HOME") != NULL);
+	CHECK(strstr(err, "nothing was imported") != NULL);
+	store_listing(home, listing, sizeof(listing));
+	CHECK_STR_EQ(listing, "");
+	return harness_checks_failed_in_test == 0 ? 0 : 1;
+}
+
+/*
+ * A store whose file system is full refuses the import with what to do, and is left as it
+ * was (its scratch directory gone too).
+ */
+static void test_full_store_refused(void)
+{
+	char archive[PATH_MAX], home_full[PATH_MAX];
+	int status = -1;
+	pid_t child;
+
+	archive_path(archive, "base-only.vbsnap");
+	snprintf(home_full, sizeof(home_full), "%s/full", root);
+	CHECK_INT_EQ(mkdir(home_full, 0755), 0);
+	fflush(NULL);
+	child = fork();
+	CHECK(child >= 0);
+	if (child == 0)
+		_exit(import_into_full_store(home_full, archive));
+	CHECK_INT_EQ(waitpid(child, &status, 0), child);
+	CHECK(WIFEXITED(status) && (WEXITSTATUS(status) == 0 ||
+				    WEXITSTATUS(status) == TEST_FULL_NOT_RUN));
 }
 
 /* The same through the voidbox command: export ID -o FILE, import, verify, gc. */
@@ -660,6 +722,7 @@ int main(int argc, char **argv)
 	RUN_TEST(test_entries_confined);
 	RUN_TEST(test_manifest_checked);
 	RUN_TEST(test_edited_cpu_features_imported);
+	RUN_TEST(test_full_store_refused);
 	RUN_TEST(test_cli_round_trip);
 	snapshot_image_release(&image);
 	snprintf(cmd, sizeof(cmd), "rm -rf %s", root);
