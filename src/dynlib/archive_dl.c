@@ -12,6 +12,7 @@ struct archive_dl archive_dl;
 
 static const struct dynlib_symbol archive_dl_symbols[] = {
 	ARCHIVE_DL_SYMBOL(error_string),
+	{ "archive_errno", offsetof(struct archive_dl, errno_of) }, /* errno is a macro */
 	ARCHIVE_DL_SYMBOL(read_new),
 	ARCHIVE_DL_SYMBOL(read_support_filter_all),
 	ARCHIVE_DL_SYMBOL(read_support_filter_zstd),

@@ -2,8 +2,8 @@
  * libarchive, opened on first use (dynlib.h): OCI layers (src/store/oci_layer.c) and
  * snapshot export and import (src/portable/snapshot_archive.c) call it through archive_dl,
  * never directly, so the voidbox binary does not link it. The table holds exactly the
- * functions voidbox calls, named without their "archive_" prefix; archive.h and
- * archive_entry.h still give their types.
+ * functions voidbox calls, named without their "archive_" prefix (archive_errno is errno_of,
+ * errno being a macro); archive.h and archive_entry.h still give their types.
  */
 #ifndef VOIDBOX_DYNLIB_ARCHIVE_DL_H
 #define VOIDBOX_DYNLIB_ARCHIVE_DL_H
@@ -15,6 +15,7 @@
 
 struct archive_dl {
 	__typeof__(archive_error_string) *error_string;
+	__typeof__(archive_errno) *errno_of;
 	/* reading */
 	__typeof__(archive_read_new) *read_new;
 	__typeof__(archive_read_support_filter_all) *read_support_filter_all;

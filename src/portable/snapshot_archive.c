@@ -151,6 +151,25 @@ static int snapshot_archive_cpu_of(const char *dir, struct snapshot_archive_mani
 	return rc;
 }
 
+/*
+ * What could not be written (an entry, the archive's end) and why; a full file system, which
+ * libarchive reports as a bare "Write error", is told with what to do. The partial archive
+ * is removed by the caller.
+ */
+static void snapshot_archive_write_failed(struct archive *a, const char *what, char *err,
+					  size_t errlen)
+{
+	int code = archive_dl.errno_of(a);
+
+	if (code == ENOSPC || code == EDQUOT)
+		store_error(err, errlen, "cannot write %s: %s: free space where the archive "
+			    "goes, or give -o a path with room; no partial archive is left", what,
+			    strerror(code));
+	else
+		store_error(err, errlen, "cannot write %s: %s", what,
+			    code > 0 ? strerror(code) : archive_dl.error_string(a));
+}
+
 static int snapshot_archive_put_header(struct archive *a, const char *name, uint64_t size,
 				       time_t mtime, char *err, size_t errlen)
 {
@@ -165,9 +184,12 @@ static int snapshot_archive_put_header(struct archive *a, const char *name, uint
 	archive_dl.entry_set_perm(entry, SNAPSHOT_ARCHIVE_FILE_MODE);
 	archive_dl.entry_set_mtime(entry, mtime, 0);
 	rc = archive_dl.write_header(a, entry) == ARCHIVE_OK ? 0 : -EIO;
-	if (rc < 0)
-		store_error(err, errlen, "cannot write the archive entry %s: %s", name,
-			    archive_dl.error_string(a));
+	if (rc < 0) {
+		char what[PATH_MAX];
+
+		snprintf(what, sizeof(what), "the archive entry %s", name);
+		snapshot_archive_write_failed(a, what, err, errlen);
+	}
 	archive_dl.entry_free(entry);
 	return rc;
 }
@@ -175,10 +197,12 @@ static int snapshot_archive_put_header(struct archive *a, const char *name, uint
 static int snapshot_archive_put_data(struct archive *a, const void *data, size_t len,
 				     const char *name, char *err, size_t errlen)
 {
+	char what[PATH_MAX];
+
 	if (archive_dl.write_data(a, data, len) == (la_ssize_t)len)
 		return 0;
-	store_error(err, errlen, "cannot write %s into the archive: %s", name,
-		    archive_dl.error_string(a));
+	snprintf(what, sizeof(what), "%s into the archive", name);
+	snapshot_archive_write_failed(a, what, err, errlen);
 	return -EIO;
 }
 
@@ -237,8 +261,8 @@ out:
 	return rc;
 }
 
-/* Writes the archive onto fd, the temporary file tmp_path names (for messages). */
-static int snapshot_archive_write(int fd, const char *tmp_path,
+/* Writes the archive onto fd, the temporary file that becomes out_path (named in messages). */
+static int snapshot_archive_write(int fd, const char *out_path,
 				  const struct snapshot_archive_manifest *m,
 				  const struct snapshot_store_entry *chain, char *err,
 				  size_t errlen)
@@ -251,7 +275,7 @@ static int snapshot_archive_write(int fd, const char *tmp_path,
 	if (rc == 0 && (archive_dl.write_add_filter_zstd(a) != ARCHIVE_OK ||
 			archive_dl.write_set_format_pax_restricted(a) != ARCHIVE_OK ||
 			archive_dl.write_open_fd(a, fd) != ARCHIVE_OK)) {
-		store_error(err, errlen, "cannot write %s: %s", tmp_path,
+		store_error(err, errlen, "cannot write %s: %s", out_path,
 			    archive_dl.error_string(a));
 		rc = -EIO;
 	}
@@ -266,8 +290,7 @@ static int snapshot_archive_write(int fd, const char *tmp_path,
 			rc = snapshot_archive_put_file(a, chain[i].path, m->chain[i].id,
 						       &m->chain[i].files[j], chunk, err, errlen);
 	if (rc == 0 && archive_dl.write_close(a) != ARCHIVE_OK) {
-		store_error(err, errlen, "cannot finish %s: %s", tmp_path,
-			    archive_dl.error_string(a));
+		snapshot_archive_write_failed(a, out_path, err, errlen);
 		rc = -EIO;
 	}
 	archive_dl.write_free(a);
@@ -336,7 +359,7 @@ int snapshot_archive_export(const char *prefix, const char *out_path,
 				    "exists and is writable", out_path, strerror(-rc));
 			goto out;
 		}
-		rc = snapshot_archive_write(fd, tmp_path, m, chain, err, errlen);
+		rc = snapshot_archive_write(fd, out_path, m, chain, err, errlen);
 		if (close(fd) < 0 && rc == 0) {
 			rc = -errno;
 			store_error(err, errlen, "cannot write %s: %s", tmp_path, strerror(-rc));

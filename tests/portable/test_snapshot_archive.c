@@ -620,11 +620,17 @@ static void test_edited_cpu_features_imported(void)
 	}
 }
 
-/* In a child with a mount namespace of its own: home on a tmpfs of one page, then an import. */
+/*
+ * In a child with a mount namespace of its own: home on a tmpfs of one page, then an import
+ * into it and an export onto it.
+ */
 static int import_into_full_store(const char *home, const char *archive)
 {
 	struct snapshot_archive_import_result result;
-	char err[ERR_MAX] = "", listing[ERR_MAX] = "";
+	char err[ERR_MAX] = "", listing[ERR_MAX] = "", out[PATH_MAX];
+	struct dirent *ent;
+	DIR *dir;
+	int fd;
 
 	if (unshare(CLONE_NEWNS) < 0 &&
 	    (unshare(CLONE_NEWUSER | CLONE_NEWNS) < 0)) {
@@ -644,14 +650,37 @@ static int import_into_full_store(const char *home, const char *archive)
 	CHECK(strstr(err, "nothing was imported") != NULL);
 	store_listing(home, listing, sizeof(listing));
 	CHECK_STR_EQ(listing, "");
+	/* filled up, the file system refuses an export the same way, and keeps no part of it */
+	snprintf(out, sizeof(out), "%s/filler", home);
+	fd = open(out, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+	CHECK(fd >= 0);
+	while (fd >= 0 && write(fd, listing, sizeof(listing)) > 0)
+		;
+	if (fd >= 0)
+		close(fd);
+	CHECK_INT_EQ(store_settings_set(&(struct store_settings){ .voidbox_home = home_a }), 0);
+	snprintf(out, sizeof(out), "%s/exported.vbsnap", home);
+	CHECK(snapshot_archive_export(TEST_BASE_ID, out, SNAPSHOT_ARCHIVE_WITH_BASE, NULL, err,
+				      sizeof(err)) < 0);
+	fprintf(stderr, "  refused: %s\n", err);
+	CHECK(strstr(err, "No space left on device") != NULL);
+	CHECK(strstr(err, "give -o a path with room") != NULL);
+	dir = opendir(home);
+	CHECK(dir != NULL);
+	while (dir && (ent = readdir(dir)))
+		CHECK(ent->d_name[0] == '.' || strcmp(ent->d_name, SNAPSHOT_STORE_DIR_NAME) == 0 ||
+		      strcmp(ent->d_name, "filler") == 0);
+	if (dir)
+		closedir(dir);
 	return harness_checks_failed_in_test == 0 ? 0 : 1;
 }
 
 /*
  * A store whose file system is full refuses the import with what to do, and is left as it
- * was (its scratch directory gone too).
+ * was (its scratch directory gone too); an export onto a full file system says what to do
+ * and leaves no partial archive.
  */
-static void test_full_store_refused(void)
+static void test_full_file_system_refused(void)
 {
 	char archive[PATH_MAX], home_full[PATH_MAX];
 	int status = -1;
@@ -722,7 +751,7 @@ int main(int argc, char **argv)
 	RUN_TEST(test_entries_confined);
 	RUN_TEST(test_manifest_checked);
 	RUN_TEST(test_edited_cpu_features_imported);
-	RUN_TEST(test_full_store_refused);
+	RUN_TEST(test_full_file_system_refused);
 	RUN_TEST(test_cli_round_trip);
 	snapshot_image_release(&image);
 	snprintf(cmd, sizeof(cmd), "rm -rf %s", root);
