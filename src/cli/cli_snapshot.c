@@ -713,7 +713,7 @@ static json_t *cli_snapshot_vm_json(const struct vm_snapshot_info *info)
 
 static void cli_snapshot_inspect_human(const struct snapshot_store_entry *e,
 				       const struct vm_snapshot_info *info, int vm_rc,
-				       const char *vm_err)
+				       const char *vm_err, bool cpu_asked, const char *cpu_err)
 {
 	char used[CLI_SNAPSHOT_TIME_TEXT];
 
@@ -743,6 +743,10 @@ static void cli_snapshot_inspect_human(const struct snapshot_store_entry *e,
 			       info->cpu_features.regs[i]);
 		printf("\n");
 	}
+	if (cpu_asked)
+		printf("  this host:   its KVM offers every CPU feature the guest was shown\n");
+	else if (cpu_err[0])
+		printf("  this host:   CPU features not checked (%s)\n", cpu_err);
 	if (info->type == VM_SNAPSHOT_DIFF)
 		printf("  diff pages:  %llu\n", (unsigned long long)info->diff_pages);
 }
@@ -814,7 +818,7 @@ static int cli_snapshot_inspect(const struct cli_globals *globals, const char *p
 			json_object_set_new(root, "error", json_string(vm_err));
 		cli_snapshot_print_json(root);
 	} else {
-		cli_snapshot_inspect_human(&entry, &info, vm_rc, vm_err);
+		cli_snapshot_inspect_human(&entry, &info, vm_rc, vm_err, cpu_asked, cpu_err);
 	}
 	return vm_rc < 0 ? CLI_EXIT_FAILURE : CLI_EXIT_OK;
 }
