@@ -884,8 +884,7 @@ static int snapshot_check_host_features(struct snapshot_restore_ctx *ctx, const 
 	if (!by_manifest)
 		return 0;
 	rc = cpu_features_check(&opts->manifest_cpu_features, &host, ctx->err, ctx->errlen);
-	len = strlen(ctx->err);
-	if (rc < 0 && len < ctx->errlen)
+	if (rc < 0 && (len = strlen(ctx->err)) + 1 < ctx->errlen)
 		snprintf(ctx->err + len, ctx->errlen - len, " (the feature is in the snapshot's "
 			 "manifest.json)");
 	return rc;
