@@ -351,8 +351,12 @@ static void get_restore(struct launch_reader *lr, struct vmm_launch *launch)
 	opts->track_dirty_pages = get_bool(lr);
 	get_placement(lr, &opts->has_placement_cpu, &opts->placement_cpu);
 	opts->has_manifest_cpu_features = get_bool(lr);
-	for (unsigned int i = 0; i < CPU_FEATURE_REG_COUNT; i++)
+	for (unsigned int i = 0; i < CPU_FEATURE_REG_COUNT; i++) {
 		opts->manifest_cpu_features.regs[i] = byte_reader_u32(&lr->r);
+		/* without a list the registers are written as zeros: one encoding per launch */
+		if (!opts->has_manifest_cpu_features && opts->manifest_cpu_features.regs[i])
+			byte_reader_fail(&lr->r);
+	}
 }
 
 int vmm_launch_decode(const void *data, size_t len, struct vmm_launch_decoded *out, char *err,
