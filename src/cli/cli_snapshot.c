@@ -759,25 +759,16 @@ static void cli_snapshot_inspect_human(const struct snapshot_store_entry *e,
 static int cli_snapshot_judge_cpu(const char *dir, const struct vm_snapshot_info *info,
 				  bool *asked, char *err, size_t errlen)
 {
-	struct snapshot_manifest manifest;
 	struct cpu_features listed;
-	int rc = 0;
+	bool has_listed = sandbox_snapshot_listed_cpu_features(dir, &listed, NULL, 0) > 0;
+	int rc;
 
 	*asked = false;
-	if (info->has_cpu_features) {
-		rc = cpu_features_check_here(&info->cpu_features, info->vcpus, err, errlen);
-		*asked = rc == 0 || rc == -EXDEV;
-	}
-	if (rc < 0 || snapshot_manifest_read(dir, &manifest, NULL, 0) < 0 ||
-	    !manifest.has_cpu_features)
-		return rc;
-	for (unsigned int i = 0; i < CPU_FEATURE_REG_COUNT; i++)
-		listed.regs[i] = manifest.cpu_features[i];
-	rc = cpu_features_check_here(&listed, info->vcpus, err, errlen);
+	if (!info->has_cpu_features && !has_listed)
+		return 0;
+	rc = cpu_features_check_here(info->has_cpu_features ? &info->cpu_features : NULL,
+				     has_listed ? &listed : NULL, info->vcpus, err, errlen);
 	*asked = rc == 0 || rc == -EXDEV;
-	if (rc == -EXDEV && strlen(err) + 1 < errlen)
-		snprintf(err + strlen(err), errlen - strlen(err), " (the feature is in the "
-			 "snapshot's manifest.json)");
 	return rc;
 }
 

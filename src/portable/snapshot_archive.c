@@ -861,7 +861,7 @@ static void snapshot_archive_judge_features(const struct snapshot_archive_manife
 		return;
 	for (unsigned int i = 0; i < CPU_FEATURE_REG_COUNT; i++)
 		shown.regs[i] = m->cpu_features[i];
-	if (cpu_features_check_here(&shown, 1, err, sizeof(err)) == -EXDEV)
+	if (cpu_features_check_here(&shown, NULL, 1, err, sizeof(err)) == -EXDEV)
 		log_warn("snapshot", "%s is imported, but this host cannot restore it: %s",
 			 imported_id, err);
 }

@@ -898,27 +898,35 @@ out:
 	return sandbox_send_policy(sandbox, policy, err, errlen);
 }
 
+int sandbox_snapshot_listed_cpu_features(const char *dir, struct cpu_features *out, char *err,
+					 size_t errlen)
+{
+	struct snapshot_manifest manifest;
+	int rc = snapshot_manifest_read(dir, &manifest, err, errlen);
+
+	if (rc == -ENOENT || (rc == 0 && !manifest.has_cpu_features))
+		return 0;
+	if (rc < 0)
+		return rc;
+	for (unsigned int i = 0; i < CPU_FEATURE_REG_COUNT; i++)
+		out->regs[i] = manifest.cpu_features[i];
+	return 1;
+}
+
 /*
- * The CPU features dir's manifest.json says its guest was shown, which the restore requires
- * besides those of the state file. A snapshot without a manifest has none to add; one whose
- * manifest cannot be read restores on its state file's alone, with a warning.
+ * The features dir's manifest.json lists, for the restore to require besides those of the
+ * state file; a manifest that cannot be read leaves the state file's alone, with a warning.
  */
 static void sandbox_manifest_cpu_features(const char *dir, struct vm_restore_options *opts)
 {
-	struct snapshot_manifest manifest;
 	char err[PATH_MAX + 256];
-	int rc = snapshot_manifest_read(dir, &manifest, err, sizeof(err));
+	int rc = sandbox_snapshot_listed_cpu_features(dir, &opts->manifest_cpu_features, err,
+						      sizeof(err));
 
-	if (rc == -ENOENT)
-		return;
-	if (rc < 0) {
+	if (rc < 0)
 		log_warn("sandbox", "%s: its CPU features are checked against its state file "
 			 "only", err);
-		return;
-	}
-	opts->has_manifest_cpu_features = manifest.has_cpu_features;
-	for (unsigned int i = 0; i < CPU_FEATURE_REG_COUNT; i++)
-		opts->manifest_cpu_features.regs[i] = manifest.cpu_features[i];
+	opts->has_manifest_cpu_features = rc > 0;
 }
 
 /* The restore in this process: the VM, and the secret its guest answers to now. */

@@ -257,6 +257,13 @@ void sandbox_secret_hex(const struct sandbox *sandbox, char *out);
 int sandbox_start_from_snapshot(const struct sandbox_restore_config *cfg, struct sandbox **out,
 				char *err, size_t errlen);
 /*
+ * The CPU features the snapshot in dir lists in its manifest.json (docs/snapshots.md), which
+ * every restore requires besides those its state file records: 1 with *out, 0 when it lists
+ * none (or has no manifest), -errno with err when the manifest cannot be read.
+ */
+int sandbox_snapshot_listed_cpu_features(const char *dir, struct cpu_features *out, char *err,
+					 size_t errlen);
+/*
  * vm_snapshot_save on the sandbox's VM, wherever it runs (a VMM process is asked over its
  * control socket and told the session secret, which the snapshot stores); the channel
  * reconnects by itself after a resume.

@@ -179,7 +179,24 @@ int cpu_features_check(const struct cpu_features *shown, const struct cpu_featur
 	return 0;
 }
 
-int cpu_features_check_here(const struct cpu_features *shown, unsigned int vcpus, char *err,
+int cpu_features_check_snapshot(const struct cpu_features *recorded,
+				const struct cpu_features *listed,
+				const struct cpu_features *host, char *err, size_t errlen)
+{
+	int rc = recorded ? cpu_features_check(recorded, host, err, errlen) : 0;
+	size_t len;
+
+	if (rc < 0 || !listed)
+		return rc;
+	rc = cpu_features_check(listed, host, err, errlen);
+	if (rc < 0 && (len = strlen(err)) + 1 < errlen)
+		snprintf(err + len, errlen - len, " (the feature is in the snapshot's "
+			 "manifest.json)");
+	return rc;
+}
+
+int cpu_features_check_here(const struct cpu_features *recorded,
+			    const struct cpu_features *listed, unsigned int vcpus, char *err,
 			    size_t errlen)
 {
 	struct cpu_features host;
@@ -193,7 +210,7 @@ int cpu_features_check_here(const struct cpu_features *shown, unsigned int vcpus
 		snprintf(err, errlen, "cannot read this host's CPU features from KVM: %s",
 			 strerror(-rc));
 	else
-		rc = cpu_features_check(shown, &host, err, errlen);
+		rc = cpu_features_check_snapshot(recorded, listed, &host, err, errlen);
 	kvm_close(&kvm);
 	return rc;
 }

@@ -56,11 +56,20 @@ int cpu_features_for_guest(int kvm_sys_fd, unsigned int vcpus, bool tsc_deadline
 int cpu_features_check(const struct cpu_features *shown, const struct cpu_features *host,
 		       char *err, size_t errlen);
 /*
- * cpu_features_check against what this host's KVM would show a guest of vcpus vCPUs, for
- * a caller that has no VM (an import, an inspect): 0, -EXDEV with err naming the missing
- * feature, or another -errno with err when KVM cannot be asked (no /dev/kvm, say).
+ * What a restore checks: the features a snapshot's state file records, then those its
+ * manifest.json lists (either NULL when there are none), each against host. A refusal for a
+ * listed feature says it is in the manifest. 0 or -EXDEV with err.
  */
-int cpu_features_check_here(const struct cpu_features *shown, unsigned int vcpus, char *err,
+int cpu_features_check_snapshot(const struct cpu_features *recorded,
+				const struct cpu_features *listed,
+				const struct cpu_features *host, char *err, size_t errlen);
+/*
+ * cpu_features_check_snapshot against what this host's KVM would show a guest of vcpus
+ * vCPUs, for a caller that has no VM (an import, an inspect): 0, -EXDEV with err naming the
+ * missing feature, or another -errno with err when KVM cannot be asked (no /dev/kvm, say).
+ */
+int cpu_features_check_here(const struct cpu_features *recorded,
+			    const struct cpu_features *listed, unsigned int vcpus, char *err,
 			    size_t errlen);
 
 #endif

@@ -863,12 +863,12 @@ static int snapshot_check_host_features(struct snapshot_restore_ctx *ctx, const 
 {
 	const struct snapshot_meta *meta = &ctx->image->meta;
 	const struct vm_restore_options *opts = ctx->opts;
-	bool by_manifest = opts && opts->has_manifest_cpu_features;
+	const struct cpu_features *listed = opts && opts->has_manifest_cpu_features ?
+						    &opts->manifest_cpu_features : NULL;
 	struct cpu_features host;
-	size_t len;
 	int rc;
 
-	if (!meta->has_cpu_features && !by_manifest)
+	if (!meta->has_cpu_features && !listed)
 		return 0;
 	rc = cpu_features_for_guest(kvm->sys_fd, meta->vcpus, kvm->has_tsc_deadline, &host);
 	if (rc < 0) {
@@ -876,18 +876,8 @@ static int snapshot_check_host_features(struct snapshot_restore_ctx *ctx, const 
 			 strerror(-rc));
 		return rc;
 	}
-	if (meta->has_cpu_features) {
-		rc = cpu_features_check(&meta->cpu_features, &host, ctx->err, ctx->errlen);
-		if (rc < 0)
-			return rc;
-	}
-	if (!by_manifest)
-		return 0;
-	rc = cpu_features_check(&opts->manifest_cpu_features, &host, ctx->err, ctx->errlen);
-	if (rc < 0 && (len = strlen(ctx->err)) + 1 < ctx->errlen)
-		snprintf(ctx->err + len, ctx->errlen - len, " (the feature is in the snapshot's "
-			 "manifest.json)");
-	return rc;
+	return cpu_features_check_snapshot(meta->has_cpu_features ? &meta->cpu_features : NULL,
+					   listed, &host, ctx->err, ctx->errlen);
 }
 
 /*

@@ -228,7 +228,7 @@ static void test_wrong_host_cpu_refused(void)
  */
 static void test_cpu_features_recorded_and_checked(void)
 {
-	struct cpu_features host = { { 0 } };
+	struct cpu_features host = { { 0 } }, listed;
 	struct vm_snapshot_info info;
 	char dir[PATH_MAX], err[512] = "";
 
@@ -255,6 +255,21 @@ static void test_cpu_features_recorded_and_checked(void)
 	host.regs[CPU_FEATURE_LEAF7_EDX] = 0;
 	CHECK_INT_EQ(cpu_features_check(&info.cpu_features, &host, err, sizeof(err)), -EXDEV);
 	CHECK(strstr(err, "CPUID.7.0:EDX[1]") != NULL);
+	/* a restore checks the state file's features, then those the manifest lists */
+	host = info.cpu_features;
+	listed = host;
+	listed.regs[CPU_FEATURE_LEAF7_EBX] |= 1u << 30; /* avx512bw, which host lacks */
+	CHECK_INT_EQ(cpu_features_check_snapshot(&info.cpu_features, NULL, &host, err,
+						 sizeof(err)), 0);
+	CHECK_INT_EQ(cpu_features_check_snapshot(&info.cpu_features, &host, &host, err,
+						 sizeof(err)), 0);
+	CHECK_INT_EQ(cpu_features_check_snapshot(&info.cpu_features, &listed, &host, err,
+						 sizeof(err)), -EXDEV);
+	CHECK(strstr(err, "which this host lacks") != NULL);
+	CHECK(strstr(err, "(the feature is in the snapshot's manifest.json)") != NULL);
+	CHECK_INT_EQ(cpu_features_check_snapshot(NULL, &listed, &host, err, sizeof(err)), -EXDEV);
+	CHECK_INT_EQ(cpu_features_check_snapshot(&listed, NULL, &host, err, sizeof(err)), -EXDEV);
+	CHECK(strstr(err, "manifest.json") == NULL);
 
 	fill_image(&image, VM_SNAPSHOT_BASE); /* no features: the older layout */
 	write_snapshot(dir, &image);
