@@ -778,7 +778,7 @@ static int cli_snapshot_inspect(const struct cli_globals *globals, const char *p
 	struct vm_snapshot_info info;
 	char err[CLI_SNAPSHOT_ERROR_MAX], vm_err[CLI_SNAPSHOT_ERROR_MAX] = "";
 	char cpu_err[CLI_SNAPSHOT_ERROR_MAX] = "";
-	bool cpu_asked = false;
+	bool cpu_asked = false, decoded;
 	int vm_rc;
 
 	if (snapshot_store_find(prefix, &entry, err, sizeof(err)) < 0) {
@@ -787,19 +787,16 @@ static int cli_snapshot_inspect(const struct cli_globals *globals, const char *p
 	}
 	memset(&info, 0, sizeof(info));
 	vm_rc = vm_snapshot_inspect(entry.path, &info, vm_err, sizeof(vm_err));
-	if (vm_rc == 0) {
-		int cpu_rc = cli_snapshot_judge_cpu(entry.path, &info, &cpu_asked, cpu_err,
-						    sizeof(cpu_err));
-
-		if (cpu_rc == -EXDEV) {
-			vm_rc = cpu_rc;
-			snprintf(vm_err, sizeof(vm_err), "%s", cpu_err);
-		}
+	decoded = vm_rc == 0;
+	if (decoded && cli_snapshot_judge_cpu(entry.path, &info, &cpu_asked, cpu_err,
+					      sizeof(cpu_err)) == -EXDEV) {
+		vm_rc = -EXDEV;
+		snprintf(vm_err, sizeof(vm_err), "%s", cpu_err);
 	}
 	if (globals->output == CLI_OUTPUT_JSON) {
 		json_t *root = cli_snapshot_entry_json(&entry);
 
-		if (root && (vm_rc == 0 || vm_rc == -EXDEV))
+		if (root && decoded) /* the VMM's checks passed: its record is whole */
 			json_object_set_new(root, "vm", cli_snapshot_vm_json(&info));
 		if (root) {
 			json_object_set_new(root, "restorable", json_boolean(vm_rc == 0));

@@ -520,6 +520,24 @@ static void test_manifest_checked(void)
 	expect_import_refused(home_c, root, "not a regular file");
 }
 
+/* `voidbox --output json snapshot inspect ID` into out; its exit status, or -1. */
+static int inspect_json(const char *id, char *out, size_t len)
+{
+	char cmd[2 * PATH_MAX];
+	size_t got;
+	FILE *p;
+
+	out[0] = '\0';
+	snprintf(cmd, sizeof(cmd), "'%s' --output json snapshot inspect %s", voidbox_cli, id);
+	p = popen(cmd, "r");
+	CHECK(p != NULL);
+	if (!p)
+		return -1;
+	got = fread(out, 1, len - 1, p);
+	out[got] = '\0';
+	return WEXITSTATUS(pclose(p));
+}
+
 /*
  * A feature list edited in a copy of an archive's manifest is imported, not ignored: every
  * snapshot of the chain records the listed features in its manifest.json (where a restore
@@ -591,19 +609,7 @@ static void test_edited_cpu_features_imported(void)
 	CHECK(manifest.has_cpu_features && manifest.cpu_features[0] == UINT32_MAX);
 	/* and inspect, where it can ask KVM, says the snapshot does not restore here, and why */
 	if (kvm_usable) {
-		char cmd[2 * PATH_MAX];
-		FILE *p;
-		size_t got = 0;
-
-		snprintf(cmd, sizeof(cmd), "'%s' --output json snapshot inspect %s", voidbox_cli,
-			 TEST_DIFF_ID);
-		p = popen(cmd, "r");
-		CHECK(p != NULL);
-		if (p) {
-			got = fread(out, 1, sizeof(out) - 1, p);
-			out[got] = '\0';
-			CHECK(WEXITSTATUS(pclose(p)) == 1);
-		}
+		CHECK_INT_EQ(inspect_json(TEST_DIFF_ID, out, sizeof(out)), 1);
 		CHECK(strstr(out, "\"restorable\": false") != NULL);
 	}
 	/*
@@ -699,6 +705,30 @@ static void test_full_file_system_refused(void)
 				    WEXITSTATUS(status) == TEST_FULL_NOT_RUN));
 }
 
+/*
+ * inspect of a snapshot the VMM's own checks refuse (here: taken on another CPU model, which
+ * is also -EXDEV) says why and gives no "vm" record, as it did before it judged features.
+ */
+static void test_inspect_of_another_cpu(void)
+{
+	char home_f[PATH_MAX], err[ERR_MAX];
+	struct snapshot_store_entry entry;
+	static char out[TEST_BUF];
+	uint64_t id = 0;
+
+	snprintf(home_f, sizeof(home_f), "%s/f", root);
+	use_home(home_f);
+	store_base();
+	CHECK_INT_EQ(snapshot_store_find(TEST_BASE_ID, &entry, err, sizeof(err)), 0);
+	snprintf(image.meta.cpu_signature, sizeof(image.meta.cpu_signature), "OtherVendor 1-2-3");
+	CHECK_INT_EQ(snapshot_file_write(entry.path, &image, &id, err, sizeof(err)), 0);
+	CHECK_INT_EQ(inspect_json(TEST_BASE_ID, out, sizeof(out)), 1);
+	CHECK(strstr(out, "\"restorable\": false") != NULL);
+	CHECK(strstr(out, "taken on CPU OtherVendor 1-2-3") != NULL);
+	CHECK(strstr(out, "\"vm\":") == NULL);
+	CHECK(strstr(out, "\"cpu_features_checked\": false") != NULL);
+}
+
 /* The same through the voidbox command: export ID -o FILE, import, verify, gc. */
 static void test_cli_round_trip(void)
 {
@@ -752,6 +782,7 @@ int main(int argc, char **argv)
 	RUN_TEST(test_manifest_checked);
 	RUN_TEST(test_edited_cpu_features_imported);
 	RUN_TEST(test_full_file_system_refused);
+	RUN_TEST(test_inspect_of_another_cpu);
 	RUN_TEST(test_cli_round_trip);
 	snapshot_image_release(&image);
 	snprintf(cmd, sizeof(cmd), "rm -rf %s", root);
