@@ -383,6 +383,22 @@ static bool make_own_cgroup(char *dir, size_t len, char *why, size_t whylen)
 	return true;
 }
 
+/* Whether process pid runs the program at path expected within wait_ms. */
+static bool executes_within(pid_t pid, const char *expected, long wait_ms)
+{
+	long deadline = process_probe_now_ms() + wait_ms;
+	char exe[PATH_MAX] = "";
+
+	for (;;) {
+		probe_exe(pid, exe, sizeof(exe));
+		if (strcmp(exe, expected) == 0)
+			return true;
+		if (process_probe_now_ms() >= deadline)
+			return false;
+		usleep(TEST_POLL_MS * 1000);
+	}
+}
+
 /*
  * For a test that launches the stand-in into a cgroup: the stand-in's path, its resolved path
  * (what /proc/PID/exe shows once it runs) and a cgroup of the test's own. False, having said
@@ -433,22 +449,14 @@ static void test_born_in_cgroup_while_others_log(void)
 	use_binary(stand_in);
 	for (int i = 0; i < TEST_LOGGED_LAUNCHES; i++) {
 		uint8_t secret[VM_SECRET_LEN] = { 0 };
-		long deadline = process_probe_now_ms() + TEST_EXECUTE_WAIT_MS;
 		struct vmm_process *proc = NULL;
-		char exe[PATH_MAX] = "";
 
 		if (vmm_process_launch_restore(TEST_STAND_IN_SNAPSHOT, &opts, dir, NULL, &proc, err,
 					       sizeof(err)) < 0) {
 			fprintf(stderr, "  launch %d: %s\n", i, err);
 			continue;
 		}
-		while (process_probe_now_ms() < deadline) {
-			probe_exe(vmm_process_pid(proc), exe, sizeof(exe));
-			if (strcmp(exe, expected) == 0)
-				break;
-			usleep(TEST_POLL_MS * 1000);
-		}
-		if (strcmp(exe, expected) == 0) {
+		if (executes_within(vmm_process_pid(proc), expected, TEST_EXECUTE_WAIT_MS)) {
 			executed++;
 			started += vmm_process_await_started(proc, secret, err, sizeof(err)) == 0;
 			in_cgroup += probe_in_cgroup(vmm_process_pid(proc), dir);
@@ -493,8 +501,7 @@ static enum fallback_outcome launch_without_clone3(const char *dir, const char *
 	scmp_filter_ctx filter = seccomp_init(SCMP_ACT_ALLOW);
 	uint8_t secret[VM_SECRET_LEN] = { 0 };
 	struct vmm_process *proc = NULL;
-	char err[TEST_ERR_MAX] = "", exe[PATH_MAX] = "";
-	long deadline;
+	char err[TEST_ERR_MAX] = "";
 	enum fallback_outcome outcome = FALLBACK_OK;
 
 	if (!filter || seccomp_rule_add(filter, SCMP_ACT_ERRNO(ENOSYS), SCMP_SYS(clone3), 0) < 0 ||
@@ -511,14 +518,7 @@ static enum fallback_outcome launch_without_clone3(const char *dir, const char *
 		fprintf(stderr, "  launch without clone3: %s\n", err);
 		return FALLBACK_NOT_LAUNCHED;
 	}
-	deadline = process_probe_now_ms() + TEST_EXECUTE_WAIT_MS;
-	while (process_probe_now_ms() < deadline) {
-		probe_exe(vmm_process_pid(proc), exe, sizeof(exe));
-		if (strcmp(exe, expected) == 0)
-			break;
-		usleep(TEST_POLL_MS * 1000);
-	}
-	if (strcmp(exe, expected) != 0)
+	if (!executes_within(vmm_process_pid(proc), expected, TEST_EXECUTE_WAIT_MS))
 		outcome = FALLBACK_NOT_EXECUTED;
 	else if (vmm_process_await_started(proc, secret, err, sizeof(err)) < 0)
 		outcome = FALLBACK_NOT_STARTED;
