@@ -1216,6 +1216,21 @@ static int setattr_times(struct fuse_op_ctx *ctx, const struct fuse_setattr_in *
 }
 
 /*
+ * The permission bits a guest may give a host inode: never set-user-ID, and set-group-ID only on
+ * a directory (where it means "new entries take this group"). The share's files belong to the
+ * host user that runs the VM, root as often as not: a guest that could mark one would leave an
+ * executable in the user's directory that runs as that user for whoever on the host starts it.
+ * The bits are dropped, not refused, as a nosuid mount drops them, so `cp -a` or `tar x` of a
+ * tree that has such files still works.
+ */
+static mode_t guest_mode(uint32_t mode, bool directory)
+{
+	mode_t kept = (mode_t)mode & ALLPERMS & ~(mode_t)S_ISUID;
+
+	return directory ? kept : kept & ~(mode_t)S_ISGID;
+}
+
+/*
  * FUSE_HANDLE_KILLPRIV_V2: the server, not the guest kernel, drops set-user-ID, and
  * set-group-ID where the group may execute, when a guest process without CAP_FSETID writes,
  * truncates or chowns a regular file (the kernel marks those requests), as the host's VFS
@@ -1261,7 +1276,7 @@ static int op_setattr(struct fuse_op_ctx *ctx)
 	rc = setattr_owner(ctx, &in);
 	if (rc == 0 && (in.valid & FATTR_MODE)) {
 		fuse_proc_path(path, node);
-		if (chmod(path, in.mode & ALLPERMS) < 0)
+		if (chmod(path, guest_mode(in.mode, ctx->s->inodes[slot].type == S_IFDIR)) < 0)
 			rc = -errno;
 	}
 	if (rc == 0 && (in.valid & FATTR_SIZE)) {
@@ -1344,7 +1359,7 @@ static int op_mknod(struct fuse_op_ctx *ctx)
 		return dirfd;
 	if ((in.mode & S_IFMT) != S_IFREG)
 		return -EPERM; /* devices, fifos and sockets stay out of the user's directory */
-	fd = fuse_openat_beneath(dirfd, name, O_CREAT | O_EXCL | O_WRONLY, in.mode & ALLPERMS,
+	fd = fuse_openat_beneath(dirfd, name, O_CREAT | O_EXCL | O_WRONLY, guest_mode(in.mode, false),
 				 FUSE_RESOLVE_FLAGS);
 	if (fd < 0)
 		return fd;
@@ -1360,7 +1375,7 @@ static int op_mkdir(struct fuse_op_ctx *ctx)
 
 	if (dirfd < 0)
 		return dirfd;
-	if (mkdirat(dirfd, name, in.mode & ALLPERMS) < 0)
+	if (mkdirat(dirfd, name, guest_mode(in.mode, true)) < 0)
 		return -errno;
 	return reply_entry_of(ctx->s, ctx->hdr->nodeid, name, ctx->rep);
 }
@@ -1512,6 +1527,43 @@ static uint32_t create_open_flags(uint32_t guest_flags)
 	return (guest_flags & O_ACCMODE) == O_WRONLY ? FOPEN_DIRECT_IO : 0;
 }
 
+/*
+ * CREATE's open of name. Without O_EXCL it opens an entry that exists, and the share opens only
+ * regular files for I/O: a FIFO would hold the share's worker until a peer came (forever, with
+ * every other request of the guest waiting behind it) and a device would run its driver's
+ * open. The guest cannot make either (MKNOD refuses them) but the host directory may hold them.
+ * So an existing entry of another kind is refused before the open, the open itself cannot
+ * block (O_NONBLOCK, cleared once the fd is known to be a regular file; it also answers a
+ * conflicting lease at once instead of waiting out its break) and its result is checked again,
+ * for an entry swapped in between. A directory or symlink gets the open's own error (EISDIR,
+ * ELOOP). The fd, or -errno.
+ */
+static int create_open(struct fuse_server *s, int dirfd, const char *name, int flags, mode_t mode)
+{
+	struct stat st;
+	int fd, status, rc;
+
+	if (fstatat(dirfd, name, &st, AT_SYMLINK_NOFOLLOW) == 0 && !S_ISREG(st.st_mode) &&
+	    !S_ISDIR(st.st_mode) && !S_ISLNK(st.st_mode))
+		return -EPERM;
+	fd = fuse_openat_beneath(dirfd, name, flags | O_NONBLOCK, mode, FUSE_RESOLVE_FLAGS);
+	if (io_cache_shed(s, fd))
+		fd = fuse_openat_beneath(dirfd, name, flags | O_NONBLOCK, mode, FUSE_RESOLVE_FLAGS);
+	if (fd < 0)
+		return fd;
+	rc = stat_fd(fd, &st);
+	if (rc == 0 && !S_ISREG(st.st_mode))
+		rc = -EPERM;
+	status = rc == 0 ? fcntl(fd, F_GETFL) : 0;
+	if (rc == 0 && (status < 0 || fcntl(fd, F_SETFL, status & ~O_NONBLOCK) < 0))
+		rc = -errno;
+	if (rc < 0) {
+		close(fd);
+		return rc;
+	}
+	return fd;
+}
+
 /* Handle 0: the new file's fd becomes its node's cached fd for the access it was opened for. */
 static int op_create(struct fuse_op_ctx *ctx)
 {
@@ -1529,9 +1581,7 @@ static int op_create(struct fuse_op_ctx *ctx)
 		return dirfd;
 	flags = ((int)in.flags & FUSE_CREATE_FLAGS_KEPT) | O_CREAT;
 	access = (flags & O_ACCMODE) == O_RDONLY ? FUSE_IO_READ : FUSE_IO_WRITE;
-	fd = fuse_openat_beneath(dirfd, name, flags, in.mode & ALLPERMS, FUSE_RESOLVE_FLAGS);
-	if (io_cache_shed(ctx->s, fd))
-		fd = fuse_openat_beneath(dirfd, name, flags, in.mode & ALLPERMS, FUSE_RESOLVE_FLAGS);
+	fd = create_open(ctx->s, dirfd, name, flags, guest_mode(in.mode, false));
 	if (fd < 0)
 		return fd;
 	rc = (flags & O_TRUNC) && (in.open_flags & FUSE_OPEN_KILL_SUIDGID) ? kill_suidgid(fd) : 0;
@@ -1635,15 +1685,16 @@ static int op_write(struct fuse_op_ctx *ctx)
 	struct iovec *data = ctx->s->data_segments;
 	unsigned int count;
 	ssize_t done;
-	int fd = file_args(ctx, &in, sizeof(in), FUSE_IO_WRITE);
+	int fd;
 
+	if (read_only(ctx)) /* before file_args, which would open the file for writing */
+		return -EROFS;
+	fd = file_args(ctx, &in, sizeof(in), FUSE_IO_WRITE);
 	if (fd < 0)
 		return fd;
 	if (in.size > FUSE_SERVER_MAX_WRITE || in.size != ctx->req->data_len ||
 	    in.offset > (uint64_t)INT64_MAX)
 		return -EINVAL;
-	if (read_only(ctx))
-		return -EROFS;
 	if (in.write_flags & FUSE_WRITE_KILL_SUIDGID) {
 		int rc = kill_suidgid(fd);
 
@@ -1795,6 +1846,8 @@ static int op_getxattr(struct fuse_op_ctx *ctx)
 		rc = xattr_node_path(ctx, path);
 	if (rc < 0)
 		return rc;
+	if (in.size != 0 && xattr_room(ctx, in.size) == 0)
+		return -ERANGE; /* getxattr with no room would answer the length, not the value */
 	return reply_xattr(ctx, in.size,
 			   getxattr(path, name, ctx->rep->data + ctx->rep->len,
 				    xattr_room(ctx, in.size)));
@@ -2014,14 +2067,15 @@ static int op_access(struct fuse_op_ctx *ctx)
 static int op_fallocate(struct fuse_op_ctx *ctx)
 {
 	struct fuse_fallocate_in in;
-	int fd = file_args(ctx, &in, sizeof(in), FUSE_IO_WRITE);
+	int fd;
 
+	if (read_only(ctx)) /* before file_args, which would open the file for writing */
+		return -EROFS;
+	fd = file_args(ctx, &in, sizeof(in), FUSE_IO_WRITE);
 	if (fd < 0)
 		return fd;
 	if (in.offset > (uint64_t)INT64_MAX || in.length > (uint64_t)INT64_MAX)
 		return -EINVAL;
-	if (read_only(ctx))
-		return -EROFS;
 	if (fallocate(fd, (int)in.mode, (off_t)in.offset, (off_t)in.length) < 0)
 		return -errno;
 	node_mark_written(ctx);

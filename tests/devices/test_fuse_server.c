@@ -12,6 +12,7 @@
 #include <limits.h>
 #include <linux/fuse.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -702,6 +703,29 @@ static void test_directory_operations(void)
 }
 
 /* MKNOD (regular files only), user.* xattrs, STATFS. */
+/*
+ * A GETXATTR of name whose reply may only hold its header (the guest's writable buffers are
+ * that small): the reply's error, after checking the reply claims no more than it was given.
+ */
+static int getxattr_in_room(struct fx *f, uint64_t node, const struct fuse_getxattr_in *get,
+			    const char *name)
+{
+	struct fuse_in_header hdr = { .opcode = FUSE_GETXATTR, .unique = ++f->unique,
+				      .nodeid = node };
+	struct fuse_out_header reply = { 0 };
+	size_t len = sizeof(hdr) + sizeof(*get) + strlen(name) + 1, got;
+
+	hdr.len = (uint32_t)len;
+	memcpy(f->req, &hdr, sizeof(hdr));
+	memcpy(f->req + sizeof(hdr), get, sizeof(*get));
+	memcpy(f->req + sizeof(hdr) + sizeof(*get), name, strlen(name) + 1);
+	got = fuse_server_handle(f->s, f->req, len, f->out, sizeof(reply));
+	CHECK_INT_EQ(got, sizeof(reply));
+	memcpy(&reply, f->out, sizeof(reply));
+	CHECK_INT_EQ(reply.len, sizeof(reply));
+	return reply.error;
+}
+
 static void check_mknod_xattr_statfs(struct fx *fp)
 {
 	struct fx f = *fp; /* a copy: the calls below advance its request ids and results */
@@ -734,6 +758,8 @@ static void check_mknod_xattr_statfs(struct fx *fp)
 		call(&f, FUSE_GETXATTR, node, &get, sizeof(get), "user.k", 7, NULL, 0);
 		CHECK_INT_EQ(((struct fuse_getxattr_out *)payload(&f))->size, 3);
 		get.size = 64;
+		/* a sized GETXATTR whose reply buffers hold only the header: ERANGE, not a length */
+		CHECK_INT_EQ(getxattr_in_room(&f, node, &get, "user.k"), -ERANGE);
 		call(&f, FUSE_LISTXATTR, node, &get, sizeof(get), NULL, 0, NULL, 0);
 		CHECK(f.error == 0 && f.payload == 7);
 		call(&f, FUSE_REMOVEXATTR, node, "user.k", 7, NULL, 0, NULL, 0);
@@ -1216,12 +1242,141 @@ static void test_kill_suidgid(void)
 	fx_free(&f);
 }
 
+/*
+ * How many of this process's fds other than O_PATH ones are open on the host file at path;
+ * with for_writing, only those that can write.
+ */
+static unsigned int fds_on(const char *path, bool for_writing)
+{
+	char real[PATH_MAX], link[PATH_MAX], proc[PATH_MAX], line[128];
+	DIR *dir = opendir("/proc/self/fd");
+	struct dirent *entry;
+	unsigned int count = 0;
+
+	if (!dir || !realpath(path, real)) {
+		if (dir)
+			closedir(dir);
+		return 0;
+	}
+	while ((entry = readdir(dir))) {
+		ssize_t len;
+		unsigned int flags = 0;
+		FILE *info;
+
+		snprintf(proc, sizeof(proc), "/proc/self/fd/%s", entry->d_name);
+		len = readlink(proc, link, sizeof(link) - 1);
+		if (len < 0)
+			continue;
+		link[len] = '\0';
+		if (strcmp(link, real) != 0)
+			continue;
+		snprintf(proc, sizeof(proc), "/proc/self/fdinfo/%s", entry->d_name);
+		info = fopen(proc, "r");
+		while (info && fgets(line, sizeof(line), info))
+			sscanf(line, "flags: %o", &flags);
+		if (info)
+			fclose(info);
+		count += !(flags & O_PATH) && (!for_writing || (flags & O_ACCMODE) != O_RDONLY);
+	}
+	closedir(dir);
+	return count;
+}
+
+static unsigned int io_fds_on(const char *path)
+{
+	return fds_on(path, false);
+}
+
+static unsigned int write_fds_on(const char *path)
+{
+	return fds_on(path, true);
+}
+
+/*
+ * The guest cannot give a host file set-user-ID or set-group-ID: CREATE, MKNOD and SETATTR
+ * each drop those bits and keep the rest, so nothing the guest writes into the user's
+ * directory runs as the host user for whoever starts it.
+ */
+static void test_guest_modes_never_setuid(void)
+{
+	struct fuse_create_in create_in = { .flags = O_WRONLY | O_CREAT, .mode = S_IFREG | 04755 };
+	struct fuse_mknod_in mknod = { .mode = S_IFREG | 06755 };
+	struct fuse_setattr_in set = { .valid = FATTR_MODE, .mode = S_IFREG | 06711 };
+	struct fx f;
+	uint64_t node;
+
+	CHECK_INT_EQ(fx_init(&f, FUSE_SERVER_READ_WRITE), 0);
+	call(&f, FUSE_CREATE, TEST_ROOT, &create_in, sizeof(create_in), "created", 8, NULL, 0);
+	CHECK_INT_EQ(f.error, 0);
+	CHECK_INT_EQ(host_mode(&f, "created") & 07000, 0);
+	CHECK_INT_EQ(host_mode(&f, "created") & 0700, 0700);
+	call(&f, FUSE_MKNOD, TEST_ROOT, &mknod, sizeof(mknod), "made", 5, NULL, 0);
+	CHECK_INT_EQ(f.error, 0);
+	CHECK_INT_EQ(host_mode(&f, "made") & 07000, 0);
+	host_write(&f, "tool", TEST_HOST_TEXT);
+	node = lookup(&f, TEST_ROOT, "tool", NULL);
+	call(&f, FUSE_SETATTR, node, &set, sizeof(set), NULL, 0, NULL, 0);
+	CHECK_INT_EQ(f.error, 0);
+	CHECK_INT_EQ(host_mode(&f, "tool"), 0711);
+	/* the reply shows the mode the host file has */
+	CHECK_INT_EQ(((struct fuse_attr_out *)payload(&f))->attr.mode & 07777, 0711);
+	set.mode = S_IFREG | 01644; /* the sticky bit is harmless and kept */
+	call(&f, FUSE_SETATTR, node, &set, sizeof(set), NULL, 0, NULL, 0);
+	CHECK_INT_EQ(host_mode(&f, "tool"), 01644);
+	fx_free(&f);
+}
+
+static void alarm_fails(int sig)
+{
+	(void)sig;
+	static const char message[] = "a CREATE of an existing FIFO blocked the share\n";
+
+	if (write(STDERR_FILENO, message, sizeof(message) - 1) < 0)
+		_exit(3);
+	_exit(2);
+}
+
+/*
+ * CREATE without O_EXCL of an entry that exists but is no regular file (a FIFO or a device the
+ * host directory holds) is refused at once, for reading and for writing: the open would block
+ * the share's worker for good, or run a driver's open. An existing directory keeps its EISDIR.
+ */
+static void test_create_refuses_special_files(void)
+{
+	static const uint32_t accesses[] = { O_RDONLY, O_WRONLY, O_RDWR };
+	char path[PATH_MAX];
+	uint64_t fh = 0;
+	struct fx f;
+
+	CHECK_INT_EQ(fx_init(&f, FUSE_SERVER_READ_WRITE), 0);
+	host_path(&f, "pipe", path);
+	CHECK_INT_EQ(mkfifo(path, 0666), 0);
+	signal(SIGALRM, alarm_fails);
+	alarm(10);
+	for (size_t i = 0; i < sizeof(accesses) / sizeof(accesses[0]); i++) {
+		CHECK(create(&f, TEST_ROOT, "pipe", accesses[i] | O_CREAT, &fh) == 0);
+		CHECK_INT_EQ(f.error, -EPERM);
+	}
+	alarm(0);
+	signal(SIGALRM, SIG_DFL);
+	CHECK(mkdir_node(&f, TEST_ROOT, "dir") != 0);
+	CHECK(create(&f, TEST_ROOT, "dir", O_RDONLY | O_CREAT, &fh) == 0);
+	CHECK_INT_EQ(f.error, -EISDIR);
+	/* a regular file that exists opens as before */
+	host_write(&f, "plain", TEST_HOST_TEXT);
+	CHECK(create(&f, TEST_ROOT, "plain", O_RDWR | O_CREAT, &fh) != 0);
+	CHECK_INT_EQ(f.error, 0);
+	fx_free(&f);
+}
+
 static void test_read_only_share(void)
 {
 	struct fx f;
 	struct fuse_setattr_in set = { .valid = FATTR_SIZE, .size = 0 };
 	struct fuse_mkdir_in mkdir_in = { .mode = 0755 };
 	struct fuse_access_in access_in = { .mask = W_OK };
+	struct fuse_fallocate_in fallocate_in = { .length = 4096 };
+	char path[PATH_MAX];
 	uint64_t fh = 0, node;
 
 	CHECK_INT_EQ(fx_init(&f, FUSE_SERVER_READ_ONLY), 0);
@@ -1248,6 +1403,12 @@ static void test_read_only_share(void)
 	CHECK_INT_EQ(f.error, -EROFS);
 	CHECK_STR_EQ(read_fh(&f, node, 0), TEST_HOST_TEXT);
 	CHECK_STR_EQ(host_read(&f, "keep.txt"), TEST_HOST_TEXT);
+	/* the refused WRITE and FALLOCATE opened nothing for writing on the host file */
+	fallocate_in.fh = 0;
+	call(&f, FUSE_FALLOCATE, node, &fallocate_in, sizeof(fallocate_in), NULL, 0, NULL, 0);
+	CHECK_INT_EQ(f.error, -EROFS);
+	host_path(&f, "keep.txt", path);
+	CHECK_INT_EQ(write_fds_on(path), 0);
 	fx_free(&f);
 }
 
@@ -1417,43 +1578,6 @@ static void test_io_fd_cache(void)
 	}
 	CHECK_INT_EQ(open_fd_count(), before);
 	fx_free(&f);
-}
-
-/* How many of this process's fds other than O_PATH ones are open on the host file at path. */
-static unsigned int io_fds_on(const char *path)
-{
-	char real[PATH_MAX], link[PATH_MAX], proc[PATH_MAX], line[128];
-	DIR *dir = opendir("/proc/self/fd");
-	struct dirent *entry;
-	unsigned int count = 0;
-
-	if (!dir || !realpath(path, real)) {
-		if (dir)
-			closedir(dir);
-		return 0;
-	}
-	while ((entry = readdir(dir))) {
-		ssize_t len;
-		unsigned int flags = 0;
-		FILE *info;
-
-		snprintf(proc, sizeof(proc), "/proc/self/fd/%s", entry->d_name);
-		len = readlink(proc, link, sizeof(link) - 1);
-		if (len < 0)
-			continue;
-		link[len] = '\0';
-		if (strcmp(link, real) != 0)
-			continue;
-		snprintf(proc, sizeof(proc), "/proc/self/fdinfo/%s", entry->d_name);
-		info = fopen(proc, "r");
-		while (info && fgets(line, sizeof(line), info))
-			sscanf(line, "flags: %o", &flags);
-		if (info)
-			fclose(info);
-		count += !(flags & O_PATH);
-	}
-	closedir(dir);
-	return count;
 }
 
 /*
@@ -1838,6 +1962,8 @@ int main(int argc, char **argv)
 	RUN_TEST(test_create_write_only_direct);
 	RUN_TEST(test_writes_always_move_mtime);
 	RUN_TEST(test_kill_suidgid);
+	RUN_TEST(test_guest_modes_never_setuid);
+	RUN_TEST(test_create_refuses_special_files);
 	RUN_TEST(test_malformed_requests);
 	RUN_TEST(test_handle_limit);
 	RUN_TEST(test_io_fd_cache);
