@@ -31,6 +31,13 @@
 #define NET_MAX_PREFIX 32
 #define NET_LINK_LOCAL NET_ADDR(169, 254, 0, 0)
 #define NET_LINK_LOCAL_PREFIX 16
+/* Destinations that name no single remote host (see net_policy.h). */
+#define NET_THIS_NETWORK NET_ADDR(0, 0, 0, 0)
+#define NET_THIS_NETWORK_PREFIX 8
+#define NET_MULTICAST_AND_RESERVED NET_ADDR(224, 0, 0, 0)
+#define NET_MULTICAST_AND_RESERVED_PREFIX 3
+#define NET_PSEUDO_HEADER_LEN 12
+#define NET_CHECKSUM_VALID 0 /* the folded complement of a sum over a correct checksum */
 
 static uint16_t net_get16(const uint8_t *p)
 {
@@ -124,6 +131,47 @@ int net_policy_add_allow(struct net_policy *policy, const struct net_cidr *cidr)
 	return 0;
 }
 
+/* The Internet checksum of len bytes, continuing from sum. */
+static uint32_t net_checksum_add(uint32_t sum, const uint8_t *data, size_t len)
+{
+	for (size_t i = 0; i + 1 < len; i += 2)
+		sum += net_get16(data + i);
+	if (len & 1u)
+		sum += (uint32_t)data[len - 1] << 8;
+	return sum;
+}
+
+static uint16_t net_checksum_fold(uint32_t sum)
+{
+	while (sum >> 16)
+		sum = (sum & 0xffffu) + (sum >> 16);
+	return (uint16_t)~sum;
+}
+
+/* The sum over a TCP segment of tcp_len bytes and its pseudo-header (from the IPv4 header ip). */
+static uint32_t net_tcp_sum(const uint8_t *ip, const uint8_t *tcp, size_t tcp_len)
+{
+	uint8_t pseudo[NET_PSEUDO_HEADER_LEN];
+
+	memcpy(pseudo, ip + NET_IP_SRC_OFFSET, 2 * sizeof(uint32_t)); /* source, destination */
+	pseudo[8] = 0;
+	pseudo[9] = NET_IP_PROTO_TCP;
+	net_put16(pseudo + 10, (uint16_t)tcp_len);
+	return net_checksum_add(net_checksum_add(0, pseudo, sizeof(pseudo)), tcp, tcp_len);
+}
+
+/*
+ * Whether a TCP segment's checksum is right (pseudo-header included). libslirp drops a segment
+ * whose checksum is wrong, so only a FIN or RST that passes this can close a connection there,
+ * and only such a one may end the flow that counts its host socket.
+ */
+static bool net_tcp_checksum_ok(const uint8_t *frame, const struct net_frame_info *info,
+				size_t l4_len)
+{
+	return net_checksum_fold(net_tcp_sum(frame + info->ip_offset, frame + info->l4_offset,
+					     l4_len)) == NET_CHECKSUM_VALID;
+}
+
 /* The transport header of an IPv4 packet that starts at ip (ip_len bytes from there). */
 static void net_parse_l4(const uint8_t *frame, size_t ip_len, struct net_frame_info *out)
 {
@@ -144,8 +192,17 @@ static void net_parse_l4(const uint8_t *frame, size_t ip_len, struct net_frame_i
 		out->tcp_seq = net_get32(l4 + NET_TCP_SEQ_OFFSET);
 		out->tcp_flags = l4[NET_TCP_FLAGS_OFFSET];
 		out->l4_payload_len = l4_len - header_len;
+		if (out->tcp_flags & (NET_TCP_FIN | NET_TCP_RST))
+			out->tcp_checksum_ok = net_tcp_checksum_ok(frame, out, l4_len);
 		return;
 	}
+	case NET_FRAME_ICMP:
+		if (l4_len < NET_ICMP_HEADER_LEN)
+			goto malformed;
+		out->icmp_type = l4[0];
+		out->src_port = net_get16(l4 + 4); /* echo identifier */
+		out->dst_port = net_get16(l4 + 6); /* echo sequence number */
+		return;
 	case NET_FRAME_UDP:
 		if (l4_len < NET_UDP_HEADER_LEN || net_get16(l4 + 4) < NET_UDP_HEADER_LEN ||
 		    net_get16(l4 + 4) > l4_len)
@@ -232,7 +289,15 @@ static bool net_effective_destination(const struct net_policy *policy,
 	const struct net_cidr virtual_net = { .addr = NET_VIRTUAL_NETWORK,
 					      .prefix = NET_VIRTUAL_PREFIX };
 
+	const struct net_cidr this_network = { .addr = NET_THIS_NETWORK,
+					       .prefix = NET_THIS_NETWORK_PREFIX };
+	const struct net_cidr not_unicast = { .addr = NET_MULTICAST_AND_RESERVED,
+					      .prefix = NET_MULTICAST_AND_RESERVED_PREFIX };
+
 	*addr = info->dst_addr;
+	if (net_cidr_contains(&this_network, info->dst_addr) ||
+	    net_cidr_contains(&not_unicast, info->dst_addr))
+		return false;
 	if (!net_cidr_contains(&virtual_net, info->dst_addr))
 		return true;
 	if (info->dst_addr == NET_GATEWAY_ADDR) {
@@ -247,9 +312,16 @@ static bool net_effective_destination(const struct net_policy *policy,
 	return false;
 }
 
-static uint64_t net_flow_idle_ms(uint8_t proto)
+static uint64_t net_flow_idle_ms(const struct net_flow *flow)
 {
-	return proto == NET_IP_PROTO_TCP ? NET_TCP_FLOW_IDLE_MS : NET_UDP_FLOW_IDLE_MS;
+	switch (flow->proto) {
+	case NET_IP_PROTO_TCP:
+		return NET_TCP_FLOW_IDLE_MS;
+	case NET_IP_PROTO_ICMP:
+		return NET_ICMP_FLOW_IDLE_MS;
+	default:
+		return flow->dst_port == NET_DNS_PORT ? NET_DNS_FLOW_IDLE_MS : NET_UDP_FLOW_IDLE_MS;
+	}
 }
 
 static struct net_flow *net_flow_find(struct net_policy_state *state, uint8_t proto,
@@ -257,12 +329,12 @@ static struct net_flow *net_flow_find(struct net_policy_state *state, uint8_t pr
 {
 	struct net_flow *found = NULL;
 
-	for (unsigned int i = 0; i < NET_FLOW_TABLE_SIZE; i++) {
+	for (unsigned int i = 0; i < state->flow_slots_high && i < NET_FLOW_TABLE_SIZE; i++) {
 		struct net_flow *flow = &state->flows[i];
 
 		if (!flow->used)
 			continue;
-		if (now_ms - flow->last_seen_ms > net_flow_idle_ms(flow->proto)) {
+		if (now_ms - flow->last_seen_ms > net_flow_idle_ms(flow)) {
 			flow->used = false;
 			state->active_flows--;
 			continue;
@@ -306,12 +378,39 @@ static enum net_verdict net_flow_open(const struct net_policy *policy,
 	}
 	if (!slot)
 		return NET_VERDICT_DENY_FLOWS;
+	if ((uint32_t)(slot - state->flows) >= state->flow_slots_high)
+		state->flow_slots_high = (uint32_t)(slot - state->flows) + 1;
 	*slot = (struct net_flow){ .used = true, .proto = proto, .guest_port = info->src_port,
 				   .dst_addr = info->dst_addr, .dst_port = info->dst_port,
 				   .last_seen_ms = now_ms };
 	state->active_flows++;
 	state->window_new++;
 	return NET_VERDICT_PASS;
+}
+
+/*
+ * A segment of a TCP connection from the guest keeps its flow alive. The flow ends when libslirp
+ * lets the connection's host socket go: at a reset, or once both ends have sent a FIN (the
+ * remote end's is seen in net_policy_observe_rx). Only a FIN or reset whose checksum is right
+ * counts, since libslirp drops any other; a FIN alone leaves the connection half open, its
+ * socket still held.
+ */
+static void net_tcp_segment_seen(struct net_policy_state *state, const struct net_frame_info *info,
+				 uint64_t now_ms)
+{
+	struct net_flow *flow = net_flow_find(state, NET_IP_PROTO_TCP, info, now_ms);
+
+	if (!flow)
+		return;
+	flow->last_seen_ms = now_ms;
+	if (!info->tcp_checksum_ok)
+		return;
+	if (info->tcp_flags & NET_TCP_RST)
+		net_flow_forget(state, flow);
+	else if (info->tcp_flags & NET_TCP_FIN)
+		flow->guest_fin = true;
+	if (flow->used && flow->guest_fin && flow->remote_fin)
+		net_flow_forget(state, flow);
 }
 
 static enum net_verdict net_policy_decide(const struct net_policy *policy,
@@ -338,8 +437,7 @@ static enum net_verdict net_policy_decide(const struct net_policy *policy,
 	}
 	/* Segments of a connection slirp already has (or will reset): no new host socket. */
 	if (info->kind == NET_FRAME_TCP && !opens_tcp) {
-		if (info->tcp_flags & (NET_TCP_FIN | NET_TCP_RST))
-			net_flow_forget(state, net_flow_find(state, proto, info, now_ms));
+		net_tcp_segment_seen(state, info, now_ms);
 		return NET_VERDICT_PASS;
 	}
 	if (!net_effective_destination(policy, info, judged_addr))
@@ -349,8 +447,8 @@ static enum net_verdict net_policy_decide(const struct net_policy *policy,
 	if (policy->allow_count &&
 	    !net_cidr_list_contains(policy->allow, policy->allow_count, *judged_addr))
 		return NET_VERDICT_DENY_ADDRESS;
-	if (info->kind == NET_FRAME_ICMP)
-		return NET_VERDICT_PASS;
+	if (info->kind == NET_FRAME_ICMP && info->icmp_type != NET_ICMP_ECHO_REQUEST)
+		return NET_VERDICT_PASS; /* libslirp relays echo requests only: no socket for these */
 	/* a known flow (for TCP: a retransmitted SYN) is no new connection */
 	flow = net_flow_find(state, proto, info, now_ms);
 	if (flow) {
@@ -364,15 +462,28 @@ void net_policy_observe_rx(struct net_policy_state *state, const struct net_fram
 			   uint64_t now_ms)
 {
 	struct net_frame_info outbound;
+	struct net_flow *flow;
 
-	if (info->kind != NET_FRAME_TCP || !(info->tcp_flags & NET_TCP_RST))
+	if (info->kind == NET_FRAME_ICMP && info->icmp_type == NET_ICMP_ECHO_REPLY) {
+		/* the request's flow: same identifier and sequence number, to the replying host */
+		outbound = *info;
+		outbound.dst_addr = info->src_addr;
+		net_flow_forget(state, net_flow_find(state, NET_IP_PROTO_ICMP, &outbound, now_ms));
+		return;
+	}
+	if (info->kind != NET_FRAME_TCP || !(info->tcp_flags & (NET_TCP_RST | NET_TCP_FIN)))
 		return;
 	/* the flow as the guest's frames name it: guest port, then the remote end */
 	outbound = *info;
 	outbound.src_port = info->dst_port;
 	outbound.dst_addr = info->src_addr;
 	outbound.dst_port = info->src_port;
-	net_flow_forget(state, net_flow_find(state, NET_IP_PROTO_TCP, &outbound, now_ms));
+	flow = net_flow_find(state, NET_IP_PROTO_TCP, &outbound, now_ms);
+	if (!flow)
+		return;
+	flow->remote_fin = flow->remote_fin || (info->tcp_flags & NET_TCP_FIN);
+	if ((info->tcp_flags & NET_TCP_RST) || flow->guest_fin)
+		net_flow_forget(state, flow);
 }
 
 enum net_verdict net_policy_judge(const struct net_policy *policy, struct net_policy_state *state,
@@ -404,23 +515,6 @@ const char *net_verdict_name(enum net_verdict verdict)
 	return (unsigned int)verdict < NET_VERDICT_COUNT ? names[verdict] : "unknown";
 }
 
-/* The Internet checksum of len bytes, continuing from sum. */
-static uint32_t net_checksum_add(uint32_t sum, const uint8_t *data, size_t len)
-{
-	for (size_t i = 0; i + 1 < len; i += 2)
-		sum += net_get16(data + i);
-	if (len & 1u)
-		sum += (uint32_t)data[len - 1] << 8;
-	return sum;
-}
-
-static uint16_t net_checksum_fold(uint32_t sum)
-{
-	while (sum >> 16)
-		sum = (sum & 0xffffu) + (sum >> 16);
-	return (uint16_t)~sum;
-}
-
 static void net_ipv4_fix_checksum(uint8_t *ip, size_t header_len)
 {
 	net_put16(ip + NET_IP_CHECKSUM_OFFSET, 0);
@@ -436,8 +530,6 @@ size_t net_build_tcp_rst(const uint8_t *frame, const struct net_frame_info *info
 	uint32_t ack = info->tcp_seq + (uint32_t)info->l4_payload_len +
 		       ((info->tcp_flags & NET_TCP_SYN) ? 1u : 0u) +
 		       ((info->tcp_flags & NET_TCP_FIN) ? 1u : 0u);
-	uint8_t pseudo[12];
-	uint32_t sum;
 
 	if (info->kind != NET_FRAME_TCP || cap < NET_RST_FRAME_LEN)
 		return 0;
@@ -458,13 +550,8 @@ size_t net_build_tcp_rst(const uint8_t *frame, const struct net_frame_info *info
 	net_put32(tcp + NET_TCP_ACK_OFFSET, ack);
 	tcp[12] = (uint8_t)((NET_TCP_MIN_HEADER_LEN / NET_WORD_BYTES) << NET_TCP_DATA_OFFSET_SHIFT);
 	tcp[NET_TCP_FLAGS_OFFSET] = NET_TCP_RST | NET_TCP_ACK;
-	memcpy(pseudo, ip + NET_IP_SRC_OFFSET, 8);
-	pseudo[8] = 0;
-	pseudo[9] = NET_IP_PROTO_TCP;
-	net_put16(pseudo + 10, NET_TCP_MIN_HEADER_LEN);
-	sum = net_checksum_add(net_checksum_add(0, pseudo, sizeof(pseudo)), tcp,
-			       NET_TCP_MIN_HEADER_LEN);
-	net_put16(tcp + NET_TCP_CHECKSUM_OFFSET, net_checksum_fold(sum));
+	net_put16(tcp + NET_TCP_CHECKSUM_OFFSET,
+		  net_checksum_fold(net_tcp_sum(ip, tcp, NET_TCP_MIN_HEADER_LEN)));
 	return NET_RST_FRAME_LEN;
 }
 

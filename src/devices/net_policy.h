@@ -13,7 +13,10 @@
  *   - addresses of the virtual network by what they reach: the gateway 10.0.2.2 is the host's
  *     loopback (127.0.0.1), the DNS address 10.0.2.3 port 53 is the resolver DNS forwarding
  *     sends to (and is refused when DNS forwarding is off); every other virtual address is
- *     refused;
+ *     refused, and so is every address that names no single remote host (0.0.0.0/8, which
+ *     the host's stack takes for itself, and multicast and 240.0.0.0/4 with the broadcast
+ *     address, which libslirp turns into the host's loopback), so no deny list can be
+ *     walked around by them;
  *   - IPv4 fragments, IPv6 and other protocols are dropped (the guest stack needs none of them
  *     for TCP, and a fragment could hide the transport header).
  * A deny list is checked first (169.254.0.0/16 always), then the allow list if there is one,
@@ -60,9 +63,18 @@
 #define NET_FLOW_TABLE_SIZE 1024
 #define NET_DEFAULT_MAX_FLOWS 256
 #define NET_DEFAULT_MAX_NEW_PER_SEC 64
-/* A flow nobody used for this long no longer counts against the concurrency cap. */
+/*
+ * A flow nobody used for this long no longer counts against the concurrency cap. Each is at
+ * least as long as libslirp keeps the host socket of such a flow without traffic: a UDP
+ * socket 240 s (10 s for port 53), an ICMP echo's until its reply or 240 s.
+ */
 #define NET_TCP_FLOW_IDLE_MS (300u * 1000u)
-#define NET_UDP_FLOW_IDLE_MS (30u * 1000u)
+#define NET_UDP_FLOW_IDLE_MS (240u * 1000u)
+#define NET_DNS_FLOW_IDLE_MS (30u * 1000u)
+#define NET_ICMP_FLOW_IDLE_MS (240u * 1000u)
+#define NET_ICMP_ECHO_REPLY 0
+#define NET_ICMP_ECHO_REQUEST 8
+#define NET_ICMP_HEADER_LEN 8
 #define NET_RATE_WINDOW_MS 1000u
 
 struct net_cidr {
@@ -95,10 +107,12 @@ struct net_frame_info {
 	enum net_frame_kind kind;
 	uint32_t src_addr; /* host byte order */
 	uint32_t dst_addr;
-	uint16_t src_port; /* TCP/UDP */
-	uint16_t dst_port;
+	uint16_t src_port; /* TCP/UDP; an ICMP echo's identifier */
+	uint16_t dst_port; /* an ICMP echo's sequence number */
 	uint8_t tcp_flags;
 	uint32_t tcp_seq;
+	bool tcp_checksum_ok; /* computed for a FIN or RST only: what may end a flow */
+	uint8_t icmp_type;    /* ICMP: echo id and sequence are in src_port and dst_port */
 	size_t ip_offset;	  /* where the IPv4 header starts */
 	size_t l4_offset;	  /* where the TCP/UDP/ICMP header starts */
 	size_t l4_payload_len; /* bytes after the TCP/UDP header */
@@ -114,8 +128,15 @@ enum net_verdict {
 	NET_VERDICT_COUNT,
 };
 
+/*
+ * A flow is keyed as the guest's frames name it: TCP and UDP by the guest's port and the remote
+ * address and port; an ICMP echo by its identifier (guest_port) and sequence number (dst_port),
+ * since libslirp opens a host socket per echo request.
+ */
 struct net_flow {
 	bool used;
+	bool guest_fin;	 /* TCP: the guest closed its side */
+	bool remote_fin; /* TCP: the remote end closed its side */
 	uint8_t proto;
 	uint16_t guest_port;
 	uint32_t dst_addr;
@@ -127,6 +148,7 @@ struct net_flow {
 struct net_policy_state {
 	struct net_flow flows[NET_FLOW_TABLE_SIZE];
 	uint32_t active_flows;
+	uint32_t flow_slots_high; /* every used slot is below this: what a scan reads */
 	uint64_t window_start_ms;
 	uint32_t window_new;
 	uint64_t verdicts[NET_VERDICT_COUNT];
@@ -157,7 +179,9 @@ enum net_verdict net_policy_judge(const struct net_policy *policy, struct net_po
 const char *net_verdict_name(enum net_verdict verdict);
 /*
  * A frame on its way to the guest: a TCP reset from the remote end closes the flow it
- * answers (a refused or aborted connection sends the guest no FIN to see), so its slot frees.
+ * answers (a refused or aborted connection sends the guest no FIN to see), and a FIN from it
+ * closes one the guest has closed too; an ICMP echo reply ends its request's flow. Each is
+ * when libslirp lets the flow's host socket go, so its slot frees then, not sooner.
  */
 void net_policy_observe_rx(struct net_policy_state *state, const struct net_frame_info *info,
 			   uint64_t now_ms);

@@ -285,53 +285,212 @@ static void test_rate_cap_refuses_and_recovers(void)
 	free(state);
 }
 
+/* Gives the TCP segment in frame (built by build_ip_frame) a right checksum. */
+static void set_tcp_checksum(uint8_t *frame, size_t len)
+{
+	uint8_t *ip = frame + NET_ETH_HEADER_LEN, *tcp = ip + NET_IPV4_MIN_HEADER_LEN;
+	size_t tcp_len = len - NET_ETH_HEADER_LEN - NET_IPV4_MIN_HEADER_LEN;
+	uint8_t pseudo[12];
+	uint32_t sum = 0;
+
+	memcpy(pseudo, ip + 12, 8);
+	pseudo[8] = 0;
+	pseudo[9] = NET_IP_PROTO_TCP;
+	put16(pseudo + 10, (uint16_t)tcp_len);
+	put16(tcp + 16, 0);
+	for (size_t i = 0; i < sizeof(pseudo); i += 2)
+		sum += get16(pseudo + i);
+	for (size_t i = 0; i + 1 < tcp_len; i += 2)
+		sum += get16(tcp + i);
+	while (sum >> 16)
+		sum = (sum & 0xffffu) + (sum >> 16);
+	put16(tcp + 16, (uint16_t)~sum);
+}
+
+/* A segment of the connection from TEST_GUEST_PORT + port_offset to the gateway, port 80. */
+static enum net_verdict guest_segment(const struct net_policy *policy,
+				      struct net_policy_state *state, uint16_t port_offset,
+				      uint8_t flags, bool right_checksum, uint64_t now_ms)
+{
+	uint8_t frame[NET_MAX_FRAME_LEN];
+	size_t len = build_ip_frame(frame, NET_IP_PROTO_TCP, NET_GATEWAY_ADDR, 80, flags, 0);
+
+	put16(frame + NET_ETH_HEADER_LEN + NET_IPV4_MIN_HEADER_LEN,
+	      (uint16_t)(TEST_GUEST_PORT + port_offset));
+	if (right_checksum)
+		set_tcp_checksum(frame, len);
+	return judge(policy, state, frame, len, now_ms);
+}
+
+/* The remote end's FIN (or reset) on that connection, on its way to the guest. */
+static void remote_segment(struct net_policy_state *state, uint16_t port_offset, uint8_t flags)
+{
+	uint8_t frame[NET_MAX_FRAME_LEN];
+	size_t len = build_ip_frame(frame, NET_IP_PROTO_TCP, NET_GUEST_ADDR, 0, flags, 0);
+	uint8_t *ip = frame + NET_ETH_HEADER_LEN, *tcp = ip + NET_IPV4_MIN_HEADER_LEN;
+	struct net_frame_info info;
+
+	put32(ip + 12, NET_GATEWAY_ADDR);
+	put16(tcp, 80);
+	put16(tcp + 2, (uint16_t)(TEST_GUEST_PORT + port_offset));
+	net_frame_parse(frame, len, &info);
+	net_policy_observe_rx(state, &info, TEST_NOW_MS);
+}
+
+/*
+ * The cap on concurrent flows counts host sockets as libslirp holds them: a flow ends at a
+ * reset either way, or once both ends have sent a FIN, never at a FIN or reset libslirp
+ * would drop for its checksum; a connection in use never expires; a retransmitted SYN is no
+ * new flow.
+ */
 static void test_flow_cap_refuses_and_recovers(void)
 {
 	struct net_policy policy;
 	struct net_policy_state *state = new_state();
-	uint8_t frame[NET_MAX_FRAME_LEN];
-	size_t len;
-	uint8_t *sport = frame + NET_ETH_HEADER_LEN + NET_IPV4_MIN_HEADER_LEN;
 
 	net_policy_init_default(&policy);
 	policy.max_flows = 2;
-	len = build_ip_frame(frame, NET_IP_PROTO_TCP, NET_GATEWAY_ADDR, 80, NET_TCP_SYN, 0);
-	put16(sport, TEST_GUEST_PORT);
-	CHECK_INT_EQ(judge(&policy, state, frame, len, TEST_NOW_MS), NET_VERDICT_PASS);
-	put16(sport, TEST_GUEST_PORT + 1);
-	CHECK_INT_EQ(judge(&policy, state, frame, len, TEST_NOW_MS), NET_VERDICT_PASS);
-	put16(sport, TEST_GUEST_PORT + 2);
-	CHECK_INT_EQ(judge(&policy, state, frame, len, TEST_NOW_MS), NET_VERDICT_DENY_FLOWS);
-	/* the guest closes its first connection: a slot frees */
-	len = build_ip_frame(frame, NET_IP_PROTO_TCP, NET_GATEWAY_ADDR, 80,
-			     NET_TCP_FIN | NET_TCP_ACK, 0);
-	put16(sport, TEST_GUEST_PORT);
-	CHECK_INT_EQ(judge(&policy, state, frame, len, TEST_NOW_MS), NET_VERDICT_PASS);
-	len = build_ip_frame(frame, NET_IP_PROTO_TCP, NET_GATEWAY_ADDR, 80, NET_TCP_SYN, 0);
-	put16(sport, TEST_GUEST_PORT + 2);
-	CHECK_INT_EQ(judge(&policy, state, frame, len, TEST_NOW_MS), NET_VERDICT_PASS);
-	/* a retransmitted SYN is the same connection, not a new one */
-	put16(sport, TEST_GUEST_PORT + 2);
-	CHECK_INT_EQ(judge(&policy, state, frame, len, TEST_NOW_MS), NET_VERDICT_PASS);
+	CHECK_INT_EQ(guest_segment(&policy, state, 0, NET_TCP_SYN, false, TEST_NOW_MS),
+		     NET_VERDICT_PASS);
+	CHECK_INT_EQ(guest_segment(&policy, state, 1, NET_TCP_SYN, false, TEST_NOW_MS),
+		     NET_VERDICT_PASS);
+	CHECK_INT_EQ(guest_segment(&policy, state, 2, NET_TCP_SYN, false, TEST_NOW_MS),
+		     NET_VERDICT_DENY_FLOWS);
+	/* a retransmitted SYN is the same connection */
+	CHECK_INT_EQ(guest_segment(&policy, state, 1, NET_TCP_SYN, false, TEST_NOW_MS),
+		     NET_VERDICT_PASS);
+	/* a FIN or reset with a wrong checksum (libslirp drops it) frees nothing */
+	CHECK_INT_EQ(guest_segment(&policy, state, 0, NET_TCP_FIN | NET_TCP_ACK, false, TEST_NOW_MS),
+		     NET_VERDICT_PASS);
+	CHECK_INT_EQ(guest_segment(&policy, state, 0, NET_TCP_RST, false, TEST_NOW_MS),
+		     NET_VERDICT_PASS);
+	CHECK_INT_EQ(state->active_flows, 2);
+	/* the guest's FIN only half-closes: the host socket is still held */
+	CHECK_INT_EQ(guest_segment(&policy, state, 0, NET_TCP_FIN | NET_TCP_ACK, true, TEST_NOW_MS),
+		     NET_VERDICT_PASS);
+	CHECK_INT_EQ(guest_segment(&policy, state, 2, NET_TCP_SYN, false, TEST_NOW_MS),
+		     NET_VERDICT_DENY_FLOWS);
+	/* the remote end's FIN closes it */
+	remote_segment(state, 0, NET_TCP_FIN | NET_TCP_ACK);
+	CHECK_INT_EQ(state->active_flows, 1);
+	CHECK_INT_EQ(guest_segment(&policy, state, 2, NET_TCP_SYN, false, TEST_NOW_MS),
+		     NET_VERDICT_PASS);
+	/* the other order: the remote end's FIN first, then the guest's */
+	remote_segment(state, 2, NET_TCP_FIN | NET_TCP_ACK);
+	CHECK_INT_EQ(state->active_flows, 2);
+	CHECK_INT_EQ(guest_segment(&policy, state, 2, NET_TCP_FIN | NET_TCP_ACK, true, TEST_NOW_MS),
+		     NET_VERDICT_PASS);
+	CHECK_INT_EQ(state->active_flows, 1);
+	/* a reset from the guest with a right checksum ends its flow at once */
+	CHECK_INT_EQ(guest_segment(&policy, state, 3, NET_TCP_SYN, false, TEST_NOW_MS),
+		     NET_VERDICT_PASS);
+	CHECK_INT_EQ(guest_segment(&policy, state, 3, NET_TCP_RST, true, TEST_NOW_MS),
+		     NET_VERDICT_PASS);
+	CHECK_INT_EQ(state->active_flows, 1);
 	/* a reset from the remote end closes the flow it answers */
-	{
-		struct net_frame_info syn, rst_info;
-		uint8_t rst[NET_RST_FRAME_LEN];
+	CHECK_INT_EQ(guest_segment(&policy, state, 4, NET_TCP_SYN, false, TEST_NOW_MS),
+		     NET_VERDICT_PASS);
+	remote_segment(state, 4, NET_TCP_RST | NET_TCP_ACK);
+	CHECK_INT_EQ(state->active_flows, 1);
+	/* a connection in use keeps its flow past the idle time; an idle one expires */
+	CHECK_INT_EQ(guest_segment(&policy, state, 5, NET_TCP_SYN, false, TEST_NOW_MS),
+		     NET_VERDICT_PASS);
+	CHECK_INT_EQ(guest_segment(&policy, state, 5, NET_TCP_ACK, false,
+				   TEST_NOW_MS + NET_TCP_FLOW_IDLE_MS - 1),
+		     NET_VERDICT_PASS);
+	CHECK_INT_EQ(guest_segment(&policy, state, 6, NET_TCP_SYN, false,
+				   TEST_NOW_MS + NET_TCP_FLOW_IDLE_MS + 1),
+		     NET_VERDICT_PASS); /* the slot of port 1, idle since TEST_NOW_MS */
+	CHECK_INT_EQ(guest_segment(&policy, state, 7, NET_TCP_SYN, false,
+				   TEST_NOW_MS + NET_TCP_FLOW_IDLE_MS + 1),
+		     NET_VERDICT_DENY_FLOWS); /* port 5's flow is alive */
+	free(state);
+}
 
-		net_frame_parse(frame, len, &syn);
-		CHECK_INT_EQ(net_build_tcp_rst(frame, &syn, rst, sizeof(rst)), NET_RST_FRAME_LEN);
-		net_frame_parse(rst, sizeof(rst), &rst_info);
-		CHECK_INT_EQ(state->active_flows, 2);
-		net_policy_observe_rx(state, &rst_info, TEST_NOW_MS);
-		CHECK_INT_EQ(state->active_flows, 1);
-		put16(sport, TEST_GUEST_PORT + 4);
+/*
+ * A UDP flow counts as long as libslirp keeps its socket (240 s idle, 10 s for DNS, which the
+ * policy keeps 30 s), and every ICMP echo request is a flow of its own until its reply.
+ */
+static void test_udp_and_echo_flows(void)
+{
+	struct net_policy policy;
+	struct net_policy_state *state = new_state();
+	uint8_t frame[NET_MAX_FRAME_LEN], reply[NET_MAX_FRAME_LEN];
+	uint8_t *l4 = frame + NET_ETH_HEADER_LEN + NET_IPV4_MIN_HEADER_LEN;
+	struct net_frame_info info;
+	size_t len;
+
+	net_policy_init_default(&policy);
+	policy.max_flows = 1;
+	len = build_ip_frame(frame, NET_IP_PROTO_UDP, NET_GATEWAY_ADDR, 9999, 0, 4);
+	CHECK_INT_EQ(judge(&policy, state, frame, len, TEST_NOW_MS), NET_VERDICT_PASS);
+	put16(l4, TEST_GUEST_PORT + 1);
+	CHECK_INT_EQ(judge(&policy, state, frame, len, TEST_NOW_MS + NET_DNS_FLOW_IDLE_MS + 1),
+		     NET_VERDICT_DENY_FLOWS);
+	CHECK_INT_EQ(judge(&policy, state, frame, len, TEST_NOW_MS + NET_UDP_FLOW_IDLE_MS + 1),
+		     NET_VERDICT_PASS);
+	free(state);
+
+	/* ICMP echo: capped like any flow, freed by its reply */
+	state = new_state();
+	policy.max_flows = 2;
+	policy.max_new_per_sec = 3;
+	len = build_ip_frame(frame, NET_IP_PROTO_ICMP, NET_GATEWAY_ADDR, 0, 0, 8);
+	l4[0] = NET_ICMP_ECHO_REQUEST;
+	for (uint16_t seq = 1; seq <= 2; seq++) {
+		put16(l4 + 6, seq);
 		CHECK_INT_EQ(judge(&policy, state, frame, len, TEST_NOW_MS), NET_VERDICT_PASS);
 	}
-	/* idle flows expire */
-	put16(sport, TEST_GUEST_PORT + 3);
+	put16(l4 + 6, 3);
 	CHECK_INT_EQ(judge(&policy, state, frame, len, TEST_NOW_MS), NET_VERDICT_DENY_FLOWS);
-	CHECK_INT_EQ(judge(&policy, state, frame, len, TEST_NOW_MS + NET_TCP_FLOW_IDLE_MS + 1),
-		     NET_VERDICT_PASS);
+	/* the reply to sequence 1, from the host the request went to */
+	memcpy(reply, frame, len);
+	put32(reply + NET_ETH_HEADER_LEN + 12, NET_GATEWAY_ADDR);
+	put32(reply + NET_ETH_HEADER_LEN + 16, NET_GUEST_ADDR);
+	reply[NET_ETH_HEADER_LEN + NET_IPV4_MIN_HEADER_LEN] = NET_ICMP_ECHO_REPLY;
+	put16(reply + NET_ETH_HEADER_LEN + NET_IPV4_MIN_HEADER_LEN + 6, 1);
+	net_frame_parse(reply, len, &info);
+	net_policy_observe_rx(state, &info, TEST_NOW_MS);
+	CHECK_INT_EQ(state->active_flows, 1);
+	CHECK_INT_EQ(judge(&policy, state, frame, len, TEST_NOW_MS), NET_VERDICT_PASS);
+	/* a flood of requests meets the rate cap as connections do */
+	put16(l4 + 6, 4);
+	CHECK_INT_EQ(judge(&policy, state, frame, len, TEST_NOW_MS), NET_VERDICT_DENY_RATE);
+	/* other ICMP messages open nothing in libslirp and pass uncounted */
+	l4[0] = NET_ICMP_ECHO_REPLY;
+	CHECK_INT_EQ(judge(&policy, state, frame, len, TEST_NOW_MS), NET_VERDICT_PASS);
+	CHECK_INT_EQ(state->active_flows, 2);
+	free(state);
+}
+
+/*
+ * Addresses that name no single remote host reach nothing: libslirp turns the broadcast
+ * address into the host's loopback and the host's stack takes 0.0.0.0 for itself, so either
+ * would walk around a deny list of the loopback; multicast has no place in a sandbox's egress.
+ */
+static void test_addresses_of_no_single_host_refused(void)
+{
+	static const uint32_t nowhere[] = { NET_ADDR(255, 255, 255, 255), NET_ADDR(0, 0, 0, 0),
+					     NET_ADDR(0, 1, 2, 3), NET_ADDR(224, 0, 0, 1),
+					     NET_ADDR(239, 255, 255, 250), NET_ADDR(240, 0, 0, 1) };
+	struct net_policy policy;
+	struct net_policy_state *state = new_state();
+	struct net_cidr loopback;
+	uint8_t frame[NET_MAX_FRAME_LEN];
+	size_t len;
+
+	net_policy_init_default(&policy);
+	CHECK_INT_EQ(net_cidr_parse("127.0.0.0/8", &loopback), 0);
+	CHECK_INT_EQ(net_policy_add_deny(&policy, &loopback), 0);
+	for (size_t i = 0; i < sizeof(nowhere) / sizeof(nowhere[0]); i++) {
+		len = build_ip_frame(frame, NET_IP_PROTO_TCP, nowhere[i], 8080, NET_TCP_SYN, 0);
+		CHECK_INT_EQ(judge(&policy, state, frame, len, TEST_NOW_MS), NET_VERDICT_DENY_ADDRESS);
+		len = build_ip_frame(frame, NET_IP_PROTO_UDP, nowhere[i], 8080, 0, 4);
+		CHECK_INT_EQ(judge(&policy, state, frame, len, TEST_NOW_MS), NET_VERDICT_DENY_ADDRESS);
+	}
+	/* an ordinary public address still passes a deny list of the loopback */
+	len = build_ip_frame(frame, NET_IP_PROTO_TCP, NET_ADDR(192, 0, 2, 1), 80, NET_TCP_SYN, 0);
+	CHECK_INT_EQ(judge(&policy, state, frame, len, TEST_NOW_MS), NET_VERDICT_PASS);
 	free(state);
 }
 
@@ -628,6 +787,8 @@ int main(void)
 	RUN_TEST(test_addresses_judged_by_what_they_reach);
 	RUN_TEST(test_rate_cap_refuses_and_recovers);
 	RUN_TEST(test_flow_cap_refuses_and_recovers);
+	RUN_TEST(test_udp_and_echo_flows);
+	RUN_TEST(test_addresses_of_no_single_host_refused);
 	RUN_TEST(test_reset_answers_the_syn);
 	RUN_TEST(test_udp_rewrite);
 	RUN_TEST(test_random_frames_never_crash);
