@@ -692,6 +692,8 @@ static uint32_t vsock_emit_data(struct vsock_device *dev, struct vsock_conn *con
 	}
 	dev->backlog_bytes -= len;
 	hdr->len = len;
+	if (conn->host_hup && len) /* the guest still takes what the closed host left */
+		conn->deadline_ms = clock_monotonic_ms() + VSOCK_CLOSE_TIMEOUT_MS;
 	return vsock_write_packet(chain, hdr);
 }
 
@@ -791,6 +793,8 @@ static void vsock_conn_tick(struct vsock_device *dev, struct vsock_conn *conn, u
 	}
 	if (conn->state != VSOCK_CONN_ESTABLISHED)
 		return;
+	if (conn->host_hup && !conn->deadline_ms)
+		conn->deadline_ms = now_ms + VSOCK_CLOSE_TIMEOUT_MS;
 	if (conn->host_hup && !conn->host_eof)
 		vsock_conn_read_host(dev, conn);
 	if (conn->state != VSOCK_CONN_ESTABLISHED)

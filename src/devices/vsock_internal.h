@@ -28,6 +28,13 @@
 #define VSOCK_CREDIT_UPDATE_THRESHOLD (VSOCK_CONN_BUF_ALLOC / 4u)
 /* "CONNECT 4294967295\n" fits with room to spare. */
 #define VSOCK_CONNECT_LINE_MAX 32u
+/*
+ * Once the host has closed a connection, how long the guest may go without taking any of what
+ * is left for it, or without answering the SHUTDOWN that follows, before the connection is
+ * reset and its slot freed (Linux's own close timeout for vsock is 8 s): a guest that never
+ * answers cannot hold the device's connection slots and their buffers for good.
+ */
+#define VSOCK_CLOSE_TIMEOUT_MS 8000u
 /* RSTs for connections that no longer (or never) existed, waiting for an RX buffer. */
 #define VSOCK_ORPHAN_QUEUE_LEN 256u
 #define VSOCK_FIRST_LOCAL_PORT 1024u
@@ -96,7 +103,7 @@ struct vsock_conn {
 	bool in_epoll;
 	uint32_t local_port;
 	uint32_t peer_port;
-	uint64_t deadline_ms;
+	uint64_t deadline_ms; /* connecting: the guest's answer; host closed: the guest's progress */
 	char line[VSOCK_CONNECT_LINE_MAX];
 	uint32_t line_len;
 	uint32_t pending;

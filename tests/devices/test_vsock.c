@@ -944,6 +944,37 @@ static void test_guest_close_gives_host_clean_eof(void)
 	peer_stop(&p);
 }
 
+static bool host_shut_seen(struct peer *p, void *arg)
+{
+	(void)arg;
+	return p->conn.host_shut;
+}
+
+/*
+ * The host closes a connection whose guest never answers the SHUTDOWN that follows (its
+ * socket left open): once the close timeout passes, the device resets it and frees the slot,
+ * so silent guests cannot hold every slot for good. Before that, the slot is kept.
+ */
+static void test_host_closed_connection_times_out(void)
+{
+	struct peer p;
+	int fd;
+
+	CHECK_INT_EQ(peer_start(&p, VSOCK_WORKER_CALLER), 0);
+	fd = connect_with_guest(&p, GUEST_LISTEN_PORT, CONNECT_TIMEOUT_MS);
+	CHECK(fd >= 0);
+	if (fd >= 0)
+		close(fd);
+	CHECK(peer_run(&p, host_shut_seen, NULL, RUN_TIMEOUT_MS));
+	CHECK_INT_EQ(vsock_device_connection_count(p.dev), 1);
+	vsock_conn_housekeeping(p.dev, now_ms() + VSOCK_CLOSE_TIMEOUT_MS / 2);
+	CHECK_INT_EQ(vsock_device_connection_count(p.dev), 1);
+	vsock_conn_housekeeping(p.dev, now_ms() + VSOCK_CLOSE_TIMEOUT_MS + 1);
+	CHECK_INT_EQ(vsock_device_connection_count(p.dev), 0);
+	CHECK(peer_run(&p, conn_rst, NULL, RUN_TIMEOUT_MS));
+	peer_stop(&p);
+}
+
 /* A guest that stopped for good: the host's open connection reads EOF at once. */
 static void test_guest_stopped_ends_host_connections(void)
 {
@@ -1178,6 +1209,7 @@ int main(void)
 	RUN_TEST(test_connection_limit);
 	RUN_TEST(test_host_backlog_is_bounded);
 	RUN_TEST(test_guest_close_gives_host_clean_eof);
+	RUN_TEST(test_host_closed_connection_times_out);
 	RUN_TEST(test_transport_reset_event);
 	RUN_TEST(test_connect_waits_for_reset_handled);
 	RUN_TEST(test_connect_after_unhandled_reset);
