@@ -19,6 +19,7 @@
 #include "cli/cli.h"
 #include "daemon/client.h"
 #include "daemon/daemon.h"
+#include "store/snapshot_store.h"
 
 #define CLI_DAEMON_ERROR_MAX 1024
 #define CLI_DAEMON_PATH_MAX 4096
@@ -39,6 +40,7 @@ enum cli_daemon_option {
 	CLI_DAEMON_OPT_FOLLOW,
 	CLI_DAEMON_OPT_REASON,
 	CLI_DAEMON_OPT_STATE,
+	CLI_DAEMON_OPT_MAX_RUN_LOG,
 	CLI_DAEMON_OPT_HELP,
 };
 
@@ -51,6 +53,7 @@ static const struct option cli_daemon_options[] = {
 	{ "follow", no_argument, NULL, CLI_DAEMON_OPT_FOLLOW },
 	{ "reason", required_argument, NULL, CLI_DAEMON_OPT_REASON },
 	{ "state", required_argument, NULL, CLI_DAEMON_OPT_STATE },
+	{ "max-run-log", required_argument, NULL, CLI_DAEMON_OPT_MAX_RUN_LOG },
 	{ "help", no_argument, NULL, CLI_DAEMON_OPT_HELP },
 	{ NULL, 0, NULL, 0 },
 };
@@ -66,6 +69,7 @@ struct cli_daemon_args {
 	const char *run_id;
 	const char *reason;
 	const char *state;
+	const char *max_run_log;
 	bool follow;
 };
 
@@ -107,6 +111,7 @@ static int cli_daemon_parse(int argc, char **argv, struct cli_daemon_args *args,
 		case CLI_DAEMON_OPT_RUN_ID: args->run_id = optarg; break;
 		case CLI_DAEMON_OPT_REASON: args->reason = optarg; break;
 		case CLI_DAEMON_OPT_STATE: args->state = optarg; break;
+		case CLI_DAEMON_OPT_MAX_RUN_LOG: args->max_run_log = optarg; break;
 		case CLI_DAEMON_OPT_FOLLOW: args->follow = true; break;
 		default: break;
 		}
@@ -217,13 +222,15 @@ static void cli_daemon_print_json(const json_t *value)
 
 static const char cli_serve_usage[] =
 	"usage: voidbox serve [--listen unix:///PATH|tcp://HOST:PORT] [--token-file FILE]\n"
-	"                     [--state-dir DIR]\n\n"
+	"                     [--state-dir DIR] [--max-run-log SIZE]\n\n"
 	"Runs the run daemon (docs/daemon.md) until SIGINT or SIGTERM.\n\n"
 	"  --listen ADDR      default: unix://$XDG_RUNTIME_DIR/voidbox.sock (or\n"
 	"                     /tmp/voidbox-$UID.sock), mode 0600; tcp:// needs a bearer token\n"
 	"  --token-file FILE  the TCP token (mode 0600; created with a random token if absent;\n"
 	"                     default $XDG_CONFIG_HOME/voidbox/daemon-token)\n"
-	"  --state-dir DIR    the run store (default $VOIDBOX_STATE_DIR or ~/.local/state/voidbox)\n";
+	"  --state-dir DIR    the run store (default $VOIDBOX_STATE_DIR or ~/.local/state/voidbox)\n"
+	"  --max-run-log SIZE what one run's log lines may take in the store (512K, 64M,\n"
+	"                     1G; default 64M); past it one log.truncated event, no more lines\n";
 
 int cli_serve_run(const struct cli_globals *globals, int argc, char **argv)
 {
@@ -233,9 +240,16 @@ int cli_serve_run(const struct cli_globals *globals, int argc, char **argv)
 	ssize_t exe_len;
 	int status;
 
-	status = cli_daemon_parse(argc, argv, &args, "listen token-file state-dir");
+	status = cli_daemon_parse(argc, argv, &args, "listen token-file state-dir max-run-log");
 	if (status != 0)
 		return status < 0 ? CLI_EXIT_OK : status;
+	if (args.max_run_log && (!snapshot_store_parse_size(args.max_run_log,
+							    &config.run_log_max_bytes) ||
+				 config.run_log_max_bytes == 0)) {
+		fprintf(stderr, "voidbox serve: --max-run-log takes a size such as 512K, 64M or 1G, "
+			"not '%s'\n", args.max_run_log);
+		return CLI_EXIT_USAGE;
+	}
 	config.env = cli_daemon_env();
 	if (daemon_address_parse(args.listen, config.env, &config.address, err, sizeof(err)) < 0) {
 		fprintf(stderr, "voidbox serve: %s\n", err);

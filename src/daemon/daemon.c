@@ -127,6 +127,8 @@ int daemon_serve(const struct daemon_config *config, char *err, size_t errlen)
 	pthread_mutex_init(&d.lock, NULL);
 	pthread_cond_init(&d.changed, NULL);
 	snprintf(d.voidbox_exe, sizeof(d.voidbox_exe), "%s", config->voidbox_exe);
+	d.run_log_max_bytes = config->run_log_max_bytes ? config->run_log_max_bytes
+							  : DAEMON_RUN_LOG_DEFAULT_BYTES;
 	rc = daemon_load_token(&d, config, err, errlen);
 	if (rc == 0)
 		rc = daemon_open_state(&d, config, err, errlen);

@@ -9,6 +9,7 @@
 #define VOIDBOX_DAEMON_DAEMON_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include <jansson.h>
 
@@ -43,6 +44,7 @@ struct daemon_config {
 	const char *token_file; /* tcp only; NULL: the default path (docs/daemon.md) */
 	const char *state_dir;  /* NULL: env->state_dir or ~/.local/state/voidbox */
 	const char *voidbox_exe; /* the binary that runs each run (normally /proc/self/exe) */
+	uint64_t run_log_max_bytes; /* what one run's log lines may take in the store; 0: default */
 };
 
 /*

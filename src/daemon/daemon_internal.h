@@ -41,6 +41,15 @@
 
 /* Telemetry: samples kept per run (upstream's default ring size), and per response. */
 #define DAEMON_TELEMETRY_KEEP 5000
+/*
+ * What one run's log.chunk events may take in the store (voidbox serve --max-run-log). Every
+ * line of a guest's output becomes a row, so a guest printing newlines without end would
+ * otherwise fill the host's disk; a line is counted as its text and DAEMON_LOG_LINE_COST
+ * bytes more, what its row and index entry take. Past the cap one log.truncated event says
+ * so and later lines are not kept: stage outputs and the report still are.
+ */
+#define DAEMON_RUN_LOG_DEFAULT_BYTES (64ull * 1024u * 1024u)
+#define DAEMON_LOG_LINE_COST 128u
 #define DAEMON_TELEMETRY_PAGE 1000
 /* a host sample of the run's process (the VMM) this often while it runs */
 #define DAEMON_HOST_SAMPLE_MS 1000u
@@ -272,6 +281,13 @@ struct daemon {
 	char token[DAEMON_NAME_MAX + 1]; /* tcp: the bearer token */
 	char state_dir[DAEMON_STATE_DIR_MAX];
 	char voidbox_exe[DAEMON_PATH_MAX];
+	uint64_t run_log_max_bytes;
+};
+
+/* What is left of one run's log cap (DAEMON_RUN_LOG_DEFAULT_BYTES). */
+struct daemon_log_budget {
+	uint64_t left;
+	bool truncated; /* the log.truncated event was sent */
 };
 
 uint64_t daemon_now_ms(void);      /* wall clock, for timestamps */
@@ -289,9 +305,14 @@ int64_t daemon_event_emit_locked(struct daemon *d, const char *run_id, const cha
 int64_t daemon_event_emit(struct daemon *d, const char *run_id, const char *type,
 			  const char *level, const char *message, const char *stage,
 			  const char *stream, json_t *payload);
-/* One log.chunk event per line of text (the last line need not end in '\n'). */
+/*
+ * One log.chunk event per line of text (the last line need not end in '\n'), each charged to
+ * budget; the line that does not fit sends one log.truncated event instead, and no line is
+ * kept after it.
+ */
 void daemon_event_emit_lines(struct daemon *d, const char *run_id, const char *stage,
-			     const char *stream, const char *text, size_t len);
+			     const char *stream, const char *text, size_t len,
+			     struct daemon_log_budget *budget);
 /* True for the event that ends a run's stream (log.closed). */
 bool daemon_event_is_last(const json_t *event);
 

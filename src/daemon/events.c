@@ -69,15 +69,42 @@ json_t *daemon_text_json(const char *text, size_t len)
 	return line;
 }
 
+/* Charges one line to budget: false (after the one log.truncated event) when it is spent. */
+static bool event_log_charge(struct daemon *d, const char *run_id, const char *stage,
+			     struct daemon_log_budget *budget, size_t line_len)
+{
+	uint64_t cost = (uint64_t)line_len + DAEMON_LOG_LINE_COST;
+	char message[DAEMON_ERROR_MESSAGE_MAX];
+
+	if (budget->truncated)
+		return false;
+	if (cost <= budget->left) {
+		budget->left -= cost;
+		return true;
+	}
+	budget->truncated = true;
+	snprintf(message, sizeof(message),
+		 "the run's log reached its cap of %llu bytes (voidbox serve --max-run-log); later "
+		 "log lines are not kept, stage outputs and the report still are",
+		 (unsigned long long)d->run_log_max_bytes);
+	daemon_event_emit(d, run_id, "log.truncated", "warn", message, stage, NULL, NULL);
+	return false;
+}
+
 void daemon_event_emit_lines(struct daemon *d, const char *run_id, const char *stage,
-			     const char *stream, const char *text, size_t len)
+			     const char *stream, const char *text, size_t len,
+			     struct daemon_log_budget *budget)
 {
 	size_t start = 0;
 
 	while (start < len) {
 		const char *newline = memchr(text + start, '\n', len - start);
 		size_t end = newline ? (size_t)(newline - text) : len;
-		json_t *line = daemon_text_json(text + start, end - start);
+		json_t *line;
+
+		if (!event_log_charge(d, run_id, stage, budget, end - start))
+			return;
+		line = daemon_text_json(text + start, end - start);
 
 		if (line)
 			daemon_event_emit(d, run_id, "log.chunk", "info", json_string_value(line),

@@ -73,6 +73,7 @@ struct exec_run {
 	json_t *streamed; /* {stage: true} for stages whose output came as stage.output lines */
 	char **child_env; /* the run's environment (messaging.c), built before the fork */
 	json_t *published; /* {stage: true} for services whose output_file is the artifact */
+	struct daemon_log_budget log_budget; /* the whole run's, every attempt's lines */
 };
 
 /* How one attempt ended. */
@@ -143,7 +144,7 @@ static void exec_stage_output(struct exec_run *run, const char *stage, json_t *e
 	json_object_set_new(run->streamed, stage, json_true());
 	daemon_event_emit_lines(run->d, run->id, stage,
 				strcmp(stream, "stderr") == 0 ? "stderr" : "stdout",
-				json_string_value(data), json_string_length(data));
+				json_string_value(data), json_string_length(data), &run->log_budget);
 }
 
 /*
@@ -265,7 +266,8 @@ static void exec_stage_event(struct exec_run *run, const char *line, size_t len)
 		if (payload && !success)
 			json_object_set_new(payload, "error", json_string(error ? error : "failed"));
 		if (output && output_len && !json_object_get(run->streamed, stage))
-			daemon_event_emit_lines(d, run->id, stage, "stdout", output, output_len);
+			daemon_event_emit_lines(d, run->id, stage, "stdout", output, output_len,
+						&run->log_budget);
 		pthread_mutex_lock(&d->lock);
 		if (output && daemon_name_valid(stage, DAEMON_NAME_MAX) &&
 		    !json_object_get(run->published, stage))
@@ -307,7 +309,8 @@ static void exec_drain_lines(struct exec_run *run, enum exec_stream stream,
 				exec_stage_event(run, buf->data + start, end - start);
 			else
 				daemon_event_emit_lines(run->d, run->id, NULL, "stderr",
-							buf->data + start, end - start);
+							buf->data + start, end - start,
+							&run->log_budget);
 		}
 		start = newline ? end + 1 : end;
 		if (start >= buf->len)
@@ -606,10 +609,11 @@ static void exec_close_stages_locked(struct daemon *d, const char *run_id, uint3
 /*
  * Ends a run in the store: stages closed, the terminal event, the report's output as
  * log.chunk lines, log.closed. report may be NULL; its text is stored as the run's report.
+ * log_budget is what is left of the run's log cap (NULL: a run that logged nothing yet).
  */
 static void exec_finish(struct daemon *d, const char *run_id, uint32_t attempt,
 			enum daemon_run_state state, const char *reason, const char *error,
-			int exit_code, json_t *report)
+			int exit_code, json_t *report, struct daemon_log_budget *log_budget)
 {
 	static const char *const terminal_events[] = {
 		[DAEMON_RUN_SUCCEEDED] = "run.finished",
@@ -618,6 +622,7 @@ static void exec_finish(struct daemon *d, const char *run_id, uint32_t attempt,
 	};
 	const char *output = json_string_value(json_object_get(report, "output"));
 	char *report_text = report ? json_dumps(report, JSON_COMPACT) : NULL;
+	struct daemon_log_budget fresh_budget = { .left = d->run_log_max_bytes };
 	int64_t terminal_id;
 
 	pthread_mutex_lock(&d->lock);
@@ -634,7 +639,8 @@ static void exec_finish(struct daemon *d, const char *run_id, uint32_t attempt,
 							 exit_code, "terminal_reason", reason));
 	pthread_mutex_unlock(&d->lock);
 	if (output && output[0])
-		daemon_event_emit_lines(d, run_id, NULL, "output", output, strlen(output));
+		daemon_event_emit_lines(d, run_id, NULL, "output", output, strlen(output),
+					log_budget ? log_budget : &fresh_budget);
 	pthread_mutex_lock(&d->lock);
 	daemon_store_finish_run(d->store, run_id, state, reason, error, exit_code, report_text,
 				terminal_id > 0 ? (uint64_t)terminal_id : 0);
@@ -721,24 +727,24 @@ static void exec_end(struct exec_run *run, struct exec_outcome *outcome, int rc)
 		snprintf(error, sizeof(error), "the daemon could not start the run: %s",
 			 strerror(-rc));
 		exec_finish(run->d, run->id, run->attempt, DAEMON_RUN_FAILED, "start_failed", error,
-			    -1, NULL);
+			    -1, NULL, &run->log_budget);
 	} else if (outcome->cancelled && stopping) {
 		exec_finish(run->d, run->id, run->attempt, DAEMON_RUN_FAILED, "daemon_stopped",
 			    "the daemon stopped while the run was active", outcome->exit_code,
-			    outcome->report);
+			    outcome->report, &run->log_budget);
 	} else if (outcome->cancelled) {
 		exec_finish(run->d, run->id, run->attempt, DAEMON_RUN_CANCELLED, "cancelled",
 			    cancel_reason ? cancel_reason : "cancelled by the client",
-			    outcome->exit_code, outcome->report);
+			    outcome->exit_code, outcome->report, &run->log_budget);
 	} else if (outcome->exit_code == 0 &&
 		   json_is_true(json_object_get(outcome->report, "success"))) {
 		exec_finish(run->d, run->id, run->attempt, DAEMON_RUN_SUCCEEDED,
 			    exec_stop_was_requested(run) ? "stopped" : NULL, NULL, 0,
-			    outcome->report);
+			    outcome->report, &run->log_budget);
 	} else {
 		exec_failure_text(outcome, error, sizeof(error));
 		exec_finish(run->d, run->id, run->attempt, DAEMON_RUN_FAILED, "run_failed", error,
-			    outcome->exit_code, outcome->report);
+			    outcome->exit_code, outcome->report, &run->log_budget);
 	}
 	free(cancel_reason);
 }
@@ -798,6 +804,7 @@ int daemon_exec_start(struct daemon *d, const char *run_id)
 		goto fail;
 	}
 	run->d = d;
+	run->log_budget.left = d->run_log_max_bytes;
 	snprintf(run->id, sizeof(run->id), "%s", run_id);
 	snprintf(active->id, sizeof(active->id), "%s", run_id);
 	pthread_mutex_lock(&d->lock);
@@ -818,7 +825,7 @@ int daemon_exec_start(struct daemon *d, const char *run_id)
 	if (rc == 0)
 		return 0;
 	exec_finish(d, run_id, 0, DAEMON_RUN_FAILED, "start_failed",
-		    "the daemon could not start a thread for the run", -1, NULL);
+		    "the daemon could not start a thread for the run", -1, NULL, NULL);
 	exec_forget(d, run_id);
 fail:
 	if (run)
@@ -898,7 +905,7 @@ int daemon_exec_cancel(struct daemon *d, const char *run_id, const char *reason)
 	pthread_mutex_unlock(&d->lock);
 	/* known, not terminal, no process: it never started */
 	exec_finish(d, run_id, 0, DAEMON_RUN_CANCELLED, "cancelled",
-		    reason ? reason : "cancelled by the client", -1, NULL);
+		    reason ? reason : "cancelled by the client", -1, NULL, NULL);
 	return 0;
 }
 
@@ -962,7 +969,7 @@ void daemon_exec_recover(struct daemon *d)
 			 json_string_value(id));
 		exec_finish(d, json_string_value(id), 0, DAEMON_RUN_FAILED, "daemon_restarted",
 			    "the daemon restarted while the run was active; submit it again", -1,
-			    NULL);
+			    NULL, NULL);
 	}
 	json_decref(ids);
 }

@@ -80,8 +80,10 @@ static inline bool read_listen_line(int fd, char *url, size_t url_len)
  * Starts `voidbox serve [--listen LISTEN] [--state-dir STATE_DIR] [--token-file F]`, each flag
  * left out when its value is NULL (the daemon's defaults then apply).
  */
-static inline bool serve_start(struct served *served, const char *voidbox_path,
-			       const char *state_dir, const char *listen, const char *token_file)
+/* `voidbox serve` with the flags given (NULL: not given); max_run_log is --max-run-log. */
+static inline bool serve_start_with(struct served *served, const char *voidbox_path,
+				    const char *state_dir, const char *listen,
+				    const char *token_file, const char *max_run_log)
 {
 	char err[SERVE_ERR_MAX];
 	int out[2];
@@ -92,7 +94,8 @@ static inline bool serve_start(struct served *served, const char *voidbox_path,
 	served->pid = fork();
 	if (served->pid == 0) {
 		const char *const flags[][2] = { { "--listen", listen }, { "--state-dir", state_dir },
-						 { "--token-file", token_file } };
+						 { "--token-file", token_file },
+						 { "--max-run-log", max_run_log } };
 		const char *argv[2 + 2 * sizeof(flags) / sizeof(flags[0]) + 1] = { voidbox_path,
 										     "serve" };
 		size_t argc = 2;
@@ -126,6 +129,12 @@ static inline bool serve_start(struct served *served, const char *voidbox_path,
 		return false;
 	}
 	return true;
+}
+
+static inline bool serve_start(struct served *served, const char *voidbox_path,
+			       const char *state_dir, const char *listen, const char *token_file)
+{
+	return serve_start_with(served, voidbox_path, state_dir, listen, token_file, NULL);
 }
 
 /* Stops the daemon with sig and reaps it; returns its exit status (-1: killed). */

@@ -86,6 +86,15 @@ static const char agent_yaml[] =
 	"api_version: v1\nkind: agent\nname: helper\nsandbox:\n  mode: mock\n"
 	"agent:\n  prompt: Say hello\n  skills: [\"agent:claude-code\"]\n";
 
+/* A step that prints TEST_CHATTY_LINES lines: far more log than a 4 KiB cap keeps. */
+static const char chatty_yaml_head[] =
+	"api_version: v1\nkind: workflow\nname: chatty\nsandbox:\n  mode: mock\n"
+	"workflow:\n  steps:\n    - name: count\n      run:\n        program: echo\n"
+	"        args: [\"";
+#define TEST_CHATTY_LINES 2000
+#define TEST_CHATTY_LINE "a line of output\\n" /* each line, as YAML spells it */
+#define TEST_CHATTY_LINE_LEN 17u		     /* as the step prints it */
+
 /* A service that exits with status 3 on its own. */
 static const char failing_service_yaml[] =
 	"api_version: v1\nkind: workflow\nname: broken-service\nsandbox:\n  mode: mock\n"
@@ -852,6 +861,85 @@ static void test_defaults_from_environment(void)
 	CHECK_INT_EQ(serve_stop(&served, SIGTERM), 0);
 }
 
+/* How many of a run's events are of type. */
+static size_t count_events(const json_t *events, const char *type)
+{
+	size_t count = 0, i;
+	json_t *event;
+
+	json_array_foreach(events, i, event)
+		count += strcmp(json_string_value(json_object_get(event, "event_type")) ?: "", type) == 0;
+	return count;
+}
+
+/*
+ * Every line a run prints becomes a stored event, so a run that prints without end must not
+ * fill the host's disk: past --max-run-log one log.truncated event says so and no more lines
+ * are kept, while the stage's output and the run's report stay whole. A size that is not one
+ * is refused.
+ */
+static void test_run_log_cap(void)
+{
+	char dir[TEST_PATH_MAX], spec[TEST_PATH_MAX], listen[TEST_PATH_MAX], path[TEST_PATH_MAX];
+	const char *bad_argv[] = { voidbox_path, "serve", "--max-run-log", "banana", NULL };
+	struct daemon_response response;
+	char err[TEST_ERR_MAX];
+	struct served served;
+	json_t *run, *events;
+	long status;
+	char *id;
+	int exit_status;
+	pid_t pid;
+
+	FILE *yaml;
+
+	snprintf(dir, sizeof(dir), "%s/capped", temp_dir);
+	snprintf(spec, sizeof(spec), "%s/chatty.yaml", temp_dir);
+	snprintf(listen, sizeof(listen), "unix://%s/capped.sock", temp_dir);
+	yaml = fopen(spec, "w");
+	if (!yaml)
+		harness_fail_setup("cannot write a spec into the temporary directory");
+	fputs(chatty_yaml_head, yaml);
+	for (int i = 0; i < TEST_CHATTY_LINES; i++)
+		fputs(TEST_CHATTY_LINE, yaml);
+	fputs("\"]\n", yaml);
+	fclose(yaml);
+	CHECK(serve_start_with(&served, voidbox_path, dir, listen, NULL, "4K"));
+	id = create_run(&served, spec, "chatty-1");
+	if (id) {
+		run = wait_terminal(&served, id);
+		CHECK_STR_EQ(json_string_value(json_object_get(run, "status")), "succeeded");
+		snprintf(path, sizeof(path), "/v1/runs/%s/events", id);
+		events = call(&served, "GET", path, NULL, &status);
+		CHECK_INT_EQ(status, SERVE_HTTP_OK);
+		CHECK_INT_EQ(count_events(events, "log.truncated"), 1);
+		CHECK(count_events(events, "log.chunk") > 0);
+		CHECK(count_events(events, "log.chunk") <= 4096 / DAEMON_LOG_LINE_COST);
+		CHECK_INT_EQ(count_events(events, "log.closed"), 1);
+		CHECK_INT_EQ(daemon_client_request(&served.client, "GET",
+						   "/v1/runs/chatty-1/stages/count/artifacts/output",
+						   NULL, &response, err, sizeof(err)), 0);
+		/* the stage's whole output, echo's newline after its argument included */
+		CHECK(response.body &&
+		      strlen(response.body) == TEST_CHATTY_LINES * TEST_CHATTY_LINE_LEN + 1);
+		daemon_response_free(&response);
+		json_decref(events);
+		json_decref(run);
+		free(id);
+	}
+	CHECK_INT_EQ(serve_stop(&served, SIGTERM), 0);
+	pid = fork();
+	if (pid == 0) {
+		int null_fd = open("/dev/null", O_WRONLY);
+
+		dup2(null_fd, STDERR_FILENO);
+		execv(voidbox_path, (char *const *)bad_argv);
+		_exit(127);
+	}
+	CHECK(pid > 0 && waitpid(pid, &exit_status, 0) == pid);
+	CHECK(WIFEXITED(exit_status) && WEXITSTATUS(exit_status) == 2);
+}
+
 static void test_clean_stop_removes_socket(void)
 {
 	struct stat st;
@@ -990,6 +1078,7 @@ int main(int argc, char **argv)
 	RUN_TEST(test_agent_output_parsed_live);
 	RUN_TEST(test_restart_after_sigkill);
 	RUN_TEST(test_cli_clients);
+	RUN_TEST(test_run_log_cap);
 	RUN_TEST(test_clean_stop_removes_socket);
 	RUN_TEST(test_tcp_requires_token);
 	RUN_TEST(test_contract_over_tcp);
