@@ -3,7 +3,8 @@
  * stream-json lines, src/runtime/stream_json.c): the guest controls every byte. The input is
  * fed whole and, separately, in chunks split at a point the first byte picks, and both runs
  * must agree on what they found; nothing may crash or leak. The chunked run has a listener,
- * whose lines must stay within their bound and hold no line break.
+ * whose lines must stay within their bound and hold no line break. What the parser keeps of
+ * the tool calls must stay within its bounds.
  */
 #include <stdint.h>
 #include <stdlib.h>
@@ -23,6 +24,19 @@ static void fuzz_listener(void *opaque, const char *line, size_t len)
 	(void)opaque;
 	if (len > STREAM_JSON_EVENT_TEXT_MAX || memchr(line, '\n', len) || memchr(line, '\0', len))
 		abort();
+}
+
+static bool fuzz_tool_calls_bounded(const struct stream_json_result *result)
+{
+	if (result->tool_call_count > STREAM_JSON_TOOL_CALLS_MAX)
+		return false;
+	for (size_t i = 0; i < result->tool_call_count; i++)
+		if ((result->tool_calls[i].id &&
+		     strlen(result->tool_calls[i].id) > STREAM_JSON_TOOL_ID_MAX) ||
+		    (result->tool_calls[i].name &&
+		     strlen(result->tool_calls[i].name) > STREAM_JSON_TOOL_NAME_MAX))
+			return false;
+	return true;
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
@@ -47,8 +61,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	}
 	if (whole.num_turns != chunked.num_turns || whole.tool_call_count != chunked.tool_call_count ||
 	    whole.input_tokens != chunked.input_tokens ||
+	    whole.tool_calls_dropped != chunked.tool_calls_dropped ||
 	    whole.has_result_event != chunked.has_result_event ||
-	    !fuzz_same_text(whole.result_text, chunked.result_text))
+	    !fuzz_same_text(whole.result_text, chunked.result_text) ||
+	    !fuzz_tool_calls_bounded(&whole))
 		abort();
 	stream_json_parser_free(&parser);
 	stream_json_result_free(&whole);

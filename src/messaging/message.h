@@ -17,6 +17,12 @@
 
 /* At most this many intents per sender per iteration; more get 429. */
 #define MESSAGING_INTENTS_PER_ITERATION 3u
+/*
+ * At most this many new Idempotency-Keys per sender per iteration; a request with one more
+ * gets 429, while a key already used still answers. Each key is remembered for the
+ * iteration, so this bounds that table even when every request repeats known content.
+ */
+#define MESSAGING_KEYS_PER_ITERATION 32u
 /* An intent's serialized payload may be this long; longer gets 413. */
 #define MESSAGING_PAYLOAD_MAX 4096u
 /* A request body may be this long (a batch of intents with their envelopes); longer gets 413. */

@@ -11,6 +11,9 @@
  * The state is plain JSON values: pending intents (sent this iteration, not yet delivered or
  * drained), inbox entries (delivered, each with the inbox version that added it), and two
  * dedup tables keyed by sender plus Idempotency-Key and by sender plus canonical content.
+ * Both tables are bounded per member and iteration: content by the intent limit, keys by
+ * MESSAGING_KEYS_PER_ITERATION, since a repeat of known content with a new key counts no
+ * intent but still adds a key.
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -63,6 +66,7 @@ struct sidecar_member {
 	enum messaging_role role;
 	uint16_t port;
 	unsigned sent_this_iteration;
+	unsigned keys_this_iteration; /* Idempotency-Keys added to by_key */
 	struct sidecar_listener listener;
 };
 
@@ -144,8 +148,10 @@ int sidecar_create(const char *run_id, struct sidecar **out)
 
 static void sidecar_reset_iteration_locked(struct sidecar *sc)
 {
-	for (size_t i = 0; i < sc->member_count; i++)
+	for (size_t i = 0; i < sc->member_count; i++) {
 		sc->members[i].sent_this_iteration = 0;
+		sc->members[i].keys_this_iteration = 0;
+	}
 	json_object_clear(sc->by_key);
 	json_object_clear(sc->by_content);
 }
@@ -499,7 +505,8 @@ static char *sidecar_content_key(const char *from, uint64_t iteration,
 /*
  * Accepts a batch from member under sc->lock: repeats (same key or same content this
  * iteration) return the earlier intent and do not count; the rest must fit the limit as a
- * whole or none is taken. *created says whether anything new was stamped.
+ * whole or none is taken. A new key must fit the member's key limit, as it is kept for the
+ * iteration whatever the content. *created says whether anything new was stamped.
  */
 static json_t *sidecar_accept_locked(struct sidecar *sc, struct sidecar_member *member,
 				     const char *idem_key, const struct messaging_intent *intents,
@@ -523,6 +530,14 @@ static json_t *sidecar_accept_locked(struct sidecar *sc, struct sidecar_member *
 	if (earlier) {
 		json_array_extend(answers, earlier);
 		goto out;
+	}
+	if (key_name && member->keys_this_iteration >= MESSAGING_KEYS_PER_ITERATION) {
+		messaging_error_set(err, MESSAGING_ERR_TOO_MANY_REQUESTS,
+				    "%s has used its %u new Idempotency-Keys this iteration; repeat a "
+				    "key it used, send without one, or wait for the next iteration "
+				    "(GET /v1/context shows it)",
+				    member->candidate_id, MESSAGING_KEYS_PER_ITERATION);
+		goto fail;
 	}
 	for (size_t i = 0; i < count; i++) {
 		content_keys[i] = sidecar_content_key(member->candidate_id, sc->iteration,
@@ -559,8 +574,8 @@ static json_t *sidecar_accept_locked(struct sidecar *sc, struct sidecar_member *
 		member->sent_this_iteration++;
 		*created = true;
 	}
-	if (key_name)
-		json_object_set(sc->by_key, key_name, answers);
+	if (key_name && json_object_set(sc->by_key, key_name, answers) == 0)
+		member->keys_this_iteration++;
 out:
 	for (size_t i = 0; i < count; i++)
 		free(content_keys[i]);

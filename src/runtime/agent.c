@@ -211,6 +211,7 @@ static int agent_fill_stream(struct run_stage *stage, const struct llm_invocatio
 			     const struct box_exec_result *result)
 {
 	struct stream_json_result parsed;
+	size_t tool_calls;
 	int rc = inv->stream_json ?
 			 stream_json_parse(result->stdout_data, result->stdout_len, &parsed) :
 			 codex_json_parse(result->stdout_data, result->stdout_len, &parsed);
@@ -222,7 +223,9 @@ static int agent_fill_stream(struct run_stage *stage, const struct llm_invocatio
 	stage->output_tokens = parsed.output_tokens;
 	stage->cost_usd = inv->local_provider ? 0.0 : parsed.cost_usd;
 	stage->turns = parsed.num_turns;
-	stage->tool_calls = (uint32_t)parsed.tool_call_count;
+	/* every call the agent made, also those past what the parser keeps */
+	tool_calls = parsed.tool_call_count + parsed.tool_calls_dropped;
+	stage->tool_calls = tool_calls > UINT32_MAX ? UINT32_MAX : (uint32_t)tool_calls;
 	stage->is_error = parsed.is_error;
 	rc = run_stage_set_output(stage, parsed.result_text ? parsed.result_text : "", SIZE_MAX);
 	if (rc == 0 && !parsed.has_result_event)

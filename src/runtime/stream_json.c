@@ -3,9 +3,13 @@
  * one event handled by type (system, assistant, user, result). Unknown types are ignored, as
  * claude-code adds event types over time and a run report must not break on them. The
  * listener's lines are formatted here from the same parsed event, after the numbers are taken.
+ * Kept tool calls are found by id through a jansson object used as a hash table (its hash is
+ * seeded at random, so a guest cannot choose ids that collide); its values are indexes into
+ * result.tool_calls, which stay valid as the array grows.
  */
 #include <errno.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -84,38 +88,79 @@ static uint64_t stream_json_uint(json_t *value)
 	return number > 0 ? (uint64_t)number : 0;
 }
 
-static struct stream_json_tool_call *stream_json_find_tool(struct stream_json_result *result,
+/* The kept call with id, through the index; NULL when none was kept. */
+static struct stream_json_tool_call *stream_json_find_tool(struct stream_json_parser *parser,
 							   const char *id)
 {
-	for (size_t i = 0; i < result->tool_call_count; i++)
-		if (result->tool_calls[i].id && strcmp(result->tool_calls[i].id, id) == 0)
-			return &result->tool_calls[i];
-	return NULL;
+	json_t *index = json_object_get(parser->tool_index, id);
+
+	if (!json_is_integer(index))
+		return NULL;
+	return &parser->result.tool_calls[json_integer_value(index)];
+}
+
+/* A call is kept while there is room, and only when its id is short enough to match whole. */
+static bool stream_json_keeps_tool(const struct stream_json_result *result, const char *id)
+{
+	return result->tool_call_count < STREAM_JSON_TOOL_CALLS_MAX &&
+	       (!id || strlen(id) <= STREAM_JSON_TOOL_ID_MAX);
+}
+
+static int stream_json_grow_tools(struct stream_json_parser *parser)
+{
+	struct stream_json_result *result = &parser->result;
+	size_t capacity = parser->tool_call_capacity ? parser->tool_call_capacity * 2 :
+						       STREAM_JSON_TOOLS_INITIAL;
+	struct stream_json_tool_call *grown;
+
+	if (result->tool_call_count < parser->tool_call_capacity)
+		return 0;
+	if (capacity > STREAM_JSON_TOOL_CALLS_MAX)
+		capacity = STREAM_JSON_TOOL_CALLS_MAX;
+	grown = realloc(result->tool_calls, capacity * sizeof(*grown));
+	if (!grown)
+		return -ENOMEM;
+	result->tool_calls = grown;
+	parser->tool_call_capacity = capacity;
+	return 0;
+}
+
+/* Indexes the kept call at index under id; a repeated id stays with its first call. */
+static int stream_json_index_tool(struct stream_json_parser *parser, const char *id,
+				  size_t index)
+{
+	if (!parser->tool_index) {
+		parser->tool_index = json_object();
+		if (!parser->tool_index)
+			return -ENOMEM;
+	}
+	if (json_object_get(parser->tool_index, id))
+		return 0;
+	return json_object_set_new(parser->tool_index, id, json_integer((json_int_t)index)) < 0 ?
+		       -ENOMEM : 0;
 }
 
 static int stream_json_add_tool(struct stream_json_parser *parser, json_t *block)
 {
 	struct stream_json_result *result = &parser->result;
+	const char *id = json_string_value(json_object_get(block, "id"));
+	const char *name = json_string_value(json_object_get(block, "name"));
 	struct stream_json_tool_call *call;
 
-	if (result->tool_call_count == parser->tool_call_capacity) {
-		size_t capacity = parser->tool_call_capacity ? parser->tool_call_capacity * 2 :
-							       STREAM_JSON_TOOLS_INITIAL;
-		struct stream_json_tool_call *grown =
-			realloc(result->tool_calls, capacity * sizeof(*grown));
-
-		if (!grown)
-			return -ENOMEM;
-		result->tool_calls = grown;
-		parser->tool_call_capacity = capacity;
+	if (!stream_json_keeps_tool(result, id)) {
+		result->tool_calls_dropped++;
+		return 0;
 	}
+	if (stream_json_grow_tools(parser) < 0)
+		return -ENOMEM;
 	call = &result->tool_calls[result->tool_call_count];
 	memset(call, 0, sizeof(*call));
 	result->tool_call_count++;
-	if (stream_json_set_string(&call->id, json_object_get(block, "id")) < 0 ||
-	    stream_json_set_string(&call->name, json_object_get(block, "name")) < 0)
+	if (id && !(call->id = strdup(id)))
 		return -ENOMEM;
-	return 0;
+	if (name && !(call->name = strndup(name, STREAM_JSON_TOOL_NAME_MAX)))
+		return -ENOMEM;
+	return id ? stream_json_index_tool(parser, id, result->tool_call_count - 1) : 0;
 }
 
 static int stream_json_on_system(struct stream_json_parser *parser, json_t *event)
@@ -165,15 +210,20 @@ static void stream_json_on_user(struct stream_json_parser *parser, json_t *event
 		const char *type = json_string_value(json_object_get(block, "type"));
 		const char *id = json_string_value(json_object_get(block, "tool_use_id"));
 		struct stream_json_tool_call *call;
+		bool is_error;
 
 		if (!type || strcmp(type, "tool_result") != 0 || !id)
 			continue;
-		call = stream_json_find_tool(&parser->result, id);
+		call = stream_json_find_tool(parser, id);
+		is_error = json_is_true(json_object_get(block, "is_error"));
 		if (call) {
 			call->has_result = true;
-			call->result_is_error = json_is_true(json_object_get(block, "is_error"));
+			call->result_is_error = is_error;
 			stream_json_tell(parser, "[tool_result] %s %s", call->name ? call->name : id,
-					 call->result_is_error ? "error" : "ok");
+					 is_error ? "error" : "ok");
+		} else if (parser->result.tool_calls_dropped) {
+			/* maybe the result of a call that was not kept: progress still shows it */
+			stream_json_tell(parser, "[tool_result] %s %s", id, is_error ? "error" : "ok");
 		}
 	}
 }
@@ -298,6 +348,8 @@ int stream_json_parser_finish(struct stream_json_parser *parser, struct stream_j
 	*out = *result;
 	memset(result, 0, sizeof(*result));
 	parser->tool_call_capacity = 0;
+	json_decref(parser->tool_index);
+	parser->tool_index = NULL;
 	return 0;
 }
 
@@ -317,6 +369,7 @@ void stream_json_result_free(struct stream_json_result *result)
 void stream_json_parser_free(struct stream_json_parser *parser)
 {
 	stream_json_result_free(&parser->result);
+	json_decref(parser->tool_index);
 	free(parser->line);
 	memset(parser, 0, sizeof(*parser));
 }

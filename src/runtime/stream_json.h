@@ -9,8 +9,14 @@
  *
  * A listener (stream_json_parser_listen) hears each event as its line completes, as one short
  * line of text -- `[system] model M`, `[assistant] TEXT`, `[tool_use] NAME`, `[tool_result] NAME
- * ok|error`, `[result] success|error: TEXT` -- so a run's progress can be shown while the agent
- * still works. The text is cut at STREAM_JSON_EVENT_TEXT_MAX bytes and holds no newline.
+ * ok|error` (the id for a call that was not kept), `[result] success|error: TEXT` -- so a
+ * run's progress can be shown while the agent still works. The text is cut at STREAM_JSON_EVENT_TEXT_MAX bytes and holds no newline.
+ *
+ * The guest writes every byte, so what the parser keeps is bounded whatever it streams: the
+ * first STREAM_JSON_TOOL_CALLS_MAX tool calls are kept (names cut at STREAM_JSON_TOOL_NAME_MAX
+ * bytes); later ones, and any whose id is longer than STREAM_JSON_TOOL_ID_MAX bytes (it could
+ * not be matched whole), are counted in tool_calls_dropped and still reach the listener. A
+ * tool_result finds its call through a hash index on the id, not a scan of the kept calls.
  */
 #ifndef VOIDBOX_RUNTIME_STREAM_JSON_H
 #define VOIDBOX_RUNTIME_STREAM_JSON_H
@@ -18,6 +24,15 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+
+#define STREAM_JSON_EVENT_TEXT_MAX 512
+/* Tool calls kept per parse; the rest are counted only. */
+#define STREAM_JSON_TOOL_CALLS_MAX 4096u
+/* A kept call's id is at most this long (a longer one is not kept); its name is cut to this. */
+#define STREAM_JSON_TOOL_ID_MAX 128u
+#define STREAM_JSON_TOOL_NAME_MAX 128u
+
+struct json_t;
 
 struct stream_json_tool_call {
 	char *id;
@@ -38,12 +53,11 @@ struct stream_json_result {
 	double cost_usd;
 	uint64_t duration_ms;
 	uint64_t duration_api_ms;
-	struct stream_json_tool_call *tool_calls;
+	struct stream_json_tool_call *tool_calls; /* the kept calls, in order */
 	size_t tool_call_count;
+	size_t tool_calls_dropped; /* calls seen but not kept; the run made count + dropped */
 	size_t skipped_lines;	/* lines that were not JSON objects */
 };
-
-#define STREAM_JSON_EVENT_TEXT_MAX 512
 
 /* Called once per event the parser recognised; line is not NUL-terminated. */
 typedef void (*stream_json_event_fn)(void *opaque, const char *line, size_t len);
@@ -56,6 +70,7 @@ struct stream_json_parser {
 	uint64_t assistant_input_tokens;
 	uint64_t assistant_output_tokens;
 	size_t tool_call_capacity;
+	struct json_t *tool_index; /* kept call's id -> its index in result.tool_calls */
 	stream_json_event_fn on_event; /* NULL: no listener */
 	void *event_opaque;
 };

@@ -1,9 +1,9 @@
 /*
  * The messaging sidecar's contract, over real HTTP (libcurl against the libmicrohttpd
- * listeners): the routes, the limits (3 intents per iteration, 4096-byte payloads, the body
- * limit), dedup by Idempotency-Key and by content, delivery at the next iteration to the
- * right audience, the TTL, the control socket, and the one error shape for 400, 404, 405,
- * 413 and 429. No VM: two members stand for two agents.
+ * listeners): the routes, the limits (3 intents and 32 new Idempotency-Keys per iteration,
+ * 4096-byte payloads, the body limit), dedup by Idempotency-Key and by content, delivery at
+ * the next iteration to the right audience, the TTL, the control socket, and the one error
+ * shape for 400, 404, 405, 413 and 429. No VM: two members stand for two agents.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,6 +15,8 @@
 #include "messaging/sidecar_http.h"
 
 #define TEST_ERR_MAX 256
+/* Replays of one intent, each with a new Idempotency-Key: far past the key limit. */
+#define TEST_KEY_FLOOD 1000u
 #define TEST_SIGNAL "{\"kind\":\"signal\",\"audience\":\"broadcast\",\"payload\":{\"summary_text\":\"%s\"}}"
 
 struct fixture {
@@ -52,6 +54,16 @@ static struct sidecar_http_answer send_signal(uint16_t port, const char *text, c
 	answer = sidecar_http(NULL, port, "POST", "/v1/intents", body, key);
 	free(body);
 	return answer;
+}
+
+/* The status of sending one signal, the answer dropped. */
+static long send_status(uint16_t port, const char *text, const char *key)
+{
+	struct sidecar_http_answer answer = send_signal(port, text, key);
+	long status = answer.status;
+
+	sidecar_http_free(&answer);
+	return status;
 }
 
 static size_t inbox_count(uint16_t port, const char *query)
@@ -212,6 +224,53 @@ static void test_limit_and_dedup(void)
 	sidecar_destroy(fx.sc);
 }
 
+/*
+ * A member that repeats one intent with a new Idempotency-Key each time counts no intent, yet
+ * each key is kept for the iteration: past MESSAGING_KEYS_PER_ITERATION new keys it gets 429,
+ * so the key table stays bounded, while every key it used still answers.
+ */
+static void test_key_limit(void)
+{
+	struct fixture fx;
+	struct sidecar_http_answer a, first;
+	char key[TEST_ERR_MAX];
+	unsigned answered = 0, limited = 0;
+
+	if (fixture_open(&fx) < 0)
+		return;
+	first = send_signal(fx.alpha, "again", "Idempotency-Key: flood-0");
+	CHECK_INT_EQ(first.status, 201);
+	for (unsigned i = 1; i < TEST_KEY_FLOOD; i++) {
+		snprintf(key, sizeof(key), "Idempotency-Key: flood-%u", i);
+		a = send_signal(fx.alpha, "again", key);
+		if (a.status == 200)
+			answered++;
+		else if (a.status == 429 && sidecar_http_is_error(&a, "TOO_MANY_REQUESTS") &&
+			 json_is_true(json_object_get(a.json, "retryable")))
+			limited++;
+		sidecar_http_free(&a);
+	}
+	CHECK_INT_EQ(answered, MESSAGING_KEYS_PER_ITERATION - 1);
+	CHECK_INT_EQ(limited, TEST_KEY_FLOOD - MESSAGING_KEYS_PER_ITERATION);
+	/* keys already used still answer with the first intent */
+	a = send_signal(fx.alpha, "again", "Idempotency-Key: flood-0");
+	CHECK_INT_EQ(a.status, 200);
+	CHECK_STR_EQ(json_string_value(json_object_get(a.json, "intent_id")),
+		     json_string_value(json_object_get(first.json, "intent_id")));
+	sidecar_http_free(&a);
+	snprintf(key, sizeof(key), "Idempotency-Key: flood-%u", MESSAGING_KEYS_PER_ITERATION - 1);
+	CHECK_INT_EQ(send_status(fx.alpha, "again", key), 200);
+	/* without a key, and for another member, sending goes on */
+	CHECK_INT_EQ(send_status(fx.alpha, "new content", NULL), 201);
+	CHECK_INT_EQ(send_status(fx.beta, "again", "Idempotency-Key: flood-0"), 201);
+	/* the next iteration resets the key limit */
+	sidecar_advance(fx.sc);
+	snprintf(key, sizeof(key), "Idempotency-Key: flood-%u", TEST_KEY_FLOOD);
+	CHECK_INT_EQ(send_status(fx.alpha, "again", key), 201);
+	sidecar_http_free(&first);
+	sidecar_destroy(fx.sc);
+}
+
 static void test_delivery_audience_and_ttl(void)
 {
 	struct fixture fx;
@@ -347,6 +406,7 @@ int main(void)
 	RUN_TEST(test_health_and_context);
 	RUN_TEST(test_error_shapes);
 	RUN_TEST(test_limit_and_dedup);
+	RUN_TEST(test_key_limit);
 	RUN_TEST(test_delivery_audience_and_ttl);
 	RUN_TEST(test_control_socket);
 	RUN_TEST(test_member_names);

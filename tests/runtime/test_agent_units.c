@@ -18,6 +18,16 @@
 #include "runtime/stream_json.h"
 
 #define TEST_OUTPUT_MAX (1u << 20)
+/* A guest's flood of tool calls: far past what the parser keeps. */
+#define TEST_FLOOD_CALLS 100000u
+#define TEST_FLOOD_LINE_MAX 256u
+/* An id or name no real agent writes, as long as one exec chunk. */
+#define TEST_HUGE_TEXT_LEN (64u << 10)
+#define TEST_TOOL_USE_PREFIX "[tool_use] "
+#define TEST_TOOL_USE_LINE \
+	"{\"type\":\"assistant\",\"message\":{\"content\":[{\"type\":\"tool_use\",\"id\":\"%s\",\"name\":\"%s\"}]}}\n"
+#define TEST_TOOL_RESULT_LINE \
+	"{\"type\":\"user\",\"message\":{\"content\":[{\"type\":\"tool_result\",\"tool_use_id\":\"%s\",\"is_error\":%s}]}}\n"
 
 static const char *mock_claude_path;
 
@@ -400,6 +410,91 @@ static void test_stream_json_hostile(void)
 	stream_json_result_free(&result);
 }
 
+/* What a listener heard: how many tool_use lines, and the last line. */
+struct test_heard {
+	size_t tool_uses;
+	char last[STREAM_JSON_EVENT_TEXT_MAX + 1];
+};
+
+static void test_hear(void *opaque, const char *line, size_t len)
+{
+	struct test_heard *heard = opaque;
+	size_t prefix_len = strlen(TEST_TOOL_USE_PREFIX);
+
+	if (len >= prefix_len && memcmp(line, TEST_TOOL_USE_PREFIX, prefix_len) == 0)
+		heard->tool_uses++;
+	memcpy(heard->last, line, len);
+	heard->last[len] = '\0';
+}
+
+static int feed_line(struct stream_json_parser *parser, const char *format, const char *first,
+		     const char *second)
+{
+	char *line = NULL;
+	int len = asprintf(&line, format, first, second);
+	int rc = len < 0 ? -ENOMEM : stream_json_parser_feed(parser, line, (size_t)len);
+
+	free(line);
+	return rc;
+}
+
+/*
+ * A guest that streams tool calls without end: the parser keeps a bounded number with bounded
+ * strings, counts the rest, and its listener still hears every one.
+ */
+static void test_stream_json_tool_flood(void)
+{
+	struct stream_json_parser parser;
+	struct stream_json_result result;
+	struct test_heard heard = { 0 };
+	int rc = 0;
+	char id[TEST_FLOOD_LINE_MAX], told[STREAM_JSON_EVENT_TEXT_MAX + 1];
+	char *huge = malloc(TEST_HUGE_TEXT_LEN + 1);
+
+	if (!huge) {
+		harness_fail_setup("malloc");
+		return;
+	}
+	memset(huge, 'a', TEST_HUGE_TEXT_LEN);
+	huge[TEST_HUGE_TEXT_LEN] = '\0';
+	stream_json_parser_init(&parser);
+	stream_json_parser_listen(&parser, test_hear, &heard);
+	/* an id too long to keep whole, then a name that is cut */
+	CHECK_INT_EQ(feed_line(&parser, TEST_TOOL_USE_LINE, huge, "Bash"), 0);
+	CHECK_INT_EQ((long)parser.result.tool_call_count, 0);
+	CHECK_INT_EQ((long)parser.result.tool_calls_dropped, 1);
+	CHECK_INT_EQ(feed_line(&parser, TEST_TOOL_USE_LINE, "named", huge), 0);
+	CHECK_INT_EQ((long)parser.result.tool_call_count, 1);
+	CHECK(parser.result.tool_call_count == 1 &&
+	      strlen(parser.result.tool_calls[0].name) == STREAM_JSON_TOOL_NAME_MAX);
+	for (size_t i = 0; i < TEST_FLOOD_CALLS && rc == 0; i++) {
+		snprintf(id, sizeof(id), "toolu_%zu", i);
+		rc = feed_line(&parser, TEST_TOOL_USE_LINE, id, "Read");
+	}
+	CHECK_INT_EQ(rc, 0);
+	CHECK_INT_EQ((long)heard.tool_uses, TEST_FLOOD_CALLS + 2);
+	CHECK_INT_EQ((long)parser.result.tool_call_count, STREAM_JSON_TOOL_CALLS_MAX);
+	CHECK(parser.tool_call_capacity <= STREAM_JSON_TOOL_CALLS_MAX);
+	CHECK_INT_EQ((long)parser.result.tool_calls_dropped,
+		     TEST_FLOOD_CALLS + 2 - STREAM_JSON_TOOL_CALLS_MAX);
+	/* results find kept calls; a dropped call's result is still told, by its id */
+	CHECK_INT_EQ(feed_line(&parser, TEST_TOOL_RESULT_LINE, "toolu_0", "true"), 0);
+	CHECK_STR_EQ(heard.last, "[tool_result] Read error");
+	snprintf(id, sizeof(id), "toolu_%u", TEST_FLOOD_CALLS - 1);
+	snprintf(told, sizeof(told), "[tool_result] %s ok", id);
+	CHECK_INT_EQ(feed_line(&parser, TEST_TOOL_RESULT_LINE, id, "false"), 0);
+	CHECK_STR_EQ(heard.last, told);
+	CHECK_INT_EQ(stream_json_parser_finish(&parser, &result), 0);
+	CHECK_INT_EQ((long)result.tool_call_count, STREAM_JSON_TOOL_CALLS_MAX);
+	CHECK_INT_EQ((long)result.tool_calls_dropped,
+		     TEST_FLOOD_CALLS + 2 - STREAM_JSON_TOOL_CALLS_MAX);
+	CHECK(result.tool_call_count > 1 && result.tool_calls[1].has_result &&
+	      result.tool_calls[1].result_is_error);
+	stream_json_result_free(&result);
+	stream_json_parser_free(&parser);
+	free(huge);
+}
+
 int main(int argc, char **argv)
 {
 	if (argc < 2) {
@@ -415,5 +510,6 @@ int main(int argc, char **argv)
 	RUN_TEST(test_skills_plan);
 	RUN_TEST(test_stream_json_scenarios);
 	RUN_TEST(test_stream_json_hostile);
+	RUN_TEST(test_stream_json_tool_flood);
 	return harness_finish();
 }
