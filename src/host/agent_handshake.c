@@ -11,7 +11,10 @@
  *
  * Every wait is bounded: a connect attempt gets at most CONNECT_ATTEMPT_MAX_MS, and the Pong
  * read polls with the time left, so a guest that sends half a frame and stops costs one
- * attempt, never the caller's thread. The connection under handshake is registered in the
+ * attempt, never the caller's thread. Nothing before the Pong is authenticated, so the
+ * Challenge and the Pong are read under the agent's own pre-authentication cap
+ * (PROTO_PREAUTH_MAX_PAYLOAD): a header that declares more ends establishment before a byte
+ * of its payload is read. The connection under handshake is registered in the
  * caller's agent_connect_cancel, so whoever tears the channel down can shut it down and end
  * the loop within one connect attempt, whatever the guest does.
  *
@@ -79,6 +82,20 @@ int agent_connect_deadline_ms(const struct control_channel_config *cfg)
 }
 
 /*
+ * The agent sent a frame header declaring more than an unauthenticated frame may hold where
+ * expected belongs: an agent of another protocol, or a hostile one; retrying cannot help.
+ */
+static int handshake_oversized(uint8_t expected, enum handshake_outcome_kind *kind,
+			       char *reason, size_t reason_len)
+{
+	snprintf(reason, reason_len, "the agent's frame where %s belongs declares more than the "
+		 "%u bytes allowed before authentication; rebuild the guest image with this "
+		 "voidbox's agent", proto_msg_type_name(expected), PROTO_PREAUTH_MAX_PAYLOAD);
+	*kind = HANDSHAKE_FATAL;
+	return -EPROTO;
+}
+
+/*
  * Reads the agent's Challenge into nonce. An agent of an older protocol waits for Ping
  * instead, so no Challenge within the wait is a retry like a missing Pong.
  */
@@ -87,8 +104,10 @@ static int handshake_read_challenge(int fd, int timeout_ms, uint8_t nonce[PROTO_
 				    size_t reason_len)
 {
 	struct proto_frame frame;
-	int rc = proto_frame_read_timed(fd, false, timeout_ms, &frame);
+	int rc = proto_frame_read_capped(fd, false, timeout_ms, PROTO_PREAUTH_MAX_PAYLOAD, &frame);
 
+	if (rc == -EMSGSIZE)
+		return handshake_oversized(PROTO_MSG_CHALLENGE, kind, reason, reason_len);
 	if (rc == -ETIMEDOUT || rc == -ETIME) {
 		snprintf(reason, reason_len, "no Challenge from the agent within %d ms (an agent "
 			 "older than protocol version %u never sends one)", timeout_ms,
@@ -173,14 +192,18 @@ static int handshake_run(const struct control_channel_config *cfg, struct agent_
 	proto_ping_encode(&ping, ping_body);
 	rc = set_socket_timeout(fd, SO_SNDTIMEO, SEND_TIMEOUT_MS);
 	if (rc == 0)
-		rc = proto_frame_write(fd, PROTO_MSG_PING, false, 0, ping_body, ping_len);
+		rc = proto_frame_write_timed(fd, PROTO_MSG_PING, false, 0, ping_body, ping_len,
+					     pong_timeout_ms);
 	explicit_bzero(ping_body, ping_len);
 	memset(&ping, 0, sizeof(ping));
 	if (rc < 0) {
 		snprintf(reason, reason_len, "sending Ping failed: %s", strerror(-rc));
 		return rc;
 	}
-	rc = proto_frame_read_timed(fd, false, pong_timeout_ms, &frame);
+	rc = proto_frame_read_capped(fd, false, pong_timeout_ms, PROTO_PREAUTH_MAX_PAYLOAD,
+				     &frame);
+	if (rc == -EMSGSIZE)
+		return handshake_oversized(PROTO_MSG_PONG, kind, reason, reason_len);
 	if (rc == -ECONNRESET || rc == -EPIPE) {
 		snprintf(reason, reason_len,
 			 "the agent closed the connection after Ping (wrong session secret?)");

@@ -57,7 +57,9 @@ int agent_connect_rekey(const struct control_channel_config *cfg, struct agent_r
  * wait for Pong; each connect attempt gets at most a couple of seconds. cancel may be NULL.
  * Returns the fd (blocking, send timeout set) or -errno with a sentence in reason:
  * -ETIMEDOUT (nothing answered), -EACCES (the agent hung up after every Ping: wrong secret),
- * -EPROTONOSUPPORT (the agent is not protocol v2 with multiplexing), -ECHILD (the connector
+ * -EPROTONOSUPPORT (the agent is not protocol v2 with multiplexing), -EPROTO (the agent sent
+ * another message where the Challenge or Pong belongs, or a frame over the
+ * PROTO_PREAUTH_MAX_PAYLOAD cap before authentication), -ECHILD (the connector
  * says the VM has stopped), -ECANCELED (cancel was triggered).
  */
 int agent_connect(const struct control_channel_config *cfg, int deadline_ms,

@@ -23,6 +23,13 @@
  * of wedging it. Establishing a connection can be cancelled (agent_connect_cancel), and no
  * lock that control_channel_destroy needs is held across a read that only the guest can end:
  * destroy cancels the handshake, shuts the socket down and joins the reader, all bounded.
+ *
+ * Sends are bounded the same way. One frame at a time goes out under write_lock, and the
+ * guest decides how fast it leaves: a frame's send ends at its call's deadline, or at a budget
+ * that requires a minimum drain rate (channel_send_budget_ms), whichever comes first; a frame
+ * cut off half-way ends the connection, since the guest holds part of it. Other callers wait
+ * for write_lock no longer than their own deadline, so a guest that reads slowly cannot hold
+ * the liveness check or a Shutdown behind another call's frame.
  */
 #include "host/control_channel.h"
 
@@ -156,6 +163,20 @@ static bool deadline_after(long long timeout_ms, struct timespec *deadline)
 		return false;
 	*deadline = clock_deadline_after_ms(timeout_ms);
 	return true;
+}
+
+/* Milliseconds from now until deadline; 0 once it has passed. */
+static long long deadline_ms_left(const struct timespec *deadline)
+{
+	long long until = (long long)deadline->tv_sec * MS_PER_SEC + deadline->tv_nsec / NS_PER_MS;
+	long long left = until - (long long)clock_monotonic_ms();
+
+	return left > 0 ? left : 0;
+}
+
+long long channel_send_budget_ms(size_t len)
+{
+	return CHANNEL_SEND_BASE_MS + (long long)len * MS_PER_SEC / CHANNEL_SEND_MIN_BYTES_PER_SEC;
 }
 
 static long long resolve_timeout(int timeout_ms, long long default_ms)
@@ -472,22 +493,56 @@ static int channel_acquire(struct control_channel *ch, struct channel_conn **out
 	return channel_establish(ch, NULL, out);
 }
 
+/*
+ * Sends one frame. The wait for write_lock ends at deadline (NULL: none; whoever holds the lock
+ * sends within its own bound, so the wait ends too), the send at the earlier of deadline and
+ * the frame's budget. A frame that could not start in time fails the call with -ETIMEDOUT
+ * and leaves the connection up; one cut off half-way also ends the connection, since the
+ * guest would read the next frame's bytes as the rest of it.
+ */
 static int conn_send(struct channel_conn *conn, uint8_t type, uint32_t request_id,
-		     const void *body, size_t len)
+		     const void *body, size_t len, const struct timespec *deadline)
 {
+	const char *what = proto_msg_type_name(type);
 	char reason[CONTROL_CHANNEL_ERROR_MAX];
+	long long send_ms = channel_send_budget_ms(len);
 	int rc;
 
-	pthread_mutex_lock(&conn->write_lock);
-	rc = proto_frame_write(conn->fd, type, true, request_id, body, len);
+	rc = deadline ? pthread_mutex_clocklock(&conn->write_lock, CLOCK_MONOTONIC, deadline)
+		      : pthread_mutex_lock(&conn->write_lock);
+	if (rc == ETIMEDOUT)
+		return control_channel_fail(-ETIMEDOUT, "%s could not be sent in time: another "
+					    "frame to the guest agent was still going out (the "
+					    "guest takes its input slowly or not at all)", what);
+	if (rc)
+		return control_channel_fail(-rc, "sending %s failed: %s", what, strerror(rc));
+	if (deadline && deadline_ms_left(deadline) < send_ms)
+		send_ms = deadline_ms_left(deadline);
+	if (send_ms == 0) {
+		pthread_mutex_unlock(&conn->write_lock);
+		return control_channel_fail(-ETIMEDOUT, "%s was not sent: its call's time ran out "
+					    "before it could go out", what);
+	}
+	rc = proto_frame_write_timed(conn->fd, type, true, request_id, body, len, (int)send_ms);
 	pthread_mutex_unlock(&conn->write_lock);
 	if (rc == 0)
 		return 0;
 	if (rc == -EMSGSIZE)
 		return control_channel_fail(rc, "%s is larger than the 64 MiB frame limit; "
-					    "split the transfer", proto_msg_type_name(type));
+					    "split the transfer", what);
+	if (rc == -ETIMEDOUT)
+		return control_channel_fail(rc, "%s could not be sent: the guest agent took none "
+					    "of it within %lld ms; it may be overloaded or hung",
+					    what, send_ms);
+	if (rc == -ETIME) {
+		snprintf(reason, sizeof(reason), "sending %s (%zu bytes) did not finish within "
+			 "%lld ms: the guest agent takes its input too slowly; the connection is "
+			 "closed and the next call reconnects", what, len, send_ms);
+		conn_kill(conn, -ECONNRESET, reason);
+		return control_channel_fail(-ETIMEDOUT, "%s", reason);
+	}
 	snprintf(reason, sizeof(reason), "sending %s failed (%s); the next call reconnects",
-		 proto_msg_type_name(type), strerror(-rc));
+		 what, strerror(-rc));
 	conn_kill(conn, -ECONNRESET, reason);
 	return control_channel_fail(-ECONNRESET, "%s", reason);
 }
@@ -570,9 +625,10 @@ static void call_end(struct channel_call *call)
 	call->conn = NULL;
 }
 
-static int call_send(struct channel_call *call, uint8_t type, const void *body, size_t len)
+static int call_send(struct channel_call *call, uint8_t type, const void *body, size_t len,
+		     const struct timespec *deadline)
 {
-	return conn_send(call->conn, type, call->slot.request_id, body, len);
+	return conn_send(call->conn, type, call->slot.request_id, body, len, deadline);
 }
 
 /*
@@ -659,9 +715,11 @@ static int call_oneshot(struct control_channel *ch, struct channel_call *call,
 	rc = call_begin(ch, call, SLOT_ONESHOT, 0);
 	if (rc < 0)
 		return rc;
-	rc = call_send(call, request_type, body, len);
-	if (rc == 0)
-		rc = call_wait(call, bounded ? &deadline : NULL, what, timeout_ms, &unused);
+	/* a send that failed says why itself: a liveness check would queue behind it */
+	rc = call_send(call, request_type, body, len, bounded ? &deadline : NULL);
+	if (rc < 0)
+		return rc;
+	rc = call_wait(call, bounded ? &deadline : NULL, what, timeout_ms, &unused);
 	/*
 	 * Unanswered: say whether the guest is wedged or only this call went unanswered, with a
 	 * check no longer than the call's own wait, so a call fails within twice its timeout.
@@ -882,7 +940,7 @@ int control_channel_exec(struct control_channel *ch, const struct proto_exec_req
 					    req->program ? req->program : "(null)", strerror(-rc));
 	rc = call_begin(ch, &call, SLOT_STREAM, PROTO_MSG_EXEC_RESPONSE);
 	if (rc == 0)
-		rc = call_send(&call, PROTO_MSG_EXEC_REQUEST, body, len);
+		rc = call_send(&call, PROTO_MSG_EXEC_REQUEST, body, len, bounded ? &deadline : NULL);
 	free(body);
 	while (rc == 0) {
 		rc = exec_wait_alive(&call, bounded ? &deadline : NULL, timeout_ms, &frame);
@@ -1137,16 +1195,15 @@ void control_channel_set_secret(struct control_channel *ch,
 	pthread_mutex_unlock(&ch->establish_lock);
 }
 
-/* Waits until conn is dead (the reader saw its end) or timeout_ms pass; whether it is. */
-static bool conn_wait_dead(struct channel_conn *conn, int timeout_ms)
+/* Waits until conn is dead (the reader saw its end) or deadline passes; whether it is. */
+static bool conn_wait_dead(struct channel_conn *conn, const struct timespec *deadline)
 {
-	struct timespec deadline = clock_deadline_after_ms(timeout_ms);
 	bool dead;
 	int rc = 0;
 
 	pthread_mutex_lock(&conn->lock);
 	while (!conn->dead && rc == 0)
-		rc = pthread_cond_timedwait(&conn->queue_space, &conn->lock, &deadline);
+		rc = pthread_cond_timedwait(&conn->queue_space, &conn->lock, deadline);
 	dead = conn->dead;
 	pthread_mutex_unlock(&conn->lock);
 	return dead;
@@ -1155,16 +1212,17 @@ static bool conn_wait_dead(struct channel_conn *conn, int timeout_ms)
 /* Only over a live connection: a teardown never waits for a reconnect to a dead guest. */
 int control_channel_shutdown(struct control_channel *ch, int timeout_ms)
 {
+	struct timespec deadline = clock_deadline_after_ms(timeout_ms);
 	struct channel_conn *conn = channel_current(ch);
 	int rc;
 
 	if (!conn)
 		return control_channel_fail(-ENOTCONN, "no live control connection to send "
 					    "Shutdown on; the VM is stopped instead");
-	rc = conn_send(conn, PROTO_MSG_SHUTDOWN, channel_next_request_id(ch), NULL, 0);
+	rc = conn_send(conn, PROTO_MSG_SHUTDOWN, channel_next_request_id(ch), NULL, 0, &deadline);
 	if (rc == 0) {
 		conn_expect_end(conn); /* the guest now syncs, ends it and powers off */
-		if (!conn_wait_dead(conn, timeout_ms))
+		if (!conn_wait_dead(conn, &deadline))
 			rc = control_channel_fail(-ETIMEDOUT, "the guest did not end its connection "
 						  "after Shutdown; the VM is stopped");
 	}
@@ -1211,7 +1269,7 @@ int control_channel_subscribe_telemetry(struct control_channel *ch,
 					    strerror(-rc));
 	rc = call_begin(ch, &call, SLOT_STREAM, 0);
 	if (rc == 0)
-		rc = call_send(&call, PROTO_MSG_SUBSCRIBE_TELEMETRY, body, len);
+		rc = call_send(&call, PROTO_MSG_SUBSCRIBE_TELEMETRY, body, len, NULL);
 	free(body);
 	while (rc == 0) {
 		int stop;

@@ -126,11 +126,12 @@ int control_channel_connect_rekey(struct control_channel *ch, const void *doc, s
 void control_channel_set_secret(struct control_channel *ch,
 				const uint8_t secret[PROTO_SECRET_SIZE]);
 /*
- * Sends Shutdown (the agent syncs and powers the VM off; nothing answers it) and waits up to
- * timeout_ms for the guest to end the connection, which the agent does once its sync has
- * returned, before the kernel's poweroff. 0 when it ended (the guest's file systems are
- * flushed: the caller may stop the VM at once), -ETIMEDOUT when it did not, -ENOTCONN or
- * another -errno when Shutdown could not be sent.
+ * Sends Shutdown (the agent syncs and powers the VM off; nothing answers it) and waits for the
+ * guest to end the connection, which the agent does once its sync has returned, before the
+ * kernel's poweroff; timeout_ms bounds the send and the wait together. 0 when it ended (the
+ * guest's file systems are flushed: the caller may stop the VM at once), -ETIMEDOUT when it
+ * did not or Shutdown could not be sent in time, -ENOTCONN or another -errno when Shutdown
+ * could not be sent.
  */
 int control_channel_shutdown(struct control_channel *ch, int timeout_ms);
 /*

@@ -21,6 +21,17 @@ const struct control_channel_config *control_channel_config_of(const struct cont
 int channel_read_frame(int fd, int timeout_ms, struct proto_frame *frame);
 
 /*
+ * How long sending one frame of len payload bytes may take when nothing tighter bounds it:
+ * CHANNEL_SEND_BASE_MS, plus the time the payload takes at CHANNEL_SEND_MIN_BYTES_PER_SEC. A
+ * guest that takes its input slower than that (a socket buffer every few seconds, say) has
+ * the frame cut off instead of holding the writer, and every caller queued behind it, for
+ * as long as it likes. A call with a deadline sends within the earlier of the two.
+ */
+#define CHANNEL_SEND_BASE_MS 10000LL
+#define CHANNEL_SEND_MIN_BYTES_PER_SEC (256LL * 1024)
+long long channel_send_budget_ms(size_t len);
+
+/*
  * The errno a failed reply's code stands for: denied -EPERM, not_found -ENOENT, invalid
  * -EINVAL, timed_out -ETIMEDOUT, busy -EBUSY, anything else (or no code) -EIO.
  */

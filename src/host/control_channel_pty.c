@@ -4,7 +4,11 @@
  * frames directly, every read bounded (channel_read_frame: a wait for the first byte, then a
  * deadline for the rest), and every frame carries request id 1.
  * Writes (input, resize, close) may come from another thread than the reader and are
- * serialised by a mutex so frames never interleave.
+ * serialised by a mutex so frames never interleave; each frame must leave within its send
+ * budget (channel_send_budget_ms), so a guest that takes input slowly cannot hold a writer.
+ * A wait that skips frames it does not want (anything before PtyOpened, anything but data or
+ * PtyClosed after) keeps one deadline across them, so a guest that sends such frames now and
+ * then cannot stretch it.
  */
 #include "host/control_channel.h"
 
@@ -12,8 +16,10 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
+#include "common/clock.h"
 #include "common/log.h"
 #include "host/agent_handshake.h"
 #include "host/control_channel_internal.h"
@@ -30,13 +36,22 @@ struct control_channel_pty {
 	int32_t exit_code;
 };
 
+/* A frame cut off half-way ends the session: the guest would read the next one as its rest. */
 static int pty_send(struct control_channel_pty *pty, uint8_t type, const void *body, size_t len)
 {
+	long long send_ms = channel_send_budget_ms(len);
 	int rc;
 
 	pthread_mutex_lock(&pty->write_lock);
-	rc = proto_frame_write(pty->fd, type, true, PTY_REQUEST_ID, body, len);
+	rc = proto_frame_write_timed(pty->fd, type, true, PTY_REQUEST_ID, body, len, (int)send_ms);
+	if (rc == -ETIME)
+		shutdown(pty->fd, SHUT_RDWR);
 	pthread_mutex_unlock(&pty->write_lock);
+	if (rc == -ETIMEDOUT || rc == -ETIME)
+		return control_channel_fail(-ETIMEDOUT, "sending %s to the PTY session did not "
+					    "finish within %lld ms: the guest takes its input too "
+					    "slowly%s", proto_msg_type_name(type), send_ms,
+					    rc == -ETIME ? "; the session is lost" : "");
 	if (rc < 0)
 		return control_channel_fail(rc, "sending %s to the PTY session failed: %s",
 					    proto_msg_type_name(type), strerror(-rc));
@@ -44,18 +59,21 @@ static int pty_send(struct control_channel_pty *pty, uint8_t type, const void *b
 }
 
 /*
- * Next frame within timeout_ms (negative: its first byte whenever it comes, the rest within
- * CHANNEL_FRAME_TRANSFER_MS), so a guest that stops mid-frame ends the session.
+ * Next frame by until_ms (CLOCK_MONOTONIC, clock_monotonic_ms) when timeout_ms, the whole
+ * wait's length, is not negative; otherwise its first byte whenever it comes and the rest
+ * within CHANNEL_FRAME_TRANSFER_MS. A guest that stops mid-frame ends the session.
  */
-static int pty_next_frame(struct control_channel_pty *pty, int timeout_ms,
+static int pty_next_frame(struct control_channel_pty *pty, int timeout_ms, uint64_t until_ms,
 			  struct proto_frame *frame)
 {
-	int rc = channel_read_frame(pty->fd, timeout_ms < 0 ? PROTO_READ_NO_DEADLINE : timeout_ms,
-				    frame);
+	uint64_t now = clock_monotonic_ms();
+	int left = timeout_ms < 0 ? PROTO_READ_NO_DEADLINE
+				  : until_ms > now ? (int)(until_ms - now) : 0;
+	int rc = channel_read_frame(pty->fd, left, frame);
 
 	if (rc == -ETIMEDOUT)
-		return control_channel_fail(-ETIMEDOUT, "the PTY session sent nothing within %d ms",
-					    timeout_ms);
+		return control_channel_fail(-ETIMEDOUT, "the PTY session sent nothing the host "
+					    "waits for within %d ms", timeout_ms);
 	if (rc == -ETIME)
 		return control_channel_fail(-ECONNRESET, "the PTY session stopped in the middle "
 					    "of a frame; the session is lost");
@@ -70,11 +88,12 @@ static int pty_await_opened(struct control_channel_pty *pty)
 {
 	struct proto_status_response opened;
 	struct proto_frame frame;
+	uint64_t until = clock_monotonic_ms() + PTY_OPENED_TIMEOUT_MS;
 	const char *why = NULL;
 	int rc;
 
 	for (;;) {
-		rc = pty_next_frame(pty, PTY_OPENED_TIMEOUT_MS, &frame);
+		rc = pty_next_frame(pty, PTY_OPENED_TIMEOUT_MS, until, &frame);
 		if (rc < 0)
 			return rc;
 		if (frame.type == PROTO_MSG_PTY_OPENED)
@@ -178,11 +197,13 @@ int control_channel_pty_read(struct control_channel_pty *pty,
 	const char *why = NULL;
 	int rc;
 
+	uint64_t until = clock_monotonic_ms() + (uint64_t)(timeout_ms < 0 ? 0 : timeout_ms);
+
 	memset(event, 0, sizeof(*event));
 	if (pty->closed)
 		return pty_closed_event(pty, event);
 	for (;;) {
-		rc = pty_next_frame(pty, timeout_ms < 0 ? -1 : timeout_ms, &frame);
+		rc = pty_next_frame(pty, timeout_ms, until, &frame);
 		if (rc < 0)
 			return rc;
 		if (frame.type == PROTO_MSG_PTY_DATA) {

@@ -9,7 +9,11 @@
  * no more than what it sent. The body always lives in its own heap block (never NULL, even
  * when empty) so callers free one pointer and never special-case empty payloads. A read with
  * a deadline polls with the time left before every read(), so a peer that sends part of a
- * frame and stops cannot hold the reader past it.
+ * frame and stops cannot hold the reader past it; a write with a deadline polls the same way
+ * before every non-blocking send, so a peer that takes a frame in a trickle cannot hold the
+ * writer past it either. Both tell "nothing of the frame moved" (the stream is intact) from
+ * "the deadline passed inside the frame" (it is not), since only the caller knows which of
+ * the two it can recover from.
  */
 #include "proto/protocol.h"
 
@@ -177,45 +181,61 @@ long proto_frame_decode(const uint8_t *data, size_t len, bool multiplexed,
 }
 
 /*
- * One frame being read from an fd: the absolute deadline (or none) and whether any byte of
- * the frame has arrived, which decides between -ETIMEDOUT (nothing read, the stream is still
- * aligned) and -ETIME (stopped mid-frame, the stream is lost).
+ * One frame being read from or written to an fd: the absolute deadline (or none) and whether
+ * any byte of the frame has moved, which decides between -ETIMEDOUT (nothing moved, the
+ * stream is still aligned) and -ETIME (stopped mid-frame, the stream is lost).
  */
-struct frame_reader {
+struct frame_io {
 	int fd;
 	bool bounded;
 	struct timespec deadline;
 	bool started;
 };
 
-static int frame_reader_remaining_ms(const struct frame_reader *reader)
+static void frame_io_start(struct frame_io *io, int fd, int timeout_ms)
+{
+	memset(io, 0, sizeof(*io));
+	io->fd = fd;
+	io->bounded = timeout_ms >= 0;
+	if (!io->bounded)
+		return;
+	clock_gettime(CLOCK_MONOTONIC, &io->deadline);
+	io->deadline.tv_sec += timeout_ms / FRAME_MS_PER_SEC;
+	io->deadline.tv_nsec += (long)(timeout_ms % FRAME_MS_PER_SEC) * FRAME_NS_PER_MS;
+	if (io->deadline.tv_nsec >= FRAME_NS_PER_SEC) {
+		io->deadline.tv_sec++;
+		io->deadline.tv_nsec -= FRAME_NS_PER_SEC;
+	}
+}
+
+static int frame_io_remaining_ms(const struct frame_io *io)
 {
 	struct timespec now;
 	long long left;
 
 	clock_gettime(CLOCK_MONOTONIC, &now);
-	left = (long long)(reader->deadline.tv_sec - now.tv_sec) * FRAME_MS_PER_SEC +
-	       (reader->deadline.tv_nsec - now.tv_nsec) / FRAME_NS_PER_MS;
+	left = (long long)(io->deadline.tv_sec - now.tv_sec) * FRAME_MS_PER_SEC +
+	       (io->deadline.tv_nsec - now.tv_nsec) / FRAME_NS_PER_MS;
 	if (left <= 0)
 		return 0;
 	return left > INT_MAX ? INT_MAX : (int)left;
 }
 
-static int frame_reader_timeout(const struct frame_reader *reader)
+static int frame_io_timeout(const struct frame_io *io)
 {
-	return reader->started ? -ETIME : -ETIMEDOUT;
+	return io->started ? -ETIME : -ETIMEDOUT;
 }
 
-/* Waits until the fd is readable or the deadline passes. */
-static int frame_reader_wait(const struct frame_reader *reader)
+/* Waits until the fd is ready for events (POLLIN or POLLOUT) or the deadline passes. */
+static int frame_io_wait(const struct frame_io *io, short events)
 {
 	for (;;) {
-		struct pollfd pfd = { .fd = reader->fd, .events = POLLIN };
-		int left = frame_reader_remaining_ms(reader);
+		struct pollfd pfd = { .fd = io->fd, .events = events };
+		int left = frame_io_remaining_ms(io);
 		int rc;
 
 		if (left == 0)
-			return frame_reader_timeout(reader);
+			return frame_io_timeout(io);
 		rc = poll(&pfd, 1, left);
 		if (rc > 0)
 			return 0;
@@ -229,7 +249,7 @@ static int frame_reader_wait(const struct frame_reader *reader)
  * counts as the deadline passing, so no read waits longer than the caller allowed, whichever
  * way the wait was bounded.
  */
-static int fd_read_exact(struct frame_reader *reader, void *buf, size_t len)
+static int fd_read_exact(struct frame_io *reader, void *buf, size_t len)
 {
 	uint8_t *p = buf;
 	size_t done = 0;
@@ -238,7 +258,7 @@ static int fd_read_exact(struct frame_reader *reader, void *buf, size_t len)
 		ssize_t n;
 
 		if (reader->bounded) {
-			int rc = frame_reader_wait(reader);
+			int rc = frame_io_wait(reader, POLLIN);
 
 			if (rc < 0)
 				return rc;
@@ -254,13 +274,13 @@ static int fd_read_exact(struct frame_reader *reader, void *buf, size_t len)
 		if (errno == EINTR)
 			continue;
 		if (errno == EAGAIN || errno == EWOULDBLOCK)
-			return frame_reader_timeout(reader);
+			return frame_io_timeout(reader);
 		return -errno;
 	}
 	return 0;
 }
 
-static int fd_discard(struct frame_reader *reader, size_t len)
+static int fd_discard(struct frame_io *reader, size_t len)
 {
 	uint8_t scratch[FRAME_DISCARD_CHUNK];
 
@@ -280,7 +300,7 @@ static int fd_discard(struct frame_reader *reader, size_t len)
  * FRAME_BODY_FIRST_BLOCK), so a header that announces 64 MiB costs memory only as the bytes
  * come, not up front.
  */
-static int frame_read_body(struct frame_reader *reader, struct proto_frame *out, size_t body_len)
+static int frame_read_body(struct frame_io *reader, struct proto_frame *out, size_t body_len)
 {
 	size_t capacity = 0, done = 0;
 	uint8_t *body = NULL;
@@ -312,9 +332,10 @@ static int frame_read_body(struct frame_reader *reader, struct proto_frame *out,
 	return 0;
 }
 
-int proto_frame_read_timed(int fd, bool multiplexed, int timeout_ms, struct proto_frame *out)
+int proto_frame_read_capped(int fd, bool multiplexed, int timeout_ms, uint32_t max_payload,
+			    struct proto_frame *out)
 {
-	struct frame_reader reader = { .fd = fd, .bounded = timeout_ms >= 0 };
+	struct frame_io reader;
 	uint8_t header[PROTO_HEADER_SIZE];
 	uint8_t id_bytes[PROTO_REQUEST_ID_SIZE];
 	uint32_t payload_len;
@@ -323,19 +344,13 @@ int proto_frame_read_timed(int fd, bool multiplexed, int timeout_ms, struct prot
 	int rc;
 
 	memset(out, 0, sizeof(*out));
-	if (reader.bounded) {
-		clock_gettime(CLOCK_MONOTONIC, &reader.deadline);
-		reader.deadline.tv_sec += timeout_ms / FRAME_MS_PER_SEC;
-		reader.deadline.tv_nsec += (long)(timeout_ms % FRAME_MS_PER_SEC) * FRAME_NS_PER_MS;
-		if (reader.deadline.tv_nsec >= FRAME_NS_PER_SEC) {
-			reader.deadline.tv_sec++;
-			reader.deadline.tv_nsec -= FRAME_NS_PER_SEC;
-		}
-	}
+	frame_io_start(&reader, fd, timeout_ms);
 	rc = fd_read_exact(&reader, header, sizeof(header));
 	if (rc < 0)
 		return rc;
 	rc = proto_header_parse(header, &payload_len, &type);
+	if (payload_len > max_payload)
+		return -EMSGSIZE;
 	if (rc == -EPROTO) {
 		rc = fd_discard(&reader, payload_len);
 		return rc < 0 ? rc : -EPROTO;
@@ -364,34 +379,62 @@ int proto_frame_read_timed(int fd, bool multiplexed, int timeout_ms, struct prot
 	return 0;
 }
 
+int proto_frame_read_timed(int fd, bool multiplexed, int timeout_ms, struct proto_frame *out)
+{
+	return proto_frame_read_capped(fd, multiplexed, timeout_ms, PROTO_MAX_PAYLOAD, out);
+}
+
 int proto_frame_read(int fd, bool multiplexed, struct proto_frame *out)
 {
 	return proto_frame_read_timed(fd, multiplexed, PROTO_READ_NO_DEADLINE, out);
 }
 
-/* sendmsg with MSG_NOSIGNAL on sockets so a dead peer is -EPIPE, not SIGPIPE; writev otherwise. */
-static ssize_t fd_write_vector(int fd, struct iovec *iov, int iov_count)
+/*
+ * sendmsg with MSG_NOSIGNAL on sockets so a dead peer is -EPIPE, not SIGPIPE (flags adds
+ * MSG_DONTWAIT for a bounded write); writev otherwise.
+ */
+static ssize_t fd_write_vector(int fd, struct iovec *iov, int iov_count, int flags)
 {
 	struct msghdr msg = { .msg_iov = iov, .msg_iovlen = (size_t)iov_count };
-	ssize_t n = sendmsg(fd, &msg, MSG_NOSIGNAL);
+	ssize_t n = sendmsg(fd, &msg, MSG_NOSIGNAL | flags);
 
 	if (n < 0 && errno == ENOTSOCK)
 		n = writev(fd, iov, iov_count);
 	return n;
 }
 
-static int fd_write_all(int fd, struct iovec *iov, int iov_count)
+/*
+ * Writes every byte of iov before the writer's deadline: a bounded write waits for room with
+ * the time left and then sends only what fits without blocking, so a peer that drains a
+ * socket buffer now and then cannot stretch one frame past the deadline (on a socket; a
+ * non-socket's writev may still block once it has room). A socket send timeout
+ * (SO_SNDTIMEO) ends an unbounded write the same way as a deadline.
+ */
+static int fd_write_all(struct frame_io *writer, struct iovec *iov, int iov_count)
 {
-	while (iov_count > 0) {
-		ssize_t n = fd_write_vector(fd, iov, iov_count);
+	int flags = writer->bounded ? MSG_DONTWAIT : 0;
 
+	while (iov_count > 0) {
+		ssize_t n;
+
+		if (writer->bounded) {
+			int rc = frame_io_wait(writer, POLLOUT);
+
+			if (rc < 0)
+				return rc;
+		}
+		n = fd_write_vector(writer->fd, iov, iov_count, flags);
 		if (n < 0) {
 			if (errno == EINTR)
 				continue;
+			if ((errno == EAGAIN || errno == EWOULDBLOCK) && writer->bounded)
+				continue;
 			if (errno == EAGAIN || errno == EWOULDBLOCK)
-				return -ETIMEDOUT;
+				return frame_io_timeout(writer);
 			return -errno;
 		}
+		if (n > 0)
+			writer->started = true;
 		while (iov_count > 0 && (size_t)n >= iov->iov_len) {
 			n -= (ssize_t)iov->iov_len;
 			iov++;
@@ -405,12 +448,13 @@ static int fd_write_all(int fd, struct iovec *iov, int iov_count)
 	return 0;
 }
 
-int proto_frame_write(int fd, uint8_t type, bool multiplexed, uint32_t request_id,
-		      const void *body, size_t body_len)
+int proto_frame_write_timed(int fd, uint8_t type, bool multiplexed, uint32_t request_id,
+			    const void *body, size_t body_len, int timeout_ms)
 {
 	uint8_t prefix[FRAME_PREFIX_MAX];
 	size_t prefix_len = PROTO_HEADER_SIZE;
 	size_t id_len = frame_carries_request_id(type, multiplexed) ? PROTO_REQUEST_ID_SIZE : 0;
+	struct frame_io writer;
 	struct iovec iov[2];
 	int iov_count = 1;
 
@@ -430,7 +474,15 @@ int proto_frame_write(int fd, uint8_t type, bool multiplexed, uint32_t request_i
 		iov[1].iov_len = body_len;
 		iov_count++;
 	}
-	return fd_write_all(fd, iov, iov_count);
+	frame_io_start(&writer, fd, timeout_ms);
+	return fd_write_all(&writer, iov, iov_count);
+}
+
+int proto_frame_write(int fd, uint8_t type, bool multiplexed, uint32_t request_id,
+		      const void *body, size_t body_len)
+{
+	return proto_frame_write_timed(fd, type, multiplexed, request_id, body, body_len,
+				       PROTO_WRITE_NO_DEADLINE);
 }
 
 /* ---- handshake ---------------------------------------------------------------------------- */

@@ -128,13 +128,30 @@ long proto_frame_decode(const uint8_t *data, size_t len, bool multiplexed,
  * and continue.
  */
 int proto_frame_read_timed(int fd, bool multiplexed, int timeout_ms, struct proto_frame *out);
+/*
+ * proto_frame_read_timed for a frame whose payload may not exceed max_payload (a frame before
+ * authentication, PROTO_PREAUTH_MAX_PAYLOAD): a header declaring more is -EMSGSIZE before a
+ * byte of its payload is read or allocated.
+ */
+int proto_frame_read_capped(int fd, bool multiplexed, int timeout_ms, uint32_t max_payload,
+			    struct proto_frame *out);
 /* proto_frame_read_timed without a deadline (a reader woken by shutdown() when it must stop). */
 int proto_frame_read(int fd, bool multiplexed, struct proto_frame *out);
 
+#define PROTO_WRITE_NO_DEADLINE (-1)
+
 /*
- * Writes one frame as a single gathered write loop (caller serialises writers). request_id is
- * ignored when !multiplexed. Returns 0 or -errno.
+ * Writes one frame as a single gathered write loop (caller serialises writers); the whole
+ * frame must leave within timeout_ms (PROTO_WRITE_NO_DEADLINE: as long as it takes, or until
+ * a socket send timeout, SO_SNDTIMEO, finds no progress). request_id is ignored when
+ * !multiplexed. Returns 0, -EMSGSIZE (over PROTO_MAX_PAYLOAD), -ETIMEDOUT when nothing of the
+ * frame left in time (the stream is intact), -ETIME when the deadline passed mid-frame (the
+ * peer holds part of a frame: the stream is lost, close it), or another -errno (-EPIPE for a
+ * vanished peer).
  */
+int proto_frame_write_timed(int fd, uint8_t type, bool multiplexed, uint32_t request_id,
+			    const void *body, size_t body_len, int timeout_ms);
+/* proto_frame_write_timed without a deadline. */
 int proto_frame_write(int fd, uint8_t type, bool multiplexed, uint32_t request_id,
 		      const void *body, size_t body_len);
 

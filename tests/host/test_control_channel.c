@@ -9,6 +9,7 @@
 #include "harness.h"
 
 #include <errno.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <sys/socket.h>
@@ -28,6 +29,7 @@
 #define FAKE_FLOOD_CHUNKS 48
 #define FAKE_FLOOD_CHUNK_BYTES (1024 * 1024)
 #define FAKE_STALL_BYTES 2
+#define FAKE_STALL_DECLARED_BYTES 64
 /*
  * Chunks the flood may get out while its caller sleeps: 8 MiB of queue (six encoded chunks),
  * the chunk that crossed the bound, the one being read and the socket buffers.
@@ -35,6 +37,30 @@
 #define FAKE_FLOOD_HELD_MAX 12
 /* how long a test waits for a call that must end before calling it hung */
 #define HANG_LIMIT_SECS 20
+/* a guest that takes its input slowly: this much every interval, and never answers */
+#define FAKE_DRAIN_BYTES (32 * 1024)
+#define FAKE_DRAIN_INTERVAL_MS 3000
+/* a frame many socket buffers long, and the calls that must not wait behind it */
+#define TEST_BIG_WRITE_BYTES (8u * 1024 * 1024)
+#define TEST_BIG_WRITE_TIMEOUT_MS 1000
+#define TEST_PING_TIMEOUT_MS 500
+#define TEST_UNANSWERED_PING_MS 300
+/* how long after its deadline a bounded call may take to return */
+#define TEST_RETURN_SLACK_MS 1000
+#define SLOW_DRAIN_LIMIT_SECS 6
+/*
+ * Frames the host skips while it waits: one every interval, never what it waits for. Each
+ * wait's deadline falls midway between two of them (10 s after 9 s, 400 ms after 320 ms), so
+ * no frame is still arriving as the deadline passes.
+ */
+#define FAKE_CHATTER_SLOW_MS 3000
+#define FAKE_CHATTER_FAST_MS 160
+/* the host's wait for PtyOpened (PTY_OPENED_TIMEOUT_MS in control_channel_pty.c) */
+#define TEST_PTY_OPENED_TIMEOUT_MS 10000
+#define PTY_OPEN_LIMIT_SECS 14
+#define PTY_READ_LIMIT_SECS 5
+/* what a hostile agent's frame before authentication declares: far over the 1 KiB cap */
+#define FAKE_OVERSIZED_BYTES (1024u * 1024u)
 #define CONTROL_CHANNEL_ERROR_TEXT_MAX 512
 enum fake_mode {
 	FAKE_NORMAL,        /* answers every request at once */
@@ -50,6 +76,11 @@ enum fake_mode {
 	FAKE_PTY_STALL,     /* opens a PTY, then sends two bytes of a frame and stops */
 	FAKE_NO_CHALLENGE,  /* an agent of protocol 2: waits for Ping without a Challenge */
 	FAKE_DROP_WRITES,   /* never answers a WriteFile, everything else at once */
+	FAKE_SLOW_DRAIN,    /* reads FAKE_DRAIN_BYTES every FAKE_DRAIN_INTERVAL_MS, answers nothing */
+	FAKE_PTY_NEVER_OPENS, /* answers PtyOpen with other frames only, one every 3 s */
+	FAKE_PTY_CHATTER,   /* opens a PTY, then sends frames a reader skips, many a second */
+	FAKE_BIG_CHALLENGE, /* a Challenge header declaring FAKE_OVERSIZED_BYTES, then nothing */
+	FAKE_BIG_PONG,      /* answers Ping with a Pong header declaring FAKE_OVERSIZED_BYTES */
 };
 
 struct fake_agent {
@@ -58,6 +89,7 @@ struct fake_agent {
 	atomic_int connections;
 	atomic_int requests;
 	atomic_int chunks_sent;
+	atomic_long bytes_drained; /* FAKE_SLOW_DRAIN: what the host got through */
 	atomic_int secret_on_wire; /* handshakes whose Ping held the secret's bytes */
 	atomic_uint nonce_counter; /* makes every Challenge differ */
 	pthread_mutex_t lock;
@@ -85,17 +117,51 @@ static void fake_send_json(int fd, uint8_t type, uint32_t id, uint8_t *body, siz
 	free(body);
 }
 
-/* Sends the first bytes of a frame header and then nothing, until the host hangs up. */
-static void fake_stall_until_eof(int fd)
+/*
+ * Sends the first sent_bytes of a header declaring declared_len bytes of type, and then
+ * nothing, until the host hangs up.
+ */
+static void fake_stall_until_eof(int fd, uint8_t type, uint32_t declared_len, size_t sent_bytes)
 {
 	uint8_t header[PROTO_HEADER_SIZE], scratch[256];
 
-	proto_header_build(header, 64, PROTO_MSG_PTY_DATA);
+	proto_header_build(header, declared_len, type);
 	/* the host may have hung up already (a cancelled connect): EPIPE, not SIGPIPE */
-	if (send(fd, header, FAKE_STALL_BYTES, MSG_NOSIGNAL) != FAKE_STALL_BYTES)
+	if (send(fd, header, sent_bytes, MSG_NOSIGNAL) != (ssize_t)sent_bytes)
 		return;
 	while (read(fd, scratch, sizeof(scratch)) > 0)
 		;
+}
+
+/* Waits up to ms; whether the host hung up meanwhile (buffered input does not count). */
+static bool fake_host_hung_up(int fd, int ms)
+{
+	struct pollfd pfd = { .fd = fd, .events = POLLRDHUP };
+
+	return poll(&pfd, 1, ms) > 0;
+}
+
+/* Takes FAKE_DRAIN_BYTES every FAKE_DRAIN_INTERVAL_MS and answers nothing, until hung up on. */
+static void fake_drain_slowly(struct fake_agent *agent, int fd)
+{
+	uint8_t *scratch = malloc(FAKE_DRAIN_BYTES);
+	ssize_t n;
+
+	while ((n = read(fd, scratch, FAKE_DRAIN_BYTES)) > 0) {
+		atomic_fetch_add(&agent->bytes_drained, n);
+		if (fake_host_hung_up(fd, FAKE_DRAIN_INTERVAL_MS))
+			break;
+	}
+	free(scratch);
+}
+
+/* Sends a frame a PTY reader skips (SnapshotReady) every interval_ms until hung up on. */
+static void fake_chatter_until_eof(int fd, int interval_ms)
+{
+	do
+		if (proto_frame_write(fd, PROTO_MSG_SNAPSHOT_READY, true, 1, NULL, 0) < 0)
+			return;
+	while (!fake_host_hung_up(fd, interval_ms));
 }
 
 /* FAKE_FLOOD_CHUNKS chunks of FAKE_FLOOD_CHUNK_BYTES as fast as the host takes them. */
@@ -171,10 +237,17 @@ static void fake_reply(struct fake_conn *fc, struct proto_frame *req)
 			fake_reply_exec(fc->fd, req);
 		break;
 	case PROTO_MSG_PTY_OPEN:
+		if (fc->agent->mode == FAKE_PTY_NEVER_OPENS) {
+			fake_chatter_until_eof(fc->fd, FAKE_CHATTER_SLOW_MS);
+			break;
+		}
 		proto_status_response_encode(&status, &body, &len);
 		fake_send_json(fc->fd, PROTO_MSG_PTY_OPENED, req->request_id, body, len);
 		if (fc->agent->mode == FAKE_PTY_STALL)
-			fake_stall_until_eof(fc->fd);
+			fake_stall_until_eof(fc->fd, PROTO_MSG_PTY_DATA, FAKE_STALL_DECLARED_BYTES,
+				     FAKE_STALL_BYTES);
+		if (fc->agent->mode == FAKE_PTY_CHATTER)
+			fake_chatter_until_eof(fc->fd, FAKE_CHATTER_FAST_MS);
 		break;
 	case PROTO_MSG_FILE_STAT:
 		proto_path_request_decode(req->body, req->body_len, &path, &why);
@@ -230,6 +303,11 @@ static bool fake_handshake(struct fake_conn *fc)
 	unsigned int serial = atomic_fetch_add(&fc->agent->nonce_counter, 1);
 
 	memcpy(nonce, &serial, sizeof(serial));
+	if (fc->agent->mode == FAKE_BIG_CHALLENGE) {
+		fake_stall_until_eof(fc->fd, PROTO_MSG_CHALLENGE, FAKE_OVERSIZED_BYTES,
+				     PROTO_HEADER_SIZE);
+		return false;
+	}
 	if (fc->agent->mode != FAKE_NO_CHALLENGE &&
 	    proto_frame_write(fc->fd, PROTO_MSG_CHALLENGE, false, 0, nonce, sizeof(nonce)) < 0)
 		return false;
@@ -244,7 +322,13 @@ static bool fake_handshake(struct fake_conn *fc)
 	    !(ping.flags & PROTO_FLAG_SUPPORTS_MULTIPLEX))
 		return false;
 	if (fc->agent->mode == FAKE_HALF_PONG) {
-		fake_stall_until_eof(fc->fd);
+		fake_stall_until_eof(fc->fd, PROTO_MSG_PTY_DATA, FAKE_STALL_DECLARED_BYTES,
+				     FAKE_STALL_BYTES);
+		return false;
+	}
+	if (fc->agent->mode == FAKE_BIG_PONG) {
+		fake_stall_until_eof(fc->fd, PROTO_MSG_PONG, FAKE_OVERSIZED_BYTES,
+				     PROTO_HEADER_SIZE);
 		return false;
 	}
 	if (fc->agent->mode == FAKE_PONG_V1)
@@ -267,6 +351,10 @@ static void *fake_serve(void *arg)
 
 	if (!fake_handshake(fc))
 		goto out;
+	if (fc->agent->mode == FAKE_SLOW_DRAIN) {
+		fake_drain_slowly(fc->agent, fc->fd);
+		goto out;
+	}
 	if (fc->agent->mode == FAKE_SLOW_EXEC) {
 		struct timeval poll = { .tv_usec = FAKE_POLL_MS * 1000 };
 
@@ -443,16 +531,16 @@ static void test_exec_and_files(void)
 	fake_finish(&agent);
 }
 
-static void expect_handshake_refused(enum fake_mode mode, const char *needle)
+/* The handshake fails with err and a sentence holding needle, and is not retried. */
+static void expect_handshake_refused(enum fake_mode mode, int err, const char *needle)
 {
 	struct fake_agent agent;
 	struct control_channel *ch;
 
 	fake_init(&agent, mode);
 	ch = channel_for(&agent, FAKE_SHORT_DEADLINE_MS);
-	CHECK_INT_EQ(control_channel_connect(ch), -EPROTONOSUPPORT);
+	CHECK_INT_EQ(control_channel_connect(ch), err);
 	CHECK(strstr(control_channel_last_error(), needle) != NULL);
-	/* a version mismatch is not retried */
 	CHECK_INT_EQ(atomic_load(&agent.connections), 1);
 	control_channel_destroy(ch);
 	fake_finish(&agent);
@@ -460,8 +548,8 @@ static void expect_handshake_refused(enum fake_mode mode, const char *needle)
 
 static void test_handshake_validation(void)
 {
-	expect_handshake_refused(FAKE_PONG_V1, "version 1");
-	expect_handshake_refused(FAKE_PONG_NO_MUX, "without multiplexing");
+	expect_handshake_refused(FAKE_PONG_V1, -EPROTONOSUPPORT, "version 1");
+	expect_handshake_refused(FAKE_PONG_NO_MUX, -EPROTONOSUPPORT, "without multiplexing");
 }
 
 /* The host answers the Challenge with a proof: the secret's bytes never cross the wire. */
@@ -761,9 +849,21 @@ static void test_connect_stops_when_vm_ended(void)
 struct bounded_call {
 	struct control_channel *ch;
 	struct control_channel_pty *pty;
+	int timeout_ms;              /* the call's, where the runner takes one */
 	int rc;
+	long long ended_ms;          /* now_ms() when it returned */
+	long long elapsed_ms;
 	char error[CONTROL_CHANNEL_ERROR_TEXT_MAX];  /* last_error is per thread: copied here */
 };
+
+/* Records how a call ended: its result, its time since started_ms and its sentence. */
+static void bounded_call_end(struct bounded_call *call, int rc, long long started_ms)
+{
+	call->rc = rc;
+	call->ended_ms = now_ms();
+	call->elapsed_ms = call->ended_ms - started_ms;
+	snprintf(call->error, sizeof(call->error), "%s", control_channel_last_error());
+}
 
 static void *connect_run(void *arg)
 {
@@ -778,29 +878,49 @@ static void *pty_read_run(void *arg)
 {
 	struct bounded_call *call = arg;
 	struct control_channel_pty_event event;
+	long long started = now_ms();
+	int rc = control_channel_pty_read(call->pty, &event, FAKE_SHORT_DEADLINE_MS);
 
-	call->rc = control_channel_pty_read(call->pty, &event, FAKE_SHORT_DEADLINE_MS);
-	if (call->rc == 0)
+	bounded_call_end(call, rc, started);
+	if (rc == 0)
 		control_channel_pty_event_free(&event);
-	snprintf(call->error, sizeof(call->error), "%s", control_channel_last_error());
 	return NULL;
 }
 
-/* Runs fn on a thread; false when it is still running after HANG_LIMIT_SECS (it is left). */
-static bool finishes(void *(*fn)(void *), struct bounded_call *call)
+/* The CLOCK_REALTIME instant limit_secs from now, as pthread_timedjoin_np wants it. */
+static struct timespec join_limit(int limit_secs)
 {
 	struct timespec limit;
-	pthread_t thread;
 
 	clock_gettime(CLOCK_REALTIME, &limit);
-	limit.tv_sec += HANG_LIMIT_SECS;
-	if (pthread_create(&thread, NULL, fn, call) != 0)
-		return false;
-	if (pthread_timedjoin_np(thread, NULL, &limit) != 0) {
+	limit.tv_sec += limit_secs;
+	return limit;
+}
+
+/* Joins thread by limit; false when it is still running then (it is left running). */
+static bool joined_by(pthread_t thread, const struct timespec *limit)
+{
+	if (pthread_timedjoin_np(thread, NULL, limit) != 0) {
 		pthread_detach(thread);
 		return false;
 	}
 	return true;
+}
+
+/* Runs fn on a thread; false when it is still running after limit_secs (it is left). */
+static bool finishes_within(void *(*fn)(void *), struct bounded_call *call, int limit_secs)
+{
+	struct timespec limit = join_limit(limit_secs);
+	pthread_t thread;
+
+	if (pthread_create(&thread, NULL, fn, call) != 0)
+		return false;
+	return joined_by(thread, &limit);
+}
+
+static bool finishes(void *(*fn)(void *), struct bounded_call *call)
+{
+	return finishes_within(fn, call, HANG_LIMIT_SECS);
 }
 
 /* Half a Pong and then silence: the handshake gives up at its deadline instead of hanging. */
@@ -842,19 +962,27 @@ static void test_cancel_ends_stalled_connect(void)
 	fake_finish(&agent);
 }
 
+/* Starts agent in mode and opens a PTY session on it into call; whether it opened. */
+static bool open_pty_session(struct fake_agent *agent, enum fake_mode mode,
+			     struct bounded_call *call)
+{
+	struct proto_pty_open open = { .cols = 80, .rows = 24, .program = "/bin/sh" };
+	int err = 0;
+
+	fake_init(agent, mode);
+	call->ch = channel_for(agent, 0);
+	call->pty = control_channel_pty_open(call->ch, &open, &err);
+	CHECK(call->pty != NULL);
+	return call->pty != NULL;
+}
+
 /* Half a PtyData frame and then silence: the PTY read honours its timeout. */
 static void test_pty_stall_mid_frame(void)
 {
 	struct fake_agent agent;
-	struct proto_pty_open open = { .cols = 80, .rows = 24, .program = "/bin/sh" };
 	struct bounded_call call = { 0 };
-	int err = 0;
 
-	fake_init(&agent, FAKE_PTY_STALL);
-	call.ch = channel_for(&agent, 0);
-	call.pty = control_channel_pty_open(call.ch, &open, &err);
-	CHECK(call.pty != NULL);
-	if (!call.pty)
+	if (!open_pty_session(&agent, FAKE_PTY_STALL, &call))
 		return;
 	if (!finishes(pty_read_run, &call)) {
 		CHECK(!"the PTY read hung on half a frame");
@@ -979,6 +1107,162 @@ static void test_shutdown_never_reconnects(void)
 	fake_finish(&agent);
 }
 
+static void *big_write_run(void *arg)
+{
+	struct bounded_call *call = arg;
+	void *data = calloc(1, TEST_BIG_WRITE_BYTES);
+	long long started = now_ms();
+	int rc = control_channel_write_file(call->ch, "/workspace/big", data, TEST_BIG_WRITE_BYTES,
+					    true, call->timeout_ms);
+
+	bounded_call_end(call, rc, started);
+	free(data);
+	return NULL;
+}
+
+static void *ping_run(void *arg)
+{
+	struct bounded_call *call = arg;
+	long long started = now_ms();
+
+	bounded_call_end(call, control_channel_snapshot_ready(call->ch, call->timeout_ms),
+			 started);
+	return NULL;
+}
+
+/*
+ * A guest that takes a large frame a socket buffer every few seconds: the frame's send ends
+ * at its call's deadline, which fails with -ETIMEDOUT and ends the connection (the guest holds
+ * part of a frame), and a call that waits to send behind it fails at its own deadline
+ * instead of waiting for the writer.
+ */
+static void test_slow_reader_bounds_sends(void)
+{
+	/* static: threads still running when the test fails keep using them after it returns */
+	static struct fake_agent agent;
+	static struct bounded_call write = { .timeout_ms = TEST_BIG_WRITE_TIMEOUT_MS };
+	static struct bounded_call ping = { .timeout_ms = TEST_PING_TIMEOUT_MS };
+	struct timespec limit;
+	pthread_t writer, pinger;
+	bool write_ended, ping_ended;
+	long long sending_since;
+
+	fake_init(&agent, FAKE_SLOW_DRAIN);
+	write.ch = ping.ch = channel_for(&agent, 0);
+	CHECK_INT_EQ(control_channel_connect(write.ch), 0);
+	limit = join_limit(SLOW_DRAIN_LIMIT_SECS);
+	pthread_create(&writer, NULL, big_write_run, &write);
+	while (atomic_load(&agent.bytes_drained) == 0)
+		usleep(FAKE_POLL_MS * 1000);
+	sending_since = now_ms(); /* encoding the body came first: the send is what is timed */
+	pthread_create(&pinger, NULL, ping_run, &ping);
+	write_ended = joined_by(writer, &limit);
+	ping_ended = joined_by(pinger, &limit);
+	if (!write_ended || !ping_ended) {
+		CHECK(!"a send to a slowly reading guest outlived its call's timeout");
+		return; /* the channel is stuck: leak it rather than hang the test program */
+	}
+	CHECK_INT_EQ(write.rc, -ETIMEDOUT);
+	CHECK(write.ended_ms - sending_since < TEST_BIG_WRITE_TIMEOUT_MS + TEST_RETURN_SLACK_MS);
+	CHECK(strstr(write.error, "takes its input too slowly") != NULL);
+	CHECK_INT_EQ(ping.rc, -ETIMEDOUT);
+	CHECK(ping.elapsed_ms < TEST_PING_TIMEOUT_MS + TEST_RETURN_SLACK_MS);
+	CHECK(strstr(ping.error, "still going out") != NULL);
+	/* the half-sent frame ended the connection: the next call makes another */
+	CHECK_INT_EQ(control_channel_snapshot_ready(write.ch, TEST_UNANSWERED_PING_MS), -ETIMEDOUT);
+	CHECK_INT_EQ(atomic_load(&agent.connections), 2);
+	control_channel_destroy(write.ch);
+	fake_finish(&agent);
+}
+
+/* A guest that takes its input promptly gets a large frame whole, as before. */
+static void test_large_write_to_a_prompt_reader(void)
+{
+	struct fake_agent agent;
+	struct bounded_call write = { .timeout_ms = CONTROL_CHANNEL_TIMEOUT_DEFAULT };
+
+	fake_init(&agent, FAKE_NORMAL);
+	write.ch = channel_for(&agent, 0);
+	if (!finishes(big_write_run, &write)) {
+		CHECK(!"a large write to a prompt guest hung");
+		return;
+	}
+	CHECK_INT_EQ(write.rc, 0);
+	CHECK_INT_EQ(control_channel_snapshot_ready(write.ch, 0), 0);
+	CHECK_INT_EQ(atomic_load(&agent.connections), 1);
+	control_channel_destroy(write.ch);
+	fake_finish(&agent);
+}
+
+static void *pty_open_run(void *arg)
+{
+	struct proto_pty_open open = { .cols = 80, .rows = 24, .program = "/bin/sh" };
+	struct bounded_call *call = arg;
+	long long started = now_ms();
+	int err = 0;
+
+	call->pty = control_channel_pty_open(call->ch, &open, &err);
+	bounded_call_end(call, call->pty ? 0 : err, started);
+	return NULL;
+}
+
+/* The PTY call ended with -ETIMEDOUT by timeout_ms (and the slack); frees what it used. */
+static void expect_pty_timed_out(struct bounded_call *call, struct fake_agent *agent,
+				 long long timeout_ms)
+{
+	CHECK_INT_EQ(call->rc, -ETIMEDOUT);
+	CHECK(call->elapsed_ms < timeout_ms + TEST_RETURN_SLACK_MS);
+	control_channel_pty_free(call->pty);
+	control_channel_destroy(call->ch);
+	fake_finish(agent);
+}
+
+/* Frames the host skips before PtyOpened do not restart its wait: it ends at its 10 s. */
+static void test_pty_open_deadline_spans_skipped_frames(void)
+{
+	/* static: threads still running when the test fails keep using them after it returns */
+	static struct fake_agent agent;
+	static struct bounded_call call;
+
+	fake_init(&agent, FAKE_PTY_NEVER_OPENS);
+	call.ch = channel_for(&agent, 0);
+	if (!finishes_within(pty_open_run, &call, PTY_OPEN_LIMIT_SECS)) {
+		CHECK(!"the wait for PtyOpened restarted at every skipped frame");
+		return;
+	}
+	CHECK(call.pty == NULL);
+	expect_pty_timed_out(&call, &agent, TEST_PTY_OPENED_TIMEOUT_MS);
+}
+
+/* Frames a PTY read skips do not restart its timeout either. */
+static void test_pty_read_deadline_spans_skipped_frames(void)
+{
+	/* static: threads still running when the test fails keep using them after it returns */
+	static struct fake_agent agent;
+	static struct bounded_call call;
+
+	if (!open_pty_session(&agent, FAKE_PTY_CHATTER, &call))
+		return;
+	if (!finishes_within(pty_read_run, &call, PTY_READ_LIMIT_SECS)) {
+		CHECK(!"a PTY read restarted its timeout at every skipped frame");
+		return;
+	}
+	expect_pty_timed_out(&call, &agent, FAKE_SHORT_DEADLINE_MS);
+}
+
+/*
+ * A frame before authentication that declares more than the agent's own pre-authentication
+ * cap is refused at its header: the fake sends nothing after it, so a host that waited for
+ * the payload would time out instead.
+ */
+static void test_oversized_preauth_frames_refused(void)
+{
+	expect_handshake_refused(FAKE_BIG_CHALLENGE, -EPROTO, "where Challenge belongs declares "
+				 "more than the 1024 bytes allowed before authentication");
+	expect_handshake_refused(FAKE_BIG_PONG, -EPROTO, "where Pong belongs declares more than "
+				 "the 1024 bytes allowed before authentication");
+}
+
 int main(void)
 {
 	RUN_TEST(test_exec_and_files);
@@ -1002,5 +1286,10 @@ int main(void)
 	RUN_TEST(test_stream_backpressure);
 	RUN_TEST(test_cancel_wakes_paused_reader);
 	RUN_TEST(test_shutdown_never_reconnects);
+	RUN_TEST(test_slow_reader_bounds_sends);
+	RUN_TEST(test_large_write_to_a_prompt_reader);
+	RUN_TEST(test_pty_open_deadline_spans_skipped_frames);
+	RUN_TEST(test_pty_read_deadline_spans_skipped_frames);
+	RUN_TEST(test_oversized_preauth_frames_refused);
 	return harness_finish();
 }

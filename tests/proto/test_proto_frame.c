@@ -316,6 +316,77 @@ static void test_fd_stall_mid_frame(void)
 	alarm(0);
 }
 
+/* a frame larger than a socketpair's send buffer, so a peer that reads nothing stalls it */
+#define STALL_TEST_WRITE_BYTES (1024u * 1024u)
+#define CAPPED_TEST_DECLARED_BYTES (1024u * 1024u)
+
+/*
+ * A peer that takes nothing: a timed write that fills the socket buffer and stops ends at its
+ * deadline with -ETIME (the peer holds part of the frame), and the next one, which cannot
+ * start, with -ETIMEDOUT (the stream is intact). A peer that reads gets the frame whole.
+ */
+static void test_timed_write_stall(void)
+{
+	uint8_t *body = calloc(1, STALL_TEST_WRITE_BYTES);
+	struct proto_frame frame;
+	int sv[2];
+
+	alarm(STALL_TEST_ALARM_SECS);
+	make_pair(sv);
+	CHECK_INT_EQ(proto_frame_write_timed(sv[0], PROTO_MSG_WRITE_FILE, true, 1, body,
+					     STALL_TEST_WRITE_BYTES, STALL_TEST_TIMEOUT_MS),
+		     -ETIME);
+	CHECK_INT_EQ(proto_frame_write_timed(sv[0], PROTO_MSG_SNAPSHOT_READY, true, 2, NULL, 0,
+					     STALL_TEST_TIMEOUT_MS),
+		     -ETIMEDOUT);
+	close(sv[0]);
+	close(sv[1]);
+
+	make_pair(sv);
+	CHECK_INT_EQ(proto_frame_write_timed(sv[0], PROTO_MSG_SNAPSHOT_READY, true, 3, NULL, 0,
+					     STALL_TEST_TIMEOUT_MS),
+		     0);
+	CHECK_INT_EQ(proto_frame_read_timed(sv[1], true, STALL_TEST_TIMEOUT_MS, &frame), 0);
+	CHECK_INT_EQ(frame.request_id, 3);
+	proto_frame_free(&frame);
+	close(sv[0]);
+	close(sv[1]);
+	free(body);
+	alarm(0);
+}
+
+/*
+ * A capped read refuses a header that declares more than its cap before reading any of the
+ * payload (the bytes after the header are still there), and reads a frame at the cap.
+ */
+static void test_capped_read(void)
+{
+	uint8_t header[PROTO_HEADER_SIZE], rest[sizeof("abc")];
+	uint8_t *body = calloc(1, PROTO_PREAUTH_MAX_PAYLOAD);
+	struct proto_frame frame;
+	int sv[2];
+
+	make_pair(sv);
+	proto_header_build(header, CAPPED_TEST_DECLARED_BYTES, PROTO_MSG_CHALLENGE);
+	CHECK(write(sv[0], header, sizeof(header)) == sizeof(header));
+	CHECK(write(sv[0], "abc", 3) == 3);
+	CHECK_INT_EQ(proto_frame_read_capped(sv[1], false, STALL_TEST_TIMEOUT_MS,
+					     PROTO_PREAUTH_MAX_PAYLOAD, &frame),
+		     -EMSGSIZE);
+	CHECK(frame.body == NULL);
+	CHECK(read(sv[1], rest, sizeof(rest)) == 3);
+
+	CHECK_INT_EQ(proto_frame_write(sv[0], PROTO_MSG_PONG, false, 0, body,
+				       PROTO_PREAUTH_MAX_PAYLOAD), 0);
+	CHECK_INT_EQ(proto_frame_read_capped(sv[1], false, STALL_TEST_TIMEOUT_MS,
+					     PROTO_PREAUTH_MAX_PAYLOAD, &frame), 0);
+	CHECK_INT_EQ(frame.body_len, PROTO_PREAUTH_MAX_PAYLOAD);
+	proto_frame_free(&frame);
+	close(sv[0]);
+	close(sv[1]);
+	free(body);
+}
+
 /* A complete frame read with a deadline arrives whole, its body grown past the first block. */
 static void test_timed_read_large_body(void)
 {
@@ -557,6 +628,8 @@ int main(void)
 	RUN_TEST(test_fd_hostile);
 	RUN_TEST(test_fd_timeout);
 	RUN_TEST(test_fd_stall_mid_frame);
+	RUN_TEST(test_timed_write_stall);
+	RUN_TEST(test_capped_read);
 	RUN_TEST(test_timed_read_large_body);
 	RUN_TEST(test_write_to_closed_peer);
 	RUN_TEST(test_ping_pong);
