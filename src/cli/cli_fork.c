@@ -280,8 +280,11 @@ static void cli_fork_print(const struct cli_globals *globals, const struct cli_f
 			fwrite(r->stdout_data.data, 1, r->stdout_data.len, stdout);
 		if (r->stderr_data.len)
 			fwrite(r->stderr_data.data, 1, r->stderr_data.len, stdout);
-		if (runs[i].rc < 0 || r->error)
-			printf("(%s)\n", runs[i].rc < 0 ? "the agent did not answer" : r->error);
+		if (runs[i].rc < 0) /* the reason, so a wedged guest is told from a refused call */
+			printf("(the agent did not answer: %s)\n",
+			       runs[i].error[0] ? runs[i].error : strerror(-runs[i].rc));
+		else if (r->error)
+			printf("(%s)\n", r->error);
 	}
 }
 
