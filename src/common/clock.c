@@ -22,6 +22,14 @@ uint64_t clock_monotonic_ms(void)
 	return clock_monotonic_ns() / CLOCK_NSEC_PER_MSEC;
 }
 
+uint64_t clock_ms_until(const struct timespec *deadline)
+{
+	uint64_t at = (uint64_t)deadline->tv_sec * CLOCK_NSEC_PER_SEC + (uint64_t)deadline->tv_nsec;
+	uint64_t now = clock_monotonic_ns();
+
+	return at > now ? (at - now) / CLOCK_NSEC_PER_MSEC : 0;
+}
+
 struct timespec clock_deadline_after_ms(long long timeout_ms)
 {
 	uint64_t at = clock_monotonic_ns() +

@@ -23,5 +23,7 @@ uint64_t clock_realtime_ns(void);
  * condition variable whose clock is CLOCK_MONOTONIC). A negative timeout counts as 0.
  */
 struct timespec clock_deadline_after_ms(long long timeout_ms);
+/* Whole milliseconds from now until the CLOCK_MONOTONIC instant deadline; 0 once it passed. */
+uint64_t clock_ms_until(const struct timespec *deadline);
 
 #endif

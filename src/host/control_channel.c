@@ -165,15 +165,6 @@ static bool deadline_after(long long timeout_ms, struct timespec *deadline)
 	return true;
 }
 
-/* Milliseconds from now until deadline; 0 once it has passed. */
-static long long deadline_ms_left(const struct timespec *deadline)
-{
-	long long until = (long long)deadline->tv_sec * MS_PER_SEC + deadline->tv_nsec / NS_PER_MS;
-	long long left = until - (long long)clock_monotonic_ms();
-
-	return left > 0 ? left : 0;
-}
-
 long long channel_send_budget_ms(size_t len)
 {
 	return CHANNEL_SEND_BASE_MS + (long long)len * MS_PER_SEC / CHANNEL_SEND_MIN_BYTES_PER_SEC;
@@ -516,8 +507,12 @@ static int conn_send(struct channel_conn *conn, uint8_t type, uint32_t request_i
 					    "guest takes its input slowly or not at all)", what);
 	if (rc)
 		return control_channel_fail(-rc, "sending %s failed: %s", what, strerror(rc));
-	if (deadline && deadline_ms_left(deadline) < send_ms)
-		send_ms = deadline_ms_left(deadline);
+	if (deadline) {
+		long long left = (long long)clock_ms_until(deadline);
+
+		if (left < send_ms)
+			send_ms = left;
+	}
 	if (send_ms == 0) {
 		pthread_mutex_unlock(&conn->write_lock);
 		return control_channel_fail(-ETIMEDOUT, "%s was not sent: its call's time ran out "

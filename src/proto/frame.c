@@ -27,14 +27,13 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/clock.h"
+
 #define FRAME_PREFIX_MAX (PROTO_HEADER_SIZE + PROTO_REQUEST_ID_SIZE)
 #define FRAME_TYPE_OFFSET 4          /* after the u32 length */
 #define HANDSHAKE_VERSION_SIZE 4     /* u32 version in Ping and Pong */
 #define FRAME_DISCARD_CHUNK 4096
 #define FRAME_BODY_FIRST_BLOCK (64u * 1024u)
-#define FRAME_MS_PER_SEC 1000
-#define FRAME_NS_PER_MS 1000000L
-#define FRAME_NS_PER_SEC 1000000000L
 /* What the handshake proof's MAC covers before the nonce: binds it to this use and version. */
 #define HANDSHAKE_PROOF_LABEL "voidbox-handshake-v3"
 #define HEX_DIGITS_PER_BYTE 2
@@ -199,25 +198,13 @@ static void frame_io_start(struct frame_io *io, int fd, int timeout_ms)
 	io->bounded = timeout_ms >= 0;
 	if (!io->bounded)
 		return;
-	clock_gettime(CLOCK_MONOTONIC, &io->deadline);
-	io->deadline.tv_sec += timeout_ms / FRAME_MS_PER_SEC;
-	io->deadline.tv_nsec += (long)(timeout_ms % FRAME_MS_PER_SEC) * FRAME_NS_PER_MS;
-	if (io->deadline.tv_nsec >= FRAME_NS_PER_SEC) {
-		io->deadline.tv_sec++;
-		io->deadline.tv_nsec -= FRAME_NS_PER_SEC;
-	}
+	io->deadline = clock_deadline_after_ms(timeout_ms);
 }
 
 static int frame_io_remaining_ms(const struct frame_io *io)
 {
-	struct timespec now;
-	long long left;
+	uint64_t left = clock_ms_until(&io->deadline);
 
-	clock_gettime(CLOCK_MONOTONIC, &now);
-	left = (long long)(io->deadline.tv_sec - now.tv_sec) * FRAME_MS_PER_SEC +
-	       (io->deadline.tv_nsec - now.tv_nsec) / FRAME_NS_PER_MS;
-	if (left <= 0)
-		return 0;
 	return left > INT_MAX ? INT_MAX : (int)left;
 }
 
