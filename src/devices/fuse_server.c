@@ -1835,6 +1835,7 @@ static int op_getxattr(struct fuse_op_ctx *ctx)
 	struct fuse_getxattr_in in;
 	char path[FUSE_PROC_FD_PATH_MAX];
 	const char *name;
+	size_t room;
 	int rc;
 
 	if (!req_copy(ctx->req, &in, sizeof(in)))
@@ -1846,11 +1847,10 @@ static int op_getxattr(struct fuse_op_ctx *ctx)
 		rc = xattr_node_path(ctx, path);
 	if (rc < 0)
 		return rc;
-	if (in.size != 0 && xattr_room(ctx, in.size) == 0)
+	room = xattr_room(ctx, in.size);
+	if (in.size != 0 && room == 0)
 		return -ERANGE; /* getxattr with no room would answer the length, not the value */
-	return reply_xattr(ctx, in.size,
-			   getxattr(path, name, ctx->rep->data + ctx->rep->len,
-				    xattr_room(ctx, in.size)));
+	return reply_xattr(ctx, in.size, getxattr(path, name, ctx->rep->data + ctx->rep->len, room));
 }
 
 /* Keeps only user.* names in a NUL-separated list; returns the new length. */
