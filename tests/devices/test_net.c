@@ -285,26 +285,38 @@ static void test_rate_cap_refuses_and_recovers(void)
 	free(state);
 }
 
-/* Gives the TCP segment in frame (built by build_ip_frame) a right checksum. */
-static void set_tcp_checksum(uint8_t *frame, size_t len)
+/* The one's-complement sum over data is 0xffff when its checksum field is right. */
+static uint16_t checksum_over(const uint8_t *data, size_t len, uint32_t sum)
 {
-	uint8_t *ip = frame + NET_ETH_HEADER_LEN, *tcp = ip + NET_IPV4_MIN_HEADER_LEN;
-	size_t tcp_len = len - NET_ETH_HEADER_LEN - NET_IPV4_MIN_HEADER_LEN;
+	for (size_t i = 0; i + 1 < len; i += 2)
+		sum += get16(data + i);
+	if (len & 1u)
+		sum += (uint32_t)data[len - 1] << 8;
+	while (sum >> 16)
+		sum = (sum & 0xffffu) + (sum >> 16);
+	return (uint16_t)sum;
+}
+
+/* The same over a TCP segment of tcp_len bytes and its pseudo-header (from the IPv4 header ip). */
+static uint16_t tcp_checksum_over(const uint8_t *ip, const uint8_t *tcp, size_t tcp_len)
+{
 	uint8_t pseudo[12];
-	uint32_t sum = 0;
 
 	memcpy(pseudo, ip + 12, 8);
 	pseudo[8] = 0;
 	pseudo[9] = NET_IP_PROTO_TCP;
 	put16(pseudo + 10, (uint16_t)tcp_len);
+	return checksum_over(tcp, tcp_len, checksum_over(pseudo, sizeof(pseudo), 0));
+}
+
+/* Gives the TCP segment in frame (built by build_ip_frame) a right checksum. */
+static void set_tcp_checksum(uint8_t *frame, size_t len)
+{
+	uint8_t *ip = frame + NET_ETH_HEADER_LEN, *tcp = ip + NET_IPV4_MIN_HEADER_LEN;
+	size_t tcp_len = len - NET_ETH_HEADER_LEN - NET_IPV4_MIN_HEADER_LEN;
+
 	put16(tcp + 16, 0);
-	for (size_t i = 0; i < sizeof(pseudo); i += 2)
-		sum += get16(pseudo + i);
-	for (size_t i = 0; i + 1 < tcp_len; i += 2)
-		sum += get16(tcp + i);
-	while (sum >> 16)
-		sum = (sum & 0xffffu) + (sum >> 16);
-	put16(tcp + 16, (uint16_t)~sum);
+	put16(tcp + 16, (uint16_t)~tcp_checksum_over(ip, tcp, tcp_len));
 }
 
 /* A segment of the connection from TEST_GUEST_PORT + port_offset to the gateway, port 80. */
@@ -494,21 +506,9 @@ static void test_addresses_of_no_single_host_refused(void)
 	free(state);
 }
 
-/* The one's-complement sum over data is 0xffff when its checksum field is right. */
-static uint16_t checksum_over(const uint8_t *data, size_t len, uint32_t sum)
-{
-	for (size_t i = 0; i + 1 < len; i += 2)
-		sum += get16(data + i);
-	if (len & 1u)
-		sum += (uint32_t)data[len - 1] << 8;
-	while (sum >> 16)
-		sum = (sum & 0xffffu) + (sum >> 16);
-	return (uint16_t)sum;
-}
-
 static void test_reset_answers_the_syn(void)
 {
-	uint8_t frame[NET_MAX_FRAME_LEN], rst[NET_RST_FRAME_LEN], pseudo[12];
+	uint8_t frame[NET_MAX_FRAME_LEN], rst[NET_RST_FRAME_LEN];
 	struct net_frame_info info, reply;
 	size_t len = build_ip_frame(frame, NET_IP_PROTO_TCP, NET_ADDR(169, 254, 169, 254), 80,
 				    NET_TCP_SYN, 0);
@@ -525,12 +525,7 @@ static void test_reset_answers_the_syn(void)
 	CHECK(reply.tcp_flags == (NET_TCP_RST | NET_TCP_ACK));
 	CHECK(get32(tcp + 8) == 1001); /* acknowledges the SYN */
 	CHECK_INT_EQ(checksum_over(ip, NET_IPV4_MIN_HEADER_LEN, 0), 0xffff);
-	memcpy(pseudo, ip + 12, 8);
-	pseudo[8] = 0;
-	pseudo[9] = NET_IP_PROTO_TCP;
-	put16(pseudo + 10, NET_TCP_MIN_HEADER_LEN);
-	CHECK_INT_EQ(checksum_over(tcp, NET_TCP_MIN_HEADER_LEN,
-				   checksum_over(pseudo, sizeof(pseudo), 0)), 0xffff);
+	CHECK_INT_EQ(tcp_checksum_over(ip, tcp, NET_TCP_MIN_HEADER_LEN), 0xffff);
 	len = build_ip_frame(frame, NET_IP_PROTO_UDP, NET_GATEWAY_ADDR, 53, 0, 4);
 	net_frame_parse(frame, len, &info);
 	CHECK_INT_EQ(net_build_tcp_rst(frame, &info, rst, sizeof(rst)), 0);
