@@ -41,6 +41,7 @@
 
 /* Telemetry: samples kept per run (upstream's default ring size), and per response. */
 #define DAEMON_TELEMETRY_KEEP 5000
+#define DAEMON_TELEMETRY_PAGE 1000
 /*
  * What one run's log.chunk events may take in the store (voidbox serve --max-run-log). Every
  * line of a guest's output becomes a row, so a guest printing newlines without end would
@@ -50,7 +51,6 @@
  */
 #define DAEMON_RUN_LOG_DEFAULT_BYTES (64ull * 1024u * 1024u)
 #define DAEMON_LOG_LINE_COST 128u
-#define DAEMON_TELEMETRY_PAGE 1000
 /* a host sample of the run's process (the VMM) this often while it runs */
 #define DAEMON_HOST_SAMPLE_MS 1000u
 
@@ -284,7 +284,7 @@ struct daemon {
 	uint64_t run_log_max_bytes;
 };
 
-/* What is left of one run's log cap (DAEMON_RUN_LOG_DEFAULT_BYTES). */
+/* What is left of one run's log cap (struct daemon's run_log_max_bytes). */
 struct daemon_log_budget {
 	uint64_t left;
 	bool truncated; /* the log.truncated event was sent */

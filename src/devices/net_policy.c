@@ -288,7 +288,6 @@ static bool net_effective_destination(const struct net_policy *policy,
 {
 	const struct net_cidr virtual_net = { .addr = NET_VIRTUAL_NETWORK,
 					      .prefix = NET_VIRTUAL_PREFIX };
-
 	const struct net_cidr this_network = { .addr = NET_THIS_NETWORK,
 					       .prefix = NET_THIS_NETWORK_PREFIX };
 	const struct net_cidr not_unicast = { .addr = NET_MULTICAST_AND_RESERVED,

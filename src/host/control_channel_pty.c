@@ -192,12 +192,11 @@ static int pty_closed_event(struct control_channel_pty *pty,
 int control_channel_pty_read(struct control_channel_pty *pty,
 			     struct control_channel_pty_event *event, int timeout_ms)
 {
+	uint64_t until = clock_monotonic_ms() + (uint64_t)(timeout_ms < 0 ? 0 : timeout_ms);
 	struct proto_pty_closed closed;
 	struct proto_frame frame;
 	const char *why = NULL;
 	int rc;
-
-	uint64_t until = clock_monotonic_ms() + (uint64_t)(timeout_ms < 0 ? 0 : timeout_ms);
 
 	memset(event, 0, sizeof(*event));
 	if (pty->closed)
