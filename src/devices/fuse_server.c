@@ -23,13 +23,13 @@
  * to stop sending OPEN and RELEASE (the latter synchronous on virtio-fs: one round trip per
  * close()), and CREATE answers handle 0. File I/O with handle 0 goes to the node's own cached
  * fds, one for reading and one for writing, opened on first use through /proc/self/fd and
- * closed when the node is forgotten, when FUSE_IO_FDS_MAX are open (the least recently used
- * node's, from a list, as the O_PATH fds are), or when the process runs out of fds (the cache
- * is only a cache: a closed one reopens). FUSE_ATOMIC_O_TRUNC is not offered, since no OPEN carries
- * O_TRUNC: an open(O_TRUNC) reaches the server as a SETATTR of the size. A write-only CREATE
- * is written past the guest's page cache (FOPEN_DIRECT_IO), and every guest write moves the
- * modification time the guest is shown (node_shown_mtime): that is how a reader's cached pages
- * of the file learn they are stale.
+ * closed when the node is forgotten, when the share's part of them is open (the least
+ * recently used node's, from a list, as the O_PATH fds are), or when the process runs out of
+ * fds (the cache is only a cache: a closed one reopens). FUSE_ATOMIC_O_TRUNC is not offered,
+ * since no OPEN carries O_TRUNC: an open(O_TRUNC) reaches the server as a SETATTR of the
+ * size. A write-only CREATE is written past the guest's page cache (FOPEN_DIRECT_IO), and
+ * every guest write moves the modification time the guest is shown (node_shown_mtime): that
+ * is how a reader's cached pages of the file learn they are stale.
  *
  * Snapshots save every node's path relative to the share, read back from the O_PATH fd's
  * /proc link (the kernel follows renames for us; a closed fd is reopened first); a node whose
@@ -44,6 +44,7 @@
 #include <limits.h>
 #include <linux/fuse.h>
 #include <linux/openat2.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -72,19 +73,27 @@
 #define FUSE_CACHE_TIMEOUT_RO_SEC 30u
 #define FUSE_INODE_HASH_BUCKETS 65536u
 /*
- * O_PATH fds held for nodes (besides the root's): a quarter of the process's open-file limit,
- * within these bounds. Every other node reopens from its parent on use.
+ * The fds every share of a process holds together stay within parts of its open-file limit,
+ * each live share taking an equal part, so that however many shares a VM has, its vsock,
+ * network and disks keep the rest: O_PATH fds of nodes (besides the roots') a quarter, open
+ * handles a quarter, cached I/O fds a sixteenth. Each share's part is recomputed as shares
+ * come and go, within the bounds below. A node whose fd is closed reopens from its parent on
+ * use.
  */
 #define FUSE_NODE_FDS_MIN 8u
 #define FUSE_NODE_FDS_MAX 16384u
-#define FUSE_NODE_FDS_SHARE_OF_LIMIT 4u
+#define FUSE_NODE_FDS_PART_OF_LIMIT 4u
+#define FUSE_HANDLES_MIN 16u
+#define FUSE_HANDLES_PART_OF_LIMIT 4u
+#define FUSE_IO_FDS_MIN 4u
+#define FUSE_IO_FDS_PART_OF_LIMIT 16u
 /* Bytes of node names a share holds at most (beside its FUSE_SERVER_MAX_INODES slots). */
 #define FUSE_NAME_BYTES_MAX (64u * 1024u * 1024u)
 #define FUSE_INODE_TABLE_INITIAL 64u
 /*
- * Cached per-node I/O fds open at once, all nodes together (besides each node's O_PATH fd):
- * a few files' worth of streaming. They also yield to nodes: an open that fails for want of
- * fds closes them all and tries again, so the cache never costs the guest a node.
+ * Cached per-node I/O fds a share holds at once, all its nodes together (besides each node's
+ * O_PATH fd): a few files' worth of streaming. They also yield to nodes: an open that fails
+ * for want of fds closes them all and tries again, so the cache never costs the guest a node.
  */
 #define FUSE_IO_FDS_MAX 256u
 #define FUSE_NO_SLOT UINT32_MAX
@@ -201,16 +210,51 @@ struct fuse_server {
 	uint32_t hash[FUSE_INODE_HASH_BUCKETS];
 	struct fuse_handle handles[FUSE_SERVER_MAX_HANDLES];
 	uint32_t handle_count;
-	uint32_t io_fd_count;     /* cached I/O fds open, at most FUSE_IO_FDS_MAX */
+	uint32_t io_fd_count;     /* cached I/O fds open, at most io_fd_cap() */
 	uint32_t free_hint;       /* no slot below it is free */
 	size_t name_bytes;        /* held by node names, at most FUSE_NAME_BYTES_MAX */
-	uint32_t node_fd_budget;  /* O_PATH fds held besides the root's */
-	uint32_t node_fd_count;
+	uint64_t fd_limit;        /* the process's open-file limit when the share was created */
+	uint32_t node_fd_budget;  /* set by fuse_server_set_node_fd_budget; 0: node_fd_cap() */
+	uint32_t node_fd_count;   /* O_PATH fds held besides the root's */
 	struct fuse_list lists[FUSE_LISTS];
 	uint8_t request[FUSE_SERVER_MAX_ARGS]; /* the request being served, but a WRITE's data */
 	uint8_t reply[FUSE_SERVER_MAX_ARGS];   /* the reply being built, but a READ's data */
 	struct iovec data_segments[FUSE_SERVER_MAX_SEGMENTS]; /* a WRITE's or READ's data */
 };
+
+/* ---- the process's fds, parted among its shares ---- */
+
+/* Shares alive in this process: every part of the open-file limit is divided among them. */
+static atomic_uint fuse_servers_live;
+
+/* The share's part of limit / part_of_limit, within [min, max]. */
+static uint32_t fd_part(const struct fuse_server *s, uint32_t part_of_limit, uint32_t min,
+			uint32_t max)
+{
+	unsigned int live = atomic_load_explicit(&fuse_servers_live, memory_order_relaxed);
+	uint64_t part = s->fd_limit / part_of_limit / (live ? live : 1u);
+
+	if (part < min)
+		return min;
+	return part > max ? max : (uint32_t)part;
+}
+
+static uint32_t node_fd_cap(const struct fuse_server *s)
+{
+	if (s->node_fd_budget)
+		return s->node_fd_budget;
+	return fd_part(s, FUSE_NODE_FDS_PART_OF_LIMIT, FUSE_NODE_FDS_MIN, FUSE_NODE_FDS_MAX);
+}
+
+static uint32_t handle_cap(const struct fuse_server *s)
+{
+	return fd_part(s, FUSE_HANDLES_PART_OF_LIMIT, FUSE_HANDLES_MIN, FUSE_SERVER_MAX_HANDLES);
+}
+
+static uint32_t io_fd_cap(const struct fuse_server *s)
+{
+	return fd_part(s, FUSE_IO_FDS_PART_OF_LIMIT, FUSE_IO_FDS_MIN, FUSE_IO_FDS_MAX);
+}
 
 /* ---- request cursor and reply buffer ---- */
 
@@ -536,8 +580,7 @@ static void node_fd_adopt(struct fuse_server *s, uint32_t slot, int fd)
 		return;
 	list_push_front(s, FUSE_LIST_NODE_FD, slot);
 	s->node_fd_count++;
-	while (s->node_fd_count > s->node_fd_budget &&
-	       s->lists[FUSE_LIST_NODE_FD].tail != slot)
+	while (s->node_fd_count > node_fd_cap(s) && s->lists[FUSE_LIST_NODE_FD].tail != slot)
 		node_fd_drop(s, s->lists[FUSE_LIST_NODE_FD].tail);
 }
 
@@ -801,7 +844,7 @@ static void node_cache_io_fd(struct fuse_server *s, uint32_t slot, enum fuse_io_
 
 	if (node_holds_io(node))
 		list_unlink(s, FUSE_LIST_IO_FD, slot);
-	while (s->io_fd_count >= FUSE_IO_FDS_MAX && s->lists[FUSE_LIST_IO_FD].tail != FUSE_NO_SLOT)
+	while (s->io_fd_count >= io_fd_cap(s) && s->lists[FUSE_LIST_IO_FD].tail != FUSE_NO_SLOT)
 		inode_close_io(s, s->lists[FUSE_LIST_IO_FD].tail);
 	node->io_fd[access] = fd;
 	s->io_fd_count++;
@@ -1016,6 +1059,8 @@ static void forget_node(struct fuse_server *s, uint64_t nodeid, uint64_t count)
 static int handle_new(struct fuse_server *s, enum fuse_handle_kind kind, int fd, uint64_t nodeid,
 		      int flags, uint64_t *fh)
 {
+	if (s->handle_count >= handle_cap(s))
+		return -ENFILE;
 	for (uint32_t i = 0; i < FUSE_SERVER_MAX_HANDLES; i++) {
 		if (s->handles[i].kind != FUSE_HANDLE_FREE)
 			continue;
@@ -2241,18 +2286,14 @@ static void server_drop_all(struct fuse_server *s)
 		inode_release(s, i);
 }
 
-/* A quarter of the open-file limit (the device raised it to the hard limit), within bounds. */
-static uint32_t node_fd_budget_default(void)
+/* The open-file limit the shares' parts come from (the device raised it to the hard limit). */
+static uint64_t process_fd_limit(void)
 {
 	struct rlimit limit;
-	rlim_t share;
 
 	if (getrlimit(RLIMIT_NOFILE, &limit) < 0 || limit.rlim_cur == RLIM_INFINITY)
-		return FUSE_NODE_FDS_MAX;
-	share = limit.rlim_cur / FUSE_NODE_FDS_SHARE_OF_LIMIT;
-	if (share < FUSE_NODE_FDS_MIN)
-		return FUSE_NODE_FDS_MIN;
-	return share > FUSE_NODE_FDS_MAX ? FUSE_NODE_FDS_MAX : (uint32_t)share;
+		return UINT64_MAX;
+	return limit.rlim_cur;
 }
 
 struct fuse_server *fuse_server_create(const char *host_dir, enum fuse_server_access access,
@@ -2280,7 +2321,7 @@ struct fuse_server *fuse_server_create(const char *host_dir, enum fuse_server_ac
 	s->access = access;
 	for (unsigned int list = 0; list < FUSE_LISTS; list++)
 		s->lists[list] = (struct fuse_list){ .head = FUSE_NO_SLOT, .tail = FUSE_NO_SLOT };
-	s->node_fd_budget = node_fd_budget_default();
+	s->fd_limit = process_fd_limit();
 	s->host_uid = geteuid();
 	s->host_gid = getegid();
 	if (inode_table_grow(s, 1) < 0) {
@@ -2290,6 +2331,7 @@ struct fuse_server *fuse_server_create(const char *host_dir, enum fuse_server_ac
 	s->root_fd = fd;
 	inode_install(s, 0, fd, &st);
 	s->inodes[0].nlookup = 1;
+	atomic_fetch_add_explicit(&fuse_servers_live, 1u, memory_order_relaxed);
 	return s;
 fail:
 	if (fd >= 0)
@@ -2307,6 +2349,7 @@ void fuse_server_destroy(struct fuse_server *server)
 	inode_release(server, 0); /* closes root_fd */
 	free(server->inodes);
 	free(server);
+	atomic_fetch_sub_explicit(&fuse_servers_live, 1u, memory_order_relaxed);
 }
 
 size_t fuse_server_inode_count(const struct fuse_server *server)
@@ -2327,7 +2370,7 @@ size_t fuse_server_node_fd_count(const struct fuse_server *server)
 void fuse_server_set_node_fd_budget(struct fuse_server *server, uint32_t budget)
 {
 	server->node_fd_budget = budget < FUSE_NODE_FDS_MIN ? FUSE_NODE_FDS_MIN : budget;
-	while (server->node_fd_count > server->node_fd_budget)
+	while (server->node_fd_count > node_fd_cap(server))
 		node_fd_drop(server, server->lists[FUSE_LIST_NODE_FD].tail);
 }
 

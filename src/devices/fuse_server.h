@@ -89,8 +89,9 @@ size_t fuse_server_handle(struct fuse_server *server, const uint8_t *in, size_t 
 
 /* Inodes and open handles held now (for tests and limits). */
 size_t fuse_server_inode_count(const struct fuse_server *server);
-/* O_PATH fds held for nodes besides the root's now, and at most (tests set a small budget;
- * it is never below a handful, so one request's nodes keep theirs). */
+/* O_PATH fds held for nodes besides the root's now, and at most (tests set a small budget in
+ * place of the share's part of the process's open-file limit; it is never below a handful, so
+ * one request's nodes keep theirs). */
 size_t fuse_server_node_fd_count(const struct fuse_server *server);
 void fuse_server_set_node_fd_budget(struct fuse_server *server, uint32_t budget);
 size_t fuse_server_handle_count(const struct fuse_server *server);

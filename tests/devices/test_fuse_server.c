@@ -51,6 +51,10 @@
 #define TEST_FEW_FILES 40u
 /* A tree of many more nodes than the O_PATH fds a server is allowed, and a deeper chain. */
 #define TEST_BUDGET_FDS 8u
+/* An open-file limit whose parts are small: a quarter is 128 for one share, 64 for two. */
+#define TEST_PARTED_FD_LIMIT 512u
+#define TEST_PARTED_QUARTER (TEST_PARTED_FD_LIMIT / 4u)
+#define TEST_PARTED_FILES 160u
 #define TEST_BUDGET_DIRS 10u
 #define TEST_BUDGET_FILES 30u
 #define TEST_BUDGET_DEPTH 24u
@@ -1654,6 +1658,77 @@ static void test_io_fds_yield_to_nodes(void)
 	fx_free(&f);
 }
 
+/* OPENDIRs of node on f until one is refused: how many were opened (the handles stay open). */
+static unsigned int open_dirs_until_refused(struct fx *f, uint64_t node)
+{
+	unsigned int opened = 0;
+
+	for (unsigned int i = 0; i < FUSE_SERVER_MAX_HANDLES + 1; i++) {
+		struct fuse_open_in in = { .flags = O_RDONLY | O_DIRECTORY };
+
+		call(f, FUSE_OPENDIR, node, &in, sizeof(in), NULL, 0, NULL, 0);
+		if (f->error)
+			break;
+		opened++;
+	}
+	return opened;
+}
+
+/* LOOKUPs of the files parted0..parted(TEST_PARTED_FILES - 1) in f's root: how many failed. */
+static unsigned int lookup_parted_files(struct fx *f)
+{
+	char name[TEST_NAME_MAX];
+	unsigned int bad = 0;
+
+	for (unsigned int i = 0; i < TEST_PARTED_FILES; i++) {
+		snprintf(name, sizeof(name), "parted%u", i);
+		bad += lookup(f, TEST_ROOT, name, NULL) == 0;
+	}
+	return bad;
+}
+
+/*
+ * The shares of a process part its open-file limit between them: with two alive, each holds
+ * at most half of what one alone may (nodes' fds and open handles a quarter of the limit in
+ * all), and when one goes the other may hold the whole part again. However many shares a VM
+ * has, they leave the rest of its fds to its other devices.
+ */
+static void test_shares_part_the_fd_limit(void)
+{
+	char name[TEST_NAME_MAX];
+	struct rlimit saved, parted;
+	struct fx one, two;
+	uint64_t dir;
+
+	CHECK_INT_EQ(getrlimit(RLIMIT_NOFILE, &saved), 0);
+	parted = saved;
+	parted.rlim_cur = TEST_PARTED_FD_LIMIT;
+	CHECK_INT_EQ(setrlimit(RLIMIT_NOFILE, &parted), 0);
+	CHECK_INT_EQ(fx_init(&one, FUSE_SERVER_READ_WRITE), 0);
+	CHECK_INT_EQ(fx_init(&two, FUSE_SERVER_READ_WRITE), 0);
+	for (unsigned int i = 0; i < TEST_PARTED_FILES; i++) {
+		snprintf(name, sizeof(name), "parted%u", i);
+		host_write(&one, name, name);
+	}
+	dir = mkdir_node(&one, TEST_ROOT, "dirs");
+	CHECK(dir != 0);
+
+	CHECK_INT_EQ(lookup_parted_files(&one), 0);
+	CHECK_INT_EQ(fuse_server_node_fd_count(one.s), TEST_PARTED_QUARTER / 2u);
+	CHECK_INT_EQ(open_dirs_until_refused(&one, dir), TEST_PARTED_QUARTER / 2u);
+	CHECK_INT_EQ(one.error, -ENFILE);
+
+	fx_free(&two);
+	CHECK_INT_EQ(lookup_parted_files(&one), 0);
+	CHECK(fuse_server_node_fd_count(one.s) > TEST_PARTED_QUARTER / 2u);
+	CHECK(fuse_server_node_fd_count(one.s) <= TEST_PARTED_QUARTER);
+	CHECK_INT_EQ(open_dirs_until_refused(&one, dir), TEST_PARTED_QUARTER / 2u);
+	CHECK_INT_EQ(one.error, -ENFILE);
+	CHECK_INT_EQ(fuse_server_handle_count(one.s), TEST_PARTED_QUARTER);
+	fx_free(&one);
+	CHECK_INT_EQ(setrlimit(RLIMIT_NOFILE, &saved), 0);
+}
+
 static void getattr_node(struct fx *f, uint64_t node)
 {
 	struct fuse_getattr_in in = { 0 };
@@ -1970,6 +2045,7 @@ int main(int argc, char **argv)
 	RUN_TEST(test_io_fd_cache_evicts_least_recent);
 	RUN_TEST(test_io_fds_yield_to_nodes);
 	RUN_TEST(test_nodes_beyond_fd_budget);
+	RUN_TEST(test_shares_part_the_fd_limit);
 	RUN_TEST(test_snapshot_round_trip);
 	RUN_TEST(test_device_queues);
 	return harness_finish();
