@@ -64,11 +64,18 @@ static int codex_add_tool_call(struct codex_reader *reader, json_t *item, const 
 	json_t *exit_code = json_object_get(item, "exit_code");
 	const char *status = json_string_value(json_object_get(item, "status"));
 
+	if (out->tool_call_count >= STREAM_JSON_TOOL_CALLS_MAX) {
+		out->tool_calls_dropped++;
+		return 0;
+	}
 	if (out->tool_call_count == reader->tool_call_capacity) {
 		size_t capacity = reader->tool_call_capacity ? reader->tool_call_capacity * 2 :
 							       CODEX_TOOL_CALLS_INITIAL;
-		struct stream_json_tool_call *grown =
-			realloc(out->tool_calls, capacity * sizeof(*grown));
+		struct stream_json_tool_call *grown;
+
+		if (capacity > STREAM_JSON_TOOL_CALLS_MAX)
+			capacity = STREAM_JSON_TOOL_CALLS_MAX;
+		grown = realloc(out->tool_calls, capacity * sizeof(*grown));
 
 		if (!grown)
 			return -ENOMEM;
@@ -79,7 +86,8 @@ static int codex_add_tool_call(struct codex_reader *reader, json_t *item, const 
 	memset(call, 0, sizeof(*call));
 	call->name = strdup(type);
 	if (json_is_string(json_object_get(item, "id")))
-		call->id = strdup(json_string_value(json_object_get(item, "id")));
+		call->id = strndup(json_string_value(json_object_get(item, "id")),
+				   STREAM_JSON_TOOL_ID_MAX);
 	if (!call->name) {
 		free(call->id);
 		return -ENOMEM;

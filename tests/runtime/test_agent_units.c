@@ -495,6 +495,41 @@ static void test_stream_json_tool_flood(void)
 	free(huge);
 }
 
+/* A guest whose codex output lists tool calls without end: a bounded number is kept. */
+static void test_codex_json_tool_flood(void)
+{
+	static const char item_line[] =
+		"{\"type\":\"item.completed\",\"item\":{\"id\":\"%s\",\"type\":"
+		"\"command_execution\",\"exit_code\":0}}\n";
+	size_t line_max = sizeof(item_line) + TEST_HUGE_TEXT_LEN;
+	size_t cap = (size_t)TEST_FLOOD_CALLS * TEST_FLOOD_LINE_MAX + line_max, len = 0;
+	struct stream_json_result result;
+	char *lines = malloc(cap), *huge = malloc(TEST_HUGE_TEXT_LEN + 1);
+	char id[TEST_FLOOD_LINE_MAX];
+
+	if (!lines || !huge) {
+		harness_fail_setup("malloc");
+		free(lines);
+		free(huge);
+		return;
+	}
+	memset(huge, 'a', TEST_HUGE_TEXT_LEN);
+	huge[TEST_HUGE_TEXT_LEN] = '\0';
+	len += (size_t)snprintf(lines, cap, item_line, huge);
+	for (size_t i = 1; i < TEST_FLOOD_CALLS; i++) {
+		snprintf(id, sizeof(id), "item_%zu", i);
+		len += (size_t)snprintf(lines + len, cap - len, item_line, id);
+	}
+	CHECK_INT_EQ(codex_json_parse(lines, len, &result), 0);
+	CHECK_INT_EQ((long)result.tool_call_count, STREAM_JSON_TOOL_CALLS_MAX);
+	CHECK_INT_EQ((long)result.tool_calls_dropped, TEST_FLOOD_CALLS - STREAM_JSON_TOOL_CALLS_MAX);
+	CHECK(result.tool_call_count > 0 && result.tool_calls[0].id &&
+	      strlen(result.tool_calls[0].id) == STREAM_JSON_TOOL_ID_MAX);
+	stream_json_result_free(&result);
+	free(lines);
+	free(huge);
+}
+
 int main(int argc, char **argv)
 {
 	if (argc < 2) {
@@ -511,5 +546,6 @@ int main(int argc, char **argv)
 	RUN_TEST(test_stream_json_scenarios);
 	RUN_TEST(test_stream_json_hostile);
 	RUN_TEST(test_stream_json_tool_flood);
+	RUN_TEST(test_codex_json_tool_flood);
 	return harness_finish();
 }
