@@ -5,6 +5,10 @@
  * the guest gets wrong ends in DEVICE_NEEDS_RESET plus a config-change interrupt, never in a
  * crash of the VMM.
  *
+ * A guest can break a device and reset it in a loop, thousands of times a second: only the
+ * first VIRTIO_MMIO_FAULT_WARNINGS faults of a device are logged as warnings (the rest only
+ * counted), so a hostile guest cannot fill the host's log file or its tmpfs through them.
+ *
  * Locks: `lock` guards the registers (vCPU threads); the device lock (owned by the device)
  * is taken inside it around activate/reset/state; `irq_lock` is a leaf that guards
  * interrupt_status and the line level, so the worker can signal without touching `lock`.
@@ -14,6 +18,7 @@
 #include <endian.h>
 #include <errno.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -25,6 +30,9 @@
 #define VIRTIO_MMIO_ADDR_HIGH_SHIFT 32
 #define VIRTIO_MMIO_LOW_MASK 0xffffffffull
 #define VIRTIO_MMIO_QUEUE_READY_BIT 1u
+/* Guest protocol faults a device logs as warnings over its lifetime; later ones are counted. */
+#define VIRTIO_MMIO_FAULT_WARNINGS 4u
+#define VIRTIO_MMIO_FAULT_TEXT_MAX 128
 
 static const char *const log_module = "virtio-mmio";
 
@@ -53,6 +61,8 @@ struct virtio_mmio {
 	uint32_t config_generation;
 	bool activated;
 	atomic_bool broken;
+	/* guest protocol faults so far; never reset, so resets do not renew the warnings */
+	atomic_uint faults;
 
 	/* guarded by irq_lock */
 	uint32_t interrupt_status;
@@ -82,6 +92,7 @@ struct virtio_mmio *virtio_mmio_create(const struct virtio_mmio_config *cfg)
 	t->irq = cfg->irq;
 	t->device_lock = cfg->device_lock;
 	atomic_init(&t->broken, false);
+	atomic_init(&t->faults, 0);
 	return t;
 }
 
@@ -141,13 +152,29 @@ void virtio_mmio_signal_config(struct virtio_mmio *t)
 	virtio_mmio_raise(t, VIRTIO_MMIO_INT_CONFIG_CHANGE);
 }
 
-void virtio_mmio_mark_broken(struct virtio_mmio *t)
+/*
+ * Sets DEVICE_NEEDS_RESET and tells the driver; what says why, in a warning for the first few
+ * faults of this device.
+ */
+static void virtio_mmio_break(struct virtio_mmio *t, const char *what)
 {
+	unsigned int earlier;
+
 	if (atomic_exchange(&t->broken, true))
 		return;
-	log_warn(log_module, "device %u needs a reset: the guest driver violated the virtio "
-		 "protocol; reload the guest driver or restart the VM", t->ops->device_id);
+	earlier = atomic_fetch_add(&t->faults, 1);
+	if (earlier < VIRTIO_MMIO_FAULT_WARNINGS)
+		log_warn(log_module, "device %u needs a reset: %s; reload the guest driver or "
+			 "restart the VM%s", t->ops->device_id, what,
+			 earlier + 1 == VIRTIO_MMIO_FAULT_WARNINGS ?
+				 "; further faults of this device are not logged" : "");
 	virtio_mmio_raise(t, VIRTIO_MMIO_INT_CONFIG_CHANGE);
+}
+
+void virtio_mmio_mark_broken(struct virtio_mmio *t)
+{
+	virtio_mmio_break(t, "the guest driver violated the virtio protocol "
+			  "(--log-level debug says how)");
 }
 
 bool virtio_mmio_is_broken(struct virtio_mmio *t)
@@ -224,9 +251,11 @@ static void virtio_mmio_activate(struct virtio_mmio *t)
 		rc = t->ops->activate(t->opaque, t->vqs, t->ops->queue_count, t->driver_features);
 	pthread_mutex_unlock(t->device_lock);
 	if (rc) {
-		log_warn(log_module, "device %u could not start with the guest's queue setup (%d)",
-			 t->ops->device_id, rc);
-		virtio_mmio_mark_broken(t);
+		char what[VIRTIO_MMIO_FAULT_TEXT_MAX];
+
+		snprintf(what, sizeof(what), "it cannot start with the guest's queue setup (%s)",
+			 strerror(-rc));
+		virtio_mmio_break(t, what);
 		return;
 	}
 	t->activated = true;

@@ -147,11 +147,15 @@ static uint16_t virtqueue_arm_notify(struct virtqueue *vq)
 	return virtqueue_load_avail_idx(vq);
 }
 
+/*
+ * The reason goes to the debug log only: the device's transport warns (a few times per
+ * device) when its owner marks it broken, and a guest can break a queue without end.
+ */
 static void virtqueue_mark_broken(struct virtqueue *vq, const char *why)
 {
 	if (!vq->broken)
-		log_warn(log_module, "guest broke the virtqueue protocol (%s); "
-			 "the device stops until the driver resets it", why);
+		log_debug(log_module, "guest broke the virtqueue protocol (%s); "
+			  "the device stops until the driver resets it", why);
 	vq->broken = true;
 }
 

@@ -1,11 +1,15 @@
 /*
  * virtio-rng driven through its registers by the fake driver: requests are filled with
  * random bytes and completed with the length written, a huge request is capped, a read-only
- * buffer gets nothing, a malformed ring marks the device broken instead of crashing it, and
- * its transport state survives a save and restore into a new device.
+ * buffer gets nothing, a malformed ring marks the device broken instead of crashing it (and a
+ * guest that does so in a loop gets a few warnings logged, not one per fault), and its
+ * transport state survives a save and restore into a new device.
  */
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
+#include "common/log.h"
 #include "devices/rng.h"
 #include "fake_guest.h"
 #include "harness.h"
@@ -15,6 +19,9 @@
 #define TEST_HUGE_LEN (8u << 20)
 #define TEST_REQUEST_CAP (64u * 1024u)
 #define TEST_RNG_QUEUE 0
+/* Break-and-reset rounds a looping guest gets through; far more than the warnings allowed. */
+#define TEST_FAULT_ROUNDS 200
+#define TEST_FAULT_WARNINGS_MAX 4
 
 struct rng_fixture {
 	struct fake_guest guest;
@@ -116,6 +123,50 @@ static void test_buffer_outside_ram_breaks_device(void)
 	fixture_free(&f);
 }
 
+static size_t count_lines(const char *text, size_t len)
+{
+	size_t lines = 0;
+
+	for (size_t i = 0; i < len; i++)
+		lines += text[i] == '\n';
+	return lines;
+}
+
+/* A guest that breaks its ring and resets the device in a loop cannot flood the host's log. */
+static void test_fault_loop_logs_a_few_warnings(void)
+{
+	struct rng_fixture f;
+	struct virtio_mmio *t;
+	enum log_level level = log_get_level();
+	char *log_text = NULL;
+	size_t log_len = 0;
+	FILE *log_stream = open_memstream(&log_text, &log_len);
+	unsigned int broken = 0;
+
+	CHECK(log_stream != NULL);
+	CHECK_INT_EQ(fixture_init(&f), 0);
+	t = rng_device_transport(f.dev);
+	log_set_stream(log_stream);
+	log_set_level(LOG_LEVEL_WARN);
+	for (int round = 0; round < TEST_FAULT_ROUNDS; round++) {
+		fake_guest_setup(&f.guest, t, 1, ~0ull);
+		fake_guest_set_desc(&f.guest, TEST_RNG_QUEUE, 0, FAKE_GUEST_RAM_SIZE - 8,
+				    TEST_SMALL_LEN, VIRTQ_DESC_F_WRITE, 0);
+		fake_guest_publish(&f.guest, TEST_RNG_QUEUE, 0);
+		fake_guest_notify(&f.guest, TEST_RNG_QUEUE);
+		broken += !!(virtio_mmio_read32(t, VIRTIO_MMIO_STATUS) &
+			     VIRTIO_STATUS_DEVICE_NEEDS_RESET);
+	}
+	log_set_stream(stderr);
+	log_set_level(level);
+	fclose(log_stream);
+	CHECK_INT_EQ(broken, TEST_FAULT_ROUNDS);
+	CHECK(count_lines(log_text, log_len) >= 1);
+	CHECK(count_lines(log_text, log_len) <= TEST_FAULT_WARNINGS_MAX);
+	free(log_text);
+	fixture_free(&f);
+}
+
 /* The transport state, encoded and decoded, brings a second device to the same ring place. */
 static void test_state_round_trip(void)
 {
@@ -158,6 +209,7 @@ int main(void)
 	RUN_TEST(test_huge_request_capped);
 	RUN_TEST(test_read_only_buffer_gets_nothing);
 	RUN_TEST(test_buffer_outside_ram_breaks_device);
+	RUN_TEST(test_fault_loop_logs_a_few_warnings);
 	RUN_TEST(test_state_round_trip);
 	return harness_finish();
 }

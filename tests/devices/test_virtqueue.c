@@ -5,9 +5,11 @@
  */
 #include <errno.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/log.h"
 #include "devices/virtio_mmio.h"
 #include "devices/virtqueue.h"
 #include "fake_guest.h"
@@ -20,6 +22,10 @@
 #define TEST_BUF_B 0x101000u
 #define TEST_INDIRECT_TABLE 0x102000u
 #define TEST_MMIO_BASE 0xd0800000ull
+/* A queue size the transport accepts as a register value but no ring can have. */
+#define TEST_BAD_QUEUE_SIZE 3u
+#define TEST_FAULT_ROUNDS 200
+#define TEST_FAULT_WARNINGS_MAX 4
 
 static struct fake_guest guest;
 static struct virtqueue vq;
@@ -491,6 +497,55 @@ static void test_mmio_interrupt_level(void)
 	pthread_mutex_destroy(&dev.lock);
 }
 
+/* The driver's side of a start with queue 0 TEST_BAD_QUEUE_SIZE entries long. */
+static void start_with_bad_queue(struct virtio_mmio *t)
+{
+	uint32_t status = VIRTIO_STATUS_ACKNOWLEDGE | VIRTIO_STATUS_DRIVER;
+
+	virtio_mmio_write32(t, VIRTIO_MMIO_STATUS, 0);
+	virtio_mmio_write32(t, VIRTIO_MMIO_STATUS, status);
+	virtio_mmio_write32(t, VIRTIO_MMIO_DRIVER_FEATURES_SEL, 1);
+	virtio_mmio_write32(t, VIRTIO_MMIO_DRIVER_FEATURES, 1u << (VIRTIO_F_VERSION_1 - 32));
+	status |= VIRTIO_STATUS_FEATURES_OK;
+	virtio_mmio_write32(t, VIRTIO_MMIO_STATUS, status);
+	virtio_mmio_write32(t, VIRTIO_MMIO_QUEUE_SEL, 0);
+	virtio_mmio_write32(t, VIRTIO_MMIO_QUEUE_NUM, TEST_BAD_QUEUE_SIZE);
+	virtio_mmio_write32(t, VIRTIO_MMIO_QUEUE_READY, 1);
+	virtio_mmio_write32(t, VIRTIO_MMIO_STATUS, status | VIRTIO_STATUS_DRIVER_OK);
+}
+
+/* A driver that fails its start and resets, in a loop, gets a few warnings, not one a round. */
+static void test_mmio_fault_loop_logs_a_few_warnings(void)
+{
+	struct dummy_device dev;
+	struct virtio_mmio *t = make_transport(&dev);
+	enum log_level level = log_get_level();
+	char *log_text = NULL;
+	size_t log_len = 0, lines = 0;
+	FILE *log_stream = open_memstream(&log_text, &log_len);
+	unsigned int broken = 0;
+
+	CHECK(log_stream != NULL);
+	log_set_stream(log_stream);
+	log_set_level(LOG_LEVEL_WARN);
+	for (int round = 0; round < TEST_FAULT_ROUNDS; round++) {
+		start_with_bad_queue(t);
+		broken += !!(virtio_mmio_read32(t, VIRTIO_MMIO_STATUS) &
+			     VIRTIO_STATUS_DEVICE_NEEDS_RESET);
+	}
+	log_set_stream(stderr);
+	log_set_level(level);
+	fclose(log_stream);
+	for (size_t i = 0; i < log_len; i++)
+		lines += log_text[i] == '\n';
+	CHECK_INT_EQ(broken, TEST_FAULT_ROUNDS);
+	CHECK_INT_EQ(dev.activations, 0);
+	CHECK(lines >= 1 && lines <= TEST_FAULT_WARNINGS_MAX);
+	free(log_text);
+	virtio_mmio_destroy(t);
+	pthread_mutex_destroy(&dev.lock);
+}
+
 static void test_mmio_state_roundtrip_and_bus(void)
 {
 	struct dummy_device dev_a, dev_b;
@@ -550,6 +605,7 @@ int main(void)
 	RUN_TEST(test_mmio_identity_and_config);
 	RUN_TEST(test_mmio_feature_negotiation_and_activation);
 	RUN_TEST(test_mmio_interrupt_level);
+	RUN_TEST(test_mmio_fault_loop_logs_a_few_warnings);
 	RUN_TEST(test_mmio_state_roundtrip_and_bus);
 	fake_guest_free(&guest);
 	return harness_finish();
