@@ -34,6 +34,7 @@
 #include "host/control_channel.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <poll.h>
 #include <pthread.h>
 #include <stdarg.h>
@@ -68,6 +69,11 @@
 #define LIVENESS_INTERVAL_MS 20000LL
 #define LIVENESS_TIMEOUT_DEFAULT_MS 60000LL
 #define LIVENESS_MAX_SECS 3600
+/*
+ * Malformed frames one stream (an exec's output, a telemetry subscription) logs as warnings;
+ * later ones are debug lines, so a hostile agent cannot flood the host's log through them.
+ */
+#define STREAM_MALFORMED_WARNINGS 4u
 #define MS_PER_SEC 1000
 #define NS_PER_MS 1000000L
 #define NS_PER_SEC 1000000000L
@@ -840,7 +846,20 @@ static long long exec_timeout_ms(const struct proto_exec_request *req)
 	return (long long)req->timeout_secs * MS_PER_SEC + EXEC_REPLY_GRACE_MS;
 }
 
-static void exec_deliver_chunk(struct proto_frame *frame,
+/* Tells of a malformed frame that a stream drops: a warning for the stream's first few. */
+static void stream_drop_malformed(unsigned int *dropped, const char *what, const char *why)
+{
+	if (*dropped < STREAM_MALFORMED_WARNINGS)
+		log_warn(LOG_MODULE, "dropping a malformed %s: %s%s", what, why ? why : "?",
+			 *dropped + 1 == STREAM_MALFORMED_WARNINGS ?
+				 "; further ones in this stream are not logged" : "");
+	else
+		log_debug(LOG_MODULE, "dropping a malformed %s: %s", what, why ? why : "?");
+	if (*dropped < UINT_MAX)
+		(*dropped)++;
+}
+
+static void exec_deliver_chunk(struct proto_frame *frame, unsigned int *dropped,
 			       void (*on_chunk)(const struct proto_exec_output_chunk *, void *),
 			       void *opaque)
 {
@@ -853,7 +872,7 @@ static void exec_deliver_chunk(struct proto_frame *frame,
 		return;
 	}
 	if (proto_exec_output_chunk_decode(frame->body, frame->body_len, &chunk, &why) < 0) {
-		log_warn(LOG_MODULE, "dropping a malformed output chunk: %s", why ? why : "?");
+		stream_drop_malformed(dropped, "output chunk", why);
 		return;
 	}
 	if (on_chunk)
@@ -923,6 +942,7 @@ int control_channel_exec(struct control_channel *ch, const struct proto_exec_req
 	bool bounded = deadline_after(timeout_ms, &deadline);
 	struct channel_call call;
 	struct proto_frame frame;
+	unsigned int malformed = 0;
 	const char *why = NULL;
 	uint8_t *body;
 	size_t len;
@@ -941,7 +961,7 @@ int control_channel_exec(struct control_channel *ch, const struct proto_exec_req
 		rc = exec_wait_alive(&call, bounded ? &deadline : NULL, timeout_ms, &frame);
 		if (rc != 1)
 			break;
-		exec_deliver_chunk(&frame, on_chunk, opaque);
+		exec_deliver_chunk(&frame, &malformed, on_chunk, opaque);
 		proto_frame_free(&frame);
 		rc = 0;
 	}
@@ -1227,7 +1247,7 @@ int control_channel_shutdown(struct control_channel *ch, int timeout_ms)
 
 /* ---- public: telemetry -------------------------------------------------------------------- */
 
-static int telemetry_deliver(struct proto_frame *frame,
+static int telemetry_deliver(struct proto_frame *frame, unsigned int *dropped,
 			     int (*on_batch)(const struct proto_telemetry_batch *, void *),
 			     void *opaque)
 {
@@ -1238,7 +1258,7 @@ static int telemetry_deliver(struct proto_frame *frame,
 	if (frame->type != PROTO_MSG_TELEMETRY_DATA)
 		return 0;
 	if (proto_telemetry_batch_decode(frame->body, frame->body_len, &batch, &why) < 0) {
-		log_warn(LOG_MODULE, "dropping a malformed telemetry batch: %s", why ? why : "?");
+		stream_drop_malformed(dropped, "telemetry batch", why);
 		return 0;
 	}
 	stop = on_batch(&batch, opaque);
@@ -1254,6 +1274,7 @@ int control_channel_subscribe_telemetry(struct control_channel *ch,
 {
 	struct channel_call call;
 	struct proto_frame frame;
+	unsigned int malformed = 0;
 	uint8_t *body;
 	size_t len;
 	int rc;
@@ -1272,7 +1293,7 @@ int control_channel_subscribe_telemetry(struct control_channel *ch,
 		rc = call_wait(&call, NULL, "SubscribeTelemetry", -1, &frame);
 		if (rc != 1)
 			break;
-		stop = telemetry_deliver(&frame, on_batch, opaque);
+		stop = telemetry_deliver(&frame, &malformed, on_batch, opaque);
 		proto_frame_free(&frame);
 		rc = 0;
 		if (stop)

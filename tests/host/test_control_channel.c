@@ -6,6 +6,7 @@
  * socketpair to a fresh agent thread per connection, so reconnects are observable.
  */
 #include "host/control_channel.h"
+#include "common/log.h"
 #include "harness.h"
 
 #include <errno.h>
@@ -35,6 +36,9 @@
  * the chunk that crossed the bound, the one being read and the socket buffers.
  */
 #define FAKE_FLOOD_HELD_MAX 12
+/* undecodable output chunks a hostile agent sends, and the warnings the host may log of them */
+#define FAKE_MALFORMED_COUNT 200
+#define TEST_MALFORMED_WARNINGS_MAX 4
 /* how long a test waits for a call that must end before calling it hung */
 #define HANG_LIMIT_SECS 20
 /* a guest that takes its input slowly: this much every interval, and never answers */
@@ -81,6 +85,7 @@ enum fake_mode {
 	FAKE_PTY_CHATTER,   /* opens a PTY, then sends frames a reader skips, many a second */
 	FAKE_BIG_CHALLENGE, /* a Challenge header declaring FAKE_OVERSIZED_BYTES, then nothing */
 	FAKE_BIG_PONG,      /* answers Ping with a Pong header declaring FAKE_OVERSIZED_BYTES */
+	FAKE_MALFORMED_CHUNKS, /* answers an exec with FAKE_MALFORMED_COUNT undecodable chunks */
 };
 
 struct fake_agent {
@@ -187,6 +192,22 @@ static void fake_flood_exec(struct fake_agent *agent, int fd, uint32_t request_i
 	fake_send_json(fd, PROTO_MSG_EXEC_RESPONSE, request_id, body, len);
 }
 
+/* FAKE_MALFORMED_COUNT output chunks that are not JSON, then a success. */
+static void fake_malformed_exec(int fd, uint32_t request_id)
+{
+	static const char garbage[] = "not a chunk";
+	struct proto_exec_response resp = { .exit_code = 0 };
+	uint8_t *body;
+	size_t len;
+
+	for (int i = 0; i < FAKE_MALFORMED_COUNT; i++)
+		if (proto_frame_write(fd, PROTO_MSG_EXEC_OUTPUT_CHUNK, true, request_id, garbage,
+				      sizeof(garbage) - 1) < 0)
+			return;
+	proto_exec_response_encode(&resp, &body, &len);
+	fake_send_json(fd, PROTO_MSG_EXEC_RESPONSE, request_id, body, len);
+}
+
 static void fake_reply_exec(int fd, struct proto_frame *req)
 {
 	struct proto_exec_request exec;
@@ -233,6 +254,8 @@ static void fake_reply(struct fake_conn *fc, struct proto_frame *req)
 	case PROTO_MSG_EXEC_REQUEST:
 		if (fc->agent->mode == FAKE_FLOOD)
 			fake_flood_exec(fc->agent, fc->fd, req->request_id);
+		else if (fc->agent->mode == FAKE_MALFORMED_CHUNKS)
+			fake_malformed_exec(fc->fd, req->request_id);
 		else
 			fake_reply_exec(fc->fd, req);
 		break;
@@ -1044,6 +1067,40 @@ static void test_stream_backpressure(void)
 	fake_finish(&agent);
 }
 
+/*
+ * An agent that sends malformed output chunks without end gets a few warnings logged for the
+ * stream, not one a frame, and the exec still ends with its reply.
+ */
+static void test_malformed_chunks_log_a_few_warnings(void)
+{
+	struct fake_agent agent;
+	struct control_channel *ch;
+	struct proto_exec_request req = { .program = "garbage" };
+	struct proto_exec_response resp;
+	enum log_level level = log_get_level();
+	char *log_text = NULL;
+	size_t log_len = 0, lines = 0;
+	FILE *log_stream = open_memstream(&log_text, &log_len);
+
+	CHECK(log_stream != NULL);
+	fake_init(&agent, FAKE_MALFORMED_CHUNKS);
+	ch = channel_for(&agent, 0);
+	log_set_stream(log_stream);
+	log_set_level(LOG_LEVEL_WARN);
+	CHECK_INT_EQ(control_channel_exec(ch, &req, NULL, NULL, &resp), 0);
+	log_set_stream(stderr);
+	log_set_level(level);
+	fclose(log_stream);
+	for (size_t i = 0; i < log_len; i++)
+		lines += log_text[i] == '\n';
+	CHECK(lines >= 1 && lines <= TEST_MALFORMED_WARNINGS_MAX);
+	CHECK(log_text && strstr(log_text, "malformed output chunk"));
+	free(log_text);
+	proto_exec_response_free(&resp);
+	control_channel_destroy(ch);
+	fake_finish(&agent);
+}
+
 static void *destroy_run(void *arg)
 {
 	struct bounded_call *call = arg;
@@ -1266,6 +1323,7 @@ static void test_oversized_preauth_frames_refused(void)
 int main(void)
 {
 	RUN_TEST(test_exec_and_files);
+	RUN_TEST(test_malformed_chunks_log_a_few_warnings);
 	RUN_TEST(test_handshake_validation);
 	RUN_TEST(test_wrong_secret);
 	RUN_TEST(test_handshake_sends_proof_not_secret);
