@@ -93,8 +93,11 @@ static int oci_image_build_rootfs(const char *oci_dir, const struct oci_manifest
 				  const char *rootfs_path, char *err, size_t errlen)
 {
 	char scratch[PATH_MAX], tree[PATH_MAX], blob[PATH_MAX], dir[PATH_MAX];
+	struct oci_layer_budget budget;
 	struct oci_layer_stats stats;
 	int rc;
+
+	oci_layer_budget_init(&budget);
 
 	if (snprintf(scratch, sizeof(scratch), "%s/%s/%s", oci_dir, OCI_IMAGE_TMP,
 		     OCI_IMAGE_UNPACK_TEMPLATE) >= (int)sizeof(scratch) ||
@@ -122,7 +125,7 @@ static int oci_image_build_rootfs(const char *oci_dir, const struct oci_manifest
 		if (rc == 0)
 			rc = oci_blob_verify_file(blob, digest, err, errlen);
 		if (rc == 0)
-			rc = oci_layer_apply(blob, tree, &stats, err, errlen);
+			rc = oci_layer_apply(blob, tree, &budget, &stats, err, errlen);
 		if (rc < 0)
 			goto out;
 		if (stats.skipped)

@@ -3,8 +3,17 @@
  * compressions) and writes each entry with its "secure" flags: no absolute paths, no "..",
  * no writing through a symlink. Those checks are repeated here before any entry is written,
  * so a hostile layer is refused as a whole, with its bad entry named, instead of entry by
- * entry. The process's working directory is the root while a layer is written, because
- * libarchive resolves names against it.
+ * entry. The working directory is the root while a layer is written, because libarchive
+ * resolves names against it. The working directory belongs to the whole process, so the
+ * applying thread first takes one of its own (unshare(CLONE_FS)), and layers are applied one
+ * at a time in a process (a mutex, which alone keeps two unpackers apart where unshare is
+ * refused): otherwise one thread's return to its old directory would send another thread's
+ * entries into it.
+ *
+ * A layer spends from its image's budget (oci_layer.h) before anything is written: an entry's
+ * declared size, one entry, and its name's bytes. Declared sizes bound what libarchive writes
+ * (it writes no more than an entry declares), so a decompression bomb is refused at the
+ * header of the entry that would exceed the budget, not when the disk is full.
  *
  * Whiteouts and replacements delete from what lower layers wrote. The directory they
  * delete in is opened with openat2(RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS) from the root, and
@@ -27,6 +36,8 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/openat2.h>
+#include <pthread.h>
+#include <sched.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -59,6 +70,7 @@ struct oci_apply {
 	struct archive *in;
 	struct archive *out;
 	struct oci_path_set written;
+	struct oci_layer_budget *budget;
 	struct oci_layer_stats *stats;
 	char *err;
 	size_t errlen;
@@ -339,6 +351,38 @@ static void oci_skip(struct oci_apply *apply, const char *rel, const char *why)
 	apply->stats->skipped++;
 }
 
+/* Takes the entry's share of the image's budget; -EFBIG with err when it does not fit. */
+static int oci_spend(struct oci_apply *apply, struct archive_entry *entry, const char *rel)
+{
+	struct oci_layer_budget *budget = apply->budget;
+	la_int64_t declared = archive_dl.entry_size(entry);
+	uint64_t data = declared > 0 ? (uint64_t)declared : 0, name = strlen(rel) + 1;
+
+	if (budget->entries == 0) {
+		snprintf(apply->err, apply->errlen, "layer %s: entry '%s' is past the %llu entries "
+			 "voidbox unpacks for one image; the image is refused", apply->archive_path,
+			 rel, (unsigned long long)OCI_IMAGE_ENTRIES_MAX);
+		return -EFBIG;
+	}
+	if (data > budget->data_bytes) {
+		snprintf(apply->err, apply->errlen, "layer %s: entry '%s' (%llu bytes) takes the image "
+			 "past the %llu bytes voidbox unpacks for one image; the image is refused",
+			 apply->archive_path, rel, (unsigned long long)data,
+			 (unsigned long long)OCI_IMAGE_DATA_BYTES_MAX);
+		return -EFBIG;
+	}
+	if (name > budget->name_bytes) {
+		snprintf(apply->err, apply->errlen, "layer %s: entry '%s' takes the image past the "
+			 "%llu bytes of entry names voidbox unpacks for one image; the image is refused",
+			 apply->archive_path, rel, (unsigned long long)OCI_IMAGE_NAME_BYTES_MAX);
+		return -EFBIG;
+	}
+	budget->entries--;
+	budget->data_bytes -= data;
+	budget->name_bytes -= name;
+	return 0;
+}
+
 static int oci_apply_entry(struct oci_apply *apply, struct archive_entry *entry)
 {
 	char rel[OCI_LAYER_PATH_MAX], link[OCI_LAYER_PATH_MAX], dir[OCI_LAYER_PATH_MAX];
@@ -351,6 +395,9 @@ static int oci_apply_entry(struct oci_apply *apply, struct archive_entry *entry)
 				"leaves the root (an absolute path or ..): the layer is refused");
 	if (rel[0] == '\0')
 		return 0; /* the root itself keeps its own metadata */
+	rc = oci_spend(apply, entry, rel);
+	if (rc < 0)
+		return rc;
 	oci_split(rel, dir, sizeof(dir), &base);
 	rc = oci_apply_whiteout(apply, rel, dir, base);
 	if (rc != 0)
@@ -415,15 +462,27 @@ static int oci_open_archives(struct oci_apply *apply)
 	return 0;
 }
 
-int oci_layer_apply(const char *archive_path, const char *root, struct oci_layer_stats *stats,
-		    char *err, size_t errlen)
+void oci_layer_budget_init(struct oci_layer_budget *budget)
 {
-	struct oci_apply apply = { .archive_path = archive_path, .stats = stats, .err = err,
-				   .errlen = errlen, .root_fd = -1 };
+	*budget = (struct oci_layer_budget){ .data_bytes = OCI_IMAGE_DATA_BYTES_MAX,
+					     .entries = OCI_IMAGE_ENTRIES_MAX,
+					     .name_bytes = OCI_IMAGE_NAME_BYTES_MAX };
+}
+
+int oci_layer_apply(const char *archive_path, const char *root, struct oci_layer_budget *budget,
+		    struct oci_layer_stats *stats, char *err, size_t errlen)
+{
+	static pthread_mutex_t one_layer_at_a_time = PTHREAD_MUTEX_INITIALIZER;
+	struct oci_apply apply = { .archive_path = archive_path, .budget = budget, .stats = stats,
+				   .err = err, .errlen = errlen, .root_fd = -1 };
 	struct archive_entry *entry;
-	int cwd_fd = open(".", O_PATH | O_DIRECTORY | O_CLOEXEC), rc;
+	int cwd_fd, rc;
 
 	memset(stats, 0, sizeof(*stats));
+	pthread_mutex_lock(&one_layer_at_a_time);
+	/* refused under some sandboxes' seccomp policies; the mutex still keeps unpackers apart */
+	(void)unshare(CLONE_FS);
+	cwd_fd = open(".", O_PATH | O_DIRECTORY | O_CLOEXEC);
 	rc = archive_dl_load(OCI_LAYER_PURPOSE, err, errlen);
 	if (rc < 0)
 		goto out;
@@ -468,5 +527,6 @@ out:
 	}
 	if (apply.root_fd >= 0)
 		close(apply.root_fd);
+	pthread_mutex_unlock(&one_layer_at_a_time);
 	return rc;
 }

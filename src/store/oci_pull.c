@@ -7,7 +7,10 @@
  * Response bodies go to a sink: a bounded memory buffer (manifests, tokens), or a blob
  * writer that hashes what it writes and refuses more bytes than the descriptor declared.
  * Bodies of error answers are never written to a blob; a bounded prefix is kept for the
- * error sentence. Only http and https are spoken, redirects included (registries redirect
+ * error sentence and the transfer stops there, so an endless error answer ends too. Every
+ * request has a deadline: a fixed allowance, and for a blob as much again as its declared
+ * size takes at a slow link's rate, so a registry that trickles bytes cannot hold a pull
+ * open forever. Only http and https are spoken, redirects included (registries redirect
  * blob downloads to storage); curl drops our Authorization header when a redirect leaves
  * the host. libcurl is opened when the first pull starts (src/dynlib/curl_dl.h).
  */
@@ -37,6 +40,8 @@
 /* A transfer slower than this many bytes per second for OCI_LOW_SPEED_TIME_S is dropped. */
 #define OCI_LOW_SPEED_LIMIT 1L
 #define OCI_LOW_SPEED_TIME_S 60L
+/* A blob's deadline grows by one second per this many declared bytes (a slow link's rate). */
+#define OCI_TRANSFER_RATE_MIN (16ull << 10)
 #define OCI_PROTOCOLS "http,https"
 #define OCI_USER_AGENT "voidbox/0.1"
 #define OCI_DIGEST_SHORT 19 /* "sha256:" and 12 hex digits */
@@ -68,6 +73,7 @@ struct oci_sink {
 	/* both */
 	unsigned long long received;
 	bool overflow;
+	bool error_cut; /* an error answer's body went past error_body and was stopped */
 	char error_body[OCI_ERROR_BODY_MAX];
 	size_t error_len;
 };
@@ -106,6 +112,10 @@ static size_t oci_on_body(char *data, size_t size, size_t nmemb, void *opaque)
 		memcpy(sink->error_body + sink->error_len, data, take);
 		sink->error_len += take;
 		sink->error_body[sink->error_len] = '\0';
+		if (take < len) {
+			sink->error_cut = true;
+			return 0;
+		}
 		return len;
 	}
 	sink->received += len;
@@ -222,6 +232,8 @@ static int oci_basic_header(const struct oci_pull_options *options, char *out, s
 static int oci_get(struct oci_client *client, const char *url, const char *accept,
 		   const char *authorization, struct oci_sink *sink, char *err, size_t errlen)
 {
+	unsigned int timeout_option = client->options->request_timeout_s;
+	long timeout_s = (long)(timeout_option ? timeout_option : OCI_REQUEST_TIMEOUT_S);
 	struct curl_slist *headers = NULL;
 	CURLcode code;
 	int rc = 0;
@@ -230,15 +242,19 @@ static int oci_get(struct oci_client *client, const char *url, const char *accep
 		headers = curl_dl.slist_append(headers, accept);
 	if (authorization && *authorization)
 		headers = curl_dl.slist_append(headers, authorization);
+	if (sink->kind == OCI_SINK_BLOB)
+		timeout_s += (long)(sink->expected / OCI_TRANSFER_RATE_MIN);
 	client->status = 0;
 	client->content_type[0] = '\0';
 	client->challenge[0] = '\0';
 	curl_dl.easy_setopt(client->curl, CURLOPT_URL, url);
+	curl_dl.easy_setopt(client->curl, CURLOPT_TIMEOUT, timeout_s);
 	curl_dl.easy_setopt(client->curl, CURLOPT_HTTPHEADER, headers);
 	curl_dl.easy_setopt(client->curl, CURLOPT_PRIVATE, sink);
 	code = curl_dl.easy_perform(client->curl);
 	curl_dl.easy_getinfo(client->curl, CURLINFO_RESPONSE_CODE, &client->status);
-	if (code != CURLE_OK && !(code == CURLE_WRITE_ERROR && (sink->overflow || sink->write_rc))) {
+	if (code != CURLE_OK &&
+	    !(code == CURLE_WRITE_ERROR && (sink->overflow || sink->write_rc || sink->error_cut))) {
 		snprintf(err, errlen, "cannot fetch %s: %s", url, curl_dl.easy_strerror(code));
 		rc = -EIO;
 	}
@@ -363,6 +379,7 @@ static int oci_request(struct oci_client *client, const char *kind, const char *
 			sink->len = 0;
 			sink->received = 0;
 			sink->error_len = 0;
+			sink->error_cut = false;
 			rc = oci_get(client, url, accept, client->authorization, sink, err, errlen);
 		}
 	}

@@ -23,6 +23,8 @@
 #define OCI_MANIFEST_BYTES_MAX (4u << 20)
 #define OCI_CONFIG_BYTES_MAX (4u << 20)
 #define OCI_TOKEN_BODY_MAX (64u << 10)
+/* What one request may take; a blob's request gets more in proportion to its size. */
+#define OCI_REQUEST_TIMEOUT_S 300u
 
 enum oci_progress_mode {
 	OCI_PROGRESS_NONE,
@@ -37,6 +39,7 @@ struct oci_pull_options {
 	bool insecure;		 /* plain HTTP to a registry that is not on loopback */
 	enum oci_progress_mode progress;
 	FILE *progress_stream;	 /* NULL: stderr */
+	unsigned int request_timeout_s; /* 0: OCI_REQUEST_TIMEOUT_S */
 };
 
 struct oci_pull_result {

@@ -1,12 +1,16 @@
 /*
  * Directory removal, no-replace renames, file digests and the error and path helpers of the
- * stores (see store_fs.h).
+ * stores (see store_fs.h). A tree to remove may hold directories its owner cannot write or
+ * even read (an unpacked image layer keeps its modes: a 0555 /usr/bin, a 0000 directory), so
+ * removal first gives the owner rwx on every directory, pass after pass: a directory that
+ * could not be read is opened up by one pass and walked by the next.
  */
 #include "store/store_fs.h"
 
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
+#include <limits.h>
 #include <openssl/evp.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -15,6 +19,8 @@
 #include <unistd.h>
 
 #define STORE_REMOVE_FD_LIMIT 32
+/* Unreadable directories nest at most this deep in a path nftw can walk ("a/" per level). */
+#define STORE_UNLOCK_PASSES_MAX (PATH_MAX / 2)
 #define STORE_DIGEST_CHUNK 65536
 #define STORE_TOOL_SINK 65536
 #define STORE_TOOL_EXEC_FAILED 127
@@ -37,6 +43,19 @@ int store_join(char *out, size_t out_len, const char *dir, const char *name)
 	return n < 0 || (size_t)n >= out_len ? -ENAMETOOLONG : 0;
 }
 
+/* Directories one unlocking pass opened up that it could not walk into; one walk per thread. */
+static __thread unsigned long store_unlocked_unreadable;
+
+static int store_unlock_one(const char *path, const struct stat *st, int type, struct FTW *ftw)
+{
+	(void)ftw;
+	if ((type != FTW_D && type != FTW_DNR) || (st->st_mode & S_IRWXU) == S_IRWXU)
+		return 0;
+	if (chmod(path, (st->st_mode & ALLPERMS) | S_IRWXU) == 0 && type == FTW_DNR)
+		store_unlocked_unreadable++;
+	return 0;
+}
+
 static int store_remove_one(const char *path, const struct stat *st, int type, struct FTW *ftw)
 {
 	(void)st;
@@ -47,6 +66,12 @@ static int store_remove_one(const char *path, const struct stat *st, int type, s
 
 int store_remove_tree(const char *path)
 {
+	unsigned passes = 0;
+
+	do {
+		store_unlocked_unreadable = 0;
+		nftw(path, store_unlock_one, STORE_REMOVE_FD_LIMIT, FTW_PHYS);
+	} while (store_unlocked_unreadable > 0 && ++passes < STORE_UNLOCK_PASSES_MAX);
 	if (nftw(path, store_remove_one, STORE_REMOVE_FD_LIMIT, FTW_DEPTH | FTW_PHYS) < 0 &&
 	    errno != ENOENT)
 		return -errno;

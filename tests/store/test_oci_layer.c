@@ -5,12 +5,16 @@
  * a file a hard link shares, and turns a file into a directory. Hostile layers: "..",
  * absolute names and hard-link targets that leave the root are refused as a whole; an entry
  * or a whiteout under a symlink that points out of the root touches nothing outside; an entry
- * the host cannot create is skipped and counted. Also the name normalization itself.
+ * the host cannot create is skipped and counted. An image's budget (declared bytes, entries,
+ * name bytes) refuses the entry that would exceed it; two threads applying layers at once
+ * each write only into their own root. Also the name normalization itself.
  */
 #include <archive.h>
 #include <archive_entry.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -29,6 +33,11 @@
 #define TEST_FILE_MODE 0644
 #define TEST_DIR_MODE 0755
 #define TEST_LINK_MODE 0777
+/* Layers two threads apply at once: enough entries that their runs overlap. */
+#define TEST_RACE_ENTRIES 2000
+#define TEST_RACE_ROUNDS 4
+#define TEST_RACE_THREADS 2
+#define TEST_NAME_MAX 32
 
 enum test_compression { TEST_GZIP, TEST_ZSTD };
 
@@ -125,17 +134,28 @@ static bool file_is(const char *rel, const char *content)
 	return got == (ssize_t)strlen(content) && memcmp(buf, content, (size_t)got) == 0;
 }
 
-/* Writes entries as a layer in the scratch dir and applies it onto root. */
-static int apply(const char *root, enum test_compression compression,
-		 const struct test_entry *entries, size_t count, struct oci_layer_stats *stats,
-		 char *err)
+/* Writes entries as a layer in the scratch dir and applies it onto root, spending budget. */
+static int apply_within(const char *root, enum test_compression compression,
+			const struct test_entry *entries, size_t count,
+			struct oci_layer_budget *budget, struct oci_layer_stats *stats, char *err)
 {
 	char layer[TEST_PATH_MAX];
 
 	snprintf(layer, sizeof(layer), "%s/layer.tar", scratch);
 	if (write_layer(layer, compression, entries, count) < 0)
 		return -100;
-	return oci_layer_apply(layer, root, stats, err, TEST_ERR_MAX);
+	return oci_layer_apply(layer, root, budget, stats, err, TEST_ERR_MAX);
+}
+
+/* The same with a full image budget. */
+static int apply(const char *root, enum test_compression compression,
+		 const struct test_entry *entries, size_t count, struct oci_layer_stats *stats,
+		 char *err)
+{
+	struct oci_layer_budget budget;
+
+	oci_layer_budget_init(&budget);
+	return apply_within(root, compression, entries, count, &budget, stats, err);
 }
 
 static void make_scratch(void)
@@ -332,17 +352,147 @@ static void test_uncreatable_entry_skipped(void)
 
 static void test_not_an_archive(void)
 {
+	struct oci_layer_budget budget;
 	struct oci_layer_stats stats;
 	char err[TEST_ERR_MAX] = "", layer[TEST_PATH_MAX];
 	int fd;
 
 	make_scratch();
+	oci_layer_budget_init(&budget);
 	snprintf(layer, sizeof(layer), "%s/garbage.tar", scratch);
 	fd = open(layer, O_WRONLY | O_CREAT, TEST_FILE_MODE);
 	CHECK(fd >= 0 && write(fd, "this is not a tar archive at all, not even close", 48) == 48);
 	close(fd);
-	CHECK(oci_layer_apply(layer, path_in("root"), &stats, err, sizeof(err)) < 0);
+	CHECK(oci_layer_apply(layer, path_in("root"), &budget, &stats, err, sizeof(err)) < 0);
 	CHECK(strstr(err, layer) != NULL);
+	store_remove_tree(scratch);
+}
+
+/*
+ * An image's budget is spent across its layers: the entry that would exceed it refuses the
+ * layer before it is written (-EFBIG, naming the entry), whether the bytes its entries
+ * declare, their number, or their names' bytes run out.
+ */
+static void test_budget_bounds_the_image(void)
+{
+	static const struct test_entry lower[] = {
+		{ TEST_FILE, "first", "0123456789" },
+	};
+	static const struct test_entry upper[] = {
+		{ TEST_FILE, "small", "01234" },
+		{ TEST_FILE, "bomb", "0123456789" },
+	};
+	static const struct test_entry many[] = {
+		{ TEST_FILE, "a", "" }, { TEST_FILE, "b", "" }, { TEST_FILE, "c", "" },
+	};
+	static const struct test_entry long_names[] = {
+		{ TEST_FILE, "short", "" }, { TEST_FILE, "a-much-longer-name", "" },
+	};
+	struct oci_layer_budget budget;
+	struct oci_layer_stats stats;
+	char err[TEST_ERR_MAX] = "";
+
+	make_scratch();
+	oci_layer_budget_init(&budget);
+	budget.data_bytes = 20;
+	CHECK_INT_EQ(apply_within(path_in("root"), TEST_GZIP, lower, COUNT(lower), &budget, &stats,
+				  err), 0);
+	CHECK_INT_EQ((long long)budget.data_bytes, 10);
+	CHECK_INT_EQ(apply_within(path_in("root"), TEST_ZSTD, upper, COUNT(upper), &budget, &stats,
+				  err), -EFBIG);
+	CHECK(strstr(err, "'bomb'") != NULL);
+	CHECK(file_is("root/small", "01234"));
+	CHECK(!exists("root/bomb"));
+
+	oci_layer_budget_init(&budget);
+	budget.entries = 2;
+	CHECK_INT_EQ(apply_within(path_in("root"), TEST_GZIP, many, COUNT(many), &budget, &stats,
+				  err), -EFBIG);
+	CHECK(strstr(err, "'c'") != NULL);
+	CHECK(!exists("root/c"));
+
+	oci_layer_budget_init(&budget);
+	budget.name_bytes = sizeof("short") + 1;
+	CHECK_INT_EQ(apply_within(path_in("root"), TEST_GZIP, long_names, COUNT(long_names),
+				  &budget, &stats, err), -EFBIG);
+	CHECK(strstr(err, "'a-much-longer-name'") != NULL);
+	CHECK(!exists("root/a-much-longer-name"));
+	store_remove_tree(scratch);
+}
+
+struct race_apply {
+	char layer[TEST_PATH_MAX];
+	char root[TEST_PATH_MAX];
+	int failures;
+};
+
+static void *race_apply_run(void *opaque)
+{
+	struct race_apply *run = opaque;
+	struct oci_layer_budget budget;
+	struct oci_layer_stats stats;
+	char err[TEST_ERR_MAX];
+
+	oci_layer_budget_init(&budget);
+	for (int round = 0; round < TEST_RACE_ROUNDS; round++)
+		if (oci_layer_apply(run->layer, run->root, &budget, &stats, err, sizeof(err)) < 0 ||
+		    stats.entries != TEST_RACE_ENTRIES)
+			run->failures++;
+	return NULL;
+}
+
+static size_t count_dir_entries(const char *path)
+{
+	DIR *dir = opendir(path);
+	struct dirent *entry;
+	size_t count = 0;
+
+	if (!dir)
+		return 0;
+	while ((entry = readdir(dir)))
+		if (strcmp(entry->d_name, ".") != 0 && strcmp(entry->d_name, "..") != 0)
+			count++;
+	closedir(dir);
+	return count;
+}
+
+/*
+ * Two threads apply layers at once (a pipeline's boxes pulling one image) while the process
+ * works in another directory: every entry lands in its own root, none in that directory.
+ */
+static void test_concurrent_layers_stay_in_their_roots(void)
+{
+	static struct test_entry entries[TEST_RACE_ENTRIES];
+	static char names[TEST_RACE_ENTRIES][TEST_NAME_MAX];
+	struct race_apply runs[TEST_RACE_THREADS];
+	pthread_t threads[TEST_RACE_THREADS];
+	int cwd_fd = open(".", O_PATH | O_DIRECTORY);
+
+	make_scratch();
+	mkdir(path_in("cwd"), TEST_DIR_MODE);
+	for (size_t i = 0; i < TEST_RACE_ENTRIES; i++) {
+		snprintf(names[i], sizeof(names[i]), "f%04zu", i);
+		entries[i] = (struct test_entry){ TEST_FILE, names[i], "x" };
+	}
+	for (int t = 0; t < TEST_RACE_THREADS; t++) {
+		runs[t].failures = 0;
+		snprintf(runs[t].layer, sizeof(runs[t].layer), "%s/race%d.tar", scratch, t);
+		snprintf(runs[t].root, sizeof(runs[t].root), "%s/root%d", scratch, t);
+		mkdir(runs[t].root, TEST_DIR_MODE);
+		CHECK(write_layer(runs[t].layer, TEST_GZIP, entries, COUNT(entries)) == 0);
+	}
+	CHECK(cwd_fd >= 0 && chdir(path_in("cwd")) == 0);
+	for (int t = 0; t < TEST_RACE_THREADS; t++)
+		CHECK(pthread_create(&threads[t], NULL, race_apply_run, &runs[t]) == 0);
+	for (int t = 0; t < TEST_RACE_THREADS; t++)
+		pthread_join(threads[t], NULL);
+	CHECK(fchdir(cwd_fd) == 0);
+	close(cwd_fd);
+	CHECK_INT_EQ((long long)count_dir_entries(path_in("cwd")), 0);
+	for (int t = 0; t < TEST_RACE_THREADS; t++) {
+		CHECK_INT_EQ(runs[t].failures, 0);
+		CHECK_INT_EQ((long long)count_dir_entries(runs[t].root), TEST_RACE_ENTRIES);
+	}
 	store_remove_tree(scratch);
 }
 
@@ -354,5 +504,7 @@ int main(void)
 	RUN_TEST(test_symlink_parents_do_not_escape);
 	RUN_TEST(test_uncreatable_entry_skipped);
 	RUN_TEST(test_not_an_archive);
+	RUN_TEST(test_budget_bounds_the_image);
+	RUN_TEST(test_concurrent_layers_stay_in_their_roots);
 	return harness_finish();
 }

@@ -42,6 +42,7 @@
 #include "common/log.h"
 #include "devices/net.h"
 #include "harness.h"
+#include "http_request_head.h"
 #include "sandbox/sandbox.h"
 #include "store/guest_image.h"
 #include "vmm/kvm.h"
@@ -128,20 +129,10 @@ static void *http_connection(void *opaque)
 	int fd = (int)(intptr_t)opaque;
 	char request[TEST_REQUEST_MAX + 1], header[256];
 	uint8_t chunk[TEST_SEND_CHUNK];
-	size_t used = 0, body_len = 0;
+	size_t body_len = 0;
 	bool big;
 
-	while (used < TEST_REQUEST_MAX) {
-		ssize_t got = recv(fd, request + used, TEST_REQUEST_MAX - used, 0);
-
-		if (got <= 0)
-			break;
-		used += (size_t)got;
-		request[used] = '\0';
-		if (strstr(request, "\r\n\r\n"))
-			break;
-	}
-	request[used] = '\0';
+	http_request_head_read(fd, request, sizeof(request));
 	big = strncmp(request, "GET /big ", 9) == 0;
 	if (big)
 		body_len = TEST_BIG_LEN;
