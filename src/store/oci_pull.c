@@ -7,12 +7,13 @@
  * Response bodies go to a sink: a bounded memory buffer (manifests, tokens), or a blob
  * writer that hashes what it writes and refuses more bytes than the descriptor declared.
  * Bodies of error answers are never written to a blob; a bounded prefix is kept for the
- * error sentence and the transfer stops there, so an endless error answer ends too. Every
- * request has a deadline: a fixed allowance, and for a blob as much again as its declared
- * size takes at a slow link's rate, so a registry that trickles bytes cannot hold a pull
- * open forever. Only http and https are spoken, redirects included (registries redirect
- * blob downloads to storage); curl drops our Authorization header when a redirect leaves
- * the host. libcurl is opened when the first pull starts (src/dynlib/curl_dl.h).
+ * error sentence (its control bytes made spaces, as in the headers kept) and the transfer
+ * stops there, so an endless error answer ends too. Every request has a deadline: a fixed
+ * allowance, and for a blob as much again as its declared size takes at a slow link's rate,
+ * so a registry that trickles bytes cannot hold a pull open forever. Only http and https are
+ * spoken, redirects included (registries redirect blob downloads to storage); curl drops our
+ * Authorization header when a redirect leaves the host. libcurl is opened when the first
+ * pull starts (src/dynlib/curl_dl.h).
  */
 #include "store/oci_pull.h"
 
@@ -110,6 +111,7 @@ static size_t oci_on_body(char *data, size_t size, size_t nmemb, void *opaque)
 		size_t take = len < room ? len : room;
 
 		memcpy(sink->error_body + sink->error_len, data, take);
+		oci_text_printable(sink->error_body + sink->error_len, take);
 		sink->error_len += take;
 		sink->error_body[sink->error_len] = '\0';
 		if (take < len) {
@@ -155,6 +157,7 @@ static void oci_take_header(const char *line, size_t len, const char *name, char
 	if (len >= size)
 		len = size - 1; /* a header too long for its field: it fails to parse later */
 	memcpy(out, line, len);
+	oci_text_printable(out, len);
 	out[len] = '\0';
 }
 

@@ -7,7 +7,9 @@
  * A registry is hostile input. Every string is copied into a fixed-size field (too long is an
  * error, never a truncation), every digest is checked to be a canonical sha256 digest before it
  * can become a file name or a URL, and a manifest with more layers than OCI_MANIFEST_LAYERS_MAX
- * or a layer larger than OCI_LAYER_SIZE_MAX is refused.
+ * or a layer larger than OCI_LAYER_SIZE_MAX is refused. Text a registry chose that an error
+ * sentence quotes (a media type, an error answer's body, a challenge) has its control bytes
+ * made spaces first, so no escape sequence of its reaches a terminal or a log.
  */
 #ifndef VOIDBOX_STORE_OCI_REGISTRY_H
 #define VOIDBOX_STORE_OCI_REGISTRY_H
@@ -46,6 +48,9 @@ struct oci_ref {
 	char tag[OCI_TAG_MAX];			/* "" when only a digest was given */
 	char digest[OCI_DIGEST_LEN + 1];	/* "" unless pinned */
 };
+
+/* Makes text's control bytes (below 0x20, and 0x7f) spaces, in place. */
+void oci_text_printable(char *text, size_t len);
 
 /*
  * Parses text the way Docker does: the first component is a registry host when it holds a

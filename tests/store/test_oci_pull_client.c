@@ -3,7 +3,8 @@
  * each manifest request the way a registry that means harm would, and the pull must end with
  * an error, quickly, without reading what the registry keeps sending. An error answer with an
  * endless body is cut after its first bytes; a manifest trickled one byte at a time ends at
- * the request's deadline. The server stops on its own after a cap, so a client that does not
+ * the request's deadline; escape sequences in an error answer or a challenge reach the error
+ * sentence as spaces. The server stops on its own after a cap, so a client that does not
  * stop shows up as a failed check, not a hung test.
  */
 #include <arpa/inet.h>
@@ -39,6 +40,8 @@
 enum test_answer {
 	TEST_ENDLESS_ERROR, /* HTTP 500 whose body never ends */
 	TEST_TRICKLE,	    /* HTTP 200 with a 4 KiB manifest, one byte at a time */
+	TEST_ESCAPES,	    /* HTTP 500 whose body holds terminal escape sequences */
+	TEST_ESCAPED_CHALLENGE, /* HTTP 401 whose WWW-Authenticate holds escape sequences */
 };
 
 struct test_server {
@@ -56,6 +59,18 @@ static const char test_trickle_head[] = "HTTP/1.1 200 OK\r\n"
 					"Content-Type: application/vnd.oci.image.manifest.v1+json\r\n"
 					"Content-Length: 4096\r\n"
 					"Connection: close\r\n\r\n";
+
+/* An OSC that retitles the terminal and a CSI that clears it, around the registry's words. */
+#define TEST_ESCAPES_BODY "\x1b]0;owned\x07\x1b[2Jmanifest unknown\r\n"
+static const char test_escapes_answer[] = "HTTP/1.1 500 Internal Server Error\r\n"
+					  "Content-Type: text/plain\r\n"
+					  "Content-Length: 32\r\n"
+					  "Connection: close\r\n\r\n" TEST_ESCAPES_BODY;
+_Static_assert(sizeof(TEST_ESCAPES_BODY) - 1 == 32, "the answer's Content-Length");
+static const char test_escaped_challenge_answer[] = "HTTP/1.1 401 Unauthorized\r\n"
+						    "WWW-Authenticate: Bogus \x1b[2Jrealm\r\n"
+						    "Content-Length: 0\r\n"
+						    "Connection: close\r\n\r\n";
 
 static double now_s(void)
 {
@@ -106,8 +121,12 @@ static void *server_run(void *opaque)
 	http_request_head_read(fd, request, sizeof(request));
 	if (server->answer == TEST_ENDLESS_ERROR)
 		serve_endless(server, fd);
-	else
+	else if (server->answer == TEST_TRICKLE)
 		serve_trickle(server, fd);
+	else if (server->answer == TEST_ESCAPES)
+		send_all(fd, test_escapes_answer, strlen(test_escapes_answer));
+	else
+		send_all(fd, test_escaped_challenge_answer, strlen(test_escaped_challenge_answer));
 	close(fd);
 	return NULL;
 }
@@ -186,9 +205,36 @@ static void test_trickled_manifest_times_out(void)
 	server_stop(&server);
 }
 
+/* What a registry says is quoted in the error, without a control byte of it. */
+static void check_quoted_without_controls(enum test_answer answer, const char *words)
+{
+	struct test_server server;
+	char err[TEST_ERR_MAX] = "";
+
+	if (!server_start(&server, answer))
+		harness_fail_setup("cannot listen on loopback");
+	CHECK(pull_from(&server, err) < 0);
+	server_stop(&server);
+	CHECK(strstr(err, words) != NULL);
+	if (!strstr(err, words))
+		fprintf(stderr, "  the error: %s\n", err);
+	for (const char *c = err; *c; c++)
+		if ((unsigned char)*c < ' ' || *c == 0x7f) {
+			CHECK(!"a control byte of the registry's reached the error");
+			break;
+		}
+}
+
+static void test_registry_text_quoted_without_controls(void)
+{
+	check_quoted_without_controls(TEST_ESCAPES, "manifest unknown");
+	check_quoted_without_controls(TEST_ESCAPED_CHALLENGE, "Bogus");
+}
+
 int main(void)
 {
 	RUN_TEST(test_endless_error_body_is_cut);
 	RUN_TEST(test_trickled_manifest_times_out);
+	RUN_TEST(test_registry_text_quoted_without_controls);
 	return harness_finish();
 }

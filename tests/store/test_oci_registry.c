@@ -161,6 +161,10 @@ static void test_image_manifests(void)
 			   "\"layers\":[{\"mediaType\":\"" LAYER_GZIP "\",\"digest\":\"" D2 "\",\"size\":99999999999999}]}";
 	const char *negative = "{\"schemaVersion\":2,\"config\":{\"digest\":\"" D1 "\",\"size\":-1},\"layers\":[]}";
 	const char *dup = "{\"schemaVersion\":2,\"schemaVersion\":2}";
+	/* escape sequences (JSON \u001b) in media types an error quotes */
+	const char *escaped_layer = "{\"schemaVersion\":2,\"config\":{\"digest\":\"" D1 "\",\"size\":1},"
+				    "\"layers\":[{\"mediaType\":\"x\\u001b[2J\\u0007y\",\"digest\":\"" D2 "\",\"size\":2}]}";
+	const char *escaped_kind = "{\"schemaVersion\":2,\"mediaType\":\"a\\u001b]0;t\\u0007b\",\"layers\":[]}";
 
 	CHECK_INT_EQ(parse_manifest(oci, NULL, &m, err, sizeof(err)), 0);
 	CHECK_INT_EQ(m.kind, OCI_MANIFEST_IMAGE);
@@ -178,6 +182,10 @@ static void test_image_manifests(void)
 	CHECK_INT_EQ(parse_manifest(negative, NULL, &m, err, sizeof(err)), -EINVAL);
 	CHECK_INT_EQ(parse_manifest(dup, NULL, &m, err, sizeof(err)), -EINVAL);
 	CHECK_INT_EQ(parse_manifest("not json", NULL, &m, err, sizeof(err)), -EINVAL);
+	CHECK_INT_EQ(parse_manifest(escaped_layer, NULL, &m, err, sizeof(err)), -ENOTSUP);
+	CHECK(strstr(err, "'x [2J y'") != NULL);
+	CHECK_INT_EQ(parse_manifest(escaped_kind, NULL, &m, err, sizeof(err)), -ENOTSUP);
+	CHECK(strstr(err, "'a ]0;t b'") != NULL);
 }
 
 static void test_too_many_layers(void)
