@@ -77,27 +77,66 @@ static void spec_walk_report_unknown_key(struct spec_walk *walk, const struct sp
 			 "unknown key '%s' in %s is ignored", key->text, path);
 }
 
+/* Orders key indices by text, then by position in the mapping. */
+static int spec_walk_compare_keys(const void *a, const void *b, void *map_arg)
+{
+	const struct spec_node *map = map_arg;
+	size_t left = *(const size_t *)a, right = *(const size_t *)b;
+	int order = strcmp(map->keys[left]->text, map->keys[right]->text);
+
+	if (order)
+		return order;
+	return left < right ? -1 : left > right;
+}
+
+/*
+ * For each key of map, the index of the first key with the same text (itself when it is the
+ * first), into first[]. Sorting makes this O(n log n): a mapping may hold as many keys as a
+ * spec file has lines (an env map), and comparing every pair stalls on a few MiB.
+ */
+static int spec_walk_first_keys(const struct spec_node *map, size_t *first)
+{
+	size_t *order = malloc(map->count * sizeof(*order));
+
+	if (!order)
+		return -ENOMEM;
+	for (size_t i = 0; i < map->count; i++)
+		order[i] = i;
+	qsort_r(order, map->count, sizeof(*order), spec_walk_compare_keys, (void *)map);
+	for (size_t i = 0, run = 0; i < map->count; i++) {
+		if (strcmp(map->keys[order[i]]->text, map->keys[order[run]]->text) != 0)
+			run = i;
+		first[order[i]] = order[run];
+	}
+	free(order);
+	return 0;
+}
+
 void spec_walk_check_keys(struct spec_walk *walk, const struct spec_node *map, const char *path,
 			  const char *const *known, size_t known_count)
 {
+	size_t *first = map->count ? malloc(map->count * sizeof(*first)) : NULL;
+
+	if (map->count && (!first || spec_walk_first_keys(map, first) < 0)) {
+		walk->out_of_memory = true;
+		free(first);
+		return;
+	}
 	for (size_t i = 0; i < map->count; i++) {
 		const struct spec_node *key = map->keys[i];
 		bool is_known = false;
 
-		for (size_t j = 0; j < i; j++) {
-			if (strcmp(map->keys[j]->text, key->text) == 0) {
-				spec_walk_report(walk, SPEC_SEVERITY_ERROR, key->pos,
-						 "keep one of the two entries",
-						 "key '%s' in %s appears twice (first at line %u)",
-						 key->text, path, map->keys[j]->pos.line);
-				break;
-			}
-		}
+		if (first[i] != i)
+			spec_walk_report(walk, SPEC_SEVERITY_ERROR, key->pos,
+					 "keep one of the two entries",
+					 "key '%s' in %s appears twice (first at line %u)",
+					 key->text, path, map->keys[first[i]]->pos.line);
 		for (size_t j = 0; j < known_count && !is_known; j++)
 			is_known = strcmp(known[j], key->text) == 0;
 		if (!is_known && known)
 			spec_walk_report_unknown_key(walk, key, path, known, known_count);
 	}
+	free(first);
 }
 
 bool spec_walk_expect(struct spec_walk *walk, const struct spec_node *node, const char *path,

@@ -8,13 +8,20 @@
  * a fixed table passed through the lookup callback, so results do not depend on the machine.
  */
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "runtime/spec.h"
 #include "harness.h"
 
 #define TEST_PATH_MAX 512
+/* An env map as wide as a spec file allows (about 2.6 MiB of the 4 MiB cap). */
+#define TEST_WIDE_KEYS 200000
+#define TEST_WIDE_LINE_MAX 32
+/* Linear work on that map takes well under a second; comparing every pair takes minutes. */
+#define TEST_WIDE_SECONDS_MAX 10.0
 
 static const char *examples_dir = "examples";
 
@@ -1105,6 +1112,47 @@ static void test_hostile_input(void)
 	spec_diagnostics_free(&diag);
 }
 
+/*
+ * A mapping with as many keys as the file cap allows parses in linear time, and a duplicate
+ * at its far end is still named with the line of the first.
+ */
+static void test_wide_mapping(void)
+{
+	static const char head[] = "kind: sandbox\nname: s\nsandbox:\n  env:\n";
+	size_t len = sizeof(head) - 1, room = len + (TEST_WIDE_KEYS + 1) * TEST_WIDE_LINE_MAX;
+	char *text = malloc(room);
+	const struct spec_diagnostic *dup;
+	struct spec_diagnostics diag;
+	struct timespec start, end;
+	struct spec *spec;
+	double seconds;
+
+	CHECK(text != NULL);
+	if (!text)
+		return;
+	memcpy(text, head, len);
+	for (unsigned int i = 0; i < TEST_WIDE_KEYS; i++)
+		len += (size_t)snprintf(text + len, room - len, "    K%u: v\n", i);
+	snprintf(text + len, room - len, "    K7: again\n");
+	clock_gettime(CLOCK_MONOTONIC, &start);
+	spec = load_text(text, "t.yaml", &diag);
+	clock_gettime(CLOCK_MONOTONIC, &end);
+	seconds = (double)(end.tv_sec - start.tv_sec) + (double)(end.tv_nsec - start.tv_nsec) / 1e9;
+	if (seconds >= TEST_WIDE_SECONDS_MAX)
+		fprintf(stderr, "  %d env keys took %.1f s\n", TEST_WIDE_KEYS, seconds);
+	CHECK(seconds < TEST_WIDE_SECONDS_MAX);
+	CHECK(spec == NULL);
+	dup = find_diag(&diag, SPEC_SEVERITY_ERROR, "key 'K7' in sandbox.env appears twice");
+	CHECK(dup != NULL);
+	if (dup) {
+		CHECK(strstr(dup->message, "(first at line 12)") != NULL);
+		CHECK_INT_EQ(dup->pos.line, TEST_WIDE_KEYS + 5);
+	}
+	spec_free(spec);
+	spec_diagnostics_free(&diag);
+	free(text);
+}
+
 static void test_box_effective_settings(void)
 {
 	struct spec_diagnostics diag;
@@ -1213,6 +1261,7 @@ int main(int argc, char **argv)
 	RUN_TEST(test_field_rules);
 	RUN_TEST(test_optional_fields_read);
 	RUN_TEST(test_hostile_input);
+	RUN_TEST(test_wide_mapping);
 	RUN_TEST(test_box_effective_settings);
 	RUN_TEST(test_network_fields);
 	return harness_finish();
