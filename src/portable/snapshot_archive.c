@@ -764,6 +764,27 @@ static int snapshot_archive_rebase(const char *dir, const char *base_dir,
 	return rc;
 }
 
+/*
+ * A base's state must be a base's: one that is a diff's would keep the other machine's path
+ * to its parent, and a restore here would read whatever snapshot that path names.
+ */
+static int snapshot_archive_check_base(const char *dir, const struct snapshot_manifest *m,
+				       char *err, size_t errlen)
+{
+	struct snapshot_image *image = calloc(1, sizeof(*image));
+	int rc = image ? snapshot_archive_read_state(dir, image, err, errlen) : -ENOMEM;
+
+	if (rc == 0 && (image->meta.type != VM_SNAPSHOT_BASE || image->meta.parent_dir[0])) {
+		store_error(err, errlen, "the state file of base %s is not a base's: the archive "
+			    "is refused", m->id);
+		rc = -EBADMSG;
+	}
+	if (image)
+		snapshot_image_release(image);
+	free(image);
+	return rc;
+}
+
 /* Moves one verified snapshot from the scratch directory into the store. */
 static int snapshot_archive_publish_one(struct snapshot_archive_import *ctx, size_t index,
 					const char *base_id, char *published_id)
@@ -777,6 +798,8 @@ static int snapshot_archive_publish_one(struct snapshot_archive_import *ctx, siz
 	snapshot_manifest_add_cpu_features(&stored.has_cpu_features, stored.cpu_features,
 					   ctx->m->has_cpu_features, ctx->m->cpu_features);
 
+	if (rc == 0 && !stored.diff)
+		rc = snapshot_archive_check_base(src, &stored, ctx->err, ctx->errlen);
 	if (rc == 0 && stored.diff) {
 		rc = store_join(base_dir, sizeof(base_dir), ctx->store, base_id);
 		if (rc == 0 && !realpath(base_dir, resolved))

@@ -401,7 +401,9 @@ static int snapshot_manifest_from_json(json_t *root, bool whole, struct snapshot
 	if (rc < 0)
 		return rc;
 	m->diff = strcmp(kind, "diff") == 0;
+	/* a base named like a diff would be listed, locked and deleted as one of another base */
 	if (!snapshot_store_id_valid(m->id) || (!m->diff && strcmp(kind, "base") != 0) ||
+	    (!m->diff && strstr(m->id, SNAPSHOT_STORE_DIFF_INFIX)) ||
 	    m->diff != (m->parent_id[0] != '\0') ||
 	    (m->parent_id[0] && !snapshot_store_id_valid(m->parent_id))) {
 		store_error(err, errlen, "the manifest's snapshot '%s' has a bad id, "

@@ -92,11 +92,19 @@ static int snapshot_store_hash_file(EVP_MD_CTX *ctx, const char *path, char *err
 		snapshot_store_put_u64(ctx, 0);
 		return 0;
 	}
-	fd = open(path, O_RDONLY | O_CLOEXEC);
+	/* non-blocking, so a FIFO named as a kernel cannot hang the open */
+	fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
 	if (fd < 0 || fstat(fd, &st) < 0) {
 		rc = -errno;
 		store_error(err, errlen, "cannot read %s: %s (check the path)", path,
 			    strerror(errno));
+		goto out;
+	}
+	/* a device such as /dev/zero never ends; a kernel or initramfs is a regular file */
+	if (!S_ISREG(st.st_mode)) {
+		rc = -EINVAL;
+		store_error(err, errlen, "%s is not a regular file: give the path of a kernel "
+			    "or initramfs file", path);
 		goto out;
 	}
 	chunk = malloc(SNAPSHOT_STORE_HASH_CHUNK);
@@ -455,9 +463,12 @@ static int snapshot_store_read_entry(const char *store, const char *name,
 	diff = strstr(name, SNAPSHOT_STORE_DIFF_INFIX);
 	entry->kind = diff ? SNAPSHOT_STORE_KIND_DIFF : SNAPSHOT_STORE_KIND_BASE;
 	snapshot_store_read_meta(entry);
-	if (diff && !entry->parent_id[0])
-		snprintf(entry->parent_id, sizeof(entry->parent_id), "%.*s", (int)(diff - name),
-			 name);
+	/*
+	 * The name is the record of the family: store.json may have come from another machine
+	 * in an archive, and a parent it names is no path and no base here to lock or spare.
+	 */
+	snprintf(entry->parent_id, sizeof(entry->parent_id), "%.*s",
+		 diff ? (int)(diff - name) : 0, name);
 	return 0;
 }
 

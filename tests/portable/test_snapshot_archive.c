@@ -115,6 +115,24 @@ static uint64_t store_base(void)
 	return id;
 }
 
+/* A snapshot stored as a base whose state is a diff's, naming parent_dir as its base. */
+static void store_base_with_diff_state(const char *parent_dir)
+{
+	struct snapshot_store_txn txn;
+	char err[ERR_MAX], path[PATH_MAX];
+	uint64_t id = 0;
+
+	CHECK_INT_EQ(snapshot_store_begin(TEST_HASH, NULL, &txn, err, sizeof(err)), 0);
+	fill_image(VM_SNAPSHOT_DIFF);
+	snprintf(image.meta.parent_dir, sizeof(image.meta.parent_dir), "%s", parent_dir);
+	image.meta.parent_id = 1;
+	image.meta.memory_bytes = TEST_MEMORY_MB * TEST_MIB;
+	CHECK_INT_EQ(snapshot_file_write(txn.tmp_path, &image, &id, err, sizeof(err)), 0);
+	path_in(path, txn.tmp_path, VM_SNAPSHOT_MEMORY_FILE);
+	write_bytes(path, "x", 1, 0);
+	CHECK_INT_EQ(snapshot_store_commit(&txn, NULL, err, sizeof(err)), 0);
+}
+
 /* A diff of the stored base, with one page. */
 static void store_diff(uint64_t base_id)
 {
@@ -440,6 +458,23 @@ static void test_missing_base_refused(void)
 	CHECK_INT_EQ(snapshot_store_delete(TEST_BASE_ID, NULL, err, sizeof(err)), 0);
 }
 
+/*
+ * A base whose state file is a diff's, naming a directory of this host as its parent, is
+ * refused at import: a restore would read whatever snapshot that path holds.
+ */
+static void test_base_with_diff_state_refused(void)
+{
+	char err[ERR_MAX], archive[PATH_MAX];
+
+	use_home(home_c);
+	store_base_with_diff_state("/somewhere/on/this/host");
+	archive_path(archive, "forged-base.vbsnap");
+	CHECK_INT_EQ(snapshot_archive_export(TEST_BASE_ID, archive, SNAPSHOT_ARCHIVE_WITH_BASE,
+					     NULL, err, sizeof(err)), 0);
+	CHECK_INT_EQ(snapshot_store_delete(TEST_BASE_ID, NULL, err, sizeof(err)), 0);
+	expect_import_refused(home_c, archive, "is not a base's");
+}
+
 /* Entries outside the manifest's plan are refused: paths, links, devices, extras. */
 static void test_entries_confined(void)
 {
@@ -479,11 +514,18 @@ static void test_manifest_checked(void)
 		"{\"format\":\"voidbox-snapshot-archive\",\"version\":1,\"state_format_version\":2,"
 		"\"snapshot\":\"..\",\"cpu\":{\"signature\":\"x\",\"features\":null},\"snapshots\":"
 		"[{\"id\":\"..\",\"kind\":\"base\",\"parent\":null,\"files\":[]}]}",
+		/* a whole base whose id reads as a diff of another base */
+		"{\"format\":\"voidbox-snapshot-archive\",\"version\":1,\"state_format_version\":2,"
+		"\"snapshot\":\"" TEST_DIFF_ID "\",\"cpu\":{\"signature\":\"x\",\"features\":null},"
+		"\"snapshots\":[{\"id\":\"" TEST_DIFF_ID "\",\"kind\":\"base\",\"parent\":null,"
+		"\"files\":[{\"name\":\"state\",\"size\":1,\"sha256\":\"" TEST_HASH "\"},"
+		"{\"name\":\"memory.mem\",\"size\":1,\"sha256\":\"" TEST_HASH "\"}]}]}",
 	};
 	static const char *const needles[] = {
 		"'../x', which is not part of a snapshot",
 		"larger than such a file can be",
 		"bad id",
+		"'" TEST_DIFF_ID "' has a bad id",
 	};
 	char good[PATH_MAX], bad[PATH_MAX];
 
@@ -778,6 +820,7 @@ int main(int argc, char **argv)
 	RUN_TEST(test_flipped_byte_refused);
 	RUN_TEST(test_truncated_refused);
 	RUN_TEST(test_missing_base_refused);
+	RUN_TEST(test_base_with_diff_state_refused);
 	RUN_TEST(test_entries_confined);
 	RUN_TEST(test_manifest_checked);
 	RUN_TEST(test_edited_cpu_features_imported);

@@ -615,6 +615,47 @@ static void test_resolution_precedence(void)
 	CHECK_INT_EQ(chdir(cwd), 0);
 }
 
+/*
+ * store.json may come from another machine (an import keeps the archive's): the family is
+ * read from directory names, so a parent it names is never locked, joined into a path or
+ * spared, and a kernel it names that is a device is refused instead of hashed forever.
+ */
+static void test_store_json_not_trusted(void)
+{
+	static const char forged[] = "{\"kind\": \"diff\", \"parent\": \"../../outside\", "
+				     "\"kernel\": \"/dev/null\"}";
+	struct snapshot_store_config cfg = { .kernel_path = "/dev/null", .memory_mb = 256,
+					     .vcpus = 1 };
+	char base[SNAPSHOT_STORE_ID_MAX], diff[SNAPSHOT_STORE_ID_MAX];
+	char path[PATH_MAX], outside[PATH_MAX], err[ERR_MAX], hex[65];
+	struct snapshot_store_entry entry;
+	struct snapshot_store_hold hold;
+
+	reset_home();
+	CHECK_INT_EQ(store_fake(HASH_A1, NULL, 1, base), 0);
+	CHECK_INT_EQ(store_fake(HASH_A1, base, 1, diff), 0);
+	snprintf(outside, sizeof(outside), "%s/outside", root);
+	CHECK_INT_EQ(mkdir(outside, 0755), 0);
+	snprintf(path, sizeof(path), "%s/snapshots/%s/%s", home, diff, SNAPSHOT_STORE_META_FILE);
+	write_file(path, forged, strlen(forged));
+	snprintf(path, sizeof(path), "%s/snapshots/%s/%s", home, base, SNAPSHOT_STORE_META_FILE);
+	write_file(path, forged, strlen(forged));
+
+	CHECK_INT_EQ(snapshot_store_find(diff, &entry, err, sizeof(err)), 0);
+	CHECK_STR_EQ(entry.parent_id, base);
+	CHECK_INT_EQ(snapshot_store_hold(entry.path, &hold, err, sizeof(err)), 0);
+	CHECK_INT_EQ(hold.count, 2);
+	snapshot_store_release(&hold);
+	snprintf(path, sizeof(path), "%s/%s", outside, SNAPSHOT_STORE_LOCK_FILE);
+	CHECK(!path_exists(path));
+	CHECK_INT_EQ(snapshot_store_find(base, &entry, err, sizeof(err)), 0);
+	CHECK_INT_EQ(entry.kind, SNAPSHOT_STORE_KIND_BASE);
+	CHECK_STR_EQ(entry.parent_id, "");
+
+	CHECK_INT_EQ(snapshot_store_config_hash(&cfg, hex, err, sizeof(err)), -EINVAL);
+	CHECK(strstr(err, "/dev/null is not a regular file") != NULL);
+}
+
 static void test_voidbox_home(void)
 {
 	char dir[PATH_MAX], expected[PATH_MAX], user_home[PATH_MAX], err[ERR_MAX];
@@ -665,6 +706,7 @@ int main(void)
 	RUN_TEST(test_parse_size);
 	RUN_TEST(test_resolution_precedence);
 	RUN_TEST(test_voidbox_home);
+	RUN_TEST(test_store_json_not_trusted);
 
 	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", root);
 	if (system(cmd) != 0)
