@@ -495,6 +495,7 @@ static int cli_snapshot_create_in_store(const struct cli_globals *globals,
 	};
 	struct snapshot_store_txn txn;
 	struct sandbox *sandbox = NULL;
+	struct host_grants granted = { 0 };
 	char err[CLI_SNAPSHOT_ERROR_MAX];
 	long start_ms = 0, save_ms = 0, started;
 	int status = CLI_EXIT_FAILURE;
@@ -522,6 +523,20 @@ static int cli_snapshot_create_in_store(const struct cli_globals *globals,
 		goto out;
 	}
 	save_ms = (long)clock_monotonic_ms() - started;
+	/*
+	 * What the VMM process wrote is checked once it has ended (it can change nothing after):
+	 * its snapshot may name only the disks and directories it was given.
+	 */
+	if (sandbox_granted(sandbox, &granted, err, sizeof(err)) < 0) {
+		fprintf(stderr, "voidbox snapshot create: %s\n", err);
+		goto out;
+	}
+	sandbox_destroy(sandbox, false);
+	sandbox = NULL;
+	if (host_grants_check_dir(&granted, txn.tmp_path, err, sizeof(err)) < 0) {
+		fprintf(stderr, "voidbox snapshot create: %s\n", err);
+		goto out;
+	}
 	cli_snapshot_note_cpu_features(&txn);
 	if (snapshot_store_commit(&txn, config, err, sizeof(err)) < 0) {
 		fprintf(stderr, "voidbox snapshot create: %s\n", err);
@@ -534,6 +549,7 @@ static int cli_snapshot_create_in_store(const struct cli_globals *globals,
 out:
 	snapshot_store_abort(&txn);
 	sandbox_destroy(sandbox, status != CLI_EXIT_OK);
+	host_grants_free(&granted);
 	return status;
 }
 

@@ -32,10 +32,12 @@
 #include "common/parallel.h"
 #include "devices/vsock.h"
 #include "host/vsock_connect.h"
+#include "sandbox/host_grants.h"
 #include "sandbox/vmm_cgroup.h"
 #include "sandbox/vmm_process.h"
 #include "store/guest_image.h"
 #include "store/snapshot_store.h"
+#include "store/store_fs.h"
 #include "vmm/device.h"
 #include "vmm/kvm.h"
 #include "vmm/placement.h"
@@ -62,6 +64,12 @@
 #define SANDBOX_FORK_DIR_TEMPLATE "voidbox-fork-XXXXXX"
 #define SANDBOX_FORK_SNAPSHOT_TEMPLATE "snapshot-XXXXXX"
 #define SANDBOX_FORK_SHM_DIR "/dev/shm"
+/* A fork's checked copy, beside its fork area (sandbox_fork_check). */
+#define SANDBOX_FORK_CHECKED_SUFFIX "-checked-XXXXXX"
+#define SANDBOX_SNAPSHOT_FILE_MODE 0600
+#define SANDBOX_COPY_CHUNK 65536
+/* The largest state file a fork's copy takes (vmm/snapshot_file.h's bound on one). */
+#define SANDBOX_STATE_COPY_MAX (64u * 1024u * 1024u)
 /* The fork area, the caller's snapshot area, and the NULL that ends the list. */
 #define SANDBOX_SNAPSHOT_AREAS_MAX 3
 /* How many disks the guest agent waits for (guest/agent/disks.h reads it). */
@@ -119,6 +127,13 @@ struct sandbox {
 	 */
 	char dirty_base_dir[PATH_MAX];
 	char fork_base_dir[PATH_MAX];
+	/* a base fork_base_dir's children restored from: its checked copy (sandbox_fork_check) */
+	char fork_base_checked_dir[PATH_MAX];
+	/*
+	 * The host paths its disks and shares were granted: what a snapshot its VMM process
+	 * writes may name before another process restores it (sandbox/host_grants.h).
+	 */
+	struct host_grants grants;
 	/*
 	 * A VMM process that takes snapshot requests: the private tmpfs directory its forks are
 	 * saved beneath, made before it starts so its jail can hold it ("": none yet).
@@ -651,6 +666,18 @@ int sandbox_start(const struct sandbox_config *cfg, struct sandbox **out, char *
 	vm_cfg.disk_count = cfg->disk_count;
 	vm_cfg.shares = mounts->shares;
 	vm_cfg.share_count = mounts->share_count;
+	for (unsigned int i = 0; rc == 0 && i < vm_cfg.disk_count; i++)
+		rc = host_grants_add(&sandbox->grants, vm_cfg.disks[i].path,
+				     vm_cfg.disks[i].read_only ? VM_HOST_PATH_READ_ONLY
+							       : VM_HOST_PATH_READ_WRITE,
+				     err, errlen);
+	for (unsigned int i = 0; rc == 0 && i < vm_cfg.share_count; i++)
+		rc = host_grants_add(&sandbox->grants, vm_cfg.shares[i].host_dir,
+				     vm_cfg.shares[i].read_only ? VM_HOST_PATH_READ_ONLY
+								: VM_HOST_PATH_READ_WRITE,
+				     err, errlen);
+	if (rc < 0)
+		goto fail;
 	vm_cfg.memory_mb = cfg->memory_mb ? cfg->memory_mb : SANDBOX_DEFAULT_MEMORY_MB;
 	vm_cfg.vcpus = cfg->vcpus ? cfg->vcpus : SANDBOX_DEFAULT_VCPUS;
 	vm_cfg.serial_log_path = sandbox->serial_log_path;
@@ -804,6 +831,9 @@ void sandbox_destroy(struct sandbox *sandbox, bool keep_serial_log)
 	vmm_cgroup_remove(sandbox->cgroup_dir);
 	if (sandbox->fork_base_dir[0]) /* its children mapped it: their mappings keep the pages */
 		vm_snapshot_dir_remove(sandbox->fork_base_dir);
+	if (sandbox->fork_base_checked_dir[0])
+		vm_snapshot_dir_remove(sandbox->fork_base_checked_dir);
+	host_grants_free(&sandbox->grants);
 	if (sandbox->fork_area[0])
 		rmdir(sandbox->fork_area);
 	sandbox_remove_runtime_dir(sandbox, keep_serial_log);
@@ -973,9 +1003,16 @@ static int sandbox_launch_restore(const struct sandbox_restore_config *cfg,
 		.has_placement_cpu = true,
 	};
 	const char *areas[SANDBOX_SNAPSHOT_AREAS_MAX] = { NULL };
+	struct vm_snapshot_state *state = NULL;
 	struct vm_snapshot_info info;
-	int rc = vm_snapshot_inspect(cfg->snapshot_dir, &info, err, errlen);
+	int rc = vm_snapshot_state_read(cfg->snapshot_dir, &state, err, errlen);
 
+	/* what the snapshot names is what its sandbox is granted (a fork's was checked first) */
+	if (rc == 0) {
+		info = *vm_snapshot_state_info(state);
+		rc = host_grants_add_snapshot(&sandbox->grants, state, err, errlen);
+	}
+	vm_snapshot_state_free(state);
 	if (rc == 0 && cfg->vmm_placement == SANDBOX_VMM_OWN_PROCESS_SNAPSHOTS)
 		rc = sandbox_snapshot_areas(sandbox, cfg->snapshot_area, areas, err, errlen);
 	if (rc < 0)
@@ -1103,6 +1140,12 @@ static int sandbox_snapshot_in_vmm_process(struct sandbox *sandbox, const char *
 	if (rc == 0 && opts->type == VM_SNAPSHOT_BASE && opts->after == VM_SNAPSHOT_RESUME)
 		snprintf(sandbox->dirty_base_dir, sizeof(sandbox->dirty_base_dir), "%s", abs_dir);
 	return rc;
+}
+
+int sandbox_granted(const struct sandbox *sandbox, struct host_grants *out, char *err,
+		    size_t errlen)
+{
+	return host_grants_copy(out, &sandbox->grants, err, errlen);
 }
 
 int sandbox_snapshot(struct sandbox *sandbox, const char *dir,
@@ -1233,11 +1276,117 @@ static int sandbox_fork_save(struct sandbox *parent, char *dir, size_t dirlen, b
 	return rc;
 }
 
+/* Copies the file from/name to to/name, refusing anything but a regular file. */
+static int sandbox_copy_state_file(const char *from, const char *to, char *err, size_t errlen)
+{
+	char src[PATH_MAX], dst[PATH_MAX], chunk[SANDBOX_COPY_CHUNK];
+	int in = -1, out = -1, rc = 0;
+	uint64_t copied = 0;
+	struct stat st;
+	ssize_t got;
+
+	if (store_join(src, sizeof(src), from, VM_SNAPSHOT_STATE_FILE) < 0 ||
+	    store_join(dst, sizeof(dst), to, VM_SNAPSHOT_STATE_FILE) < 0) {
+		rc = -ENAMETOOLONG;
+		goto out;
+	}
+	in = open(src, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+	if (in < 0 || fstat(in, &st) < 0 || !S_ISREG(st.st_mode)) {
+		rc = in < 0 ? -errno : -EINVAL;
+		goto out;
+	}
+	out = open(dst, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, SANDBOX_SNAPSHOT_FILE_MODE);
+	if (out < 0) {
+		rc = -errno;
+		goto out;
+	}
+	while (rc == 0 && (got = read(in, chunk, sizeof(chunk))) != 0) {
+		copied += got > 0 ? (uint64_t)got : 0;
+		if (got < 0 || copied > SANDBOX_STATE_COPY_MAX ||
+		    write(out, chunk, (size_t)got) != got)
+			rc = got < 0 || copied <= SANDBOX_STATE_COPY_MAX ? -EIO : -EFBIG;
+	}
+out:
+	if (rc < 0)
+		snprintf(err, errlen, "cannot copy the fork's state from %s to %s: %s", from, to,
+			 strerror(-rc));
+	if (in >= 0)
+		close(in);
+	if (out >= 0)
+		close(out);
+	return rc;
+}
+
+/*
+ * The fork's snapshot as its children restore it: its VMM process wrote dir and may still
+ * write there, so its state is copied into a directory of this process's own (on the same
+ * file system: the memory file is linked, not copied, since its bytes only ever become the
+ * children's guest memory), read back from there, and checked: a diff of the base the parent
+ * counts from, or a base; every host path it names one the parent was granted
+ * (host_grants_check_snapshot). The children then restore the copy, which no VMM process can
+ * change under them.
+ */
+static int sandbox_fork_check(struct sandbox *parent, const char *dir, bool is_base,
+			      char *checked, size_t checkedlen, char *err, size_t errlen)
+{
+	const char *memory = is_base ? VM_SNAPSHOT_MEMORY_FILE : VM_SNAPSHOT_DIFF_FILE;
+	char from[PATH_MAX], to[PATH_MAX], expected_parent[PATH_MAX];
+	struct vm_snapshot_state *state = NULL;
+	const struct vm_snapshot_info *info;
+	int rc;
+
+	/* beside the fork area, not in it: the parent's VMM process can write in that */
+	if (snprintf(checked, checkedlen, "%s%s", parent->fork_area,
+		     SANDBOX_FORK_CHECKED_SUFFIX) >= (int)checkedlen) {
+		snprintf(err, errlen, "the path of a fork directory is too long");
+		checked[0] = '\0';
+		return -ENAMETOOLONG;
+	}
+	if (!mkdtemp(checked)) {
+		rc = -errno;
+		snprintf(err, errlen, "cannot create a directory beside %s: %s", parent->fork_area,
+			 strerror(-rc));
+		checked[0] = '\0';
+		return rc;
+	}
+	rc = sandbox_copy_state_file(dir, checked, err, errlen);
+	if (rc == 0 && (store_join(from, sizeof(from), dir, memory) < 0 ||
+			store_join(to, sizeof(to), checked, memory) < 0)) {
+		snprintf(err, errlen, "the path of the fork's memory file is too long");
+		rc = -ENAMETOOLONG;
+	}
+	if (rc == 0 && link(from, to) < 0) {
+		rc = -errno;
+		snprintf(err, errlen, "cannot link the fork's memory file %s: %s", from,
+			 strerror(-rc));
+	}
+	if (rc == 0)
+		rc = vm_snapshot_state_read(checked, &state, err, errlen);
+	if (rc == 0) {
+		info = vm_snapshot_state_info(state);
+		if ((info->type == VM_SNAPSHOT_BASE) != is_base ||
+		    (!is_base && (!realpath(parent->dirty_base_dir, expected_parent) ||
+				  strcmp(info->parent_dir, expected_parent) != 0))) {
+			snprintf(err, errlen, "the fork's snapshot is not the %s its VMM process was "
+				 "asked for: it is not restored", is_base ? "base" : "diff");
+			rc = -EPERM;
+		}
+	}
+	if (rc == 0)
+		rc = host_grants_check_snapshot(&parent->grants, state, err, errlen);
+	vm_snapshot_state_free(state);
+	if (rc < 0) {
+		vm_snapshot_dir_remove(checked);
+		checked[0] = '\0';
+	}
+	return rc;
+}
+
 static int sandbox_fork_in_vmm_processes(struct sandbox *parent, unsigned int n,
 					 struct sandbox *children[], char *err, size_t errlen)
 {
 	long started = (long)clock_monotonic_ms();
-	char dir[PATH_MAX];
+	char dir[PATH_MAX], checked[PATH_MAX];
 	bool is_base = false;
 	int rc;
 
@@ -1250,12 +1399,13 @@ static int sandbox_fork_in_vmm_processes(struct sandbox *parent, unsigned int n,
 	rc = sandbox_fork_save(parent, dir, sizeof(dir), &is_base, err, errlen);
 	if (rc < 0)
 		return rc;
+	rc = sandbox_fork_check(parent, dir, is_base, checked, sizeof(checked), err, errlen);
 	/*
 	 * Launched here, on the caller's thread, because a child's death signal follows the
 	 * thread that forked it; their restores then run at the same time, each awaited on a
 	 * thread of its own before its rekey. The children start from the parent's secret.
 	 */
-	struct sandbox_restore_config restore = { .snapshot_dir = dir,
+	struct sandbox_restore_config restore = { .snapshot_dir = checked,
 						  .vmm_placement = SANDBOX_VMM_OWN_PROCESS };
 
 	for (unsigned int i = 0; i < n && rc == 0; i++) {
@@ -1268,9 +1418,15 @@ static int sandbox_fork_in_vmm_processes(struct sandbox *parent, unsigned int n,
 	if (is_base) { /* the parent's memory counts from it now, whatever became of the children */
 		if (parent->fork_base_dir[0])
 			vm_snapshot_dir_remove(parent->fork_base_dir);
+		if (parent->fork_base_checked_dir[0])
+			vm_snapshot_dir_remove(parent->fork_base_checked_dir);
 		snprintf(parent->fork_base_dir, sizeof(parent->fork_base_dir), "%s", dir);
+		snprintf(parent->fork_base_checked_dir, sizeof(parent->fork_base_checked_dir), "%s",
+			 checked);
 	} else {
 		vm_snapshot_dir_remove(dir);
+		if (checked[0])
+			vm_snapshot_dir_remove(checked);
 	}
 	if (rc < 0) {
 		for (unsigned int i = 0; i < n; i++) {

@@ -18,6 +18,7 @@
 #include <sys/types.h>
 
 #include "host/control_channel.h"
+#include "sandbox/host_grants.h"
 #include "vmm/snapshot.h"
 #include "vmm/vm.h"
 
@@ -263,6 +264,13 @@ int sandbox_start_from_snapshot(const struct sandbox_restore_config *cfg, struct
  */
 int sandbox_snapshot_listed_cpu_features(const char *dir, struct cpu_features *out, char *err,
 					 size_t errlen);
+/*
+ * A copy of the host paths the sandbox was granted (its disks and shares; a restore's, those
+ * its snapshot names), into *out (emptied first): what a snapshot its VMM process wrote may
+ * name (host_grants_check_dir), checked once that process has ended. 0 or -ENOMEM with err.
+ */
+int sandbox_granted(const struct sandbox *sandbox, struct host_grants *out, char *err,
+		    size_t errlen);
 /*
  * vm_snapshot_save on the sandbox's VM, wherever it runs (a VMM process is asked over its
  * control socket and told the session secret, which the snapshot stores); the channel

@@ -64,6 +64,9 @@
 #define VMM_JAIL_WRITER_PATHS_MAX 8
 /* Entries a plan has room for before it grows (a VM without disks or shares needs six). */
 #define VMM_JAIL_FIRST_CAPACITY 8
+/* What the snapshot store keeps in a snapshot's directory (store/snapshot_store.h). */
+#define VMM_JAIL_STORE_MANIFEST_FILE "manifest.json"
+#define VMM_JAIL_STORE_META_FILE "store.json"
 
 /* The steps the probe and entering share, named in the probe's warning. */
 enum vmm_jail_step {
@@ -553,6 +556,37 @@ static int vmm_jail_push_saved_path(const struct vm_host_path *path, void *opaqu
 	return rc == -ENOMEM ? rc : 0;
 }
 
+/*
+ * The files of a restored snapshot's directory that the working set does not replace: its
+ * state, both memory files (one is there) and the store's manifest and record. Bound
+ * read-only over the read-write directory, so a subverted VMM can add its working-set list
+ * there but cannot rewrite, replace or remove what the next restore of the same snapshot
+ * trusts (a state naming other host paths, say).
+ */
+static const char *const vmm_jail_snapshot_files[] = {
+	VM_SNAPSHOT_STATE_FILE, VM_SNAPSHOT_MEMORY_FILE, VM_SNAPSHOT_DIFF_FILE,
+	VMM_JAIL_STORE_MANIFEST_FILE, VMM_JAIL_STORE_META_FILE,
+};
+
+/* Each of vmm_jail_snapshot_files that dir (canonical) holds, read-only for the VM's life. */
+static int vmm_jail_push_snapshot_files(struct vmm_jail *jail, const char *dir)
+{
+	size_t count = sizeof(vmm_jail_snapshot_files) / sizeof(vmm_jail_snapshot_files[0]);
+	char path[PATH_MAX];
+	struct stat st;
+	int rc = 0;
+
+	for (size_t i = 0; i < count && rc == 0; i++) {
+		if (snprintf(path, sizeof(path), "%s/%s", dir, vmm_jail_snapshot_files[i]) >=
+			    (int)sizeof(path) ||
+		    lstat(path, &st) < 0)
+			continue;
+		rc = vmm_jail_push(jail, path, path, VMM_JAIL_READ_ONLY, VMM_JAIL_WHILE_RUNNING,
+				   NULL);
+	}
+	return rc == -ENOMEM ? rc : 0;
+}
+
 /* The snapshot chain, what its device sections name, and what the options name. */
 static int vmm_jail_push_restore(struct vmm_jail *jail, const struct vm_snapshot_info *info,
 				 const char **jailed_dir, struct vm_restore_options *jailed,
@@ -564,6 +598,8 @@ static int vmm_jail_push_restore(struct vmm_jail *jail, const struct vm_snapshot
 				       VMM_JAIL_WHILE_RUNNING);
 
 	jail->restore_dir = *jailed_dir;
+	if (rc == 0 && jail->restore_dir[0] == '/')
+		rc = vmm_jail_push_snapshot_files(jail, jail->restore_dir);
 	/* a diff's base, where its state file names it; a diff request against it reads it */
 	if (rc == 0 && info->type == VM_SNAPSHOT_DIFF) {
 		rc = vmm_jail_push(jail, info->parent_dir, info->parent_dir, VMM_JAIL_READ_ONLY,

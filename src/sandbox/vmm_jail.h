@@ -81,12 +81,13 @@ int vmm_jail_plan_vm(const struct vm_config *cfg, struct vmm_jail **out,
 /*
  * The plan for a restore of snapshot_dir with opts, from its state file, read once and kept
  * for the restore (vmm_jail_snapshot_state): the snapshot's directory (read-write for the
- * VM's life: the working set is recorded beside it), a diff's base at the path its state
- * file names (read-only, for its life: a later diff is checked against it), /dev/kvm, the
- * runtime directory and the console's log, with a network in the snapshot /etc/resolv.conf
- * and /dev/urandom, and every host path its device sections name (vm_snapshot_host_paths:
- * the disks for creation, the shares for the VM's life, read-only where they were), at the
- * very paths the sections name. *jailed_dir and *jailed are what the restore is then given
+ * VM's life: the working set is recorded beside it; its state, memory and store files
+ * read-only over it, so the next restore of it reads what this one did), a diff's base at
+ * the path its state file names (read-only, for its life: a later diff is checked against
+ * it), /dev/kvm, the runtime directory and the console's log, with a network in the
+ * snapshot /etc/resolv.conf and /dev/urandom, and every host path its device sections name
+ * (vm_snapshot_host_paths: the disks for creation, the shares for the VM's life, read-only
+ * where they were), at the very paths the sections name. *jailed_dir and *jailed are what the restore is then given
  * (canonical paths the jail owns). 0, or -errno with a sentence in err (an unreadable
  * snapshot or device section, a relative path in a section, out of memory).
  */

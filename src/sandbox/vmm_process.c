@@ -6,7 +6,8 @@
  * threads of the caller held at the fork; an execution that fails says why on the control
  * socket as a "started" with the error. The parent reads the socket in short turns under a
  * lock, so a thread waiting for the VM's end and one waiting for an answer each take the
- * message meant for them.
+ * message meant for them. The child may be subverted: the parent never waits for room to send
+ * to it, and its sentences reach the caller's errors without their control bytes.
  */
 #include "sandbox/vmm_process.h"
 
@@ -62,6 +63,9 @@
 /* The memfd's name, as /proc/PID/fd shows it. */
 #define VMM_PROCESS_LAUNCH_NAME "voidbox-vmm-launch"
 #define VMM_PROCESS_LAUNCH_SEALS (F_SEAL_SEAL | F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE)
+/* The bytes of a child's sentence that reach the caller's error as spaces: controls, DEL. */
+#define VMM_PROCESS_TEXT_FIRST_PRINTABLE 0x20
+#define VMM_PROCESS_TEXT_DEL 0x7f
 
 struct vmm_process {
 	pid_t pid;
@@ -325,6 +329,42 @@ static int vmm_process_exec_body(int control_fd, void *opaque)
 /* ---- the parent's side ---- */
 
 /*
+ * A sentence the child wrote, copied into out with its control bytes made spaces: the child
+ * may be subverted, and the caller prints its errors on a terminal (an escape sequence) or
+ * one line of a log (a line break).
+ */
+static void vmm_process_quote(char *out, size_t len, const char *text)
+{
+	size_t used = 0;
+
+	for (; len && text[used] && used < len - 1; used++) {
+		unsigned char c = (unsigned char)text[used];
+
+		out[used] = c < VMM_PROCESS_TEXT_FIRST_PRINTABLE || c == VMM_PROCESS_TEXT_DEL
+				    ? ' '
+				    : (char)c;
+	}
+	if (len)
+		out[used] = '\0';
+}
+
+/*
+ * Sends a request to the child without waiting for room: a child that stops reading its
+ * socket fills it, and a send that waited would hold the caller (a destroy, the daemon's
+ * cancel) for as long as the child chose. 0, or -EIO (the socket is full or gone).
+ */
+static int vmm_process_send(struct vmm_process *proc, struct vmm_msg *msg)
+{
+	int rc = send(proc->control_fd, msg, sizeof(*msg), MSG_NOSIGNAL | MSG_DONTWAIT) ==
+				 (ssize_t)sizeof(*msg)
+			 ? 0
+			 : -EIO;
+
+	explicit_bzero(msg->secret, sizeof(msg->secret));
+	return rc;
+}
+
+/*
  * Sleeps until the child has exited (its pidfd turns readable) or the deadline passes; where
  * the kernel has no pidfd_open (before 5.3) or the call is refused, a short sleep. The child
  * tearing its KVM VM down is what a destroy waits for here (tens of ms nested), so a fixed
@@ -384,7 +424,7 @@ static void vmm_process_take(struct vmm_process *proc)
 	} else if (rc == 0 && msg.kind == VMM_MSG_ANSWER && proc->awaiting && !proc->answered) {
 		proc->answered = true;
 		proc->answer_status = vmm_msg_status(msg.status);
-		snprintf(proc->answer_text, sizeof(proc->answer_text), "%s", msg.text);
+		vmm_process_quote(proc->answer_text, sizeof(proc->answer_text), msg.text);
 	} else {
 		proc->exited = true;
 		proc->reason = VM_EXIT_INTERNAL_ERROR;
@@ -501,7 +541,7 @@ int vmm_process_await_started(struct vmm_process *proc, uint8_t secret[VM_SECRET
 			 "log above)");
 	} else if (msg.status != 0) {
 		rc = msg.status < 0 ? vmm_msg_status(msg.status) : -EIO;
-		snprintf(err, errlen, "%s", msg.text[0] ? msg.text : "the VM did not start");
+		vmm_process_quote(err, errlen, msg.text[0] ? msg.text : "the VM did not start");
 	} else {
 		proc->working_set_known = msg.working_set_known != 0;
 		proc->working_set_prefaulted = msg.working_set_prefaulted;
@@ -595,7 +635,7 @@ static int vmm_process_request(struct vmm_process *proc, struct vmm_msg *msg, co
 	}
 	proc->awaiting = true;
 	proc->answered = false;
-	rc = vmm_msg_send_whole(proc->control_fd, msg);
+	rc = vmm_process_send(proc, msg);
 	pthread_mutex_unlock(&proc->lock);
 	if (rc == 0 && !vmm_process_pump(proc, VMM_PROCESS_REQUEST_TIMEOUT_MS, &proc->answered))
 		rc = -ETIMEDOUT;
@@ -604,7 +644,8 @@ static int vmm_process_request(struct vmm_process *proc, struct vmm_msg *msg, co
 		snprintf(err, errlen, "cannot %s: the VMM process did not answer within %d s", what,
 			 VMM_PROCESS_REQUEST_TIMEOUT_MS / VMM_PROCESS_MS_PER_SEC);
 	else if (rc < 0 || !proc->answered)
-		snprintf(err, errlen, "cannot %s: the VMM process ended (see the log above)", what);
+		snprintf(err, errlen, "cannot %s: the VMM process ended or stopped reading its "
+			 "requests (see the log above)", what);
 	else if (proc->answer_status < 0)
 		snprintf(err, errlen, "%s", proc->answer_text[0] ? proc->answer_text : what);
 	if (rc == 0)
@@ -659,7 +700,11 @@ int vmm_process_record_working_set(struct vmm_process *proc, char *err, size_t e
 
 void vmm_process_request_stop(struct vmm_process *proc)
 {
-	vmm_msg_send(proc->control_fd, VMM_MSG_STOP, 0, 0, NULL);
+	struct vmm_msg msg;
+
+	memset(&msg, 0, sizeof(msg));
+	msg.kind = VMM_MSG_STOP;
+	vmm_process_send(proc, &msg);
 }
 
 void vmm_process_destroy(struct vmm_process *proc)

@@ -6,10 +6,13 @@
  * signals for the kicks, and thread exit. Every role shares the common list and adds its own
  * (one table, indexed by role); two roles add calls with their arguments pinned: the network
  * worker may make IPv4 and IPv6 sockets only and open files read-only (libslirp reads
- * /etc/resolv.conf for the guest's DNS), never a unix, netlink or packet socket. A share's
- * worker is also held beneath its directory by Landlock, since seccomp cannot judge paths
- * (vmm_thread_restrict_to gives each path its own access, for a VMM process's
- * snapshot-writing thread).
+ * /etc/resolv.conf for the guest's DNS), never a unix, netlink or packet socket. Every
+ * role's signals (the kicks) go to threads of its own process only: tgkill's process is
+ * pinned to the caller's, since a VMM process shares the host's PID namespace and runs as the
+ * user, so an unpinned tgkill could stop or kill the CLI, the daemon or any other process of
+ * the user. A share's worker is also held beneath its directory by Landlock, since seccomp
+ * cannot judge paths (vmm_thread_restrict_to gives each path its own access, for a VMM
+ * process's snapshot-writing thread).
  */
 #include "vmm/thread_filter.h"
 
@@ -59,7 +62,7 @@ static const int filter_common_calls[] = {
 	SCMP_SYS(pread64), SCMP_SYS(pwrite64), SCMP_SYS(close), SCMP_SYS(ioctl),
 	SCMP_SYS(futex), SCMP_SYS(sched_yield), SCMP_SYS(nanosleep),
 	SCMP_SYS(clock_nanosleep), SCMP_SYS(clock_gettime), SCMP_SYS(gettimeofday),
-	SCMP_SYS(getpid), SCMP_SYS(gettid), SCMP_SYS(tgkill), SCMP_SYS(rt_sigreturn),
+	SCMP_SYS(getpid), SCMP_SYS(gettid), SCMP_SYS(rt_sigreturn),
 	SCMP_SYS(rt_sigprocmask), SCMP_SYS(restart_syscall), SCMP_SYS(exit),
 	SCMP_SYS(exit_group), SCMP_SYS(mmap), SCMP_SYS(munmap), SCMP_SYS(mremap),
 	SCMP_SYS(mprotect), SCMP_SYS(brk), SCMP_SYS(madvise), SCMP_SYS(fstat),
@@ -216,6 +219,13 @@ static int filter_allow_net_pinned(scmp_filter_ctx ctx)
 	return rc;
 }
 
+/* tgkill to a thread of this process only (pthread_kill and raise name it by getpid()). */
+static int filter_allow_own_signals(scmp_filter_ctx ctx)
+{
+	return seccomp_rule_add(ctx, SCMP_ACT_ALLOW, SCMP_SYS(tgkill), 1,
+				SCMP_A0(SCMP_CMP_EQ, (scmp_datum_t)getpid(), 0));
+}
+
 /*
  * Starting a thread, and what a new thread does before its own filter holds: clone only with
  * CLONE_THREAD (no new process); clone3, whose flags seccomp cannot read, answers ENOSYS so
@@ -261,6 +271,8 @@ int vmm_thread_confine(enum vmm_thread_role role)
 	rc = seccomp_attr_set(ctx, SCMP_FLTATR_CTL_TSYNC, 0);
 	if (rc == 0)
 		rc = filter_allow(ctx, filter_common_calls, FILTER_COUNT(filter_common_calls));
+	if (rc == 0)
+		rc = filter_allow_own_signals(ctx);
 	if (rc == 0)
 		rc = filter_allow(ctx, spec->calls, spec->count);
 	if (rc == 0 && spec->net_pinned)

@@ -33,6 +33,7 @@
 #include "vmm/snapshot_file.h"
 #include "vmm/thread_filter.h"
 #include "vmm_process_probe.h"
+#include "test_snapshot_sections.h"
 
 #define TEST_ERR_MAX 512
 #define TEST_MOUNTS_MAX 2048
@@ -46,9 +47,7 @@
 #define TEST_SHARED_DIR_MODE 0777
 #define TEST_FILE_MODE 0644
 #define TEST_SHARED_FILE_MODE 0666
-#define TEST_SNAPSHOT_MEMORY_MB 64
 #define TEST_SNAPSHOT_CID 7
-#define TEST_MIB (1024 * 1024)
 #define TEST_SNAPSHOT_NAME_MAX 64
 
 struct jail_paths {
@@ -384,87 +383,14 @@ static void test_no_jail_where_unshare_is_refused(void)
 
 /* ---- a restore's plan ---- */
 
-/* A device section the test adds to a snapshot: its kind and its bytes. */
-struct test_section {
-	const char *device;
-	struct byte_writer bytes;
-};
-
-/* The head of a disk's section, as src/devices/blk.c writes it (the rest is not read). */
-static void disk_section(struct test_section *section, const char *path, bool read_only)
-{
-	section->device = "blk";
-	byte_writer_init(&section->bytes);
-	byte_writer_u8(&section->bytes, read_only);
-	byte_writer_string(&section->bytes, path);
-	byte_writer_u64(&section->bytes, 0); /* size */
-	byte_writer_u64(&section->bytes, 0); /* inode */
-	byte_writer_u64(&section->bytes, 0); /* mtime */
-	byte_writer_u32(&section->bytes, 0);
-}
-
-/* The head of a share's section, as src/devices/fs.c writes it. */
-static void share_section(struct test_section *section, const char *tag, const char *dir,
-			  bool read_only)
-{
-	section->device = "fs";
-	byte_writer_init(&section->bytes);
-	byte_writer_string(&section->bytes, tag);
-	byte_writer_string(&section->bytes, dir);
-	byte_writer_u8(&section->bytes, read_only ? FUSE_SERVER_READ_ONLY : FUSE_SERVER_READ_WRITE);
-}
-
-/*
- * A base (memory_mb of sparse memory) or a diff of parent in dir, as the VMM would write,
- * with the extra device sections given.
- */
-static void write_test_snapshot(const char *dir, const char *parent, uint64_t parent_id,
-				const struct test_section *extra, size_t extra_count, uint64_t *id)
-{
-	static struct snapshot_image image;
-	bool diff = parent != NULL;
-	struct snapshot_diff_header header = { .magic = SNAPSHOT_DIFF_MAGIC };
-	char path[PATH_MAX], err[TEST_ERR_MAX];
-	int fd;
-
-	memset(&image, 0, sizeof(image));
-	image.meta.type = diff ? VM_SNAPSHOT_DIFF : VM_SNAPSHOT_BASE;
-	image.meta.memory_mb = TEST_SNAPSHOT_MEMORY_MB;
-	image.meta.vcpus = 1;
-	image.meta.memory_bytes = diff ? sizeof(header)
-				       : (uint64_t)TEST_SNAPSHOT_MEMORY_MB * TEST_MIB;
-	if (diff) {
-		snprintf(image.meta.parent_dir, sizeof(image.meta.parent_dir), "%s", parent);
-		image.meta.parent_id = parent_id;
-	}
-	snapshot_cpu_signature(image.meta.cpu_signature);
-	CHECK_INT_EQ(snapshot_image_add_device(&image, "serial", 1, NULL, 0), 0);
-	for (size_t i = 0; i < extra_count; i++)
-		CHECK_INT_EQ(snapshot_image_add_device(&image, extra[i].device, 1,
-						       extra[i].bytes.data, extra[i].bytes.len),
-			     0);
-	for (unsigned int i = 0; i < SNAPSHOT_IRQCHIP_COUNT; i++)
-		image.irqchips[i].chip_id = i;
-	CHECK_INT_EQ(mkdir(dir, TEST_OPEN_DIR_MODE), 0);
-	CHECK_INT_EQ(snapshot_file_write(dir, &image, id, err, sizeof(err)), 0);
-	snprintf(path, sizeof(path), "%s/%s", dir, diff ? VM_SNAPSHOT_DIFF_FILE
-						      : VM_SNAPSHOT_MEMORY_FILE);
-	fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, TEST_FILE_MODE);
-	CHECK(fd >= 0);
-	if (diff)
-		CHECK_INT_EQ(write(fd, &header, sizeof(header)), (long)sizeof(header));
-	else
-		CHECK_INT_EQ(ftruncate(fd, (off_t)image.meta.memory_bytes), 0);
-	close(fd);
-	snapshot_image_release(&image);
-}
-
 /* What a process in a restore's jail reached. */
 struct restore_report {
 	int plan_rc, enter_rc;
 	bool planned;
 	int passwd_errno, diff_state_errno, base_state_errno, runtime_dir_errno;
 	int diff_write_errno, base_write_errno;
+	/* the restored snapshot's own state: rewritten, replaced, removed */
+	int diff_state_write_errno, diff_state_replace_errno, diff_state_unlink_errno;
 	/* the disks and shares the diff's sections name */
 	int disk_rw_errno, disk_ro_read_errno, disk_ro_write_errno;
 	int share_rw_create_errno, share_ro_read_errno, share_ro_create_errno;
@@ -555,6 +481,7 @@ static void restore_in_jail(const struct restore_paths *paths, struct restore_re
 		struct restore_report mine = { 0 };
 		struct vmm_jail *jail = NULL;
 		const char *dir = NULL;
+		char state[PATH_MAX];
 		int fd;
 
 		close(pipe_fds[0]);
@@ -579,6 +506,12 @@ static void restore_in_jail(const struct restore_paths *paths, struct restore_re
 			close(fd);
 		mine.base_write_errno = errno_of(open(paths->made[1], O_WRONLY | O_CREAT | O_CLOEXEC,
 						      TEST_FILE_MODE));
+		snprintf(state, sizeof(state), "%s/%s", paths->diff, VM_SNAPSHOT_STATE_FILE);
+		if (mode != VMM_JAIL_OFF) {
+			mine.diff_state_write_errno = open_errno(state, O_WRONLY);
+			mine.diff_state_replace_errno = errno_of(rename(paths->made[0], state));
+			mine.diff_state_unlink_errno = errno_of(unlink(state));
+		}
 		mine.disk_rw_errno = open_errno(paths->disk_rw, O_RDWR);
 		mine.disk_ro_read_errno = open_errno(paths->disk_ro, O_RDONLY);
 		mine.disk_ro_write_errno = open_errno(paths->disk_ro, O_RDWR);
@@ -701,6 +634,10 @@ static void test_restore_plan_holds_the_snapshot_chain(void)
 		CHECK_INT_EQ(report.enter_rc, 0);
 		CHECK_INT_EQ(report.passwd_errno, ENOENT);
 		CHECK_INT_EQ(report.base_write_errno, EROFS);
+		/* a working set may be added beside it, but its state stays as it was */
+		CHECK_INT_EQ(report.diff_state_write_errno, EROFS);
+		CHECK_INT_EQ(report.diff_state_replace_errno, EBUSY);
+		CHECK_INT_EQ(report.diff_state_unlink_errno, EBUSY);
 	}
 	CHECK_INT_EQ(report.diff_state_errno, 0);
 	CHECK_INT_EQ(report.base_state_errno, 0);

@@ -34,6 +34,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/clock.h"
 #include "common/log.h"
 #include "harness.h"
 #include "process_probe.h"
@@ -54,6 +55,8 @@ struct stand_in_report {
 	int confine_rc;
 	int socket_errno;
 	int dumpable;
+	int signal_parent_errno; /* tgkill(parent, parent, 0): another process of the user */
+	int signal_self_errno;	 /* tgkill(itself, its thread, 0) */
 };
 
 /* Confines itself, reports, then waits for the parent to close the socket. */
@@ -63,11 +66,15 @@ static int stand_in_body(int control_fd, void *opaque)
 	char byte;
 	int fd;
 
+	pid_t parent = getppid(), self = getpid(), thread = (pid_t)syscall(SYS_gettid);
+
 	(void)opaque;
 	report.dumpable = prctl(PR_GET_DUMPABLE, 0, 0, 0, 0);
 	report.confine_rc = vmm_thread_confine(VMM_THREAD_VMM_MAIN);
 	fd = socket(AF_INET, SOCK_STREAM, 0);
 	report.socket_errno = fd < 0 ? errno : 0;
+	report.signal_parent_errno = syscall(SYS_tgkill, parent, parent, 0) < 0 ? errno : 0;
+	report.signal_self_errno = syscall(SYS_tgkill, self, thread, 0) < 0 ? errno : 0;
 	if (fd >= 0)
 		close(fd);
 	if (send(control_fd, &report, sizeof(report), 0) != (ssize_t)sizeof(report))
@@ -80,7 +87,7 @@ static int stand_in_body(int control_fd, void *opaque)
 static void test_child_is_confined(void)
 {
 	char err[TEST_ERR_MAX], target[PROBE_PATH_MAX], ours[PROBE_PATH_MAX];
-	struct stand_in_report report = { -1, -1, -1 };
+	struct stand_in_report report = { -1, -1, -1, -1, -1 };
 	int planted = open("/dev/zero", O_RDONLY); /* no O_CLOEXEC: fork alone keeps it */
 	int control_fd = -1, status = 0;
 	pid_t pid = 0;
@@ -94,6 +101,9 @@ static void test_child_is_confined(void)
 	CHECK_INT_EQ(report.confine_rc, 0);
 	CHECK_INT_EQ(report.socket_errno, EPERM);
 	CHECK_INT_EQ(report.dumpable, 0);
+	/* its kicks reach its own threads; no signal reaches the process that started it */
+	CHECK_INT_EQ(report.signal_parent_errno, EPERM);
+	CHECK_INT_EQ(report.signal_self_errno, 0);
 
 	CHECK_INT_EQ(probe_check_every_thread_confined(pid), 1);
 	CHECK(!probe_has_fd_to(pid, "/dev/zero"));
@@ -794,6 +804,103 @@ static void test_destroy_waits_for_a_slow_exit(void)
 	unlink(marker);
 }
 
+/*
+ * A subverted VMM's sentences reach the caller's error without their control bytes: no escape
+ * sequence for the terminal, no line break for the log.
+ */
+#define TEST_CONTROLS_START "\x1b[2J\x1b]0;owned\x07the VM did not start\n"
+#define TEST_CONTROLS_ANSWER "\x1b[31mno room\r\nfor the snapshot\x7f"
+
+static int controls_body(int control_fd, void *opaque)
+{
+	const bool *start_fails = opaque;
+	struct vmm_msg msg = { .kind = VMM_MSG_STARTED };
+
+	if (*start_fails) {
+		msg.status = -EINVAL;
+		snprintf(msg.text, sizeof(msg.text), "%s", TEST_CONTROLS_START);
+	}
+	if (send(control_fd, &msg, sizeof(msg), 0) != (ssize_t)sizeof(msg) || *start_fails)
+		return 0;
+	while (recv(control_fd, &msg, sizeof(msg), 0) == (ssize_t)sizeof(msg) &&
+	       msg.kind != VMM_MSG_STOP) {
+		struct vmm_msg answer = { .kind = VMM_MSG_ANSWER, .status = -ENOSPC };
+
+		snprintf(answer.text, sizeof(answer.text), "%s", TEST_CONTROLS_ANSWER);
+		send(control_fd, &answer, sizeof(answer), 0);
+	}
+	return 0;
+}
+
+static bool has_control_bytes(const char *text)
+{
+	for (; *text; text++)
+		if ((unsigned char)*text < 0x20 || (unsigned char)*text == 0x7f)
+			return true;
+	return false;
+}
+
+static void test_sentences_lose_their_control_bytes(void)
+{
+	struct vmm_process *proc = NULL;
+	char err[TEST_ERR_MAX] = "";
+	bool start_fails = true;
+
+	CHECK_INT_EQ(vmm_process_start(controls_body, &start_fails, NULL, &proc, err,
+				       sizeof(err)),
+		     -EINVAL);
+	CHECK(!has_control_bytes(err));
+	CHECK(strstr(err, "the VM did not start") != NULL);
+	start_fails = false;
+	CHECK_INT_EQ(vmm_process_start(controls_body, &start_fails, NULL, &proc, err,
+				       sizeof(err)),
+		     0);
+	if (!proc)
+		return;
+	CHECK_INT_EQ(vmm_process_record_working_set(proc, err, sizeof(err)), -ENOSPC);
+	CHECK(!has_control_bytes(err));
+	CHECK(strstr(err, "for the snapshot") != NULL);
+	vmm_process_destroy(proc);
+}
+
+/*
+ * A VMM process that never reads its socket: however many requests the caller sends, none
+ * waits for room, and the destroy still ends it within its grace.
+ */
+#define TEST_DEAF_REQUESTS 256
+#define TEST_DEAF_ALARM_S 15
+#define TEST_DEAF_MAX_MS 10000
+
+static int deaf_body(int control_fd, void *opaque)
+{
+	struct vmm_msg msg = { .kind = VMM_MSG_STARTED };
+
+	(void)opaque;
+	if (send(control_fd, &msg, sizeof(msg), 0) != (ssize_t)sizeof(msg))
+		return 1;
+	for (;;)
+		pause();
+}
+
+static void test_requests_to_a_deaf_vmm_do_not_block(void)
+{
+	struct vmm_process *proc = NULL;
+	char err[TEST_ERR_MAX] = "";
+	long started;
+
+	CHECK_INT_EQ(vmm_process_start(deaf_body, NULL, NULL, &proc, err, sizeof(err)), 0);
+	if (!proc)
+		return;
+	alarm(TEST_DEAF_ALARM_S); /* a send that waits for room ends the test here */
+	started = (long)clock_monotonic_ms();
+	for (int i = 0; i < TEST_DEAF_REQUESTS; i++)
+		vmm_process_request_stop(proc);
+	vmm_process_destroy(proc);
+	alarm(0);
+	CHECK((long)clock_monotonic_ms() - started < TEST_DEAF_MAX_MS);
+	CHECK(waitpid(-1, NULL, WNOHANG) < 0 && errno == ECHILD);
+}
+
 /* A "started" of the wrong length fails the start, and nothing is left running. */
 static int malformed_start_body(int control_fd, void *opaque)
 {
@@ -833,5 +940,7 @@ int main(int argc, char **argv)
 	RUN_TEST(test_malformed_answer_ends_the_vm);
 	RUN_TEST(test_malformed_start_fails);
 	RUN_TEST(test_destroy_waits_for_a_slow_exit);
+	RUN_TEST(test_sentences_lose_their_control_bytes);
+	RUN_TEST(test_requests_to_a_deaf_vmm_do_not_block);
 	return harness_finish();
 }

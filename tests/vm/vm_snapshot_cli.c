@@ -424,11 +424,21 @@ static void check_devices_in_restore_jail(pid_t cli, pid_t vmm)
 	CHECK(stat(path, &st) < 0 || st.st_size == 0);
 }
 
+/* How many times needle occurs in text. */
+static int count_of(const char *text, const char *needle)
+{
+	int count = 0;
+
+	for (const char *at = strstr(text, needle); at; at = strstr(at + 1, needle))
+		count++;
+	return count;
+}
+
 /*
  * `snapshot create --mount DIR:/mnt/share --disk FILE:ro`, then `exec --snapshot` of it: the
  * restored VM runs jailed (its plan takes the share and the disk from the snapshot's device
  * sections), and through the jail the guest reads the share and the disk and writes the
- * share, which the host then sees.
+ * share, which the host then sees; then `fork` of it, whose children each read the share.
  */
 static void test_share_and_disk_restore_jailed(void)
 {
@@ -444,9 +454,13 @@ static void test_share_and_disk_restore_jailed(void)
 				  "/" TEST_SHARE_COPY " && echo " TEST_READY_MARKER "; sleep "
 				  TEST_GUEST_SLEEP_S, NULL };
 	const char *delete_args[] = { "snapshot", "delete", id, NULL };
+	char children[TEST_PREFIX_LEN];
+	const char *fork_args[] = { "fork", "--children", children, "--snapshot", id, "--", "cat",
+				    TEST_SHARE_GUEST "/" TEST_SHARE_FILE, NULL };
 	json_t *json;
 	int fd;
 
+	snprintf(children, sizeof(children), "%d", TEST_FORK_CHILDREN);
 	snprintf(share_dir, sizeof(share_dir), "%s/share", work_dir);
 	snprintf(disk_path, sizeof(disk_path), "%s/disk.img", work_dir);
 	CHECK_INT_EQ(mkdir(share_dir, TEST_SHARE_MODE), 0);
@@ -483,6 +497,15 @@ static void test_share_and_disk_restore_jailed(void)
 		read_back(fd, text, sizeof(text));
 		CHECK_STR_EQ(text, TEST_SHARE_TEXT);
 	}
+	/*
+	 * a fork of it: the children restore the parent's snapshot once it was checked against
+	 * the share and disk the parent was granted, and each reads the share
+	 */
+	run_cli(&created, fork_args);
+	CHECK_INT_EQ(created.status, 0);
+	CHECK_INT_EQ(count_of(created.out, TEST_SHARE_TEXT), TEST_FORK_CHILDREN + 1);
+	if (created.status != 0)
+		fprintf(stderr, "  fork: %s\n", created.err);
 	/* the store holds only the base and its diffs again, as the last test expects */
 	run_cli(&created, delete_args);
 	CHECK_INT_EQ(created.status, 0);
