@@ -31,6 +31,7 @@
 #include "cli/cli.h"
 #include "cli/host_env.h"
 #include "common/log.h"
+#include "common/text.h"
 #include "daemon/daemon.h"
 #include "runtime/agent.h"
 #include "runtime/box.h"
@@ -50,6 +51,12 @@
 #define CLI_RUN_SANDBOX_FEATURES WORKFLOW_SUPPORTED_FEATURES
 /* a stage's output on the events descriptor is cut here; the full text is in the report */
 #define CLI_RUN_EVENT_OUTPUT_MAX (1024u * 1024u)
+/*
+ * A piece of running output is sent in stage.output events of at most this many bytes: the
+ * guest chooses how large one piece is (up to a whole protocol frame), and JSON escapes can
+ * make a line six times its text, while the daemon reads a line of at most 8 MiB.
+ */
+#define CLI_RUN_EVENT_CHUNK_MAX (64u * 1024u)
 #define CLI_RUN_INPUT_FILE_MAX (4u * 1024u * 1024u)
 static const char *const cli_run_ready_args[] = { "ready" };
 
@@ -273,22 +280,28 @@ static void cli_run_stage_started(void *opaque, const struct run_stage *stage)
 static void cli_run_stage_output(void *opaque, const struct run_stage *stage, bool is_stderr,
 				 const void *data, size_t len)
 {
-	json_t *text = daemon_text_json(data, len);
+	const char *rest = data;
 
-	if (text)
-		cli_run_event_write(opaque, json_pack("{s:s, s:s, s:s, s:o}", "type", "stage.output",
+	while (len > 0) {
+		size_t piece = text_utf8_cut(rest, len, CLI_RUN_EVENT_CHUNK_MAX);
+		json_t *text = daemon_text_json(rest, piece);
+
+		if (text)
+			cli_run_event_write(opaque,
+					    json_pack("{s:s, s:s, s:s, s:o}", "type", "stage.output",
 						      "stage", stage->name, "stream",
 						      is_stderr ? "stderr" : "stdout", "data", text));
+		rest += piece;
+		len -= piece;
+	}
 }
 
 static void cli_run_stage_finished(void *opaque, const struct run_stage *stage)
 {
-	size_t output_len = strlen(stage->output);
-	json_t *output;
+	size_t output_len =
+		text_utf8_cut(stage->output, strlen(stage->output), CLI_RUN_EVENT_OUTPUT_MAX);
+	json_t *output = daemon_text_json(stage->output, output_len);
 
-	if (output_len > CLI_RUN_EVENT_OUTPUT_MAX)
-		output_len = CLI_RUN_EVENT_OUTPUT_MAX;
-	output = daemon_text_json(stage->output, output_len);
 	cli_run_event_write(opaque,
 			    json_pack("{s:s, s:s, s:b, s:i, s:I, s:o*, s:s?}", "type",
 				      "stage.finished", "stage", stage->name, "success",
@@ -301,9 +314,7 @@ static void cli_run_stage_finished(void *opaque, const struct run_stage *stage)
 static void cli_run_stage_output_ready(void *opaque, const struct run_stage *stage,
 				       const void *data, size_t len)
 {
-	json_t *text = daemon_text_json(data, len > CLI_RUN_EVENT_OUTPUT_MAX
-						      ? CLI_RUN_EVENT_OUTPUT_MAX
-						      : len);
+	json_t *text = daemon_text_json(data, text_utf8_cut(data, len, CLI_RUN_EVENT_OUTPUT_MAX));
 
 	cli_run_event_write(opaque, json_pack("{s:s, s:s, s:I, s:o*}", "type",
 					      "stage.output_ready", "stage", stage->name,

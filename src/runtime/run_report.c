@@ -2,6 +2,13 @@
  * Building, serialising and printing run reports. Setters copy their text so runners can
  * hand in stack buffers and exec results they are about to free; the JSON and human forms
  * are produced from the struct alone so the CLI and the daemon print the same facts.
+ *
+ * Errors quote what the guest chose (a failing step's stderr, the agent's error text, an
+ * exec error string), and they are printed on the user's terminal, logged and sent as
+ * events: every error is cut to RUN_REPORT_ERROR_MAX bytes, its control characters made
+ * spaces and its stray bytes (not UTF-8) '?' where it is set, so no caller can forget.
+ * Outputs stay byte for byte in the struct; the JSON form writes text that is not UTF-8 with
+ * '?' for its stray bytes, as the encoder accepts nothing else.
  */
 #include <errno.h>
 #include <stdarg.h>
@@ -9,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/text.h"
 #include "runtime/run_report.h"
 
 #define RUN_REPORT_FIRST_CAPACITY 4
@@ -30,12 +38,18 @@ static int run_replace_text(char **field, const char *text, size_t len)
 	return 0;
 }
 
-static int run_replace_vformat(char **field, const char *fmt, va_list args)
+/* An error sentence: formatted, cut to RUN_REPORT_ERROR_MAX, printable, valid UTF-8. */
+static int run_replace_error(char **field, const char *fmt, va_list args)
 {
 	char *text;
+	size_t len;
 
 	if (vasprintf(&text, fmt, args) < 0)
 		return -ENOMEM;
+	len = text_utf8_cut(text, strlen(text), RUN_REPORT_ERROR_MAX);
+	text[len] = '\0';
+	text_make_printable(text, len);
+	text_utf8_repair(text, len);
 	free(*field);
 	*field = text;
 	return 0;
@@ -159,7 +173,7 @@ int run_report_set_error(struct run_report *report, const char *fmt, ...)
 	int rc;
 
 	va_start(args, fmt);
-	rc = run_replace_vformat(&report->error, fmt, args);
+	rc = run_replace_error(&report->error, fmt, args);
 	va_end(args);
 	return rc;
 }
@@ -180,7 +194,7 @@ int run_stage_set_error(struct run_stage *stage, const char *fmt, ...)
 	int rc;
 
 	va_start(args, fmt);
-	rc = run_replace_vformat(&stage->error, fmt, args);
+	rc = run_replace_error(&stage->error, fmt, args);
 	va_end(args);
 	return rc;
 }
@@ -204,9 +218,24 @@ static void run_json_set(json_t *object, const char *key, json_t *value, bool *f
 		*failed = true;
 }
 
+/* text as a JSON string; bytes that are not UTF-8 become '?' (NULL on -ENOMEM). */
 static json_t *run_json_text(const char *text)
 {
-	return text ? json_string(text) : json_null();
+	json_t *value;
+	char *repaired;
+
+	if (!text)
+		return json_null();
+	value = json_string(text);
+	if (value)
+		return value;
+	repaired = strdup(text);
+	if (!repaired)
+		return NULL;
+	text_utf8_repair(repaired, strlen(repaired));
+	value = json_string(repaired);
+	free(repaired);
+	return value;
 }
 
 static json_t *run_stage_to_json(const struct run_stage *stage)
@@ -216,7 +245,7 @@ static json_t *run_stage_to_json(const struct run_stage *stage)
 
 	if (failed)
 		return NULL;
-	run_json_set(object, "name", json_string(stage->name), &failed);
+	run_json_set(object, "name", run_json_text(stage->name), &failed);
 	run_json_set(object, "success", json_boolean(stage->success), &failed);
 	run_json_set(object, "exit_code", json_integer(stage->exit_code), &failed);
 	run_json_set(object, "output", run_json_text(stage->output), &failed);
@@ -255,7 +284,7 @@ json_t *run_report_to_json(const struct run_report *report)
 		json_decref(stages);
 		return NULL;
 	}
-	run_json_set(object, "name", json_string(report->name), &failed);
+	run_json_set(object, "name", run_json_text(report->name), &failed);
 	run_json_set(object, "kind", json_string(spec_kind_name(report->kind)), &failed);
 	run_json_set(object, "success", json_boolean(report->success), &failed);
 	run_json_set(object, "output", run_json_text(report->output), &failed);

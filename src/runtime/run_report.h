@@ -23,6 +23,13 @@
 #include "runtime/box.h"
 #include "runtime/spec.h"
 
+/*
+ * The longest error a report or stage keeps, in bytes: errors quote guest text (a step's
+ * stderr, an exec error string), so they are cut here and have their control characters
+ * made spaces when set (run_report_set_error, run_stage_set_error).
+ */
+#define RUN_REPORT_ERROR_MAX 4096u
+
 struct run_stage {
 	char *name;
 	bool success;

@@ -23,6 +23,11 @@
 #define TEST_PATH_MAX 512
 #define TEST_OUTPUT_MAX (256 * 1024)
 #define TEST_MAX_ARGS 24
+/* the longest stage event line the daemon reads (EXEC_EVENT_LINE_MAX in src/daemon/exec.c) */
+#define TEST_DAEMON_EVENT_LINE_MAX (8u * 1024u * 1024u)
+/* guest output delivered as one piece: the most --input-file takes, all control bytes */
+#define TEST_BIG_OUTPUT_LEN (4u * 1000u * 1000u)
+#define TEST_CONTROL_BYTE '\001'
 
 static const char *voidbox_path;
 static const char *examples_dir;
@@ -30,7 +35,7 @@ static char temp_dir[] = "/tmp/voidbox-cli-test-XXXXXX";
 /* everything the tests write into temp_dir, removed at the end */
 static const char *const temp_files[] = {
 	"stdout", "stderr", "fail.yaml", "input.yaml", "mounts.yaml", "cycle.yaml", "inspect.yaml",
-	"sandbox.yaml", "skills.yaml", "events", "input.txt",
+	"sandbox.yaml", "skills.yaml", "events", "input.txt", "guest.yaml", "guest.txt",
 };
 
 struct cli_result {
@@ -241,6 +246,104 @@ static void test_run_stage_events(void)
 								    "--events-fd", "3", NULL },
 					     events, sizeof(events)), 0);
 	CHECK(strstr(events, "\"output\":\"from a file\"") != NULL);
+}
+
+/* Writes len bytes of data to temp_dir/name; path gets its name. */
+static void write_bytes(const char *name, const char *data, size_t len, char *path,
+			size_t path_len)
+{
+	FILE *file;
+
+	snprintf(path, path_len, "%s/%s", temp_dir, name);
+	file = fopen(path, "w");
+	CHECK(file != NULL);
+	if (!file)
+		return;
+	CHECK_INT_EQ(fwrite(data, 1, len, file), len);
+	fclose(file);
+}
+
+/*
+ * What a guest prints reaches the host as data, never as terminal control or a broken
+ * report: output that is not UTF-8 still makes a JSON report (stray bytes as '?'), escape
+ * sequences in a failing step's stderr are spaces in the error on the terminal and in the
+ * log, and output delivered as one huge piece goes out as stage.output events the daemon
+ * can read whole, the stage's finish after them.
+ */
+static void test_run_guest_bytes(void)
+{
+	static const char odd_output[] = "abc\xff\x1b[31mred\n";
+	static struct cli_result result;
+	char spec_path[TEST_PATH_MAX], input_path[TEST_PATH_MAX], events_path[TEST_PATH_MAX];
+	char events[TEST_PATH_MAX];
+	char *big, *line = NULL;
+	size_t line_cap = 0, output_events = 0;
+	bool finished = false;
+	ssize_t line_len;
+	FILE *file;
+	json_t *json;
+
+	write_spec("guest.yaml",
+		   "api_version: v1\nkind: workflow\nname: guest\nsandbox:\n  mode: mock\n"
+		   "workflow:\n  steps:\n    - name: echo\n      run:\n        program: cat\n",
+		   spec_path, sizeof(spec_path));
+	write_bytes("guest.txt", odd_output, strlen(odd_output), input_path, sizeof(input_path));
+	run_voidbox(&result, (const char *const[]){ "--output", "json", "run", "--file", spec_path,
+						    "--input-file", input_path, NULL });
+	CHECK_INT_EQ(result.status, 0);
+	json = parse_json(result.out);
+	CHECK(json != NULL);
+	if (json) {
+		CHECK(json_is_true(json_object_get(json, "success")));
+		CHECK_STR_EQ(json_string_value(json_object_get(json, "output")),
+			     "abc?\x1b[31mred\n");
+		json_decref(json);
+	}
+
+	write_spec("guest.yaml",
+		   "api_version: v1\nkind: workflow\nname: guest\nsandbox:\n  mode: mock\n"
+		   "workflow:\n  steps:\n    - name: evil\n      run:\n        program: mock-exit\n"
+		   "        args: ['3', \"\\e]0;owned\\a\\e[2J\\x9b1m done\"]\n",
+		   spec_path, sizeof(spec_path));
+	run_voidbox(&result, (const char *const[]){ "run", "--file", spec_path, NULL });
+	CHECK_INT_EQ(result.status, 1);
+	CHECK(strstr(result.out, "failed with exit code 3:") != NULL);
+	CHECK(strstr(result.out, "done") != NULL);
+	CHECK(strpbrk(result.out, "\x1b\a") == NULL);
+	CHECK(strstr(result.out, "\xc2\x9b") == NULL);
+	CHECK(strstr(result.err, "failed with exit code 3:") != NULL);
+	CHECK(strpbrk(result.err, "\x1b\a") == NULL);
+
+	big = malloc(TEST_BIG_OUTPUT_LEN);
+	CHECK(big != NULL);
+	if (!big)
+		return;
+	memset(big, TEST_CONTROL_BYTE, TEST_BIG_OUTPUT_LEN);
+	write_bytes("guest.txt", big, TEST_BIG_OUTPUT_LEN, input_path, sizeof(input_path));
+	free(big);
+	write_spec("guest.yaml",
+		   "api_version: v1\nkind: workflow\nname: guest\nsandbox:\n  mode: mock\n"
+		   "workflow:\n  steps:\n    - name: flood\n      run:\n        program: cat\n",
+		   spec_path, sizeof(spec_path));
+	CHECK_INT_EQ(run_voidbox_with_events((const char *const[]){ "run", "--file", spec_path,
+								    "--input-file", input_path,
+								    "--events-fd", "3", NULL },
+					     events, sizeof(events)), 0);
+	snprintf(events_path, sizeof(events_path), "%s/events", temp_dir);
+	file = fopen(events_path, "r");
+	CHECK(file != NULL);
+	while (file && (line_len = getline(&line, &line_cap, file)) > 0) {
+		CHECK((size_t)line_len <= TEST_DAEMON_EVENT_LINE_MAX);
+		if (strstr(line, "\"type\":\"stage.output\""))
+			output_events++;
+		if (strstr(line, "\"type\":\"stage.finished\""))
+			finished = output_events > 0;
+	}
+	CHECK(output_events > 1);
+	CHECK(finished);
+	free(line);
+	if (file)
+		fclose(file);
 }
 
 static void test_run_agent_and_pipeline_examples(void)
@@ -688,6 +791,7 @@ int main(int argc, char **argv)
 	unsetenv("VOIDBOX_LOG_LEVEL");
 	RUN_TEST(test_run_example_human_and_json);
 	RUN_TEST(test_run_stage_events);
+	RUN_TEST(test_run_guest_bytes);
 	RUN_TEST(test_run_agent_and_pipeline_examples);
 	RUN_TEST(test_run_failure_and_input);
 	RUN_TEST(test_run_refuses_unsupported);
