@@ -34,6 +34,7 @@
 
 #include "common/clock.h"
 #include "common/log.h"
+#include "common/text.h"
 #include "sandbox/vmm_jail.h"
 #include "sandbox/vmm_launch.h"
 #include "vmm/thread_filter.h"
@@ -63,9 +64,6 @@
 /* The memfd's name, as /proc/PID/fd shows it. */
 #define VMM_PROCESS_LAUNCH_NAME "voidbox-vmm-launch"
 #define VMM_PROCESS_LAUNCH_SEALS (F_SEAL_SEAL | F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE)
-/* The bytes of a child's sentence that reach the caller's error as spaces: controls, DEL. */
-#define VMM_PROCESS_TEXT_FIRST_PRINTABLE 0x20
-#define VMM_PROCESS_TEXT_DEL 0x7f
 
 struct vmm_process {
 	pid_t pid;
@@ -335,17 +333,10 @@ static int vmm_process_exec_body(int control_fd, void *opaque)
  */
 static void vmm_process_quote(char *out, size_t len, const char *text)
 {
-	size_t used = 0;
-
-	for (; len && text[used] && used < len - 1; used++) {
-		unsigned char c = (unsigned char)text[used];
-
-		out[used] = c < VMM_PROCESS_TEXT_FIRST_PRINTABLE || c == VMM_PROCESS_TEXT_DEL
-				    ? ' '
-				    : (char)c;
-	}
-	if (len)
-		out[used] = '\0';
+	if (len == 0)
+		return;
+	snprintf(out, len, "%s", text);
+	text_make_printable(out, strlen(out));
 }
 
 /*

@@ -25,6 +25,7 @@
 
 #include <openssl/evp.h>
 
+#include "common/text.h"
 #include "dynlib/curl_dl.h"
 #include "store/oci_blobs.h"
 
@@ -111,7 +112,7 @@ static size_t oci_on_body(char *data, size_t size, size_t nmemb, void *opaque)
 		size_t take = len < room ? len : room;
 
 		memcpy(sink->error_body + sink->error_len, data, take);
-		oci_text_printable(sink->error_body + sink->error_len, take);
+		text_make_printable(sink->error_body + sink->error_len, take);
 		sink->error_len += take;
 		sink->error_body[sink->error_len] = '\0';
 		if (take < len) {
@@ -157,7 +158,7 @@ static void oci_take_header(const char *line, size_t len, const char *name, char
 	if (len >= size)
 		len = size - 1; /* a header too long for its field: it fails to parse later */
 	memcpy(out, line, len);
-	oci_text_printable(out, len);
+	text_make_printable(out, len);
 	out[len] = '\0';
 }
 

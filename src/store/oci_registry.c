@@ -14,6 +14,8 @@
 
 #include <jansson.h>
 
+#include "common/text.h"
+
 #define OCI_LIBRARY_PREFIX "library/"
 #define OCI_DOCKER_HUB_ALIAS "docker.io"
 #define OCI_LOCALHOST "localhost"
@@ -24,9 +26,6 @@
 #define OCI_AUTH_BASIC "basic"
 #define OCI_AUTH_BEARER "bearer"
 #define OCI_AUTH_NAME_MAX 32
-/* Bytes below the first printable one, and DEL, are control bytes. */
-#define OCI_TEXT_FIRST_PRINTABLE 0x20
-#define OCI_TEXT_DELETE 0x7f
 
 /* Layer media types a tar reader can apply; anything else (foreign layers, say) is refused. */
 static const char *const oci_layer_media_types[] = {
@@ -342,14 +341,6 @@ out:
 	return rc;
 }
 
-void oci_text_printable(char *text, size_t len)
-{
-	for (size_t i = 0; i < len; i++)
-		if ((unsigned char)text[i] < OCI_TEXT_FIRST_PRINTABLE ||
-		    (unsigned char)text[i] == OCI_TEXT_DELETE)
-			text[i] = ' ';
-}
-
 static int oci_descriptor_parse(json_t *obj, struct oci_descriptor *out, const char *what,
 				char *err, size_t errlen)
 {
@@ -377,7 +368,7 @@ static int oci_descriptor_parse(json_t *obj, struct oci_descriptor *out, const c
 			 out->digest);
 		return -EINVAL;
 	}
-	oci_text_printable(out->media_type, strlen(out->media_type));
+	text_make_printable(out->media_type, strlen(out->media_type));
 	return 0;
 }
 
@@ -495,7 +486,7 @@ int oci_manifest_parse(const char *body, size_t len, const char *content_type,
 		rc = -ENOTSUP;
 		snprintf(err, errlen, "manifest media type '%.128s' is not an image manifest or index",
 			 kind);
-		oci_text_printable(err, strlen(err));
+		text_make_printable(err, strlen(err));
 	} else if (json_is_array(json_object_get(root, "manifests")))
 		rc = oci_manifest_parse_index(root, out, err, errlen);
 	else

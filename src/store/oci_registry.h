@@ -49,8 +49,6 @@ struct oci_ref {
 	char digest[OCI_DIGEST_LEN + 1];	/* "" unless pinned */
 };
 
-/* Makes text's control bytes (below 0x20, and 0x7f) spaces, in place. */
-void oci_text_printable(char *text, size_t len);
 
 /*
  * Parses text the way Docker does: the first component is a registry host when it holds a
