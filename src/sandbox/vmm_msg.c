@@ -12,12 +12,22 @@
 /* The largest errno a status may carry; anything else reads as EIO. */
 #define VMM_MSG_ERRNO_MAX 4095
 
-int vmm_msg_send_whole(int fd, struct vmm_msg *msg)
+static int vmm_msg_send_with(int fd, struct vmm_msg *msg, int flags)
 {
-	int rc = send(fd, msg, sizeof(*msg), MSG_NOSIGNAL) == (ssize_t)sizeof(*msg) ? 0 : -EIO;
+	ssize_t sent = send(fd, msg, sizeof(*msg), MSG_NOSIGNAL | flags);
 
 	explicit_bzero(msg->secret, sizeof(msg->secret));
-	return rc;
+	return sent == (ssize_t)sizeof(*msg) ? 0 : -EIO;
+}
+
+int vmm_msg_send_whole(int fd, struct vmm_msg *msg)
+{
+	return vmm_msg_send_with(fd, msg, 0);
+}
+
+int vmm_msg_send_nowait(int fd, struct vmm_msg *msg)
+{
+	return vmm_msg_send_with(fd, msg, MSG_DONTWAIT);
 }
 
 int vmm_msg_send(int fd, enum vmm_msg_kind kind, int status, uint32_t reason, const char *text)

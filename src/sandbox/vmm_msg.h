@@ -49,6 +49,11 @@ struct vmm_msg {
 
 /* Sends msg whole, then wipes its secret: 0 or -EIO. */
 int vmm_msg_send_whole(int fd, struct vmm_msg *msg);
+/*
+ * The same without waiting for room: -EIO when the socket is full, so a peer that stopped
+ * reading (a subverted VMM process) cannot hold the sender.
+ */
+int vmm_msg_send_nowait(int fd, struct vmm_msg *msg);
 /* A message of kind with status, reason and text (may be NULL): 0 or -EIO. */
 int vmm_msg_send(int fd, enum vmm_msg_kind kind, int status, uint32_t reason, const char *text);
 /* One message, or -EIO for the socket's end or any malformed message. */

@@ -340,22 +340,6 @@ static void vmm_process_quote(char *out, size_t len, const char *text)
 }
 
 /*
- * Sends a request to the child without waiting for room: a child that stops reading its
- * socket fills it, and a send that waited would hold the caller (a destroy, the daemon's
- * cancel) for as long as the child chose. 0, or -EIO (the socket is full or gone).
- */
-static int vmm_process_send(struct vmm_process *proc, struct vmm_msg *msg)
-{
-	int rc = send(proc->control_fd, msg, sizeof(*msg), MSG_NOSIGNAL | MSG_DONTWAIT) ==
-				 (ssize_t)sizeof(*msg)
-			 ? 0
-			 : -EIO;
-
-	explicit_bzero(msg->secret, sizeof(msg->secret));
-	return rc;
-}
-
-/*
  * Sleeps until the child has exited (its pidfd turns readable) or the deadline passes; where
  * the kernel has no pidfd_open (before 5.3) or the call is refused, a short sleep. The child
  * tearing its KVM VM down is what a destroy waits for here (tens of ms nested), so a fixed
@@ -626,7 +610,7 @@ static int vmm_process_request(struct vmm_process *proc, struct vmm_msg *msg, co
 	}
 	proc->awaiting = true;
 	proc->answered = false;
-	rc = vmm_process_send(proc, msg);
+	rc = vmm_msg_send_nowait(proc->control_fd, msg);
 	pthread_mutex_unlock(&proc->lock);
 	if (rc == 0 && !vmm_process_pump(proc, VMM_PROCESS_REQUEST_TIMEOUT_MS, &proc->answered))
 		rc = -ETIMEDOUT;
@@ -695,7 +679,7 @@ void vmm_process_request_stop(struct vmm_process *proc)
 
 	memset(&msg, 0, sizeof(msg));
 	msg.kind = VMM_MSG_STOP;
-	vmm_process_send(proc, &msg);
+	vmm_msg_send_nowait(proc->control_fd, &msg);
 }
 
 void vmm_process_destroy(struct vmm_process *proc)
