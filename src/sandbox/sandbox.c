@@ -28,6 +28,7 @@
 #include <unistd.h>
 
 #include "common/clock.h"
+#include "common/fd_io.h"
 #include "common/log.h"
 #include "common/parallel.h"
 #include "devices/vsock.h"
@@ -41,6 +42,7 @@
 #include "vmm/device.h"
 #include "vmm/kvm.h"
 #include "vmm/placement.h"
+#include "vmm/snapshot_file.h"
 #include "vmm/thread_filter.h"
 #include "vmm/working_set.h"
 
@@ -68,8 +70,6 @@
 #define SANDBOX_FORK_CHECKED_SUFFIX "-checked-XXXXXX"
 #define SANDBOX_SNAPSHOT_FILE_MODE 0600
 #define SANDBOX_COPY_CHUNK 65536
-/* The largest state file a fork's copy takes (vmm/snapshot_file.h's bound on one). */
-#define SANDBOX_STATE_COPY_MAX (64u * 1024u * 1024u)
 /* The fork area, the caller's snapshot area, and the NULL that ends the list. */
 #define SANDBOX_SNAPSHOT_AREAS_MAX 3
 /* How many disks the guest agent waits for (guest/agent/disks.h reads it). */
@@ -1283,7 +1283,7 @@ static int sandbox_copy_state_file(const char *from, const char *to, char *err, 
 	int in = -1, out = -1, rc = 0;
 	uint64_t copied = 0;
 	struct stat st;
-	ssize_t got;
+	ssize_t got = 0;
 
 	if (store_join(src, sizeof(src), from, VM_SNAPSHOT_STATE_FILE) < 0 ||
 	    store_join(dst, sizeof(dst), to, VM_SNAPSHOT_STATE_FILE) < 0) {
@@ -1300,12 +1300,13 @@ static int sandbox_copy_state_file(const char *from, const char *to, char *err, 
 		rc = -errno;
 		goto out;
 	}
-	while (rc == 0 && (got = read(in, chunk, sizeof(chunk))) != 0) {
-		copied += got > 0 ? (uint64_t)got : 0;
-		if (got < 0 || copied > SANDBOX_STATE_COPY_MAX ||
-		    write(out, chunk, (size_t)got) != got)
-			rc = got < 0 || copied <= SANDBOX_STATE_COPY_MAX ? -EIO : -EFBIG;
+	while (rc == 0 && (got = fd_read_full(in, chunk, sizeof(chunk))) > 0) {
+		copied += (uint64_t)got;
+		rc = copied > SNAPSHOT_STATE_MAX_BYTES ? -EFBIG
+						       : fd_write_full(out, chunk, (size_t)got);
 	}
+	if (rc == 0 && got < 0)
+		rc = (int)got;
 out:
 	if (rc < 0)
 		snprintf(err, errlen, "cannot copy the fork's state from %s to %s: %s", from, to,
