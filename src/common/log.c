@@ -12,6 +12,9 @@
 #include <strings.h>
 #include <time.h>
 
+/* The longest repeated warning kept whole (log_warn_repeated); longer ones are cut. */
+#define LOG_REPEATED_TEXT_MAX 1024
+
 static const char *const level_names[] = {
 	[LOG_LEVEL_TRACE] = "trace", [LOG_LEVEL_DEBUG] = "debug", [LOG_LEVEL_INFO] = "info",
 	[LOG_LEVEL_WARN] = "warn",   [LOG_LEVEL_ERROR] = "error", [LOG_LEVEL_OFF] = "off",
@@ -116,4 +119,20 @@ void log_message(enum log_level level, const char *module, const char *fmt, ...)
 		fflush(out);
 	}
 	pthread_mutex_unlock(&log_lock);
+}
+
+void log_warn_repeated(const char *module, unsigned int nth, unsigned int limit,
+		       const char *fmt, ...)
+{
+	enum log_level level = nth < limit ? LOG_LEVEL_WARN : LOG_LEVEL_DEBUG;
+	char text[LOG_REPEATED_TEXT_MAX];
+	va_list args;
+
+	if (level < current_level)
+		return;
+	va_start(args, fmt);
+	vsnprintf(text, sizeof(text), fmt, args);
+	va_end(args);
+	log_message(level, module, "%s%s", text,
+		    nth + 1 == limit ? "; later ones are logged at debug level only" : "");
 }

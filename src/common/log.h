@@ -37,6 +37,15 @@ FILE *log_current_stream(void);
 void log_message(enum log_level level, const char *module, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
 
+/*
+ * A warning a hostile peer can repeat without end (a guest breaking a device, an agent's
+ * malformed frames): its occurrence number nth (counted from 0 by the caller, per device or
+ * per stream) is a warning while below limit, the last of those saying later ones are not,
+ * and a debug line after, so the peer cannot fill the host's log.
+ */
+void log_warn_repeated(const char *module, unsigned int nth, unsigned int limit,
+		       const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+
 #define log_trace(module, ...) log_message(LOG_LEVEL_TRACE, module, __VA_ARGS__)
 #define log_debug(module, ...) log_message(LOG_LEVEL_DEBUG, module, __VA_ARGS__)
 #define log_info(module, ...) log_message(LOG_LEVEL_INFO, module, __VA_ARGS__)

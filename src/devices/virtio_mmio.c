@@ -6,8 +6,9 @@
  * crash of the VMM.
  *
  * A guest can break a device and reset it in a loop, thousands of times a second: only the
- * first VIRTIO_MMIO_FAULT_WARNINGS faults of a device are logged as warnings (the rest only
- * counted), so a hostile guest cannot fill the host's log file or its tmpfs through them.
+ * first VIRTIO_MMIO_FAULT_WARNINGS faults of a device are logged as warnings (the rest as
+ * debug lines, log_warn_repeated), so a hostile guest cannot fill the host's log file or its
+ * tmpfs through them.
  *
  * Locks: `lock` guards the registers (vCPU threads); the device lock (owned by the device)
  * is taken inside it around activate/reset/state; `irq_lock` is a leaf that guards
@@ -30,7 +31,7 @@
 #define VIRTIO_MMIO_ADDR_HIGH_SHIFT 32
 #define VIRTIO_MMIO_LOW_MASK 0xffffffffull
 #define VIRTIO_MMIO_QUEUE_READY_BIT 1u
-/* Guest protocol faults a device logs as warnings over its lifetime; later ones are counted. */
+/* Guest protocol faults a device logs as warnings over its lifetime; later ones at debug. */
 #define VIRTIO_MMIO_FAULT_WARNINGS 4u
 #define VIRTIO_MMIO_FAULT_TEXT_MAX 128
 
@@ -158,16 +159,11 @@ void virtio_mmio_signal_config(struct virtio_mmio *t)
  */
 static void virtio_mmio_break(struct virtio_mmio *t, const char *what)
 {
-	unsigned int earlier;
-
 	if (atomic_exchange(&t->broken, true))
 		return;
-	earlier = atomic_fetch_add(&t->faults, 1);
-	if (earlier < VIRTIO_MMIO_FAULT_WARNINGS)
-		log_warn(log_module, "device %u needs a reset: %s; reload the guest driver or "
-			 "restart the VM%s", t->ops->device_id, what,
-			 earlier + 1 == VIRTIO_MMIO_FAULT_WARNINGS ?
-				 "; further faults of this device are not logged" : "");
+	log_warn_repeated(log_module, atomic_fetch_add(&t->faults, 1), VIRTIO_MMIO_FAULT_WARNINGS,
+			  "device %u needs a reset: %s; reload the guest driver or restart the VM",
+			  t->ops->device_id, what);
 	virtio_mmio_raise(t, VIRTIO_MMIO_INT_CONFIG_CHANGE);
 }
 

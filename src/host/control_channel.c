@@ -849,12 +849,8 @@ static long long exec_timeout_ms(const struct proto_exec_request *req)
 /* Tells of a malformed frame that a stream drops: a warning for the stream's first few. */
 static void stream_drop_malformed(unsigned int *dropped, const char *what, const char *why)
 {
-	if (*dropped < STREAM_MALFORMED_WARNINGS)
-		log_warn(LOG_MODULE, "dropping a malformed %s: %s%s", what, why ? why : "?",
-			 *dropped + 1 == STREAM_MALFORMED_WARNINGS ?
-				 "; further ones in this stream are not logged" : "");
-	else
-		log_debug(LOG_MODULE, "dropping a malformed %s: %s", what, why ? why : "?");
+	log_warn_repeated(LOG_MODULE, *dropped, STREAM_MALFORMED_WARNINGS,
+			  "dropping a malformed %s: %s", what, why ? why : "?");
 	if (*dropped < UINT_MAX)
 		(*dropped)++;
 }
