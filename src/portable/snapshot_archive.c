@@ -734,6 +734,26 @@ static int snapshot_archive_unpack_all(struct snapshot_archive_import *ctx, stru
 	return 0;
 }
 
+/*
+ * Reads dir's state, which must be of the kind the manifest gives m: a diff's, or a base's
+ * that names no parent (a diff's would keep the other machine's path to its parent, and a
+ * restore here would read whatever snapshot that path names).
+ */
+static int snapshot_archive_read_state_of(const char *dir, const struct snapshot_manifest *m,
+					  struct snapshot_image *image, char *err, size_t errlen)
+{
+	const char *kind = m->diff ? "diff" : "base";
+	int rc = snapshot_archive_read_state(dir, image, err, errlen);
+
+	if (rc == 0 && (image->meta.type != (m->diff ? VM_SNAPSHOT_DIFF : VM_SNAPSHOT_BASE) ||
+			(!m->diff && image->meta.parent_dir[0]))) {
+		store_error(err, errlen, "the state file of %s %s is not a %s's: the archive is "
+			    "refused", kind, m->id, kind);
+		rc = -EBADMSG;
+	}
+	return rc;
+}
+
 /* A diff's state names its base by path: point it at the base in this store. */
 static int snapshot_archive_rebase(const char *dir, const char *base_dir,
 				   struct snapshot_manifest *m, char *err, size_t errlen)
@@ -743,12 +763,13 @@ static int snapshot_archive_rebase(const char *dir, const char *base_dir,
 		snapshot_manifest_find(m, SNAPSHOT_ARCHIVE_STATE);
 	char path[PATH_MAX];
 	uint64_t id = 0;
-	int rc = image && state ? snapshot_archive_read_state(dir, image, err, errlen) : -ENOMEM;
+	int rc = image && state ? snapshot_archive_read_state_of(dir, m, image, err, errlen)
+				: -ENOMEM;
 
-	if (rc == 0 && (image->meta.type != VM_SNAPSHOT_DIFF ||
-			strlen(base_dir) >= sizeof(image->meta.parent_dir))) {
-		store_error(err, errlen, "the state file of diff %s is not a diff's", m->id);
-		rc = -EBADMSG;
+	if (rc == 0 && strlen(base_dir) >= sizeof(image->meta.parent_dir)) {
+		store_error(err, errlen, "the path of this store's base %s is too long for diff %s's "
+			    "state", base_dir, m->id);
+		rc = -ENAMETOOLONG;
 	}
 	if (rc == 0) {
 		snprintf(image->meta.parent_dir, sizeof(image->meta.parent_dir), "%s", base_dir);
@@ -764,21 +785,13 @@ static int snapshot_archive_rebase(const char *dir, const char *base_dir,
 	return rc;
 }
 
-/*
- * A base's state must be a base's: one that is a diff's would keep the other machine's path
- * to its parent, and a restore here would read whatever snapshot that path names.
- */
+/* A base's state, checked to be a base's (snapshot_archive_read_state_of). */
 static int snapshot_archive_check_base(const char *dir, const struct snapshot_manifest *m,
 				       char *err, size_t errlen)
 {
 	struct snapshot_image *image = calloc(1, sizeof(*image));
-	int rc = image ? snapshot_archive_read_state(dir, image, err, errlen) : -ENOMEM;
+	int rc = image ? snapshot_archive_read_state_of(dir, m, image, err, errlen) : -ENOMEM;
 
-	if (rc == 0 && (image->meta.type != VM_SNAPSHOT_BASE || image->meta.parent_dir[0])) {
-		store_error(err, errlen, "the state file of base %s is not a base's: the archive "
-			    "is refused", m->id);
-		rc = -EBADMSG;
-	}
 	if (image)
 		snapshot_image_release(image);
 	free(image);
