@@ -8,7 +8,8 @@
  *
  * Under `voidbox serve` each run is this command with --events-fd: a JSON line per stage start,
  * piece of output and finish goes to that descriptor (the runners' run_observer), so the daemon streams stage
- * events while the run goes; --input-file carries an input too large for argv. SIGUSR1 asks
+ * events while the run goes, and a last run.finished line carries the report with its outputs
+ * cut, which the daemon keeps when the whole report is more than it reads; --input-file carries an input too large for argv. SIGUSR1 asks
  * the run's `mode: service` programs to stop gracefully (src/runtime/service.h).
  * `--daemon[=URL]` instead submits the spec to a running daemon and prints the run id.
  *
@@ -321,6 +322,31 @@ static void cli_run_stage_output_ready(void *opaque, const struct run_stage *sta
 					      "size_bytes", (json_int_t)len, "output", text));
 }
 
+/*
+ * The run's end as one line: its report without the stages' outputs (each went out with its
+ * stage.finished, cut the same way) and with its own output cut like a stage's, so the daemon
+ * can record the run even when the whole report on stdout is more than it reads.
+ */
+static void cli_run_finished(struct cli_run_events *events, const struct run_report *report)
+{
+	size_t full_len = strlen(report->output);
+	json_t *summary = run_report_to_json(report);
+	json_t *stage;
+	size_t i;
+
+	if (!summary)
+		return;
+	json_array_foreach(json_object_get(summary, "stages"), i, stage)
+		json_object_del(stage, "output");
+	json_object_set_new(summary, "output",
+			    daemon_text_json(report->output,
+					     text_utf8_cut(report->output, full_len,
+							   CLI_RUN_EVENT_OUTPUT_MAX)));
+	json_object_set_new(summary, "output_bytes", json_integer((json_int_t)full_len));
+	cli_run_event_write(events, json_pack("{s:s, s:o}", "type", "run.finished", "report",
+					      summary));
+}
+
 static void cli_run_telemetry(void *opaque, const char *box_name,
 			      const struct box_telemetry_sample *sample)
 {
@@ -579,6 +605,8 @@ int cli_run_run(const struct cli_globals *globals, int argc, char **argv)
 	}
 	cli_run_dispatch(spec, &args, &report);
 	run_report_sum_usage(&report);
+	if (args.events_fd >= 0)
+		cli_run_finished(&events, &report);
 	status = report.success ? CLI_EXIT_OK : CLI_EXIT_FAILURE;
 	if (cli_run_print_report(globals, &report) < 0)
 		status = CLI_EXIT_FAILURE;

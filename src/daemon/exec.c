@@ -35,6 +35,9 @@
 #define EXEC_LINE_MAX (64u * 1024u)          /* a progress line longer than this is split */
 #define EXEC_EVENT_LINE_MAX (8u * 1024u * 1024u) /* one stage event (carries its output) */
 #define EXEC_REPORT_MAX (16u * 1024u * 1024u)
+/* what `voidbox run` keeps of an output in its run.finished and stage.finished lines */
+#define EXEC_CUT_OUTPUT_MAX (1024u * 1024u)
+#define EXEC_BYTES_PER_MIB (1024u * 1024u)
 #define EXEC_READ_CHUNK 65536
 #define EXEC_ARGV_MAX 16
 #define EXEC_NUMBER_MAX 24
@@ -73,6 +76,7 @@ struct exec_run {
 	json_t *streamed; /* {stage: true} for stages whose output came as stage.output lines */
 	char **child_env; /* the run's environment (messaging.c), built before the fork */
 	json_t *published; /* {stage: true} for services whose output_file is the artifact */
+	json_t *finished_report; /* this attempt's run.finished report (outputs cut), or NULL */
 	struct daemon_log_budget log_budget; /* the whole run's, every attempt's lines */
 };
 
@@ -81,6 +85,7 @@ struct exec_outcome {
 	int exit_code;
 	bool cancelled;
 	json_t *report; /* the run report, or NULL when stdout was not one */
+	bool report_over_limit; /* stdout held more than EXEC_REPORT_MAX bytes */
 };
 
 static struct daemon_active_run *exec_find_active(struct daemon *d, const char *id)
@@ -221,6 +226,23 @@ static void exec_host_telemetry(struct exec_run *run, pid_t pid,
 }
 
 /*
+ * The run's last line on fd 3: {"type":"run.finished","report":{...}}, the report with its
+ * outputs cut (`voidbox run` drops the stages' outputs and cuts the run's own to 1 MiB). It is
+ * what the daemon records when the report on stdout is over EXEC_REPORT_MAX.
+ */
+static void exec_run_finished(struct exec_run *run, json_t *event)
+{
+	json_t *report = json_object_get(event, "report");
+
+	if (!json_is_object(report) || !json_is_boolean(json_object_get(report, "success"))) {
+		log_warn("daemon", "run %s: ignoring a malformed run.finished line", run->id);
+		return;
+	}
+	json_decref(run->finished_report);
+	run->finished_report = json_incref(report);
+}
+
+/*
  * A stage line from fd 3: {"type":"stage.started"|"stage.output"|"stage.output_ready"|
  * "stage.finished",
  * "stage":NAME,...}.
@@ -234,6 +256,11 @@ static void exec_stage_event(struct exec_run *run, const char *line, size_t len)
 
 	if (type && strcmp(type, "telemetry") == 0) {
 		exec_guest_telemetry(run, event);
+		json_decref(event);
+		return;
+	}
+	if (type && strcmp(type, "run.finished") == 0) {
+		exec_run_finished(run, event);
 		json_decref(event);
 		return;
 	}
@@ -488,6 +515,36 @@ static int exec_wait(pid_t pid)
 	return EXEC_EXIT_SIGNAL_BASE + (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
 }
 
+/*
+ * The report on stdout was more than the daemon reads: the run.finished line's report (outputs
+ * cut) stands in for it, marked "report_cut", and a run.report_cut event says so. Without that
+ * line the attempt has no report and its failure says why.
+ */
+static void exec_report_over_limit(struct exec_run *run, struct exec_outcome *outcome)
+{
+	char message[DAEMON_ERROR_MESSAGE_MAX];
+
+	outcome->report_over_limit = true;
+	if (!run->finished_report)
+		return;
+	outcome->report = json_deep_copy(run->finished_report);
+	if (!outcome->report)
+		return;
+	json_object_set_new(outcome->report, "report_cut", json_true());
+	snprintf(message, sizeof(message),
+		 "the run's report is over the daemon's %u MiB: it is kept without the stages' "
+		 "outputs and with the run's output cut to its first %u MiB (each stage's output "
+		 "artifact holds its first %u MiB)",
+		 EXEC_REPORT_MAX / EXEC_BYTES_PER_MIB, EXEC_CUT_OUTPUT_MAX / EXEC_BYTES_PER_MIB,
+		 EXEC_CUT_OUTPUT_MAX / EXEC_BYTES_PER_MIB);
+	pthread_mutex_lock(&run->d->lock);
+	daemon_event_emit_locked(run->d, run->id, "run.report_cut", "warn", message, NULL, NULL,
+				 json_pack("{s:I, s:I}", "report_limit_bytes",
+					   (json_int_t)EXEC_REPORT_MAX, "stage_attempt",
+					   (json_int_t)run->attempt));
+	pthread_mutex_unlock(&run->d->lock);
+}
+
 /* Runs one attempt of the run to its end. */
 static int exec_attempt(struct exec_run *run, struct exec_outcome *outcome)
 {
@@ -507,6 +564,8 @@ static int exec_attempt(struct exec_run *run, struct exec_outcome *outcome)
 	int rc = 0;
 
 	memset(outcome, 0, sizeof(*outcome));
+	json_decref(run->finished_report);
+	run->finished_report = NULL;
 	snprintf(timeout, sizeof(timeout), "%u", run->launch.policy.stage_timeout_secs);
 	snprintf(events_fd, sizeof(events_fd), "%d", EXEC_EVENTS_FD);
 	argv[argc++] = run->d->voidbox_exe;
@@ -562,6 +621,8 @@ static int exec_attempt(struct exec_run *run, struct exec_outcome *outcome)
 	if (bufs[EXEC_STREAM_STDOUT].len && !bufs[EXEC_STREAM_STDOUT].overflowed)
 		outcome->report = json_loadb(bufs[EXEC_STREAM_STDOUT].data,
 					     bufs[EXEC_STREAM_STDOUT].len, 0, NULL);
+	if (bufs[EXEC_STREAM_STDOUT].overflowed)
+		exec_report_over_limit(run, outcome);
 out:
 	for (size_t i = 0; i < EXEC_STREAM_COUNT; i++) {
 		if (pipes[i][0] >= 0)
@@ -678,6 +739,11 @@ static void exec_failure_text(const struct exec_outcome *outcome, char *out, siz
 
 	if (error)
 		snprintf(out, len, "%s", error);
+	else if (outcome->report_over_limit)
+		snprintf(out, len,
+			 "the run's report is over the daemon's %u MiB and the run's process "
+			 "(status %d) sent no run.finished line to stand in for it",
+			 EXEC_REPORT_MAX / EXEC_BYTES_PER_MIB, outcome->exit_code);
 	else if (outcome->exit_code >= EXEC_EXIT_SIGNAL_BASE)
 		snprintf(out, len, "the run's process was killed by signal %d",
 			 outcome->exit_code - EXEC_EXIT_SIGNAL_BASE);
@@ -787,6 +853,7 @@ static void *exec_thread(void *opaque)
 	daemon_run_launch_free(&run->launch);
 	json_decref(run->streamed);
 	json_decref(run->published);
+	json_decref(run->finished_report);
 	free(run);
 	return NULL;
 }

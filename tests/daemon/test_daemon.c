@@ -95,6 +95,20 @@ static const char chatty_yaml_head[] =
 #define TEST_CHATTY_LINE "a line of output\\n" /* each line, as YAML spells it */
 #define TEST_CHATTY_LINE_LEN 17u		     /* as the step prints it */
 
+/*
+ * A step that prints TEST_WIDE_BYTES, then TEST_WIDE_COPIES steps that each pass it on: the
+ * run's report holds the text once per stage and once as the run's output, well over the
+ * daemon's 16 MiB.
+ */
+static const char wide_yaml_head[] =
+	"api_version: v1\nkind: workflow\nname: wide\nsandbox:\n  mode: mock\n"
+	"workflow:\n  output_step: copy-5\n  steps:\n"
+	"    - name: say\n      run:\n        program: echo\n        args: [\"";
+#define TEST_WIDE_BYTES (3u * 1024u * 1024u) /* echo's argument; it prints a newline after */
+#define TEST_WIDE_COPIES 5
+#define TEST_NAME_MAX 16
+#define TEST_REPORT_CUT_OUTPUT (1024u * 1024u) /* what the daemon keeps of a cut output */
+
 /* A service that exits with status 3 on its own. */
 static const char failing_service_yaml[] =
 	"api_version: v1\nkind: workflow\nname: broken-service\nsandbox:\n  mode: mock\n"
@@ -940,6 +954,72 @@ static void test_run_log_cap(void)
 	CHECK(WIFEXITED(exit_status) && WEXITSTATUS(exit_status) == 2);
 }
 
+/*
+ * A run whose report is over the daemon's 16 MiB still succeeds there: the report the daemon
+ * keeps is the run.finished line's (outputs cut, marked report_cut), a run.report_cut event
+ * says so, and each stage's artifact holds its output's first 1 MiB.
+ */
+static void test_report_over_limit(void)
+{
+	char spec[TEST_PATH_MAX], path[TEST_PATH_MAX];
+	struct daemon_response response;
+	char err[TEST_ERR_MAX];
+	json_t *run, *report, *events;
+	long status;
+	FILE *yaml;
+
+	snprintf(spec, sizeof(spec), "%s/wide.yaml", temp_dir);
+	yaml = fopen(spec, "w");
+	if (!yaml)
+		harness_fail_setup("cannot write a spec into the temporary directory");
+	fputs(wide_yaml_head, yaml);
+	for (unsigned int i = 0; i < TEST_WIDE_BYTES; i++)
+		fputc('w', yaml);
+	fputs("\"]\n", yaml);
+	for (int i = 1; i <= TEST_WIDE_COPIES; i++) {
+		char previous[TEST_NAME_MAX];
+
+		if (i == 1)
+			snprintf(previous, sizeof(previous), "say");
+		else
+			snprintf(previous, sizeof(previous), "copy-%d", i - 1);
+		fprintf(yaml,
+			"    - name: copy-%d\n      depends_on: [%s]\n      run:\n"
+			"        program: cat\n        stdin_from: %s\n",
+			i, previous, previous);
+	}
+	fclose(yaml);
+	run = create_and_finish(json_pack("{s:s, s:s}", "file", spec, "run_id", "wide-1"),
+				"wide-1");
+	report = json_object_get(run, "report");
+	CHECK_STR_EQ(json_string_value(json_object_get(run, "status")), "succeeded");
+	CHECK(json_is_true(json_object_get(report, "success")));
+	CHECK(json_is_true(json_object_get(report, "report_cut")));
+	CHECK_INT_EQ(json_string_length(json_object_get(report, "output")),
+		     TEST_REPORT_CUT_OUTPUT);
+	CHECK_INT_EQ(json_integer_value(json_object_get(report, "output_bytes")),
+		     TEST_WIDE_BYTES + 1);
+	CHECK_INT_EQ(json_array_size(json_object_get(report, "stages")), TEST_WIDE_COPIES + 1);
+	CHECK_STR_EQ(json_string_value(json_object_get(
+			     json_array_get(json_object_get(report, "stages"), TEST_WIDE_COPIES),
+			     "name")),
+		     "copy-5");
+	snprintf(path, sizeof(path), "/v1/runs/wide-1/events");
+	events = call(contract, "GET", path, NULL, &status);
+	CHECK_INT_EQ(status, SERVE_HTTP_OK);
+	CHECK_INT_EQ(count_events(events, "run.report_cut"), 1);
+	CHECK_INT_EQ(count_events(events, "run.finished"), 1);
+	CHECK_INT_EQ(daemon_client_request(&contract->client, "GET",
+					   "/v1/runs/wide-1/stages/copy-3/artifacts/output", NULL,
+					   &response, err, sizeof(err)), 0);
+	CHECK_INT_EQ(response.status, SERVE_HTTP_OK);
+	CHECK(response.body && strlen(response.body) == TEST_REPORT_CUT_OUTPUT &&
+	      strspn(response.body, "w") == TEST_REPORT_CUT_OUTPUT);
+	daemon_response_free(&response);
+	json_decref(events);
+	json_decref(run);
+}
+
 static void test_clean_stop_removes_socket(void)
 {
 	struct stat st;
@@ -1079,6 +1159,7 @@ int main(int argc, char **argv)
 	RUN_TEST(test_restart_after_sigkill);
 	RUN_TEST(test_cli_clients);
 	RUN_TEST(test_run_log_cap);
+	RUN_TEST(test_report_over_limit);
 	RUN_TEST(test_clean_stop_removes_socket);
 	RUN_TEST(test_tcp_requires_token);
 	RUN_TEST(test_contract_over_tcp);

@@ -187,8 +187,8 @@ static int run_voidbox_with_events(const char *const *args, char *events, size_t
 }
 
 /*
- * --events-fd: one JSON line per stage start, piece of output and finish, in the run's order;
- * --input-file.
+ * --events-fd: one JSON line per stage start, piece of output and finish, in the run's order,
+ * then run.finished with the report less its stages' outputs; --input-file.
  */
 static void test_run_stage_events(void)
 {
@@ -197,6 +197,7 @@ static void test_run_stage_events(void)
 		{ "stage.started", "fetch" }, { "stage.output", "fetch" },
 		{ "stage.finished", "fetch" }, { "stage.started", "transform" },
 		{ "stage.output", "transform" }, { "stage.finished", "transform" },
+		{ "run.finished", NULL },
 	};
 	const size_t expected_count = sizeof(expected) / sizeof(expected[0]);
 	char path[TEST_PATH_MAX], input_path[TEST_PATH_MAX];
@@ -215,18 +216,36 @@ static void test_run_stage_events(void)
 		if (count < expected_count) {
 			CHECK_STR_EQ(json_string_value(json_object_get(event, "type")),
 				     expected[count][0]);
-			CHECK_STR_EQ(json_string_value(json_object_get(event, "stage")),
-				     expected[count][1]);
+			if (expected[count][1])
+				CHECK_STR_EQ(json_string_value(json_object_get(event, "stage")),
+					     expected[count][1]);
+			else
+				CHECK(json_object_get(event, "stage") == NULL);
 		}
 		if (count == 1) {
 			CHECK_STR_EQ(json_string_value(json_object_get(event, "stream")), "stdout");
 			CHECK_STR_EQ(json_string_value(json_object_get(event, "data")),
 				     "hello from workflow\n");
 		}
-		if (count == expected_count - 1) {
+		if (count == expected_count - 2) {
 			CHECK(json_is_true(json_object_get(event, "success")));
 			CHECK_STR_EQ(json_string_value(json_object_get(event, "output")),
 				     "HELLO FROM WORKFLOW\n");
+		}
+		if (count == expected_count - 1) {
+			json_t *report = json_object_get(event, "report");
+			json_t *stages = json_object_get(report, "stages");
+
+			CHECK(json_is_true(json_object_get(report, "success")));
+			CHECK_STR_EQ(json_string_value(json_object_get(report, "output")),
+				     "HELLO FROM WORKFLOW\n");
+			CHECK_INT_EQ(json_integer_value(json_object_get(report, "output_bytes")),
+				     strlen("HELLO FROM WORKFLOW\n"));
+			CHECK_INT_EQ(json_array_size(stages), 2);
+			CHECK_STR_EQ(json_string_value(json_object_get(json_array_get(stages, 1),
+									"name")),
+				     "transform");
+			CHECK(json_object_get(json_array_get(stages, 1), "output") == NULL);
 		}
 		count++;
 		json_decref(event);
