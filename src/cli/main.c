@@ -22,7 +22,7 @@ static const struct cli_command cli_commands[] = {
 	{ "serve", "run the daemon: an HTTP API for runs on a unix socket or TCP", cli_serve_run },
 	{ "shell", "open an interactive terminal in a fresh VM", cli_shell_run },
 	{ "skills", "list a spec's skills with their source", cli_skills_run },
-	{ "snapshot", "create, list, inspect, delete or evict VM snapshots", cli_snapshot_run },
+	{ "snapshot", "create, list, export, import, verify, delete or gc VM snapshots", cli_snapshot_run },
 	{ "status", "show a daemon run, or list them", cli_status_run },
 	{ "stop", "stop a daemon run's service programs gracefully", cli_stop_run },
 	{ "validate", "check a spec and list every error with a hint", cli_validate_run },
