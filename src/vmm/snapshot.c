@@ -101,10 +101,8 @@ static int snapshot_resume(struct vm *vm)
 	atomic_store(&vm->stop, false);
 	for (unsigned int i = 0; i < vm->vcpus_created; i++) {
 		vcpu_state_clock_paused(vm->vcpus[i].fd);
-		pthread_mutex_lock(&vm->kick_lock);
-		int rc = vcpu_start(&vm->vcpus[i]);
+		int rc = vm_start_vcpu(vm, &vm->vcpus[i]);
 
-		pthread_mutex_unlock(&vm->kick_lock);
 		if (rc < 0)
 			return rc;
 	}

@@ -65,6 +65,20 @@ void vm_kick_all(struct vm *vm)
 	pthread_mutex_unlock(&vm->kick_lock);
 }
 
+/*
+ * Starts a vCPU's thread under the kick lock, so no kick can pass between its thread existing
+ * and it counting as started: a VM that ends meanwhile (another vCPU's guest resets at once)
+ * waits for the lock and then kicks it too, instead of leaving it in KVM_RUN for good.
+ */
+int vm_start_vcpu(struct vm *vm, struct vcpu *vcpu)
+{
+	pthread_mutex_lock(&vm->kick_lock);
+	int rc = vcpu_start(vcpu);
+
+	pthread_mutex_unlock(&vm->kick_lock);
+	return rc;
+}
+
 /* Stops new kicks to a vCPU, then joins its thread. */
 void vm_join_vcpu(struct vm *vm, struct vcpu *vcpu)
 {
@@ -603,7 +617,7 @@ int vm_start(struct vm *vm)
 	vm->start_ns = clock_monotonic_ns();
 	vm_placement_enter(&placement, vm->placement_cpu); /* the vCPU threads inherit it */
 	for (unsigned int i = 0; i < vm->vcpu_count && rc == 0; i++) {
-		rc = vcpu_start(&vm->vcpus[i]);
+		rc = vm_start_vcpu(vm, &vm->vcpus[i]);
 		if (rc < 0)
 			log_error("vm", "cannot start vCPU %u thread: %s", i, strerror(-rc));
 	}

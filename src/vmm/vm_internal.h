@@ -69,6 +69,8 @@ struct vm {
 
 struct vm *vm_alloc(void);
 void vm_kick_all(struct vm *vm);
+/* Starts a vCPU's thread; a kick from any thread reaches it from then on. 0 or -errno. */
+int vm_start_vcpu(struct vm *vm, struct vcpu *vcpu);
 void vm_join_vcpu(struct vm *vm, struct vcpu *vcpu);
 /* The machine's own ports (ACPI power management), which every VM has. */
 int vm_setup_platform(struct vm *vm, char *err, size_t errlen);
