@@ -150,6 +150,24 @@ static enum vm_exit_reason vcpu_system_event_reason(uint32_t type)
 }
 
 /*
+ * What a KVM internal error's suberror means. The first is the one a guest can cause at will
+ * (an instruction on device memory that KVM cannot emulate), so it is said as the guest's doing.
+ */
+static const char *vcpu_internal_error_cause(uint32_t suberror)
+{
+	switch (suberror) {
+	case KVM_INTERNAL_ERROR_EMULATION:
+		return "the guest ran an instruction on device memory that KVM cannot emulate";
+	case KVM_INTERNAL_ERROR_SIMUL_EX:
+		return "a fault while the guest's previous fault was being delivered";
+	case KVM_INTERNAL_ERROR_DELIVERY_EV:
+		return "an event could not be delivered to the guest";
+	default:
+		return "see the host kernel's KVM documentation";
+	}
+}
+
+/*
  * A triple fault leaves nothing on the guest console, so the registers at that moment are
  * the only account of where the guest was: logged as a warning for the bug report.
  */
@@ -196,8 +214,9 @@ static enum vm_exit_reason vcpu_handle_exit(struct vcpu *vcpu)
 			  (unsigned long long)run->fail_entry.hardware_entry_failure_reason);
 		return VM_EXIT_INTERNAL_ERROR;
 	case KVM_EXIT_INTERNAL_ERROR:
-		log_error("vcpu", "vcpu %u: KVM internal error, suberror %u", vcpu->index,
-			  run->internal.suberror);
+		log_error("vcpu", "vcpu %u: KVM could not go on running the guest (internal error, "
+			  "suberror %u: %s)", vcpu->index, run->internal.suberror,
+			  vcpu_internal_error_cause(run->internal.suberror));
 		return VM_EXIT_INTERNAL_ERROR;
 	default:
 		log_error("vcpu", "vcpu %u: unexpected exit reason %u", vcpu->index,
