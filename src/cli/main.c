@@ -2,7 +2,11 @@
  * Entry point of the voidbox command: global flags (--output, --log-level), then dispatch to
  * one subcommand from a table. Everything a subcommand needs arrives as arguments; logging is
  * configured here once so every module's progress goes through the same levelled logger.
+ * What a command printed is flushed here and checked, so output that could not be written (a
+ * report redirected onto a full disk) fails the command with why, instead of exiting 0 with the
+ * file cut short.
  */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -56,6 +60,27 @@ static void cli_print_usage(FILE *out, const char *program_name)
 		"  --log-level LEVEL     trace|debug|info|warn|error|off (env VOIDBOX_LOG_LEVEL)\n"
 		"\nRun '%s COMMAND --help' for a command's options.\n",
 		program_name);
+}
+
+/*
+ * Flushes stdout: rc unchanged when everything reached it, else CLI_EXIT_FAILURE (or the
+ * command's own failure) after saying what to do.
+ */
+static int cli_finish_output(int rc)
+{
+	/* errno is the flush's own only when the flush failed */
+	int code = fflush(stdout) == 0 ? 0 : errno;
+
+	if (code == 0 && !ferror(stdout))
+		return rc;
+	if (code == ENOSPC || code == EDQUOT)
+		fprintf(stderr, "voidbox: cannot write the output: %s: free space where it goes, "
+			"or redirect it to a file system with room; the output is incomplete\n",
+			strerror(code));
+	else
+		fprintf(stderr, "voidbox: cannot write the output: %s; the output is incomplete\n",
+			code ? strerror(code) : "write error");
+	return rc == CLI_EXIT_OK ? CLI_EXIT_FAILURE : rc;
 }
 
 int main(int argc, char **argv)
@@ -115,7 +140,8 @@ int main(int argc, char **argv)
 	}
 	for (size_t i = 0; i < CLI_COMMAND_COUNT; i++)
 		if (strcmp(argv[arg_index], cli_commands[i].name) == 0)
-			return cli_commands[i].run(&globals, argc - arg_index, argv + arg_index);
+			return cli_finish_output(cli_commands[i].run(&globals, argc - arg_index,
+								     argv + arg_index));
 	if (strcmp(argv[arg_index], "help") == 0) {
 		cli_print_usage(stdout, globals.program_name);
 		return CLI_EXIT_OK;

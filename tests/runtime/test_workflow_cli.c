@@ -28,6 +28,8 @@
 /* guest output delivered as one piece: the most --input-file takes, all control bytes */
 #define TEST_BIG_OUTPUT_LEN (4u * 1000u * 1000u)
 #define TEST_CONTROL_BYTE '\001'
+/* a device whose every write fails with ENOSPC */
+#define TEST_FULL_DEVICE "/dev/full"
 
 static const char *voidbox_path;
 static const char *examples_dir;
@@ -54,8 +56,12 @@ static void read_all(int fd, char *buf, size_t size)
 	buf[used] = '\0';
 }
 
-/* Runs voidbox with args (NULL-terminated), stdout and stderr to files, then reads them. */
-static void run_voidbox(struct cli_result *result, const char *const *args)
+/*
+ * Runs voidbox with args (NULL-terminated), stdout to stdout_target (NULL: a file of temp_dir)
+ * and stderr to a file, then reads what they hold.
+ */
+static void run_voidbox_to(struct cli_result *result, const char *stdout_target,
+			   const char *const *args)
 {
 	char out_path[TEST_PATH_MAX], err_path[TEST_PATH_MAX];
 	const char *argv[TEST_MAX_ARGS + 2] = { voidbox_path };
@@ -68,7 +74,8 @@ static void run_voidbox(struct cli_result *result, const char *const *args)
 	snprintf(err_path, sizeof(err_path), "%s/stderr", temp_dir);
 	pid = fork();
 	if (pid == 0) {
-		out_fd = open(out_path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+		out_fd = stdout_target ? open(stdout_target, O_WRONLY)
+				       : open(out_path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
 		err_fd = open(err_path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
 		if (out_fd < 0 || err_fd < 0)
 			_exit(127);
@@ -86,6 +93,11 @@ static void run_voidbox(struct cli_result *result, const char *const *args)
 	read_all(err_fd, result->err, sizeof(result->err));
 	close(out_fd);
 	close(err_fd);
+}
+
+static void run_voidbox(struct cli_result *result, const char *const *args)
+{
+	run_voidbox_to(result, NULL, args);
 }
 
 static void write_spec(const char *name, const char *text, char *path, size_t path_len)
@@ -758,6 +770,36 @@ static void test_version_human_and_json(void)
 	check_help("version", "usage: voidbox version");
 }
 
+/*
+ * A report that cannot be written (stdout on a full file system) fails the run with what to
+ * do, in both formats, instead of a success with an empty or cut-short file.
+ */
+static void test_run_report_onto_full_disk(void)
+{
+	static const char *const formats[] = { "human", "json" };
+	static struct cli_result result;
+	char path[TEST_PATH_MAX];
+
+	if (access(TEST_FULL_DEVICE, W_OK) < 0) {
+		fprintf(stderr, "  not run: no %s (%s)\n", TEST_FULL_DEVICE, strerror(errno));
+		return;
+	}
+	snprintf(path, sizeof(path), "%s/workflow.yaml", examples_dir);
+	for (size_t i = 0; i < sizeof(formats) / sizeof(formats[0]); i++) {
+		run_voidbox_to(&result, TEST_FULL_DEVICE,
+			       (const char *const[]){ "--output", formats[i], "run", "--file",
+						      path, "--sandbox-mode", "mock", NULL });
+		CHECK_INT_EQ(result.status, 1);
+		CHECK(strstr(result.err, "cannot write the output: No space left on device") !=
+		      NULL);
+		CHECK(strstr(result.err, "redirect it to a file system with room") != NULL);
+	}
+	/* a command that failed anyway keeps its own status */
+	run_voidbox_to(&result, TEST_FULL_DEVICE,
+		       (const char *const[]){ "validate", "/nonexistent/spec.yaml", NULL });
+	CHECK(result.status != 0);
+}
+
 /* --disk is checked before anything boots: its form, the disk limit, and --snapshot. */
 static void test_disk_flag_usage(void)
 {
@@ -822,6 +864,7 @@ int main(int argc, char **argv)
 	RUN_TEST(test_skills_errors);
 	RUN_TEST(test_version_human_and_json);
 	RUN_TEST(test_disk_flag_usage);
+	RUN_TEST(test_run_report_onto_full_disk);
 	status = harness_finish();
 	for (size_t i = 0; i < sizeof(temp_files) / sizeof(temp_files[0]); i++) {
 		snprintf(path, sizeof(path), "%s/%s", temp_dir, temp_files[i]);
