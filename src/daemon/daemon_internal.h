@@ -203,6 +203,11 @@ struct daemon_run_launch {
 int daemon_store_open(const char *dir, struct daemon_store **out, char *err, size_t errlen);
 void daemon_store_close(struct daemon_store *store);
 const char *daemon_store_path(const struct daemon_store *store);
+/*
+ * The last failed write as a sentence with what to do (its file system full or read-only);
+ * read it under the daemon's lock, right after the call that failed.
+ */
+const char *daemon_store_failure(const struct daemon_store *store);
 int daemon_store_insert_run(struct daemon_store *store, const struct daemon_run_row *row,
 			    const struct daemon_stage_plan *stages, size_t stage_count);
 /* 0, -ENOENT for an unknown id. */

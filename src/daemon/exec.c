@@ -51,6 +51,8 @@
 #define EXEC_RUN_DIR_MODE 0700
 #define EXEC_PARALLEL_ENV "VOIDBOX_MAX_PARALLEL_VMS" /* read by `voidbox run` (cli_env.c) */
 #define EXEC_ENV_ENTRY_MAX 64
+/* how often a run's end that the store refused (its file system full) is tried again */
+#define EXEC_STORE_RETRY_MS 1000u
 
 enum exec_stream {
 	EXEC_STREAM_EVENTS,
@@ -667,10 +669,44 @@ static void exec_close_stages_locked(struct daemon *d, const char *run_id, uint3
 	json_decref(queued);
 }
 
+static void exec_timed_wait(struct daemon *d);
+
+/*
+ * After the store refused a step of run_id's end: says so the first time, then waits
+ * EXEC_STORE_RETRY_MS (woken early only by the daemon stopping). False when the daemon stops,
+ * or for a run this daemon is not running (a restart's recovery, which the next start
+ * repeats), so neither a stop nor a start waits on a full disk. Called with d->lock held.
+ */
+static bool exec_store_retry_locked(struct daemon *d, const char *run_id, unsigned *failures)
+{
+	uint64_t until = daemon_monotonic_ms() + EXEC_STORE_RETRY_MS;
+
+	if (!exec_find_active(d, run_id)) {
+		log_error("daemon", "run %s's end is not recorded: %s; the run stays unfinished "
+			  "until the daemon's next start marks it failed", run_id,
+			  daemon_store_failure(d->store));
+		return false;
+	}
+	if ((*failures)++ == 0)
+		log_error("daemon", "run %s has ended but its end is not recorded: %s; it is "
+			  "tried again every %u ms until it is", run_id,
+			  daemon_store_failure(d->store), EXEC_STORE_RETRY_MS);
+	/* other runs' events wake d->changed too, so the wait is until a time, not a signal */
+	while (!d->stopping && daemon_monotonic_ms() < until)
+		exec_timed_wait(d);
+	if (d->stopping)
+		log_error("daemon", "the daemon stops before run %s's end could be recorded; its "
+			  "next start marks the run failed", run_id);
+	return !d->stopping;
+}
+
 /*
  * Ends a run in the store: stages closed, the terminal event, the report's output as
  * log.chunk lines, log.closed. report may be NULL; its text is stored as the run's report.
  * log_budget is what is left of the run's log cap (NULL: a run that logged nothing yet).
+ * The stages' closing, the terminal event, the run's row and log.closed, which clients wait
+ * on, are retried while the store refuses them (exec_store_retry_locked), so a full disk
+ * delays a run's end instead of losing it; the output lines are kept in the report either way.
  */
 static void exec_finish(struct daemon *d, const char *run_id, uint32_t attempt,
 			enum daemon_run_state state, const char *reason, const char *error,
@@ -684,29 +720,39 @@ static void exec_finish(struct daemon *d, const char *run_id, uint32_t attempt,
 	const char *output = json_string_value(json_object_get(report, "output"));
 	char *report_text = report ? json_dumps(report, JSON_COMPACT) : NULL;
 	struct daemon_log_budget fresh_budget = { .left = d->run_log_max_bytes };
+	unsigned failures = 0;
+	bool recorded = true;
 	int64_t terminal_id;
 
 	pthread_mutex_lock(&d->lock);
-	exec_close_stages_locked(d, run_id, attempt,
-				 state == DAEMON_RUN_CANCELLED ? "the run was cancelled" :
-				 state == DAEMON_RUN_FAILED ? (reason ? reason : "the run failed") :
-							      "not run");
-	terminal_id = daemon_event_emit_locked(d, run_id, terminal_events[state],
-					       state == DAEMON_RUN_SUCCEEDED ? "info" : "error",
-					       error ? error : daemon_run_state_name(state), NULL,
-					       NULL,
-					       json_pack("{s:s, s:i, s:s?}", "status",
-							 daemon_run_state_name(state), "exit_code",
-							 exit_code, "terminal_reason", reason));
+	do {
+		exec_close_stages_locked(d, run_id, attempt,
+					 state == DAEMON_RUN_CANCELLED ? "the run was cancelled" :
+					 state == DAEMON_RUN_FAILED ? (reason ? reason :
+									"the run failed") :
+								      "not run");
+		terminal_id = daemon_event_emit_locked(
+			d, run_id, terminal_events[state],
+			state == DAEMON_RUN_SUCCEEDED ? "info" : "error",
+			error ? error : daemon_run_state_name(state), NULL, NULL,
+			json_pack("{s:s, s:i, s:s?}", "status", daemon_run_state_name(state),
+				  "exit_code", exit_code, "terminal_reason", reason));
+	} while (terminal_id <= 0 && (recorded = exec_store_retry_locked(d, run_id, &failures)));
 	pthread_mutex_unlock(&d->lock);
-	if (output && output[0])
+	if (recorded && output && output[0])
 		daemon_event_emit_lines(d, run_id, NULL, "output", output, strlen(output),
 					log_budget ? log_budget : &fresh_budget);
 	pthread_mutex_lock(&d->lock);
-	daemon_store_finish_run(d->store, run_id, state, reason, error, exit_code, report_text,
-				terminal_id > 0 ? (uint64_t)terminal_id : 0);
-	daemon_event_emit_locked(d, run_id, "log.closed", "info", "end of the run's events", NULL,
-				 NULL, NULL);
+	while (recorded &&
+	       daemon_store_finish_run(d->store, run_id, state, reason, error, exit_code,
+				       report_text, (uint64_t)terminal_id) < 0)
+		recorded = exec_store_retry_locked(d, run_id, &failures);
+	while (recorded && daemon_event_emit_locked(d, run_id, "log.closed", "info",
+						    "end of the run's events", NULL, NULL,
+						    NULL) <= 0)
+		recorded = exec_store_retry_locked(d, run_id, &failures);
+	if (recorded && failures > 0)
+		log_info("daemon", "run %s's end is recorded", run_id);
 	pthread_mutex_unlock(&d->lock);
 	free(report_text);
 }

@@ -9,13 +9,16 @@
  * opened when the server starts (src/dynlib/mhd_dl.h), so other commands do not load it.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
+#include "common/fd_io.h"
 #include "common/log.h"
 #include "daemon/daemon_internal.h"
 #include "dynlib/mhd_dl.h"
@@ -26,6 +29,7 @@
 #define HTTP_SSE_KEEPALIVE_SECS 15
 #define HTTP_SSE_KEEPALIVE ": keepalive\n\n"
 #define HTTP_DIR_MODE 0700
+#define HTTP_FILE_MODE 0600
 #define HTTP_RUN_ID_RANDOM_BYTES 4
 #define HTTP_DECIMAL 10
 #define HTTP_MIME_JSON "application/json"
@@ -177,28 +181,47 @@ static int http_new_run_id(char *out, size_t len)
 	return 0;
 }
 
-/* Writes an inline spec into the run's directory; its name tells YAML from JSON. */
+/*
+ * Writes an inline spec into the run's directory; its name tells YAML from JSON. A spec that
+ * cannot be written whole is removed, so no cut-short spec is left behind.
+ */
 static int http_store_inline_spec(struct daemon *d, const char *run_id, const char *text,
 				  char *path, size_t path_len)
 {
 	const char *first = text + strspn(text, " \t\r\n");
-	size_t len = strlen(text);
-	FILE *file;
-	int rc = 0;
+	int fd, rc;
 
 	snprintf(path, path_len, "%s/runs/%s", d->state_dir, run_id);
 	if (mkdir(path, HTTP_DIR_MODE) < 0 && errno != EEXIST)
 		return -errno;
 	snprintf(path, path_len, "%s/runs/%s/spec.%s", d->state_dir, run_id,
 		 *first == '{' ? "json" : "yaml");
-	file = fopen(path, "we");
-	if (!file)
+	fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, HTTP_FILE_MODE);
+	if (fd < 0)
 		return -errno;
-	if (fwrite(text, 1, len, file) != len)
-		rc = -EIO;
-	if (fclose(file) != 0 && rc == 0)
+	rc = fd_write_full(fd, text, strlen(text));
+	if (close(fd) < 0 && rc == 0)
 		rc = -errno;
+	if (rc < 0)
+		unlink(path);
 	return rc;
+}
+
+/* The answer when the spec or the run cannot be written into the state directory. */
+static enum MHD_Result http_fail_to_store(struct MHD_Connection *conn, const char *what,
+					  const char *dir, int rc)
+{
+	struct daemon_error err;
+
+	if (rc == -ENOSPC || rc == -EDQUOT)
+		daemon_error_set(&err, DAEMON_ERR_INTERNAL_ERROR, "cannot store %s in %s: %s: "
+				 "free space there, or restart voidbox serve with --state-dir on "
+				 "a file system with room; the run was not started", what, dir,
+				 strerror(-rc));
+	else
+		daemon_error_set(&err, DAEMON_ERR_INTERNAL_ERROR, "cannot store %s in %s: %s; "
+				 "the run was not started", what, dir, strerror(-rc));
+	return http_send_error(conn, &err);
 }
 
 /* The answer to a create whose run_id already exists: idempotent while it is active. */
@@ -224,9 +247,10 @@ static enum MHD_Result http_existing_run(struct MHD_Connection *conn, struct dae
 	return http_send_json(conn, MHD_HTTP_OK, answer);
 }
 
-/* Inserts the run with its planned stages and first events. */
+/* Inserts the run with its planned stages and first events; why it could not, in why. */
 static int http_insert_run(struct daemon *d, const struct daemon_create_request *req,
-			   const char *run_id, const char *spec_path, json_t *stages)
+			   const char *run_id, const char *spec_path, json_t *stages, char *why,
+			   size_t why_len)
 {
 	struct daemon_stage_plan *plan = calloc(json_array_size(stages) + 1, sizeof(*plan));
 	struct daemon_run_row row = { .id = run_id, .file = req->file ? req->file : "inline",
@@ -253,6 +277,8 @@ static int http_insert_run(struct daemon *d, const struct daemon_create_request 
 						 plan[i].name, NULL,
 						 json_pack("{s:O}", "depends_on",
 							   plan[i].depends_on));
+	} else {
+		snprintf(why, why_len, "%s", daemon_store_failure(d->store));
 	}
 	pthread_mutex_unlock(&d->lock);
 	free(plan);
@@ -263,6 +289,7 @@ static enum MHD_Result http_create_run(struct MHD_Connection *conn, struct daemo
 				       const struct http_request *request)
 {
 	char run_id[DAEMON_RUN_ID_MAX + 1], spec_path[DAEMON_PATH_MAX];
+	char why[DAEMON_ERROR_MESSAGE_MAX] = "";
 	struct daemon_create_request req;
 	enum daemon_run_state state;
 	struct daemon_error err;
@@ -288,10 +315,9 @@ static enum MHD_Result http_create_run(struct MHD_Connection *conn, struct daemo
 	}
 	if (req.file) {
 		snprintf(spec_path, sizeof(spec_path), "%s", req.file);
-	} else if (http_store_inline_spec(d, run_id, req.spec_text, spec_path,
-					  sizeof(spec_path)) < 0) {
-		result = http_fail(conn, DAEMON_ERR_INTERNAL_ERROR,
-				   "cannot store the spec in the daemon's state directory");
+	} else if ((rc = http_store_inline_spec(d, run_id, req.spec_text, spec_path,
+						sizeof(spec_path))) < 0) {
+		result = http_fail_to_store(conn, "the spec", d->state_dir, rc);
 		goto out;
 	}
 	spec = http_check_spec(spec_path, &err);
@@ -300,10 +326,13 @@ static enum MHD_Result http_create_run(struct MHD_Connection *conn, struct daemo
 		goto out;
 	}
 	stages = http_plan_stages(spec);
-	rc = stages ? http_insert_run(d, &req, run_id, spec_path, stages) : -ENOMEM;
+	rc = stages ? http_insert_run(d, &req, run_id, spec_path, stages, why, sizeof(why))
+		    : -ENOMEM;
 	if (rc < 0) {
-		result = http_fail(conn, DAEMON_ERR_INTERNAL_ERROR,
-				   "cannot record the run in the store; see the daemon's log");
+		daemon_error_set(&err, DAEMON_ERR_INTERNAL_ERROR, "cannot record the run: %s; "
+				 "the run was not started",
+				 rc == -ENOMEM ? "out of memory" : why);
+		result = http_send_error(conn, &err);
 		goto out;
 	}
 	daemon_exec_start(d, run_id);

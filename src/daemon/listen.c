@@ -4,7 +4,8 @@
  * library does not do: a per-user path, mode 0600 from the moment it exists (bound under a
  * umask of 0177), and a stale socket from a crashed daemon replaced while a live one is
  * refused. A TCP listener gets a bearer token instead, read from a 0600 file or created in
- * one with 32 random bytes; a token file others may read is refused, not trusted.
+ * one with 32 random bytes (written beside it and linked into place, so it appears whole or
+ * not at all); a token file others may read is refused, not trusted.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -19,6 +20,7 @@
 #include <netinet/in.h>
 #include <unistd.h>
 
+#include "common/fd_io.h"
 #include "daemon/daemon_internal.h"
 
 #define LISTEN_BACKLOG 64
@@ -28,6 +30,7 @@
 #define LISTEN_PORT_TEXT_MAX 8
 #define LISTEN_TOKEN_BYTES 32
 #define LISTEN_PERMISSION_BITS 0777
+#define LISTEN_TOKEN_TMP_SUFFIX ".tmp-" /* then the creating process's id */
 
 /* A socket file nobody answers on is stale; one that accepts a connection is a live daemon. */
 static int listen_replace_stale(const char *path, char *err, size_t errlen)
@@ -132,14 +135,55 @@ int daemon_listen_open(const struct daemon_address *address, unsigned *bound_por
 	return listen_tcp(address, bound_port, err, errlen);
 }
 
-/* Creates the token file (and its directory) with a fresh random token. */
+/* Why the token file could not be made, with what to do when its file system is full. */
+static void listen_token_failed(const char *path, int code, char *err, size_t errlen)
+{
+	if (code == ENOSPC || code == EDQUOT)
+		snprintf(err, errlen, "cannot write the token file %s: %s: free space there, or "
+			 "pass --token-file a path on a file system with room; no token file was "
+			 "left", path, strerror(code));
+	else
+		snprintf(err, errlen, "cannot write the token file %s: %s (check its directory's "
+			 "permissions, or pass --token-file another path); no token file was left",
+			 path, strerror(code));
+}
+
+/*
+ * Writes text into a new file tmp (mode 0600) and makes it durable, then publishes it at path
+ * with link(2), which never replaces a file: 0 or -errno, tmp removed either way.
+ */
+static int listen_token_publish(const char *tmp, const char *path, const char *text)
+{
+	int fd, rc;
+
+	/* the name is this process's: one left there is a crashed earlier process's */
+	unlink(tmp);
+	fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, LISTEN_SOCKET_MODE);
+	if (fd < 0)
+		return -errno;
+	rc = fd_write_full(fd, text, strlen(text));
+	if (rc == 0 && fsync(fd) < 0)
+		rc = -errno;
+	if (close(fd) < 0 && rc == 0)
+		rc = -errno;
+	if (rc == 0 && link(tmp, path) < 0)
+		rc = -errno;
+	unlink(tmp);
+	return rc;
+}
+
+/*
+ * Creates the token file (and its directory) with a fresh random token. The token is written
+ * beside it and published whole, so a full disk or a crash never leaves an empty or cut-short
+ * token file that the next start would refuse.
+ */
 static int listen_token_create(const char *path, char *token, size_t token_size, char *err,
 			       size_t errlen)
 {
 	unsigned char bytes[LISTEN_TOKEN_BYTES];
-	char dir[DAEMON_PATH_MAX];
+	char dir[DAEMON_PATH_MAX], tmp[DAEMON_PATH_MAX], line[2 * LISTEN_TOKEN_BYTES + 2];
 	char *slash;
-	int fd;
+	int rc;
 
 	if (token_size < 2 * LISTEN_TOKEN_BYTES + 1)
 		return -ENOSPC;
@@ -148,10 +192,16 @@ static int listen_token_create(const char *path, char *token, size_t token_size,
 	if (slash && slash != dir) {
 		*slash = '\0';
 		if (mkdir(dir, LISTEN_DIR_MODE) < 0 && errno != EEXIST) {
+			rc = -errno;
 			snprintf(err, errlen, "cannot create %s for the token file: %s", dir,
-				 strerror(errno));
-			return -errno;
+				 strerror(-rc));
+			return rc;
 		}
+	}
+	if (snprintf(tmp, sizeof(tmp), "%s" LISTEN_TOKEN_TMP_SUFFIX "%ld", path,
+		     (long)getpid()) >= (int)sizeof(tmp)) {
+		snprintf(err, errlen, "the token file path %s is too long", path);
+		return -ENAMETOOLONG;
 	}
 	if (getrandom(bytes, sizeof(bytes), 0) != (ssize_t)sizeof(bytes)) {
 		snprintf(err, errlen, "cannot read random bytes for the daemon token");
@@ -159,14 +209,12 @@ static int listen_token_create(const char *path, char *token, size_t token_size,
 	}
 	for (size_t i = 0; i < sizeof(bytes); i++)
 		snprintf(token + 2 * i, 3, "%02x", bytes[i]);
-	fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, LISTEN_SOCKET_MODE);
-	if (fd < 0 || dprintf(fd, "%s\n", token) < 0) {
-		snprintf(err, errlen, "cannot write the token file %s: %s", path, strerror(errno));
-		if (fd >= 0)
-			close(fd);
-		return -EIO;
+	snprintf(line, sizeof(line), "%s\n", token);
+	rc = listen_token_publish(tmp, path, line);
+	if (rc < 0) {
+		listen_token_failed(path, -rc, err, errlen);
+		return rc;
 	}
-	close(fd);
 	return 0;
 }
 
@@ -178,8 +226,15 @@ int daemon_token_load(const char *path, char *token, size_t token_size, char *er
 	int fd;
 
 	fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
-	if (fd < 0 && errno == ENOENT)
-		return listen_token_create(path, token, token_size, err, errlen);
+	if (fd < 0 && errno == ENOENT) {
+		int rc = listen_token_create(path, token, token_size, err, errlen);
+
+		/* another daemon published one first: that one is read like any other */
+		if (rc != -EEXIST)
+			return rc;
+		err[0] = '\0';
+		fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+	}
 	if (fd < 0) {
 		snprintf(err, errlen, "cannot open the token file %s: %s", path, strerror(errno));
 		return -errno;

@@ -6,6 +6,10 @@
  * steps and finalises in one place: the daemon's request rate is far below what re-preparing
  * costs, and no statement outlives a call. JSON-valued columns (policy, report, payload,
  * depends_on) are stored as text and decoded again when read.
+ *
+ * A write that fails (its file system full or read-only) is said once in the daemon's log,
+ * with what to do, and again when writes work again; callers get -EIO and the sentence from
+ * daemon_store_failure, so a client's answer can carry it too.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -15,12 +19,16 @@
 
 #include <sqlite3.h>
 
+#include "common/log.h"
 #include "daemon/daemon_internal.h"
 
 #define STORE_FILE_NAME "daemon.db"
 #define STORE_SCHEMA_VERSION 1
 #define STORE_BUSY_TIMEOUT_MS 5000
 #define STORE_DIR_MODE 0700
+#define STORE_LOG_MODULE "daemon"
+/* the store's path, SQLite's message and what to do */
+#define STORE_FAILURE_MAX (DAEMON_PATH_MAX + DAEMON_ERROR_MESSAGE_MAX)
 /* a stage's output is ready once it has an artifact (a service publishes one while running) */
 #define STORE_STAGE_OUTPUT_READY                                                               \
 	"EXISTS (SELECT 1 FROM artifacts WHERE artifacts.run_id = stages.run_id"              \
@@ -29,6 +37,8 @@
 struct daemon_store {
 	sqlite3 *db;
 	char path[DAEMON_PATH_MAX];
+	bool write_failing; /* a write failed and none has worked since: logged once */
+	char failure[STORE_FAILURE_MAX]; /* the last failed write, as a sentence */
 };
 
 static const char store_schema[] =
@@ -71,13 +81,50 @@ static sqlite3_stmt *store_prepare(struct daemon_store *store, const char *sql)
 	return stmt;
 }
 
-/* Steps a statement that returns no rows and finalises it. */
-static int store_done(sqlite3_stmt *stmt)
+/* Why the last write failed and what frees it, into store->failure. */
+static void store_describe_failure(struct daemon_store *store)
+{
+	int code = sqlite3_system_errno(store->db);
+	const char *advice = "";
+
+	if (code == ENOSPC || code == EDQUOT || sqlite3_errcode(store->db) == SQLITE_FULL)
+		advice = ": free space on its file system, or restart voidbox serve with "
+			 "--state-dir on one with room";
+	else if (code == EROFS || code == EACCES || code == EPERM ||
+		 sqlite3_errcode(store->db) == SQLITE_READONLY)
+		advice = ": make it writable, or restart voidbox serve with --state-dir "
+			 "elsewhere";
+	snprintf(store->failure, sizeof(store->failure), "the run store %s cannot be written "
+		 "(%s)%s", store->path, sqlite3_errmsg(store->db), advice);
+}
+
+/*
+ * A write's SQLite result: 0, or -EIO after noting the failure (logged when it is the first
+ * since writes last worked).
+ */
+static int store_wrote(struct daemon_store *store, int sqlite_rc)
+{
+	if (sqlite_rc == SQLITE_DONE || sqlite_rc == SQLITE_OK) {
+		if (store->write_failing)
+			log_info(STORE_LOG_MODULE, "the run store %s can be written again",
+				 store->path);
+		store->write_failing = false;
+		return 0;
+	}
+	store_describe_failure(store);
+	if (!store->write_failing)
+		log_error(STORE_LOG_MODULE, "%s", store->failure);
+	store->write_failing = true;
+	return -EIO;
+}
+
+/* Steps a statement that writes and returns no rows, and finalises it. */
+static int store_done(struct daemon_store *store, sqlite3_stmt *stmt)
 {
 	int rc = sqlite3_step(stmt);
 
 	sqlite3_finalize(stmt);
-	return rc == SQLITE_DONE ? 0 : -EIO;
+	return store_wrote(store, rc);
 }
 
 static void store_bind_text(sqlite3_stmt *stmt, int index, const char *text)
@@ -201,6 +248,11 @@ const char *daemon_store_path(const struct daemon_store *store)
 	return store->path;
 }
 
+const char *daemon_store_failure(const struct daemon_store *store)
+{
+	return store->failure[0] ? store->failure : "the run store cannot be written";
+}
+
 static int store_insert_stage(struct daemon_store *store, const char *run_id,
 			      const struct daemon_stage_plan *stage, size_t position)
 {
@@ -217,7 +269,7 @@ static int store_insert_stage(struct daemon_store *store, const char *run_id,
 		sqlite3_finalize(stmt);
 		return -ENOMEM;
 	}
-	return store_done(stmt);
+	return store_done(store, stmt);
 }
 
 int daemon_store_insert_run(struct daemon_store *store, const struct daemon_run_row *row,
@@ -244,12 +296,12 @@ int daemon_store_insert_run(struct daemon_store *store, const struct daemon_run_
 	store_bind_json(stmt, 5, policy);
 	sqlite3_bind_int64(stmt, 6, (sqlite3_int64)now);
 	sqlite3_bind_int64(stmt, 7, (sqlite3_int64)now);
-	if (store_done(stmt) < 0)
+	if (store_done(store, stmt) < 0)
 		goto rollback;
 	for (size_t i = 0; i < stage_count; i++)
 		if (store_insert_stage(store, row->id, &stages[i], i) < 0)
 			goto rollback;
-	rc = store_exec(store, "COMMIT;");
+	rc = store_wrote(store, sqlite3_exec(store->db, "COMMIT;", NULL, NULL, NULL));
 	if (rc == 0)
 		goto out;
 rollback:
@@ -338,7 +390,7 @@ int daemon_store_set_running(struct daemon_store *store, const char *id, uint32_
 	sqlite3_bind_int64(stmt, 2, pid);
 	sqlite3_bind_int64(stmt, 3, (sqlite3_int64)daemon_now_ms());
 	store_bind_text(stmt, 4, id);
-	return store_done(stmt);
+	return store_done(store, stmt);
 }
 
 int daemon_store_finish_run(struct daemon_store *store, const char *id,
@@ -363,7 +415,7 @@ int daemon_store_finish_run(struct daemon_store *store, const char *id,
 	sqlite3_bind_int64(stmt, 7, (sqlite3_int64)now);
 	sqlite3_bind_int64(stmt, 8, (sqlite3_int64)now);
 	store_bind_text(stmt, 9, id);
-	return store_done(stmt);
+	return store_done(store, stmt);
 }
 
 /* {name: {status, started_at?, completed_at?}} */
@@ -589,7 +641,7 @@ int64_t daemon_store_append_event(struct daemon_store *store, const char *run_id
 	store_bind_text(stmt, 7, json_string_value(json_object_get(event, "stage_name")));
 	store_bind_text(stmt, 8, json_string_value(json_object_get(event, "stream")));
 	store_bind_json(stmt, 9, json_object_get(event, "payload"));
-	if (store_done(stmt) < 0)
+	if (store_done(store, stmt) < 0)
 		return -EIO;
 	return event_id;
 }
@@ -651,7 +703,7 @@ int daemon_store_stage_update(struct daemon_store *store, const char *run_id, co
 	}
 	store_bind_text(stmt, index++, run_id);
 	store_bind_text(stmt, index, name);
-	return store_done(stmt);
+	return store_done(store, stmt);
 }
 
 json_t *daemon_store_stages_in(struct daemon_store *store, const char *run_id,
@@ -687,7 +739,7 @@ int daemon_store_put_artifact(struct daemon_store *store, const char *run_id, co
 	store_bind_text(stmt, 4, media_type);
 	sqlite3_bind_int64(stmt, 5, (sqlite3_int64)len);
 	sqlite3_bind_blob64(stmt, 6, len ? data : "", len, SQLITE_TRANSIENT);
-	return store_done(stmt);
+	return store_done(store, stmt);
 }
 
 int64_t daemon_store_add_telemetry(struct daemon_store *store, const char *run_id,
@@ -712,6 +764,8 @@ int64_t daemon_store_add_telemetry(struct daemon_store *store, const char *run_i
 	if (sqlite3_step(stmt) == SQLITE_ROW)
 		seq = sqlite3_column_int64(stmt, 0);
 	sqlite3_finalize(stmt);
+	if (store_wrote(store, seq > 0 ? SQLITE_DONE : sqlite3_errcode(store->db)) < 0)
+		return -EIO;
 	if (seq <= DAEMON_TELEMETRY_KEEP)
 		return seq;
 	/* a ring: the oldest samples beyond the newest DAEMON_TELEMETRY_KEEP go */
@@ -720,7 +774,7 @@ int64_t daemon_store_add_telemetry(struct daemon_store *store, const char *run_i
 		return -EIO;
 	store_bind_text(stmt, 1, run_id);
 	sqlite3_bind_int64(stmt, 2, seq - DAEMON_TELEMETRY_KEEP);
-	return store_done(stmt) < 0 ? -EIO : seq;
+	return store_done(store, stmt) < 0 ? -EIO : seq;
 }
 
 json_t *daemon_store_telemetry_json(struct daemon_store *store, const char *run_id,

@@ -16,6 +16,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <dirent.h>
+#include <sched.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -38,6 +41,12 @@
 #define TEST_ENV_MAX (256u * 1024u)
 #define TEST_PARALLEL 3
 #define TEST_PARALLEL_TEXT "3"
+/* a child's exit status for a scenario that needs a mount namespace this host does not give */
+#define TEST_FULL_NOT_RUN 77
+#define TEST_SMALL_TMPFS "size=2m"
+#define TEST_FILL_CHUNK 4096
+#define TEST_TOKEN_HEX_LEN 64
+#define TEST_LOG_MAX (64u * 1024u)
 
 static const char *voidbox_path;
 static char temp_dir[] = "/tmp/voidbox-daemon-test-XXXXXX";
@@ -49,6 +58,7 @@ static char cat_spec[TEST_PATH_MAX];
 static char service_spec[TEST_PATH_MAX];
 static char failing_service_spec[TEST_PATH_MAX];
 static char agent_spec[TEST_PATH_MAX];
+static char nap_spec[TEST_PATH_MAX];
 
 static const char quick_yaml[] =
 	"api_version: v1\nkind: workflow\nname: quick\nsandbox:\n  mode: mock\n"
@@ -80,6 +90,14 @@ static const char service_yaml[] =
 	"        args: [\"/workspace/ready.json\", \"{\\\"port\\\":8080}\"]\n"
 	"    - name: after\n      depends_on: [web]\n      run:\n        program: echo\n"
 	"        args: [\"after the service\"]\n";
+
+/* A run that is still going a moment after it starts, and then succeeds. */
+static const char nap_yaml[] =
+	"api_version: v1\nkind: workflow\nname: nap\nsandbox:\n  mode: mock\n"
+	"workflow:\n  steps:\n"
+	"    - name: first\n      run:\n        program: echo\n        args: [\"going\"]\n"
+	"    - name: nap\n      depends_on: [first]\n      run:\n        program: sleep\n"
+	"        args: [\"2\"]\n";
 
 /* An agent in a mock box: the in-process stand-in answers with stream-json. */
 static const char agent_yaml[] =
@@ -1029,6 +1047,224 @@ static void test_clean_stop_removes_socket(void)
 	unix_daemon.pid = 0;
 }
 
+/* ---- a full file system ---- */
+
+/* Writes dir/filler until the file system is full; true when it is. */
+static bool fill_file_system(const char *dir)
+{
+	static const char chunk[TEST_FILL_CHUNK];
+	char path[TEST_PATH_MAX];
+	int fd;
+	bool full = false;
+
+	snprintf(path, sizeof(path), "%s/filler", dir);
+	fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, TEST_OWNER_ONLY);
+	while (fd >= 0 && !full)
+		full = write(fd, chunk, sizeof(chunk)) < 0 && errno == ENOSPC;
+	if (fd >= 0)
+		close(fd);
+	return full;
+}
+
+static void free_file_system(const char *dir)
+{
+	char path[TEST_PATH_MAX];
+
+	snprintf(path, sizeof(path), "%s/filler", dir);
+	unlink(path);
+}
+
+static void remove_temp_dir(void);
+
+/*
+ * Runs scenario(dir) in a child with a mount namespace of its own and a small tmpfs on dir, so
+ * it can fill that file system. Such a test is a separate one (its own meson test): where the
+ * host gives no namespace it skips, having said why, after stopping the shared daemon.
+ */
+static void in_small_tmpfs(const char *name, int (*scenario)(const char *dir))
+{
+	char dir[TEST_PATH_MAX];
+	int status = -1;
+	pid_t child;
+
+	snprintf(dir, sizeof(dir), "%s/%s", temp_dir, name);
+	CHECK_INT_EQ(mkdir(dir, 0700), 0);
+	fflush(NULL);
+	child = fork();
+	CHECK(child >= 0);
+	if (child == 0) {
+		if (unshare(CLONE_NEWNS) < 0 ||
+		    mount("none", "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0 ||
+		    mount("tmpfs", dir, "tmpfs", 0, TEST_SMALL_TMPFS) < 0) {
+			fprintf(stderr, "  not run: cannot mount a small tmpfs (%s)\n",
+				strerror(errno));
+			_exit(TEST_FULL_NOT_RUN);
+		}
+		_exit(scenario(dir));
+	}
+	CHECK_INT_EQ(waitpid(child, &status, 0), child);
+	if (WIFEXITED(status) && WEXITSTATUS(status) == TEST_FULL_NOT_RUN) {
+		if (unix_daemon.pid > 0)
+			serve_stop(&unix_daemon, SIGKILL);
+		remove_temp_dir();
+		harness_skip_all("no mount namespace with a small tmpfs to fill (the line above "
+				 "says why)");
+	}
+	CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+}
+
+/* The names in dir, space-separated, into out ("" when empty). */
+static void list_dir(const char *dir, char *out, size_t len)
+{
+	DIR *handle = opendir(dir);
+	struct dirent *ent;
+	size_t used = 0;
+
+	out[0] = '\0';
+	while (handle && (ent = readdir(handle))) {
+		int n;
+
+		if (strcmp(ent->d_name, ".") == 0 || strcmp(ent->d_name, "..") == 0)
+			continue;
+		n = snprintf(out + used, len - used, "%s%s", used ? " " : "", ent->d_name);
+		if (n < 0 || (size_t)n >= len - used)
+			break;
+		used += (size_t)n;
+	}
+	if (handle)
+		closedir(handle);
+}
+
+static int token_on_full_disk(const char *dir)
+{
+	char path[2 * TEST_PATH_MAX], cfg[TEST_PATH_MAX], token[TEST_PATH_MAX];
+	char again[TEST_PATH_MAX];
+	char err[TEST_ERR_MAX] = "", listing[TEST_PATH_MAX];
+	struct stat st;
+
+	snprintf(cfg, sizeof(cfg), "%s/cfg", dir);
+	snprintf(path, sizeof(path), "%s/token", cfg);
+	CHECK(fill_file_system(dir));
+	CHECK(daemon_token_load(path, token, sizeof(token), err, sizeof(err)) < 0);
+	fprintf(stderr, "  refused: %s\n", err);
+	CHECK(strstr(err, "No space left on device") != NULL);
+	CHECK(strstr(err, "pass --token-file a path on a file system with room") != NULL);
+	/* nothing is left that the next start would refuse as an empty token file */
+	list_dir(cfg, listing, sizeof(listing));
+	CHECK_STR_EQ(listing, "");
+	free_file_system(dir);
+	err[0] = '\0';
+	CHECK_INT_EQ(daemon_token_load(path, token, sizeof(token), err, sizeof(err)), 0);
+	CHECK_INT_EQ(strlen(token), TEST_TOKEN_HEX_LEN);
+	CHECK_INT_EQ(stat(path, &st), 0);
+	CHECK_INT_EQ(st.st_mode & TEST_FILE_MODE_MASK, TEST_OWNER_ONLY);
+	CHECK_INT_EQ(daemon_token_load(path, again, sizeof(again), err, sizeof(err)), 0);
+	CHECK_STR_EQ(again, token);
+	list_dir(cfg, listing, sizeof(listing));
+	CHECK_STR_EQ(listing, "token");
+	return harness_checks_failed_in_test == 0 ? 0 : 1;
+}
+
+/*
+ * A token file that cannot be written on a full disk says what to do and leaves no empty
+ * file behind; with space freed the next start makes a whole one.
+ */
+static void test_token_on_full_disk(void)
+{
+	in_small_tmpfs("token-full", token_on_full_disk);
+}
+
+/* `voidbox serve` with its state on dir and its log into log_path. */
+static bool serve_logged(struct served *served, const char *dir, const char *log_path)
+{
+	char state[TEST_PATH_MAX], listen[TEST_PATH_MAX];
+	int saved = dup(STDERR_FILENO);
+	int log_fd = open(log_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, TEST_OWNER_ONLY);
+	bool started;
+
+	snprintf(state, sizeof(state), "%s/state", dir);
+	snprintf(listen, sizeof(listen), "unix://%s/sock", dir);
+	if (saved < 0 || log_fd < 0)
+		return false;
+	dup2(log_fd, STDERR_FILENO);
+	started = serve_start(served, voidbox_path, state, listen, NULL);
+	dup2(saved, STDERR_FILENO);
+	close(saved);
+	close(log_fd);
+	return started;
+}
+
+static void read_text(const char *path, char *out, size_t len)
+{
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	ssize_t n = fd >= 0 ? read(fd, out, len - 1) : -1;
+
+	out[n > 0 ? n : 0] = '\0';
+	if (fd >= 0)
+		close(fd);
+}
+
+static int run_store_on_full_disk(const char *dir)
+{
+	static char log_text[TEST_LOG_MAX];
+	char log_path[TEST_PATH_MAX], *body;
+	struct served served;
+	json_t *answer, *run, *events;
+	const char *message;
+	long status;
+	char *id;
+
+	snprintf(log_path, sizeof(log_path), "%s/serve.log", temp_dir);
+	if (!serve_logged(&served, dir, log_path)) {
+		CHECK(!"voidbox serve did not start on the small tmpfs");
+		return 1;
+	}
+	id = create_run(&served, nap_spec, "full-1");
+	wait_stage_running(&served, "full-1", "nap");
+	CHECK(fill_file_system(dir));
+	/* a new run is refused with why and what to do */
+	body = create_body(quick_spec, "full-2");
+	answer = call(&served, "POST", "/v1/runs", body, &status);
+	free(body);
+	CHECK_INT_EQ(status, 500);
+	message = json_string_value(json_object_get(answer, "message"));
+	fprintf(stderr, "  refused: %s\n", message ? message : "(no message)");
+	CHECK(message && strstr(message, "free space on its file system") != NULL);
+	CHECK(message && strstr(message, "the run was not started") != NULL);
+	json_decref(answer);
+	/* the running one ends while the disk is full: its end waits, and the log says why */
+	for (int i = 0; i < SERVE_WAIT_ROUNDS && !strstr(log_text, "its end is not recorded");
+	     i++) {
+		serve_pause();
+		read_text(log_path, log_text, sizeof(log_text));
+	}
+	CHECK(strstr(log_text, "run full-1 has ended but its end is not recorded") != NULL);
+	CHECK(strstr(log_text, "free space on its file system") != NULL);
+	free_file_system(dir);
+	run = wait_terminal(&served, "full-1");
+	CHECK_STR_EQ(json_string_value(json_object_get(run, "status")), "succeeded");
+	CHECK(json_is_object(json_object_get(run, "report")));
+	json_decref(run);
+	events = call(&served, "GET", "/v1/runs/full-1/events", NULL, &status);
+	CHECK_INT_EQ(status, SERVE_HTTP_OK);
+	CHECK(json_array_size(events) > 0);
+	CHECK(daemon_event_is_last(json_array_get(events, json_array_size(events) - 1)));
+	json_decref(events);
+	free(id);
+	CHECK_INT_EQ(serve_stop(&served, SIGTERM), 0);
+	return harness_checks_failed_in_test == 0 ? 0 : 1;
+}
+
+/*
+ * The run store on a full file system: a new run is refused with what to free, and a run that
+ * ends meanwhile is not lost: its end is recorded once space is freed, so a client waiting on
+ * it sees it finish instead of waiting on a run stuck in "running".
+ */
+static void test_run_store_on_full_disk(void)
+{
+	in_small_tmpfs("store-full", run_store_on_full_disk);
+}
+
 /* ---- over TCP ---- */
 
 static void test_tcp_requires_token(void)
@@ -1117,6 +1353,15 @@ static void test_contract_over_tcp(void)
 	unlink(token_file);
 }
 
+static void remove_temp_dir(void)
+{
+	char command[TEST_PATH_MAX + 16];
+
+	snprintf(command, sizeof(command), "rm -rf '%s'", temp_dir);
+	if (system(command) != 0)
+		fprintf(stderr, "cannot remove %s\n", temp_dir);
+}
+
 int main(int argc, char **argv)
 {
 	char listen[TEST_PATH_MAX];
@@ -1141,6 +1386,8 @@ int main(int argc, char **argv)
 	write_file(failing_service_spec, failing_service_yaml);
 	snprintf(agent_spec, sizeof(agent_spec), "%s/agent.yaml", temp_dir);
 	write_file(agent_spec, agent_yaml);
+	snprintf(nap_spec, sizeof(nap_spec), "%s/nap.yaml", temp_dir);
+	write_file(nap_spec, nap_yaml);
 	RUN_TEST(test_request_parsing);
 	snprintf(listen, sizeof(listen), "unix://%s", socket_path);
 	if (!serve_start(&unix_daemon, voidbox_path, state_dir, listen, NULL))
@@ -1162,17 +1409,13 @@ int main(int argc, char **argv)
 	RUN_TEST(test_report_over_limit);
 	RUN_TEST(test_clean_stop_removes_socket);
 	RUN_TEST(test_tcp_requires_token);
+	RUN_SEPARATE_TEST(test_token_on_full_disk);
+	RUN_SEPARATE_TEST(test_run_store_on_full_disk);
 	RUN_TEST(test_contract_over_tcp);
 	RUN_TEST(test_default_paths);
 	RUN_TEST(test_defaults_from_environment);
 	if (unix_daemon.pid > 0)
 		serve_stop(&unix_daemon, SIGKILL);
-	{
-		char command[TEST_PATH_MAX + 16];
-
-		snprintf(command, sizeof(command), "rm -rf '%s'", temp_dir);
-		if (system(command) != 0)
-			fprintf(stderr, "cannot remove %s\n", temp_dir);
-	}
+	remove_temp_dir();
 	return harness_finish();
 }
