@@ -498,8 +498,11 @@ static int oci_fetch_blob(struct oci_client *client, const struct oci_descriptor
 							       stderr);
 	if (rc == 0 && sink.write_rc < 0) {
 		rc = sink.write_rc;
-		snprintf(err, errlen, "cannot write blob %s into the cache: %s", desc->digest,
-			 strerror(-rc));
+		snprintf(err, errlen, "cannot write blob %s into the image cache %s: %s%s; nothing "
+			 "was cached", desc->digest, client->options->oci_dir, strerror(-rc),
+			 rc == -ENOSPC || rc == -EDQUOT ?
+				 ": free space there (voidbox image prune drops unused blobs), or set "
+				 "VOIDBOX_HOME to a file system with room" : "");
 	} else if (rc == 0 && (sink.overflow || sink.received != desc->size)) {
 		rc = -EBADMSG;
 		snprintf(err, errlen, "registry %s sent %s%llu bytes for blob %s, whose manifest says %llu; nothing was cached",
