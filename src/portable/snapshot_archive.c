@@ -9,6 +9,11 @@
  * fixed set, the size the manifest gives), hashes each as it lands in a temporary directory
  * inside the store, and publishes only after the last one matched. All-zero pages are not
  * written (holes), so a memory file stays as sparse as it was where it was taken.
+ * Export writes into an unnamed file beside the destination (O_TMPFILE) and names it only
+ * once it is whole, so an export killed outright (Ctrl-C, SIGKILL) leaves no half archive;
+ * where the file system makes no unnamed files, the temporary's name carries the pid and the
+ * next export to that path removes it. An import killed outright leaves its scratch directory
+ * (.tmp-<pid>-...) in the store, which the next import, snapshot or gc sweeps.
  * libarchive is opened by the first export or import (src/dynlib/archive_dl.h).
  */
 #include "portable/snapshot_archive.h"
@@ -38,6 +43,10 @@
 #define SNAPSHOT_ARCHIVE_ENTRY_MAX (SNAPSHOT_MANIFEST_ID_MAX + SNAPSHOT_MANIFEST_NAME_MAX + 1)
 #define SNAPSHOT_ARCHIVE_ERR_MAX 512
 #define SNAPSHOT_ARCHIVE_IMPORT_LABEL "import"
+/* An archive gets its name as out_path + this + pid, an instant before it is renamed in place. */
+#define SNAPSHOT_ARCHIVE_TMP_SUFFIX ".tmp-"
+#define SNAPSHOT_ARCHIVE_PROC_FD "/proc/self/fd/%d"
+#define SNAPSHOT_ARCHIVE_PROC_FD_MAX 32
 #define SNAPSHOT_ARCHIVE_STATE "state"
 #define SNAPSHOT_ARCHIVE_EXPORT_PURPOSE "exporting a snapshot"
 #define SNAPSHOT_ARCHIVE_IMPORT_PURPOSE "importing a snapshot"
@@ -261,6 +270,55 @@ out:
 	return rc;
 }
 
+/*
+ * The file the archive is written into, in out_path's directory: an unnamed one (O_TMPFILE)
+ * where the file system makes them, which a process killed while writing leaves nothing of;
+ * else tmp_path, made here (*named set), which such a process leaves behind for the next
+ * export to out_path to remove, as this one removes those of exports that are gone. The fd,
+ * or -errno.
+ */
+static int snapshot_archive_create(const char *out_path, const char *tmp_path, bool *named)
+{
+	char dir[PATH_MAX], prefix[NAME_MAX + 1];
+	const char *slash = strrchr(out_path, '/');
+	int fd;
+
+	if (!slash)
+		snprintf(dir, sizeof(dir), ".");
+	else if (slash == out_path)
+		snprintf(dir, sizeof(dir), "/");
+	else
+		snprintf(dir, sizeof(dir), "%.*s", (int)(slash - out_path), out_path);
+	if (snprintf(prefix, sizeof(prefix), "%s%s", slash ? slash + 1 : out_path,
+		     SNAPSHOT_ARCHIVE_TMP_SUFFIX) < (int)sizeof(prefix))
+		store_sweep_gone_writers(dir, prefix);
+	fd = open(dir, O_TMPFILE | O_WRONLY | O_CLOEXEC, SNAPSHOT_ARCHIVE_FILE_MODE);
+	if (fd >= 0 || (errno != EOPNOTSUPP && errno != EISDIR && errno != EINVAL))
+		return fd >= 0 ? fd : -errno;
+	unlink(tmp_path); /* carries this pid: only a gone process of the same pid left it */
+	fd = open(tmp_path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, SNAPSHOT_ARCHIVE_FILE_MODE);
+	if (fd < 0)
+		return -errno;
+	*named = true;
+	return fd;
+}
+
+/* Gives the finished unnamed file fd the name tmp_path, from where it is renamed in place. */
+static int snapshot_archive_name(int fd, const char *tmp_path, char *err, size_t errlen)
+{
+	char proc_path[SNAPSHOT_ARCHIVE_PROC_FD_MAX];
+	int rc;
+
+	snprintf(proc_path, sizeof(proc_path), SNAPSHOT_ARCHIVE_PROC_FD, fd);
+	unlink(tmp_path); /* carries this pid: only a gone process of the same pid left it */
+	if (linkat(AT_FDCWD, proc_path, AT_FDCWD, tmp_path, AT_SYMLINK_FOLLOW) == 0 ||
+	    linkat(fd, "", AT_FDCWD, tmp_path, AT_EMPTY_PATH) == 0)
+		return 0;
+	rc = -errno;
+	store_error(err, errlen, "cannot write %s: %s", tmp_path, strerror(-rc));
+	return rc;
+}
+
 /* Writes the archive onto fd, the temporary file that becomes out_path (named in messages). */
 static int snapshot_archive_write(int fd, const char *out_path,
 				  const struct snapshot_archive_manifest *m,
@@ -345,32 +403,35 @@ int snapshot_archive_export(const char *prefix, const char *out_path,
 						   m->chain[i].cpu_features);
 		m->chain[i].has_cpu_features = false;
 	}
-	if (rc == 0 && snprintf(tmp_path, sizeof(tmp_path), "%s.tmp-%ld", out_path,
-				(long)getpid()) >= (int)sizeof(tmp_path))
+	if (rc == 0 && snprintf(tmp_path, sizeof(tmp_path), "%s%s%ld", out_path,
+				SNAPSHOT_ARCHIVE_TMP_SUFFIX, (long)getpid()) >= (int)sizeof(tmp_path))
 		rc = -ENAMETOOLONG;
 	if (rc == 0) {
 		/* opened here, so an unwritable destination is told with its errno */
-		int fd = open(tmp_path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC,
-			      SNAPSHOT_ARCHIVE_FILE_MODE);
+		bool named = false;
+		int fd = snapshot_archive_create(out_path, tmp_path, &named);
 
 		if (fd < 0) {
-			rc = -errno;
+			rc = fd;
 			store_error(err, errlen, "cannot write %s: %s: check that its directory "
 				    "exists and is writable", out_path, strerror(-rc));
 			goto out;
 		}
 		rc = snapshot_archive_write(fd, out_path, m, chain, err, errlen);
+		if (rc == 0 && !named)
+			rc = snapshot_archive_name(fd, tmp_path, err, errlen);
+		named = named || rc == 0;
 		if (close(fd) < 0 && rc == 0) {
 			rc = -errno;
 			store_error(err, errlen, "cannot write %s: %s", tmp_path, strerror(-rc));
 		}
+		if (rc == 0 && rename(tmp_path, out_path) < 0) {
+			rc = -errno;
+			store_error(err, errlen, "cannot write %s: %s", out_path, strerror(errno));
+		}
+		if (rc < 0 && named)
+			unlink(tmp_path);
 	}
-	if (rc == 0 && rename(tmp_path, out_path) < 0) {
-		rc = -errno;
-		store_error(err, errlen, "cannot write %s: %s", out_path, strerror(errno));
-	}
-	if (rc < 0)
-		unlink(tmp_path);
 	if (rc == 0 && manifest)
 		*manifest = *m;
 out:

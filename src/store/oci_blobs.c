@@ -2,7 +2,9 @@
  * The OCI blob cache (see oci_blobs.h). A writer owns a temporary file in the cache's own
  * directory (so publishing is a rename on one filesystem) and a SHA-256 context; commit
  * finishes the hash, compares it with the digest it was opened for, fsyncs and renames. A
- * blob that is already cached is left alone (another pull published the same bytes).
+ * blob that is already cached is left alone (another pull published the same bytes). The
+ * temporary's name carries the writer's pid, so the file of a pull that was killed (which no
+ * cleanup code outlives) is told from a running pull's and swept by the next pull or prune.
  */
 #include "store/oci_blobs.h"
 
@@ -17,9 +19,11 @@
 
 #include <openssl/evp.h>
 
+#include "store/store_fs.h"
+
 #define OCI_BLOBS_DIR_MODE 0755
 #define OCI_BLOBS_FILE_MODE 0644
-#define OCI_BLOBS_TMP_TEMPLATE ".tmp-XXXXXX"
+#define OCI_BLOBS_TMP_RANDOM "XXXXXX"
 #define OCI_BLOBS_CHUNK 65536
 #define OCI_SHA256_BYTES 32
 
@@ -142,8 +146,9 @@ int oci_blob_writer_open(const char *oci_dir, const char *digest,
 	}
 	snprintf(writer->digest, sizeof(writer->digest), "%s", digest);
 	if (snprintf(dir, sizeof(dir), "%s/%s", oci_dir, OCI_BLOBS_SUBDIR) >= (int)sizeof(dir) ||
-	    snprintf(writer->tmp_path, sizeof(writer->tmp_path), "%s/%s", dir,
-		     OCI_BLOBS_TMP_TEMPLATE) >= (int)sizeof(writer->tmp_path)) {
+	    snprintf(writer->tmp_path, sizeof(writer->tmp_path), "%s/%s%ld-%s", dir,
+		     OCI_BLOBS_TMP_PREFIX, (long)getpid(), OCI_BLOBS_TMP_RANDOM) >=
+		    (int)sizeof(writer->tmp_path)) {
 		rc = -ENAMETOOLONG;
 		snprintf(err, errlen, "the cache directory %s is too deep", oci_dir);
 		writer->tmp_path[0] = '\0';
@@ -217,6 +222,14 @@ void oci_blob_writer_abort(struct oci_blob_writer *writer)
 {
 	if (writer)
 		oci_blob_writer_free(writer);
+}
+
+void oci_blobs_sweep(const char *oci_dir)
+{
+	char dir[PATH_MAX];
+
+	if (snprintf(dir, sizeof(dir), "%s/%s", oci_dir, OCI_BLOBS_SUBDIR) < (int)sizeof(dir))
+		store_sweep_gone_writers(dir, OCI_BLOBS_TMP_PREFIX);
 }
 
 int oci_blob_verify_file(const char *path, const char *digest, char *err, size_t errlen)

@@ -16,6 +16,8 @@
 #define OCI_DIGEST_LEN (sizeof(OCI_DIGEST_ALGORITHM) - 1 + OCI_SHA256_HEX_LEN)
 /* Where the blobs are, under the OCI directory: one file per blob, named by its hex digest. */
 #define OCI_BLOBS_SUBDIR "blobs/sha256"
+/* A blob being written there: .tmp-<writer's pid>-<random>, never taken for a blob. */
+#define OCI_BLOBS_TMP_PREFIX ".tmp-"
 
 /* 0 when digest is "sha256:" and 64 lowercase hex digits; -EINVAL otherwise. */
 int oci_digest_check(const char *digest);
@@ -41,6 +43,12 @@ int oci_blob_writer_write(struct oci_blob_writer *writer, const void *data, size
 int oci_blob_writer_commit(struct oci_blob_writer *writer, char *err, size_t errlen);
 /* Drops a blob being written (its temporary file goes). NULL is fine. */
 void oci_blob_writer_abort(struct oci_blob_writer *writer);
+
+/*
+ * Removes the temporary files of blob writers that are gone (a pull killed mid-download);
+ * those of running pulls stay. Nothing to report: what cannot be removed is tried again.
+ */
+void oci_blobs_sweep(const char *oci_dir);
 
 /* The sha256 digest of len bytes as "sha256:<hex>" (out holds OCI_DIGEST_LEN + 1). 0 or -EIO. */
 int oci_digest_of(const void *data, size_t len, char *out);

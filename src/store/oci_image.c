@@ -2,9 +2,14 @@
  * The local store of pulled images (see oci_image.h). Everything a pull publishes appears by
  * rename: blobs through the verifying writer, the rootfs through oci_rootfs_build_ext4's
  * temporary name, the reference file through a temporary beside it, so an interrupted pull
- * leaves either nothing or a whole image. Layers are applied in a scratch tree under
- * oci/tmp/ that is removed whatever happens; every layer blob is hashed again right before it
- * is applied, so a cache file altered after its download is never used.
+ * never leaves a partial image under a published name. Layers are applied in a scratch tree
+ * under oci/tmp/ that is removed whatever happens; every layer blob is hashed again right
+ * before it is applied, so a cache file altered after its download is never used.
+ *
+ * A pull killed outright (SIGKILL, or Ctrl-C: no handler is installed) runs no cleanup, so
+ * every temporary a pull makes carries its pid in its name: a blob being downloaded, the
+ * scratch tree, the rootfs being built. Each pull and each prune first sweeps those whose pid
+ * no longer runs, so what a killed pull left is gone by the next one and never accumulates.
  */
 #include "store/oci_image.h"
 
@@ -32,7 +37,9 @@
 #define OCI_IMAGE_REFS "refs"
 #define OCI_IMAGE_TMP "tmp"
 #define OCI_IMAGE_REF_SUFFIX ".json"
-#define OCI_IMAGE_UNPACK_TEMPLATE "unpack-XXXXXX"
+/* A scratch tree: unpack-<pid>-<random>, so one a killed pull left is told from a live one's. */
+#define OCI_IMAGE_UNPACK_PREFIX "unpack-"
+#define OCI_IMAGE_UNPACK_RANDOM "XXXXXX"
 #define OCI_IMAGE_TREE "tree"
 #define OCI_IMAGE_DIR_MODE 0755
 #define OCI_IMAGE_TIME_FORMAT "%Y-%m-%dT%H:%M:%SZ"
@@ -99,8 +106,9 @@ static int oci_image_build_rootfs(const char *oci_dir, const struct oci_manifest
 
 	oci_layer_budget_init(&budget);
 
-	if (snprintf(scratch, sizeof(scratch), "%s/%s/%s", oci_dir, OCI_IMAGE_TMP,
-		     OCI_IMAGE_UNPACK_TEMPLATE) >= (int)sizeof(scratch) ||
+	if (snprintf(scratch, sizeof(scratch), "%s/%s/%s%ld-%s", oci_dir, OCI_IMAGE_TMP,
+		     OCI_IMAGE_UNPACK_PREFIX, (long)getpid(), OCI_IMAGE_UNPACK_RANDOM) >=
+		    (int)sizeof(scratch) ||
 	    snprintf(dir, sizeof(dir), "%s/%s", oci_dir, OCI_IMAGE_TMP) >= (int)sizeof(dir)) {
 		snprintf(err, errlen, "the image store %s is too deep", oci_dir);
 		return -ENAMETOOLONG;
@@ -143,6 +151,27 @@ static int oci_image_build_rootfs(const char *oci_dir, const struct oci_manifest
 out:
 	store_remove_tree(scratch);
 	return rc;
+}
+
+/* The temporaries of pulls that were killed: partial blobs, scratch trees, unfinished rootfs. */
+static void oci_image_sweep(const char *oci_dir)
+{
+	char dir[PATH_MAX], image_dir[PATH_MAX];
+	struct dirent *entry;
+	DIR *handle;
+
+	oci_blobs_sweep(oci_dir);
+	if (store_join(dir, sizeof(dir), oci_dir, OCI_IMAGE_TMP) == 0)
+		store_sweep_gone_writers(dir, OCI_IMAGE_UNPACK_PREFIX);
+	if (store_join(dir, sizeof(dir), oci_dir, OCI_IMAGE_IMAGES) < 0 || !(handle = opendir(dir)))
+		return;
+	while ((entry = readdir(handle)) != NULL) {
+		if (entry->d_name[0] == '.' ||
+		    store_join(image_dir, sizeof(image_dir), dir, entry->d_name) < 0)
+			continue;
+		store_sweep_gone_writers(image_dir, OCI_IMAGE_ROOTFS_FILE OCI_ROOTFS_TMP_SUFFIX);
+	}
+	closedir(handle);
 }
 
 static int oci_image_write_ref(const char *oci_dir, const struct oci_image_info *info,
@@ -197,8 +226,10 @@ int oci_image_pull(const char *ref_text, const struct oci_pull_options *options,
 		snprintf(err, errlen, "image reference '%.64s' is too long", ref_text);
 		rc = -ENAMETOOLONG;
 	}
-	if (rc == 0)
+	if (rc == 0) {
+		oci_image_sweep(options->oci_dir);
 		rc = oci_pull(&ref, options, result, err, errlen);
+	}
 	if (rc < 0)
 		goto out;
 	memcpy(out->manifest_digest, result->manifest_digest, sizeof(out->manifest_digest));
@@ -479,6 +510,7 @@ int oci_image_prune(const char *oci_dir, struct oci_image_prune_result *out, cha
 	int rc;
 
 	memset(out, 0, sizeof(*out));
+	oci_image_sweep(oci_dir);
 	rc = oci_image_list(oci_dir, &images, &count, err, errlen);
 	if (rc < 0)
 		return rc;

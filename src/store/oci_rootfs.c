@@ -144,7 +144,7 @@ int oci_rootfs_build_ext4(const char *tree, const char *image_path, char *err, s
 					OCI_ROOTFS_FLOOR_BYTES);
 	snprintf(inodes, sizeof(inodes), "%llu",
 		 (unsigned long long)(size.inodes + size.inodes / 4 + OCI_ROOTFS_SPARE_INODES));
-	if (snprintf(tmp, sizeof(tmp), "%s.tmp-%d", image_path, (int)getpid()) >=
+	if (snprintf(tmp, sizeof(tmp), "%s%s%d", image_path, OCI_ROOTFS_TMP_SUFFIX, (int)getpid()) >=
 	    (int)sizeof(tmp)) {
 		snprintf(err, errlen, "the image path %s is too long", image_path);
 		return -ENAMETOOLONG;

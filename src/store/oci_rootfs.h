@@ -9,6 +9,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* The image is written at image_path + this + the writer's pid, then renamed to image_path. */
+#define OCI_ROOTFS_TMP_SUFFIX ".tmp-"
+
 /* What the image must hold for tree: bytes (file data and directories, in blocks) and inodes. */
 struct oci_rootfs_size {
 	uint64_t data_bytes;

@@ -15,7 +15,6 @@
 #include <fcntl.h>
 #include <jansson.h>
 #include <openssl/evp.h>
-#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -338,22 +337,6 @@ static int snapshot_store_remove_snapshot(const char *store, const char *id)
 	return rc;
 }
 
-/* A .tmp-<pid>-... directory whose pid no longer runs belongs to a writer that died. */
-static bool snapshot_store_tmp_is_stale(const char *name)
-{
-	char *end;
-	long pid;
-
-	if (strncmp(name, SNAPSHOT_STORE_TMP_PREFIX, strlen(SNAPSHOT_STORE_TMP_PREFIX)) != 0)
-		return false;
-	pid = strtol(name + strlen(SNAPSHOT_STORE_TMP_PREFIX), &end, 10);
-	if (end == name + strlen(SNAPSHOT_STORE_TMP_PREFIX) || *end != '-' || pid <= 0)
-		return true;
-	if (pid == (long)getpid())
-		return false;
-	return kill((pid_t)pid, 0) < 0 && errno == ESRCH;
-}
-
 static void snapshot_store_sweep(const char *store)
 {
 	DIR *dir = opendir(store);
@@ -364,7 +347,7 @@ static void snapshot_store_sweep(const char *store)
 	while ((ent = readdir(dir))) {
 		char path[PATH_MAX];
 
-		if (!snapshot_store_tmp_is_stale(ent->d_name) ||
+		if (!store_tmp_writer_gone(ent->d_name, SNAPSHOT_STORE_TMP_PREFIX) ||
 		    store_join(path, sizeof(path), store, ent->d_name) < 0)
 			continue;
 		log_info("snapshot", "removing %s, left by a writer that stopped", path);

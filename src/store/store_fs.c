@@ -1,19 +1,24 @@
 /*
- * Directory removal, no-replace renames, file digests and the error and path helpers of the
- * stores (see store_fs.h). A tree to remove may hold directories its owner cannot write or
- * even read (an unpacked image layer keeps its modes: a 0555 /usr/bin, a 0000 directory), so
- * removal first gives the owner rwx on every directory, pass after pass: a directory that
- * could not be read is opened up by one pass and walked by the next.
+ * Directory removal, no-replace renames, file digests, the test of whether a temporary's
+ * writer is gone, and the error and path helpers of the stores (see store_fs.h). A tree to
+ * remove may hold directories its owner cannot write or even read (an unpacked image layer
+ * keeps its modes: a 0555 /usr/bin, a 0000 directory), so removal first gives the owner rwx
+ * on every directory, pass after pass: a directory that could not be read is opened up by one
+ * pass and walked by the next.
  */
 #include "store/store_fs.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
 #include <limits.h>
 #include <openssl/evp.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -87,6 +92,38 @@ int store_rename_noreplace(const char *from, const char *to)
 	if (rename(from, to) == 0)
 		return 0;
 	return errno == ENOTEMPTY || errno == EEXIST ? -EEXIST : -errno;
+}
+
+bool store_tmp_writer_gone(const char *name, const char *prefix)
+{
+	size_t prefix_len = strlen(prefix);
+	char *end;
+	long pid;
+
+	if (strncmp(name, prefix, prefix_len) != 0)
+		return false;
+	errno = 0;
+	pid = strtol(name + prefix_len, &end, 10);
+	if (end == name + prefix_len || (*end != '-' && *end != '\0') || pid <= 0 || errno)
+		return true;
+	if (pid == (long)getpid())
+		return false;
+	return kill((pid_t)pid, 0) < 0 && errno == ESRCH;
+}
+
+void store_sweep_gone_writers(const char *dir, const char *prefix)
+{
+	char path[PATH_MAX];
+	struct dirent *entry;
+	DIR *handle = opendir(dir);
+
+	if (!handle)
+		return;
+	while ((entry = readdir(handle)) != NULL)
+		if (store_tmp_writer_gone(entry->d_name, prefix) &&
+		    store_join(path, sizeof(path), dir, entry->d_name) == 0)
+			store_remove_tree(path);
+	closedir(handle);
 }
 
 int store_file_digest(const char *path, const char *algorithm, unsigned char *digest,

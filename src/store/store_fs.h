@@ -8,6 +8,7 @@
 #ifndef VOIDBOX_STORE_FS_H
 #define VOIDBOX_STORE_FS_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 /* Formats a sentence into err (nothing when err is NULL or errlen 0). */
@@ -25,6 +26,16 @@ int store_remove_tree(const char *path);
  * populated directory makes the rename fail, which is reported as -EEXIST.
  */
 int store_rename_noreplace(const char *from, const char *to);
+
+/*
+ * Whether name is a temporary left by a writer that is gone: it starts with prefix, then the
+ * writer's pid, then '-' or its end. A pid that no longer runs is gone; a name with the prefix
+ * and no pid after it is treated as gone too; this process's own and a running one's are not.
+ * A pid reused by a later process keeps its temporary until that process ends.
+ */
+bool store_tmp_writer_gone(const char *name, const char *prefix);
+/* Removes every entry of dir (a file or a tree) that store_tmp_writer_gone calls gone. */
+void store_sweep_gone_writers(const char *dir, const char *prefix);
 
 /*
  * Runs a tool (argv[0] looked up in PATH, no shell) in cwd (NULL: ours) with stdin from

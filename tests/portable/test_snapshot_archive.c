@@ -3,7 +3,9 @@
  * (snapshot_file_write) into a store under a temporary VOIDBOX_HOME, exported, and imported
  * into another VOIDBOX_HOME; damaged and forged archives are made by copying a good one
  * entry by entry through libarchive with one thing changed. Every refusal must name the file
- * that failed and leave the destination store exactly as it was.
+ * that failed and leave the destination store exactly as it was. An export and an import
+ * killed in the middle of writing (a child whose file size limit ends it with SIGXFSZ) leave
+ * no half archive beside the destination and nothing listed in the store.
  */
 #include <archive.h>
 #include <archive_entry.h>
@@ -15,6 +17,8 @@
 #include <string.h>
 #include <sched.h>
 #include <sys/mount.h>
+#include <signal.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -47,6 +51,11 @@
 #define TEST_FULL_NOT_RUN 77 /* the child could not make a small file system to fill */
 #define TEST_ID_MAP_MAX 64    /* one line of uid_map or gid_map: "ID ID 1" */
 #define TEST_CPUID_1_EDX_SSE2_FPU ((1u << 26) | (1u << 0))
+/* Bytes that do not compress, in the memory file of a snapshot too big to write under the cap. */
+#define TEST_NOISE_BYTES (1u << 20)
+#define TEST_NOISE_OFFSET TEST_MIB
+/* A write past this many bytes kills the writer (SIGXFSZ), in the middle of its file. */
+#define TEST_FILE_SIZE_CAP (64u << 10)
 
 static char root[] = "/tmp/voidbox-archive-XXXXXX";
 static char home_a[PATH_MAX], home_b[PATH_MAX], home_c[PATH_MAX];
@@ -114,6 +123,33 @@ static uint64_t store_base(void)
 	CHECK_INT_EQ(truncate(path, (off_t)(TEST_MEMORY_MB * TEST_MIB)), 0);
 	CHECK_INT_EQ(snapshot_store_commit(&txn, NULL, err, sizeof(err)), 0);
 	return id;
+}
+
+/* Like store_base, with TEST_NOISE_BYTES of bytes zstd cannot shrink in its memory file. */
+static void store_noisy_base(void)
+{
+	struct snapshot_store_txn txn;
+	char err[ERR_MAX], path[PATH_MAX];
+	uint8_t *noise = malloc(TEST_NOISE_BYTES);
+	uint64_t id = 0, state = 0x9e3779b97f4a7c15ULL;
+
+	if (!noise)
+		harness_fail_setup("out of memory");
+	for (size_t i = 0; i < TEST_NOISE_BYTES; i++) {
+		state ^= state << 13;
+		state ^= state >> 7;
+		state ^= state << 17;
+		noise[i] = (uint8_t)state;
+	}
+	CHECK_INT_EQ(snapshot_store_begin(TEST_HASH, NULL, &txn, err, sizeof(err)), 0);
+	fill_image(VM_SNAPSHOT_BASE);
+	image.meta.memory_bytes = TEST_MEMORY_MB * TEST_MIB;
+	CHECK_INT_EQ(snapshot_file_write(txn.tmp_path, &image, &id, err, sizeof(err)), 0);
+	path_in(path, txn.tmp_path, VM_SNAPSHOT_MEMORY_FILE);
+	write_bytes(path, noise, TEST_NOISE_BYTES, (off_t)TEST_NOISE_OFFSET);
+	CHECK_INT_EQ(truncate(path, (off_t)(TEST_MEMORY_MB * TEST_MIB)), 0);
+	CHECK_INT_EQ(snapshot_store_commit(&txn, NULL, err, sizeof(err)), 0);
+	free(noise);
 }
 
 /* A snapshot stored as a base whose state is a diff's, naming parent_dir as its base. */
@@ -862,6 +898,80 @@ static void test_cli_round_trip(void)
 	CHECK(system(cmd) != 0);
 }
 
+/*
+ * Runs an export (archive set) or an import (archive_in set) in a child whose files may not
+ * grow past TEST_FILE_SIZE_CAP: the kernel kills it (SIGXFSZ) in the middle of writing, with
+ * nothing of its cleanup run, as SIGKILL would. True when it died that way.
+ */
+static bool killed_mid_write(const char *archive, const char *archive_in)
+{
+	struct rlimit cap = { TEST_FILE_SIZE_CAP, TEST_FILE_SIZE_CAP };
+	int status = 0;
+	pid_t pid = fork();
+
+	if (pid < 0)
+		harness_fail_setup("cannot fork");
+	if (pid == 0) {
+		struct snapshot_archive_import_result result;
+		char err[ERR_MAX];
+
+		signal(SIGXFSZ, SIG_DFL);
+		if (setrlimit(RLIMIT_FSIZE, &cap) < 0)
+			_exit(1);
+		if (archive)
+			_exit(snapshot_archive_export(TEST_BASE_ID, archive, SNAPSHOT_ARCHIVE_WITH_BASE,
+						      NULL, err, sizeof(err)) == 0 ? 0 : 1);
+		_exit(snapshot_archive_import(archive_in, &result, err, sizeof(err)) == 0 ? 0 : 1);
+	}
+	waitpid(pid, &status, 0);
+	return WIFSIGNALED(status) && WTERMSIG(status) == SIGXFSZ;
+}
+
+/* An export killed while writing leaves no half archive beside the destination. */
+static void test_export_killed_leaves_no_partial_archive(void)
+{
+	char err[ERR_MAX], home[PATH_MAX], out_dir[PATH_MAX], archive[PATH_MAX], listing[PATH_MAX];
+	struct snapshot_archive_import_result result;
+	struct snapshot_store_entry entry;
+	struct dirent *ent;
+	DIR *dir;
+
+	archive_path(home, "home-killed-export");
+	archive_path(out_dir, "killed-export");
+	CHECK_INT_EQ(mkdir(out_dir, 0755), 0);
+	path_in(archive, out_dir, "base.vbsnap");
+	use_home(home);
+	store_noisy_base();
+
+	CHECK(killed_mid_write(archive, NULL));
+	listing[0] = '\0';
+	dir = opendir(out_dir);
+	while (dir && (ent = readdir(dir)))
+		if (strcmp(ent->d_name, ".") && strcmp(ent->d_name, ".."))
+			snprintf(listing + strlen(listing), sizeof(listing) - strlen(listing), "%s;",
+				 ent->d_name);
+	if (dir)
+		closedir(dir);
+	CHECK_STR_EQ(listing, "");
+
+	/* a second export, and an import of what it wrote, go as if nothing happened */
+	CHECK_INT_EQ(snapshot_archive_export(TEST_BASE_ID, archive, SNAPSHOT_ARCHIVE_WITH_BASE, NULL,
+					     err, sizeof(err)), 0);
+	use_home(home_c);
+	store_listing(home_c, listing, sizeof(listing));
+	if (strstr(listing, TEST_BASE_ID))
+		CHECK_INT_EQ(snapshot_store_delete(TEST_BASE_ID, NULL, err, sizeof(err)), 0);
+	CHECK(killed_mid_write(NULL, archive));
+	/* the killed import published nothing; its scratch directory goes with the next import */
+	store_listing(home_c, listing, sizeof(listing));
+	CHECK(strstr(listing, TEST_BASE_ID) == NULL);
+	CHECK_INT_EQ(snapshot_archive_import(archive, &result, err, sizeof(err)), 0);
+	CHECK_INT_EQ(result.published, 1);
+	store_listing(home_c, listing, sizeof(listing));
+	CHECK(strstr(listing, SNAPSHOT_STORE_TMP_PREFIX) == NULL);
+	CHECK_INT_EQ(snapshot_store_verify(TEST_BASE_ID, &entry, err, sizeof(err)), 0);
+}
+
 int main(int argc, char **argv)
 {
 	if (argc < 2) {
@@ -888,6 +998,7 @@ int main(int argc, char **argv)
 	RUN_SEPARATE_TEST(test_full_file_system_refused);
 	RUN_TEST(test_inspect_of_another_cpu);
 	RUN_TEST(test_cli_round_trip);
+	RUN_TEST(test_export_killed_leaves_no_partial_archive);
 	snapshot_image_release(&image);
 	remove_root();
 	return harness_finish();

@@ -11,7 +11,8 @@ filesystem is read back with debugfs. A blob altered in the registry is refused 
 error and leaves nothing behind: no blob, no temporary file, no rootfs, no reference. list
 shows every reference; rm keeps a rootfs another reference still names and removes the last,
 and leaves the blobs; prune deletes the blobs no remaining reference needs (an index, a refused
-image's manifest and config), then, with no reference left, every blob.
+image's manifest and config) and the temporary file of a pull that no longer runs (not a
+running one's), then, with no reference left, every blob.
 
 usage: test_oci_pull.py PATH-TO-VOIDBOX
 """
@@ -173,16 +174,22 @@ def check_prune_keeps_needed(voidbox_run, oci, fixture):
     needed = {fixture.manifest_digest[7:], manifest["config"]["digest"][7:]}
     needed |= {layer["digest"][7:] for layer in manifest["layers"]}
     before = set(os.listdir(blob_dir))
-    stray = os.path.join(blob_dir, ".tmp-stray")
+    live_name = ".tmp-%d-live" % os.getpid()  # this script runs: a pull still writing
+    stray = os.path.join(blob_dir, live_name)
     open(stray, "w").close()
+    ended = subprocess.Popen(["true"])  # a pid that has ended: a pull that was killed
+    ended.wait()
+    gone_path = os.path.join(blob_dir, ".tmp-%d-gone" % ended.pid)
+    open(gone_path, "w").close()
     r = voidbox_run("image", "prune")
-    after = set(os.listdir(blob_dir)) - {".tmp-stray"}
+    after = set(os.listdir(blob_dir)) - {live_name}
     check(r.returncode == 0 and after == needed and before - needed and
           "removed %d blob" % len(before - needed) in r.stdout,
           "image prune deletes the blobs (an index, a refused image's) no pulled image needs",
           "%s: before %s after %s needed %s" % (r.stdout + r.stderr, sorted(before),
                                                 sorted(after), sorted(needed)))
-    check(os.path.exists(stray), "image prune leaves a pull's temporary file alone")
+    check(os.path.exists(stray), "image prune leaves a running pull's temporary file alone")
+    check(not os.path.exists(gone_path), "image prune removes a killed pull's temporary file")
     os.unlink(stray)
     r = voidbox_run("image", "list")
     check(fixture.manifest_digest[:19] in r.stdout, "the remaining image is still listed", r.stdout)
