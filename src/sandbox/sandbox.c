@@ -34,6 +34,7 @@
 #include "devices/vsock.h"
 #include "host/vsock_connect.h"
 #include "sandbox/host_grants.h"
+#include "sandbox/leftovers.h"
 #include "sandbox/vmm_cgroup.h"
 #include "sandbox/vmm_process.h"
 #include "store/guest_image.h"
@@ -47,7 +48,8 @@
 #include "vmm/working_set.h"
 
 #define SANDBOX_LOG "sandbox"
-#define SANDBOX_RUNTIME_TEMPLATE "voidbox-XXXXXX"
+#define SANDBOX_RUNTIME_PREFIX "voidbox-"
+#define SANDBOX_RUNTIME_TEMPLATE SANDBOX_RUNTIME_PREFIX "XXXXXX"
 #define SANDBOX_SOCKET_NAME "vsock.sock"
 #define SANDBOX_SERIAL_NAME "serial.log"
 #define SANDBOX_KERNEL_CACHE_SUBDIR "cache/kernels"
@@ -63,7 +65,8 @@
 #define SANDBOX_SHUTDOWN_GRACE_MS 2000
 #define SANDBOX_RUNTIME_FALLBACK_BASE "/tmp"
 /* A fork's directory: one private directory per sandbox on tmpfs, one beneath it per fork. */
-#define SANDBOX_FORK_DIR_TEMPLATE "voidbox-fork-XXXXXX"
+#define SANDBOX_FORK_PREFIX "voidbox-fork-"
+#define SANDBOX_FORK_DIR_TEMPLATE SANDBOX_FORK_PREFIX "XXXXXX"
 #define SANDBOX_FORK_SNAPSHOT_TEMPLATE "snapshot-XXXXXX"
 #define SANDBOX_FORK_SHM_DIR "/dev/shm"
 /* A fork's checked copy, beside its fork area (sandbox_fork_check). */
@@ -100,6 +103,7 @@ struct sandbox {
 	struct control_channel *channel;
 	uint8_t secret[PROTO_SECRET_SIZE];
 	char runtime_dir[SANDBOX_PATH_MAX];
+	int runtime_lock_fd; /* its owner lock (sandbox/leftovers.h); -1: none */
 	char socket_path[SANDBOX_PATH_MAX + sizeof(SANDBOX_SOCKET_NAME) + 1];
 	char serial_log_path[PATH_MAX];
 	char kernel_cache_dir[PATH_MAX];
@@ -139,6 +143,7 @@ struct sandbox {
 	 * saved beneath, made before it starts so its jail can hold it ("": none yet).
 	 */
 	char fork_area[PATH_MAX];
+	int fork_area_lock_fd; /* its owner lock (sandbox/leftovers.h); -1: none */
 	/*
 	 * The caller's snapshot_area, canonical ("": none): the other directory the VMM
 	 * process's snapshots may be written beneath.
@@ -161,6 +166,17 @@ static uint64_t sandbox_random_cid(void)
 	if (getrandom(&value, sizeof(value), 0) != sizeof(value))
 		value = (uint32_t)getpid() ^ (uint32_t)clock_monotonic_ms();
 	return VSOCK_MIN_GUEST_CID + value % (UINT32_MAX - VSOCK_MIN_GUEST_CID - 1);
+}
+
+/* dir's owner lock, so a sweep removes dir should this process die before it does. */
+static int sandbox_claim(const char *dir)
+{
+	int fd = leftovers_claim(dir);
+
+	if (fd < 0)
+		log_debug(SANDBOX_LOG, "no owner lock in %s (%s): it is not swept if this process "
+			  "dies first", dir, strerror(-fd));
+	return fd;
 }
 
 /*
@@ -189,6 +205,7 @@ static int sandbox_snapshot_areas(struct sandbox *sandbox, const char *requested
 				 strerror(-rc));
 			return rc;
 		}
+		sandbox->fork_area_lock_fd = sandbox_claim(sandbox->fork_area);
 	}
 	areas[count++] = sandbox->fork_area;
 	if (requested && !realpath(requested, sandbox->snapshot_area)) {
@@ -213,6 +230,8 @@ static bool sandbox_path_beneath(const char *path, const char *area)
 	return len && strncmp(path, area, len) == 0 && (path[len] == '\0' || path[len] == '/');
 }
 
+static void sandbox_sweep_leftovers(const char *runtime_base);
+
 static int sandbox_make_runtime_dir(struct sandbox *sandbox, char *err, size_t errlen)
 {
 	const char *base = sandbox->host.runtime_base;
@@ -227,6 +246,7 @@ static int sandbox_make_runtime_dir(struct sandbox *sandbox, char *err, size_t e
 		snprintf(err, errlen, "runtime directory base '%s' is too long for a unix socket path; set XDG_RUNTIME_DIR to a shorter directory", base);
 		return -ENAMETOOLONG;
 	}
+	sandbox_sweep_leftovers(base);
 	if (!mkdtemp(sandbox->runtime_dir)) {
 		int saved = errno;
 
@@ -234,6 +254,7 @@ static int sandbox_make_runtime_dir(struct sandbox *sandbox, char *err, size_t e
 			 strerror(saved));
 		return -saved;
 	}
+	sandbox->runtime_lock_fd = sandbox_claim(sandbox->runtime_dir);
 	snprintf(sandbox->socket_path, sizeof(sandbox->socket_path), "%s/%s",
 		 sandbox->runtime_dir, SANDBOX_SOCKET_NAME);
 	return 0;
@@ -298,15 +319,21 @@ static bool sandbox_vm_ended(struct sandbox *sandbox)
 }
 
 /*
- * "PATH" or "PATH, ending: TAIL": the console's path and, since the runtime directory that
- * holds it goes with the sandbox, its last bytes, for an error about a guest that never answered.
+ * "PATH, ending: TAIL": the console's path and, since the runtime directory that holds it goes
+ * with the sandbox, its last bytes, for an error about a guest that never answered. A console
+ * the guest wrote nothing to is not kept (sandbox_remove_runtime_dir), so it is said to have
+ * stayed empty.
  */
 static void sandbox_console_quote(const struct sandbox *sandbox, char *out, size_t len)
 {
 	char tail[SANDBOX_CONSOLE_TAIL_BYTES + 1];
 
 	sandbox_console_tail(sandbox->serial_log_path, tail, sizeof(tail));
-	snprintf(out, len, "%s%s%s", sandbox->serial_log_path, tail[0] ? ", ending: " : "", tail);
+	if (tail[0])
+		snprintf(out, len, "%s, ending: %s", sandbox->serial_log_path, tail);
+	else
+		snprintf(out, len, "%s, which stayed empty (the guest wrote nothing to it)",
+			 sandbox->serial_log_path);
 }
 
 /* The error for a VM that ended before its agent answered: why, and the console's end. */
@@ -477,6 +504,8 @@ static int sandbox_prepare(const char *serial_log_path, const struct sandbox_hos
 		snprintf(err, errlen, "out of memory");
 		return -ENOMEM;
 	}
+	sandbox->runtime_lock_fd = -1;
+	sandbox->fork_area_lock_fd = -1;
 	if (host)
 		sandbox->host = *host;
 	rc = sandbox_make_runtime_dir(sandbox, err, errlen);
@@ -559,6 +588,31 @@ static void sandbox_cgroup_find_root(void)
 		sandbox_cgroup_root[0] = '\0';
 		log_info(SANDBOX_LOG, "VMs run without memory and CPU caps: %s", why);
 	}
+}
+
+/*
+ * Once per process, before its first sandbox's runtime directory: what sandboxes of processes
+ * that died without their teardown left (sandbox/leftovers.h) in the runtime base and the
+ * fork areas' base, with their VMM cgroups.
+ */
+static void sandbox_sweep_leftovers(const char *runtime_base)
+{
+	static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+	static bool swept;
+	const char *fork_base = access(SANDBOX_FORK_SHM_DIR, W_OK) == 0
+					? SANDBOX_FORK_SHM_DIR
+					: SANDBOX_RUNTIME_FALLBACK_BASE;
+	const char *cgroup_root;
+
+	pthread_mutex_lock(&lock);
+	if (!swept) {
+		swept = true;
+		pthread_once(&sandbox_cgroup_once, sandbox_cgroup_find_root);
+		cgroup_root = sandbox_cgroup_root[0] ? sandbox_cgroup_root : NULL;
+		leftovers_sweep(runtime_base, SANDBOX_RUNTIME_PREFIX, cgroup_root);
+		leftovers_sweep(fork_base, SANDBOX_FORK_PREFIX, NULL);
+	}
+	pthread_mutex_unlock(&lock);
 }
 
 /*
@@ -793,15 +847,33 @@ int sandbox_wait_exit(struct sandbox *sandbox, int timeout_ms, enum vm_exit_reas
 	return rc;
 }
 
+/* Whether the console at path holds anything to read (a VMM that failed early wrote none). */
+static bool sandbox_console_has_output(const char *path)
+{
+	struct stat st;
+
+	return stat(path, &st) == 0 && st.st_size > 0;
+}
+
+/*
+ * The socket always goes; the console and the directory stay only when the caller keeps the
+ * console and the guest wrote to it. A start that fails before the guest wrote a byte (a
+ * kernel the VMM refuses, a snapshot that is gone, a VMM that cannot start) leaves nothing
+ * behind, so a daemon or pipeline that opens many failing boxes does not fill the runtime
+ * directory's file system (a tmpfs under XDG_RUNTIME_DIR) with empty directories.
+ */
 static void sandbox_remove_runtime_dir(struct sandbox *sandbox, bool keep_serial_log)
 {
 	char path[SANDBOX_PATH_MAX + sizeof(SANDBOX_SERIAL_NAME) + 1];
 
 	if (!sandbox->runtime_dir[0])
 		return;
+	leftovers_release(sandbox->runtime_dir, sandbox->runtime_lock_fd);
+	sandbox->runtime_lock_fd = -1;
 	snprintf(path, sizeof(path), "%s/%s", sandbox->runtime_dir, SANDBOX_SOCKET_NAME);
 	unlink(path);
-	if (sandbox->serial_log_is_ours && keep_serial_log)
+	if (sandbox->serial_log_is_ours && keep_serial_log &&
+	    sandbox_console_has_output(sandbox->serial_log_path))
 		return;
 	if (sandbox->serial_log_is_ours)
 		unlink(sandbox->serial_log_path);
@@ -834,8 +906,10 @@ void sandbox_destroy(struct sandbox *sandbox, bool keep_serial_log)
 	if (sandbox->fork_base_checked_dir[0])
 		vm_snapshot_dir_remove(sandbox->fork_base_checked_dir);
 	host_grants_free(&sandbox->grants);
-	if (sandbox->fork_area[0])
+	if (sandbox->fork_area[0]) {
+		leftovers_release(sandbox->fork_area, sandbox->fork_area_lock_fd);
 		rmdir(sandbox->fork_area);
+	}
 	sandbox_remove_runtime_dir(sandbox, keep_serial_log);
 	sandbox_policy_clear(sandbox);
 	explicit_bzero(sandbox->secret, sizeof(sandbox->secret));

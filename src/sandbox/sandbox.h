@@ -201,8 +201,9 @@ int sandbox_wait_exit(struct sandbox *sandbox, int timeout_ms, enum vm_exit_reas
 
 /*
  * Stops the VM (asks the agent to power off, then forces a stop after a short grace),
- * releases every thread, fd, mapping and file (the serial log is kept unless it was a
- * temporary one and the run succeeded: keep_serial_log decides). NULL is fine.
+ * releases every thread, fd, mapping and file (a temporary serial log, with its runtime
+ * directory, is kept only with keep_serial_log and only when the guest wrote to it; a named
+ * one is always left). NULL is fine.
  */
 void sandbox_destroy(struct sandbox *sandbox, bool keep_serial_log);
 

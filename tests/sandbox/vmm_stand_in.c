@@ -6,15 +6,38 @@
  * secret, the first bytes of the snapshot directory it was given, so the test sees the launch
  * arrived; anything but a restore launch is refused with the reader's sentence or "not a
  * restore". Like the real program, it first enters the cgroup its launch names (a no-op for a
- * process the caller cloned straight into it).
+ * process the caller cloned straight into it). A boot whose command line holds
+ * STAND_IN_CONSOLE_WORD writes a line to its serial log before it refuses, as a guest that
+ * printed something and stopped would (tests/sandbox/test_sandbox_teardown.c).
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "sandbox/vmm_cgroup.h"
 #include "sandbox/vmm_msg.h"
 #include "sandbox/vmm_serve.h"
+
+#define STAND_IN_CONSOLE_WORD "voidbox.test_console=1"
+#define STAND_IN_CONSOLE_LINE "stand-in console: this VM stops here\n"
+#define STAND_IN_CONSOLE_MODE 0600
+
+/* The console line of a boot that asked for one (see the header). */
+static void stand_in_write_console(const struct vm_config *cfg)
+{
+	int fd;
+
+	if (!cfg->cmdline || !strstr(cfg->cmdline, STAND_IN_CONSOLE_WORD) || !cfg->serial_log_path)
+		return;
+	fd = open(cfg->serial_log_path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC,
+		  STAND_IN_CONSOLE_MODE);
+	if (fd < 0)
+		return;
+	/* a short write leaves a console the test finds empty, and it says so */
+	(void)!write(fd, STAND_IN_CONSOLE_LINE, strlen(STAND_IN_CONSOLE_LINE));
+	close(fd);
+}
 
 int main(void)
 {
@@ -27,6 +50,7 @@ int main(void)
 	    (rc = vmm_cgroup_enter(decoded.launch.cgroup_dir, 0)) < 0)
 		strcpy(msg.text, "cannot enter the cgroup");
 	if (rc == 0 && decoded.launch.kind != VMM_LAUNCH_RESTORE) {
+		stand_in_write_console(&decoded.launch.cfg);
 		rc = -EINVAL;
 		strcpy(msg.text, "not a restore");
 	}

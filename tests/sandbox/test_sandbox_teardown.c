@@ -1,0 +1,223 @@
+/*
+ * What a failed sandbox leaves on the host, for a process that opens many (the daemon's runs,
+ * a pipeline's boxes). The VMM is the stand-in program (vmm_stand_in.c), which refuses every
+ * cold boot, so sandbox_start fails after its runtime directory, its VMM process and its
+ * control socket exist, with no KVM VM made; a restore of a snapshot that is gone fails
+ * earlier, after the runtime directory only. Many of each, one after another, leave no
+ * directory under the runtime base, no descriptor, thread or child process; a guest that wrote
+ * to its console before it stopped keeps its runtime directory with that console, which the
+ * failure's error sends the user to.
+ *
+ * sandbox_start checks /dev/kvm before anything else (opening it, no VM): a host without one
+ * skips, saying so; a host whose KVM emulates standard guests passes the check as
+ * VOIDBOX_ALLOW_SLOW_KVM=1 would let it, since no VM boots here.
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "common/log.h"
+#include "harness.h"
+#include "sandbox/sandbox.h"
+#include "sandbox/vmm_process.h"
+#include "vmm/kvm.h"
+
+#define TEST_STAND_IN_ENV "VOIDBOX_TEST_VMM_STAND_IN"
+#define TEST_ERR_MAX 4096
+#define TEST_WHY_MAX 512
+/* enough rounds that a per-start leak stands out from anything done once */
+#define TEST_ROUNDS 40
+#define TEST_RUNTIME_TEMPLATE "/tmp/voidbox-test-teardown-XXXXXX"
+#define TEST_KERNEL_NAME "kernel"
+#define TEST_MISSING_SNAPSHOT_NAME "no-such-snapshot"
+#define TEST_SERIAL_NAME "serial.log"
+#define TEST_FILE_MODE 0600
+/* what the stand-in writes to the console of a boot whose command line holds it */
+#define TEST_CONSOLE_WORD "voidbox.test_console=1"
+#define TEST_GUEST_MEMORY_MB 64
+
+static char test_base[] = TEST_RUNTIME_TEMPLATE; /* holds the kernel and the runtime base */
+static char test_runtime[PATH_MAX];
+static char test_kernel[PATH_MAX];
+
+/* The entries of dir other than . and ..; -1 when it cannot be read. */
+static int count_entries(const char *dir)
+{
+	DIR *d = opendir(dir);
+	struct dirent *entry;
+	int count = 0;
+
+	if (!d)
+		return -1;
+	while ((entry = readdir(d)))
+		if (strcmp(entry->d_name, ".") != 0 && strcmp(entry->d_name, "..") != 0)
+			count++;
+	closedir(d);
+	return count;
+}
+
+/* Whether this process has any child, running or a zombie. */
+static bool has_children(void)
+{
+	return !(waitpid(-1, NULL, WNOHANG) < 0 && errno == ECHILD);
+}
+
+static struct sandbox_host_settings test_host(void)
+{
+	return (struct sandbox_host_settings){ .runtime_base = test_runtime,
+					       .allow_slow_kvm = true };
+}
+
+/* A cold boot's config for the stand-in, which refuses it. */
+static struct sandbox_config test_boot(const struct sandbox_host_settings *host,
+				       enum sandbox_vmm_placement placement, const char *extra)
+{
+	return (struct sandbox_config){ .kernel_path = test_kernel,
+					.memory_mb = TEST_GUEST_MEMORY_MB,
+					.extra_cmdline = extra,
+					.host = host,
+					.vmm_placement = placement };
+}
+
+static void test_failed_starts_leave_nothing(void)
+{
+	struct sandbox_host_settings host = test_host();
+	const enum sandbox_vmm_placement placements[] = { SANDBOX_VMM_OWN_PROCESS,
+							  SANDBOX_VMM_OWN_PROCESS_SNAPSHOTS };
+	int fds = count_entries("/proc/self/fd"), threads = count_entries("/proc/self/task");
+	char err[TEST_ERR_MAX];
+
+	for (size_t p = 0; p < sizeof(placements) / sizeof(placements[0]); p++) {
+		struct sandbox_config cfg = test_boot(&host, placements[p], NULL);
+
+		for (int i = 0; i < TEST_ROUNDS; i++) {
+			struct sandbox *sandbox = NULL;
+
+			err[0] = '\0';
+			CHECK(sandbox_start(&cfg, &sandbox, err, sizeof(err)) < 0);
+			CHECK(sandbox == NULL);
+			CHECK(strstr(err, "not a restore") != NULL);
+		}
+	}
+	CHECK_INT_EQ(count_entries(test_runtime), 0);
+	CHECK_INT_EQ(count_entries("/proc/self/fd"), fds);
+	CHECK_INT_EQ(count_entries("/proc/self/task"), threads);
+	CHECK(!has_children());
+}
+
+static void test_failed_restores_leave_nothing(void)
+{
+	struct sandbox_host_settings host = test_host();
+	struct sandbox_restore_config cfg = { .host = &host,
+					      .vmm_placement = SANDBOX_VMM_OWN_PROCESS };
+	int fds = count_entries("/proc/self/fd");
+	char missing[PATH_MAX], err[TEST_ERR_MAX];
+
+	snprintf(missing, sizeof(missing), "%s/%s", test_base, TEST_MISSING_SNAPSHOT_NAME);
+	cfg.snapshot_dir = missing;
+	for (int i = 0; i < TEST_ROUNDS; i++) {
+		struct sandbox *sandbox = NULL;
+
+		CHECK(sandbox_start_from_snapshot(&cfg, &sandbox, err, sizeof(err)) < 0);
+		CHECK(sandbox == NULL);
+	}
+	CHECK_INT_EQ(count_entries(test_runtime), 0);
+	CHECK_INT_EQ(count_entries("/proc/self/fd"), fds);
+	CHECK(!has_children());
+}
+
+/* The one runtime directory under the base, removed with its console once checked. */
+static void check_and_remove_kept_console(void)
+{
+	DIR *d = opendir(test_runtime);
+	struct dirent *entry;
+	char dir[PATH_MAX], console[PATH_MAX];
+	struct stat st;
+	int kept = 0;
+
+	CHECK(d != NULL);
+	if (!d)
+		return;
+	while ((entry = readdir(d))) {
+		if (strcmp(entry->d_name, ".") == 0 || strcmp(entry->d_name, "..") == 0)
+			continue;
+		kept++;
+		if ((size_t)snprintf(dir, sizeof(dir), "%s/%s", test_runtime, entry->d_name) >=
+			    sizeof(dir) ||
+		    (size_t)snprintf(console, sizeof(console), "%s/%s", dir, TEST_SERIAL_NAME) >=
+			    sizeof(console)) {
+			CHECK(!"a runtime directory's path fits PATH_MAX");
+			continue;
+		}
+		CHECK(stat(console, &st) == 0 && st.st_size > 0);
+		CHECK_INT_EQ(count_entries(dir), 1); /* the console, not the socket */
+		unlink(console);
+		rmdir(dir);
+	}
+	closedir(d);
+	CHECK_INT_EQ(kept, 1);
+}
+
+static void test_failed_start_keeps_a_console_with_output(void)
+{
+	struct sandbox_host_settings host = test_host();
+	struct sandbox_config cfg = test_boot(&host, SANDBOX_VMM_OWN_PROCESS, TEST_CONSOLE_WORD);
+	struct sandbox *sandbox = NULL;
+	char err[TEST_ERR_MAX];
+
+	CHECK(sandbox_start(&cfg, &sandbox, err, sizeof(err)) < 0);
+	check_and_remove_kept_console();
+	CHECK(!has_children());
+}
+
+/* The base directory with an empty file for a kernel (the stand-in never reads it). */
+static void setup(void)
+{
+	FILE *kernel;
+
+	if (!mkdtemp(test_base))
+		harness_fail_setup("cannot create a temporary directory");
+	snprintf(test_runtime, sizeof(test_runtime), "%s/runtime", test_base);
+	snprintf(test_kernel, sizeof(test_kernel), "%s/%s", test_base, TEST_KERNEL_NAME);
+	if (mkdir(test_runtime, S_IRWXU) < 0 || !(kernel = fopen(test_kernel, "w")))
+		harness_fail_setup("cannot create the runtime base and kernel file");
+	fclose(kernel);
+}
+
+static void cleanup(void)
+{
+	unlink(test_kernel);
+	rmdir(test_runtime);
+	rmdir(test_base);
+}
+
+int main(int argc, char **argv)
+{
+	const char *stand_in = getenv(TEST_STAND_IN_ENV);
+	char why[TEST_WHY_MAX];
+
+	harness_select(argc, argv);
+	if (HARNESS_UNDER_VALGRIND)
+		harness_skip_all("valgrind cannot run the VMM process (seccomp-filtered threads); "
+				 "the plain and ASan builds run this");
+	if (!stand_in || vmm_process_use_binary(stand_in) < 0)
+		harness_fail_setup(TEST_STAND_IN_ENV " must name the stand-in VMM program");
+	if (!kvm_probe_usable(why, sizeof(why)) && !strstr(why, "emulates")) {
+		snprintf(why + strlen(why), sizeof(why) - strlen(why),
+			 ": sandbox_start refuses to start before it makes anything to tear down");
+		harness_skip_all(why);
+	}
+	log_set_level(LOG_LEVEL_ERROR);
+	setup();
+	RUN_TEST(test_failed_starts_leave_nothing);
+	RUN_TEST(test_failed_restores_leave_nothing);
+	RUN_TEST(test_failed_start_keeps_a_console_with_output);
+	cleanup();
+	return harness_finish();
+}
