@@ -1094,7 +1094,7 @@ static void in_small_tmpfs(const char *name, int (*scenario)(const char *dir))
 	CHECK(child >= 0);
 	if (child == 0) {
 		if (unshare(CLONE_NEWNS) < 0 ||
-		    mount("none", "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0 ||
+		    mount("none", "/", "none", MS_REC | MS_PRIVATE, NULL) < 0 ||
 		    mount("tmpfs", dir, "tmpfs", 0, TEST_SMALL_TMPFS) < 0) {
 			fprintf(stderr, "  not run: cannot mount a small tmpfs (%s)\n",
 				strerror(errno));
