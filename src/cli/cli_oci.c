@@ -183,12 +183,14 @@ int cli_image_prune(bool json, int argc)
 		return CLI_EXIT_FAILURE;
 	}
 	if (json)
-		printf("{\"removed\":%zu,\"kept\":%zu,\"freed_bytes\":%llu}\n", result.removed,
-		       result.kept, (unsigned long long)result.freed_bytes);
+		printf("{\"removed\":%zu,\"kept\":%zu,\"images_removed\":%zu,"
+		       "\"freed_bytes\":%llu}\n", result.removed, result.kept,
+		       result.images_removed, (unsigned long long)result.freed_bytes);
 	else
-		printf("removed %zu blob%s (%.1fMB); %zu kept for pulled images\n", result.removed,
-		       result.removed == 1 ? "" : "s",
-		       (double)result.freed_bytes / CLI_OCI_BYTES_PER_MIB, result.kept);
+		printf("removed %zu blob%s and %zu unreferenced rootfs (%.1fMB); %zu kept for "
+		       "pulled images\n", result.removed, result.removed == 1 ? "" : "s",
+		       result.images_removed, (double)result.freed_bytes / CLI_OCI_BYTES_PER_MIB,
+		       result.kept);
 	return CLI_EXIT_OK;
 }
 

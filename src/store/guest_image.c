@@ -2,6 +2,10 @@
  * The read side of guest images: where they live, listing, removal and choosing the kernel and
  * initramfs for a run. Building is in guest_image_build.c.
  *
+ * Removal renames an image out of sight (a .remove-<pid>- name) before deleting its files, so
+ * a process killed midway leaves a temporary that the next build or clean sweeps, never a
+ * half-deleted image under its real name that a later run would try to boot.
+ *
  * Resolution decides each of the two files on its own, so `--kernel` with an env-provided
  * initramfs works; every chosen file is checked for readability here, before any VM exists,
  * and the error names where the path came from.
@@ -27,6 +31,9 @@
 
 #define GUEST_IMAGE_HOME_DIR_NAME ".void-box"
 #define GUEST_IMAGE_LIST_INITIAL 8
+
+/* Numbers the removals of one process, so two of the same name never share a temporary. */
+static unsigned int guest_image_remove_counter;
 
 int guest_image_format(char *out, size_t out_len, const char *fmt, ...)
 {
@@ -157,7 +164,7 @@ int guest_image_list(struct guest_image_info **images, size_t *count, char *err,
 		return errno == ENOENT ? 0 : -errno;
 	while ((entry = readdir(handle)) != NULL) {
 		if (!guest_image_name_valid(entry->d_name))
-			continue; /* ".", "..", and in-progress ".build-*" directories */
+			continue; /* ".", "..", and the .build-/.remove- temporaries */
 		if (!array_reserve_one((void **)&list, &capacity, used, sizeof(*list),
 				       GUEST_IMAGE_LIST_INITIAL)) {
 			rc = -ENOMEM;
@@ -178,26 +185,79 @@ fail:
 	return rc;
 }
 
-static int guest_image_clean_one(const char *name, char *err, size_t errlen)
+void guest_image_sweep(const char *images_dir)
 {
-	char dir[PATH_MAX];
-	struct stat st;
+	store_sweep_gone_writers(images_dir, GUEST_IMAGE_BUILD_PREFIX);
+	store_sweep_gone_writers(images_dir, GUEST_IMAGE_REMOVE_PREFIX);
+}
+
+/* Renames images_dir/name to a .remove-<pid>- temporary, then deletes it. -ENOENT: absent. */
+static int guest_image_remove(const char *images_dir, const char *name, char *err,
+			      size_t errlen)
+{
+	char dir[PATH_MAX], doomed[PATH_MAX];
+	unsigned int serial = __atomic_add_fetch(&guest_image_remove_counter, 1, __ATOMIC_RELAXED);
 	int rc;
 
-	rc = guest_image_dir(name, dir, sizeof(dir));
-	if (rc < 0) {
-		store_error(err, errlen, "invalid image name '%s': use letters, digits, "
-			    "'.', '_' and '-'", name);
+	if (guest_image_format(dir, sizeof(dir), "%s/%s", images_dir, name) < 0 ||
+	    guest_image_format(doomed, sizeof(doomed), "%s/%s%ld-%u-%s", images_dir,
+			       GUEST_IMAGE_REMOVE_PREFIX, (long)getpid(), serial, name) < 0) {
+		store_error(err, errlen, "the image store %s is too deep: set %s to a shorter "
+			    "path", images_dir, GUEST_IMAGE_ENV_HOME);
+		return -ENAMETOOLONG;
+	}
+	if (rename(dir, doomed) < 0) {
+		rc = -errno;
+		if (rc != -ENOENT)
+			store_error(err, errlen, "cannot remove %s: %s", dir, strerror(-rc));
 		return rc;
 	}
-	if (stat(dir, &st) < 0) {
+	rc = store_remove_tree(doomed);
+	if (rc < 0)
+		store_error(err, errlen, "cannot remove %s (the image %s, already out of use): %s",
+			    doomed, name, strerror(-rc));
+	return rc;
+}
+
+static int guest_image_clean_one(const char *images_dir, const char *name, char *err,
+				 size_t errlen)
+{
+	int rc;
+
+	if (!guest_image_name_valid(name)) {
+		store_error(err, errlen, "invalid image name '%s': use letters, digits, "
+			    "'.', '_' and '-'", name);
+		return -EINVAL;
+	}
+	rc = guest_image_remove(images_dir, name, err, errlen);
+	if (rc == -ENOENT)
 		store_error(err, errlen, "no image named '%s' (see `voidbox image list`)",
 			    name);
-		return -ENOENT;
+	return rc;
+}
+
+/* Every image; a running build's staging directory stays, so that build still publishes. */
+static int guest_image_clean_all(const char *images_dir, char *err, size_t errlen)
+{
+	struct dirent *entry;
+	DIR *handle = opendir(images_dir);
+	int rc = 0;
+
+	if (!handle) {
+		if (errno == ENOENT)
+			return 0;
+		rc = -errno;
+		store_error(err, errlen, "cannot read %s: %s", images_dir, strerror(-rc));
+		return rc;
 	}
-	rc = store_remove_tree(dir);
-	if (rc < 0)
-		store_error(err, errlen, "cannot remove %s: %s", dir, strerror(-rc));
+	while (rc == 0 && (entry = readdir(handle)) != NULL) {
+		if (!guest_image_name_valid(entry->d_name))
+			continue; /* ".", "..", and the temporaries guest_image_sweep handles */
+		rc = guest_image_remove(images_dir, entry->d_name, err, errlen);
+		if (rc == -ENOENT)
+			rc = 0; /* removed meanwhile by someone else */
+	}
+	closedir(handle);
 	return rc;
 }
 
@@ -206,16 +266,12 @@ int guest_image_clean(const char *name, char *err, size_t errlen)
 	char images_dir[PATH_MAX];
 	int rc;
 
-	if (name)
-		return guest_image_clean_one(name, err, errlen);
 	rc = guest_image_images_dir(images_dir, sizeof(images_dir), err, errlen);
 	if (rc < 0)
 		return rc;
-	rc = store_remove_tree(images_dir);
-	if (rc < 0)
-		store_error(err, errlen, "cannot remove %s: %s", images_dir,
-			    strerror(-rc));
-	return rc;
+	guest_image_sweep(images_dir);
+	return name ? guest_image_clean_one(images_dir, name, err, errlen) :
+		      guest_image_clean_all(images_dir, err, errlen);
 }
 
 /* A built image's file (its initramfs: whichever of the two compressions it has). */

@@ -77,7 +77,11 @@ int guest_image_build(const struct guest_image_build_options *options, char *err
 int guest_image_list(struct guest_image_info **images, size_t *count, char *err,
 		     size_t errlen);
 
-/* Removes one image, or every image when name is NULL. -ENOENT when the named one is absent. */
+/*
+ * Removes one image, or every image when name is NULL. -ENOENT when the named one is absent.
+ * Each image is renamed out of sight before its files go; temporaries that a killed build or
+ * clean left are swept first, while a running build's staging directory is left alone.
+ */
 int guest_image_clean(const char *name, char *err, size_t errlen);
 
 /*

@@ -5,6 +5,8 @@
  * The work is a straight pipeline (find the kernel package, unpack it, order the modules,
  * collect entries, write the cpio, write the manifest, rename into place) run in a staging
  * directory beside the final one, so a failure anywhere leaves the previous image untouched.
+ * The staging directory's name carries the builder's pid: a build killed outright (Ctrl-C,
+ * SIGKILL) runs no cleanup, and the next build or clean removes what it left by that pid.
  * Debian's own tools do the package work (apt-cache, apt-get download, dpkg-deb, dpkg-query);
  * they run as child processes with their output sent to stderr, never to our stdout.
  * Initramfs entries are gathered first and sorted by path, so the archive is byte-for-byte
@@ -316,8 +318,10 @@ static int image_prepare_dirs(struct image_build *build)
 		return rc;
 	}
 	guest_image_dir(build->name, build->final_dir, sizeof(build->final_dir));
-	guest_image_format(build->staging_dir, sizeof(build->staging_dir), "%s/.build-%s-XXXXXX",
-		 images_dir, build->name);
+	/* what killed builds left goes first, so staging directories never pile up */
+	guest_image_sweep(images_dir);
+	guest_image_format(build->staging_dir, sizeof(build->staging_dir), "%s/%s%ld-%s-XXXXXX",
+			   images_dir, GUEST_IMAGE_BUILD_PREFIX, (long)getpid(), build->name);
 	if (!mkdtemp(build->staging_dir)) {
 		rc = -errno;
 		build->staging_dir[0] = '\0';

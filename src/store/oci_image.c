@@ -10,6 +10,10 @@
  * every temporary a pull makes carries its pid in its name: a blob being downloaded, the
  * scratch tree, the rootfs being built. Each pull and each prune first sweeps those whose pid
  * no longer runs, so what a killed pull left is gone by the next one and never accumulates.
+ *
+ * `image rm` forgets the reference before it deletes the rootfs, so a kill between the two
+ * (or a reference lost any other way) leaves an image directory nothing names; prune removes
+ * every such directory, as it removes the blobs nothing needs.
  */
 #include "store/oci_image.h"
 
@@ -501,6 +505,71 @@ static int oci_image_sweep_blobs(const char *oci_dir, const char (*keep)[OCI_DIG
 	return rc;
 }
 
+/* Whether dir holds an entry whose name starts with prefix. */
+static bool oci_image_dir_holds(const char *dir, const char *prefix)
+{
+	DIR *handle = opendir(dir);
+	struct dirent *entry;
+	bool holds = false;
+
+	if (!handle)
+		return false;
+	while (!holds && (entry = readdir(handle)) != NULL)
+		holds = strncmp(entry->d_name, prefix, strlen(prefix)) == 0;
+	closedir(handle);
+	return holds;
+}
+
+/*
+ * Deletes each images/<hex>/ no reference in images names, unless a running pull is building
+ * its rootfs there (the sweep before has removed the temporaries of pulls that are gone).
+ */
+static int oci_image_sweep_unreferenced(const char *oci_dir, const struct oci_image_info *images,
+					size_t count, struct oci_image_prune_result *out,
+					char *err, size_t errlen)
+{
+	char digest[OCI_DIGEST_LEN + 1], dir[PATH_MAX], image_dir[PATH_MAX], rootfs[PATH_MAX];
+	struct dirent *entry;
+	DIR *handle;
+	int rc = 0;
+
+	if (store_join(dir, sizeof(dir), oci_dir, OCI_IMAGE_IMAGES) < 0) {
+		snprintf(err, errlen, "the image store %s is too deep", oci_dir);
+		return -ENAMETOOLONG;
+	}
+	handle = opendir(dir);
+	if (!handle)
+		return errno == ENOENT ? 0 : (snprintf(err, errlen, "cannot read %s: %s", dir,
+						       strerror(errno)), -EIO);
+	while (rc == 0 && (entry = readdir(handle)) != NULL) {
+		bool named = false;
+		struct stat st;
+
+		snprintf(digest, sizeof(digest), "%s%.*s", OCI_DIGEST_ALGORITHM,
+			 OCI_SHA256_HEX_LEN, entry->d_name);
+		if (strlen(entry->d_name) != OCI_SHA256_HEX_LEN || oci_digest_check(digest) < 0 ||
+		    store_join(image_dir, sizeof(image_dir), dir, entry->d_name) < 0 ||
+		    store_join(rootfs, sizeof(rootfs), image_dir, OCI_IMAGE_ROOTFS_FILE) < 0)
+			continue; /* nothing of ours */
+		for (size_t i = 0; i < count && !named; i++)
+			named = strcmp(images[i].manifest_digest, digest) == 0;
+		if (named ||
+		    oci_image_dir_holds(image_dir, OCI_IMAGE_ROOTFS_FILE OCI_ROOTFS_TMP_SUFFIX))
+			continue;
+		if (stat(rootfs, &st) < 0)
+			st.st_size = 0;
+		rc = store_remove_tree(image_dir);
+		if (rc < 0) {
+			snprintf(err, errlen, "cannot remove %s: %s", image_dir, strerror(-rc));
+			break;
+		}
+		out->images_removed++;
+		out->freed_bytes += (uint64_t)st.st_size;
+	}
+	closedir(handle);
+	return rc;
+}
+
 int oci_image_prune(const char *oci_dir, struct oci_image_prune_result *out, char *err,
 		    size_t errlen)
 {
@@ -526,6 +595,8 @@ int oci_image_prune(const char *oci_dir, struct oci_image_prune_result *out, cha
 	if (rc == 0)
 		rc = oci_image_sweep_blobs(oci_dir, (const char (*)[OCI_DIGEST_LEN + 1])keep, kept,
 					   out, err, errlen);
+	if (rc == 0)
+		rc = oci_image_sweep_unreferenced(oci_dir, images, count, out, err, errlen);
 out:
 	free(keep);
 	free(images);

@@ -56,16 +56,19 @@ int oci_image_remove(const char *oci_dir, const char *ref_text, char *err, size_
 struct oci_image_prune_result {
 	size_t removed;		/* blobs deleted */
 	size_t kept;		/* blobs a pulled reference still needs */
-	uint64_t freed_bytes;	/* the deleted blobs' sizes */
+	size_t images_removed;	/* image directories (a rootfs each) no reference names */
+	uint64_t freed_bytes;	/* the deleted blobs' and root filesystems' sizes */
 };
 
 /*
  * Deletes every cached blob no pulled reference needs: a reference needs its manifest, the
  * manifest's config and its layers (an index is needed only during a pull, so it goes; a
- * later pull fetches it again). Refuses, deleting nothing, when a reference's manifest is not
- * in the cache or cannot be read, since its layers could not be told apart. Temporary files
- * of a pull under way are left alone; a pull running at the same time may lose blobs it has
- * not yet named in a reference and then fails, saying so. 0 or -errno with err.
+ * later pull fetches it again). Also deletes every image directory (its rootfs) that no
+ * reference names, such as one an interrupted `image rm` left. Refuses, deleting nothing,
+ * when a reference's manifest is not in the cache or cannot be read, since its layers could
+ * not be told apart. Temporary files of a pull under way, and the image directory it builds
+ * a rootfs in, are left alone; a pull running at the same time may lose blobs or a finished
+ * rootfs it has not yet named in a reference and then fails, saying so. 0 or -errno with err.
  */
 int oci_image_prune(const char *oci_dir, struct oci_image_prune_result *out, char *err,
 		    size_t errlen);

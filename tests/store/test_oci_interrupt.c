@@ -5,7 +5,9 @@
  * pulls it into a scratch cache and is sent SIGKILL the moment a temporary appears (the
  * layer half downloaded, or the rootfs being built). The next pull, and a prune, must leave
  * no temporary of the killed one behind and must publish a whole image, while a temporary
- * of a pull that still runs is left alone.
+ * of a pull that still runs is left alone. An `image rm` killed after it forgot the
+ * reference and before it deleted the rootfs leaves an image directory nothing names, which
+ * prune must remove.
  */
 #include <archive.h>
 #include <archive_entry.h>
@@ -373,6 +375,75 @@ static void test_prune_sweeps_killed_pull_only(void)
 	registry_stop(&registry);
 }
 
+/* Removes every reference file in the cache, as `image rm` does first. */
+static void forget_references(const struct test_cache *cache)
+{
+	char refs[TEST_PATH_MAX], path[TEST_PATH_MAX + TEST_NAME_MAX];
+	struct dirent *entry;
+	DIR *handle;
+	int forgotten = 0;
+
+	snprintf(refs, sizeof(refs), "%s/refs", cache->oci_dir);
+	handle = opendir(refs);
+	CHECK(handle != NULL);
+	while (handle && (entry = readdir(handle)) != NULL) {
+		if (entry->d_name[0] == '.')
+			continue;
+		snprintf(path, sizeof(path), "%s/%s", refs, entry->d_name);
+		forgotten += unlink(path) == 0;
+	}
+	if (handle)
+		closedir(handle);
+	CHECK_INT_EQ(forgotten, 1);
+}
+
+/*
+ * `image rm` killed between forgetting the reference and deleting images/<hex>/: prune
+ * removes that directory, keeps one a reference names and one a running pull builds in.
+ */
+static void test_prune_removes_unreferenced_rootfs(void)
+{
+	struct test_registry registry;
+	struct test_cache cache;
+	struct oci_image_prune_result pruned;
+	char err[TEST_ERR_MAX] = "", rootfs[TEST_PATH_MAX + TEST_NAME_MAX],
+	     live_dir[TEST_PATH_MAX], live_tmp[2 * TEST_PATH_MAX];
+	struct stat st;
+	FILE *file;
+
+	registry_start(&registry);
+	cache_make(&cache, &registry);
+	CHECK_INT_EQ(pull(&registry, cache.oci_dir, err), 0);
+	snprintf(rootfs, sizeof(rootfs), "%s/%s", cache.image_dir, OCI_IMAGE_ROOTFS_FILE);
+	CHECK_INT_EQ(stat(rootfs, &st), 0);
+	/* another image's directory while a pull (this process) builds its rootfs there */
+	snprintf(live_dir, sizeof(live_dir), "%s/images/%064d", cache.oci_dir, 0);
+	CHECK_INT_EQ(mkdir(live_dir, TEST_DIR_MODE), 0);
+	snprintf(live_tmp, sizeof(live_tmp), "%s/%s%ld", live_dir, cache.rootfs_tmp_prefix,
+		 (long)getpid());
+	file = fopen(live_tmp, "w");
+	CHECK(file != NULL);
+	if (file)
+		fclose(file);
+
+	/* with its reference, the image stays */
+	CHECK_INT_EQ(oci_image_prune(cache.oci_dir, &pruned, err, sizeof(err)), 0);
+	CHECK_INT_EQ(stat(rootfs, &st), 0);
+	CHECK_INT_EQ((int)pruned.images_removed, 0);
+
+	/* the reference forgotten, the kill came before the rootfs went */
+	forget_references(&cache);
+	CHECK_INT_EQ(oci_image_prune(cache.oci_dir, &pruned, err, sizeof(err)), 0);
+	if (err[0])
+		fprintf(stderr, "  the prune: %s\n", err);
+	CHECK(access(cache.image_dir, F_OK) != 0);
+	CHECK_INT_EQ((int)pruned.images_removed, 1);
+	CHECK(pruned.freed_bytes >= (uint64_t)st.st_size);
+	CHECK_INT_EQ(access(live_tmp, F_OK), 0); /* the running pull's */
+	cache_remove(&cache);
+	registry_stop(&registry);
+}
+
 int main(int argc, char **argv)
 {
 	harness_select(argc, argv);
@@ -381,5 +452,6 @@ int main(int argc, char **argv)
 	RUN_TEST(test_pull_killed_mid_download_leaves_nothing);
 	RUN_TEST(test_pull_killed_building_rootfs_leaves_nothing);
 	RUN_TEST(test_prune_sweeps_killed_pull_only);
+	RUN_TEST(test_prune_removes_unreferenced_rootfs);
 	return harness_finish();
 }

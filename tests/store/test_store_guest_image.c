@@ -4,13 +4,20 @@
  * temporary VOIDBOX_HOME; the initramfs is parsed back and checked (a meson test of its own,
  * store_image_build, which skips where dpkg-deb or busybox is missing). Also: listing,
  * cleaning, name validation, the resolution precedence (flag > env > built image > error) and
- * errors.
+ * errors. Builds and cleans killed outright (SIGKILL, as Ctrl-C or a timeout ends them, with
+ * no cleanup) leave no half-deleted image and nothing the next build or clean does not sweep;
+ * a build blocks for that in its first tool, a dpkg-deb of the test's own that sleeps.
  */
+#include <dirent.h>
 #include <elf.h>
 #include <errno.h>
 #include <limits.h>
+#include <signal.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "common/log.h"
@@ -29,6 +36,15 @@
 #define DPKG_DEB_PATH "/usr/bin/dpkg-deb"
 #define BUSYBOX_PATH "/bin/busybox"
 #define TEST_ARCHIVE_MTIME 1700000000u
+#define TEST_POLL_NS 1000000L
+#define TEST_WAIT_POLLS 20000 /* 20 s of 1 ms polls */
+/* Enough directories in an image that removing it takes long enough to be caught midway. */
+#define TEST_REMOVE_SUBDIRS 20000
+#define TEST_STALL_ENV "VOIDBOX_TEST_STALL"
+/* The test's dpkg-deb: sleeps where TEST_STALL_ENV is set (the build blocks), else fails. */
+#define TEST_FAKE_DPKG_DEB "#!/bin/sh\n[ -n \"$" TEST_STALL_ENV "\" ] && exec sleep 60\nexit 1\n"
+#define TEST_BUILD_PREFIX ".build-"
+#define TEST_REMOVE_PREFIX ".remove-"
 
 static char home[PATH_MAX];
 
@@ -386,6 +402,154 @@ static void test_list_and_clean(void)
 	free(images);
 }
 
+/* Whether dir holds an entry whose name starts with prefix. */
+static bool dir_has(const char *dir, const char *prefix)
+{
+	DIR *handle = opendir(dir);
+	struct dirent *entry;
+	bool has = false;
+
+	if (!handle)
+		return false;
+	while (!has && (entry = readdir(handle)) != NULL)
+		has = strncmp(entry->d_name, prefix, strlen(prefix)) == 0;
+	closedir(handle);
+	return has;
+}
+
+/* A build whose dpkg-deb is the test's: it blocks where TEST_STALL_ENV is set, else fails. */
+static int build_with_fake_tools(const char *name)
+{
+	char agent[PATH_MAX], err[ERR_MAX] = "";
+	struct guest_image_build_options options = { .name = name, .agent_path = agent,
+						     .kernel_deb = "/nonexistent/kernel.deb" };
+
+	snprintf(agent, sizeof(agent), "%s/agent", home);
+	write_text(agent, "#!/bin/sh\n");
+	return guest_image_build(&options, err, sizeof(err));
+}
+
+/* Puts the fake dpkg-deb first in PATH; the old PATH goes into saved. */
+static void use_fake_tools(char *saved, size_t saved_len)
+{
+	char bin[PATH_MAX], tool[PATH_MAX], path[2 * PATH_MAX];
+	const char *old = getenv("PATH");
+
+	snprintf(saved, saved_len, "%s", old ? old : "/usr/bin:/bin");
+	snprintf(bin, sizeof(bin), "%s/fake-bin", home);
+	mkdir(bin, 0755);
+	snprintf(tool, sizeof(tool), "%s/dpkg-deb", bin);
+	write_text(tool, TEST_FAKE_DPKG_DEB);
+	CHECK_INT_EQ(chmod(tool, 0755), 0);
+	snprintf(path, sizeof(path), "%s:%s", bin, saved);
+	setenv("PATH", path, 1);
+}
+
+/* A build in a process group of its own, blocked once its staging directory exists. */
+static pid_t start_stalled_build(const char *images_dir)
+{
+	struct timespec poll = { .tv_nsec = TEST_POLL_NS };
+	pid_t pid = fork();
+
+	if (pid < 0)
+		harness_fail_setup("cannot fork the build");
+	if (pid == 0) {
+		setpgid(0, 0);
+		setenv(TEST_STALL_ENV, "1", 1);
+		_exit(build_with_fake_tools("stalled") == 0 ? 0 : 1);
+	}
+	setpgid(pid, pid);
+	for (int i = 0; i < TEST_WAIT_POLLS && !dir_has(images_dir, TEST_BUILD_PREFIX); i++)
+		nanosleep(&poll, NULL);
+	return pid;
+}
+
+/* SIGKILL to the build and its tool, as Ctrl-C reaches the whole foreground group. */
+static void kill_group(pid_t pid)
+{
+	int status;
+
+	kill(-pid, SIGKILL);
+	waitpid(pid, &status, 0);
+}
+
+static void test_killed_build_is_swept(void)
+{
+	char images_dir[PATH_MAX], saved_path[2 * PATH_MAX], err[ERR_MAX] = "";
+	pid_t builder;
+
+	use_settings(NULL, NULL);
+	use_fake_tools(saved_path, sizeof(saved_path));
+	snprintf(images_dir, sizeof(images_dir), "%s/images", home);
+
+	builder = start_stalled_build(images_dir);
+	CHECK(dir_has(images_dir, TEST_BUILD_PREFIX));
+	/* a build and a clean meanwhile leave the running build's staging directory alone */
+	CHECK(build_with_fake_tools("other") < 0);
+	CHECK(dir_has(images_dir, TEST_BUILD_PREFIX));
+	CHECK_INT_EQ(guest_image_clean(NULL, err, sizeof(err)), 0);
+	CHECK(dir_has(images_dir, TEST_BUILD_PREFIX));
+	kill_group(builder);
+	CHECK(dir_has(images_dir, TEST_BUILD_PREFIX)); /* a killed build cleans up nothing */
+	/* the next build removes it, even one that fails */
+	CHECK(build_with_fake_tools("other") < 0);
+	CHECK(!dir_has(images_dir, TEST_BUILD_PREFIX));
+
+	/* and so does a clean, also one naming an image that does not exist */
+	builder = start_stalled_build(images_dir);
+	kill_group(builder);
+	CHECK(dir_has(images_dir, TEST_BUILD_PREFIX));
+	CHECK_INT_EQ(guest_image_clean("nope", err, sizeof(err)), -ENOENT);
+	CHECK(!dir_has(images_dir, TEST_BUILD_PREFIX));
+
+	setenv("PATH", saved_path, 1);
+}
+
+static void test_clean_killed_midway_leaves_no_half_image(void)
+{
+	char images_dir[PATH_MAX], dir[PATH_MAX], sub[PATH_MAX + 16], err[ERR_MAX] = "";
+	struct guest_image_info *images = NULL;
+	size_t count = 0;
+	struct stat st;
+	nlink_t links;
+	int status;
+	pid_t cleaner;
+
+	use_settings(NULL, NULL);
+	snprintf(images_dir, sizeof(images_dir), "%s/images", home);
+	make_image_files("big", "initramfs.cpio");
+	CHECK_INT_EQ(guest_image_dir("big", dir, sizeof(dir)), 0);
+	for (int i = 0; i < TEST_REMOVE_SUBDIRS; i++) {
+		snprintf(sub, sizeof(sub), "%s/d%05d", dir, i);
+		mkdir(sub, 0755);
+	}
+	CHECK_INT_EQ(stat(dir, &st), 0);
+	links = st.st_nlink;
+
+	cleaner = fork();
+	if (cleaner < 0)
+		harness_fail_setup("cannot fork the clean");
+	if (cleaner == 0)
+		_exit(guest_image_clean("big", err, sizeof(err)) == 0 ? 0 : 1);
+	/* killed as soon as removal shows: the name gone, or a directory under it gone */
+	while (stat(dir, &st) == 0 && st.st_nlink == links &&
+	       waitpid(cleaner, &status, WNOHANG) == 0)
+		;
+	if (waitpid(cleaner, &status, WNOHANG) == 0) {
+		kill(cleaner, SIGKILL);
+		waitpid(cleaner, &status, 0);
+	}
+
+	CHECK(access(dir, F_OK) != 0); /* the image vanished whole, not half-deleted in place */
+	CHECK(dir_has(images_dir, TEST_REMOVE_PREFIX)); /* killed midway: its temporary stays */
+	CHECK_INT_EQ(guest_image_list(&images, &count, err, sizeof(err)), 0);
+	CHECK_INT_EQ(count, 0);
+	free(images);
+	/* the next clean sweeps what the killed one left */
+	CHECK_INT_EQ(guest_image_clean(NULL, err, sizeof(err)), 0);
+	CHECK(!dir_has(images_dir, TEST_REMOVE_PREFIX));
+}
+
 static void test_home_and_names(void)
 {
 	char out[PATH_MAX];
@@ -416,6 +580,8 @@ int main(int argc, char **argv)
 	RUN_TEST(test_named_resolution);
 	RUN_TEST(test_list_and_clean);
 	RUN_TEST(test_build_errors);
+	RUN_TEST(test_killed_build_is_swept);
+	RUN_TEST(test_clean_killed_midway_leaves_no_half_image);
 	RUN_SEPARATE_TEST(test_build_from_fake_kernel_package);
 
 	snprintf(cmd, sizeof(cmd), "rm -rf %s", home);
