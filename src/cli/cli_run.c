@@ -6,11 +6,12 @@
  * the box up until SIGINT or SIGTERM; both signals are blocked before the box opens, so every
  * thread the box starts inherits the mask and only sigwait() here receives them.
  *
- * Under `voidbox serve` each run is this command with --events-fd: a JSON line per stage start,
- * piece of output and finish goes to that descriptor (the runners' run_observer), so the daemon streams stage
- * events while the run goes, and a last run.finished line carries the report with its outputs
- * cut, which the daemon keeps when the whole report is more than it reads; --input-file carries an input too large for argv. SIGUSR1 asks
- * the run's `mode: service` programs to stop gracefully (src/runtime/service.h).
+ * Under `voidbox serve` each run is this command with --events-fd: a JSON line per stage
+ * start, piece of output and finish goes to that descriptor (the runners' run_observer), so
+ * the daemon streams stage events while the run goes, and a last run.finished line carries the
+ * report with its outputs cut, which the daemon keeps when the whole report is more than it
+ * reads; --input-file carries an input too large for argv. SIGUSR1 asks the run's
+ * `mode: service` programs to stop gracefully (src/runtime/service.h).
  * `--daemon[=URL]` instead submits the spec to a running daemon and prints the run id.
  *
  * The report goes to stdout (human or --output json) and progress to the logger on stderr,
@@ -50,8 +51,6 @@
 #define CLI_RUN_ERROR_MAX 1024
 /* a sandbox spec may use what a workflow may: the same box runs it */
 #define CLI_RUN_SANDBOX_FEATURES WORKFLOW_SUPPORTED_FEATURES
-/* a stage's output on the events descriptor is cut here; the full text is in the report */
-#define CLI_RUN_EVENT_OUTPUT_MAX (1024u * 1024u)
 /*
  * A piece of running output is sent in stage.output events of at most this many bytes: the
  * guest chooses how large one piece is (up to a whole protocol frame), and JSON escapes can
@@ -300,7 +299,7 @@ static void cli_run_stage_output(void *opaque, const struct run_stage *stage, bo
 static void cli_run_stage_finished(void *opaque, const struct run_stage *stage)
 {
 	size_t output_len =
-		text_utf8_cut(stage->output, strlen(stage->output), CLI_RUN_EVENT_OUTPUT_MAX);
+		text_utf8_cut(stage->output, strlen(stage->output), DAEMON_EVENT_OUTPUT_MAX);
 	json_t *output = daemon_text_json(stage->output, output_len);
 
 	cli_run_event_write(opaque,
@@ -315,7 +314,7 @@ static void cli_run_stage_finished(void *opaque, const struct run_stage *stage)
 static void cli_run_stage_output_ready(void *opaque, const struct run_stage *stage,
 				       const void *data, size_t len)
 {
-	json_t *text = daemon_text_json(data, text_utf8_cut(data, len, CLI_RUN_EVENT_OUTPUT_MAX));
+	json_t *text = daemon_text_json(data, text_utf8_cut(data, len, DAEMON_EVENT_OUTPUT_MAX));
 
 	cli_run_event_write(opaque, json_pack("{s:s, s:s, s:I, s:o*}", "type",
 					      "stage.output_ready", "stage", stage->name,
@@ -341,7 +340,7 @@ static void cli_run_finished(struct cli_run_events *events, const struct run_rep
 	json_object_set_new(summary, "output",
 			    daemon_text_json(report->output,
 					     text_utf8_cut(report->output, full_len,
-							   CLI_RUN_EVENT_OUTPUT_MAX)));
+							   DAEMON_EVENT_OUTPUT_MAX)));
 	json_object_set_new(summary, "output_bytes", json_integer((json_int_t)full_len));
 	cli_run_event_write(events, json_pack("{s:s, s:o}", "type", "run.finished", "report",
 					      summary));

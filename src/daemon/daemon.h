@@ -77,4 +77,10 @@ int daemon_serve(const struct daemon_config *config, char *err, size_t errlen);
  */
 json_t *daemon_text_json(const char *data, size_t len);
 
+/*
+ * What `voidbox run --events-fd` keeps of an output in its stage.finished, stage.output_ready
+ * and run.finished lines; the daemon's error for a cut report quotes it.
+ */
+#define DAEMON_EVENT_OUTPUT_MAX (1024u * 1024u)
+
 #endif

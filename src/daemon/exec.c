@@ -35,8 +35,6 @@
 #define EXEC_LINE_MAX (64u * 1024u)          /* a progress line longer than this is split */
 #define EXEC_EVENT_LINE_MAX (8u * 1024u * 1024u) /* one stage event (carries its output) */
 #define EXEC_REPORT_MAX (16u * 1024u * 1024u)
-/* what `voidbox run` keeps of an output in its run.finished and stage.finished lines */
-#define EXEC_CUT_OUTPUT_MAX (1024u * 1024u)
 #define EXEC_BYTES_PER_MIB (1024u * 1024u)
 #define EXEC_READ_CHUNK 65536
 #define EXEC_ARGV_MAX 16
@@ -537,8 +535,8 @@ static void exec_report_over_limit(struct exec_run *run, struct exec_outcome *ou
 		 "the run's report is over the daemon's %u MiB: it is kept without the stages' "
 		 "outputs and with the run's output cut to its first %u MiB (each stage's output "
 		 "artifact holds its first %u MiB)",
-		 EXEC_REPORT_MAX / EXEC_BYTES_PER_MIB, EXEC_CUT_OUTPUT_MAX / EXEC_BYTES_PER_MIB,
-		 EXEC_CUT_OUTPUT_MAX / EXEC_BYTES_PER_MIB);
+		 EXEC_REPORT_MAX / EXEC_BYTES_PER_MIB, DAEMON_EVENT_OUTPUT_MAX / EXEC_BYTES_PER_MIB,
+		 DAEMON_EVENT_OUTPUT_MAX / EXEC_BYTES_PER_MIB);
 	pthread_mutex_lock(&run->d->lock);
 	daemon_event_emit_locked(run->d, run->id, "run.report_cut", "warn", message, NULL, NULL,
 				 json_pack("{s:I, s:I}", "report_limit_bytes",
