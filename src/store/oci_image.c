@@ -460,6 +460,33 @@ static bool oci_image_is_kept(const char (*keep)[OCI_DIGEST_LEN + 1], size_t kep
 	return false;
 }
 
+/*
+ * Opens oci_dir/sub for a sweep, its path into path: 0 with *handle NULL when it does not
+ * exist yet, or -errno with the reason in err.
+ */
+static int oci_image_open_sweep_dir(const char *oci_dir, const char *sub, char *path,
+				    size_t path_len, DIR **handle, char *err, size_t errlen)
+{
+	*handle = NULL;
+	if (store_join(path, path_len, oci_dir, sub) < 0) {
+		snprintf(err, errlen, "the image store %s is too deep", oci_dir);
+		return -ENAMETOOLONG;
+	}
+	*handle = opendir(path);
+	if (*handle || errno == ENOENT)
+		return 0;
+	snprintf(err, errlen, "cannot read %s: %s", path, strerror(errno));
+	return -EIO;
+}
+
+/* Whether name is a digest's hex (a blob's or an image directory's name); the digest into out. */
+static bool oci_image_entry_digest(const char *name, char out[OCI_DIGEST_LEN + 1])
+{
+	snprintf(out, OCI_DIGEST_LEN + 1, "%s%.*s", OCI_DIGEST_ALGORITHM, OCI_SHA256_HEX_LEN,
+		 name);
+	return strlen(name) == OCI_SHA256_HEX_LEN && oci_digest_check(out) == 0;
+}
+
 /* Deletes each blob (a file named by a well-formed digest) not in keep. */
 static int oci_image_sweep_blobs(const char *oci_dir, const char (*keep)[OCI_DIGEST_LEN + 1],
 				 size_t kept, struct oci_image_prune_result *out, char *err,
@@ -469,22 +496,15 @@ static int oci_image_sweep_blobs(const char *oci_dir, const char (*keep)[OCI_DIG
 	struct dirent *entry;
 	struct stat st;
 	DIR *handle;
-	int rc = 0;
+	int rc = oci_image_open_sweep_dir(oci_dir, OCI_BLOBS_SUBDIR, path, sizeof(path), &handle,
+					  err, errlen);
 
-	if (store_join(path, sizeof(path), oci_dir, OCI_BLOBS_SUBDIR) < 0) {
-		snprintf(err, errlen, "the image store %s is too deep", oci_dir);
-		return -ENAMETOOLONG;
-	}
-	handle = opendir(path);
-	if (!handle)
-		return errno == ENOENT ? 0 : (snprintf(err, errlen, "cannot read %s: %s", path,
-						       strerror(errno)), -EIO);
+	if (rc < 0 || !handle)
+		return rc;
 	while ((entry = readdir(handle)) != NULL) {
 		char blob[PATH_MAX];
 
-		snprintf(digest, sizeof(digest), "%s%.*s", OCI_DIGEST_ALGORITHM,
-			 OCI_SHA256_HEX_LEN, entry->d_name);
-		if (strlen(entry->d_name) != OCI_SHA256_HEX_LEN || oci_digest_check(digest) < 0 ||
+		if (!oci_image_entry_digest(entry->d_name, digest) ||
 		    oci_blob_path(oci_dir, digest, blob, sizeof(blob)) < 0)
 			continue; /* a pull's temporary file, or nothing of ours */
 		if (oci_image_is_kept(keep, kept, entry->d_name)) {
@@ -531,23 +551,16 @@ static int oci_image_sweep_unreferenced(const char *oci_dir, const struct oci_im
 	char digest[OCI_DIGEST_LEN + 1], dir[PATH_MAX], image_dir[PATH_MAX], rootfs[PATH_MAX];
 	struct dirent *entry;
 	DIR *handle;
-	int rc = 0;
+	int rc = oci_image_open_sweep_dir(oci_dir, OCI_IMAGE_IMAGES, dir, sizeof(dir), &handle,
+					  err, errlen);
 
-	if (store_join(dir, sizeof(dir), oci_dir, OCI_IMAGE_IMAGES) < 0) {
-		snprintf(err, errlen, "the image store %s is too deep", oci_dir);
-		return -ENAMETOOLONG;
-	}
-	handle = opendir(dir);
-	if (!handle)
-		return errno == ENOENT ? 0 : (snprintf(err, errlen, "cannot read %s: %s", dir,
-						       strerror(errno)), -EIO);
+	if (rc < 0 || !handle)
+		return rc;
 	while (rc == 0 && (entry = readdir(handle)) != NULL) {
 		bool named = false;
 		struct stat st;
 
-		snprintf(digest, sizeof(digest), "%s%.*s", OCI_DIGEST_ALGORITHM,
-			 OCI_SHA256_HEX_LEN, entry->d_name);
-		if (strlen(entry->d_name) != OCI_SHA256_HEX_LEN || oci_digest_check(digest) < 0 ||
+		if (!oci_image_entry_digest(entry->d_name, digest) ||
 		    store_join(image_dir, sizeof(image_dir), dir, entry->d_name) < 0 ||
 		    store_join(rootfs, sizeof(rootfs), image_dir, OCI_IMAGE_ROOTFS_FILE) < 0)
 			continue; /* nothing of ours */
