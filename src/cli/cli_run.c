@@ -2,9 +2,10 @@
  * `voidbox run --file SPEC`: load a spec, refuse what this build cannot run (with the spec's
  * own positions and hints) before anything boots, dispatch by kind, print the run report.
  *
- * A `kind: sandbox` spec boots its box, runs `echo ready` in it, says so on stderr and keeps
- * the box up until SIGINT or SIGTERM; both signals are blocked before the box opens, so every
- * thread the box starts inherits the mask and only sigwait() here receives them.
+ * SIGINT and SIGTERM cancel the run in order (run_signals.h): the sandboxes are shut down,
+ * the stages under way fail, and the report of what ran is printed; a second signal ends the
+ * process at once. A `kind: sandbox` spec boots its box, runs `echo ready` in it, says so on
+ * stderr and keeps the box up until one of those signals, which ends it successfully.
  *
  * Under `voidbox serve` each run is this command with --events-fd: a JSON line per stage
  * start, piece of output and finish goes to that descriptor (the runners' run_observer), so
@@ -16,7 +17,8 @@
  *
  * The report goes to stdout (human or --output json) and progress to the logger on stderr,
  * so `voidbox --output json run ...` is machine-readable as a whole. The exit status is 0
- * only when the run succeeded: 1 for a failed run or a spec that cannot run, 2 for usage.
+ * only when the run succeeded: 1 for a failed run or a spec that cannot run, 2 for usage,
+ * 128 + the signal's number (130, 143) for a run that SIGINT or SIGTERM cancelled.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -32,6 +34,7 @@
 
 #include "cli/cli.h"
 #include "cli/host_env.h"
+#include "cli/run_signals.h"
 #include "common/log.h"
 #include "common/text.h"
 #include "daemon/daemon.h"
@@ -49,6 +52,8 @@
 #define CLI_RUN_MAX_TIMEOUT_SECS (24u * 3600u)
 #define CLI_RUN_DECIMAL 10
 #define CLI_RUN_ERROR_MAX 1024
+/* A run a signal cancelled exits with 128 + the signal's number, as a shell reports it. */
+#define CLI_RUN_EXIT_SIGNAL_BASE 128
 /* a sandbox spec may use what a workflow may: the same box runs it */
 #define CLI_RUN_SANDBOX_FEATURES WORKFLOW_SUPPORTED_FEATURES
 /*
@@ -483,18 +488,12 @@ static bool cli_run_sandbox_ready(struct box *box, struct run_report *report)
 
 /* kind sandbox: boot, `echo ready`, wait for SIGINT or SIGTERM, stop. */
 static void cli_run_sandbox(const struct spec *spec, const struct cli_run_args *args,
-			    struct run_report *report)
+			    struct run_signals *signals, struct run_report *report)
 {
 	char err[CLI_RUN_ERROR_MAX];
 	struct box_config cfg;
 	struct box *box = NULL;
-	sigset_t stop_signals, previous;
-	int signal_number;
 
-	sigemptyset(&stop_signals);
-	sigaddset(&stop_signals, SIGINT);
-	sigaddset(&stop_signals, SIGTERM);
-	pthread_sigmask(SIG_BLOCK, &stop_signals, &previous);
 	box_config_from_spec(&cfg, spec, NULL);
 	if (args->workflow.override_mode)
 		cfg.mode = args->workflow.mode;
@@ -509,17 +508,31 @@ static void cli_run_sandbox(const struct spec *spec, const struct cli_run_args *
 		fprintf(stderr, "voidbox run: sandbox \"%s\" is ready (%s); press Ctrl-C to stop it\n",
 			spec->name, box_mode_name(box_mode(box)));
 		fflush(stderr);
-		sigwait(&stop_signals, &signal_number);
+		run_signals_wait(signals);
 		report->success = true;
 	}
 out:
 	box_close(box, !report->success);
-	pthread_sigmask(SIG_SETMASK, &previous, NULL);
+}
+
+/* The error of a run a signal cancelled; what failed because of it follows in brackets. */
+static void cli_run_mark_cancelled(struct run_report *report, int signal_number)
+{
+	const char *name = signal_number == SIGINT ? "SIGINT" : "SIGTERM";
+	char *failure = report->error ? strdup(report->error) : NULL;
+
+	if (failure)
+		run_report_set_error(report, "the run was cancelled by %s; its sandboxes were shut "
+				     "down (%s)", name, failure);
+	else
+		run_report_set_error(report, "the run was cancelled by %s; its sandboxes were shut "
+				     "down", name);
+	free(failure);
 }
 
 /* Runs a loaded spec into report, dispatching by kind. */
 static void cli_run_dispatch(const struct spec *spec, const struct cli_run_args *args,
-			     struct run_report *report)
+			     struct run_signals *signals, struct run_report *report)
 {
 	struct pipeline_options pipeline;
 	struct agent_options agent;
@@ -545,7 +558,7 @@ static void cli_run_dispatch(const struct spec *spec, const struct cli_run_args 
 		pipeline_run(spec, &pipeline, report);
 		return;
 	case SPEC_KIND_SANDBOX:
-		cli_run_sandbox(spec, args, report);
+		cli_run_sandbox(spec, args, signals, report);
 		return;
 	}
 }
@@ -563,9 +576,11 @@ int cli_run_run(const struct cli_globals *globals, int argc, char **argv)
 	struct cli_run_events events = { .lock = PTHREAD_MUTEX_INITIALIZER };
 	struct run_observer bound_observer = observer;
 	struct spec_diagnostics diag;
+	struct run_signals signals;
 	struct run_report report;
 	char *input_text = NULL;
 	struct spec *spec;
+	int cancelled_by;
 	int status;
 
 	cli_run_catch_stop_signal();
@@ -602,11 +617,25 @@ int cli_run_run(const struct cli_globals *globals, int argc, char **argv)
 		bound_observer.opaque = &events;
 		report.observer = &bound_observer;
 	}
-	cli_run_dispatch(spec, &args, &report);
+	status = run_signals_start(&signals);
+	if (status < 0) {
+		run_report_set_error(&report, "cannot watch for SIGINT and SIGTERM (%s), so the run "
+				     "could not be cancelled in order; nothing was started",
+				     strerror(-status));
+		cancelled_by = 0;
+	} else {
+		cli_run_dispatch(spec, &args, &signals, &report);
+		cancelled_by = run_signals_received(&signals);
+		run_signals_stop(&signals);
+	}
+	if (cancelled_by && !report.success)
+		cli_run_mark_cancelled(&report, cancelled_by);
 	run_report_sum_usage(&report);
 	if (args.events_fd >= 0)
 		cli_run_finished(&events, &report);
-	status = report.success ? CLI_EXIT_OK : CLI_EXIT_FAILURE;
+	status = report.success ? CLI_EXIT_OK
+		 : cancelled_by	? CLI_RUN_EXIT_SIGNAL_BASE + cancelled_by
+				: CLI_EXIT_FAILURE;
 	if (cli_run_print_report(globals, &report) < 0)
 		status = CLI_EXIT_FAILURE;
 	if (!report.success && globals->output == CLI_OUTPUT_JSON && report.error)

@@ -1241,6 +1241,23 @@ int control_channel_shutdown(struct control_channel *ch, int timeout_ms)
 	return rc;
 }
 
+int control_channel_end(struct control_channel *ch, int timeout_ms)
+{
+	struct timespec deadline = clock_deadline_after_ms(timeout_ms);
+	struct channel_conn *conn;
+	int rc;
+
+	agent_connect_cancel(&ch->cancel); /* a dead connection is not replaced */
+	conn = channel_current(ch);
+	if (!conn)
+		return -ENOTCONN;
+	rc = conn_send(conn, PROTO_MSG_SHUTDOWN, channel_next_request_id(ch), NULL, 0, &deadline);
+	if (rc == 0)
+		conn_expect_end(conn);
+	conn_put(conn);
+	return rc;
+}
+
 /* ---- public: telemetry -------------------------------------------------------------------- */
 
 static int telemetry_deliver(struct proto_frame *frame, unsigned int *dropped,

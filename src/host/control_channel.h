@@ -135,6 +135,13 @@ void control_channel_set_secret(struct control_channel *ch,
  */
 int control_channel_shutdown(struct control_channel *ch, int timeout_ms);
 /*
+ * Safe from any thread while calls are in flight: no later call connects again, and a live
+ * connection gets Shutdown (timeout_ms bounds the send) without waiting for its end. The
+ * guest syncs and ends the connection, which fails every call in flight; a guest that does
+ * not is cut off by control_channel_cancel. 0 when Shutdown was sent, -errno otherwise.
+ */
+int control_channel_end(struct control_channel *ch, int timeout_ms);
+/*
  * The current connection is about to end on purpose without a Shutdown (the VMM stops the VM
  * after a snapshot that leaves it stopped): its end is logged at debug level, not warned of.
  */

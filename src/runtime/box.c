@@ -3,8 +3,15 @@
  * merging the environment once at open time (so an exec only layers the request's variables
  * on top), and the per-thread error sentence. The backends behind box->ops never see the
  * mode or the spec.
+ *
+ * Every open box is on one list, so a cancel (a signal to `voidbox run`) reaches the boxes of
+ * every runner without the runners taking part: box_cancel_all interrupts each through its
+ * backend, the execs under way fail, and each runner unwinds and closes its box as after any
+ * failure. A box is taken off the list before its backend closes it, under the list's lock,
+ * so an interrupt never meets a box being freed.
  */
 #include <errno.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,10 +24,15 @@
 #include "store/guest_image.h"
 
 #define BOX_ERROR_MAX 1024
+#define BOX_CANCELLED_ERROR "the run was cancelled; the sandbox was shut down"
 #define BOX_MS_PER_SEC 1000u
 #define BOX_NS_PER_MS 1000000u
 
 static _Thread_local char box_error[BOX_ERROR_MAX];
+
+static pthread_mutex_t box_open_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct box *box_open_list;
+static bool box_cancel_requested; /* under box_open_lock */
 
 static const char *const box_mode_names[] = {
 	[BOX_MODE_AUTO] = "auto",
@@ -213,12 +225,75 @@ static int box_resolve_mode(struct box *box, const struct box_config *cfg, char 
 	return 0;
 }
 
+/* Puts box on the open list; false (and not on it) once a cancel was asked. */
+static bool box_list_add(struct box *box)
+{
+	bool added;
+
+	pthread_mutex_lock(&box_open_lock);
+	added = !box_cancel_requested;
+	if (added) {
+		box->open_next = box_open_list;
+		if (box_open_list)
+			box_open_list->open_prev = box;
+		box_open_list = box;
+	}
+	pthread_mutex_unlock(&box_open_lock);
+	return added;
+}
+
+static void box_list_remove(struct box *box)
+{
+	pthread_mutex_lock(&box_open_lock);
+	if (box->open_prev)
+		box->open_prev->open_next = box->open_next;
+	else
+		box_open_list = box->open_next;
+	if (box->open_next)
+		box->open_next->open_prev = box->open_prev;
+	box->open_prev = box->open_next = NULL;
+	pthread_mutex_unlock(&box_open_lock);
+}
+
+bool box_cancelled(void)
+{
+	bool cancelled;
+
+	pthread_mutex_lock(&box_open_lock);
+	cancelled = box_cancel_requested;
+	pthread_mutex_unlock(&box_open_lock);
+	return cancelled;
+}
+
+static void box_interrupt_open_locked(bool force)
+{
+	for (struct box *box = box_open_list; box; box = box->open_next)
+		if (box->ops->interrupt)
+			box->ops->interrupt(box, force);
+}
+
+void box_cancel_all(bool force)
+{
+	bool first;
+
+	pthread_mutex_lock(&box_open_lock);
+	first = !box_cancel_requested;
+	box_cancel_requested = true;
+	if (first || force)
+		box_interrupt_open_locked(force);
+	pthread_mutex_unlock(&box_open_lock);
+}
+
 int box_open(const struct box_config *cfg, struct box **out, char *err, size_t errlen)
 {
 	struct box *box;
 	int rc;
 
 	*out = NULL;
+	if (box_cancelled()) {
+		snprintf(err, errlen, "the run was cancelled; no sandbox is started for it");
+		return -ECANCELED;
+	}
 	box = calloc(1, sizeof(*box));
 	if (!box || !(box->name = strdup(cfg->name ? cfg->name : "box"))) {
 		free(box);
@@ -241,6 +316,12 @@ int box_open(const struct box_config *cfg, struct box **out, char *err, size_t e
 		rc = box_local_open(box, cfg, err, errlen);
 	if (rc < 0)
 		goto fail;
+	if (!box_list_add(box)) {
+		box->ops->close(box, false);
+		snprintf(err, errlen, "the run was cancelled while this sandbox was starting");
+		rc = -ECANCELED;
+		goto fail;
+	}
 	log_debug("box", "[box:%s] open in %s mode", box->name, box_mode_name(box->mode));
 	*out = box;
 	return 0;
@@ -268,7 +349,9 @@ void box_close(struct box *box, bool keep_logs)
 {
 	if (!box)
 		return;
-	box->ops->close(box, keep_logs);
+	box_list_remove(box);
+	/* a cancelled run's failures are the cancel's: its serial logs would explain nothing */
+	box->ops->close(box, keep_logs && !box_cancelled());
 	box_free(box);
 }
 
@@ -315,6 +398,12 @@ int box_exec(struct box *box, const struct box_exec_request *req, struct box_exe
 	if (rc == 0)
 		rc = box->ops->exec(box, req, env, env_count, out);
 	free(env);
+	if (rc < 0 && box_cancelled()) {
+		/* whatever the backend saw (a connection the guest ended), the cancel caused it */
+		free(out->error);
+		out->error = strdup(BOX_CANCELLED_ERROR);
+		rc = -ECANCELED;
+	}
 	if (rc < 0 && !out->error)
 		out->error = strdup(box_last_error()[0] ? box_last_error() : strerror(-rc));
 fill:

@@ -176,8 +176,24 @@ enum box_mode box_mode_from_spec(enum spec_sandbox_mode mode);
 /* The resolved kernel and initramfs of a local box ("" for mock). */
 const char *box_kernel_path(const struct box *box);
 const char *box_initramfs_path(const struct box *box);
-/* Stops the VM (if any) and frees everything; keep_logs keeps the serial log. NULL is fine. */
+/*
+ * Stops the VM (if any) and frees everything; keep_logs keeps the serial log, except after
+ * box_cancel_all. NULL is fine.
+ */
 void box_close(struct box *box, bool keep_logs);
+
+/*
+ * Cancels every box of this process, for a run that was asked to stop (`voidbox run` on
+ * SIGINT or SIGTERM). From the first call on, box_open refuses with -ECANCELED. Each open
+ * box is interrupted: with force false (the first call only), a VM's guest agent is asked to
+ * sync and power off, which ends every exec under way in it with an error, and the mock's
+ * waiting built-ins return at once; with force true, a VM's connection is cut as well, for
+ * a guest that has not ended it within the caller's grace. Returns at once: closing the
+ * boxes stays their runners' job, and the open list is how long they take. Thread-safe.
+ */
+void box_cancel_all(bool force);
+/* Whether box_cancel_all was called. */
+bool box_cancelled(void);
 
 /* Runs one program; see the file comment for the return convention. */
 int box_exec(struct box *box, const struct box_exec_request *req, struct box_exec_result *out);

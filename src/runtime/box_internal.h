@@ -19,6 +19,12 @@ struct box_ops {
 	int (*read_file)(struct box *box, const char *path, char **data, size_t *len);
 	int (*mkdir_p)(struct box *box, const char *path);
 	int (*stop_service)(struct box *box, const char *name);
+	/*
+	 * Ends what runs in the box without freeing anything, from another thread while execs
+	 * may be under way (box_cancel_all): politely first (force false: the guest may sync),
+	 * then, force true, at once. Must not block for long.
+	 */
+	void (*interrupt)(struct box *box, bool force);
 	void (*close)(struct box *box, bool keep_logs);
 };
 
@@ -31,6 +37,7 @@ struct box {
 	char kernel[PATH_MAX];
 	char initramfs[PATH_MAX];
 	void *backend;
+	struct box *open_prev, *open_next; /* in box.c's list of open boxes */
 };
 
 /* Backends: fill box->ops and box->backend; -errno with a sentence in err. */

@@ -12,6 +12,8 @@
  * barrier while all are running, which makes "these steps ran concurrently" observable
  * without timing thresholds. `mock-serve` is the mock's service: it publishes a file, then
  * waits until box_stop_service() names it, so service-mode runs are tested without a VM.
+ * The waiting built-ins (sleep, mock-barrier, mock-serve) wait on the box's condition
+ * variable, so a cancel (box_cancel_all) ends them at once, as it ends a VM's execs.
  */
 #include <errno.h>
 #include <limits.h>
@@ -30,6 +32,7 @@
 #define MOCK_NS_PER_SEC 1000000000L
 #define MOCK_MS_PER_SEC 1000u
 #define MOCK_DECIMAL 10
+#define MOCK_CANCELLED_ERROR "the run was cancelled; the mock's program was ended"
 
 struct mock_file {
 	char *path;
@@ -52,6 +55,7 @@ struct mock_box {
 	size_t barrier_count;
 	char **stopped_services; /* names box_stop_service() was called with */
 	size_t stopped_count;
+	bool cancelled; /* box_cancel_all: every exec under way or to come fails */
 	const struct box_mock_rule *rules;
 	size_t rule_count;
 	box_mock_handler_fn handler;
@@ -269,6 +273,7 @@ struct mock_run {
 	int exit_code;
 	char *error;
 	bool timed_out;
+	bool cancelled; /* a waiting built-in was ended by a cancel */
 };
 
 static void mock_echo(struct mock_run *run)
@@ -408,7 +413,8 @@ static void mock_sleep(struct mock_run *run)
 {
 	double secs = run->req->arg_count ? strtod(run->req->args[0], NULL) : 0.0;
 	bool times_out = run->req->timeout_secs > 0 && secs > run->req->timeout_secs;
-	struct timespec pause;
+	struct mock_box *mock = run->mock;
+	struct timespec deadline;
 
 	if (!(secs >= 0.0 && secs <= MOCK_SLEEP_MAX_SECS)) {
 		mock_out_puts(&run->err, "sleep: the mock takes 0..3600 seconds\n");
@@ -417,11 +423,14 @@ static void mock_sleep(struct mock_run *run)
 	}
 	if (times_out)
 		secs = run->req->timeout_secs;
-	pause.tv_sec = (time_t)secs;
-	pause.tv_nsec = (long)((secs - (double)pause.tv_sec) * (double)MOCK_NS_PER_SEC);
-	while (nanosleep(&pause, &pause) < 0 && errno == EINTR)
-		;
-	if (times_out)
+	deadline = mock_deadline(secs);
+	pthread_mutex_lock(&mock->lock);
+	while (!mock->cancelled)
+		if (pthread_cond_timedwait(&mock->changed, &mock->lock, &deadline) == ETIMEDOUT)
+			break;
+	run->cancelled = mock->cancelled;
+	pthread_mutex_unlock(&mock->lock);
+	if (times_out && !run->cancelled)
 		mock_set_timed_out(run);
 }
 
@@ -489,14 +498,18 @@ static void mock_barrier(struct mock_run *run)
 	barrier->arrived++;
 	pthread_cond_broadcast(&mock->changed);
 	/* the barrier array may move while we wait, so look it up again after each wake */
-	while ((barrier = mock_barrier_get(mock, run->req->args[0])) && barrier->arrived < count) {
+	while (!mock->cancelled && (barrier = mock_barrier_get(mock, run->req->args[0])) &&
+	       barrier->arrived < count) {
 		if (pthread_cond_timedwait(&mock->changed, &mock->lock, &deadline) == ETIMEDOUT) {
 			barrier = mock_barrier_get(mock, run->req->args[0]);
 			complete = barrier && barrier->arrived >= count;
 			break;
 		}
 	}
+	run->cancelled = mock->cancelled;
 	pthread_mutex_unlock(&mock->lock);
+	if (run->cancelled)
+		return;
 	if (!complete) {
 		mock_out_puts(&run->err, "mock-barrier: ");
 		mock_out_puts(&run->err, run->req->args[0]);
@@ -537,11 +550,15 @@ static void mock_serve(struct mock_run *run)
 	pthread_mutex_lock(&mock->lock);
 	rc = mock_write_locked(mock, run->req->args[0], run->req->args[1],
 			       strlen(run->req->args[1]));
-	while (rc == 0 && !(stopped = mock_service_stopped_locked(mock, run->req->service_name)))
+	while (rc == 0 && !mock->cancelled &&
+	       !(stopped = mock_service_stopped_locked(mock, run->req->service_name)))
 		if (pthread_cond_timedwait(&mock->changed, &mock->lock, &deadline) == ETIMEDOUT)
 			break;
 	stopped = mock_service_stopped_locked(mock, run->req->service_name);
+	run->cancelled = mock->cancelled;
 	pthread_mutex_unlock(&mock->lock);
+	if (run->cancelled)
+		return;
 	if (rc < 0) {
 		mock_out_puts(&run->err, "mock-serve: cannot write the file\n");
 		run->exit_code = 1;
@@ -651,7 +668,15 @@ static int mock_exec(struct box *box, const struct box_exec_request *req,
 		.mock = box->backend, .req = req, .env = env, .env_count = env_count,
 	};
 	uint64_t start = clock_monotonic_ms();
+	bool cancelled;
 
+	pthread_mutex_lock(&run.mock->lock);
+	cancelled = run.mock->cancelled;
+	pthread_mutex_unlock(&run.mock->lock);
+	if (cancelled) {
+		box_set_error("%s", MOCK_CANCELLED_ERROR);
+		return -ECANCELED;
+	}
 	if (run.mock->handler) {
 		int handled = run.mock->handler(run.mock->handler_opaque, req, out);
 
@@ -688,7 +713,22 @@ static int mock_exec(struct box *box, const struct box_exec_request *req,
 	out->error = run.error;
 	out->timed_out = run.timed_out;
 	out->duration_ms = clock_monotonic_ms() - start;
+	if (run.cancelled) {
+		box_set_error("%s", MOCK_CANCELLED_ERROR);
+		return -ECANCELED;
+	}
 	return 0;
+}
+
+static void mock_interrupt(struct box *box, bool force)
+{
+	struct mock_box *mock = box->backend;
+
+	(void)force; /* nothing of the mock's needs time to end */
+	pthread_mutex_lock(&mock->lock);
+	mock->cancelled = true;
+	pthread_cond_broadcast(&mock->changed);
+	pthread_mutex_unlock(&mock->lock);
 }
 
 static void mock_close(struct box *box, bool keep_logs)
@@ -718,6 +758,7 @@ static const struct box_ops mock_ops = {
 	.read_file = mock_read_file,
 	.mkdir_p = mock_mkdir_p,
 	.stop_service = mock_stop_service,
+	.interrupt = mock_interrupt,
 	.close = mock_close,
 };
 

@@ -92,12 +92,18 @@ static void vmm_process_child(int control_fd, int launch_fd, int null_fd, int lo
 			      pid_t parent, bool bare_clone,
 			      int (*body)(int control_fd, void *opaque), void *opaque)
 {
+	sigset_t no_signals;
+
+	sigemptyset(&no_signals);
 	if (prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) < 0)
 		_exit(VMM_PROCESS_EXIT_SETUP);
 	if (getppid() != parent) /* the parent died before the death signal was armed */
 		_exit(VMM_PROCESS_EXIT_ORPHANED);
 	/* no terminal: a Ctrl-C meant for the CLI must not kill the VM under it */
 	if (setsid() < 0)
+		_exit(VMM_PROCESS_EXIT_SETUP);
+	/* the caller may block SIGINT and SIGTERM to read them itself; the VMM takes them plainly */
+	if (sigprocmask(SIG_SETMASK, &no_signals, NULL) < 0)
 		_exit(VMM_PROCESS_EXIT_SETUP);
 	if (dup2(null_fd, STDIN_FILENO) < 0 || dup2(null_fd, STDOUT_FILENO) < 0 ||
 	    dup2(log_fd, STDERR_FILENO) < 0 || dup2(control_fd, VMM_PROCESS_CONTROL_FD) < 0 ||

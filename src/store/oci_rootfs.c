@@ -11,6 +11,7 @@
 #include <fcntl.h>
 #include <ftw.h>
 #include <limits.h>
+#include <signal.h>
 #include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -91,6 +92,8 @@ static const char *oci_rootfs_mkfs(void)
 static int oci_rootfs_run(const char *const argv[], char *out, size_t out_size)
 {
 	posix_spawn_file_actions_t actions;
+	posix_spawnattr_t attributes;
+	sigset_t no_signals;
 	size_t used = 0;
 	int pipe_fds[2], status = 0, rc;
 	pid_t pid;
@@ -101,7 +104,13 @@ static int oci_rootfs_run(const char *const argv[], char *out, size_t out_size)
 	posix_spawn_file_actions_init(&actions);
 	posix_spawn_file_actions_adddup2(&actions, pipe_fds[1], STDERR_FILENO);
 	posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, "/dev/null", O_WRONLY, 0);
-	rc = posix_spawn(&pid, argv[0], &actions, NULL, (char *const *)argv, environ);
+	/* `voidbox run` blocks SIGINT and SIGTERM to read them itself; the tool takes them */
+	sigemptyset(&no_signals);
+	posix_spawnattr_init(&attributes);
+	posix_spawnattr_setsigmask(&attributes, &no_signals);
+	posix_spawnattr_setflags(&attributes, POSIX_SPAWN_SETSIGMASK);
+	rc = posix_spawn(&pid, argv[0], &actions, &attributes, (char *const *)argv, environ);
+	posix_spawnattr_destroy(&attributes);
 	posix_spawn_file_actions_destroy(&actions);
 	close(pipe_fds[1]);
 	if (rc != 0) {

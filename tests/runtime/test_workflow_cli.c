@@ -38,6 +38,7 @@ static char temp_dir[] = "/tmp/voidbox-cli-test-XXXXXX";
 static const char *const temp_files[] = {
 	"stdout", "stderr", "fail.yaml", "input.yaml", "mounts.yaml", "cycle.yaml", "inspect.yaml",
 	"sandbox.yaml", "skills.yaml", "events", "input.txt", "guest.yaml", "guest.txt",
+	"cancel.yaml",
 };
 
 struct cli_result {
@@ -524,6 +525,97 @@ static void test_run_sandbox_kind_waits_for_signal(void)
 	CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
 }
 
+/* Reads events from fd into buf (appending) until a line holds needle or the pipe ends. */
+static bool read_events_until(int fd, char *buf, size_t size, size_t *used, const char *needle)
+{
+	ssize_t n;
+
+	while (!strstr(buf, needle) && *used + 1 < size &&
+	       (n = read(fd, buf + *used, size - 1 - *used)) > 0) {
+		*used += (size_t)n;
+		buf[*used] = '\0';
+	}
+	return strstr(buf, needle) != NULL;
+}
+
+/*
+ * SIGINT or SIGTERM while a step runs cancels the run in order: the step under way is ended,
+ * the steps after it do not start, the report of what ran is printed (and sent as
+ * run.finished), and the exit status is 128 + the signal's number.
+ */
+static void check_run_cancelled_by(int signal_number, const char *signal_name)
+{
+	static char events[TEST_OUTPUT_MAX];
+	static char out[TEST_OUTPUT_MAX];
+	char path[TEST_PATH_MAX], out_path[TEST_PATH_MAX], expected_error[TEST_PATH_MAX];
+	json_t *report, *stages;
+	int pipe_fds[2], status = -1, out_fd;
+	size_t used = 0;
+	pid_t pid;
+
+	events[0] = '\0';
+	write_spec("cancel.yaml",
+		   "api_version: v1\nkind: workflow\nname: cancel\nsandbox:\n  mode: mock\n"
+		   "workflow:\n  steps:\n"
+		   "    - name: first\n      run:\n        program: echo\n        args: [one]\n"
+		   "    - name: slow\n      depends_on: [first]\n"
+		   "      run:\n        program: sleep\n        args: [\"600\"]\n"
+		   "    - name: after\n      depends_on: [slow]\n"
+		   "      run:\n        program: echo\n        args: [never]\n",
+		   path, sizeof(path));
+	snprintf(out_path, sizeof(out_path), "%s/stdout", temp_dir);
+	CHECK(pipe(pipe_fds) == 0);
+	pid = fork();
+	if (pid == 0) {
+		int null_fd = open("/dev/null", O_WRONLY);
+
+		out_fd = open(out_path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+		close(pipe_fds[0]); /* before the dup2: it may be descriptor 3 */
+		if (out_fd < 0 || null_fd < 0 || dup2(pipe_fds[1], 3) < 0)
+			_exit(127);
+		dup2(out_fd, STDOUT_FILENO);
+		dup2(null_fd, STDERR_FILENO);
+		execl(voidbox_path, voidbox_path, "--output", "json", "run", "--file", path,
+		      "--events-fd", "3", (char *)NULL);
+		_exit(127);
+	}
+	close(pipe_fds[1]);
+	/* the signal comes while `slow` runs: its start is on the events pipe */
+	CHECK(read_events_until(pipe_fds[0], events, sizeof(events), &used,
+				"\"type\":\"stage.started\",\"stage\":\"slow\""));
+	kill(pid, signal_number);
+	CHECK(read_events_until(pipe_fds[0], events, sizeof(events), &used, "run.finished"));
+	close(pipe_fds[0]);
+	CHECK_INT_EQ(waitpid(pid, &status, 0), pid);
+	CHECK(WIFEXITED(status));
+	CHECK_INT_EQ(WEXITSTATUS(status), 128 + signal_number);
+	CHECK(strstr(events, "\"stage\":\"after\"") == NULL);
+
+	out_fd = open(out_path, O_RDONLY);
+	read_all(out_fd, out, sizeof(out));
+	close(out_fd);
+	report = parse_json(out);
+	stages = json_object_get(report, "stages");
+	CHECK(json_is_false(json_object_get(report, "success")));
+	snprintf(expected_error, sizeof(expected_error), "the run was cancelled by %s",
+		 signal_name);
+	CHECK(strstr(json_string_value(json_object_get(report, "error")) ?: "", expected_error) !=
+	      NULL);
+	CHECK_INT_EQ(json_array_size(stages), 3);
+	CHECK(json_is_true(json_object_get(json_array_get(stages, 0), "success")));
+	CHECK_STR_EQ(json_string_value(json_object_get(json_array_get(stages, 0), "output")),
+		     "one\n");
+	CHECK(json_is_false(json_object_get(json_array_get(stages, 1), "success")));
+	CHECK(json_is_false(json_object_get(json_array_get(stages, 2), "ran")));
+	json_decref(report);
+}
+
+static void test_run_cancelled_by_signal(void)
+{
+	check_run_cancelled_by(SIGTERM, "SIGTERM");
+	check_run_cancelled_by(SIGINT, "SIGINT");
+}
+
 static void test_validate(void)
 {
 	static struct cli_result result;
@@ -858,6 +950,7 @@ int main(int argc, char **argv)
 	RUN_TEST(test_run_refuses_unsupported);
 	RUN_TEST(test_run_accepts_mounts);
 	RUN_TEST(test_run_sandbox_kind_waits_for_signal);
+	RUN_TEST(test_run_cancelled_by_signal);
 	RUN_TEST(test_validate);
 	RUN_TEST(test_inspect);
 	RUN_TEST(test_skills_human_and_json);

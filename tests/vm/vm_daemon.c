@@ -7,6 +7,9 @@
  * is cancelled (before that, /telemetry has guest samples labelled with the running step, not
  * the workflow's box), and afterwards nothing of it is left: the run's process is gone, no process
  * is in its process group, and the daemon has no child at all. /proc is read for all three.
+ * The cancel is orderly, not a kill: the run's process ends on the daemon's SIGTERM with the
+ * report of what ran (the first step's output, the cancel as its error), and the VM's runtime
+ * directory, in a runtime base of the test's own (XDG_RUNTIME_DIR), is removed at once.
  *
  * Then a `mode: service` agent (the mock claude-code, argv[2], with MOCK_CLAUDE_SERVE=1, in
  * the default image plus the mock: vm_test_initramfs_with) publishes its output file while the run
@@ -23,6 +26,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/types.h>
 #include <unistd.h>
 
@@ -67,6 +71,8 @@ static const char *voidbox_path;
 static const char *mock_agent_path;
 static char temp_dir[] = "/tmp/voidbox-vm-daemon-XXXXXX";
 static char test_initramfs[] = "/tmp/voidbox-vm-daemon-initramfs-XXXXXX";
+/* the runs' XDG_RUNTIME_DIR, where their VMs' runtime directories are made */
+static char runtime_base[TEST_PATH_MAX];
 
 /* PROC_FIELD_PPID or PROC_FIELD_PGRP of /proc/PID/stat; -1 when the process is gone. */
 static long proc_stat_field(pid_t pid, enum proc_field field)
@@ -201,13 +207,29 @@ static bool wait_guest_sample(const struct served *daemon, const char *run_id, c
 	return seen;
 }
 
+/* How many sandbox runtime directories (voidbox-XXXXXX) the runs' runtime base holds. */
+static int count_runtime_dirs(void)
+{
+	DIR *dir = opendir(runtime_base);
+	struct dirent *entry;
+	int count = 0;
+
+	if (!dir)
+		return -1;
+	while ((entry = readdir(dir)))
+		if (strncmp(entry->d_name, "voidbox-", strlen("voidbox-")) == 0)
+			count++;
+	closedir(dir);
+	return count;
+}
+
 static void test_cancel_stops_the_vm(void)
 {
 	struct served *daemon = &served_daemon;
 	json_t *body = json_pack("{s:s, s:s, s:{s:i}}", "spec", vm_spec, "run_id", "vm-cancel-1",
 				 "policy", "cancel_grace_period_secs", TEST_GRACE_SECS);
 	char *text = json_dumps(body, JSON_COMPACT);
-	json_t *answer, *run, *events;
+	json_t *answer, *run, *events, *report;
 	long status;
 	pid_t pid;
 
@@ -219,6 +241,7 @@ static void test_cancel_stops_the_vm(void)
 	CHECK(wait_live_line(daemon, "vm-cancel-1", "nap", "early-output"));
 	/* the workflow's box is named vm-cancel; its guest samples are labelled with the step */
 	CHECK(wait_guest_sample(daemon, "vm-cancel-1", "nap"));
+	CHECK_INT_EQ(count_runtime_dirs(), 1); /* the run's VM */
 	if (pid > 0) {
 		CHECK_INT_EQ(proc_stat_field(pid, PROC_FIELD_PPID), daemon->pid);
 		CHECK_INT_EQ(proc_stat_field(pid, PROC_FIELD_PGRP), pid);
@@ -239,6 +262,15 @@ static void test_cancel_stops_the_vm(void)
 	CHECK_STR_EQ(json_string_value(json_object_get(
 			     json_object_get(json_object_get(run, "stage_states"), "first"), "status")),
 		     "succeeded");
+	/* ended in order by the SIGTERM: the report of what ran, and no runtime directory left */
+	report = json_object_get(run, "report");
+	CHECK(strstr(json_string_value(json_object_get(report, "error")) ?: "",
+		     "the run was cancelled by SIGTERM") != NULL);
+	CHECK_STR_EQ(json_string_value(json_object_get(
+			     json_array_get(json_object_get(report, "stages"), 0), "output")),
+		     "booted\n");
+	CHECK_INT_EQ(json_integer_value(json_object_get(run, "exit_code")), 128 + SIGTERM);
+	CHECK_INT_EQ(count_runtime_dirs(), 0);
 	json_decref(run);
 	events = call(daemon, "GET", "/v1/runs/vm-cancel-1/events", NULL, &status);
 	CHECK(json_array_size(events) > 0);
@@ -343,6 +375,9 @@ int main(int argc, char **argv)
 	/* the daemon's runs inherit these: every run boots the default image plus the mock */
 	setenv(GUEST_IMAGE_ENV_INITRAMFS, test_initramfs, 1);
 	setenv(GUEST_IMAGE_ENV_KERNEL, image.kernel, 1);
+	snprintf(runtime_base, sizeof(runtime_base), "%s/run", temp_dir);
+	if (mkdir(runtime_base, 0700) < 0 || setenv("XDG_RUNTIME_DIR", runtime_base, 1) < 0)
+		harness_fail_setup("cannot make the runs' runtime base");
 	snprintf(state_dir, sizeof(state_dir), "%s/state", temp_dir);
 	snprintf(socket_url, sizeof(socket_url), "unix://%s/d.sock", temp_dir);
 	if (!serve_start(&served_daemon, voidbox_path, state_dir, socket_url, NULL))
