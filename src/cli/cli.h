@@ -118,9 +118,11 @@ int cli_exec_read_stdin(struct proto_bytes *out);
  * Runs req in sandbox, streaming its output to this process's stdout and stderr; returns the
  * exit status `voidbox exec` gives (the program's code, 124 after its timeout, 137 killed,
  * CLI_EXIT_SANDBOX_FAILURE when the agent did not answer, said as "voidbox COMMAND: ...").
+ * With signals (may be NULL), a failure a signal caused is said as that cancel.
  */
+struct stop_signals;
 int cli_exec_in_sandbox(const char *command, struct sandbox *sandbox,
-			const struct proto_exec_request *req);
+			const struct proto_exec_request *req, struct stop_signals *signals);
 
 int cli_sandbox_start(const char *command, const char *snapshot_ref,
 		      const struct sandbox_config *cfg, bool track_dirty_pages,

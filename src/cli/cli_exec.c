@@ -6,6 +6,10 @@
  * stdin: when it is not a terminal (a pipe or a file) it is read to the end and delivered to
  * the program byte-exact; a terminal's stdin is not read (use `voidbox shell` for interactive
  * work), so a plain `voidbox exec -- ls` never waits for Ctrl-D.
+ *
+ * SIGINT and SIGTERM once stdin is read stop the sandbox in order (stop_signals.h): the guest
+ * syncs and powers off, which ends the program, the VM's runtime directory and cgroup are
+ * removed, and voidbox exits 130 or 143.
  */
 #include <errno.h>
 #include <getopt.h>
@@ -16,6 +20,7 @@
 #include <unistd.h>
 
 #include "cli/cli.h"
+#include "cli/stop_signals.h"
 #include "common/fd_io.h"
 #include "common/log.h"
 #include "sandbox/sandbox.h"
@@ -303,13 +308,22 @@ static void cli_exec_args_free(struct cli_exec_args *args)
 	free(args->request.stdin_data.data);
 }
 
+/* The signals' target: the sandbox (sandbox_interrupt). */
+static void cli_exec_interrupt(void *opaque, bool force)
+{
+	sandbox_interrupt(opaque, force);
+}
+
 int cli_exec_run(const struct cli_globals *globals, int argc, char **argv)
 {
 	struct cli_exec_args args;
 	struct guest_image_paths image;
 	struct sandbox *sandbox = NULL;
+	struct stop_signals signals;
 	char err[CLI_EXEC_ERROR_MAX];
 	int status = CLI_EXIT_SANDBOX_FAILURE;
+	bool watching = false;
+	int cancelled_by;
 	int rc;
 
 	(void)globals;
@@ -328,6 +342,14 @@ int cli_exec_run(const struct cli_globals *globals, int argc, char **argv)
 		goto out;
 	}
 
+	/* after stdin: a Ctrl-C while it is read ends the command as before */
+	rc = stop_signals_start(&signals);
+	if (rc < 0) {
+		fprintf(stderr, "voidbox exec: cannot watch for SIGINT and SIGTERM: %s\n",
+			strerror(-rc));
+		goto out;
+	}
+	watching = true;
 	args.sandbox.vmm_placement = SANDBOX_VMM_OWN_PROCESS; /* exec takes no snapshot */
 	rc = cli_sandbox_start("exec", args.snapshot, &args.sandbox, false, &sandbox, err,
 			       sizeof(err));
@@ -335,26 +357,40 @@ int cli_exec_run(const struct cli_globals *globals, int argc, char **argv)
 		fprintf(stderr, "voidbox exec: %s\n", err);
 		goto out;
 	}
-	status = cli_exec_in_sandbox("exec", sandbox, &args.request);
+	/* a signal during the boot cancels now, and the exec fails at once */
+	stop_signals_set_target(&signals, cli_exec_interrupt, sandbox);
+	status = cli_exec_in_sandbox("exec", sandbox, &args.request, &signals);
 
 out:
+	if (watching)
+		stop_signals_set_target(&signals, NULL, NULL);
+	cancelled_by = watching ? stop_signals_received(&signals) : 0;
+	if (cancelled_by && status == CLI_EXIT_SANDBOX_FAILURE)
+		status = STOP_SIGNALS_EXIT_BASE + cancelled_by;
 	/* the console log is worth keeping only when the sandbox itself failed */
 	sandbox_destroy(sandbox, status == CLI_EXIT_SANDBOX_FAILURE);
+	if (watching)
+		stop_signals_stop(&signals);
 	cli_exec_args_free(&args);
 	return status;
 }
 
 int cli_exec_in_sandbox(const char *command, struct sandbox *sandbox,
-			const struct proto_exec_request *req)
+			const struct proto_exec_request *req, struct stop_signals *signals)
 {
 	struct proto_exec_response response = { 0 };
 	char err[CLI_EXEC_ERROR_MAX];
 	bool streamed_any = false;
-	int status;
+	int status, cancelled_by;
 
 	if (sandbox_exec(sandbox, req, cli_exec_on_chunk, &streamed_any, &response, err,
 			 sizeof(err)) < 0) {
-		fprintf(stderr, "voidbox %s: %s\n", command, err);
+		cancelled_by = signals ? stop_signals_received(signals) : 0;
+		if (cancelled_by)
+			fprintf(stderr, "voidbox %s: cancelled by %s; the sandbox was shut down\n",
+				command, stop_signals_name(cancelled_by));
+		else
+			fprintf(stderr, "voidbox %s: %s\n", command, err);
 		proto_exec_response_free(&response);
 		return CLI_EXIT_SANDBOX_FAILURE;
 	}

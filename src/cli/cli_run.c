@@ -2,7 +2,7 @@
  * `voidbox run --file SPEC`: load a spec, refuse what this build cannot run (with the spec's
  * own positions and hints) before anything boots, dispatch by kind, print the run report.
  *
- * SIGINT and SIGTERM cancel the run in order (run_signals.h): the sandboxes are shut down,
+ * SIGINT and SIGTERM cancel the run in order (stop_signals.h): the sandboxes are shut down,
  * the stages under way fail, and the report of what ran is printed; a second signal ends the
  * process at once. A `kind: sandbox` spec boots its box, runs `echo ready` in it, says so on
  * stderr and keeps the box up until one of those signals, which ends it successfully.
@@ -34,7 +34,7 @@
 
 #include "cli/cli.h"
 #include "cli/host_env.h"
-#include "cli/run_signals.h"
+#include "cli/stop_signals.h"
 #include "common/log.h"
 #include "common/text.h"
 #include "daemon/daemon.h"
@@ -52,8 +52,6 @@
 #define CLI_RUN_MAX_TIMEOUT_SECS (24u * 3600u)
 #define CLI_RUN_DECIMAL 10
 #define CLI_RUN_ERROR_MAX 1024
-/* A run a signal cancelled exits with 128 + the signal's number, as a shell reports it. */
-#define CLI_RUN_EXIT_SIGNAL_BASE 128
 /* a sandbox spec may use what a workflow may: the same box runs it */
 #define CLI_RUN_SANDBOX_FEATURES WORKFLOW_SUPPORTED_FEATURES
 /*
@@ -488,7 +486,7 @@ static bool cli_run_sandbox_ready(struct box *box, struct run_report *report)
 
 /* kind sandbox: boot, `echo ready`, wait for SIGINT or SIGTERM, stop. */
 static void cli_run_sandbox(const struct spec *spec, const struct cli_run_args *args,
-			    struct run_signals *signals, struct run_report *report)
+			    struct stop_signals *signals, struct run_report *report)
 {
 	char err[CLI_RUN_ERROR_MAX];
 	struct box_config cfg;
@@ -508,17 +506,24 @@ static void cli_run_sandbox(const struct spec *spec, const struct cli_run_args *
 		fprintf(stderr, "voidbox run: sandbox \"%s\" is ready (%s); press Ctrl-C to stop it\n",
 			spec->name, box_mode_name(box_mode(box)));
 		fflush(stderr);
-		run_signals_wait(signals);
+		stop_signals_wait(signals);
 		report->success = true;
 	}
 out:
 	box_close(box, !report->success);
 }
 
+/* The signals' target: every box of the run (box_cancel_all). */
+static void cli_run_cancel_boxes(void *opaque, bool force)
+{
+	(void)opaque;
+	box_cancel_all(force);
+}
+
 /* The error of a run a signal cancelled; what failed because of it follows in brackets. */
 static void cli_run_mark_cancelled(struct run_report *report, int signal_number)
 {
-	const char *name = signal_number == SIGINT ? "SIGINT" : "SIGTERM";
+	const char *name = stop_signals_name(signal_number);
 	char *failure = report->error ? strdup(report->error) : NULL;
 
 	if (failure)
@@ -532,7 +537,7 @@ static void cli_run_mark_cancelled(struct run_report *report, int signal_number)
 
 /* Runs a loaded spec into report, dispatching by kind. */
 static void cli_run_dispatch(const struct spec *spec, const struct cli_run_args *args,
-			     struct run_signals *signals, struct run_report *report)
+			     struct stop_signals *signals, struct run_report *report)
 {
 	struct pipeline_options pipeline;
 	struct agent_options agent;
@@ -576,7 +581,7 @@ int cli_run_run(const struct cli_globals *globals, int argc, char **argv)
 	struct cli_run_events events = { .lock = PTHREAD_MUTEX_INITIALIZER };
 	struct run_observer bound_observer = observer;
 	struct spec_diagnostics diag;
-	struct run_signals signals;
+	struct stop_signals signals;
 	struct run_report report;
 	char *input_text = NULL;
 	struct spec *spec;
@@ -617,16 +622,18 @@ int cli_run_run(const struct cli_globals *globals, int argc, char **argv)
 		bound_observer.opaque = &events;
 		report.observer = &bound_observer;
 	}
-	status = run_signals_start(&signals);
+	status = stop_signals_start(&signals);
 	if (status < 0) {
 		run_report_set_error(&report, "cannot watch for SIGINT and SIGTERM (%s), so the run "
 				     "could not be cancelled in order; nothing was started",
 				     strerror(-status));
 		cancelled_by = 0;
 	} else {
+		/* boxes opened later are refused or closed at once by the same cancel */
+		stop_signals_set_target(&signals, cli_run_cancel_boxes, NULL);
 		cli_run_dispatch(spec, &args, &signals, &report);
-		cancelled_by = run_signals_received(&signals);
-		run_signals_stop(&signals);
+		cancelled_by = stop_signals_received(&signals);
+		stop_signals_stop(&signals);
 	}
 	if (cancelled_by && !report.success)
 		cli_run_mark_cancelled(&report, cancelled_by);
@@ -634,7 +641,7 @@ int cli_run_run(const struct cli_globals *globals, int argc, char **argv)
 	if (args.events_fd >= 0)
 		cli_run_finished(&events, &report);
 	status = report.success ? CLI_EXIT_OK
-		 : cancelled_by	? CLI_RUN_EXIT_SIGNAL_BASE + cancelled_by
+		 : cancelled_by	? STOP_SIGNALS_EXIT_BASE + cancelled_by
 				: CLI_EXIT_FAILURE;
 	if (cli_run_print_report(globals, &report) < 0)
 		status = CLI_EXIT_FAILURE;

@@ -389,7 +389,7 @@ static int cli_shell_run_piped(struct cli_shell_session *s, struct sandbox *sand
 			fprintf(stderr, "voidbox shell: cannot read stdin: %s\n", strerror(-rc));
 		return CLI_EXIT_SANDBOX_FAILURE;
 	}
-	status = cli_exec_in_sandbox("shell", sandbox, &req);
+	status = cli_exec_in_sandbox("shell", sandbox, &req, NULL);
 	free(req.stdin_data.data);
 	return status;
 }

@@ -48,8 +48,6 @@
 #define LOCAL_SERVICE_ARGV0 "voidbox-service"
 #define LOCAL_SERVICE_PROLOGUE_ARGS 4 /* -c SCRIPT ARGV0 PIDFILE */
 #define LOCAL_STOP_TIMEOUT_SECS 30u
-/* how long a cancel waits for room to send the guest its Shutdown */
-#define LOCAL_END_SEND_MS 1000
 
 #define LOCAL_TELEMETRY_INTERVAL_MS 1000u
 /* how long close waits for the telemetry thread before cancelling the channel under it */
@@ -359,27 +357,12 @@ static void local_telemetry_stop(struct local_telemetry *telemetry)
 	telemetry->started = false;
 }
 
-/*
- * Politely: the agent syncs and powers off, which ends every exec under way; at once: the
- * connection is cut. Either way the VM itself stops in local_close.
- */
+/* Politely, the agent syncs and powers off, which ends every exec under way; or at once. */
 static void local_interrupt(struct box *box, bool force)
 {
-	struct control_channel *channel = local_channel(box);
-	int rc;
+	struct local_box *local = box->backend;
 
-	if (!channel)
-		return;
-	if (force) {
-		control_channel_cancel(channel);
-		return;
-	}
-	rc = control_channel_end(channel, LOCAL_END_SEND_MS);
-	if (rc < 0 && rc != -ENOTCONN)
-		log_debug("box", "[box:%s] cannot ask the guest to shut down (%s); its connection "
-			  "is cut", box->name, strerror(-rc));
-	if (rc < 0)
-		control_channel_cancel(channel);
+	sandbox_interrupt(local->sandbox, force);
 }
 
 static void local_close(struct box *box, bool keep_logs)

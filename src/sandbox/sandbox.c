@@ -63,6 +63,8 @@
 #define SANDBOX_CMDLINE_MAX 2048
 /* how long a guest gets to sync and end its connection after Shutdown before it is stopped */
 #define SANDBOX_SHUTDOWN_GRACE_MS 2000
+/* how long an interrupt waits for room to send the guest its Shutdown */
+#define SANDBOX_END_SEND_MS 1000
 #define SANDBOX_RUNTIME_FALLBACK_BASE "/tmp"
 /* A fork's directory: one private directory per sandbox on tmpfs, one beneath it per fork. */
 #define SANDBOX_FORK_PREFIX "voidbox-fork-"
@@ -878,6 +880,23 @@ static void sandbox_remove_runtime_dir(struct sandbox *sandbox, bool keep_serial
 	if (sandbox->serial_log_is_ours)
 		unlink(sandbox->serial_log_path);
 	rmdir(sandbox->runtime_dir);
+}
+
+void sandbox_interrupt(struct sandbox *sandbox, bool force)
+{
+	int rc;
+
+	if (!sandbox || !sandbox->channel)
+		return;
+	if (!force) {
+		rc = control_channel_end(sandbox->channel, SANDBOX_END_SEND_MS);
+		if (rc == 0)
+			return;
+		if (rc != -ENOTCONN)
+			log_debug(SANDBOX_LOG, "cannot ask the guest to shut down (%s); its "
+				  "connection is cut", strerror(-rc));
+	}
+	control_channel_cancel(sandbox->channel);
 }
 
 void sandbox_destroy(struct sandbox *sandbox, bool keep_serial_log)

@@ -200,6 +200,14 @@ long sandbox_boot_ms(const struct sandbox *sandbox);
 int sandbox_wait_exit(struct sandbox *sandbox, int timeout_ms, enum vm_exit_reason *reason);
 
 /*
+ * For a cancel, from any thread while calls are in flight: with force false the agent is asked
+ * to sync and power off, which fails every call under way (the guest ends the connection);
+ * with force true, or when that cannot be asked, the control connection is cut. Nothing
+ * connects again afterwards; sandbox_destroy still stops the VM and frees everything.
+ */
+void sandbox_interrupt(struct sandbox *sandbox, bool force);
+
+/*
  * Stops the VM (asks the agent to power off, then forces a stop after a short grace),
  * releases every thread, fd, mapping and file (a temporary serial log, with its runtime
  * directory, is kept only with keep_serial_log and only when the guest wrote to it; a named

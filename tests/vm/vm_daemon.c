@@ -207,22 +207,6 @@ static bool wait_guest_sample(const struct served *daemon, const char *run_id, c
 	return seen;
 }
 
-/* How many sandbox runtime directories (voidbox-XXXXXX) the runs' runtime base holds. */
-static int count_runtime_dirs(void)
-{
-	DIR *dir = opendir(runtime_base);
-	struct dirent *entry;
-	int count = 0;
-
-	if (!dir)
-		return -1;
-	while ((entry = readdir(dir)))
-		if (strncmp(entry->d_name, "voidbox-", strlen("voidbox-")) == 0)
-			count++;
-	closedir(dir);
-	return count;
-}
-
 static void test_cancel_stops_the_vm(void)
 {
 	struct served *daemon = &served_daemon;
@@ -241,7 +225,7 @@ static void test_cancel_stops_the_vm(void)
 	CHECK(wait_live_line(daemon, "vm-cancel-1", "nap", "early-output"));
 	/* the workflow's box is named vm-cancel; its guest samples are labelled with the step */
 	CHECK(wait_guest_sample(daemon, "vm-cancel-1", "nap"));
-	CHECK_INT_EQ(count_runtime_dirs(), 1); /* the run's VM */
+	CHECK_INT_EQ(vm_test_count_runtime_dirs(runtime_base), 1); /* the run's VM */
 	if (pid > 0) {
 		CHECK_INT_EQ(proc_stat_field(pid, PROC_FIELD_PPID), daemon->pid);
 		CHECK_INT_EQ(proc_stat_field(pid, PROC_FIELD_PGRP), pid);
@@ -270,7 +254,7 @@ static void test_cancel_stops_the_vm(void)
 			     json_array_get(json_object_get(report, "stages"), 0), "output")),
 		     "booted\n");
 	CHECK_INT_EQ(json_integer_value(json_object_get(run, "exit_code")), 128 + SIGTERM);
-	CHECK_INT_EQ(count_runtime_dirs(), 0);
+	CHECK_INT_EQ(vm_test_count_runtime_dirs(runtime_base), 0);
 	json_decref(run);
 	events = call(daemon, "GET", "/v1/runs/vm-cancel-1/events", NULL, &status);
 	CHECK(json_array_size(events) > 0);

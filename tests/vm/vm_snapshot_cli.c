@@ -12,6 +12,9 @@
  *      prefetches the valid list answers the same; while it runs, the restored VM is in a
  *      VMM process of the CLI's own (not the CLI, without the API key the CLI was given, every
  *      thread filtered and without new privileges);
+ *   3b. Ctrl-C (SIGINT) of a restored `exec` whose program sleeps ends it in order: exit
+ *      130, the cancel said on stderr, and the VM's runtime directory removed at once (not
+ *      left for the next sandbox's sweep);
  *   4. `snapshot list` and `snapshot inspect` show it, restorable, with the CPU features the
  *      guest was shown;
  *   4b. a copy of the base whose metadata claims every CPU feature is refused before the
@@ -62,6 +65,7 @@
 #include "vmm_process_probe.h"
 #include "store/guest_image.h"
 #include "store/snapshot_store.h"
+#include "vm_test.h"
 #include "vmm/kvm.h"
 #include "vmm/memory.h"
 #include "vmm/snapshot.h"
@@ -328,6 +332,47 @@ static void check_cli_vms_confined(const char *const *args, const char *marker, 
 		kill(cli, SIGKILL);
 		waitpid(cli, NULL, 0);
 	}
+	close(out_fd);
+	close(err_fd);
+}
+
+static void test_exec_interrupted_stops_in_order(void)
+{
+	double deadline = now_ms() + TEST_CLI_TIMEOUT_S * TEST_MS_PER_SEC;
+	struct timespec poll = { .tv_nsec = TEST_CLI_POLL_NS };
+	static char out[TEST_OUTPUT_MAX], err[TEST_OUTPUT_MAX];
+	char prefix[TEST_PREFIX_LEN + 1];
+	const char *args[] = { "exec", "--snapshot", prefix, "--", "sh", "-c",
+			       "echo " TEST_READY_MARKER "; sleep " TEST_GUEST_SLEEP_S, NULL };
+	int out_fd, err_fd, status = 0, running = -1;
+	bool ready = false;
+	pid_t cli;
+
+	snprintf(prefix, sizeof(prefix), "%s", base_id);
+	unsetenv("VOIDBOX_LOG_LEVEL"); /* stderr short enough to read whole */
+	cli = spawn_cli(args, &out_fd, &err_fd);
+	setenv("VOIDBOX_LOG_LEVEL", "debug", 1);
+	CHECK(cli > 0);
+	while (cli > 0 && !ready && now_ms() < deadline && waitpid(cli, NULL, WNOHANG) == 0) {
+		probe_read_so_far(out_fd, out, sizeof(out));
+		ready = strstr(out, TEST_READY_MARKER) != NULL;
+		if (!ready)
+			nanosleep(&poll, NULL);
+	}
+	CHECK(ready);
+	/* its own, plus any an earlier test's kill left that its start has not swept */
+	running = vm_test_count_runtime_dirs(work_dir);
+	CHECK(running >= 1);
+	if (cli > 0) {
+		kill(cli, SIGINT);
+		CHECK_INT_EQ(wait_cli(cli, &status), 0);
+		CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 130);
+	}
+	probe_read_so_far(err_fd, err, sizeof(err));
+	CHECK(strstr(err, "voidbox exec: cancelled by SIGINT") != NULL);
+	CHECK_INT_EQ(vm_test_count_runtime_dirs(work_dir), running - 1);
+	if (harness_checks_failed_in_test)
+		fprintf(stderr, "  stdout: %s\n  stderr: %s\n", out, err);
 	close(out_fd);
 	close(err_fd);
 }
@@ -956,6 +1001,7 @@ int main(int argc, char **argv)
 		RUN_TEST(test_exec_from_snapshot);
 		RUN_TEST(test_working_set_recorded_and_checked);
 		RUN_TEST(test_exec_from_snapshot_runs_in_vmm_process);
+		RUN_TEST(test_exec_interrupted_stops_in_order);
 		RUN_TEST(test_list_and_inspect);
 		RUN_TEST(test_cpu_feature_mismatch_refused);
 		RUN_TEST(test_manifest_cpu_features_refused);

@@ -315,4 +315,24 @@ static inline void vm_test_check_threads_confined(const char *name)
 	fprintf(stderr, "  %d %s thread(s), every VMM thread filtered\n", named, name);
 }
 
+/*
+ * How many sandbox runtime directories (voidbox-XXXXXX) the runtime base holds: a command
+ * torn down in order leaves none of its own; a killed one leaves its directory to the next
+ * sandbox's sweep. -1 when base cannot be read.
+ */
+static inline int vm_test_count_runtime_dirs(const char *base)
+{
+	DIR *dir = opendir(base);
+	struct dirent *entry;
+	int count = 0;
+
+	if (!dir)
+		return -1;
+	while ((entry = readdir(dir)))
+		if (strncmp(entry->d_name, "voidbox-", strlen("voidbox-")) == 0)
+			count++;
+	closedir(dir);
+	return count;
+}
+
 #endif
