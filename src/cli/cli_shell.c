@@ -8,6 +8,11 @@
  * file and the logger is pointed at a file too for the whole session (its path is printed
  * only when something fails, after the terminal is restored). One thread reads guest output;
  * the main thread waits on stdin, a SIGWINCH self-pipe and the reader's "closed" pipe.
+ *
+ * SIGINT and SIGTERM (a terminal in raw mode sends no SIGINT: Ctrl-C goes to the guest) end
+ * the session in order (stop_signals.h): the guest is asked to close it, the terminal is
+ * restored, the VM is shut down and voidbox exits 130 or 143. A guest that does not close it
+ * within the grace has the session's connection cut and its VM stopped.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -23,6 +28,7 @@
 #include <unistd.h>
 
 #include "cli/cli.h"
+#include "cli/stop_signals.h"
 #include "common/fd_io.h"
 #include "common/log.h"
 #include "sandbox/sandbox.h"
@@ -84,6 +90,8 @@ struct cli_shell_session {
 	struct cli_network network;
 	const char *image; /* --image */
 	struct cli_image_root image_root;
+	struct stop_signals *signals; /* what SIGINT and SIGTERM cancel while the session runs */
+	struct sandbox *running; /* the session's sandbox, for the signals' target */
 };
 
 /* SIGWINCH's self-pipe: the handler may only write(). */
@@ -314,6 +322,26 @@ static void cli_shell_pump(struct cli_shell_session *s)
 	}
 }
 
+/* The signals' target during a session: asks the guest to close it, or cuts it and the VM. */
+static void cli_shell_interrupt_session(void *opaque, bool force)
+{
+	struct cli_shell_session *s = opaque;
+
+	if (!force) {
+		if (control_channel_pty_close(s->pty) < 0)
+			control_channel_pty_cut(s->pty);
+		return;
+	}
+	control_channel_pty_cut(s->pty);
+	sandbox_interrupt(s->running, true);
+}
+
+/* The signals' target outside a session: the sandbox (sandbox_interrupt). */
+static void cli_shell_interrupt_sandbox(void *opaque, bool force)
+{
+	sandbox_interrupt(opaque, force);
+}
+
 static int cli_shell_session_run(struct cli_shell_session *s, struct sandbox *sandbox)
 {
 	struct sigaction action = { .sa_handler = cli_shell_on_winch };
@@ -335,12 +363,17 @@ static int cli_shell_session_run(struct cli_shell_session *s, struct sandbox *sa
 		cli_shell_raw_off(s);
 		return CLI_EXIT_SANDBOX_FAILURE;
 	}
+	s->running = sandbox;
+	stop_signals_set_target(s->signals, cli_shell_interrupt_session, s);
 	cli_shell_pump(s);
 	pthread_join(reader, NULL);
 	cli_shell_raw_off(s);
 	signal(SIGWINCH, SIG_DFL);
+	stop_signals_set_target(s->signals, cli_shell_interrupt_sandbox, sandbox);
 	control_channel_pty_free(s->pty);
 	s->pty = NULL;
+	if (stop_signals_received(s->signals))
+		return CLI_EXIT_SANDBOX_FAILURE; /* said by the caller */
 	if (s->read_error) {
 		fprintf(stderr, "voidbox shell: the terminal connection failed: %s\n",
 			strerror(-s->read_error));
@@ -389,7 +422,7 @@ static int cli_shell_run_piped(struct cli_shell_session *s, struct sandbox *sand
 			fprintf(stderr, "voidbox shell: cannot read stdin: %s\n", strerror(-rc));
 		return CLI_EXIT_SANDBOX_FAILURE;
 	}
-	status = cli_exec_in_sandbox("shell", sandbox, &req, NULL);
+	status = cli_exec_in_sandbox("shell", sandbox, &req, s->signals);
 	free(req.stdin_data.data);
 	return status;
 }
@@ -399,9 +432,12 @@ int cli_shell_run(const struct cli_globals *globals, int argc, char **argv)
 	struct cli_shell_session s;
 	struct guest_image_paths image;
 	struct sandbox *sandbox = NULL;
+	struct stop_signals signals;
 	char err[SHELL_ERROR_MAX], log_path[SHELL_ERROR_MAX] = "";
 	FILE *log_stream = NULL;
 	int status = CLI_EXIT_SANDBOX_FAILURE;
+	bool watching = false;
+	int cancelled_by = 0;
 	int rc;
 
 	(void)globals;
@@ -418,16 +454,38 @@ int cli_shell_run(const struct cli_globals *globals, int argc, char **argv)
 		goto out;
 	}
 	log_stream = cli_shell_quiet_log(log_path, sizeof(log_path));
+	rc = stop_signals_start(&signals);
+	if (rc < 0) {
+		fprintf(stderr, "voidbox shell: cannot watch for SIGINT and SIGTERM: %s\n",
+			strerror(-rc));
+		goto out;
+	}
+	watching = true;
+	s.signals = &signals;
 	s.sandbox.vmm_placement = SANDBOX_VMM_OWN_PROCESS; /* a shell takes no snapshot */
 	rc = cli_sandbox_start("shell", s.snapshot, &s.sandbox, false, &sandbox, err, sizeof(err));
 	if (rc < 0) {
 		fprintf(stderr, "voidbox shell: %s\n", err);
 		goto out;
 	}
+	/* a signal during the boot cancels now: the session or the program fails at once */
+	stop_signals_set_target(&signals, cli_shell_interrupt_sandbox, sandbox);
 	status = isatty(STDIN_FILENO) ? cli_shell_session_run(&s, sandbox)
 				      : cli_shell_run_piped(&s, sandbox);
 out:
+	if (watching) {
+		stop_signals_set_target(&signals, NULL, NULL);
+		cancelled_by = stop_signals_received(&signals);
+	}
+	if (cancelled_by && status == CLI_EXIT_SANDBOX_FAILURE) {
+		status = STOP_SIGNALS_EXIT_BASE + cancelled_by;
+		if (isatty(STDIN_FILENO)) /* the piped path said it already */
+			fprintf(stderr, "voidbox shell: cancelled by %s; the sandbox was shut down\n",
+				stop_signals_name(cancelled_by));
+	}
 	sandbox_destroy(sandbox, status == CLI_EXIT_SANDBOX_FAILURE);
+	if (watching)
+		stop_signals_stop(&signals);
 	if (log_stream) {
 		log_set_stream(stderr);
 		fclose(log_stream);

@@ -198,6 +198,12 @@ void control_channel_pty_event_free(struct control_channel_pty_event *event);
 int control_channel_pty_wait(struct control_channel_pty *pty,
 			     void (*on_data)(const uint8_t *data, size_t len, void *opaque),
 			     void *opaque, int32_t *exit_code, int timeout_ms);
+/*
+ * Safe from any thread: shuts the session's connection down, so a read under way returns
+ * -ECONNRESET and every later call fails (for a guest that does not end a session it was
+ * asked to close). control_channel_pty_free still frees it.
+ */
+void control_channel_pty_cut(struct control_channel_pty *pty);
 /* Closes the connection (the agent then ends the session) and frees. */
 void control_channel_pty_free(struct control_channel_pty *pty);
 

@@ -256,6 +256,11 @@ int control_channel_pty_wait(struct control_channel_pty *pty,
 	return 0;
 }
 
+void control_channel_pty_cut(struct control_channel_pty *pty)
+{
+	shutdown(pty->fd, SHUT_RDWR);
+}
+
 void control_channel_pty_free(struct control_channel_pty *pty)
 {
 	if (!pty)

@@ -886,9 +886,9 @@ void sandbox_interrupt(struct sandbox *sandbox, bool force)
 {
 	int rc;
 
-	if (!sandbox || !sandbox->channel)
+	if (!sandbox)
 		return;
-	if (!force) {
+	if (!force && sandbox->channel) {
 		rc = control_channel_end(sandbox->channel, SANDBOX_END_SEND_MS);
 		if (rc == 0)
 			return;
@@ -896,7 +896,14 @@ void sandbox_interrupt(struct sandbox *sandbox, bool force)
 			log_debug(SANDBOX_LOG, "cannot ask the guest to shut down (%s); its "
 				  "connection is cut", strerror(-rc));
 	}
-	control_channel_cancel(sandbox->channel);
+	if (sandbox->channel)
+		control_channel_cancel(sandbox->channel);
+	if (!force)
+		return;
+	if (sandbox->vm)
+		vm_request_stop(sandbox->vm);
+	if (sandbox->vmm_proc)
+		vmm_process_request_stop(sandbox->vmm_proc);
 }
 
 void sandbox_destroy(struct sandbox *sandbox, bool keep_serial_log)

@@ -202,8 +202,9 @@ int sandbox_wait_exit(struct sandbox *sandbox, int timeout_ms, enum vm_exit_reas
 /*
  * For a cancel, from any thread while calls are in flight: with force false the agent is asked
  * to sync and power off, which fails every call under way (the guest ends the connection);
- * with force true, or when that cannot be asked, the control connection is cut. Nothing
- * connects again afterwards; sandbox_destroy still stops the VM and frees everything.
+ * when that cannot be asked, the control connection is cut. With force true, for a guest that
+ * did not power off, the connection is cut and the VM is stopped, which also ends a terminal
+ * session. Nothing connects again afterwards; sandbox_destroy still frees everything.
  */
 void sandbox_interrupt(struct sandbox *sandbox, bool force);
 

@@ -3,10 +3,11 @@
  * stage merges them (four VMs, three at once), run through `voidbox run` with the mock
  * claude-code, must produce the report the mock's knobs predict (tokens, cost, turns, tool
  * calls, result text carried between stages); and `voidbox shell`, driven through a pty like
- * a user at a terminal, must run a command and exit with the guest's exit code.
+ * a user at a terminal, must run a command and exit with the guest's exit code, and a
+ * SIGTERM to a second session must give the terminal back as it was and exit 143.
  *
  * The test image is the built default image plus the mock agent (vm_test_initramfs_with). Boots are
- * the cost here (five in all), so every check shares them.
+ * the cost here (six in all), so every check shares them.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -18,6 +19,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <termios.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -203,6 +205,46 @@ static void test_shell_exit_code(void)
 	close(master);
 }
 
+/*
+ * SIGTERM during an interactive session ends it in order: the terminal, in raw mode while the
+ * session runs, is given back as it was, the cancel is said, and voidbox exits 143.
+ */
+static void test_shell_sigterm_restores_terminal(void)
+{
+	static char seen[TEST_RUN_OUTPUT_MAX];
+	struct winsize size = { .ws_row = 30, .ws_col = 100 };
+	char *argv[] = { "voidbox", "shell", "--program", "sh", "--kernel", image.kernel,
+			 "--initramfs", test_initramfs, NULL };
+	struct termios during, after;
+	size_t len = 0;
+	int master, status;
+	pid_t pid = forkpty(&master, NULL, NULL, &size);
+
+	CHECK(pid >= 0);
+	if (pid < 0)
+		return;
+	if (pid == 0) {
+		execv(voidbox_cli, argv);
+		_exit(127);
+	}
+	if (!pty_expect(master, seen, sizeof(seen), &len, "$ ", TEST_SHELL_TIMEOUT_SECS) &&
+	    !pty_expect(master, seen, sizeof(seen), &len, "# ", 1))
+		fprintf(stderr, "  no prompt seen; the terminal showed: %s\n", seen);
+	CHECK_INT_EQ(tcgetattr(master, &during), 0);
+	CHECK((during.c_lflag & ICANON) == 0); /* raw while the session runs */
+	kill(pid, SIGTERM);
+	pty_expect(master, seen, sizeof(seen), &len, "cancelled by SIGTERM", 60);
+	status = vm_test_wait_bounded(pid, 60);
+	CHECK(status >= 0 && WIFEXITED(status));
+	CHECK_INT_EQ(WIFEXITED(status) ? WEXITSTATUS(status) : -1, 128 + SIGTERM);
+	CHECK(strstr(seen, "voidbox shell: cancelled by SIGTERM") != NULL);
+	CHECK_INT_EQ(tcgetattr(master, &after), 0);
+	CHECK((after.c_lflag & (ICANON | ECHO)) == (ICANON | ECHO)); /* given back */
+	if (harness_checks_failed_in_test)
+		fprintf(stderr, "  the terminal showed: %s\n", seen);
+	close(master);
+}
+
 int main(int argc, char **argv)
 {
 	char why[512], err[1024];
@@ -229,6 +271,7 @@ int main(int argc, char **argv)
 	}
 	RUN_TEST(test_pipeline_fan_out_report);
 	RUN_TEST(test_shell_exit_code);
+	RUN_TEST(test_shell_sigterm_restores_terminal);
 	unlink(test_initramfs);
 	return harness_finish();
 }
