@@ -171,27 +171,40 @@ static bool pty_expect(int fd, char *seen, size_t cap, size_t *len, const char *
 	return false;
 }
 
-static void test_shell_exit_code(void)
+/*
+ * Starts `voidbox shell` on a new pty (30x100) and waits for the guest shell's prompt, which it
+ * prints once the session is up; *master is the terminal's other end. The pid, or -1.
+ */
+static pid_t start_shell_session(int *master, char *seen, size_t cap, size_t *len)
 {
-	static char seen[TEST_RUN_OUTPUT_MAX];
 	struct winsize size = { .ws_row = 30, .ws_col = 100 };
 	char *argv[] = { "voidbox", "shell", "--program", "sh", "--kernel", image.kernel,
 			 "--initramfs", test_initramfs, NULL };
-	size_t len = 0;
-	int master, status;
-	pid_t pid = forkpty(&master, NULL, NULL, &size);
+	pid_t pid = forkpty(master, NULL, NULL, &size);
 
 	CHECK(pid >= 0);
 	if (pid < 0)
-		return;
+		return -1;
 	if (pid == 0) {
 		execv(voidbox_cli, argv);
 		_exit(127);
 	}
-	/* the guest shell prints a prompt once the session is up; then type like a user */
-	if (!pty_expect(master, seen, sizeof(seen), &len, "$ ", TEST_SHELL_TIMEOUT_SECS) &&
-	    !pty_expect(master, seen, sizeof(seen), &len, "# ", 1))
+	if (!pty_expect(*master, seen, cap, len, "$ ", TEST_SHELL_TIMEOUT_SECS) &&
+	    !pty_expect(*master, seen, cap, len, "# ", 1))
 		fprintf(stderr, "  no prompt seen; the terminal showed: %s\n", seen);
+	return pid;
+}
+
+static void test_shell_exit_code(void)
+{
+	static char seen[TEST_RUN_OUTPUT_MAX];
+	size_t len = 0;
+	int master, status;
+	pid_t pid = start_shell_session(&master, seen, sizeof(seen), &len);
+
+	if (pid < 0)
+		return;
+	/* type like a user */
 	CHECK(write(master, "echo size=$(stty size)\r", 23) == 23);
 	CHECK(pty_expect(master, seen, sizeof(seen), &len, "size=30 100", 60));
 	CHECK(write(master, "exit 3\r", 7) == 7);
@@ -212,24 +225,13 @@ static void test_shell_exit_code(void)
 static void test_shell_sigterm_restores_terminal(void)
 {
 	static char seen[TEST_RUN_OUTPUT_MAX];
-	struct winsize size = { .ws_row = 30, .ws_col = 100 };
-	char *argv[] = { "voidbox", "shell", "--program", "sh", "--kernel", image.kernel,
-			 "--initramfs", test_initramfs, NULL };
 	struct termios during, after;
 	size_t len = 0;
 	int master, status;
-	pid_t pid = forkpty(&master, NULL, NULL, &size);
+	pid_t pid = start_shell_session(&master, seen, sizeof(seen), &len);
 
-	CHECK(pid >= 0);
 	if (pid < 0)
 		return;
-	if (pid == 0) {
-		execv(voidbox_cli, argv);
-		_exit(127);
-	}
-	if (!pty_expect(master, seen, sizeof(seen), &len, "$ ", TEST_SHELL_TIMEOUT_SECS) &&
-	    !pty_expect(master, seen, sizeof(seen), &len, "# ", 1))
-		fprintf(stderr, "  no prompt seen; the terminal showed: %s\n", seen);
 	CHECK_INT_EQ(tcgetattr(master, &during), 0);
 	CHECK((during.c_lflag & ICANON) == 0); /* raw while the session runs */
 	kill(pid, SIGTERM);
