@@ -14,6 +14,7 @@
 #include <stdio.h>
 
 #include "devices/net.h"
+#include "store/oci_image.h"
 
 enum cli_output_format {
 	CLI_OUTPUT_HUMAN,
@@ -147,18 +148,26 @@ int cli_image_prune(bool json, int argc);
 /* Human: a table after the guest images; json: array elements (a comma first if after_others). */
 int cli_image_list_pulled(bool json, bool after_others);
 
-/* Where --image's root filesystem path lives while the sandbox config points at it. */
+/*
+ * Where --image's root filesystem path lives while the sandbox config points at it, and the
+ * image store's lock (shared) that keeps `image rm` from deleting it before the VM opens it.
+ */
 struct cli_image_root {
 	char rootfs_path[PATH_MAX];
+	struct oci_image_lock store_lock;
 };
 
 /*
  * --image REF: the pulled image's root filesystem (pulled now when it is not cached) becomes
  * /dev/vda, read-only, with the kernel command line word that makes it the guest's root; the
- * --disk files move up one. ref NULL does nothing. 0, or -1 after printing why.
+ * --disk files move up one. ref NULL does nothing. 0, or -1 after printing why. The store
+ * lock is held from the lookup on: cli_image_release once every VM booting from the image has
+ * opened it (an open file outlives its removal); an exit before that drops it too.
  */
 int cli_image_attach(const char *command, const char *ref, const char *snapshot_ref,
 		     struct vm_disk *disks, struct sandbox_config *cfg, struct cli_image_root *root);
+/* Releases what cli_image_attach holds; a root it never attached (zeroed) is fine. */
+void cli_image_release(struct cli_image_root *root);
 
 /*
  * The networking flags of exec, shell, fork and snapshot create (cli_network.c). Their option

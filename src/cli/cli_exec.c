@@ -353,6 +353,7 @@ int cli_exec_run(const struct cli_globals *globals, int argc, char **argv)
 	args.sandbox.vmm_placement = SANDBOX_VMM_OWN_PROCESS; /* exec takes no snapshot */
 	rc = cli_sandbox_start("exec", args.snapshot, &args.sandbox, false, &sandbox, err,
 			       sizeof(err));
+	cli_image_release(&args.image_root); /* the VM has its rootfs open, or never will */
 	if (rc < 0) {
 		fprintf(stderr, "voidbox exec: %s\n", err);
 		goto out;

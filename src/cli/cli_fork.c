@@ -308,14 +308,20 @@ static int cli_fork_run_all(struct cli_fork_run *runs, unsigned int count)
 	return status;
 }
 
+/*
+ * Forks the family and runs PROGRAM in every member. The children reopen the parent's disks
+ * by path, --image's rootfs among them, so the image store lock in image_root is released
+ * only once they exist.
+ */
 static int cli_fork_family(const struct cli_globals *globals, const struct cli_fork_args *args,
-			   struct sandbox *parent, long start_ms)
+			   struct cli_image_root *image_root, struct sandbox *parent,
+			   long start_ms)
 {
 	unsigned int count = args->children + 1;
 	struct sandbox **children = calloc(args->children, sizeof(*children));
 	struct cli_fork_run *runs = calloc(count, sizeof(*runs));
 	char err[CLI_FORK_ERROR_MAX];
-	int status = CLI_EXIT_SANDBOX_FAILURE;
+	int status = CLI_EXIT_SANDBOX_FAILURE, rc;
 	long started, fork_ms;
 
 	if (!children || !runs) {
@@ -323,7 +329,9 @@ static int cli_fork_family(const struct cli_globals *globals, const struct cli_f
 		goto out;
 	}
 	started = (long)clock_monotonic_ms();
-	if (sandbox_fork(parent, args->children, children, err, sizeof(err)) < 0) {
+	rc = sandbox_fork(parent, args->children, children, err, sizeof(err));
+	cli_image_release(image_root);
+	if (rc < 0) {
 		fprintf(stderr, "voidbox fork: %s\n", err);
 		free(children);
 		children = NULL;
@@ -372,8 +380,9 @@ int cli_fork_run(const struct cli_globals *globals, int argc, char **argv)
 	started = (long)clock_monotonic_ms() - started;
 	if (args.warmup && cli_fork_warmup(parent, args.warmup) < 0)
 		goto out;
-	status = cli_fork_family(globals, &args, parent, started);
+	status = cli_fork_family(globals, &args, &args.image_root, parent, started);
 out:
+	cli_image_release(&args.image_root);
 	sandbox_destroy(parent, status == CLI_EXIT_SANDBOX_FAILURE);
 	return status;
 }

@@ -85,7 +85,8 @@ static void cli_image_usage(FILE *out)
 		"filesystem, which `exec|shell|fork --image REF` boot; a registry on loopback is\n"
 		"spoken to over plain HTTP, any other over HTTPS unless --insecure. rm forgets a\n"
 		"pulled image (and its root filesystem, once no reference names it); prune deletes\n"
-		"the downloaded blobs and the root filesystems no pulled image needs.\n");
+		"the downloaded blobs and the root filesystems no pulled image needs. rm and prune\n"
+		"wait, saying so, for pulls under way and for VMs about to open an image.\n");
 }
 
 static bool cli_image_is_file(const char *path)

@@ -3,6 +3,9 @@
  * `image rm` and `image prune`, and `--image REF` for exec, shell and fork (cli_image_attach). The
  * registry credentials are read here and nowhere else: --username with --password-stdin,
  * else VOIDBOX_REGISTRY_AUTH=USER:PASSWORD; src/store gets them as oci_pull_options.
+ * `--image` holds the image store's lock shared from the lookup until the command's VM has
+ * opened the rootfs (cli_image_release), so an `image rm` meanwhile waits rather than
+ * deleting the file between the two.
  */
 #include <errno.h>
 #include <getopt.h>
@@ -249,13 +252,20 @@ int cli_image_attach(const char *command, const char *ref, const char *snapshot_
 	}
 	if (cli_oci_init(&pull, command) < 0)
 		return -1;
+	if (oci_image_lock(pull.oci_dir, OCI_IMAGE_LOCK_SHARED, &root->store_lock, err,
+			   sizeof(err)) < 0) {
+		fprintf(stderr, "voidbox %s: %s\n", command, err);
+		return -1;
+	}
 	if (oci_image_find(pull.oci_dir, ref, &info, err, sizeof(err)) == -ENOENT &&
 	    oci_image_pull(ref, &pull.options, &info, err, sizeof(err)) < 0) {
 		fprintf(stderr, "voidbox %s: %s\n", command, err);
+		cli_image_release(root);
 		return -1;
 	}
 	if (!info.rootfs_path[0]) {
 		fprintf(stderr, "voidbox %s: %s\n", command, err);
+		cli_image_release(root);
 		return -1;
 	}
 	snprintf(root->rootfs_path, sizeof(root->rootfs_path), "%s", info.rootfs_path);
@@ -266,4 +276,9 @@ int cli_image_attach(const char *command, const char *ref, const char *snapshot_
 	cfg->disk_count++;
 	cfg->extra_cmdline = OCI_IMAGE_ROOT_CMDLINE;
 	return 0;
+}
+
+void cli_image_release(struct cli_image_root *root)
+{
+	oci_image_unlock(&root->store_lock);
 }

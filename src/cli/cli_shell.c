@@ -464,6 +464,7 @@ int cli_shell_run(const struct cli_globals *globals, int argc, char **argv)
 	s.signals = &signals;
 	s.sandbox.vmm_placement = SANDBOX_VMM_OWN_PROCESS; /* a shell takes no snapshot */
 	rc = cli_sandbox_start("shell", s.snapshot, &s.sandbox, false, &sandbox, err, sizeof(err));
+	cli_image_release(&s.image_root); /* the VM has its rootfs open, or never will */
 	if (rc < 0) {
 		fprintf(stderr, "voidbox shell: %s\n", err);
 		goto out;

@@ -618,6 +618,7 @@ static int cli_snapshot_create(const struct cli_globals *globals, int argc, char
 	}
 	status = cli_snapshot_create_in_store(globals, &c, &config, hash, &base);
 out:
+	cli_image_release(&c.image_root);
 	spec_free(spec);
 	free(attached_names);
 	return status;

@@ -507,11 +507,12 @@ static void local_network_allow_sidecar(const char *name, struct net_policy *pol
 /*
  * sandbox.image: the pulled root filesystem (pulled now, anonymously, when it is not cached;
  * a registry that wants credentials is pulled from with `voidbox image pull` first) as the
- * read-only /dev/vda the agent switches root to.
+ * read-only /dev/vda the agent switches root to. On success the image store's lock is held
+ * shared in *lock until the caller's VM has opened the file, so `image rm` waits for that.
  */
 static int local_image(const struct box *box, const char *ref, struct oci_image_info *image,
-		       struct vm_disk *disk, struct sandbox_config *sandbox_cfg, char *err,
-		       size_t errlen)
+		       struct vm_disk *disk, struct sandbox_config *sandbox_cfg,
+		       struct oci_image_lock *lock, char *err, size_t errlen)
 {
 	struct oci_pull_options options = { .progress = OCI_PROGRESS_NONE };
 	char oci_dir[PATH_MAX], reason[LOCAL_ERROR_MAX];
@@ -522,11 +523,15 @@ static int local_image(const struct box *box, const char *ref, struct oci_image_
 		return rc;
 	}
 	options.oci_dir = oci_dir;
-	rc = oci_image_find(oci_dir, ref, image, reason, sizeof(reason));
+	rc = oci_image_lock(oci_dir, OCI_IMAGE_LOCK_SHARED, lock, reason, sizeof(reason));
+	if (rc == 0)
+		rc = oci_image_find(oci_dir, ref, image, reason, sizeof(reason));
 	if (rc == -ENOENT) {
 		log_info("box", "[box:%s] pulling image %s", box->name, ref);
 		rc = oci_image_pull(ref, &options, image, reason, sizeof(reason));
 	}
+	if (rc < 0)
+		oci_image_unlock(lock);
 	if (rc == -EACCES) {
 		snprintf(err, errlen, "sandbox.image: the registry of %s wants credentials and a "
 			 "spec pulls anonymously: pull the image first with `voidbox image pull "
@@ -560,38 +565,43 @@ int box_local_open(struct box *box, const struct box_config *cfg, char *err, siz
 		/* a box never snapshots or forks its sandbox: the VMM runs confined, apart */
 		.vmm_placement = SANDBOX_VMM_OWN_PROCESS,
 	};
-	struct local_box *local;
+	struct oci_image_lock image_lock = { .fd = -1 };
+	struct local_box *local = NULL;
 	uint64_t start = clock_monotonic_ms();
 	int rc = local_mounts(cfg, &sandbox_cfg, err, errlen);
 
 	if (rc == 0 && cfg->image)
-		rc = local_image(box, cfg->image, &image, &image_disk, &sandbox_cfg, err, errlen);
+		rc = local_image(box, cfg->image, &image, &image_disk, &sandbox_cfg, &image_lock,
+				 err, errlen);
 	if (rc < 0)
 		return rc;
 	local = calloc(1, sizeof(*local));
 	if (!local) {
 		snprintf(err, errlen, "out of memory opening a sandbox");
-		return -ENOMEM;
+		rc = -ENOMEM;
+		goto out;
 	}
 	if (cfg->network && cfg->network_spec) {
 		rc = local_network_config(cfg->network_spec, &network, err, errlen);
-		if (rc < 0) {
-			free(local);
-			return rc;
-		}
+		if (rc < 0)
+			goto out;
 		if (cfg->messaging)
 			local_network_allow_sidecar(box->name, &network.policy);
 		sandbox_cfg.network = &network;
 	}
 	rc = local_start(box, cfg, &sandbox_cfg, &local->sandbox, err, errlen);
-	if (rc < 0) {
-		free(local);
-		return rc;
-	}
+	/* the VM has the image's rootfs open (or never will): `image rm` may go ahead */
+	oci_image_unlock(&image_lock);
+	if (rc < 0)
+		goto out;
 	log_info("box", "[box:%s] VM ready in %llu ms", box->name,
 		 (unsigned long long)(clock_monotonic_ms() - start));
 	box->backend = local;
 	box->ops = &local_ops;
 	local_telemetry_start(box, local, cfg);
 	return 0;
+out:
+	oci_image_unlock(&image_lock);
+	free(local);
+	return rc;
 }

@@ -14,6 +14,13 @@
  * `image rm` forgets the reference before it deletes the rootfs, so a kill between the two
  * (or a reference lost any other way) leaves an image directory nothing names; prune removes
  * every such directory, as it removes the blobs nothing needs.
+ *
+ * What a pull has published but not yet named in a reference (its blobs, its rootfs) looks
+ * exactly like what prune deletes, and a rootfs a command has looked up but not yet opened
+ * is what rm deletes. So the store has one lock (flock on oci/lock): a pull holds it shared
+ * from its first write to its reference, a command booting from an image from its lookup
+ * until its VMs have opened the rootfs, and rm and prune hold it exclusive. Pulls never
+ * exclude each other: everything they write appears by rename under a name of its own.
  */
 #include "store/oci_image.h"
 
@@ -23,6 +30,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -30,6 +38,7 @@
 #include <jansson.h>
 
 #include "common/fd_io.h"
+#include "common/log.h"
 #include "common/path.h"
 #include "store/guest_image.h"
 #include "store/oci_layer.h"
@@ -41,6 +50,12 @@
 #define OCI_IMAGE_REFS "refs"
 #define OCI_IMAGE_TMP "tmp"
 #define OCI_IMAGE_REF_SUFFIX ".json"
+/* A reference file being written: refs/.tmp-<pid>-<random>, renamed to <hex>.json when whole. */
+#define OCI_IMAGE_REF_TMP_PREFIX ".tmp-"
+#define OCI_IMAGE_REF_TMP_RANDOM "XXXXXX"
+#define OCI_IMAGE_REF_FILE_MODE 0644
+#define OCI_IMAGE_LOCK_FILE_MODE 0600
+#define OCI_IMAGE_LOG "oci"
 /* A scratch tree: unpack-<pid>-<random>, so one a killed pull left is told from a live one's. */
 #define OCI_IMAGE_UNPACK_PREFIX "unpack-"
 #define OCI_IMAGE_UNPACK_RANDOM "XXXXXX"
@@ -58,6 +73,73 @@ int oci_image_dir(char *out, size_t size)
 	int rc = guest_image_home(home, sizeof(home));
 
 	return rc < 0 ? rc : store_join(out, size, home, OCI_IMAGE_SUBDIR);
+}
+
+/* What a waiter for each kind of lock waits for, in the sentence it logs once. */
+static const char *const oci_image_lock_waits_for[] = {
+	[OCI_IMAGE_LOCK_SHARED] = "`voidbox image rm` or `image prune` to finish",
+	[OCI_IMAGE_LOCK_EXCLUSIVE] = "a pull in progress (or a sandbox starting from a pulled "
+				     "image) to finish",
+};
+
+/* Opens (creating) oci_dir/lock: the fd, or -errno. */
+static int oci_image_lock_open(const char *oci_dir)
+{
+	char path[PATH_MAX];
+	int fd, rc = store_join(path, sizeof(path), oci_dir, OCI_IMAGE_LOCK_FILE);
+
+	if (rc == 0)
+		rc = path_mkdirs(oci_dir, OCI_IMAGE_DIR_MODE);
+	if (rc < 0)
+		return rc;
+	fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, OCI_IMAGE_LOCK_FILE_MODE);
+	if (fd < 0 && (errno == EACCES || errno == EROFS))
+		fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW); /* flock needs no write access */
+	return fd < 0 ? -errno : fd;
+}
+
+int oci_image_lock(const char *oci_dir, enum oci_image_lock_mode mode,
+		   struct oci_image_lock *lock, char *err, size_t errlen)
+{
+	int operation = mode == OCI_IMAGE_LOCK_EXCLUSIVE ? LOCK_EX : LOCK_SH;
+	int fd = oci_image_lock_open(oci_dir), rc = 0;
+
+	*lock = (struct oci_image_lock){ .fd = -1, .held = false };
+	if (fd < 0 && mode == OCI_IMAGE_LOCK_SHARED &&
+	    (fd == -EACCES || fd == -EROFS || fd == -EPERM)) {
+		log_debug(OCI_IMAGE_LOG, "not locking the image store %s: %s", oci_dir,
+			  strerror(-fd));
+		return 0;
+	}
+	if (fd < 0) {
+		snprintf(err, errlen, "cannot open the lock of the image store %s: %s", oci_dir,
+			 strerror(-fd));
+		return fd;
+	}
+	if (flock(fd, operation | LOCK_NB) < 0) {
+		rc = errno == EWOULDBLOCK ? 0 : -errno;
+		if (rc == 0) {
+			log_warn(OCI_IMAGE_LOG, "waiting for %s with the image store %s",
+				 oci_image_lock_waits_for[mode], oci_dir);
+			while ((rc = flock(fd, operation)) < 0 && errno == EINTR)
+				;
+			rc = rc < 0 ? -errno : 0;
+		}
+	}
+	if (rc < 0) {
+		snprintf(err, errlen, "cannot lock the image store %s: %s", oci_dir, strerror(-rc));
+		close(fd);
+		return rc;
+	}
+	*lock = (struct oci_image_lock){ .fd = fd, .held = true };
+	return 0;
+}
+
+void oci_image_unlock(struct oci_image_lock *lock)
+{
+	if (lock->held)
+		close(lock->fd); /* the lock goes with the file's last descriptor */
+	*lock = (struct oci_image_lock){ .fd = -1, .held = false };
 }
 
 /* oci_dir/refs/<sha256 hex of the canonical reference>.json */
@@ -157,7 +239,10 @@ out:
 	return rc;
 }
 
-/* The temporaries of pulls that were killed: partial blobs, scratch trees, unfinished rootfs. */
+/*
+ * The temporaries of pulls that were killed: partial blobs, scratch trees, unfinished rootfs,
+ * half-written reference files.
+ */
 static void oci_image_sweep(const char *oci_dir)
 {
 	char dir[PATH_MAX], image_dir[PATH_MAX];
@@ -167,6 +252,8 @@ static void oci_image_sweep(const char *oci_dir)
 	oci_blobs_sweep(oci_dir);
 	if (store_join(dir, sizeof(dir), oci_dir, OCI_IMAGE_TMP) == 0)
 		store_sweep_gone_writers(dir, OCI_IMAGE_UNPACK_PREFIX);
+	if (store_join(dir, sizeof(dir), oci_dir, OCI_IMAGE_REFS) == 0)
+		store_sweep_gone_writers(dir, OCI_IMAGE_REF_TMP_PREFIX);
 	if (store_join(dir, sizeof(dir), oci_dir, OCI_IMAGE_IMAGES) < 0 || !(handle = opendir(dir)))
 		return;
 	while ((entry = readdir(handle)) != NULL) {
@@ -178,29 +265,41 @@ static void oci_image_sweep(const char *oci_dir)
 	closedir(handle);
 }
 
+/*
+ * Writes info's reference file under a temporary name of this pull's own and renames it into
+ * place, so two pulls of one reference each publish a whole file and the last one stays.
+ */
 static int oci_image_write_ref(const char *oci_dir, const struct oci_image_info *info,
 			       char *err, size_t errlen)
 {
-	char path[PATH_MAX], tmp[PATH_MAX + 8], dir[PATH_MAX];
-	json_t *root;
-	int rc;
+	char path[PATH_MAX], tmp[PATH_MAX], dir[PATH_MAX];
+	json_t *root = NULL;
+	int fd = -1, rc;
 
 	rc = oci_image_ref_path(oci_dir, info->reference, path, sizeof(path));
-	if (rc == 0 && snprintf(dir, sizeof(dir), "%s/%s", oci_dir, OCI_IMAGE_REFS) >= (int)sizeof(dir))
+	if (rc == 0 && store_join(dir, sizeof(dir), oci_dir, OCI_IMAGE_REFS) < 0)
+		rc = -ENAMETOOLONG;
+	if (rc == 0 && snprintf(tmp, sizeof(tmp), "%s/%s%ld-%s", dir, OCI_IMAGE_REF_TMP_PREFIX,
+				(long)getpid(), OCI_IMAGE_REF_TMP_RANDOM) >= (int)sizeof(tmp))
 		rc = -ENAMETOOLONG;
 	if (rc == 0)
 		rc = path_mkdirs(dir, OCI_IMAGE_DIR_MODE);
+	if (rc == 0 && (fd = mkostemp(tmp, O_CLOEXEC)) < 0)
+		rc = -errno;
 	if (rc < 0) {
 		snprintf(err, errlen, "cannot record %s in %s: %s", info->reference, oci_dir,
 			 strerror(-rc));
 		return rc;
 	}
-	snprintf(tmp, sizeof(tmp), "%s.tmp", path);
 	root = json_pack("{s:i, s:s, s:s, s:i, s:s}", "format", 1, "reference", info->reference,
 			 "manifest", info->manifest_digest, "layers", (int)info->layer_count,
 			 "pulled_at", info->pulled_at);
-	rc = root && json_dump_file(root, tmp, JSON_INDENT(2)) == 0 ? 0 : -EIO;
+	rc = root && json_dumpfd(root, fd, JSON_INDENT(2)) == 0 ? 0 : -EIO;
 	json_decref(root);
+	if (rc == 0 && (fchmod(fd, OCI_IMAGE_REF_FILE_MODE) < 0 || fsync(fd) < 0))
+		rc = -errno;
+	if (close(fd) < 0 && rc == 0)
+		rc = -errno;
 	if (rc == 0 && rename(tmp, path) < 0)
 		rc = -errno;
 	if (rc < 0) {
@@ -214,6 +313,7 @@ int oci_image_pull(const char *ref_text, const struct oci_pull_options *options,
 		   struct oci_image_info *out, char *err, size_t errlen)
 {
 	struct oci_pull_result *result = calloc(1, sizeof(*result));
+	struct oci_image_lock lock = { .fd = -1 };
 	struct oci_ref ref;
 	struct stat st;
 	time_t now = time(NULL);
@@ -230,6 +330,8 @@ int oci_image_pull(const char *ref_text, const struct oci_pull_options *options,
 		snprintf(err, errlen, "image reference '%.64s' is too long", ref_text);
 		rc = -ENAMETOOLONG;
 	}
+	if (rc == 0)
+		rc = oci_image_lock(options->oci_dir, OCI_IMAGE_LOCK_SHARED, &lock, err, errlen);
 	if (rc == 0) {
 		oci_image_sweep(options->oci_dir);
 		rc = oci_pull(&ref, options, result, err, errlen);
@@ -257,6 +359,7 @@ int oci_image_pull(const char *ref_text, const struct oci_pull_options *options,
 	strftime(out->pulled_at, sizeof(out->pulled_at), OCI_IMAGE_TIME_FORMAT, &tm);
 	rc = oci_image_write_ref(options->oci_dir, out, err, errlen);
 out:
+	oci_image_unlock(&lock);
 	free(result);
 	return rc;
 }
@@ -372,6 +475,7 @@ int oci_image_list(const char *oci_dir, struct oci_image_info **out, size_t *cou
 int oci_image_remove(const char *oci_dir, const char *ref_text, char *err, size_t errlen)
 {
 	struct oci_image_info target, *all = NULL;
+	struct oci_image_lock lock = { .fd = -1 };
 	char canonical[OCI_REF_TEXT_MAX], path[PATH_MAX], image_dir[PATH_MAX];
 	size_t count = 0;
 	bool shared = false;
@@ -381,29 +485,35 @@ int oci_image_remove(const char *oci_dir, const char *ref_text, char *err, size_
 		return rc;
 	rc = oci_image_ref_path(oci_dir, canonical, path, sizeof(path));
 	if (rc == 0)
-		rc = oci_image_read_ref(oci_dir, path, &target);
+		rc = oci_image_lock(oci_dir, OCI_IMAGE_LOCK_EXCLUSIVE, &lock, err, errlen);
+	if (rc < 0)
+		return rc;
+	rc = oci_image_read_ref(oci_dir, path, &target);
 	if (rc < 0) {
 		snprintf(err, errlen, "no pulled image %s (voidbox image list shows them)", canonical);
-		return rc == -EINVAL ? (unlink(path), -EINVAL) : -ENOENT;
+		rc = rc == -EINVAL ? (unlink(path), -EINVAL) : -ENOENT;
+		goto out;
 	}
 	if (unlink(path) < 0) {
 		rc = -errno;
 		snprintf(err, errlen, "cannot remove %s: %s", path, strerror(-rc));
-		return rc;
+		goto out;
 	}
 	rc = oci_image_list(oci_dir, &all, &count, err, errlen);
 	if (rc < 0)
-		return rc;
+		goto out;
 	for (size_t i = 0; i < count; i++)
 		shared |= strcmp(all[i].manifest_digest, target.manifest_digest) == 0;
 	free(all);
 	if (shared)
-		return 0;
+		goto out;
 	snprintf(image_dir, sizeof(image_dir), "%s", target.rootfs_path);
 	*strrchr(image_dir, '/') = '\0';
 	rc = store_remove_tree(image_dir);
 	if (rc < 0)
 		snprintf(err, errlen, "cannot remove %s: %s", image_dir, strerror(-rc));
+out:
+	oci_image_unlock(&lock);
 	return rc;
 }
 
@@ -588,14 +698,18 @@ int oci_image_prune(const char *oci_dir, struct oci_image_prune_result *out, cha
 {
 	struct oci_image_info *images = NULL;
 	char (*keep)[OCI_DIGEST_LEN + 1] = NULL;
+	struct oci_image_lock lock = { .fd = -1 };
 	size_t count = 0, kept = 0;
 	int rc;
 
 	memset(out, 0, sizeof(*out));
+	rc = oci_image_lock(oci_dir, OCI_IMAGE_LOCK_EXCLUSIVE, &lock, err, errlen);
+	if (rc < 0)
+		return rc;
 	oci_image_sweep(oci_dir);
 	rc = oci_image_list(oci_dir, &images, &count, err, errlen);
 	if (rc < 0)
-		return rc;
+		goto out;
 	keep = calloc(count ? count * OCI_IMAGE_DIGESTS_PER_REF : 1, sizeof(*keep));
 	if (!keep) {
 		snprintf(err, errlen, "out of memory pruning the image cache");
@@ -611,6 +725,7 @@ int oci_image_prune(const char *oci_dir, struct oci_image_prune_result *out, cha
 	if (rc == 0)
 		rc = oci_image_sweep_unreferenced(oci_dir, images, count, out, err, errlen);
 out:
+	oci_image_unlock(&lock);
 	free(keep);
 	free(images);
 	return rc;

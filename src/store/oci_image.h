@@ -10,6 +10,7 @@
 #define VOIDBOX_STORE_OCI_IMAGE_H
 
 #include <limits.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -32,13 +33,48 @@ struct oci_image_info {
 int oci_image_dir(char *out, size_t size);
 
 /*
- * Pulls ref_text into options->oci_dir and makes (or reuses) its root filesystem image.
- * 0 with *out, or -errno with a sentence in err; a failed pull caches no rootfs and no ref.
+ * The store lock: a flock on oci_dir/lock. Shared: a pull (for all of it), and a command that
+ * has looked an image up and boots from its rootfs, until its VMs have opened the file; any
+ * number hold it at once. Exclusive: `image rm` and `image prune`, which delete what no
+ * reference names yet. The kernel drops it when its holder dies.
+ */
+#define OCI_IMAGE_LOCK_FILE "lock"
+
+enum oci_image_lock_mode {
+	OCI_IMAGE_LOCK_SHARED,
+	OCI_IMAGE_LOCK_EXCLUSIVE,
+};
+
+/* A held store lock; zeroed: none. */
+struct oci_image_lock {
+	int fd;
+	bool held;
+};
+
+/*
+ * Takes the store lock of oci_dir (the directory made when absent), waiting as long as the
+ * other kind is held and saying once, as a warning, what it waits for. A shared lock on a
+ * store this user cannot write is not taken (nothing of this user's can delete from it
+ * either): 0 with lock->held false. 0, or -errno with err.
+ */
+int oci_image_lock(const char *oci_dir, enum oci_image_lock_mode mode,
+		   struct oci_image_lock *lock, char *err, size_t errlen);
+/* Releases the lock; one not held (zeroed, or released already) is fine. */
+void oci_image_unlock(struct oci_image_lock *lock);
+
+/*
+ * Pulls ref_text into options->oci_dir and makes (or reuses) its root filesystem image,
+ * holding the store lock shared throughout (a caller may hold it shared too). 0 with *out, or
+ * -errno with a sentence in err; a failed pull caches no rootfs and no ref.
  */
 int oci_image_pull(const char *ref_text, const struct oci_pull_options *options,
 		   struct oci_image_info *out, char *err, size_t errlen);
 
-/* The pulled image ref_text names: 0 with *out, -ENOENT (err says how to pull), -errno. */
+/*
+ * The pulled image ref_text names: 0 with *out, -ENOENT (err says how to pull), -errno. A
+ * caller that goes on to open out->rootfs_path holds the store lock shared from before this
+ * call until it has opened the file, so no `image rm` deletes it in between.
+ */
 int oci_image_find(const char *oci_dir, const char *ref_text, struct oci_image_info *out,
 		   char *err, size_t errlen);
 
@@ -48,8 +84,9 @@ int oci_image_list(const char *oci_dir, struct oci_image_info **out, size_t *cou
 
 /*
  * Forgets ref_text; its rootfs goes too when no other reference names the same manifest
- * (the blobs stay in the cache: oci_image_prune drops those nothing needs). 0, -ENOENT, or
- * -errno with err.
+ * (the blobs stay in the cache: oci_image_prune drops those nothing needs). Holds the store
+ * lock exclusive, so it waits for running pulls and image lookups. 0, -ENOENT, or -errno
+ * with err.
  */
 int oci_image_remove(const char *oci_dir, const char *ref_text, char *err, size_t errlen);
 
@@ -66,9 +103,9 @@ struct oci_image_prune_result {
  * later pull fetches it again). Also deletes every image directory (its rootfs) that no
  * reference names, such as one an interrupted `image rm` left. Refuses, deleting nothing,
  * when a reference's manifest is not in the cache or cannot be read, since its layers could
- * not be told apart. Temporary files of a pull under way, and the image directory it builds
- * a rootfs in, are left alone; a pull running at the same time may lose blobs or a finished
- * rootfs it has not yet named in a reference and then fails, saying so. 0 or -errno with err.
+ * not be told apart. Holds the store lock exclusive, so it waits (saying so) for pulls under
+ * way to name what they wrote in a reference, and for commands booting from an image to open
+ * its rootfs. Temporaries of pulls that were killed are removed. 0 or -errno with err.
  */
 int oci_image_prune(const char *oci_dir, struct oci_image_prune_result *out, char *err,
 		    size_t errlen);

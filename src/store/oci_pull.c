@@ -482,7 +482,11 @@ static int oci_fetch_blob(struct oci_client *client, const struct oci_descriptor
 		oci_progress_line(client, "%s: cached (%.1f MiB)\n", label, desc->size);
 		return 0;
 	}
-	unlink(path); /* a cached blob that no longer matches is fetched again */
+	/*
+	 * A cached blob that no longer matches is fetched again and replaced by the commit's
+	 * rename, never unlinked first: a pull of the same image running alongside may have
+	 * published the blob since this one looked, and needs it to stay.
+	 */
 	rc = oci_blob_writer_open(client->options->oci_dir, desc->digest, &sink.writer, err, errlen);
 	if (rc < 0)
 		return rc;

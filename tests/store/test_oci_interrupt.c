@@ -8,12 +8,20 @@
  * of a pull that still runs is left alone. An `image rm` killed after it forgot the
  * reference and before it deleted the rootfs leaves an image directory nothing names, which
  * prune must remove.
+ *
+ * Pulls, prunes and removals running at once, each in a process of its own as voidbox runs
+ * them: a prune started while a pull waits for its layer (its manifest and config published,
+ * named by no reference yet) waits for the pull, saying so, and deletes none of it; an
+ * `image rm` waits for a command that has looked the image up and not yet opened its rootfs,
+ * and the file that command then opened stays readable; two pulls of one reference let go at
+ * the same moment both succeed.
  */
 #include <archive.h>
 #include <archive_entry.h>
 #include <arpa/inet.h>
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <netinet/in.h>
 #include <pthread.h>
@@ -28,6 +36,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/log.h"
 #include "harness.h"
 #include "http_request_head.h"
 #include "store/oci_blobs.h"
@@ -51,6 +60,15 @@
 #define TEST_POLL_NS 1000000L
 #define TEST_WAIT_POLLS 20000 /* 20 s of 1 ms polls */
 #define TEST_TIMEOUT_S 30u
+/* How long a process that should be waiting for the store lock is watched doing so. */
+#define TEST_STILL_WAITING_NS 200000000L
+/* Rounds of two pulls of one reference let go together (the first builds the rootfs). */
+#define TEST_TWIN_PULL_ROUNDS 12
+#define TEST_TWIN_PULLS 2
+#define TEST_LOG_MAX 4096
+#define TEST_EXT4_MAGIC_OFFSET 1080
+#define TEST_EXT4_MAGIC 0xEF53
+#define TEST_WAITING_FOR_PULL "waiting for a pull in progress"
 #define TEST_CONFIG "{\"architecture\":\"amd64\",\"os\":\"linux\",\"rootfs\":{\"type\":\"layers\"}}"
 #define TEST_MEDIA_MANIFEST "application/vnd.oci.image.manifest.v1+json"
 #define TEST_MEDIA_CONFIG "application/vnd.oci.image.config.v1+json"
@@ -60,6 +78,8 @@ struct test_registry {
 	int listen_fd;
 	int port;
 	bool stall_layer; /* send half the layer, then hold the connection until stopping */
+	volatile bool hold_layer; /* answer a layer request only once this is false again */
+	volatile bool layer_requested;
 	volatile bool stopping;
 	pthread_t thread;
 	unsigned char *layer;
@@ -96,6 +116,9 @@ static void registry_answer(struct test_registry *registry, int fd, const char *
 		send_answer(fd, "application/octet-stream", TEST_CONFIG, strlen(TEST_CONFIG),
 			    strlen(TEST_CONFIG));
 	} else if (strstr(request, registry->layer_digest)) {
+		registry->layer_requested = true;
+		while (registry->hold_layer && !registry->stopping)
+			nanosleep(&poll, NULL);
 		send_answer(fd, "application/octet-stream", registry->layer, registry->layer_len,
 			    registry->stall_layer ? registry->layer_len / 2 : registry->layer_len);
 		while (registry->stall_layer && !registry->stopping)
@@ -495,6 +518,255 @@ static void test_prune_removes_unreferenced_rootfs(void)
 	registry_stop(&registry);
 }
 
+/* Polls until done(opaque) holds, up to TEST_WAIT_POLLS; whether it did. */
+static bool wait_until(bool (*done)(const void *opaque), const void *opaque)
+{
+	struct timespec poll = { .tv_nsec = TEST_POLL_NS };
+
+	for (int i = 0; i < TEST_WAIT_POLLS; i++) {
+		if (done(opaque))
+			return true;
+		nanosleep(&poll, NULL);
+	}
+	return done(opaque);
+}
+
+static bool layer_was_requested(const void *opaque)
+{
+	return ((const struct test_registry *)opaque)->layer_requested;
+}
+
+enum store_op { STORE_OP_PULL, STORE_OP_PRUNE, STORE_OP_REMOVE };
+
+/*
+ * A child that runs op on the test image, its log into log_path (NULL: ours), once start_fd
+ * (-1: at once) reads end-of-file. It first closes drop_fd (-1: none): the start pipe's
+ * other end, or the descriptor of a store lock this process holds, which a forked child would
+ * otherwise hold too (flock belongs to the open file, which fork shares), as voidbox's own
+ * children never do: they execute another program, and the descriptor is close-on-exec.
+ */
+static pid_t store_child(const struct test_registry *registry, const char *oci_dir,
+			 enum store_op op, const char *log_path, int start_fd, int drop_fd)
+{
+	char err[TEST_ERR_MAX] = "", ref[TEST_REF_MAX], byte;
+	struct oci_image_prune_result pruned;
+	pid_t pid = fork();
+	int rc = -1, fd;
+
+	if (pid < 0)
+		harness_fail_setup("cannot fork a store process");
+	if (pid > 0)
+		return pid;
+	if (drop_fd >= 0)
+		close(drop_fd);
+	fd = log_path ? open(log_path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, TEST_FILE_MODE)
+		      : -1;
+	if (fd >= 0)
+		dup2(fd, STDERR_FILENO);
+	log_set_stream(stderr);
+	if (start_fd >= 0 && read(start_fd, &byte, 1) < 0)
+		_exit(2);
+	snprintf(ref, sizeof(ref), "127.0.0.1:%d/voidbox/test:1", registry->port);
+	if (op == STORE_OP_PULL)
+		rc = pull(registry, oci_dir, err);
+	else if (op == STORE_OP_PRUNE)
+		rc = oci_image_prune(oci_dir, &pruned, err, sizeof(err));
+	else
+		rc = oci_image_remove(oci_dir, ref, err, sizeof(err));
+	if (rc < 0)
+		fprintf(stderr, "store operation %d: %s\n", (int)op, err);
+	_exit(rc == 0 ? 0 : 1);
+}
+
+static int child_status(pid_t pid)
+{
+	int status = 0;
+
+	if (waitpid(pid, &status, 0) != pid)
+		return -1;
+	return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+/* The child's log file, and the process that should be waiting for the lock. */
+struct waiter {
+	const char *log_path;
+	pid_t pid;
+};
+
+/* How many times the log file holds text. */
+static int log_count(const char *log_path, const char *text)
+{
+	char log[TEST_LOG_MAX] = "";
+	FILE *file = fopen(log_path, "r");
+	size_t got = file ? fread(log, 1, sizeof(log) - 1, file) : 0;
+	int count = 0;
+
+	if (file)
+		fclose(file);
+	log[got] = '\0';
+	for (const char *at = strstr(log, text); at; at = strstr(at + 1, text))
+		count++;
+	return count;
+}
+
+/* Whether the waiter said it waits, or ended (without waiting: the check after fails). */
+static bool waiter_spoke_or_ended(const void *opaque)
+{
+	const struct waiter *waiter = opaque;
+	int status;
+
+	return log_count(waiter->log_path, TEST_WAITING_FOR_PULL) > 0 ||
+	       waitpid(waiter->pid, &status, WNOHANG) != 0;
+}
+
+/* Whether the waiter still runs after a while: it waits for the lock. */
+static bool still_waiting(pid_t pid)
+{
+	struct timespec pause = { .tv_nsec = TEST_STILL_WAITING_NS };
+	int status;
+
+	nanosleep(&pause, NULL);
+	return waitpid(pid, &status, WNOHANG) == 0;
+}
+
+static void cache_log_path(const struct test_cache *cache, const char *name, char *out,
+			   size_t size)
+{
+	snprintf(out, size, "%.*s/%s", (int)(strrchr(cache->oci_dir, '/') - cache->oci_dir),
+		 cache->oci_dir, name);
+}
+
+/*
+ * A prune while a pull waits for its layer: the manifest and config it published are named
+ * by no reference yet. The prune waits for the pull, says so once, and deletes neither; the
+ * pull then succeeds and the prune keeps what its reference needs.
+ */
+static void test_prune_waits_for_a_pull_under_way(void)
+{
+	struct test_registry registry;
+	struct test_cache cache;
+	char manifest_blob[TEST_PATH_MAX + TEST_NAME_MAX], log_path[TEST_PATH_MAX];
+	struct waiter prune;
+	pid_t puller;
+
+	registry_start(&registry);
+	cache_make(&cache, &registry);
+	cache_log_path(&cache, "prune.log", log_path, sizeof(log_path));
+	snprintf(manifest_blob, sizeof(manifest_blob), "%s/%s", cache.blobs,
+		 registry.manifest_digest + strlen(OCI_DIGEST_ALGORITHM));
+	registry.hold_layer = true;
+	puller = store_child(&registry, cache.oci_dir, STORE_OP_PULL, NULL, -1, -1);
+	CHECK(wait_until(layer_was_requested, &registry));
+	CHECK_INT_EQ(access(manifest_blob, F_OK), 0);
+
+	prune = (struct waiter){ .log_path = log_path };
+	prune.pid = store_child(&registry, cache.oci_dir, STORE_OP_PRUNE, log_path, -1, -1);
+	CHECK(wait_until(waiter_spoke_or_ended, &prune));
+	CHECK(still_waiting(prune.pid));
+	CHECK_INT_EQ(access(manifest_blob, F_OK), 0);
+
+	registry.hold_layer = false;
+	CHECK_INT_EQ(child_status(puller), 0);
+	CHECK_INT_EQ(child_status(prune.pid), 0);
+	CHECK_INT_EQ(log_count(log_path, TEST_WAITING_FOR_PULL), 1);
+	CHECK_INT_EQ(access(manifest_blob, F_OK), 0);
+	check_no_temporaries(&cache);
+	check_whole_image(&cache);
+	cache_remove(&cache);
+	registry_stop(&registry);
+}
+
+/* Whether bytes at fd are an ext4 superblock's: the file is still whole. */
+static bool is_ext4(int fd)
+{
+	unsigned char magic[2];
+
+	return pread(fd, magic, sizeof(magic), TEST_EXT4_MAGIC_OFFSET) == (ssize_t)sizeof(magic) &&
+	       (magic[0] | magic[1] << 8) == TEST_EXT4_MAGIC;
+}
+
+/*
+ * `image rm` while a command has looked the image up under the store lock, as --image and a
+ * spec's sandbox.image do, and not yet opened the rootfs: rm waits. The command opens it (as
+ * its VM does) and lets go; rm then removes the image, and the open file stays readable.
+ */
+static void test_rm_waits_for_an_image_being_attached(void)
+{
+	struct test_registry registry;
+	struct test_cache cache;
+	struct oci_image_lock lock;
+	struct oci_image_info info;
+	char err[TEST_ERR_MAX] = "", ref[TEST_REF_MAX], log_path[TEST_PATH_MAX];
+	struct waiter rm;
+	int fd;
+
+	registry_start(&registry);
+	cache_make(&cache, &registry);
+	cache_log_path(&cache, "rm.log", log_path, sizeof(log_path));
+	snprintf(ref, sizeof(ref), "127.0.0.1:%d/voidbox/test:1", registry.port);
+	CHECK_INT_EQ(pull(&registry, cache.oci_dir, err), 0);
+	CHECK_INT_EQ(oci_image_lock(cache.oci_dir, OCI_IMAGE_LOCK_SHARED, &lock, err,
+				    sizeof(err)), 0);
+	CHECK(lock.held);
+	CHECK_INT_EQ(oci_image_find(cache.oci_dir, ref, &info, err, sizeof(err)), 0);
+
+	rm = (struct waiter){ .log_path = log_path };
+	rm.pid = store_child(&registry, cache.oci_dir, STORE_OP_REMOVE, log_path, -1, lock.fd);
+	CHECK(wait_until(waiter_spoke_or_ended, &rm));
+	CHECK(still_waiting(rm.pid));
+	fd = open(info.rootfs_path, O_RDONLY | O_CLOEXEC);
+	CHECK(fd >= 0);
+	oci_image_unlock(&lock);
+	CHECK(!lock.held);
+
+	CHECK_INT_EQ(child_status(rm.pid), 0);
+	CHECK(access(info.rootfs_path, F_OK) != 0);
+	CHECK_INT_EQ(oci_image_find(cache.oci_dir, ref, &info, err, sizeof(err)), -ENOENT);
+	CHECK(fd >= 0 && is_ext4(fd));
+	if (fd >= 0)
+		close(fd);
+	cache_remove(&cache);
+	registry_stop(&registry);
+}
+
+/*
+ * Two pulls of one reference let go at the same moment, round after round (the first builds
+ * the rootfs in both, the later ones find it and rewrite the reference): both succeed every
+ * time, and they leave one whole image and no temporary.
+ */
+static void test_two_pulls_of_one_reference(void)
+{
+	struct test_registry registry;
+	struct test_cache cache;
+	char refs[TEST_PATH_MAX];
+
+	registry_start(&registry);
+	cache_make(&cache, &registry);
+	snprintf(refs, sizeof(refs), "%s/refs", cache.oci_dir);
+	for (int round = 0; round < TEST_TWIN_PULL_ROUNDS; round++) {
+		pid_t pullers[TEST_TWIN_PULLS];
+		int start[2], failed = 0;
+
+		if (pipe2(start, O_CLOEXEC) < 0)
+			harness_fail_setup("cannot make a pipe");
+		for (int i = 0; i < TEST_TWIN_PULLS; i++)
+			pullers[i] = store_child(&registry, cache.oci_dir, STORE_OP_PULL, NULL,
+						 start[0], start[1]);
+		close(start[0]);
+		close(start[1]); /* both read end-of-file at once */
+		for (int i = 0; i < TEST_TWIN_PULLS; i++)
+			failed += child_status(pullers[i]) != 0;
+		CHECK_INT_EQ(failed, 0);
+		if (failed)
+			fprintf(stderr, "  round %d: %d of the pulls failed\n", round, failed);
+	}
+	CHECK(!dir_has(refs, ".tmp", NULL, 0));
+	check_no_temporaries(&cache);
+	check_whole_image(&cache);
+	cache_remove(&cache);
+	registry_stop(&registry);
+}
+
 int main(int argc, char **argv)
 {
 	harness_select(argc, argv);
@@ -504,5 +776,8 @@ int main(int argc, char **argv)
 	RUN_TEST(test_pull_sweeps_a_killed_rootfs_build);
 	RUN_TEST(test_prune_sweeps_killed_pull_only);
 	RUN_TEST(test_prune_removes_unreferenced_rootfs);
+	RUN_TEST(test_prune_waits_for_a_pull_under_way);
+	RUN_TEST(test_rm_waits_for_an_image_being_attached);
+	RUN_TEST(test_two_pulls_of_one_reference);
 	return harness_finish();
 }
