@@ -36,6 +36,9 @@
 #define NET_THIS_NETWORK_PREFIX 8
 #define NET_MULTICAST_AND_RESERVED NET_ADDR(224, 0, 0, 0)
 #define NET_MULTICAST_AND_RESERVED_PREFIX 3
+/* The host's loopback network: the guest reaches the host's loopback through the gateway only. */
+#define NET_LOOPBACK_NETWORK NET_ADDR(127, 0, 0, 0)
+#define NET_LOOPBACK_PREFIX 8
 #define NET_PSEUDO_HEADER_LEN 12
 #define NET_CHECKSUM_VALID 0 /* the folded complement of a sum over a correct checksum */
 
@@ -292,10 +295,18 @@ static bool net_effective_destination(const struct net_policy *policy,
 					       .prefix = NET_THIS_NETWORK_PREFIX };
 	const struct net_cidr not_unicast = { .addr = NET_MULTICAST_AND_RESERVED,
 					      .prefix = NET_MULTICAST_AND_RESERVED_PREFIX };
+	const struct net_cidr loopback = { .addr = NET_LOOPBACK_NETWORK,
+					   .prefix = NET_LOOPBACK_PREFIX };
 
 	*addr = info->dst_addr;
+	/*
+	 * 127.0.0.0/8 as a destination is the host itself (libslirp connects to it as given),
+	 * where 127.0.0.2 would reach what listens on 0.0.0.0 or 127.0.0.53 past a deny list of
+	 * 127.0.0.1; a guest's own stack never sends it out, so only the gateway reaches it.
+	 */
 	if (net_cidr_contains(&this_network, info->dst_addr) ||
-	    net_cidr_contains(&not_unicast, info->dst_addr))
+	    net_cidr_contains(&not_unicast, info->dst_addr) ||
+	    net_cidr_contains(&loopback, info->dst_addr))
 		return false;
 	if (!net_cidr_contains(&virtual_net, info->dst_addr))
 		return true;

@@ -15,8 +15,9 @@
  *     sends to (and is refused when DNS forwarding is off); every other virtual address is
  *     refused, and so is every address that names no single remote host (0.0.0.0/8, which
  *     the host's stack takes for itself, and multicast and 240.0.0.0/4 with the broadcast
- *     address, which libslirp turns into the host's loopback), so no deny list can be
- *     walked around by them;
+ *     address, which libslirp turns into the host's loopback), and so is 127.0.0.0/8 given
+ *     as a destination (the host's loopback is reached through the gateway only), so no deny
+ *     list can be walked around by them;
  *   - IPv4 fragments, IPv6 and other protocols are dropped (the guest stack needs none of them
  *     for TCP, and a fragment could hide the transport header).
  * A deny list is checked first (169.254.0.0/16 always), then the allow list if there is one,

@@ -479,12 +479,16 @@ static void test_udp_and_echo_flows(void)
  * Addresses that name no single remote host reach nothing: libslirp turns the broadcast
  * address into the host's loopback and the host's stack takes 0.0.0.0 for itself, so either
  * would walk around a deny list of the loopback; multicast has no place in a sandbox's egress.
+ * Nor does the host's loopback network given as a destination: past a deny list of 127.0.0.1
+ * alone, 127.0.0.2 would reach what the host serves on 0.0.0.0 (and 127.0.0.53 its resolver).
  */
 static void test_addresses_of_no_single_host_refused(void)
 {
 	static const uint32_t nowhere[] = { NET_ADDR(255, 255, 255, 255), NET_ADDR(0, 0, 0, 0),
 					     NET_ADDR(0, 1, 2, 3), NET_ADDR(224, 0, 0, 1),
 					     NET_ADDR(239, 255, 255, 250), NET_ADDR(240, 0, 0, 1) };
+	static const uint32_t host_itself[] = { NET_ADDR(127, 0, 0, 1), NET_ADDR(127, 0, 0, 2),
+						NET_ADDR(127, 0, 0, 53), NET_ADDR(127, 255, 255, 254) };
 	struct net_policy policy;
 	struct net_policy_state *state = new_state();
 	struct net_cidr loopback;
@@ -502,6 +506,25 @@ static void test_addresses_of_no_single_host_refused(void)
 	}
 	/* an ordinary public address still passes a deny list of the loopback */
 	len = build_ip_frame(frame, NET_IP_PROTO_TCP, NET_ADDR(192, 0, 2, 1), 80, NET_TCP_SYN, 0);
+	CHECK_INT_EQ(judge(&policy, state, frame, len, TEST_NOW_MS), NET_VERDICT_PASS);
+	free(state);
+
+	/* with only 127.0.0.1 denied, no other loopback address reaches the host either */
+	state = new_state();
+	net_policy_init_default(&policy);
+	CHECK_INT_EQ(net_cidr_parse("127.0.0.1/32", &loopback), 0);
+	CHECK_INT_EQ(net_policy_add_deny(&policy, &loopback), 0);
+	for (size_t i = 0; i < sizeof(host_itself) / sizeof(host_itself[0]); i++) {
+		len = build_ip_frame(frame, NET_IP_PROTO_TCP, host_itself[i], 8080, NET_TCP_SYN, 0);
+		CHECK_INT_EQ(judge(&policy, state, frame, len, TEST_NOW_MS), NET_VERDICT_DENY_ADDRESS);
+		len = build_ip_frame(frame, NET_IP_PROTO_UDP, host_itself[i], 53, 0, 4);
+		CHECK_INT_EQ(judge(&policy, state, frame, len, TEST_NOW_MS), NET_VERDICT_DENY_ADDRESS);
+	}
+	/* and without any list, the loopback is still the gateway's alone */
+	net_policy_init_default(&policy);
+	len = build_ip_frame(frame, NET_IP_PROTO_TCP, NET_ADDR(127, 0, 0, 2), 8080, NET_TCP_SYN, 0);
+	CHECK_INT_EQ(judge(&policy, state, frame, len, TEST_NOW_MS), NET_VERDICT_DENY_ADDRESS);
+	len = build_ip_frame(frame, NET_IP_PROTO_TCP, NET_GATEWAY_ADDR, 8080, NET_TCP_SYN, 0);
 	CHECK_INT_EQ(judge(&policy, state, frame, len, TEST_NOW_MS), NET_VERDICT_PASS);
 	free(state);
 }
