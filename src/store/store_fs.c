@@ -171,6 +171,11 @@ out:
 static void store_tool_child(const char *const argv[], const char *cwd, int capture_fd)
 {
 	int null_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+	sigset_t no_signals;
+
+	/* a caller may block SIGINT and SIGTERM to read them itself; the tool takes them */
+	sigemptyset(&no_signals);
+	sigprocmask(SIG_SETMASK, &no_signals, NULL);
 
 	if (null_fd >= 0)
 		dup2(null_fd, STDIN_FILENO);
