@@ -269,7 +269,13 @@ static bool pull_killed_when(const struct test_registry *registry, const char *o
 		_exit(pull(registry, oci_dir, err) == 0 ? 0 : 1);
 	}
 	for (int i = 0; i < TEST_WAIT_POLLS && !appeared; i++) {
-		appeared = dir_has(dir, prefix, NULL, 0);
+		/*
+		 * with the layer stalled, only once it was asked for: the manifest's and the
+		 * config's partial blobs come and go before it, and one seen then may be gone
+		 * (renamed whole) by the kill
+		 */
+		appeared = (!registry->stall_layer || registry->layer_requested) &&
+			   dir_has(dir, prefix, NULL, 0);
 		if (!appeared)
 			nanosleep(&poll, NULL);
 	}
