@@ -484,7 +484,7 @@ static void test_sse_live_and_cancel(void)
 	struct stream_reader reader = { .served = contract,
 					.lock = PTHREAD_MUTEX_INITIALIZER };
 	char *id = create_run(contract, sleep_spec, cid("live-1"));
-	json_t *first, *second, *run, *stages;
+	json_t *first, *second, *run, *stages, *report;
 	pthread_t thread;
 	long status;
 	pid_t pid;
@@ -528,6 +528,14 @@ static void test_sse_live_and_cancel(void)
 		     "failed");
 	CHECK_STR_EQ(json_string_value(json_object_get(json_object_get(stages, "after"), "status")),
 		     "skipped");
+	/* the run's process took the SIGTERM as a cancel: it ended with the report of what ran */
+	report = json_object_get(run, "report");
+	CHECK(strstr(json_string_value(json_object_get(report, "error")) ?: "",
+		     "the run was cancelled by SIGTERM") != NULL);
+	CHECK_STR_EQ(json_string_value(json_object_get(
+			     json_array_get(json_object_get(report, "stages"), 0), "output")),
+		     "going\n");
+	CHECK_INT_EQ(json_integer_value(json_object_get(run, "exit_code")), 128 + SIGTERM);
 	json_decref(run);
 	json_decref(first);
 	json_decref(second);
