@@ -1220,6 +1220,18 @@ static bool conn_wait_dead(struct channel_conn *conn, const struct timespec *dea
 	return dead;
 }
 
+/* Sends Shutdown on conn; once sent, the connection's end is expected, not a failure. */
+static int conn_send_shutdown(struct control_channel *ch, struct channel_conn *conn,
+			      const struct timespec *deadline)
+{
+	int rc = conn_send(conn, PROTO_MSG_SHUTDOWN, channel_next_request_id(ch), NULL, 0,
+			   deadline);
+
+	if (rc == 0)
+		conn_expect_end(conn); /* the guest now syncs, ends it and powers off */
+	return rc;
+}
+
 /* Only over a live connection: a teardown never waits for a reconnect to a dead guest. */
 int control_channel_shutdown(struct control_channel *ch, int timeout_ms)
 {
@@ -1230,13 +1242,10 @@ int control_channel_shutdown(struct control_channel *ch, int timeout_ms)
 	if (!conn)
 		return control_channel_fail(-ENOTCONN, "no live control connection to send "
 					    "Shutdown on; the VM is stopped instead");
-	rc = conn_send(conn, PROTO_MSG_SHUTDOWN, channel_next_request_id(ch), NULL, 0, &deadline);
-	if (rc == 0) {
-		conn_expect_end(conn); /* the guest now syncs, ends it and powers off */
-		if (!conn_wait_dead(conn, &deadline))
-			rc = control_channel_fail(-ETIMEDOUT, "the guest did not end its connection "
-						  "after Shutdown; the VM is stopped");
-	}
+	rc = conn_send_shutdown(ch, conn, &deadline);
+	if (rc == 0 && !conn_wait_dead(conn, &deadline))
+		rc = control_channel_fail(-ETIMEDOUT, "the guest did not end its connection after "
+					  "Shutdown; the VM is stopped");
 	conn_put(conn);
 	return rc;
 }
@@ -1251,9 +1260,7 @@ int control_channel_end(struct control_channel *ch, int timeout_ms)
 	conn = channel_current(ch);
 	if (!conn)
 		return -ENOTCONN;
-	rc = conn_send(conn, PROTO_MSG_SHUTDOWN, channel_next_request_id(ch), NULL, 0, &deadline);
-	if (rc == 0)
-		conn_expect_end(conn);
+	rc = conn_send_shutdown(ch, conn, &deadline);
 	conn_put(conn);
 	return rc;
 }
