@@ -119,11 +119,25 @@ int cli_exec_read_stdin(struct proto_bytes *out);
  * Runs req in sandbox, streaming its output to this process's stdout and stderr; returns the
  * exit status `voidbox exec` gives (the program's code, 124 after its timeout, 137 killed,
  * CLI_EXIT_SANDBOX_FAILURE when the agent did not answer, said as "voidbox COMMAND: ...").
- * With signals (may be NULL), a failure a signal caused is said as that cancel.
+ * With signals (may be NULL), a failure a signal caused is left to cli_stop_signals_status.
  */
 struct stop_signals;
 int cli_exec_in_sandbox(const char *command, struct sandbox *sandbox,
 			const struct proto_exec_request *req, struct stop_signals *signals);
+
+/*
+ * SIGINT and SIGTERM for a command with one sandbox (exec, shell; stop_signals.h). Start: 0,
+ * or -1 after saying why the signals cannot be watched.
+ */
+int cli_stop_signals_start(const char *command, struct stop_signals *signals);
+/* The sandbox becomes what the signals cancel (sandbox_interrupt); at once if one came. */
+void cli_stop_signals_watch_sandbox(struct stop_signals *signals, struct sandbox *sandbox);
+/*
+ * When the command is done with its sandbox: nothing is cancelled any more, and a failure a
+ * signal caused (status CLI_EXIT_SANDBOX_FAILURE) is said as that cancel and becomes
+ * 128 + the signal. Returns the command's status.
+ */
+int cli_stop_signals_status(const char *command, struct stop_signals *signals, int status);
 
 int cli_sandbox_start(const char *command, const char *snapshot_ref,
 		      const struct sandbox_config *cfg, bool track_dirty_pages,

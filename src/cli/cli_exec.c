@@ -309,10 +309,38 @@ static void cli_exec_args_free(struct cli_exec_args *args)
 	free(args->request.stdin_data.data);
 }
 
-/* The signals' target: the sandbox (sandbox_interrupt). */
-static void cli_exec_interrupt(void *opaque, bool force)
+/* The signals' target: the sandbox. */
+static void cli_stop_signals_interrupt(void *opaque, bool force)
 {
 	sandbox_interrupt(opaque, force);
+}
+
+int cli_stop_signals_start(const char *command, struct stop_signals *signals)
+{
+	int rc = stop_signals_start(signals);
+
+	if (rc < 0)
+		fprintf(stderr, "voidbox %s: cannot watch for SIGINT and SIGTERM: %s\n", command,
+			strerror(-rc));
+	return rc < 0 ? -1 : 0;
+}
+
+void cli_stop_signals_watch_sandbox(struct stop_signals *signals, struct sandbox *sandbox)
+{
+	stop_signals_set_target(signals, cli_stop_signals_interrupt, sandbox);
+}
+
+int cli_stop_signals_status(const char *command, struct stop_signals *signals, int status)
+{
+	int cancelled_by;
+
+	stop_signals_set_target(signals, NULL, NULL);
+	cancelled_by = stop_signals_received(signals);
+	if (!cancelled_by || status != CLI_EXIT_SANDBOX_FAILURE)
+		return status;
+	fprintf(stderr, "voidbox %s: cancelled by %s; the sandbox was shut down\n", command,
+		stop_signals_name(cancelled_by));
+	return STOP_SIGNALS_EXIT_BASE + cancelled_by;
 }
 
 int cli_exec_run(const struct cli_globals *globals, int argc, char **argv)
@@ -324,7 +352,6 @@ int cli_exec_run(const struct cli_globals *globals, int argc, char **argv)
 	char err[CLI_EXEC_ERROR_MAX];
 	int status = CLI_EXIT_SANDBOX_FAILURE;
 	bool watching = false;
-	int cancelled_by;
 	int rc;
 
 	(void)globals;
@@ -344,12 +371,8 @@ int cli_exec_run(const struct cli_globals *globals, int argc, char **argv)
 	}
 
 	/* after stdin: a Ctrl-C while it is read ends the command as before */
-	rc = stop_signals_start(&signals);
-	if (rc < 0) {
-		fprintf(stderr, "voidbox exec: cannot watch for SIGINT and SIGTERM: %s\n",
-			strerror(-rc));
+	if (cli_stop_signals_start("exec", &signals) < 0)
 		goto out;
-	}
 	watching = true;
 	args.sandbox.vmm_placement = SANDBOX_VMM_OWN_PROCESS; /* exec takes no snapshot */
 	rc = cli_sandbox_start("exec", args.snapshot, &args.sandbox, false, &sandbox, err,
@@ -360,15 +383,12 @@ int cli_exec_run(const struct cli_globals *globals, int argc, char **argv)
 		goto out;
 	}
 	/* a signal during the boot cancels now, and the exec fails at once */
-	stop_signals_set_target(&signals, cli_exec_interrupt, sandbox);
+	cli_stop_signals_watch_sandbox(&signals, sandbox);
 	status = cli_exec_in_sandbox("exec", sandbox, &args.request, &signals);
 
 out:
 	if (watching)
-		stop_signals_set_target(&signals, NULL, NULL);
-	cancelled_by = watching ? stop_signals_received(&signals) : 0;
-	if (cancelled_by && status == CLI_EXIT_SANDBOX_FAILURE)
-		status = STOP_SIGNALS_EXIT_BASE + cancelled_by;
+		status = cli_stop_signals_status("exec", &signals, status);
 	/* the console log is worth keeping only when the sandbox itself failed */
 	sandbox_destroy(sandbox, status == CLI_EXIT_SANDBOX_FAILURE);
 	if (watching)
@@ -383,15 +403,11 @@ int cli_exec_in_sandbox(const char *command, struct sandbox *sandbox,
 	struct proto_exec_response response = { 0 };
 	char err[CLI_EXEC_ERROR_MAX];
 	bool streamed_any = false;
-	int status, cancelled_by;
+	int status;
 
 	if (sandbox_exec(sandbox, req, cli_exec_on_chunk, &streamed_any, &response, err,
 			 sizeof(err)) < 0) {
-		cancelled_by = signals ? stop_signals_received(signals) : 0;
-		if (cancelled_by)
-			fprintf(stderr, "voidbox %s: cancelled by %s; the sandbox was shut down\n",
-				command, stop_signals_name(cancelled_by));
-		else
+		if (!signals || !stop_signals_received(signals))
 			fprintf(stderr, "voidbox %s: %s\n", command, err);
 		proto_exec_response_free(&response);
 		return CLI_EXIT_SANDBOX_FAILURE;

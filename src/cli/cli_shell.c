@@ -336,12 +336,6 @@ static void cli_shell_interrupt_session(void *opaque, bool force)
 	sandbox_interrupt(s->running, true);
 }
 
-/* The signals' target outside a session: the sandbox (sandbox_interrupt). */
-static void cli_shell_interrupt_sandbox(void *opaque, bool force)
-{
-	sandbox_interrupt(opaque, force);
-}
-
 static int cli_shell_session_run(struct cli_shell_session *s, struct sandbox *sandbox)
 {
 	struct sigaction action = { .sa_handler = cli_shell_on_winch };
@@ -369,7 +363,7 @@ static int cli_shell_session_run(struct cli_shell_session *s, struct sandbox *sa
 	pthread_join(reader, NULL);
 	cli_shell_raw_off(s);
 	signal(SIGWINCH, SIG_DFL);
-	stop_signals_set_target(s->signals, cli_shell_interrupt_sandbox, sandbox);
+	cli_stop_signals_watch_sandbox(s->signals, sandbox);
 	control_channel_pty_free(s->pty);
 	s->pty = NULL;
 	if (stop_signals_received(s->signals))
@@ -437,7 +431,6 @@ int cli_shell_run(const struct cli_globals *globals, int argc, char **argv)
 	FILE *log_stream = NULL;
 	int status = CLI_EXIT_SANDBOX_FAILURE;
 	bool watching = false;
-	int cancelled_by = 0;
 	int rc;
 
 	(void)globals;
@@ -454,12 +447,8 @@ int cli_shell_run(const struct cli_globals *globals, int argc, char **argv)
 		goto out;
 	}
 	log_stream = cli_shell_quiet_log(log_path, sizeof(log_path));
-	rc = stop_signals_start(&signals);
-	if (rc < 0) {
-		fprintf(stderr, "voidbox shell: cannot watch for SIGINT and SIGTERM: %s\n",
-			strerror(-rc));
+	if (cli_stop_signals_start("shell", &signals) < 0)
 		goto out;
-	}
 	watching = true;
 	s.signals = &signals;
 	s.sandbox.vmm_placement = SANDBOX_VMM_OWN_PROCESS; /* a shell takes no snapshot */
@@ -470,20 +459,12 @@ int cli_shell_run(const struct cli_globals *globals, int argc, char **argv)
 		goto out;
 	}
 	/* a signal during the boot cancels now: the session or the program fails at once */
-	stop_signals_set_target(&signals, cli_shell_interrupt_sandbox, sandbox);
+	cli_stop_signals_watch_sandbox(&signals, sandbox);
 	status = isatty(STDIN_FILENO) ? cli_shell_session_run(&s, sandbox)
 				      : cli_shell_run_piped(&s, sandbox);
 out:
-	if (watching) {
-		stop_signals_set_target(&signals, NULL, NULL);
-		cancelled_by = stop_signals_received(&signals);
-	}
-	if (cancelled_by && status == CLI_EXIT_SANDBOX_FAILURE) {
-		status = STOP_SIGNALS_EXIT_BASE + cancelled_by;
-		if (isatty(STDIN_FILENO)) /* the piped path said it already */
-			fprintf(stderr, "voidbox shell: cancelled by %s; the sandbox was shut down\n",
-				stop_signals_name(cancelled_by));
-	}
+	if (watching)
+		status = cli_stop_signals_status("shell", &signals, status);
 	sandbox_destroy(sandbox, status == CLI_EXIT_SANDBOX_FAILURE);
 	if (watching)
 		stop_signals_stop(&signals);
