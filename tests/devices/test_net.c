@@ -475,6 +475,21 @@ static void test_udp_and_echo_flows(void)
 	free(state);
 }
 
+/* Each of addrs is refused for its address, a TCP connect and a UDP datagram to port alike. */
+static void check_addresses_refused(const struct net_policy *policy, struct net_policy_state *state,
+				    const uint32_t *addrs, size_t count, uint16_t port)
+{
+	uint8_t frame[NET_MAX_FRAME_LEN];
+	size_t len;
+
+	for (size_t i = 0; i < count; i++) {
+		len = build_ip_frame(frame, NET_IP_PROTO_TCP, addrs[i], port, NET_TCP_SYN, 0);
+		CHECK_INT_EQ(judge(policy, state, frame, len, TEST_NOW_MS), NET_VERDICT_DENY_ADDRESS);
+		len = build_ip_frame(frame, NET_IP_PROTO_UDP, addrs[i], port, 0, 4);
+		CHECK_INT_EQ(judge(policy, state, frame, len, TEST_NOW_MS), NET_VERDICT_DENY_ADDRESS);
+	}
+}
+
 /*
  * Addresses that name no single remote host reach nothing: libslirp turns the broadcast
  * address into the host's loopback and the host's stack takes 0.0.0.0 for itself, so either
@@ -498,12 +513,8 @@ static void test_addresses_of_no_single_host_refused(void)
 	net_policy_init_default(&policy);
 	CHECK_INT_EQ(net_cidr_parse("127.0.0.0/8", &loopback), 0);
 	CHECK_INT_EQ(net_policy_add_deny(&policy, &loopback), 0);
-	for (size_t i = 0; i < sizeof(nowhere) / sizeof(nowhere[0]); i++) {
-		len = build_ip_frame(frame, NET_IP_PROTO_TCP, nowhere[i], 8080, NET_TCP_SYN, 0);
-		CHECK_INT_EQ(judge(&policy, state, frame, len, TEST_NOW_MS), NET_VERDICT_DENY_ADDRESS);
-		len = build_ip_frame(frame, NET_IP_PROTO_UDP, nowhere[i], 8080, 0, 4);
-		CHECK_INT_EQ(judge(&policy, state, frame, len, TEST_NOW_MS), NET_VERDICT_DENY_ADDRESS);
-	}
+	check_addresses_refused(&policy, state, nowhere, sizeof(nowhere) / sizeof(nowhere[0]),
+				8080);
 	/* an ordinary public address still passes a deny list of the loopback */
 	len = build_ip_frame(frame, NET_IP_PROTO_TCP, NET_ADDR(192, 0, 2, 1), 80, NET_TCP_SYN, 0);
 	CHECK_INT_EQ(judge(&policy, state, frame, len, TEST_NOW_MS), NET_VERDICT_PASS);
@@ -514,12 +525,8 @@ static void test_addresses_of_no_single_host_refused(void)
 	net_policy_init_default(&policy);
 	CHECK_INT_EQ(net_cidr_parse("127.0.0.1/32", &loopback), 0);
 	CHECK_INT_EQ(net_policy_add_deny(&policy, &loopback), 0);
-	for (size_t i = 0; i < sizeof(host_itself) / sizeof(host_itself[0]); i++) {
-		len = build_ip_frame(frame, NET_IP_PROTO_TCP, host_itself[i], 8080, NET_TCP_SYN, 0);
-		CHECK_INT_EQ(judge(&policy, state, frame, len, TEST_NOW_MS), NET_VERDICT_DENY_ADDRESS);
-		len = build_ip_frame(frame, NET_IP_PROTO_UDP, host_itself[i], 53, 0, 4);
-		CHECK_INT_EQ(judge(&policy, state, frame, len, TEST_NOW_MS), NET_VERDICT_DENY_ADDRESS);
-	}
+	check_addresses_refused(&policy, state, host_itself,
+				sizeof(host_itself) / sizeof(host_itself[0]), 53);
 	/* and without any list, the loopback is still the gateway's alone */
 	net_policy_init_default(&policy);
 	len = build_ip_frame(frame, NET_IP_PROTO_TCP, NET_ADDR(127, 0, 0, 2), 8080, NET_TCP_SYN, 0);
