@@ -16,7 +16,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "common/clock.h"
 #include "common/log.h"
@@ -25,8 +24,6 @@
 
 #define BOX_ERROR_MAX 1024
 #define BOX_CANCELLED_ERROR "the run was cancelled; the sandbox was shut down"
-#define BOX_MS_PER_SEC 1000u
-#define BOX_NS_PER_MS 1000000u
 
 static _Thread_local char box_error[BOX_ERROR_MAX];
 

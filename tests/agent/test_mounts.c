@@ -8,6 +8,7 @@
 #include "netcfg.h"
 #include "oci_root.h"
 
+#include "dir_entries.h"
 #include "harness.h"
 
 #include <dirent.h>
@@ -33,20 +34,6 @@ static void test_mounts_read_ahead_path(void)
 	CHECK_INT_EQ(mounts_read_ahead_path(makedev(0, 45), path, 8), -ENAMETOOLONG);
 }
 
-/* Entries in dir besides . and .. */
-static int dir_entries(const char *dir)
-{
-	DIR *d = opendir(dir);
-	struct dirent *e;
-	int count = 0;
-
-	while (d && (e = readdir(d)))
-		count += strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0;
-	if (d)
-		closedir(d);
-	return d ? count : -1;
-}
-
 /* The open probe leaves the share as it found it, and never replaces a file of that name. */
 static void test_mounts_learn_no_open(void)
 {
@@ -55,13 +42,13 @@ static void test_mounts_learn_no_open(void)
 
 	CHECK(mkdtemp(dir) != NULL);
 	CHECK_INT_EQ(mounts_learn_no_open(dir), 0);
-	CHECK_INT_EQ(dir_entries(dir), 0);
+	CHECK_INT_EQ(dir_entry_count(dir), 0);
 	snprintf(path, sizeof(path), "%s/%s", dir, TEST_PROBE_NAME);
 	fd = open(path, O_WRONLY | O_CREAT | O_EXCL, 0644);
 	CHECK(fd >= 0 && write(fd, "mine", 4) == 4);
 	close(fd);
 	CHECK_INT_EQ(mounts_learn_no_open(dir), -EEXIST);
-	CHECK_INT_EQ(dir_entries(dir), 1);
+	CHECK_INT_EQ(dir_entry_count(dir), 1);
 	CHECK_INT_EQ(unlink(path), 0);
 	CHECK_INT_EQ(rmdir(dir), 0);
 	CHECK_INT_EQ(mounts_learn_no_open(dir), -ENOENT);

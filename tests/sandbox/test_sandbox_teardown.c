@@ -23,6 +23,7 @@
 #include <unistd.h>
 
 #include "common/log.h"
+#include "dir_entries.h"
 #include "harness.h"
 #include "sandbox/sandbox.h"
 #include "sandbox/vmm_process.h"
@@ -45,22 +46,6 @@
 static char test_base[] = TEST_RUNTIME_TEMPLATE; /* holds the kernel and the runtime base */
 static char test_runtime[PATH_MAX];
 static char test_kernel[PATH_MAX];
-
-/* The entries of dir other than . and ..; -1 when it cannot be read. */
-static int count_entries(const char *dir)
-{
-	DIR *d = opendir(dir);
-	struct dirent *entry;
-	int count = 0;
-
-	if (!d)
-		return -1;
-	while ((entry = readdir(d)))
-		if (strcmp(entry->d_name, ".") != 0 && strcmp(entry->d_name, "..") != 0)
-			count++;
-	closedir(d);
-	return count;
-}
 
 /* Whether this process has any child, running or a zombie. */
 static bool has_children(void)
@@ -90,7 +75,7 @@ static void test_failed_starts_leave_nothing(void)
 	struct sandbox_host_settings host = test_host();
 	const enum sandbox_vmm_placement placements[] = { SANDBOX_VMM_OWN_PROCESS,
 							  SANDBOX_VMM_OWN_PROCESS_SNAPSHOTS };
-	int fds = count_entries("/proc/self/fd"), threads = count_entries("/proc/self/task");
+	int fds = dir_entry_count("/proc/self/fd"), threads = dir_entry_count("/proc/self/task");
 	char err[TEST_ERR_MAX];
 
 	for (size_t p = 0; p < sizeof(placements) / sizeof(placements[0]); p++) {
@@ -105,9 +90,9 @@ static void test_failed_starts_leave_nothing(void)
 			CHECK(strstr(err, "not a restore") != NULL);
 		}
 	}
-	CHECK_INT_EQ(count_entries(test_runtime), 0);
-	CHECK_INT_EQ(count_entries("/proc/self/fd"), fds);
-	CHECK_INT_EQ(count_entries("/proc/self/task"), threads);
+	CHECK_INT_EQ(dir_entry_count(test_runtime), 0);
+	CHECK_INT_EQ(dir_entry_count("/proc/self/fd"), fds);
+	CHECK_INT_EQ(dir_entry_count("/proc/self/task"), threads);
 	CHECK(!has_children());
 }
 
@@ -116,7 +101,7 @@ static void test_failed_restores_leave_nothing(void)
 	struct sandbox_host_settings host = test_host();
 	struct sandbox_restore_config cfg = { .host = &host,
 					      .vmm_placement = SANDBOX_VMM_OWN_PROCESS };
-	int fds = count_entries("/proc/self/fd");
+	int fds = dir_entry_count("/proc/self/fd");
 	char missing[PATH_MAX], err[TEST_ERR_MAX];
 
 	snprintf(missing, sizeof(missing), "%s/%s", test_base, TEST_MISSING_SNAPSHOT_NAME);
@@ -127,8 +112,8 @@ static void test_failed_restores_leave_nothing(void)
 		CHECK(sandbox_start_from_snapshot(&cfg, &sandbox, err, sizeof(err)) < 0);
 		CHECK(sandbox == NULL);
 	}
-	CHECK_INT_EQ(count_entries(test_runtime), 0);
-	CHECK_INT_EQ(count_entries("/proc/self/fd"), fds);
+	CHECK_INT_EQ(dir_entry_count(test_runtime), 0);
+	CHECK_INT_EQ(dir_entry_count("/proc/self/fd"), fds);
 	CHECK(!has_children());
 }
 
@@ -156,7 +141,7 @@ static void check_and_remove_kept_console(void)
 			continue;
 		}
 		CHECK(stat(console, &st) == 0 && st.st_size > 0);
-		CHECK_INT_EQ(count_entries(dir), 1); /* the console, not the socket */
+		CHECK_INT_EQ(dir_entry_count(dir), 1); /* the console, not the socket */
 		unlink(console);
 		rmdir(dir);
 	}

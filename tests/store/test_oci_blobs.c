@@ -12,6 +12,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "dir_entries.h"
 #include "harness.h"
 #include "store/oci_blobs.h"
 #include "store/store_fs.h"
@@ -42,19 +43,9 @@ static void make_scratch(void)
 static int blob_dir_entries(void)
 {
 	char dir_path[TEST_PATH_MAX];
-	struct dirent *entry;
-	DIR *dir;
-	int count = 0;
 
 	snprintf(dir_path, sizeof(dir_path), "%s/blobs/sha256", scratch);
-	dir = opendir(dir_path);
-	if (!dir)
-		return -1;
-	while ((entry = readdir(dir)))
-		if (strcmp(entry->d_name, ".") != 0 && strcmp(entry->d_name, "..") != 0)
-			count++;
-	closedir(dir);
-	return count;
+	return dir_entry_count(dir_path);
 }
 
 static void test_digest_forms(void)

@@ -22,6 +22,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "dir_entries.h"
 #include "harness.h"
 #include "store/oci_layer.h"
 #include "store/store_fs.h"
@@ -441,21 +442,6 @@ static void *race_apply_run(void *opaque)
 	return NULL;
 }
 
-static size_t count_dir_entries(const char *path)
-{
-	DIR *dir = opendir(path);
-	struct dirent *entry;
-	size_t count = 0;
-
-	if (!dir)
-		return 0;
-	while ((entry = readdir(dir)))
-		if (strcmp(entry->d_name, ".") != 0 && strcmp(entry->d_name, "..") != 0)
-			count++;
-	closedir(dir);
-	return count;
-}
-
 /*
  * Two threads apply layers at once (a pipeline's boxes pulling one image) while the process
  * works in another directory: every entry lands in its own root, none in that directory.
@@ -488,10 +474,10 @@ static void test_concurrent_layers_stay_in_their_roots(void)
 		pthread_join(threads[t], NULL);
 	CHECK(fchdir(cwd_fd) == 0);
 	close(cwd_fd);
-	CHECK_INT_EQ((long long)count_dir_entries(path_in("cwd")), 0);
+	CHECK_INT_EQ(dir_entry_count(path_in("cwd")), 0);
 	for (int t = 0; t < TEST_RACE_THREADS; t++) {
 		CHECK_INT_EQ(runs[t].failures, 0);
-		CHECK_INT_EQ((long long)count_dir_entries(runs[t].root), TEST_RACE_ENTRIES);
+		CHECK_INT_EQ(dir_entry_count(runs[t].root), TEST_RACE_ENTRIES);
 	}
 	store_remove_tree(scratch);
 }
