@@ -283,8 +283,11 @@ static int flavour_fetch(struct flavour_work *work)
 	rc = store_run_tool(curl, NULL, NULL, 0, work->err, work->errlen);
 	if (rc < 0) {
 		unlink(partial);
-		store_error(work->err, work->errlen, "cannot download %s: check the network "
-			    "reaches registry.npmjs.org (curl said so on stderr)", work->pin->tarball);
+		store_error(work->err, work->errlen, "cannot download %s", work->pin->tarball);
+		if (!store_explain_low_space(work->cache_dir, work->err, work->errlen))
+			store_error(work->err, work->errlen, "cannot download %s: check the network "
+				    "reaches registry.npmjs.org (curl said so on stderr)",
+				    work->pin->tarball);
 		return rc;
 	}
 	rc = agent_flavour_check_integrity(partial, work->pin->integrity, work->err,
@@ -369,9 +372,13 @@ static int flavour_unpack(struct flavour_work *work)
 		tar[argc++] = work->pin->members[i].member;
 	tar[argc] = NULL;
 	rc = store_run_tool(tar, NULL, NULL, 0, work->err, work->errlen);
-	if (rc < 0)
-		store_error(work->err, work->errlen, "cannot unpack %s into %s: is it the pinned "
-			    "package?", work->tarball, work->unpack_dir);
+	if (rc < 0) {
+		store_error(work->err, work->errlen, "cannot unpack %s into %s", work->tarball,
+			    work->unpack_dir);
+		if (!store_explain_low_space(work->unpack_dir, work->err, work->errlen))
+			store_error(work->err, work->errlen, "cannot unpack %s into %s: is it the "
+				    "pinned package?", work->tarball, work->unpack_dir);
+	}
 	return rc;
 }
 

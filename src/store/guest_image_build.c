@@ -417,10 +417,13 @@ static int image_download_deb(struct image_build *build, const char *package, ch
 	rc = image_run_tool(build, geteuid() == 0 ? as_root : as_user, build->deb_cache, NULL, 0);
 	if (rc == 0)
 		rc = image_find_cached_deb(build, package, out, out_len);
-	if (rc < 0)
-		store_error(build->err, build->errlen,
-			    "cannot download %s: check `apt-get update` and the apt "
-			    "sources", package);
+	if (rc < 0) {
+		store_error(build->err, build->errlen, "cannot download %s", package);
+		if (!store_explain_low_space(build->deb_cache, build->err, build->errlen))
+			store_error(build->err, build->errlen,
+				    "cannot download %s: check `apt-get update` and the apt "
+				    "sources", package);
+	}
 	return rc;
 }
 
@@ -443,7 +446,10 @@ static int image_unpack_deb(struct image_build *build, const char *deb, const ch
 	if (rc < 0)
 		return rc;
 	log_info(LOG_MODULE, "unpacking %s", strrchr(deb, '/') ? strrchr(deb, '/') + 1 : deb);
-	return image_run_tool(build, argv, NULL, NULL, 0);
+	rc = image_run_tool(build, argv, NULL, NULL, 0);
+	if (rc < 0)
+		store_explain_low_space(dest, build->err, build->errlen);
+	return rc;
 }
 
 /* The single directory under <kernel>/lib/modules names the kernel release. */

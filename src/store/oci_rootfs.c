@@ -6,6 +6,7 @@
  * user's PATH often does not reach; its stderr is kept for the error sentence.
  */
 #include "store/oci_rootfs.h"
+#include "store/store_fs.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -176,9 +177,18 @@ int oci_rootfs_build_ext4(const char *tree, const char *image_path, char *err, s
 
 	rc = oci_rootfs_run(argv, mkfs_err, sizeof(mkfs_err));
 	if (rc != 0) {
+		char image_dir[PATH_MAX];
+		char *slash;
+
 		snprintf(err, errlen, "mkfs.ext4 could not build an image of %s: %s", tree,
 			 rc < 0 ? strerror(-rc) : mkfs_err[0] ? mkfs_err : "it failed");
 		unlink(tmp);
+		snprintf(image_dir, sizeof(image_dir), "%s", image_path);
+		slash = strrchr(image_dir, '/');
+		if (slash && slash != image_dir) {
+			*slash = '\0';
+			store_explain_low_space(image_dir, err, errlen);
+		}
 		return rc < 0 ? rc : -EIO;
 	}
 	if (rename(tmp, image_path) < 0) {

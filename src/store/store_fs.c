@@ -20,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -29,6 +30,7 @@
 #define STORE_DIGEST_CHUNK 65536
 #define STORE_TOOL_SINK 65536
 #define STORE_TOOL_EXEC_FAILED 127
+#define STORE_BYTES_PER_MIB (1024ull * 1024)
 
 void store_error(char *err, size_t errlen, const char *fmt, ...)
 {
@@ -240,4 +242,31 @@ int store_run_tool(const char *const argv[], const char *cwd, char *capture, siz
 		    WIFEXITED(status) ? "exit status" : "signal",
 		    WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status));
 	return -EIO;
+}
+
+bool store_explain_low_space(const char *dir, char *err, size_t errlen)
+{
+	struct statvfs fs;
+	unsigned long long free_bytes, free_inodes;
+	size_t used;
+
+	if (!err || errlen == 0 || statvfs(dir, &fs) < 0)
+		return false;
+	/* root may use the blocks and inodes the file system reserves for it */
+	free_bytes = (unsigned long long)(geteuid() == 0 ? fs.f_bfree : fs.f_bavail) * fs.f_frsize;
+	free_inodes = geteuid() == 0 ? fs.f_ffree : fs.f_favail;
+	/* a file system without inode accounting (f_files 0) never runs out of them */
+	if (free_bytes >= STORE_LOW_SPACE_BYTES && (free_inodes > 0 || fs.f_files == 0))
+		return false;
+	used = strnlen(err, errlen - 1);
+	if (free_bytes < STORE_LOW_SPACE_BYTES)
+		snprintf(err + used, errlen - used,
+			 ": the file system holding %s has only %llu MiB free: free space there, "
+			 "or set VOIDBOX_HOME to a file system with room, and run it again", dir,
+			 free_bytes / STORE_BYTES_PER_MIB);
+	else
+		snprintf(err + used, errlen - used,
+			 ": the file system holding %s has no inode left: remove files there, or "
+			 "set VOIDBOX_HOME to a file system with room, and run it again", dir);
+	return true;
 }

@@ -1,7 +1,8 @@
 /*
  * Filesystem steps the guest-image and snapshot stores both take to publish and remove
  * directories, and the two small helpers every store file uses (an error sentence into the
- * caller's buffer, a path joined without silent truncation). They live here once so both
+ * caller's buffer, a path joined without silent truncation), with the tool runner the image
+ * builders share and what its failure gets on a full file system. They live here once so both
  * stores behave the same on filesystems that lack renameat2 flags (9p, some network
  * filesystems).
  */
@@ -46,6 +47,16 @@ void store_sweep_gone_writers(const char *dir, const char *prefix);
  */
 int store_run_tool(const char *const argv[], const char *cwd, char *capture, size_t capture_len,
 		   char *err, size_t errlen);
+
+/*
+ * A tool that failed while writing into dir most often failed because its file system is
+ * full, and says so only in a flood of per-file lines on stderr that name no file system.
+ * When the file system holding dir has less than STORE_LOW_SPACE_BYTES or no inode left for
+ * this process, appends to err how much is left, where, and what to do, and returns true;
+ * otherwise (or when dir cannot be looked at) leaves err as it is and returns false.
+ */
+#define STORE_LOW_SPACE_BYTES (64ull * 1024 * 1024)
+bool store_explain_low_space(const char *dir, char *err, size_t errlen);
 
 /*
  * The digest of a whole file under the named OpenSSL algorithm ("sha256", "sha512") into

@@ -15,8 +15,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sched.h>
-#include <sys/mount.h>
 #include <signal.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
@@ -25,6 +23,7 @@
 
 #include "common/log.h"
 #include "harness.h"
+#include "small_tmpfs.h"
 #include "portable/snapshot_archive.h"
 #include "store/snapshot_store.h"
 #include "store/store_settings.h"
@@ -49,7 +48,6 @@
 #define TEST_DIFF_ID TEST_BASE_ID "-diff-1"
 #define TEST_BUF 65536
 #define TEST_FULL_NOT_RUN 77 /* the child could not make a small file system to fill */
-#define TEST_ID_MAP_MAX 64    /* one line of uid_map or gid_map: "ID ID 1" */
 #define TEST_CPUID_1_EDX_SSE2_FPU ((1u << 26) | (1u << 0))
 /* Bytes that do not compress, in the memory file of a snapshot too big to write under the cap. */
 #define TEST_NOISE_BYTES (1u << 20)
@@ -715,46 +713,6 @@ static void test_edited_cpu_features_imported(void)
 	}
 }
 
-/* Writes text to the /proc/self file name: 0 or -errno. */
-static int write_proc_self(const char *name, const char *text)
-{
-	char path[PATH_MAX];
-	size_t len = strlen(text);
-	int fd, rc = 0;
-
-	snprintf(path, sizeof(path), "/proc/self/%s", name);
-	fd = open(path, O_WRONLY | O_CLOEXEC);
-	if (fd < 0)
-		return -errno;
-	if (write(fd, text, len) != (ssize_t)len)
-		rc = -errno;
-	close(fd);
-	return rc;
-}
-
-/*
- * In a user namespace of its own, the caller's uid and gid mapped to themselves, so the files
- * it makes are owned as outside (an unmapped user can create nothing): 0 or -errno.
- */
-static int enter_user_namespace(void)
-{
-	char uid_map[TEST_ID_MAP_MAX], gid_map[TEST_ID_MAP_MAX];
-	uid_t uid = getuid();
-	gid_t gid = getgid();
-	int rc;
-
-	if (unshare(CLONE_NEWUSER | CLONE_NEWNS) < 0)
-		return -errno;
-	snprintf(uid_map, sizeof(uid_map), "%u %u 1\n", (unsigned int)uid, (unsigned int)uid);
-	snprintf(gid_map, sizeof(gid_map), "%u %u 1\n", (unsigned int)gid, (unsigned int)gid);
-	rc = write_proc_self("setgroups", "deny");
-	if (rc == 0)
-		rc = write_proc_self("uid_map", uid_map);
-	if (rc == 0)
-		rc = write_proc_self("gid_map", gid_map);
-	return rc;
-}
-
 /*
  * In a child with a mount namespace of its own: home on a tmpfs of one page, then an import
  * into it and an export onto it.
@@ -765,17 +723,12 @@ static int import_into_full_store(const char *home, const char *archive)
 	char err[ERR_MAX] = "", listing[ERR_MAX] = "", out[PATH_MAX];
 	struct dirent *ent;
 	DIR *dir;
-	int fd, rc;
+	char why[ERR_MAX];
+	int fd;
 
-	if (unshare(CLONE_NEWNS) < 0 && (rc = enter_user_namespace()) < 0) {
-		printf("  not run: no mount namespace (%s)\n", strerror(-rc));
+	if (small_tmpfs_mount(home, "size=4k", why, sizeof(why)) < 0) {
+		printf("  not run: %s\n", why);
 		fflush(stdout); /* the child ends with _exit */
-		return TEST_FULL_NOT_RUN;
-	}
-	if (mount("none", "/", "none", MS_REC | MS_PRIVATE, NULL) < 0 ||
-	    mount("tmpfs", home, "tmpfs", 0, "size=4k") < 0) {
-		printf("  not run: cannot mount a small tmpfs (%s)\n", strerror(errno));
-		fflush(stdout);
 		return TEST_FULL_NOT_RUN;
 	}
 	CHECK_INT_EQ(store_settings_set(&(struct store_settings){ .voidbox_home = home }), 0);

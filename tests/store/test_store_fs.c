@@ -4,9 +4,12 @@
  * checked here holds for it too: a new name is taken, a populated one is refused as -EEXIST.
  * The removal also takes trees whose directories their owner may not write or read (an image
  * layer's 0555 /usr/bin, a 0000 directory nested in another), as an unpacked image leaves.
+ * A tool that fails on a full file system (a small tmpfs of the test's own) gets its error
+ * completed with where space ran out and what to do.
  */
 #include "store/store_fs.h"
 #include "harness.h"
+#include "small_tmpfs.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -16,11 +19,21 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <sys/syscall.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 /* The capabilities that let root ignore a directory's permissions. */
 #define TEST_DAC_CAPS ((1u << CAP_DAC_OVERRIDE) | (1u << CAP_DAC_READ_SEARCH))
+#define TEST_ERR_MAX 1024
+#define TEST_FULL_NOT_RUN 77 /* the child could not make a small file system to fill */
+/* A file bigger than the small tmpfs it is copied onto. */
+#define TEST_BIG_FILE_BYTES (1u << 20)
+#define TEST_SMALL_TMPFS "size=64k"
+/* A tmpfs with room for bytes but for few files: the root directory and three more. */
+#define TEST_FEW_INODES_TMPFS "size=128m,nr_inodes=4"
+#define TEST_INODE_FILES_MAX 16
 
 static char root[] = "/tmp/voidbox-store-fs-XXXXXX";
 
@@ -135,20 +148,119 @@ static void test_file_digest(void)
 	CHECK_INT_EQ(store_file_digest("/nonexistent/file", "sha256", digest, &len), -ENOENT);
 }
 
+/*
+ * In a child: `cp` of a file bigger than a small tmpfs fails, and the explanation says where
+ * space ran out and what to do; a tmpfs with bytes to spare but no inode left is explained as
+ * such. Returns the child's exit status.
+ */
+static int explain_on_full_tmpfs(const char *big_file)
+{
+	char full[PATH_MAX], few_inodes[PATH_MAX], file[PATH_MAX + 16], why[TEST_ERR_MAX];
+	char err[TEST_ERR_MAX] = "";
+	const char *cp[] = { "cp", big_file, full, NULL };
+	int fd, open_errno = 0;
+
+	snprintf(full, sizeof(full), "%s/full", root);
+	snprintf(few_inodes, sizeof(few_inodes), "%s/few-inodes", root);
+	if (small_tmpfs_mount(full, TEST_SMALL_TMPFS, why, sizeof(why)) < 0 ||
+	    small_tmpfs_mount(few_inodes, TEST_FEW_INODES_TMPFS, why, sizeof(why)) < 0) {
+		printf("  not run: %s\n", why);
+		fflush(stdout); /* the child ends with _exit */
+		return TEST_FULL_NOT_RUN;
+	}
+	CHECK(store_run_tool(cp, NULL, NULL, 0, err, sizeof(err)) < 0);
+	CHECK(store_explain_low_space(full, err, sizeof(err)));
+	fprintf(stderr, "  explained: %s\n", err);
+	CHECK(strncmp(err, "`cp ", 4) == 0);
+	CHECK(strstr(err, "failed (exit status 1): the file system holding ") != NULL);
+	CHECK(strstr(err, full) != NULL);
+	CHECK(strstr(err, "has only 0 MiB free: free space there, or set VOIDBOX_HOME") != NULL);
+
+	for (int i = 0; i < TEST_INODE_FILES_MAX; i++) {
+		snprintf(file, sizeof(file), "%s/file-%d", few_inodes, i);
+		fd = open(file, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+		if (fd < 0) {
+			open_errno = errno;
+			break;
+		}
+		close(fd);
+	}
+	CHECK_INT_EQ(open_errno, ENOSPC);
+	snprintf(err, sizeof(err), "`touch` failed (exit status 1)");
+	CHECK(store_explain_low_space(few_inodes, err, sizeof(err)));
+	fprintf(stderr, "  explained: %s\n", err);
+	CHECK(strstr(err, "has no inode left: remove files there") != NULL);
+	return harness_checks_failed_in_test == 0 ? 0 : 1;
+}
+
+/* Needs a mount namespace and a tmpfs of its own, so it is a meson test of its own. */
+static void test_low_space_explained(void)
+{
+	char big_file[PATH_MAX], err[TEST_ERR_MAX];
+	static char zeros[TEST_BIG_FILE_BYTES];
+	struct statvfs fs;
+	int status = -1;
+	pid_t child;
+	FILE *f;
+
+	snprintf(big_file, sizeof(big_file), "%s/big", root);
+	snprintf(err, sizeof(err), "%s/full", root);
+	CHECK_INT_EQ(mkdir(err, 0700), 0);
+	snprintf(err, sizeof(err), "%s/few-inodes", root);
+	CHECK_INT_EQ(mkdir(err, 0700), 0);
+	f = fopen(big_file, "w");
+	CHECK(f != NULL);
+	if (f) {
+		CHECK_INT_EQ(fwrite(zeros, 1, sizeof(zeros), f), sizeof(zeros));
+		fclose(f);
+	}
+	/* a file system with room: a failed tool keeps its own error, whatever it was */
+	CHECK_INT_EQ(statvfs(root, &fs), 0);
+	if ((unsigned long long)fs.f_bavail * fs.f_frsize > 2 * STORE_LOW_SPACE_BYTES) {
+		snprintf(err, sizeof(err), "`tar -x` failed (exit status 2)");
+		CHECK(!store_explain_low_space(root, err, sizeof(err)));
+		CHECK_STR_EQ(err, "`tar -x` failed (exit status 2)");
+	} else {
+		fprintf(stderr, "  %s itself is nearly full: its no-explanation case not judged\n",
+			root);
+	}
+	snprintf(err, sizeof(err), "`tar -x` failed (exit status 2)");
+	CHECK(!store_explain_low_space("/nonexistent/dir", err, sizeof(err)));
+	CHECK_STR_EQ(err, "`tar -x` failed (exit status 2)");
+
+	fflush(NULL);
+	child = fork();
+	CHECK(child >= 0);
+	if (child == 0)
+		_exit(explain_on_full_tmpfs(big_file));
+	CHECK_INT_EQ(waitpid(child, &status, 0), child);
+	unlink(big_file);
+	if (WIFEXITED(status) && WEXITSTATUS(status) == TEST_FULL_NOT_RUN) {
+		store_remove_tree(root);
+		harness_skip_all("no mount namespace with a small tmpfs to fill (the line above "
+				 "says why)");
+	}
+	CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+	/* run alone (--only), so the scratch root is this test's to remove */
+	CHECK_INT_EQ(store_remove_tree(root), 0);
+}
+
 static void test_remove_scratch_root(void)
 {
 	CHECK_INT_EQ(store_remove_tree(root), 0);
 	CHECK(access(root, F_OK) != 0);
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
+	harness_select(argc, argv);
 	if (!mkdtemp(root))
 		harness_fail_setup("cannot create a temporary directory (mkdtemp)");
 	RUN_TEST(test_rename_noreplace);
 	RUN_TEST(test_remove_tree);
 	RUN_TEST(test_remove_tree_without_permissions);
 	RUN_TEST(test_file_digest);
+	RUN_SEPARATE_TEST(test_low_space_explained);
 	RUN_TEST(test_remove_scratch_root);
 	return harness_finish();
 }
