@@ -514,7 +514,9 @@ static int local_image(const struct box *box, const char *ref, struct oci_image_
 		       struct vm_disk *disk, struct sandbox_config *sandbox_cfg,
 		       struct oci_image_lock *lock, char *err, size_t errlen)
 {
-	struct oci_pull_options options = { .progress = OCI_PROGRESS_NONE };
+	/* a cancel of the run ends a pull under way instead of waiting for it */
+	struct oci_pull_options options = { .progress = OCI_PROGRESS_NONE,
+					    .cancelled = box_cancelled };
 	char oci_dir[PATH_MAX], reason[LOCAL_ERROR_MAX];
 	int rc = oci_image_dir(oci_dir, sizeof(oci_dir));
 

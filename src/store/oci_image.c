@@ -182,9 +182,11 @@ static int oci_image_canonical(const char *ref_text, char *out, size_t size, cha
 }
 
 /* Applies the manifest's layers, lowest first, onto a scratch tree; builds rootfs_path. */
-static int oci_image_build_rootfs(const char *oci_dir, const struct oci_manifest *manifest,
-				  const char *rootfs_path, char *err, size_t errlen)
+static int oci_image_build_rootfs(const struct oci_pull_options *options,
+				  const struct oci_manifest *manifest, const char *rootfs_path,
+				  char *err, size_t errlen)
 {
+	const char *oci_dir = options->oci_dir;
 	char scratch[PATH_MAX], tree[PATH_MAX], blob[PATH_MAX], dir[PATH_MAX];
 	struct oci_layer_budget budget;
 	struct oci_layer_stats stats;
@@ -215,7 +217,9 @@ static int oci_image_build_rootfs(const char *oci_dir, const struct oci_manifest
 	for (size_t i = 0; i < manifest->layer_count; i++) {
 		const char *digest = manifest->layers[i].digest;
 
-		rc = oci_blob_path(oci_dir, digest, blob, sizeof(blob));
+		rc = oci_pull_check_cancel(options, err, errlen);
+		if (rc == 0)
+			rc = oci_blob_path(oci_dir, digest, blob, sizeof(blob));
 		if (rc == 0)
 			rc = oci_blob_verify_file(blob, digest, err, errlen);
 		if (rc == 0)
@@ -226,6 +230,9 @@ static int oci_image_build_rootfs(const char *oci_dir, const struct oci_manifest
 			fprintf(stderr, "warning: layer %s: %llu entries could not be created here and were skipped\n",
 				digest, (unsigned long long)stats.skipped);
 	}
+	rc = oci_pull_check_cancel(options, err, errlen);
+	if (rc < 0)
+		goto out;
 	snprintf(dir, sizeof(dir), "%s", rootfs_path);
 	*strrchr(dir, '/') = '\0';
 	rc = path_mkdirs(dir, OCI_IMAGE_DIR_MODE);
@@ -347,8 +354,8 @@ int oci_image_pull(const char *ref_text, const struct oci_pull_options *options,
 		goto out;
 	}
 	if (stat(out->rootfs_path, &st) < 0) {
-		rc = oci_image_build_rootfs(options->oci_dir, &result->manifest, out->rootfs_path,
-					    err, errlen);
+		rc = oci_image_build_rootfs(options, &result->manifest, out->rootfs_path, err,
+					    errlen);
 		if (rc < 0 || stat(out->rootfs_path, &st) < 0) {
 			rc = rc < 0 ? rc : -errno;
 			goto out;

@@ -184,6 +184,19 @@ static void oci_short_digest(const char *digest, char *out, size_t size)
 	snprintf(out, size, "%.*s", OCI_DIGEST_SHORT, digest);
 }
 
+static bool oci_pull_cancelled(const struct oci_pull_options *options)
+{
+	return options->cancelled && options->cancelled();
+}
+
+int oci_pull_check_cancel(const struct oci_pull_options *options, char *err, size_t errlen)
+{
+	if (!oci_pull_cancelled(options))
+		return 0;
+	snprintf(err, errlen, "%s", OCI_PULL_CANCELLED_ERROR);
+	return -ECANCELED;
+}
+
 static int oci_on_progress(void *opaque, curl_off_t dltotal, curl_off_t dlnow, curl_off_t ultotal,
 			   curl_off_t ulnow)
 {
@@ -195,6 +208,8 @@ static int oci_on_progress(void *opaque, curl_off_t dltotal, curl_off_t dlnow, c
 	(void)dltotal;
 	(void)ultotal;
 	(void)ulnow;
+	if (oci_pull_cancelled(client->options))
+		return 1; /* libcurl ends the transfer with CURLE_ABORTED_BY_CALLBACK */
 	if (client->options->progress != OCI_PROGRESS_BAR || !client->progress_label || total == 0)
 		return 0;
 	if (now > total)
@@ -257,8 +272,12 @@ static int oci_get(struct oci_client *client, const char *url, const char *accep
 	curl_dl.easy_setopt(client->curl, CURLOPT_PRIVATE, sink);
 	code = curl_dl.easy_perform(client->curl);
 	curl_dl.easy_getinfo(client->curl, CURLINFO_RESPONSE_CODE, &client->status);
-	if (code != CURLE_OK &&
-	    !(code == CURLE_WRITE_ERROR && (sink->overflow || sink->write_rc || sink->error_cut))) {
+	if (code == CURLE_ABORTED_BY_CALLBACK && oci_pull_cancelled(client->options)) {
+		snprintf(err, errlen, "%s", OCI_PULL_CANCELLED_ERROR);
+		rc = -ECANCELED;
+	} else if (code != CURLE_OK &&
+		   !(code == CURLE_WRITE_ERROR &&
+		     (sink->overflow || sink->write_rc || sink->error_cut))) {
 		snprintf(err, errlen, "cannot fetch %s: %s", url, curl_dl.easy_strerror(code));
 		rc = -EIO;
 	}
@@ -608,9 +627,13 @@ int oci_pull(const struct oci_ref *ref, const struct oci_pull_options *options,
 		goto out;
 	}
 	rc = oci_fetch_blob(&client, &out->manifest.config, &out->downloaded_bytes, err, errlen);
-	for (size_t i = 0; rc == 0 && i < out->manifest.layer_count; i++)
-		rc = oci_fetch_blob(&client, &out->manifest.layers[i], &out->downloaded_bytes, err,
-				    errlen);
+	for (size_t i = 0; rc == 0 && i < out->manifest.layer_count; i++) {
+		/* a cached layer takes no request, so no progress callback would see the cancel */
+		rc = oci_pull_check_cancel(options, err, errlen);
+		if (rc == 0)
+			rc = oci_fetch_blob(&client, &out->manifest.layers[i],
+					    &out->downloaded_bytes, err, errlen);
+	}
 out:
 	if (client.curl)
 		curl_dl.easy_cleanup(client.curl);

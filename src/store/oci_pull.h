@@ -7,7 +7,8 @@
  * with a token fetched from the challenge's realm (with the credentials, when given).
  *
  * Policy comes from the caller as struct oci_pull_options; nothing here reads the
- * environment. A loopback registry is spoken to over plain HTTP (as Docker does); any other
+ * environment, and a cancel (a signal to `voidbox run`) reaches a pull only through the
+ * options' cancelled callback. A loopback registry is spoken to over plain HTTP (as Docker does); any other
  * over HTTPS unless the caller says insecure.
  */
 #ifndef VOIDBOX_STORE_OCI_PULL_H
@@ -40,7 +41,19 @@ struct oci_pull_options {
 	enum oci_progress_mode progress;
 	FILE *progress_stream;	 /* NULL: stderr */
 	unsigned int request_timeout_s; /* 0: OCI_REQUEST_TIMEOUT_S */
+	/*
+	 * NULL: never. Asked while a request runs (libcurl's progress callback, at least once a
+	 * second, also while a registry sends nothing) and between steps (blobs, layers, the
+	 * rootfs build); true ends the pull with -ECANCELED, keeping nothing it had half-written.
+	 */
+	bool (*cancelled)(void);
 };
+
+/* The error sentence of a cancelled pull, as it ends err. */
+#define OCI_PULL_CANCELLED_ERROR "the pull was cancelled"
+
+/* 0, or -ECANCELED with OCI_PULL_CANCELLED_ERROR in err when the caller cancelled the pull. */
+int oci_pull_check_cancel(const struct oci_pull_options *options, char *err, size_t errlen);
 
 struct oci_pull_result {
 	char manifest_digest[OCI_DIGEST_LEN + 1]; /* the linux/amd64 image manifest's */

@@ -26,6 +26,7 @@
 #include <netinet/in.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -37,6 +38,7 @@
 #include <unistd.h>
 
 #include "common/log.h"
+#include "dir_entries.h"
 #include "harness.h"
 #include "http_request_head.h"
 #include "store/oci_blobs.h"
@@ -60,6 +62,8 @@
 #define TEST_POLL_NS 1000000L
 #define TEST_WAIT_POLLS 20000 /* 20 s of 1 ms polls */
 #define TEST_TIMEOUT_S 30u
+/* Longer than wait_until's 20 s, so only the cancel can end a stalled request in time. */
+#define TEST_CANCEL_REQUEST_TIMEOUT_S 120u
 /* How long a process that should be waiting for the store lock is watched doing so. */
 #define TEST_STILL_WAITING_NS 200000000L
 /* Rounds of two pulls of one reference let go together (the first builds the rootfs). */
@@ -542,6 +546,93 @@ static bool layer_was_requested(const void *opaque)
 	return ((const struct test_registry *)opaque)->layer_requested;
 }
 
+/* What the cancelled callback of test_cancel_ends_a_stalled_pull's pulls reads. */
+static atomic_bool test_pull_cancel;
+
+static bool test_pull_cancelled(void)
+{
+	return atomic_load(&test_pull_cancel);
+}
+
+struct cancellable_pull {
+	const struct test_registry *registry;
+	const char *oci_dir;
+	int rc;
+	char err[TEST_ERR_MAX];
+	atomic_bool done;
+};
+
+static void *cancellable_pull_run(void *opaque)
+{
+	struct cancellable_pull *run = opaque;
+	struct oci_pull_options options = { .oci_dir = run->oci_dir,
+					    .progress = OCI_PROGRESS_NONE,
+					    .request_timeout_s = TEST_CANCEL_REQUEST_TIMEOUT_S,
+					    .cancelled = test_pull_cancelled };
+	struct oci_image_info info;
+	char ref[TEST_REF_MAX];
+
+	snprintf(ref, sizeof(ref), "127.0.0.1:%d/voidbox/test:1", run->registry->port);
+	run->rc = oci_image_pull(ref, &options, &info, run->err, sizeof(run->err));
+	atomic_store(&run->done, true);
+	return NULL;
+}
+
+static bool cancellable_pull_done(const void *opaque)
+{
+	return atomic_load(&((const struct cancellable_pull *)opaque)->done);
+}
+
+/*
+ * A cancel (a signal to `voidbox run`) ends a pull whose registry has stopped sending in the
+ * middle of a layer, which otherwise only the low-speed cut, a minute later, would end: the
+ * pull says it was cancelled, keeps no partial blob and names no image. A pull cancelled
+ * before it starts ends the same way, with nothing cached.
+ */
+static void test_cancel_ends_a_stalled_pull(void)
+{
+	struct cancellable_pull run = { .rc = 1 };
+	struct oci_image_info info;
+	struct test_registry registry;
+	struct test_cache cache;
+	char err[TEST_ERR_MAX] = "", ref[TEST_REF_MAX];
+	pthread_t thread;
+	int blobs;
+
+	registry_start(&registry);
+	cache_make(&cache, &registry);
+	snprintf(ref, sizeof(ref), "127.0.0.1:%d/voidbox/test:1", registry.port);
+	registry.stall_layer = true;
+	atomic_store(&test_pull_cancel, false);
+	run.registry = &registry;
+	run.oci_dir = cache.oci_dir;
+	CHECK(pthread_create(&thread, NULL, cancellable_pull_run, &run) == 0);
+	CHECK(wait_until(layer_was_requested, &registry));
+	atomic_store(&test_pull_cancel, true);
+	CHECK(wait_until(cancellable_pull_done, &run));
+	registry.stall_layer = false; /* ends a pull the cancel did not */
+	pthread_join(thread, NULL);
+	fprintf(stderr, "  the cancelled pull: %s\n", run.err);
+	CHECK_INT_EQ(run.rc, -ECANCELED);
+	CHECK_STR_EQ(run.err, OCI_PULL_CANCELLED_ERROR);
+	check_no_temporaries(&cache);
+	CHECK_INT_EQ(oci_image_find(cache.oci_dir, ref, &info, err, sizeof(err)), -ENOENT);
+
+	/* cancelled before it starts: nothing more is asked for, nothing more cached */
+	blobs = dir_entry_count(cache.blobs);
+	registry.layer_requested = false;
+	memset(run.err, 0, sizeof(run.err));
+	atomic_store(&run.done, false);
+	cancellable_pull_run(&run);
+	CHECK_INT_EQ(run.rc, -ECANCELED);
+	CHECK_STR_EQ(run.err, OCI_PULL_CANCELLED_ERROR);
+	CHECK(!registry.layer_requested);
+	CHECK_INT_EQ(dir_entry_count(cache.blobs), blobs);
+	atomic_store(&test_pull_cancel, false);
+	cache_remove(&cache);
+	registry_stop(&registry);
+}
+
 enum store_op { STORE_OP_PULL, STORE_OP_PRUNE, STORE_OP_REMOVE };
 
 /*
@@ -779,6 +870,7 @@ int main(int argc, char **argv)
 	if (access("/sbin/mkfs.ext4", X_OK) < 0 && access("/usr/sbin/mkfs.ext4", X_OK) < 0)
 		harness_skip_all("mkfs.ext4 is not installed (apt-get install e2fsprogs)");
 	RUN_TEST(test_pull_killed_mid_download_leaves_nothing);
+	RUN_TEST(test_cancel_ends_a_stalled_pull);
 	RUN_TEST(test_pull_sweeps_a_killed_rootfs_build);
 	RUN_TEST(test_prune_sweeps_killed_pull_only);
 	RUN_TEST(test_prune_removes_unreferenced_rootfs);
