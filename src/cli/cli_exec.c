@@ -230,9 +230,6 @@ static int cli_exec_parse(int argc, char **argv, struct cli_exec_args *args)
 		fprintf(stderr, "voidbox exec: no program given: voidbox exec [OPTIONS] -- PROGRAM [ARGS...]\n");
 		return CLI_EXIT_USAGE;
 	}
-	if (cli_image_attach("exec", args->image, args->snapshot, args->disks, &args->sandbox,
-			     &args->image_root) < 0)
-		return CLI_EXIT_FAILURE;
 	args->request.program = argv[optind];
 	args->request.args = argv + optind + 1;
 	args->request.args_count = (size_t)(argc - optind - 1);
@@ -307,6 +304,7 @@ static void cli_exec_args_free(struct cli_exec_args *args)
 	}
 	free(args->request.env);
 	free(args->request.stdin_data.data);
+	cli_image_release(&args->image_root); /* a start that failed before the boot */
 }
 
 /* The signals' target: the sandbox. */
@@ -367,6 +365,12 @@ int cli_exec_run(const struct cli_globals *globals, int argc, char **argv)
 	if (rc < 0) {
 		if (rc != -EFBIG)
 			fprintf(stderr, "voidbox exec: cannot read stdin: %s\n", strerror(-rc));
+		goto out;
+	}
+	/* after stdin: a slow writer does not hold the image store's lock, and so `image rm` */
+	if (cli_image_attach("exec", args.image, args.snapshot, args.disks, &args.sandbox,
+			     &args.image_root) < 0) {
+		status = CLI_EXIT_FAILURE;
 		goto out;
 	}
 

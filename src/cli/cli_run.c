@@ -587,6 +587,7 @@ int cli_run_run(const struct cli_globals *globals, int argc, char **argv)
 	struct run_report report;
 	char *input_text = NULL;
 	struct spec *spec;
+	bool watching;
 	int cancelled_by;
 	int status;
 
@@ -625,6 +626,7 @@ int cli_run_run(const struct cli_globals *globals, int argc, char **argv)
 		report.observer = &bound_observer;
 	}
 	status = stop_signals_start(&signals);
+	watching = status == 0;
 	if (status < 0) {
 		run_report_set_error(&report, "cannot watch for SIGINT and SIGTERM (%s), so the run "
 				     "could not be cancelled in order; nothing was started",
@@ -635,7 +637,6 @@ int cli_run_run(const struct cli_globals *globals, int argc, char **argv)
 		stop_signals_set_target(&signals, cli_run_cancel_boxes, NULL);
 		cli_run_dispatch(spec, &args, &signals, &report);
 		cancelled_by = stop_signals_received(&signals);
-		stop_signals_stop(&signals);
 	}
 	if (cancelled_by && !report.success)
 		cli_run_mark_cancelled(&report, cancelled_by);
@@ -649,6 +650,12 @@ int cli_run_run(const struct cli_globals *globals, int argc, char **argv)
 		status = CLI_EXIT_FAILURE;
 	if (!report.success && globals->output == CLI_OUTPUT_JSON && report.error)
 		fprintf(stderr, "voidbox run: %s\n", report.error);
+	/*
+	 * Only now: a daemon's cancel that comes as the run ends still gets the report (every box
+	 * is closed, so the cancel finds nothing to stop); a second signal ends the process.
+	 */
+	if (watching)
+		stop_signals_stop(&signals);
 	run_report_free(&report);
 	spec_free(spec);
 	free(input_text);

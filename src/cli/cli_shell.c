@@ -92,6 +92,8 @@ struct cli_shell_session {
 	struct cli_image_root image_root;
 	struct stop_signals *signals; /* what SIGINT and SIGTERM cancel while the session runs */
 	struct sandbox *running; /* the session's sandbox, for the signals' target */
+	bool piped;			/* stdin is no terminal: the program runs as exec runs it */
+	struct proto_bytes piped_stdin; /* read whole before the watcher and the image lock */
 };
 
 /* SIGWINCH's self-pipe: the handler may only write(). */
@@ -200,9 +202,6 @@ static int cli_shell_parse(int argc, char **argv, struct cli_shell_session *s)
 	if (cli_check_disks_fit_snapshot("shell", s->snapshot, &s->sandbox) < 0 ||
 	    cli_network_finish(&s->network, "shell", &s->sandbox) < 0)
 		return CLI_EXIT_USAGE;
-	if (cli_image_attach("shell", s->image, s->snapshot, s->disks, &s->sandbox,
-			     &s->image_root) < 0)
-		return CLI_EXIT_FAILURE;
 	s->open.args = argv + optind;
 	s->open.args_count = (size_t)(argc - optind);
 	return 0;
@@ -241,6 +240,14 @@ static void cli_shell_raw_on(struct cli_shell_session *s)
 	cfmakeraw(&raw);
 	if (tcsetattr(STDIN_FILENO, TCSANOW, &raw) == 0)
 		s->raw = true;
+}
+
+/* A second signal's restore hook: the terminal as it was, before the process ends. */
+static void cli_shell_restore_terminal(void *opaque)
+{
+	struct cli_shell_session *s = opaque;
+
+	tcsetattr(STDIN_FILENO, TCSANOW, &s->saved);
 }
 
 static void cli_shell_raw_off(struct cli_shell_session *s)
@@ -353,7 +360,10 @@ static int cli_shell_session_run(struct cli_shell_session *s, struct sandbox *sa
 	action.sa_flags = SA_RESTART;
 	sigaction(SIGWINCH, &action, NULL);
 	cli_shell_raw_on(s);
+	if (s->raw)
+		stop_signals_set_restore(s->signals, cli_shell_restore_terminal, s);
 	if (pthread_create(&reader, NULL, cli_shell_reader, s) != 0) {
+		stop_signals_set_restore(s->signals, NULL, NULL);
 		cli_shell_raw_off(s);
 		return CLI_EXIT_SANDBOX_FAILURE;
 	}
@@ -361,6 +371,7 @@ static int cli_shell_session_run(struct cli_shell_session *s, struct sandbox *sa
 	stop_signals_set_target(s->signals, cli_shell_interrupt_session, s);
 	cli_shell_pump(s);
 	pthread_join(reader, NULL);
+	stop_signals_set_restore(s->signals, NULL, NULL);
 	cli_shell_raw_off(s);
 	signal(SIGWINCH, SIG_DFL);
 	cli_stop_signals_watch_sandbox(s->signals, sandbox);
@@ -398,27 +409,18 @@ static FILE *cli_shell_quiet_log(char *path, size_t path_len)
 
 /*
  * Without a terminal (a pipe, a file, /dev/null) there is nothing to give a PTY: the program
- * runs as `voidbox exec` would, with stdin handed to it whole, the way `docker run -i` does,
- * and voidbox exits with its status.
+ * runs as `voidbox exec` would, with stdin (read whole before the boot) handed to it, the way
+ * `docker run -i` does, and voidbox exits with its status.
  */
 static int cli_shell_run_piped(struct cli_shell_session *s, struct sandbox *sandbox)
 {
 	struct proto_exec_request req = {
 		.program = s->open.program, .args = s->open.args, .args_count = s->open.args_count,
 		.env = s->open.env, .env_count = s->open.env_count,
-		.working_dir = s->open.working_dir,
+		.working_dir = s->open.working_dir, .stdin_data = s->piped_stdin,
 	};
-	int rc = cli_exec_read_stdin(&req.stdin_data);
-	int status;
 
-	if (rc < 0) {
-		if (rc != -EFBIG)
-			fprintf(stderr, "voidbox shell: cannot read stdin: %s\n", strerror(-rc));
-		return CLI_EXIT_SANDBOX_FAILURE;
-	}
-	status = cli_exec_in_sandbox("shell", sandbox, &req, s->signals);
-	free(req.stdin_data.data);
-	return status;
+	return cli_exec_in_sandbox("shell", sandbox, &req, s->signals);
 }
 
 int cli_shell_run(const struct cli_globals *globals, int argc, char **argv)
@@ -446,6 +448,25 @@ int cli_shell_run(const struct cli_globals *globals, int argc, char **argv)
 		fprintf(stderr, "voidbox shell: cannot create pipes: %s\n", strerror(errno));
 		goto out;
 	}
+	/*
+	 * Piped stdin is read before the watcher starts, so a Ctrl-C while it is read ends the
+	 * command as before, and before the image store's lock is taken, so a slow writer does
+	 * not hold `image rm` and `prune` up.
+	 */
+	s.piped = !isatty(STDIN_FILENO);
+	if (s.piped) {
+		rc = cli_exec_read_stdin(&s.piped_stdin);
+		if (rc < 0) {
+			if (rc != -EFBIG)
+				fprintf(stderr, "voidbox shell: cannot read stdin: %s\n", strerror(-rc));
+			goto out;
+		}
+	}
+	if (cli_image_attach("shell", s.image, s.snapshot, s.disks, &s.sandbox,
+			     &s.image_root) < 0) {
+		status = CLI_EXIT_FAILURE;
+		goto out;
+	}
 	log_stream = cli_shell_quiet_log(log_path, sizeof(log_path));
 	if (cli_stop_signals_start("shell", &signals) < 0)
 		goto out;
@@ -460,14 +481,15 @@ int cli_shell_run(const struct cli_globals *globals, int argc, char **argv)
 	}
 	/* a signal during the boot cancels now: the session or the program fails at once */
 	cli_stop_signals_watch_sandbox(&signals, sandbox);
-	status = isatty(STDIN_FILENO) ? cli_shell_session_run(&s, sandbox)
-				      : cli_shell_run_piped(&s, sandbox);
+	status = s.piped ? cli_shell_run_piped(&s, sandbox) : cli_shell_session_run(&s, sandbox);
 out:
+	cli_image_release(&s.image_root); /* a start that failed before the boot */
 	if (watching)
 		status = cli_stop_signals_status("shell", &signals, status);
 	sandbox_destroy(sandbox, status == CLI_EXIT_SANDBOX_FAILURE);
 	if (watching)
 		stop_signals_stop(&signals);
+	free(s.piped_stdin.data);
 	if (log_stream) {
 		log_set_stream(stderr);
 		fclose(log_stream);

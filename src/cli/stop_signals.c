@@ -1,8 +1,9 @@
 /*
  * The watcher of stop_signals.h: one thread polls the signalfd and the stop eventfd. After the
- * first signal its poll also times out once, at the end of the grace, to cut off the guests
- * that are still up; a second signal is re-raised with its default action restored, which
- * ends the process. The target is called under the lock, so stop_signals_set_target(NULL)
+ * first signal its poll also times out once, at the end of the grace (a deadline the first
+ * signal fixes, so an interrupted poll does not start it again), to cut off the guests that
+ * are still up; a target set after that is cut off at once. A second signal runs the restore
+ * hook and is re-raised with its default action restored, which ends the process. The target is called under the lock, so stop_signals_set_target(NULL)
  * returns only when no call of the old target is under way.
  */
 #include "cli/stop_signals.h"
@@ -15,15 +16,24 @@
 #include <sys/signalfd.h>
 #include <unistd.h>
 
+#include "common/clock.h"
 #include "common/log.h"
 
 #define STOP_SIGNALS_LOG "cancel"
 
+/* SIGINT and SIGTERM, less one the process was started with ignored. */
 static void stop_signals_set(sigset_t *set)
 {
+	static const int watched[] = { SIGINT, SIGTERM };
+
 	sigemptyset(set);
-	sigaddset(set, SIGINT);
-	sigaddset(set, SIGTERM);
+	for (size_t i = 0; i < sizeof(watched) / sizeof(watched[0]); i++) {
+		struct sigaction current;
+
+		if (sigaction(watched[i], NULL, &current) == 0 && current.sa_handler == SIG_IGN)
+			continue;
+		sigaddset(set, watched[i]);
+	}
 }
 
 const char *stop_signals_name(int signal_number)
@@ -31,12 +41,22 @@ const char *stop_signals_name(int signal_number)
 	return signal_number == SIGINT ? "SIGINT" : "SIGTERM";
 }
 
-/* The second signal: the default action, now (the process ends; its VMMs die with it). */
-static void stop_signals_end_now(int signal_number)
+/*
+ * The second signal: the restore hook, then the default action, now (the process ends; its
+ * VMMs die with it). The lock is not taken: a target call under way may hold it for as long
+ * as a guest takes to answer, which is what the second signal cuts short.
+ */
+static void stop_signals_end_now(struct stop_signals *signals, int signal_number)
 {
+	stop_signals_restore_fn restore;
+	void *restore_opaque;
 	sigset_t only;
 
 	log_warn(STOP_SIGNALS_LOG, "%s again: ending at once", stop_signals_name(signal_number));
+	__atomic_load(&signals->restore, &restore, __ATOMIC_ACQUIRE);
+	__atomic_load(&signals->restore_opaque, &restore_opaque, __ATOMIC_ACQUIRE);
+	if (restore)
+		restore(restore_opaque);
 	signal(signal_number, SIG_DFL);
 	sigemptyset(&only);
 	sigaddset(&only, signal_number);
@@ -62,17 +82,29 @@ static void stop_signals_first(struct stop_signals *signals, int signal_number)
 	pthread_mutex_unlock(&signals->lock);
 }
 
+/* The poll timeout until the grace ends: -1 before a signal and after the cut. */
+static int stop_signals_timeout(struct stop_signals *signals, uint64_t cut_at_ms)
+{
+	uint64_t now = clock_monotonic_ms();
+	int timeout = -1;
+
+	pthread_mutex_lock(&signals->lock);
+	if (signals->received && !signals->cut)
+		timeout = now >= cut_at_ms ? 0 : (int)(cut_at_ms - now);
+	pthread_mutex_unlock(&signals->lock);
+	return timeout;
+}
+
 static void *stop_signals_thread(void *opaque)
 {
 	struct stop_signals *signals = opaque;
 	struct pollfd fds[] = { { .fd = signals->signal_fd, .events = POLLIN },
 				{ .fd = signals->stop_fd, .events = POLLIN } };
-	bool cut = false;
+	uint64_t cut_at_ms = 0; /* the grace's end, fixed by the first signal */
 
 	for (;;) {
 		struct signalfd_siginfo info;
-		int timeout = stop_signals_received(signals) && !cut ? STOP_SIGNALS_GRACE_MS : -1;
-		int ready = poll(fds, 2, timeout);
+		int ready = poll(fds, 2, stop_signals_timeout(signals, cut_at_ms));
 
 		if (ready < 0 && errno == EINTR)
 			continue;
@@ -80,23 +112,30 @@ static void *stop_signals_thread(void *opaque)
 			return NULL;
 		if (ready == 0) { /* the grace is over: cut off the guests still up */
 			log_warn(STOP_SIGNALS_LOG, "the sandboxes did not shut down within %d ms; "
-				 "stopping them", STOP_SIGNALS_GRACE_MS);
+				 "stopping them", signals->grace_ms);
 			pthread_mutex_lock(&signals->lock);
+			signals->cut = true;
 			stop_signals_call_locked(signals, true);
 			pthread_mutex_unlock(&signals->lock);
-			cut = true;
 			continue;
 		}
 		if (read(signals->signal_fd, &info, sizeof(info)) != (ssize_t)sizeof(info))
 			continue;
-		if (stop_signals_received(signals))
-			stop_signals_end_now((int)info.ssi_signo);
-		else
+		if (stop_signals_received(signals)) {
+			stop_signals_end_now(signals, (int)info.ssi_signo);
+		} else {
+			cut_at_ms = clock_monotonic_ms() + (uint64_t)signals->grace_ms;
 			stop_signals_first(signals, (int)info.ssi_signo);
+		}
 	}
 }
 
 int stop_signals_start(struct stop_signals *signals)
+{
+	return stop_signals_start_with_grace(signals, STOP_SIGNALS_GRACE_MS);
+}
+
+int stop_signals_start_with_grace(struct stop_signals *signals, int grace_ms)
 {
 	sigset_t set;
 	int rc;
@@ -104,6 +143,7 @@ int stop_signals_start(struct stop_signals *signals)
 	memset(signals, 0, sizeof(*signals));
 	signals->signal_fd = -1;
 	signals->stop_fd = -1;
+	signals->grace_ms = grace_ms;
 	stop_signals_set(&set);
 	pthread_mutex_init(&signals->lock, NULL);
 	pthread_cond_init(&signals->received_cond, NULL);
@@ -131,8 +171,25 @@ void stop_signals_set_target(struct stop_signals *signals, stop_signals_cancel_f
 	signals->cancel = cancel;
 	signals->cancel_opaque = opaque;
 	if (signals->received)
-		stop_signals_call_locked(signals, false);
+		stop_signals_call_locked(signals, signals->cut);
 	pthread_mutex_unlock(&signals->lock);
+}
+
+void stop_signals_set_restore(struct stop_signals *signals, stop_signals_restore_fn restore,
+			      void *opaque)
+{
+	/*
+	 * The watcher reads the hook, then its opaque, without the lock: a new hook goes in after
+	 * its opaque, and a hook taken away goes before its opaque does, so the watcher never
+	 * pairs a hook with another's opaque.
+	 */
+	if (restore) {
+		__atomic_store(&signals->restore_opaque, &opaque, __ATOMIC_RELEASE);
+		__atomic_store(&signals->restore, &restore, __ATOMIC_RELEASE);
+	} else {
+		__atomic_store(&signals->restore, &restore, __ATOMIC_RELEASE);
+		__atomic_store(&signals->restore_opaque, &opaque, __ATOMIC_RELEASE);
+	}
 }
 
 int stop_signals_received(struct stop_signals *signals)
