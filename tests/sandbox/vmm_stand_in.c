@@ -61,8 +61,10 @@ int main(void)
 		       len < sizeof(msg.secret) ? len : sizeof(msg.secret));
 	}
 	msg.status = rc;
-	if (vmm_msg_send_whole(VMM_PROCESS_CONTROL_FD, &msg) < 0 || rc < 0)
+	if (vmm_msg_send_whole(VMM_PROCESS_CONTROL_FD, &msg) < 0 || rc < 0) {
+		vmm_launch_release(&decoded); /* zeroed by the read, so safe after any failure */
 		return 1;
+	}
 	while (vmm_msg_recv(VMM_PROCESS_CONTROL_FD, &msg) == 0 && msg.kind != VMM_MSG_STOP)
 		vmm_msg_send(VMM_PROCESS_CONTROL_FD, VMM_MSG_ANSWER, 0, 0, NULL);
 	vmm_msg_send(VMM_PROCESS_CONTROL_FD, VMM_MSG_EXITED, 0, VM_EXIT_GUEST_POWEROFF, NULL);
