@@ -3,8 +3,9 @@
  * first signal its poll also times out once, at the end of the grace (a deadline the first
  * signal fixes, so an interrupted poll does not start it again), to cut off the guests that
  * are still up; a target set after that is cut off at once. A second signal runs the restore
- * hook and is re-raised with its default action restored, which ends the process. The target is called under the lock, so stop_signals_set_target(NULL)
- * returns only when no call of the old target is under way.
+ * hook and is re-raised with its default action restored, which ends the process. The target
+ * is called under the lock, so stop_signals_set_target(NULL) returns only when no call of the
+ * old target is under way.
  */
 #include "cli/stop_signals.h"
 

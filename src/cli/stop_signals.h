@@ -1,11 +1,11 @@
 /*
  * SIGINT and SIGTERM for the commands that stop their sandboxes in order (`voidbox run`,
- * `voidbox exec`, `voidbox shell`) rather than die with them. Both signals are blocked before the command
- * starts any thread, so every thread inherits the mask and one watcher thread reads them from
- * a signalfd. The first signal calls the command's cancel target without force: it asks the
- * guests to sync and power off, which fails what runs in them, and the command then unwinds
- * as after any failure (VMs stopped, runtime directories and cgroups removed) and exits with
- * 128 + the signal. STOP_SIGNALS_GRACE_MS later the target is called again with force, to
+ * `voidbox exec`, `voidbox shell`) rather than die with them. Both signals are blocked before
+ * the command starts any thread, so every thread inherits the mask and one watcher thread reads
+ * them from a signalfd. The first signal calls the command's cancel target without force: it
+ * asks the guests to sync and power off, which fails what runs in them, and the command then
+ * unwinds as after any failure (VMs stopped, runtime directories and cgroups removed) and exits
+ * with 128 + the signal. STOP_SIGNALS_GRACE_MS later the target is called again with force, to
  * cut off guests that are still up. A second signal ends the process at once, as the signal's
  * default action would have (its VMMs die with it), after the restore hook has put back what
  * the command changed (the shell's raw terminal).
