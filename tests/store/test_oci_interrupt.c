@@ -225,15 +225,29 @@ static void registry_stop(struct test_registry *registry)
 	free(registry->layer);
 }
 
+/* The reference of the registry's one image. */
+static void test_ref(const struct test_registry *registry, char ref[TEST_REF_MAX])
+{
+	snprintf(ref, TEST_REF_MAX, "127.0.0.1:%d/voidbox/test:1", registry->port);
+}
+
+/* Pulls the registry's image with options (err holds TEST_ERR_MAX bytes). */
+static int pull_with(const struct test_registry *registry,
+		     const struct oci_pull_options *options, char *err)
+{
+	struct oci_image_info info;
+	char ref[TEST_REF_MAX];
+
+	test_ref(registry, ref);
+	return oci_image_pull(ref, options, &info, err, TEST_ERR_MAX);
+}
+
 static int pull(const struct test_registry *registry, const char *oci_dir, char *err)
 {
 	struct oci_pull_options options = { .oci_dir = oci_dir, .progress = OCI_PROGRESS_NONE,
 					    .request_timeout_s = TEST_TIMEOUT_S };
-	struct oci_image_info info;
-	char ref[TEST_REF_MAX];
 
-	snprintf(ref, sizeof(ref), "127.0.0.1:%d/voidbox/test:1", registry->port);
-	return oci_image_pull(ref, &options, &info, err, TEST_ERR_MAX);
+	return pull_with(registry, &options, err);
 }
 
 /* Whether dir holds an entry whose name starts with prefix (into found, when given). */
@@ -569,11 +583,8 @@ static void *cancellable_pull_run(void *opaque)
 					    .progress = OCI_PROGRESS_NONE,
 					    .request_timeout_s = TEST_CANCEL_REQUEST_TIMEOUT_S,
 					    .cancelled = test_pull_cancelled };
-	struct oci_image_info info;
-	char ref[TEST_REF_MAX];
 
-	snprintf(ref, sizeof(ref), "127.0.0.1:%d/voidbox/test:1", run->registry->port);
-	run->rc = oci_image_pull(ref, &options, &info, run->err, sizeof(run->err));
+	run->rc = pull_with(run->registry, &options, run->err);
 	atomic_store(&run->done, true);
 	return NULL;
 }
@@ -601,7 +612,7 @@ static void test_cancel_ends_a_stalled_pull(void)
 
 	registry_start(&registry);
 	cache_make(&cache, &registry);
-	snprintf(ref, sizeof(ref), "127.0.0.1:%d/voidbox/test:1", registry.port);
+	test_ref(&registry, ref);
 	registry.stall_layer = true;
 	atomic_store(&test_pull_cancel, false);
 	run.registry = &registry;
@@ -663,7 +674,7 @@ static pid_t store_child(const struct test_registry *registry, const char *oci_d
 	log_set_stream(stderr);
 	if (start_fd >= 0 && read(start_fd, &byte, 1) < 0)
 		_exit(2);
-	snprintf(ref, sizeof(ref), "127.0.0.1:%d/voidbox/test:1", registry->port);
+	test_ref(registry, ref);
 	if (op == STORE_OP_PULL)
 		rc = pull(registry, oci_dir, err);
 	else if (op == STORE_OP_PRUNE)
@@ -800,7 +811,7 @@ static void test_rm_waits_for_an_image_being_attached(void)
 	registry_start(&registry);
 	cache_make(&cache, &registry);
 	cache_log_path(&cache, "rm.log", log_path, sizeof(log_path));
-	snprintf(ref, sizeof(ref), "127.0.0.1:%d/voidbox/test:1", registry.port);
+	test_ref(&registry, ref);
 	CHECK_INT_EQ(pull(&registry, cache.oci_dir, err), 0);
 	CHECK_INT_EQ(oci_image_lock(cache.oci_dir, OCI_IMAGE_LOCK_SHARED, &lock, err,
 				    sizeof(err)), 0);
