@@ -367,14 +367,15 @@ int cli_exec_run(const struct cli_globals *globals, int argc, char **argv)
 			fprintf(stderr, "voidbox exec: cannot read stdin: %s\n", strerror(-rc));
 		goto out;
 	}
-	/* after stdin: a slow writer does not hold the image store's lock, and so `image rm` */
+	/*
+	 * Both after stdin: a slow writer does not hold the image store's lock (and so `image
+	 * rm`), and a Ctrl-C while stdin is read ends the command as before.
+	 */
 	if (cli_image_attach("exec", args.image, args.snapshot, args.disks, &args.sandbox,
 			     &args.image_root) < 0) {
 		status = CLI_EXIT_FAILURE;
 		goto out;
 	}
-
-	/* after stdin: a Ctrl-C while it is read ends the command as before */
 	if (cli_stop_signals_start("exec", &signals) < 0)
 		goto out;
 	watching = true;
