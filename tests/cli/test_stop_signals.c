@@ -91,9 +91,10 @@ static int child_target_after_the_grace(int signal_number)
 
 /*
  * Runs in the child, which was started with SIGINT ignored (as a script's background job
- * is): SIGINT stays ignored and cancels nothing; SIGTERM still cancels, then ends.
+ * is): SIGINT stays ignored and cancels nothing; signal_number (watched) still cancels, then
+ * ends the process.
  */
-static int child_with_sigint_ignored(void)
+static int child_with_sigint_ignored(int signal_number)
 {
 	struct timespec settle = { .tv_nsec = TEST_PAST_GRACE_NS };
 	struct stop_signals signals;
@@ -107,12 +108,12 @@ static int child_with_sigint_ignored(void)
 	if (stop_signals_received(&signals) != 0 &&
 	    write(notes_fd, "SIGINT-received\n", strlen("SIGINT-received\n")) < 0)
 		return TEST_CHILD_FAILED;
-	kill(getpid(), SIGTERM);
-	if (stop_signals_wait(&signals) != SIGTERM)
+	kill(getpid(), signal_number);
+	if (stop_signals_wait(&signals) != signal_number)
 		return TEST_CHILD_FAILED;
 	if (write(notes_fd, "received\n", strlen("received\n")) < 0)
 		return TEST_CHILD_FAILED;
-	kill(getpid(), SIGTERM);
+	kill(getpid(), signal_number);
 	pause();
 	return TEST_CHILD_OK;
 }
@@ -142,12 +143,6 @@ static void run_child(int (*child)(int), int signal_number, char *notes, size_t 
 	CHECK_INT_EQ(waitpid(pid, status, 0), pid);
 }
 
-static int child_with_sigint_ignored_adapter(int signal_number)
-{
-	(void)signal_number;
-	return child_with_sigint_ignored();
-}
-
 /*
  * The grace runs out while nothing is the target (a sandbox still booting): the target set
  * later is cut off at once, not asked politely. The second signal runs the restore hook (the
@@ -168,7 +163,7 @@ static void test_ignored_signal_stays_ignored(void)
 	char notes[TEST_NOTE_MAX] = "";
 	int status = 0;
 
-	run_child(child_with_sigint_ignored_adapter, 0, notes, sizeof(notes), &status);
+	run_child(child_with_sigint_ignored, SIGTERM, notes, sizeof(notes), &status);
 	CHECK(WIFSIGNALED(status) && WTERMSIG(status) == SIGTERM);
 	CHECK_STR_EQ(notes, "cancel\nreceived\n");
 }
