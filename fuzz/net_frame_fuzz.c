@@ -6,7 +6,8 @@
  * byte of each frame, so the flow table and rate window go through refusals, expiries and
  * reuse; each frame is also observed as if sent to the guest (a reset frees its flow). Every
  * TCP frame also gets its reset built and every UDP frame both rewrites, on a copy sized to
- * the frame so ASan catches any access past it.
+ * the frame so ASan catches any access past it. Odd host ports count as claimed by another
+ * voidbox service and one of them is granted, so the claim check's paths are walked too.
  */
 #include <stdint.h>
 #include <stdlib.h>
@@ -20,8 +21,16 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 #define FUZZ_MAX_FLOWS 4u
 #define FUZZ_MAX_NEW_PER_SEC 3u
 #define FUZZ_CLOCK_STEP_MS 37u
+#define FUZZ_GRANTED_PORT 8081u
 
 static struct net_policy_state fuzz_state;
+
+/* Stands in for loopback_claim_held: odd ports are some other service's. */
+static bool fuzz_port_claimed(void *opaque, uint16_t port)
+{
+	(void)opaque;
+	return (port & 1u) != 0;
+}
 
 static void fuzz_policy(struct net_policy *policy)
 {
@@ -34,6 +43,7 @@ static void fuzz_policy(struct net_policy *policy)
 	policy->max_flows = FUZZ_MAX_FLOWS;
 	policy->max_new_per_sec = FUZZ_MAX_NEW_PER_SEC;
 	policy->resolver_addr = NET_HOST_LOOPBACK_ADDR;
+	net_policy_grant_port(policy, FUZZ_GRANTED_PORT);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
@@ -43,6 +53,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
 	fuzz_policy(&policy);
 	memset(&fuzz_state, 0, sizeof(fuzz_state));
+	fuzz_state.port_claimed = fuzz_port_claimed;
 	while (size >= FUZZ_LENGTH_BYTES) {
 		size_t len = (size_t)data[0] | ((size_t)data[1] << 8);
 		struct net_frame_info info;

@@ -39,6 +39,7 @@
 #include <unistd.h>
 
 #include "common/log.h"
+#include "common/loopback_claim.h"
 #include "devices/net.h"
 #include "devices/virtio_attach.h"
 #include "devices/virtqueue.h"
@@ -113,6 +114,11 @@ struct net_device {
 	struct net_config cfg;
 	uint8_t mac[NET_ETH_ADDR_LEN];
 	uint32_t dns_gateway_addr; /* where rewritten DNS queries go in the virtual network */
+
+	/* claims on the published host ports, so other VMs' guests cannot reach this guest */
+	int publish_claims[NET_MAX_PUBLISH];
+	/* asks whether a host loopback port is claimed (worker-only once the worker runs) */
+	int claim_asker;
 
 	/* worker-only */
 	Slirp *slirp;
@@ -716,6 +722,33 @@ static struct in_addr net_in_addr(uint32_t addr)
 	return (struct in_addr){ .s_addr = htonl(addr) };
 }
 
+/*
+ * A published port is the guest's service on the host's loopback: this VM's guest reaches it
+ * through the gateway, other VMs' guests do not (src/common/loopback_claim.h).
+ */
+static void net_claim_published_port(struct net_device *dev, unsigned int index)
+{
+	uint16_t port = dev->cfg.publish[index].host_port;
+	int fd = loopback_claim_port(port);
+
+	if (fd < 0) {
+		log_warn(NET_LOG, "cannot claim published port 127.0.0.1:%u (%s): other sandboxes' guests may reach it",
+			 port, strerror(-fd));
+		return;
+	}
+	dev->publish_claims[index] = fd;
+	if (net_policy_grant_port(&dev->cfg.policy, port) < 0)
+		log_warn(NET_LOG, "too many granted ports: this guest cannot reach its own published port 127.0.0.1:%u through 10.0.2.2",
+			 port);
+}
+
+static bool net_port_claimed(void *opaque, uint16_t port)
+{
+	const struct net_device *dev = opaque;
+
+	return loopback_claim_held(dev->claim_asker, port);
+}
+
 static int net_slirp_create(struct net_device *dev, char *err, size_t errlen)
 {
 	SlirpConfig config = {
@@ -750,6 +783,7 @@ static int net_slirp_create(struct net_device *dev, char *err, size_t errlen)
 				 publish->host_port, publish->guest_port);
 			return -EADDRINUSE;
 		}
+		net_claim_published_port(dev, i);
 	}
 	return 0;
 }
@@ -769,6 +803,9 @@ struct net_device *net_device_create(const struct net_config *cfg, const struct 
 	pthread_mutex_init(&dev->park_lock, NULL);
 	pthread_cond_init(&dev->park_cond, NULL);
 	dev->kick_fd = -1;
+	dev->claim_asker = -1;
+	for (unsigned int i = 0; i < NET_MAX_PUBLISH; i++)
+		dev->publish_claims[i] = -1;
 	dev->cfg = *cfg;
 	memcpy(dev->mac, mac, sizeof(mac));
 	if (dev->cfg.dns_server_port) {
@@ -781,7 +818,10 @@ struct net_device *net_device_create(const struct net_config *cfg, const struct 
 	}
 	dev->pending = calloc(NET_RX_PENDING_MAX, sizeof(*dev->pending));
 	dev->kick_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-	if (!dev->pending || dev->kick_fd < 0) {
+	dev->claim_asker = loopback_claim_asker_open();
+	dev->policy_state.port_claimed = net_port_claimed;
+	dev->policy_state.port_claimed_opaque = dev;
+	if (!dev->pending || dev->kick_fd < 0 || dev->claim_asker < 0) {
 		snprintf(err, errlen, "cannot set up the network device: %s", strerror(errno));
 		goto fail;
 	}
@@ -838,6 +878,11 @@ void net_device_destroy(struct net_device *dev)
 	virtio_mmio_destroy(dev->transport);
 	if (dev->kick_fd >= 0)
 		close(dev->kick_fd);
+	if (dev->claim_asker >= 0)
+		close(dev->claim_asker);
+	for (unsigned int i = 0; i < NET_MAX_PUBLISH; i++)
+		if (dev->publish_claims[i] >= 0)
+			close(dev->publish_claims[i]);
 	free(dev->pending);
 	pthread_cond_destroy(&dev->park_cond);
 	pthread_mutex_destroy(&dev->park_lock);

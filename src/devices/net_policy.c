@@ -134,6 +134,32 @@ int net_policy_add_allow(struct net_policy *policy, const struct net_cidr *cidr)
 	return 0;
 }
 
+int net_policy_grant_port(struct net_policy *policy, uint16_t port)
+{
+	if (policy->granted_count >= NET_MAX_GRANTED_PORTS)
+		return -ENOSPC;
+	policy->granted_ports[policy->granted_count++] = port;
+	return 0;
+}
+
+/*
+ * A TCP connection to the host's loopback that another voidbox process claimed and this VM
+ * was not granted (net_policy.h): another sandbox's messaging listener or published port, or
+ * the daemon's API.
+ */
+static bool net_claimed_elsewhere(const struct net_policy *policy,
+				  const struct net_policy_state *state,
+				  const struct net_frame_info *info)
+{
+	if (info->kind != NET_FRAME_TCP || info->dst_addr != NET_GATEWAY_ADDR ||
+	    !state->port_claimed)
+		return false;
+	for (unsigned int i = 0; i < policy->granted_count && i < NET_MAX_GRANTED_PORTS; i++)
+		if (policy->granted_ports[i] == info->dst_port)
+			return false;
+	return state->port_claimed(state->port_claimed_opaque, info->dst_port);
+}
+
 /* The Internet checksum of len bytes, continuing from sum. */
 static uint32_t net_checksum_add(uint32_t sum, const uint8_t *data, size_t len)
 {
@@ -457,6 +483,8 @@ static enum net_verdict net_policy_decide(const struct net_policy *policy,
 	if (policy->allow_count &&
 	    !net_cidr_list_contains(policy->allow, policy->allow_count, *judged_addr))
 		return NET_VERDICT_DENY_ADDRESS;
+	if (net_claimed_elsewhere(policy, state, info))
+		return NET_VERDICT_DENY_CLAIMED;
 	if (info->kind == NET_FRAME_ICMP && info->icmp_type != NET_ICMP_ECHO_REQUEST)
 		return NET_VERDICT_PASS; /* libslirp relays echo requests only: no socket for these */
 	/* a known flow (for TCP: a retransmitted SYN) is no new connection */
@@ -520,6 +548,7 @@ const char *net_verdict_name(enum net_verdict verdict)
 		[NET_VERDICT_DENY_ADDRESS] = "denied by address",
 		[NET_VERDICT_DENY_FLOWS] = "denied: too many flows",
 		[NET_VERDICT_DENY_RATE] = "denied: too many new connections per second",
+		[NET_VERDICT_DENY_CLAIMED] = "denied: a voidbox service of another sandbox or of the host",
 	};
 
 	return (unsigned int)verdict < NET_VERDICT_COUNT ? names[verdict] : "unknown";

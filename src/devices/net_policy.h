@@ -21,7 +21,10 @@
  *   - IPv4 fragments, IPv6 and other protocols are dropped (the guest stack needs none of them
  *     for TCP, and a fragment could hide the transport header).
  * A deny list is checked first (169.254.0.0/16 always), then the allow list if there is one,
- * then the caps on concurrent flows and on new flows per second.
+ * then, for a TCP connection through the gateway, whether another voidbox process has claimed
+ * that host port (src/common/loopback_claim.h: a messaging listener, a published port, the
+ * daemon's API) without granting it to this VM, then the caps on concurrent flows and on new
+ * flows per second.
  */
 #ifndef VOIDBOX_DEVICES_NET_POLICY_H
 #define VOIDBOX_DEVICES_NET_POLICY_H
@@ -61,6 +64,8 @@
 #define NET_RST_FRAME_LEN (NET_ETH_HEADER_LEN + NET_IPV4_MIN_HEADER_LEN + NET_TCP_MIN_HEADER_LEN)
 
 #define NET_MAX_CIDRS 32
+/* Host loopback ports one VM may reach although they are claimed: its own services. */
+#define NET_MAX_GRANTED_PORTS 8
 #define NET_FLOW_TABLE_SIZE 1024
 #define NET_DEFAULT_MAX_FLOWS 256
 #define NET_DEFAULT_MAX_NEW_PER_SEC 64
@@ -93,6 +98,9 @@ struct net_policy {
 	uint32_t max_new_per_sec; /* 0: NET_DEFAULT_MAX_NEW_PER_SEC */
 	bool dns;		  /* DNS forwarding at 10.0.2.3 */
 	uint32_t resolver_addr;	  /* what 10.0.2.3:53 forwards to, judged by the lists */
+	/* claimed host loopback ports this VM may still reach (its messaging listener) */
+	uint16_t granted_ports[NET_MAX_GRANTED_PORTS];
+	unsigned int granted_count;
 };
 
 enum net_frame_kind {
@@ -126,6 +134,7 @@ enum net_verdict {
 	NET_VERDICT_DENY_ADDRESS, /* deny list, allow list, or a virtual address with no service */
 	NET_VERDICT_DENY_FLOWS,	  /* too many concurrent flows */
 	NET_VERDICT_DENY_RATE,	  /* too many new flows in this second */
+	NET_VERDICT_DENY_CLAIMED, /* a host loopback port another voidbox service claimed */
 	NET_VERDICT_COUNT,
 };
 
@@ -153,6 +162,12 @@ struct net_policy_state {
 	uint64_t window_start_ms;
 	uint32_t window_new;
 	uint64_t verdicts[NET_VERDICT_COUNT];
+	/*
+	 * Whether a host loopback TCP port is claimed (loopback_claim_held in the device); NULL:
+	 * no port is, as for the tests and the fuzzer that judge frames without a host.
+	 */
+	bool (*port_claimed)(void *opaque, uint16_t port);
+	void *port_claimed_opaque;
 };
 
 /* "a.b.c.d/n" or "a.b.c.d" (a /32). 0, or -EINVAL. */
@@ -166,6 +181,8 @@ void net_policy_init_default(struct net_policy *policy);
 /* Adds to the deny or allow list: 0, -ENOSPC when full. */
 int net_policy_add_deny(struct net_policy *policy, const struct net_cidr *cidr);
 int net_policy_add_allow(struct net_policy *policy, const struct net_cidr *cidr);
+/* Lets the guest reach host loopback port although it is claimed: 0, -ENOSPC when full. */
+int net_policy_grant_port(struct net_policy *policy, uint16_t port);
 
 /* Reads a frame the guest sent (Ethernet, no virtio header). Never reads past len. */
 void net_frame_parse(const uint8_t *frame, size_t len, struct net_frame_info *out);

@@ -85,6 +85,9 @@ static void put_network(struct launch_writer *lw, const struct net_config *net)
 		byte_writer_u16(&lw->w, net->publish[i].guest_port);
 	}
 	put_bool(lw, net->confine_worker);
+	ports = put_count(lw, net->policy.granted_count, NET_MAX_GRANTED_PORTS);
+	for (unsigned int i = 0; i < ports; i++)
+		byte_writer_u16(&lw->w, net->policy.granted_ports[i]);
 }
 
 static void put_placement(struct launch_writer *lw, bool has_cpu, int cpu)
@@ -285,6 +288,9 @@ static void get_network(struct launch_reader *lr, struct net_config *net)
 		net->publish[i].guest_port = byte_reader_u16(&lr->r);
 	}
 	net->confine_worker = get_bool(lr);
+	net->policy.granted_count = get_count(lr, NET_MAX_GRANTED_PORTS);
+	for (unsigned int i = 0; i < net->policy.granted_count; i++)
+		net->policy.granted_ports[i] = byte_reader_u16(&lr->r);
 }
 
 /* A host CPU: VM_PLACEMENT_NONE or one a cpu_set_t can name. */

@@ -4,18 +4,26 @@
  * The first half drives the frame parser and policy directly with frames built here: every
  * length a guest can lie about is dropped as malformed, the deny list, allow list, virtual
  * addresses and DNS are judged by what they reach, the flow and rate caps refuse and
- * recover, the injected reset answers the SYN it refuses, and random bytes never crash the
- * parser. The second half drives the device through its registers with the fake driver:
- * hostile chains and frames are counted and dropped without breaking the device, a denied
- * connect comes back as a reset in the guest's receive queue, and slirp itself answers an
- * ARP request for the gateway. No frame in this program reaches a host socket: every one is
- * refused by the policy or is ARP, which slirp answers in-process.
+ * recover, a host port another voidbox process claims is refused unless granted, the injected
+ * reset answers the SYN it refuses, and random bytes never crash the parser. The second half
+ * drives the device through its registers with the fake driver: hostile chains and frames are
+ * counted and dropped without breaking the device, a denied connect (a refused address, a
+ * claimed port) comes back as a reset in the guest's receive queue, a published port is
+ * claimed while its VM lives and reached by its own guest, and slirp itself answers an ARP
+ * request for the gateway. Only that published-port connect reaches a host socket (the VM's
+ * own forward on loopback); every other frame is refused by the policy or is ARP, which slirp
+ * answers in-process.
  */
 #include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <time.h>
+#include <unistd.h>
 
+#include "common/loopback_claim.h"
 #include "devices/net.h"
 #include "fake_guest.h"
 #include "harness.h"
@@ -260,6 +268,68 @@ static void test_addresses_judged_by_what_they_reach(void)
 	memset(frame, 0, TEST_ARP_LEN);
 	put16(frame + 12, NET_ETHERTYPE_ARP);
 	CHECK_INT_EQ(judge(&policy, state, frame, TEST_ARP_LEN, TEST_NOW_MS), NET_VERDICT_PASS);
+	free(state);
+}
+
+#define TEST_CLAIMED_PORT 7100
+#define TEST_OTHER_PORT 7101
+
+/* The device asks loopback_claim_held; this stand-in claims TEST_CLAIMED_PORT alone. */
+static bool claimed_port_only(void *opaque, uint16_t port)
+{
+	unsigned int *asked = opaque;
+
+	(*asked)++;
+	return port == TEST_CLAIMED_PORT;
+}
+
+static void test_claimed_ports_refused_unless_granted(void)
+{
+	struct net_policy policy;
+	struct net_policy_state *state = new_state();
+	uint8_t frame[NET_MAX_FRAME_LEN];
+	unsigned int asked = 0;
+	size_t len;
+
+	net_policy_init_default(&policy);
+	state->port_claimed = claimed_port_only;
+	state->port_claimed_opaque = &asked;
+	/* a claimed port through the gateway: another sandbox's or the host's service */
+	len = build_ip_frame(frame, NET_IP_PROTO_TCP, NET_GATEWAY_ADDR, TEST_CLAIMED_PORT,
+			     NET_TCP_SYN, 0);
+	CHECK_INT_EQ(judge(&policy, state, frame, len, TEST_NOW_MS), NET_VERDICT_DENY_CLAIMED);
+	CHECK(state->verdicts[NET_VERDICT_DENY_CLAIMED] == 1);
+	CHECK_INT_EQ(asked, 1);
+	/* an unclaimed port of the host's loopback is reached as before */
+	len = build_ip_frame(frame, NET_IP_PROTO_TCP, NET_GATEWAY_ADDR, TEST_OTHER_PORT,
+			     NET_TCP_SYN, 0);
+	CHECK_INT_EQ(judge(&policy, state, frame, len, TEST_NOW_MS), NET_VERDICT_PASS);
+	/* a claim is on the host's loopback TCP port: not on UDP, not on a remote host's port */
+	len = build_ip_frame(frame, NET_IP_PROTO_UDP, NET_GATEWAY_ADDR, TEST_CLAIMED_PORT, 0, 4);
+	CHECK_INT_EQ(judge(&policy, state, frame, len, TEST_NOW_MS), NET_VERDICT_PASS);
+	len = build_ip_frame(frame, NET_IP_PROTO_TCP, NET_ADDR(93, 184, 216, 34),
+			     TEST_CLAIMED_PORT, NET_TCP_SYN, 0);
+	CHECK_INT_EQ(judge(&policy, state, frame, len, TEST_NOW_MS), NET_VERDICT_PASS);
+	/* the deny list is judged first: a denied gateway is not asked about */
+	asked = 0;
+	struct net_cidr loopback;
+
+	CHECK_INT_EQ(net_cidr_parse("127.0.0.1/32", &loopback), 0);
+	CHECK_INT_EQ(net_policy_add_deny(&policy, &loopback), 0);
+	len = build_ip_frame(frame, NET_IP_PROTO_TCP, NET_GATEWAY_ADDR, TEST_CLAIMED_PORT,
+			     NET_TCP_SYN, 0);
+	put16(frame + NET_ETH_HEADER_LEN + 20, TEST_GUEST_PORT + 1);
+	CHECK_INT_EQ(judge(&policy, state, frame, len, TEST_NOW_MS), NET_VERDICT_DENY_ADDRESS);
+	CHECK_INT_EQ(asked, 0);
+	/* granted to this VM (its own messaging listener or published port): reached */
+	policy.deny_count--;
+	CHECK_INT_EQ(net_policy_grant_port(&policy, TEST_CLAIMED_PORT), 0);
+	CHECK_INT_EQ(judge(&policy, state, frame, len, TEST_NOW_MS), NET_VERDICT_PASS);
+	CHECK_INT_EQ(asked, 0);
+	/* the grant list is bounded */
+	for (unsigned int i = 1; i < NET_MAX_GRANTED_PORTS; i++)
+		CHECK_INT_EQ(net_policy_grant_port(&policy, (uint16_t)(TEST_OTHER_PORT + i)), 0);
+	CHECK_INT_EQ(net_policy_grant_port(&policy, TEST_OTHER_PORT), -ENOSPC);
 	free(state);
 }
 
@@ -755,6 +825,88 @@ static void test_device_denied_connect_gets_reset(void)
 	fixture_free(&f);
 }
 
+/* A port on the host's loopback that no one listens on or claims, for a test to claim. */
+static uint16_t free_loopback_port(void)
+{
+	struct sockaddr_in addr = { .sin_family = AF_INET,
+				    .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	socklen_t addr_len = sizeof(addr);
+	int fd = socket(AF_INET, SOCK_STREAM, 0);
+	uint16_t port = 0;
+
+	if (fd >= 0 && bind(fd, (struct sockaddr *)&addr, sizeof(addr)) == 0 &&
+	    getsockname(fd, (struct sockaddr *)&addr, &addr_len) == 0)
+		port = ntohs(addr.sin_port);
+	if (fd >= 0)
+		close(fd);
+	return port;
+}
+
+/* A SYN to a port another process claimed is answered with a reset, as a denied address is. */
+static void test_device_claimed_port_gets_reset(void)
+{
+	struct net_config cfg = { 0 };
+	struct net_fixture f;
+	struct net_device_stats stats;
+	struct net_frame_info reply;
+	uint8_t frame[NET_MAX_FRAME_LEN];
+	uint16_t port = free_loopback_port();
+	int claim = port ? loopback_claim_port(port) : -1;
+	uint32_t id = 0, len = 0;
+
+	if (claim < 0)
+		harness_fail_setup("cannot claim a free loopback port");
+	net_policy_init_default(&cfg.policy);
+	CHECK_INT_EQ(fixture_init(&f, &cfg), 0);
+	transmit_frame(&f, frame,
+		       build_ip_frame(frame, NET_IP_PROTO_TCP, NET_GATEWAY_ADDR, port, NET_TCP_SYN, 0));
+	CHECK(wait_used(&f, TEST_RX_QUEUE, &id, &len));
+	CHECK_INT_EQ(len, TEST_VIRTIO_HEADER_LEN + NET_RST_FRAME_LEN);
+	net_frame_parse(fake_guest_host(&f.guest, TEST_RX_GPA + (uint64_t)id * TEST_RX_BUFFER_LEN) +
+				TEST_VIRTIO_HEADER_LEN,
+			NET_RST_FRAME_LEN, &reply);
+	CHECK(reply.kind == NET_FRAME_TCP && (reply.tcp_flags & NET_TCP_RST));
+	CHECK(reply.src_port == port);
+	net_device_stats(f.dev, &stats);
+	CHECK(stats.verdicts[NET_VERDICT_DENY_CLAIMED] == 1);
+	CHECK(stats.tx_frames == 0);
+	fixture_free(&f);
+	close(claim);
+}
+
+/* A VM's published host port is claimed while the VM lives, and granted to its own guest. */
+static void test_device_published_port_claimed(void)
+{
+	struct net_config cfg = { 0 };
+	struct net_fixture f;
+	uint16_t port = free_loopback_port();
+	int asker = loopback_claim_asker_open();
+
+	if (!port || asker < 0)
+		harness_fail_setup("no free loopback port or no claim asker");
+	net_policy_init_default(&cfg.policy);
+	cfg.publish[0] = (struct net_publish){ .host_port = port, .guest_port = 8080 };
+	cfg.publish_count = 1;
+	struct net_device_stats stats;
+	uint8_t frame[NET_MAX_FRAME_LEN];
+	uint32_t id = 0, len = 0;
+
+	CHECK(!loopback_claim_held(asker, port));
+	CHECK_INT_EQ(fixture_init(&f, &cfg), 0);
+	CHECK(loopback_claim_held(asker, port));
+	/* its own guest is granted it: the SYN goes to slirp, no reset comes back */
+	transmit_frame(&f, frame,
+		       build_ip_frame(frame, NET_IP_PROTO_TCP, NET_GATEWAY_ADDR, port, NET_TCP_SYN, 0));
+	CHECK(wait_used(&f, TEST_TX_QUEUE, &id, &len));
+	net_device_stats(f.dev, &stats);
+	CHECK(stats.verdicts[NET_VERDICT_PASS] == 1);
+	CHECK(stats.verdicts[NET_VERDICT_DENY_CLAIMED] == 0);
+	CHECK(stats.resets_injected == 0);
+	fixture_free(&f);
+	CHECK(!loopback_claim_held(asker, port));
+	close(asker);
+}
+
 /* An ARP request for the gateway goes to slirp, which answers with the gateway's MAC. */
 static void check_slirp_answers_arp(bool confine_worker)
 {
@@ -810,6 +962,7 @@ int main(void)
 	RUN_TEST(test_malformed_frames_dropped);
 	RUN_TEST(test_unsupported_frames_dropped);
 	RUN_TEST(test_addresses_judged_by_what_they_reach);
+	RUN_TEST(test_claimed_ports_refused_unless_granted);
 	RUN_TEST(test_rate_cap_refuses_and_recovers);
 	RUN_TEST(test_flow_cap_refuses_and_recovers);
 	RUN_TEST(test_udp_and_echo_flows);
@@ -819,6 +972,8 @@ int main(void)
 	RUN_TEST(test_random_frames_never_crash);
 	RUN_TEST(test_device_hostile_chains_counted);
 	RUN_TEST(test_device_denied_connect_gets_reset);
+	RUN_TEST(test_device_claimed_port_gets_reset);
+	RUN_TEST(test_device_published_port_claimed);
 	RUN_TEST(test_device_slirp_answers_arp);
 	RUN_TEST(test_device_confined_worker_answers_arp);
 	return harness_finish();

@@ -9,14 +9,17 @@
  * local DNS server, a cap of TEST_CONN_RATE new connections per second) fetches a small page
  * and a 10 MiB body byte for byte, is refused fast at a deny-listed address, trips the rate
  * cap and recovers, serves busybox httpd to the host through --publish, resolves a name
- * through 10.0.2.3; then it is snapshotted and a restored copy fetches again, and two fork
- * children fetch at once.
+ * through 10.0.2.3, and is refused a second HTTP server whose port this program claims as
+ * voidbox's own services claim theirs (common/loopback_claim.h) while it still reaches its
+ * own published port; then it is snapshotted and a restored copy fetches again but is
+ * refused the first VM's published port, and two fork children fetch at once.
  * The second VM allows only 127.0.0.2/32, where nothing is reachable, so its fetch from the
  * HTTP server is refused by the allow list (and would reach only that server if it were not).
  *
  * Then, through the voidbox command (argv[1]): `exec --network --allow 127.0.0.1/32` fetches,
  * a network flag without --network is a usage error, a workflow spec with sandbox.network,
  * network_allow and dns_server fetches by name through the DNS server, and a base made by
+ * an `exec` in a jailed VMM process is refused the claimed server and fetches from the other, and
  * `snapshot create --network --allow 127.0.0.1/32` in a store of the test's own fetches when
  * `exec --snapshot` restores it: the restore runs in a jailed VMM process, which must have
  * loaded libslirp before it entered its jail.
@@ -40,6 +43,7 @@
 #include <unistd.h>
 
 #include "common/log.h"
+#include "common/loopback_claim.h"
 #include "devices/net.h"
 #include "harness.h"
 #include "http_request_head.h"
@@ -79,6 +83,8 @@ static const char *voidbox_cli;
 static char work_dir[sizeof(TEST_WORK_TEMPLATE)];
 static struct sandbox *main_vm;
 static uint16_t http_port, dns_port, publish_port;
+/* a second HTTP server whose port this program claims: no guest may reach it */
+static uint16_t claimed_port;
 static char big_md5[64];
 
 /* ---- host-side servers on 127.0.0.1 ---- */
@@ -411,6 +417,42 @@ static void test_publish_reaches_guest_httpd(void)
 	CHECK(strstr(reply, TEST_GUEST_PAGE) != NULL);
 }
 
+/* A guest's wget of url: its exit status, with the output in out. */
+static int guest_wget(struct sandbox *box, const char *url, char *out, size_t out_len)
+{
+	char script[TEST_SCRIPT_MAX];
+
+	snprintf(script, sizeof(script), "wget -q -O - %s", url);
+	return guest_sh(box, script, out, out_len);
+}
+
+/*
+ * The claimed server is refused with a reset (as another sandbox's messaging listener would
+ * be), the unclaimed one still answers, and this VM's own published port, which its network
+ * device claims, is granted to its own guest (run after the guest's httpd has started).
+ */
+static void test_claimed_port_refused(void)
+{
+	char url[TEST_SCRIPT_MAX], out[TEST_OUTPUT_MAX];
+	int code;
+
+	snprintf(url, sizeof(url), "http://10.0.2.2:%u/small", claimed_port);
+	code = guest_wget(main_vm, url, out, sizeof(out));
+	CHECK(code != 0);
+	CHECK(strstr(out, "refused") != NULL);
+	if (code == 0 || !strstr(out, "refused"))
+		fprintf(stderr, "  claimed port: exit %d, output: %s\n", code, out);
+	CHECK(fetch_small(main_vm));
+	/* past this second's window: the VM's cap is TEST_CONN_RATE new connections a second */
+	CHECK_INT_EQ(guest_sh(main_vm, "sleep 1", out, sizeof(out)), 0);
+	snprintf(url, sizeof(url), "http://10.0.2.2:%u/index.html", publish_port);
+	code = guest_wget(main_vm, url, out, sizeof(out));
+	CHECK_INT_EQ(code, 0);
+	CHECK(strstr(out, TEST_GUEST_PAGE) != NULL);
+	if (code != 0)
+		fprintf(stderr, "  own published port: output: %s\n", out);
+}
+
 static void test_dns_through_10_0_2_3(void)
 {
 	char out[TEST_OUTPUT_MAX];
@@ -442,7 +484,14 @@ static void test_snapshot_restore_fetches(void)
 		fprintf(stderr, "  restore failed: %s\n", err);
 		CHECK(false);
 	} else {
+		char url[TEST_SCRIPT_MAX], out[TEST_OUTPUT_MAX];
+
 		CHECK(fetch_small(restored));
+		/* the first VM's published port is its guest's alone: another VM's is refused */
+		snprintf(url, sizeof(url), "http://10.0.2.2:%u/index.html", publish_port);
+		CHECK(guest_wget(restored, url, out, sizeof(out)) != 0);
+		CHECK(strstr(out, "refused") != NULL);
+		CHECK(strstr(out, TEST_GUEST_PAGE) == NULL);
 		sandbox_destroy(restored, harness_checks_failed_in_test > 0);
 	}
 	/* the VM that was snapshotted still has its network */
@@ -576,6 +625,19 @@ static void test_cli_exec_network(void)
 	CHECK((unsigned int)atoi(out) == TEST_SMALL_LEN);
 	if (code != 0)
 		fprintf(stderr, "  output: %s\n", out);
+	/* a jailed VMM's confined network worker asks about claims too */
+	snprintf(cmd, sizeof(cmd),
+		 "'%s' exec --memory %d --network --allow 127.0.0.1/32 -- sh -c "
+		 "'wget -q -O /dev/null http://10.0.2.2:%u/small || echo CLAIMED-REFUSED; "
+		 "wget -q -O /tmp/s http://10.0.2.2:%u/small && wc -c < /tmp/s' 2>&1",
+		 voidbox_cli, TEST_VM_MEMORY_MB, claimed_port, http_port);
+	code = host_run(cmd, out, sizeof(out));
+	CHECK_INT_EQ(code, 0);
+	CHECK(strstr(out, "refused") != NULL);
+	CHECK(strstr(out, "CLAIMED-REFUSED") != NULL);
+	CHECK(strstr(out, "1500") != NULL);
+	if (code != 0 || !strstr(out, "CLAIMED-REFUSED"))
+		fprintf(stderr, "  output: %s\n", out);
 	snprintf(cmd, sizeof(cmd), "'%s' exec --allow 127.0.0.1/32 -- true 2>&1", voidbox_cli);
 	CHECK_INT_EQ(host_run(cmd, out, sizeof(out)), 2);
 	CHECK(strstr(out, "need --network") != NULL);
@@ -665,7 +727,7 @@ int main(int argc, char **argv)
 {
 	struct net_config net;
 	struct net_cidr loopback;
-	int http_fd, dns_fd, probe_fd;
+	int http_fd, claimed_fd, claim, dns_fd, probe_fd;
 
 	if (argc != 2)
 		harness_fail_setup("usage: vm_network VOIDBOX_CLI");
@@ -677,9 +739,12 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	http_fd = bind_loopback(SOCK_STREAM, &http_port);
+	claimed_fd = bind_loopback(SOCK_STREAM, &claimed_port);
+	claim = claimed_fd >= 0 ? loopback_claim_port(claimed_port) : -1;
 	dns_fd = bind_loopback(SOCK_DGRAM, &dns_port);
 	probe_fd = bind_loopback(SOCK_STREAM, &publish_port); /* a free port to publish */
-	if (http_fd < 0 || dns_fd < 0 || probe_fd < 0 || start_thread(http_server, http_fd) < 0 ||
+	if (http_fd < 0 || claimed_fd < 0 || claim < 0 || dns_fd < 0 || probe_fd < 0 ||
+	    start_thread(http_server, http_fd) < 0 || start_thread(http_server, claimed_fd) < 0 ||
 	    start_thread(dns_server, dns_fd) < 0) {
 		perror("starting the loopback servers");
 		return 1;
@@ -707,6 +772,7 @@ int main(int argc, char **argv)
 	RUN_TEST(test_fetch_small_and_big);
 	RUN_TEST(test_deny_list_refuses_fast);
 	RUN_TEST(test_publish_reaches_guest_httpd);
+	RUN_TEST(test_claimed_port_refused);
 	RUN_TEST(test_dns_through_10_0_2_3);
 	RUN_TEST(test_net_worker_confined);
 	RUN_TEST(test_rate_cap_triggers_and_recovers);
