@@ -31,6 +31,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/loopback_claim.h"
 #include "dynlib/mhd_dl.h"
 #include "messaging/sidecar.h"
 
@@ -65,6 +66,7 @@ struct sidecar_member {
 	char candidate_id[SIDECAR_CANDIDATE_ID_MAX + 1];
 	enum messaging_role role;
 	uint16_t port;
+	int port_claim; /* loopback_claim_port: only its own guest is let through to port */
 	unsigned sent_this_iteration;
 	unsigned keys_this_iteration; /* Idempotency-Keys added to by_key */
 	struct sidecar_listener listener;
@@ -817,11 +819,22 @@ int sidecar_add_member(struct sidecar *sc, const char *candidate_id, enum messag
 	member->listener = (struct sidecar_listener){ .sc = sc, .kind = SIDECAR_LISTENER_MEMBER,
 						      .member = sc->member_count };
 	fd = sidecar_listen_loopback(&member->port);
+	/* claimed before it serves, so no other sandbox's guest is ever let through to it */
+	member->port_claim = fd >= 0 ? loopback_claim_port(member->port) : -1;
+	if (fd >= 0 && member->port_claim < 0) {
+		close(fd);
+		pthread_mutex_unlock(&sc->lock);
+		snprintf(err, errlen, "cannot claim the messaging port 127.0.0.1:%u for %s, so other sandboxes' guests could reach it: %s",
+			 member->port, candidate_id, strerror(-member->port_claim));
+		return member->port_claim;
+	}
 	if (fd >= 0)
 		member->listener.mhd = sidecar_start_mhd(&member->listener, fd);
 	if (fd < 0 || !member->listener.mhd) {
 		if (fd >= 0)
 			close(fd);
+		if (member->port_claim >= 0)
+			close(member->port_claim);
 		pthread_mutex_unlock(&sc->lock);
 		snprintf(err, errlen, "cannot start the messaging sidecar for %s on 127.0.0.1: %s",
 			 candidate_id, fd < 0 ? strerror(-fd) : "libmicrohttpd refused to start");
@@ -876,9 +889,11 @@ void sidecar_destroy(struct sidecar *sc)
 {
 	if (!sc)
 		return;
-	for (size_t i = 0; i < sc->member_count; i++)
+	for (size_t i = 0; i < sc->member_count; i++) {
 		if (sc->members[i].listener.mhd)
 			mhd_dl.stop_daemon(sc->members[i].listener.mhd);
+		close(sc->members[i].port_claim);
+	}
 	if (sc->control.mhd) {
 		mhd_dl.stop_daemon(sc->control.mhd);
 		unlink(sc->control_path);

@@ -491,7 +491,7 @@ int agent_run(const struct spec *spec, const struct agent_options *options,
 	struct spec_diagnostics diag;
 	struct agent_mock mock = { 0 };
 	struct run_messaging *messaging = NULL;
-	char sidecar_url[RUN_MESSAGING_URL_MAX] = "";
+	struct run_messaging_member member = { .url = "" };
 	struct box_config cfg;
 	struct box *box = NULL;
 	char err[AGENT_ERROR_MAX];
@@ -525,8 +525,7 @@ int agent_run(const struct spec *spec, const struct agent_options *options,
 		rc = run_messaging_open(spec->name, options ? &options->messaging : NULL, &messaging,
 					err, sizeof(err));
 		if (rc == 0)
-			rc = run_messaging_join(messaging, spec->name, sidecar_url,
-						sizeof(sidecar_url), err, sizeof(err));
+			rc = run_messaging_join(messaging, spec->name, &member, err, sizeof(err));
 		if (rc < 0) {
 			run_messaging_close(messaging);
 			run_report_set_error(report, "%s", err);
@@ -534,6 +533,7 @@ int agent_run(const struct spec *spec, const struct agent_options *options,
 		}
 		cfg.network = true;
 		cfg.messaging = true;
+		cfg.sidecar_port = member.host_port;
 	}
 	rc = box_open(&cfg, &box, err, sizeof(err));
 	if (rc < 0) {
@@ -542,7 +542,7 @@ int agent_run(const struct spec *spec, const struct agent_options *options,
 		return rc;
 	}
 	mock.box = box;
-	rc = agent_run_in_box_with(spec, box, options, messaging ? sidecar_url : NULL, report);
+	rc = agent_run_in_box_with(spec, box, options, messaging ? member.url : NULL, report);
 	box_close(box, rc != 0);
 	run_messaging_close(messaging);
 	return rc;

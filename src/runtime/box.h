@@ -110,8 +110,12 @@ struct box_config {
 	size_t mount_count;
 	const struct spec_mount *box_mounts;
 	size_t box_mount_count;
-	/* the agent talks to the run's messaging sidecar: the egress policy must reach 10.0.2.2 */
+	/*
+	 * the agent talks to the run's messaging sidecar: the egress policy must reach 10.0.2.2,
+	 * and the VM is granted sidecar_port, its member's listener, which the sidecar claims
+	 */
 	bool messaging;
+	uint16_t sidecar_port;
 	/*
 	 * The built image to boot when kernel and initramfs resolve to no explicit choice: an
 	 * agent flavour's ("claude", "codex"), whose absence is an error naming the command that

@@ -488,9 +488,10 @@ static int local_network_config(const struct spec_sandbox *spec, struct net_conf
 /*
  * A messaging agent reaches its sidecar at 10.0.2.2, the host's 127.0.0.1: an allow list gets
  * 127.0.0.1/32 added, and a deny list that covers it is worth a warning now, since inside the
- * guest the only symptom is a refused connection.
+ * guest the only symptom is a refused connection. Its member's port is granted: the sidecar
+ * claims it, and the guests of every other VM are refused it.
  */
-static void local_network_allow_sidecar(const char *name, struct net_policy *policy)
+static void local_network_allow_sidecar(const char *name, uint16_t port, struct net_policy *policy)
 {
 	const struct net_cidr loopback = { .addr = NET_HOST_LOOPBACK_ADDR,
 					   .prefix = LOCAL_SINGLE_ADDRESS_PREFIX };
@@ -502,6 +503,9 @@ static void local_network_allow_sidecar(const char *name, struct net_policy *pol
 	if (policy->allow_count && net_policy_add_allow(policy, &loopback) < 0)
 		log_warn("box", "[box:%s] sandbox.network_allow is full: 127.0.0.1/32 for the messaging sidecar was not added",
 			 name);
+	if (port && net_policy_grant_port(policy, port) < 0)
+		log_warn("box", "[box:%s] too many granted ports: the agent cannot reach its messaging sidecar on 127.0.0.1:%u",
+			 name, port);
 }
 
 /*
@@ -588,7 +592,7 @@ int box_local_open(struct box *box, const struct box_config *cfg, char *err, siz
 		if (rc < 0)
 			goto out;
 		if (cfg->messaging)
-			local_network_allow_sidecar(box->name, &network.policy);
+			local_network_allow_sidecar(box->name, cfg->sidecar_port, &network.policy);
 		sandbox_cfg.network = &network;
 	}
 	rc = local_start(box, cfg, &sandbox_cfg, &local->sandbox, err, errlen);

@@ -46,17 +46,18 @@ int run_messaging_open(const char *spec_name, const struct run_messaging_options
 	return 0;
 }
 
-int run_messaging_join(struct run_messaging *rm, const char *name, char *url, size_t url_len,
-		       char *err, size_t errlen)
+int run_messaging_join(struct run_messaging *rm, const char *name,
+		       struct run_messaging_member *out, char *err, size_t errlen)
 {
 	uint16_t port;
 	int rc = sidecar_add_member(rm->sc, name, MESSAGING_ROLE_CANDIDATE, &port, err, errlen);
 
 	if (rc < 0)
 		return rc;
-	snprintf(url, url_len, "http://%s:%u", RUN_MESSAGING_GUEST_HOST, port);
+	out->host_port = port;
+	snprintf(out->url, sizeof(out->url), "http://%s:%u", RUN_MESSAGING_GUEST_HOST, port);
 	log_info("messaging", "[agent:%s] messaging sidecar on 127.0.0.1:%u (%s in the guest)", name,
-		 port, url);
+		 port, out->url);
 	return 0;
 }
 

@@ -9,6 +9,7 @@
 #define VOIDBOX_RUNTIME_MESSAGING_RUN_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #define RUN_MESSAGING_URL_ENV "VOID_SIDECAR_URL"
 #define RUN_MESSAGING_URL_MAX 48u
@@ -42,9 +43,18 @@ struct run_messaging_options {
 int run_messaging_open(const char *spec_name, const struct run_messaging_options *options,
 		       struct run_messaging **out, char *err, size_t errlen);
 
-/* Adds agent name as a member; url receives http://10.0.2.2:PORT. 0 or -errno with err. */
-int run_messaging_join(struct run_messaging *rm, const char *name, char *url, size_t url_len,
-		       char *err, size_t errlen);
+/*
+ * A member as its box sees it: the URL its guest uses and the host loopback port behind it,
+ * which the box's VM is granted (other sandboxes' guests are refused it: docs/messaging.md).
+ */
+struct run_messaging_member {
+	char url[RUN_MESSAGING_URL_MAX]; /* http://10.0.2.2:PORT */
+	uint16_t host_port;
+};
+
+/* Adds agent name as a member and fills *out. 0, or -errno with err. */
+int run_messaging_join(struct run_messaging *rm, const char *name,
+		       struct run_messaging_member *out, char *err, size_t errlen);
 
 /* Ends the iteration (a stage ended): pending intents reach their inboxes. NULL is fine. */
 void run_messaging_advance(struct run_messaging *rm);

@@ -31,13 +31,14 @@ struct pipeline_box_run {
 	bool opened;
 	enum box_mode mode; /* what the box really was, once opened */
 	const char *sidecar_url; /* the box's messaging sidecar; NULL: messaging is off */
+	uint16_t sidecar_port;	 /* the host loopback port behind sidecar_url */
 	int rc;
 };
 
-/* The run's messaging: the sidecar and each box's URL ("" for boxes without messaging). */
+/* The run's messaging: the sidecar and each box's member (URL "" for boxes without messaging). */
 struct pipeline_messaging {
 	struct run_messaging *rm;
-	char (*urls)[RUN_MESSAGING_URL_MAX]; /* indexed like spec->pipeline.boxes */
+	struct run_messaging_member *members; /* indexed like spec->pipeline.boxes */
 };
 
 struct pipeline_pool {
@@ -93,6 +94,7 @@ static void pipeline_run_box(struct pipeline_box_run *run)
 	if (run->sidecar_url) {
 		cfg.network = true;
 		cfg.messaging = true;
+		cfg.sidecar_port = run->sidecar_port;
 	}
 	cfg.mock_handler = agent_mock_handler;
 	cfg.mock_opaque = &mock;
@@ -191,12 +193,15 @@ static struct pipeline_box_run *pipeline_stage_runs(const struct spec *spec,
 			free(runs);
 			return NULL;
 		}
-		const char *url = messaging->urls ? messaging->urls[stage->box_indices[i]] : "";
+		const struct run_messaging_member *member =
+			messaging->members ? &messaging->members[stage->box_indices[i]] : NULL;
+		const char *url = member ? member->url : "";
 
 		runs[i] = (struct pipeline_box_run){ .spec = spec, .box = box, .options = options,
 						     .report = report, .input = carry,
 						     .input_len = carry ? strlen(carry) : 0,
-						     .sidecar_url = url[0] ? url : NULL };
+						     .sidecar_url = url[0] ? url : NULL,
+						     .sidecar_port = member ? member->host_port : 0 };
 	}
 	for (size_t i = 0; i < stage->box_count; i++)
 		runs[i].stage = &report->stages[first + i];
@@ -284,16 +289,16 @@ static int pipeline_messaging_open(const struct spec *spec, const struct pipelin
 	int rc = 0;
 
 	memset(out, 0, sizeof(*out));
-	for (size_t i = 0; i < spec->pipeline.box_count && !out->urls; i++)
+	for (size_t i = 0; i < spec->pipeline.box_count && !out->members; i++)
 		if (spec->pipeline.boxes[i].messaging.enabled)
-			out->urls = calloc(spec->pipeline.box_count, sizeof(*out->urls));
-	if (!out->urls)
+			out->members = calloc(spec->pipeline.box_count, sizeof(*out->members));
+	if (!out->members)
 		return 0;
 	rc = run_messaging_open(spec->name, &options->agent.messaging, &out->rm, err, sizeof(err));
 	for (size_t i = 0; rc == 0 && i < spec->pipeline.box_count; i++)
 		if (spec->pipeline.boxes[i].messaging.enabled)
-			rc = run_messaging_join(out->rm, spec->pipeline.boxes[i].name, out->urls[i],
-						sizeof(out->urls[i]), err, sizeof(err));
+			rc = run_messaging_join(out->rm, spec->pipeline.boxes[i].name,
+						&out->members[i], err, sizeof(err));
 	if (rc < 0)
 		run_report_set_error(report, "%s", err);
 	return rc;
@@ -302,7 +307,7 @@ static int pipeline_messaging_open(const struct spec *spec, const struct pipelin
 static void pipeline_messaging_close(struct pipeline_messaging *messaging)
 {
 	run_messaging_close(messaging->rm);
-	free(messaging->urls);
+	free(messaging->members);
 }
 
 int pipeline_run(const struct spec *spec, const struct pipeline_options *options,

@@ -10,6 +10,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "common/loopback_claim.h"
 #include "harness.h"
 #include "messaging/sidecar.h"
 #include "messaging/sidecar_http.h"
@@ -400,6 +401,27 @@ static void test_member_names(void)
 	sidecar_destroy(sc);
 }
 
+/* A member's port is claimed while its listener serves, so only its own VM's guest reaches it. */
+static void test_member_port_claimed(void)
+{
+	struct sidecar *sc;
+	char err[TEST_ERR_MAX];
+	uint16_t port = 0;
+	int asker = loopback_claim_asker_open();
+
+	if (asker < 0 || sidecar_create("run", &sc) < 0) {
+		harness_fail_setup("sidecar_create or a claim asker");
+		return;
+	}
+	CHECK_INT_EQ(sidecar_add_member(sc, "a", MESSAGING_ROLE_CANDIDATE, &port, err, sizeof(err)),
+		     0);
+	CHECK(port != 0);
+	CHECK(loopback_claim_held(asker, port));
+	sidecar_destroy(sc);
+	CHECK(!loopback_claim_held(asker, port));
+	close(asker);
+}
+
 int main(void)
 {
 	curl_global_init(CURL_GLOBAL_DEFAULT);
@@ -410,6 +432,7 @@ int main(void)
 	RUN_TEST(test_delivery_audience_and_ttl);
 	RUN_TEST(test_control_socket);
 	RUN_TEST(test_member_names);
+	RUN_TEST(test_member_port_claimed);
 	curl_global_cleanup();
 	return harness_finish();
 }

@@ -6,7 +6,9 @@
  * in the next stage's VM, reads its inbox with void-message and again through void-mcp over
  * stdio. The reader's result text must hold the scout's message both ways, which proves the
  * whole path: VOID_SIDECAR_URL, the egress policy, the sidecar, the iteration advancing
- * between stages, the tools in the image and .mcp.json.
+ * between stages, the tools in the image and .mcp.json. The scout also sends its own URL;
+ * the reader's guest must be refused the scout's listener (each VM is granted only its own
+ * member's port) and still reach its own.
  *
  * The run happens in this process (pipeline_run), so the sidecar does too; its loopback
  * listeners need lo up, which L1 of the nested harness starts without. The test image is
@@ -47,7 +49,8 @@ static const char spec_format[] =
 	"      sandbox:\n"
 	"        env:\n"
 	"          MOCK_CLAUDE_BASH: \"{ void-message send --kind signal --audience broadcast"
-	" --summary '" TEST_SUMMARY "' && void-message context; } 2>&1\"\n"
+	" --summary '" TEST_SUMMARY "' && void-message send --kind signal --audience broadcast"
+	" --summary url=$VOID_SIDECAR_URL && void-message context; } 2>&1\"\n"
 	"    - name: reader\n"
 	"      prompt: Read the inbox\n"
 	"      messaging: {enabled: true}\n"
@@ -59,6 +62,10 @@ static const char spec_format[] =
 	" '{\"jsonrpc\":\"2.0\",\"method\":\"notifications/initialized\"}'"
 	" '{\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"tools/call\",\"params\":{\"name\":\"read_peer_messages\",\"arguments\":{}}}'"
 	" | void-mcp; } 2>&1\n"
+	"            scout=$(void-message inbox | grep -o 'url=http://[0-9.:]*' | head -n 1 | cut -c 5-)\n"
+	"            echo \"scout-url:$scout\"\n"
+	"            wget -q -O /dev/null \"$scout/v1/health\" 2>&1 && echo SCOUT-REACHED || echo SCOUT-REFUSED\n"
+	"            wget -q -O - \"$VOID_SIDECAR_URL/v1/health\" 2>&1\n"
 	"  stages:\n"
 	"    - {type: box, name: scout}\n"
 	"    - {type: box, name: reader}\n";
@@ -110,6 +117,14 @@ static void test_intent_reaches_next_agent(void)
 	CHECK_INT_EQ((long)count_of(reader, TEST_SUMMARY), 2);
 	CHECK(strstr(reader, "\"candidate_id\":\"reader\"") != NULL);
 	CHECK(strstr(reader, "\"serverInfo\":{\"name\":\"void-mcp\"") != NULL);
+	/*
+	 * the scout's listener, whose URL the scout sent, is its own guest's alone: the reader's
+	 * guest is refused it (it would speak as the scout), and reaches its own
+	 */
+	CHECK(strstr(reader, "scout-url:http://10.0.2.2:") != NULL);
+	CHECK(strstr(reader, "SCOUT-REFUSED") != NULL);
+	CHECK(strstr(reader, "SCOUT-REACHED") == NULL);
+	CHECK(strstr(reader, "\"status\":\"ok\"") != NULL);
 out:
 	run_report_free(&report);
 	spec_free(spec);
