@@ -115,7 +115,7 @@ int daemon_serve(const struct daemon_config *config, char *err, size_t errlen)
 	struct daemon d = { .listen_kind = config->address.kind };
 	struct MHD_Daemon *mhd = NULL;
 	sigset_t stop_signals, previous;
-	int listen_fd = -1, signal_number, rc;
+	int listen_fd = -1, port_claim = -1, signal_number, rc;
 	unsigned port = 0;
 
 	err[0] = '\0';
@@ -139,6 +139,8 @@ int daemon_serve(const struct daemon_config *config, char *err, size_t errlen)
 		rc = listen_fd;
 		goto out;
 	}
+	if (config->address.kind != DAEMON_LISTEN_UNIX)
+		port_claim = daemon_listen_claim(listen_fd);
 	mhd = daemon_http_start(&d, listen_fd, err, errlen);
 	if (!mhd) {
 		close(listen_fd);
@@ -155,6 +157,8 @@ int daemon_serve(const struct daemon_config *config, char *err, size_t errlen)
 out_socket:
 	if (config->address.kind == DAEMON_LISTEN_UNIX)
 		unlink(config->address.path);
+	if (port_claim >= 0)
+		close(port_claim);
 out:
 	daemon_store_close(d.store);
 	pthread_cond_destroy(&d.changed);

@@ -382,6 +382,12 @@ void daemon_http_stop(struct MHD_Daemon *mhd);
 /* A listening socket for address (unix: mode 0600, a stale socket replaced). */
 int daemon_listen_open(const struct daemon_address *address, unsigned *bound_port, char *err,
 		       size_t errlen);
+/*
+ * Claims a TCP listener's port when it takes connections on the host's loopback
+ * (common/loopback_claim.h), so no sandbox's guest reaches the API through its gateway 10.0.2.2.
+ * The claim's descriptor, or -1: not on loopback, or the claim failed (warned).
+ */
+int daemon_listen_claim(int listen_fd);
 /* Reads the token from path, creating it (0600, random) when absent; refuses a wider mode. */
 int daemon_token_load(const char *path, char *token, size_t token_size, char *err,
 		      size_t errlen);

@@ -21,6 +21,8 @@
 #include <unistd.h>
 
 #include "common/fd_io.h"
+#include "common/log.h"
+#include "common/loopback_claim.h"
 #include "daemon/daemon_internal.h"
 
 #define LISTEN_BACKLOG 64
@@ -28,6 +30,8 @@
 #define LISTEN_SOCKET_MODE 0600
 #define LISTEN_DIR_MODE 0700
 #define LISTEN_PORT_TEXT_MAX 8
+/* 127.0.0.0/8: the top byte of an address, IN_LOOPBACKNET */
+#define LISTEN_LOOPBACK_SHIFT 24
 #define LISTEN_TOKEN_BYTES 32
 #define LISTEN_PERMISSION_BITS 0777
 #define LISTEN_TOKEN_TMP_SUFFIX ".tmp-" /* then the creating process's id */
@@ -133,6 +137,26 @@ int daemon_listen_open(const struct daemon_address *address, unsigned *bound_por
 	if (address->kind == DAEMON_LISTEN_UNIX)
 		return listen_unix(address->path, err, errlen);
 	return listen_tcp(address, bound_port, err, errlen);
+}
+
+int daemon_listen_claim(int listen_fd)
+{
+	struct sockaddr_in bound;
+	socklen_t bound_len = sizeof(bound);
+	uint32_t addr;
+	int claim;
+
+	if (getsockname(listen_fd, (struct sockaddr *)&bound, &bound_len) < 0 ||
+	    bound.sin_family != AF_INET)
+		return -1;
+	addr = ntohl(bound.sin_addr.s_addr);
+	if (addr != INADDR_ANY && (addr >> LISTEN_LOOPBACK_SHIFT) != IN_LOOPBACKNET)
+		return -1; /* guests reach no such address through their gateway */
+	claim = loopback_claim_port(ntohs(bound.sin_port));
+	if (claim < 0)
+		log_warn("daemon", "cannot claim 127.0.0.1:%u against sandboxes' guests (%s): a guest with a network may reach the API (it still needs the token)",
+			 ntohs(bound.sin_port), strerror(-claim));
+	return claim;
 }
 
 /* Why the token file could not be made, with what to do when its file system is full. */

@@ -26,6 +26,7 @@
 
 #include <jansson.h>
 
+#include "common/loopback_claim.h"
 #include "harness.h"
 #include "daemon/client.h"
 #include "daemon/daemon_internal.h"
@@ -1275,6 +1276,23 @@ static void test_run_store_on_full_disk(void)
 
 /* ---- over TCP ---- */
 
+/*
+ * A daemon on TCP loopback claims its port (common/loopback_claim.h): no sandbox's guest
+ * reaches the API through its gateway, while host clients (this test) still do.
+ */
+static void check_api_port_claimed(const struct served *served)
+{
+	const char *colon = strrchr(served->url, ':');
+	unsigned long port = colon ? strtoul(colon + 1, NULL, 10) : 0;
+	int asker = loopback_claim_asker_open();
+
+	CHECK(port > 0 && port <= UINT16_MAX);
+	CHECK(asker >= 0);
+	CHECK(loopback_claim_held(asker, (uint16_t)port));
+	if (asker >= 0)
+		close(asker);
+}
+
 static void test_tcp_requires_token(void)
 {
 	char token_file[TEST_PATH_MAX], wide_file[TEST_PATH_MAX];
@@ -1292,6 +1310,7 @@ static void test_tcp_requires_token(void)
 	CHECK_INT_EQ(stat(token_file, &st), 0);
 	CHECK_INT_EQ(st.st_mode & TEST_FILE_MODE_MASK, TEST_OWNER_ONLY);
 	CHECK(strncmp(tcp.url, "tcp://127.0.0.1:", strlen("tcp://127.0.0.1:")) == 0);
+	check_api_port_claimed(&tcp);
 	health = call(&tcp, "GET", "/v1/health", NULL, &status);
 	CHECK_INT_EQ(status, SERVE_HTTP_OK);
 	json_decref(health);
