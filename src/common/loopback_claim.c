@@ -1,7 +1,10 @@
 /*
  * Claims on host loopback ports as abstract unix datagram names (loopback_claim.h says why).
  * A datagram socket is used on both sides because connecting to one creates nothing on the
- * claimant's side: no pending connection to accept, no backlog a prober could fill.
+ * claimant's side: no pending connection to accept, no backlog a prober could fill. Both
+ * sockets are shut down for sending and receiving once bound: the asker lives in the VMM's
+ * network worker, which the guest drives, so it must not be able to send datagrams to other
+ * sockets on the host or bind a claim of its own; and nobody can queue datagrams on a claim.
  */
 #include "common/loopback_claim.h"
 
@@ -33,7 +36,7 @@ int loopback_claim_port(uint16_t port)
 
 	if (fd < 0)
 		return -errno;
-	if (bind(fd, (struct sockaddr *)&addr, addr_len) < 0) {
+	if (bind(fd, (struct sockaddr *)&addr, addr_len) < 0 || shutdown(fd, SHUT_RDWR) < 0) {
 		int rc = -errno;
 
 		close(fd);
@@ -44,9 +47,20 @@ int loopback_claim_port(uint16_t port)
 
 int loopback_claim_asker_open(void)
 {
+	/* an autobind (the family alone) gives it a name, so a later bind() fails */
+	const struct sockaddr_un autobind = { .sun_family = AF_UNIX };
 	int fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
 
-	return fd < 0 ? -errno : fd;
+	if (fd < 0)
+		return -errno;
+	if (bind(fd, (const struct sockaddr *)&autobind, sizeof(sa_family_t)) < 0 ||
+	    shutdown(fd, SHUT_RDWR) < 0) {
+		int rc = -errno;
+
+		close(fd);
+		return rc;
+	}
+	return fd;
 }
 
 bool loopback_claim_held(int asker, uint16_t port)

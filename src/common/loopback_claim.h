@@ -29,7 +29,11 @@
  */
 int loopback_claim_port(uint16_t port);
 
-/* A descriptor to ask with; -errno. Make it before the asking thread is confined. */
+/*
+ * A descriptor to ask with; -errno. Make it before the asking thread is confined. It can ask
+ * and do nothing else: it is bound to a name of its own and shut down, so no datagram can be
+ * sent or received through it and no claim bound to it.
+ */
 int loopback_claim_asker_open(void);
 
 /* Whether some process holds a claim on port; false when asker is not a descriptor. */

@@ -724,28 +724,28 @@ static struct in_addr net_in_addr(uint32_t addr)
 
 /*
  * A published port is the guest's service on the host's loopback: this VM's guest reaches it
- * through the gateway, other VMs' guests do not (src/common/loopback_claim.h).
+ * through the gateway, other VMs' guests do not (src/common/loopback_claim.h). Claimed before
+ * slirp listens on it, so no connection is ever accepted there unclaimed.
  */
 static void net_claim_published_port(struct net_device *dev, unsigned int index)
 {
 	uint16_t port = dev->cfg.publish[index].host_port;
 	int fd = loopback_claim_port(port);
 
-	if (fd < 0) {
+	if (fd < 0)
 		log_warn(NET_LOG, "cannot claim published port 127.0.0.1:%u (%s): other sandboxes' guests may reach it",
 			 port, strerror(-fd));
-		return;
-	}
 	dev->publish_claims[index] = fd;
-	if (net_policy_grant_port(&dev->cfg.policy, port) < 0)
-		log_warn(NET_LOG, "too many granted ports: this guest cannot reach its own published port 127.0.0.1:%u through 10.0.2.2",
-			 port);
 }
 
+/* Claimed by another service: this device's own claims (its published ports) do not count. */
 static bool net_port_claimed(void *opaque, uint16_t port)
 {
 	const struct net_device *dev = opaque;
 
+	for (unsigned int i = 0; i < dev->cfg.publish_count && i < NET_MAX_PUBLISH; i++)
+		if (dev->publish_claims[i] >= 0 && dev->cfg.publish[i].host_port == port)
+			return false;
 	return loopback_claim_held(dev->claim_asker, port);
 }
 
@@ -775,6 +775,7 @@ static int net_slirp_create(struct net_device *dev, char *err, size_t errlen)
 	for (unsigned int i = 0; i < dev->cfg.publish_count && i < NET_MAX_PUBLISH; i++) {
 		const struct net_publish *publish = &dev->cfg.publish[i];
 
+		net_claim_published_port(dev, i);
 		if (slirp_dl.add_hostfwd(dev->slirp, 0, net_in_addr(NET_HOST_LOOPBACK_ADDR),
 					 publish->host_port, net_in_addr(NET_GUEST_ADDR),
 					 publish->guest_port) < 0) {
@@ -783,7 +784,6 @@ static int net_slirp_create(struct net_device *dev, char *err, size_t errlen)
 				 publish->host_port, publish->guest_port);
 			return -EADDRINUSE;
 		}
-		net_claim_published_port(dev, i);
 	}
 	return 0;
 }
@@ -1065,7 +1065,10 @@ static int net_attach_create(void *ctx, const struct guest_memory *mem, struct i
 	return 0;
 }
 
-/* Created when the config asks for a network; a restore takes the policy from the section. */
+/*
+ * Created when the config asks for a network; a restore takes the policy from the section and
+ * adds the ports the restoring caller grants (cfg->restore_granted_ports).
+ */
 static int net_vm_create(struct vm *vm, const struct vm_config *cfg,
 			 const struct vm_device_section *saved, char *err, size_t errlen)
 {
@@ -1087,6 +1090,10 @@ static int net_vm_create(struct vm *vm, const struct vm_config *cfg,
 				 "take the snapshot again");
 			return -EBADMSG;
 		}
+		for (unsigned int i = 0; i < cfg->restore_granted_port_count; i++)
+			if (net_policy_grant_port(&net_cfg.policy, cfg->restore_granted_ports[i]) < 0)
+				log_warn(NET_LOG, "too many granted ports: the restored guest cannot reach 127.0.0.1:%u through 10.0.2.2",
+					 cfg->restore_granted_ports[i]);
 	} else {
 		net_cfg = *cfg->network;
 	}

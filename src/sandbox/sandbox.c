@@ -1059,6 +1059,15 @@ static void sandbox_manifest_cpu_features(const char *dir, struct vm_restore_opt
 	opts->has_manifest_cpu_features = rc > 0;
 }
 
+/* The claimed ports the caller grants the restored guest, into the VM's restore options. */
+static void sandbox_restore_grants(const struct sandbox_restore_config *cfg,
+				   struct vm_restore_options *opts)
+{
+	for (unsigned int i = 0; cfg->grants && i < cfg->grants->granted_count &&
+				 i < NET_MAX_GRANTED_PORTS; i++)
+		opts->granted_ports[opts->granted_port_count++] = cfg->grants->granted_ports[i];
+}
+
 /* The restore in this process: the VM, and the secret its guest answers to now. */
 static int sandbox_restore_here(const struct sandbox_restore_config *cfg,
 				struct sandbox *sandbox, uint8_t old_secret[PROTO_SECRET_SIZE],
@@ -1073,6 +1082,7 @@ static int sandbox_restore_here(const struct sandbox_restore_config *cfg,
 	int rc;
 
 	sandbox_manifest_cpu_features(cfg->snapshot_dir, &opts);
+	sandbox_restore_grants(cfg, &opts);
 	rc = vm_create_from_snapshot(cfg->snapshot_dir, &opts, &sandbox->vm, err, errlen);
 
 	if (rc < 0)
@@ -1119,6 +1129,7 @@ static int sandbox_launch_restore(const struct sandbox_restore_config *cfg,
 		return rc;
 	opts.placement_cpu = vm_placement_choose(info.vcpus);
 	sandbox_manifest_cpu_features(cfg->snapshot_dir, &opts);
+	sandbox_restore_grants(cfg, &opts);
 	sandbox->vsock_cid = info.cid;
 	if (info.type == VM_SNAPSHOT_DIFF)
 		snprintf(sandbox->dirty_base_dir, sizeof(sandbox->dirty_base_dir), "%s",

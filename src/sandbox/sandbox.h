@@ -241,6 +241,11 @@ struct sandbox_restore_config {
 	enum sandbox_vmm_placement vmm_placement;
 	/* OWN_PROCESS_SNAPSHOTS: as sandbox_config's snapshot_area. */
 	const char *snapshot_area;
+	/*
+	 * Claimed host loopback ports the restored guest may reach (vm_restore_options); NULL: none.
+	 * sandbox_open passes its config's network grants (a messaging agent's own listener).
+	 */
+	const struct net_policy *grants;
 };
 
 /* What sandbox_open did, for the caller to report. */

@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "common/log.h"
+#include "devices/net.h"
 #include "sandbox/sandbox.h"
 #include "store/snapshot_store.h"
 
@@ -38,6 +39,8 @@ int sandbox_open(const struct sandbox_config *cfg, const char *snapshot_ref,
 		.track_dirty_pages = track_dirty_pages,
 		.host = cfg->host,
 		.vmm_placement = cfg->vmm_placement,
+		/* the policy comes from the snapshot; its own services' ports are granted anew */
+		.grants = cfg->network ? &cfg->network->policy : NULL,
 	};
 	enum snapshot_store_source source;
 	char reason[SANDBOX_OPEN_REASON_MAX];

@@ -144,6 +144,10 @@ static void put_restore(struct launch_writer *lw, const char *dir,
 	for (unsigned int i = 0; i < CPU_FEATURE_REG_COUNT; i++)
 		byte_writer_u32(&lw->w, opts->has_manifest_cpu_features ?
 					       opts->manifest_cpu_features.regs[i] : 0);
+	unsigned int ports = put_count(lw, opts->granted_port_count, NET_MAX_GRANTED_PORTS);
+
+	for (unsigned int i = 0; i < ports; i++)
+		byte_writer_u16(&lw->w, opts->granted_ports[i]);
 }
 
 int vmm_launch_encode(const struct vmm_launch *launch, uint8_t **out, size_t *out_len, char *err,
@@ -363,6 +367,9 @@ static void get_restore(struct launch_reader *lr, struct vmm_launch *launch)
 		if (!opts->has_manifest_cpu_features && opts->manifest_cpu_features.regs[i])
 			byte_reader_fail(&lr->r);
 	}
+	opts->granted_port_count = get_count(lr, NET_MAX_GRANTED_PORTS);
+	for (unsigned int i = 0; i < opts->granted_port_count; i++)
+		opts->granted_ports[i] = byte_reader_u16(&lr->r);
 }
 
 int vmm_launch_decode(const void *data, size_t len, struct vmm_launch_decoded *out, char *err,

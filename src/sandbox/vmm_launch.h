@@ -30,7 +30,7 @@
 
 /* "VMML" and the version a decoder accepts; any other is refused. */
 #define VMM_LAUNCH_MAGIC 0x4c4d4d56u
-#define VMM_LAUNCH_VERSION 3u
+#define VMM_LAUNCH_VERSION 4u
 /* The most bytes an encoding may take (all strings at their longest fit well inside). */
 #define VMM_LAUNCH_MAX_BYTES (1024u * 1024u)
 /* A VM has at most one share per virtio-mmio slot. */

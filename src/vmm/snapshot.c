@@ -719,6 +719,9 @@ static int snapshot_restore_devices(struct snapshot_restore_ctx *ctx)
 		.serial_log_path = ctx->opts->serial_log_path,
 		.serial_to_stdout = ctx->opts->serial_to_stdout,
 		.vsock_socket_path = ctx->opts->vsock_socket_path,
+		/* the network device keeps its saved policy and adds these */
+		.restore_granted_ports = ctx->opts->granted_ports,
+		.restore_granted_port_count = ctx->opts->granted_port_count,
 	};
 	struct vm_placement placement;
 	int rc = vm_setup_platform(vm, ctx->err, ctx->errlen);

@@ -26,6 +26,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "devices/net_policy.h"
 #include "vmm/cpu_features.h"
 #include "vmm/device.h"
 #include "vmm/vm.h"
@@ -105,6 +106,13 @@ struct vm_restore_options {
 	 */
 	bool has_manifest_cpu_features;
 	struct cpu_features manifest_cpu_features;
+	/*
+	 * Host loopback ports the restored guest may reach although another voidbox service
+	 * claims them (its own messaging listener: docs/devices.md), added to the egress policy
+	 * its snapshot's network section holds; nothing without a network device.
+	 */
+	uint16_t granted_ports[NET_MAX_GRANTED_PORTS];
+	unsigned int granted_port_count;
 };
 
 /*

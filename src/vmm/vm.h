@@ -104,6 +104,12 @@ struct vm_config {
 	 * policy and published ports; NULL: the VM has no network device.
 	 */
 	const struct net_config *network;
+	/*
+	 * A restore only: claimed host loopback ports its guest may reach besides those its saved
+	 * network policy grants (vm_restore_options.granted_ports, src/devices/net_policy.h).
+	 */
+	const uint16_t *restore_granted_ports;
+	unsigned int restore_granted_port_count;
 	/* virtio-fs: one device per share, in this order; a restore re-opens the saved ones. */
 	const struct vm_share *shares;
 	unsigned int share_count;

@@ -46,6 +46,8 @@ static void fill_network(struct net_config *net)
 	net->publish[1] = (struct net_publish){ .host_port = 2222, .guest_port = 22 };
 	net->publish_count = 2;
 	net->confine_worker = true;
+	net->policy.granted_ports[0] = 41234;
+	net->policy.granted_count = 1;
 }
 
 static void fill_boot(struct vmm_launch *launch, struct net_config *net)
@@ -101,6 +103,8 @@ static void fill_restore(struct vmm_launch *launch)
 			.has_manifest_cpu_features = true,
 			.manifest_cpu_features = { { 0xf6fa3203u, 0x0f8bfbffu, 0x009c07abu, 0x4u,
 						     0xac000400u } },
+			.granted_ports = { 45803, 8080 },
+			.granted_port_count = 2,
 		},
 		.cgroup_dir = NULL,
 		.main_role = VMM_THREAD_VMM_MAIN,
@@ -139,6 +143,9 @@ static void check_same_network(const struct net_config *a, const struct net_conf
 	CHECK_INT_EQ(a->publish_count, b->publish_count);
 	CHECK(memcmp(a->publish, b->publish, a->publish_count * sizeof(a->publish[0])) == 0);
 	CHECK_INT_EQ(a->confine_worker, b->confine_worker);
+	CHECK_INT_EQ(a->policy.granted_count, b->policy.granted_count);
+	CHECK(memcmp(a->policy.granted_ports, b->policy.granted_ports,
+		     a->policy.granted_count * sizeof(a->policy.granted_ports[0])) == 0);
 }
 
 static void check_same_boot(const struct vm_config *a, const struct vm_config *b)
@@ -200,6 +207,9 @@ static void check_same_launch(const struct vmm_launch *a, const struct vmm_launc
 	CHECK_INT_EQ(a->restore.has_manifest_cpu_features, b->restore.has_manifest_cpu_features);
 	CHECK(memcmp(&a->restore.manifest_cpu_features, &b->restore.manifest_cpu_features,
 		     sizeof(a->restore.manifest_cpu_features)) == 0);
+	CHECK_INT_EQ(a->restore.granted_port_count, b->restore.granted_port_count);
+	CHECK(memcmp(a->restore.granted_ports, b->restore.granted_ports,
+		     a->restore.granted_port_count * sizeof(a->restore.granted_ports[0])) == 0);
 }
 
 /* Encodes, decodes, compares every field and the bytes of a second encoding. */
@@ -346,6 +356,13 @@ static void test_encoder_refuses(void)
 	CHECK_INT_EQ(vmm_launch_encode(&launch, &bytes, &len, err, sizeof(err)), -EINVAL);
 	launch = good;
 	launch.kind = (enum vmm_launch_kind)(VMM_LAUNCH_RESTORE + 1);
+	CHECK_INT_EQ(vmm_launch_encode(&launch, &bytes, &len, err, sizeof(err)), -EINVAL);
+	/* more granted ports than a policy holds, on a boot's network and on a restore */
+	launch = good;
+	net.policy.granted_count = NET_MAX_GRANTED_PORTS + 1;
+	CHECK_INT_EQ(vmm_launch_encode(&launch, &bytes, &len, err, sizeof(err)), -EINVAL);
+	fill_restore(&launch);
+	launch.restore.granted_port_count = NET_MAX_GRANTED_PORTS + 1;
 	CHECK_INT_EQ(vmm_launch_encode(&launch, &bytes, &len, err, sizeof(err)), -EINVAL);
 }
 

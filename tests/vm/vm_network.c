@@ -12,7 +12,8 @@
  * through 10.0.2.3, and is refused a second HTTP server whose port this program claims as
  * voidbox's own services claim theirs (common/loopback_claim.h) while it still reaches its
  * own published port; then it is snapshotted and a restored copy fetches again but is
- * refused the first VM's published port, and two fork children fetch at once.
+ * refused the first VM's published port, which a second restore granted that port reaches,
+ * and two fork children fetch at once.
  * The second VM allows only 127.0.0.2/32, where nothing is reachable, so its fetch from the
  * HTTP server is refused by the allow list (and would reach only that server if it were not).
  *
@@ -305,6 +306,17 @@ static int guest_sh(struct sandbox *box, const char *script, char *out, size_t o
 }
 
 /*
+ * Waits out the current second in the guest: the main VM's cap is TEST_CONN_RATE new
+ * connections a second, and the earlier tests' may still fill this second's window.
+ */
+static void wait_rate_window(struct sandbox *box)
+{
+	char out[TEST_OUTPUT_MAX];
+
+	CHECK_INT_EQ(guest_sh(box, "sleep 1", out, sizeof(out)), 0);
+}
+
+/*
  * Fetches /name from the HTTP server into the guest and checks what summary (a command run on
  * the file) prints against expected, which it must start with.
  */
@@ -364,6 +376,7 @@ static void test_rate_cap_triggers_and_recovers(void)
 	char script[TEST_SCRIPT_MAX], out[TEST_OUTPUT_MAX];
 	int refused = 0, passed = 0;
 
+	wait_rate_window(main_vm);
 	snprintf(script, sizeof(script),
 		 "i=0; while [ $i -lt %d ]; do i=$((i+1)); "
 		 "(wget -q -O /dev/null http://10.0.2.2:%u/small && echo PASS || echo REFUSED) & "
@@ -436,6 +449,7 @@ static void test_claimed_port_refused(void)
 	char url[TEST_SCRIPT_MAX], out[TEST_OUTPUT_MAX];
 	int code;
 
+	wait_rate_window(main_vm);
 	snprintf(url, sizeof(url), "http://10.0.2.2:%u/small", claimed_port);
 	code = guest_wget(main_vm, url, out, sizeof(out));
 	CHECK(code != 0);
@@ -443,8 +457,7 @@ static void test_claimed_port_refused(void)
 	if (code == 0 || !strstr(out, "refused"))
 		fprintf(stderr, "  claimed port: exit %d, output: %s\n", code, out);
 	CHECK(fetch_small(main_vm));
-	/* past this second's window: the VM's cap is TEST_CONN_RATE new connections a second */
-	CHECK_INT_EQ(guest_sh(main_vm, "sleep 1", out, sizeof(out)), 0);
+	wait_rate_window(main_vm);
 	snprintf(url, sizeof(url), "http://10.0.2.2:%u/index.html", publish_port);
 	code = guest_wget(main_vm, url, out, sizeof(out));
 	CHECK_INT_EQ(code, 0);
@@ -492,6 +505,22 @@ static void test_snapshot_restore_fetches(void)
 		CHECK(guest_wget(restored, url, out, sizeof(out)) != 0);
 		CHECK(strstr(out, "refused") != NULL);
 		CHECK(strstr(out, TEST_GUEST_PAGE) == NULL);
+		sandbox_destroy(restored, harness_checks_failed_in_test > 0);
+	}
+	/* a restore its caller grants the port (as a messaging agent's own listener) reaches it */
+	struct net_policy grants = { .granted_count = 0 };
+	char url[TEST_SCRIPT_MAX], out[TEST_OUTPUT_MAX];
+
+	CHECK_INT_EQ(net_policy_grant_port(&grants, publish_port), 0);
+	restore.grants = &grants;
+	snprintf(log_path, sizeof(log_path), "%s/restored-granted.log", work_dir);
+	if (sandbox_start_from_snapshot(&restore, &restored, err, sizeof(err)) < 0) {
+		fprintf(stderr, "  granted restore failed: %s\n", err);
+		CHECK(false);
+	} else {
+		snprintf(url, sizeof(url), "http://10.0.2.2:%u/index.html", publish_port);
+		CHECK_INT_EQ(guest_wget(restored, url, out, sizeof(out)), 0);
+		CHECK(strstr(out, TEST_GUEST_PAGE) != NULL);
 		sandbox_destroy(restored, harness_checks_failed_in_test > 0);
 	}
 	/* the VM that was snapshotted still has its network */
