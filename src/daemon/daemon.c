@@ -134,13 +134,11 @@ int daemon_serve(const struct daemon_config *config, char *err, size_t errlen)
 		rc = daemon_open_state(&d, config, err, errlen);
 	if (rc < 0)
 		goto out;
-	listen_fd = daemon_listen_open(&config->address, &port, err, errlen);
+	listen_fd = daemon_listen_open(&config->address, &port, &port_claim, err, errlen);
 	if (listen_fd < 0) {
 		rc = listen_fd;
 		goto out;
 	}
-	if (config->address.kind != DAEMON_LISTEN_UNIX)
-		port_claim = daemon_listen_claim(listen_fd);
 	mhd = daemon_http_start(&d, listen_fd, err, errlen);
 	if (!mhd) {
 		close(listen_fd);

@@ -379,15 +379,14 @@ void daemon_http_stop(struct MHD_Daemon *mhd);
 
 /* ---- listen.c ---- */
 
-/* A listening socket for address (unix: mode 0600, a stale socket replaced). */
-int daemon_listen_open(const struct daemon_address *address, unsigned *bound_port, char *err,
-		       size_t errlen);
 /*
- * Claims a TCP listener's port when it takes connections on the host's loopback
- * (common/loopback_claim.h), so no sandbox's guest reaches the API through its gateway 10.0.2.2.
- * The claim's descriptor, or -1: not on loopback, or the claim failed (warned).
+ * A listening socket for address (unix: mode 0600, a stale socket replaced). *claim receives
+ * the claim on a TCP listener's port on 127.0.0.1 or every address (common/loopback_claim.h:
+ * no sandbox's guest reaches the API through its gateway), to close after the listener; -1
+ * when there is none.
  */
-int daemon_listen_claim(int listen_fd);
+int daemon_listen_open(const struct daemon_address *address, unsigned *bound_port, int *claim,
+		       char *err, size_t errlen);
 /* Reads the token from path, creating it (0600, random) when absent; refuses a wider mode. */
 int daemon_token_load(const char *path, char *token, size_t token_size, char *err,
 		      size_t errlen);

@@ -30,8 +30,6 @@
 #define LISTEN_SOCKET_MODE 0600
 #define LISTEN_DIR_MODE 0700
 #define LISTEN_PORT_TEXT_MAX 8
-/* 127.0.0.0/8: the top byte of an address, IN_LOOPBACKNET */
-#define LISTEN_LOOPBACK_SHIFT 24
 #define LISTEN_TOKEN_BYTES 32
 #define LISTEN_PERMISSION_BITS 0777
 #define LISTEN_TOKEN_TMP_SUFFIX ".tmp-" /* then the creating process's id */
@@ -94,8 +92,30 @@ static int listen_unix(const char *path, char *err, size_t errlen)
 	return fd;
 }
 
-static int listen_tcp(const struct daemon_address *address, unsigned *bound_port, char *err,
-		      size_t errlen)
+/*
+ * A listener that takes connections on the host's 127.0.0.1 claims its port
+ * (common/loopback_claim.h) before it listens, so no sandbox's guest reaches the API through
+ * its gateway 10.0.2.2. The claim's descriptor, or -1: not on 127.0.0.1, or the claim failed
+ * (warned: the token still guards every route).
+ */
+static int listen_claim(const struct sockaddr_in *bound)
+{
+	uint32_t addr = ntohl(bound->sin_addr.s_addr);
+	int claim;
+
+	if (addr != INADDR_LOOPBACK && addr != INADDR_ANY)
+		return -1; /* guests reach no such address through their gateway */
+	if (addr == INADDR_ANY)
+		log_warn("daemon", "listening on every address: guests reach the API through the host's other addresses unless their allow or deny lists keep them off those");
+	claim = loopback_claim_port(ntohs(bound->sin_port));
+	if (claim < 0)
+		log_warn("daemon", "cannot claim 127.0.0.1:%u against sandboxes' guests (%s): a guest with a network may reach the API (it still needs the token)",
+			 ntohs(bound->sin_port), strerror(-claim));
+	return claim;
+}
+
+static int listen_tcp(const struct daemon_address *address, unsigned *bound_port, int *claim,
+		      char *err, size_t errlen)
 {
 	struct addrinfo hints = { .ai_family = AF_INET, .ai_socktype = SOCK_STREAM,
 				  .ai_flags = AI_PASSIVE };
@@ -113,10 +133,21 @@ static int listen_tcp(const struct daemon_address *address, unsigned *bound_port
 		return -EINVAL;
 	}
 	fd = socket(found->ai_family, found->ai_socktype | SOCK_CLOEXEC, found->ai_protocol);
+	rc = 0;
 	if (fd < 0 || setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) < 0 ||
-	    bind(fd, found->ai_addr, found->ai_addrlen) < 0 || listen(fd, LISTEN_BACKLOG) < 0 ||
-	    getsockname(fd, (struct sockaddr *)&bound, &bound_len) < 0) {
+	    bind(fd, found->ai_addr, found->ai_addrlen) < 0 ||
+	    getsockname(fd, (struct sockaddr *)&bound, &bound_len) < 0)
 		rc = -errno;
+	if (rc == 0) {
+		/* claimed before it listens: no guest's connection is ever accepted unclaimed */
+		*claim = listen_claim(&bound);
+		if (listen(fd, LISTEN_BACKLOG) < 0)
+			rc = -errno;
+	}
+	if (rc < 0) {
+		if (*claim >= 0)
+			close(*claim);
+		*claim = -1;
 		snprintf(err, errlen, "cannot listen on %s:%u: %s", address->host, address->port,
 			 strerror(-rc));
 		if (fd >= 0)
@@ -129,34 +160,15 @@ static int listen_tcp(const struct daemon_address *address, unsigned *bound_port
 	return fd;
 }
 
-int daemon_listen_open(const struct daemon_address *address, unsigned *bound_port, char *err,
-		       size_t errlen)
+int daemon_listen_open(const struct daemon_address *address, unsigned *bound_port, int *claim,
+		       char *err, size_t errlen)
 {
 	err[0] = '\0';
 	*bound_port = 0;
+	*claim = -1;
 	if (address->kind == DAEMON_LISTEN_UNIX)
 		return listen_unix(address->path, err, errlen);
-	return listen_tcp(address, bound_port, err, errlen);
-}
-
-int daemon_listen_claim(int listen_fd)
-{
-	struct sockaddr_in bound;
-	socklen_t bound_len = sizeof(bound);
-	uint32_t addr;
-	int claim;
-
-	if (getsockname(listen_fd, (struct sockaddr *)&bound, &bound_len) < 0 ||
-	    bound.sin_family != AF_INET)
-		return -1;
-	addr = ntohl(bound.sin_addr.s_addr);
-	if (addr != INADDR_ANY && (addr >> LISTEN_LOOPBACK_SHIFT) != IN_LOOPBACKNET)
-		return -1; /* guests reach no such address through their gateway */
-	claim = loopback_claim_port(ntohs(bound.sin_port));
-	if (claim < 0)
-		log_warn("daemon", "cannot claim 127.0.0.1:%u against sandboxes' guests (%s): a guest with a network may reach the API (it still needs the token)",
-			 ntohs(bound.sin_port), strerror(-claim));
-	return claim;
+	return listen_tcp(address, bound_port, claim, err, errlen);
 }
 
 /* Why the token file could not be made, with what to do when its file system is full. */

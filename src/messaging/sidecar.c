@@ -39,6 +39,8 @@
 #define SIDECAR_CONNECTION_LIMIT 64u
 #define SIDECAR_IDLE_TIMEOUT_SECS 30u
 #define SIDECAR_LISTEN_BACKLOG 16
+/* Free ports tried before giving up when each one's claim is held by another process. */
+#define SIDECAR_CLAIM_ATTEMPTS 8u
 #define SIDECAR_SOCKET_UMASK 0177
 #define SIDECAR_MS_PER_SEC 1000u
 #define SIDECAR_NS_PER_MS 1000000u
@@ -763,25 +765,47 @@ static struct MHD_Daemon *sidecar_start_mhd(struct sidecar_listener *listener, i
 				   MHD_OPTION_END);
 }
 
-/* A listening TCP socket on 127.0.0.1 at a free port. */
-static int sidecar_listen_loopback(uint16_t *port)
+/* One try of sidecar_listen_loopback: -EADDRINUSE when the port's claim is somebody else's. */
+static int sidecar_listen_loopback_once(uint16_t *port, int *claim)
 {
 	struct sockaddr_in addr = { .sin_family = AF_INET,
 				    .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
 	socklen_t addr_len = sizeof(addr);
-	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), rc = 0;
 
 	if (fd < 0)
 		return -errno;
 	if (bind(fd, (struct sockaddr *)&addr, sizeof(addr)) < 0 ||
-	    listen(fd, SIDECAR_LISTEN_BACKLOG) < 0 ||
-	    getsockname(fd, (struct sockaddr *)&addr, &addr_len) < 0) {
-		int rc = -errno;
-
+	    getsockname(fd, (struct sockaddr *)&addr, &addr_len) < 0)
+		rc = -errno;
+	if (rc == 0) {
+		*claim = loopback_claim_port(ntohs(addr.sin_port));
+		rc = *claim < 0 ? *claim : 0;
+	}
+	if (rc == 0 && listen(fd, SIDECAR_LISTEN_BACKLOG) < 0) {
+		rc = -errno;
+		close(*claim);
+	}
+	if (rc < 0) {
 		close(fd);
 		return rc;
 	}
 	*port = ntohs(addr.sin_port);
+	return fd;
+}
+
+/*
+ * A listening TCP socket on 127.0.0.1 at a free port, and its claim (loopback_claim.h), made
+ * before it listens, so no other sandbox's guest is ever let through to it. A port whose claim
+ * another process holds (nothing of voidbox's leaves one behind a free port) is passed over.
+ */
+static int sidecar_listen_loopback(uint16_t *port, int *claim)
+{
+	int fd = -EADDRINUSE;
+
+	*claim = -1;
+	for (unsigned int i = 0; i < SIDECAR_CLAIM_ATTEMPTS && fd == -EADDRINUSE; i++)
+		fd = sidecar_listen_loopback_once(port, claim);
 	return fd;
 }
 
@@ -818,16 +842,7 @@ int sidecar_add_member(struct sidecar *sc, const char *candidate_id, enum messag
 	member->role = role;
 	member->listener = (struct sidecar_listener){ .sc = sc, .kind = SIDECAR_LISTENER_MEMBER,
 						      .member = sc->member_count };
-	fd = sidecar_listen_loopback(&member->port);
-	/* claimed before it serves, so no other sandbox's guest is ever let through to it */
-	member->port_claim = fd >= 0 ? loopback_claim_port(member->port) : -1;
-	if (fd >= 0 && member->port_claim < 0) {
-		close(fd);
-		pthread_mutex_unlock(&sc->lock);
-		snprintf(err, errlen, "cannot claim the messaging port 127.0.0.1:%u for %s, so other sandboxes' guests could reach it: %s",
-			 member->port, candidate_id, strerror(-member->port_claim));
-		return member->port_claim;
-	}
+	fd = sidecar_listen_loopback(&member->port, &member->port_claim);
 	if (fd >= 0)
 		member->listener.mhd = sidecar_start_mhd(&member->listener, fd);
 	if (fd < 0 || !member->listener.mhd) {
@@ -836,7 +851,7 @@ int sidecar_add_member(struct sidecar *sc, const char *candidate_id, enum messag
 		if (member->port_claim >= 0)
 			close(member->port_claim);
 		pthread_mutex_unlock(&sc->lock);
-		snprintf(err, errlen, "cannot start the messaging sidecar for %s on 127.0.0.1: %s",
+		snprintf(err, errlen, "cannot start the messaging sidecar for %s on 127.0.0.1 (a listener and its claim against other sandboxes' guests): %s",
 			 candidate_id, fd < 0 ? strerror(-fd) : "libmicrohttpd refused to start");
 		return fd < 0 ? fd : -EIO;
 	}

@@ -1277,20 +1277,23 @@ static void test_run_store_on_full_disk(void)
 /* ---- over TCP ---- */
 
 /*
- * A daemon on TCP loopback claims its port (common/loopback_claim.h): no sandbox's guest
- * reaches the API through its gateway, while host clients (this test) still do.
+ * Whether a TCP daemon's port is claimed (common/loopback_claim.h): while it runs, no
+ * sandbox's guest reaches the API through its gateway, while host clients (this test) still
+ * do; once it has stopped, nothing of it is left.
  */
-static void check_api_port_claimed(const struct served *served)
+static bool api_port_claimed(const struct served *served)
 {
 	const char *colon = strrchr(served->url, ':');
 	unsigned long port = colon ? strtoul(colon + 1, NULL, 10) : 0;
 	int asker = loopback_claim_asker_open();
+	bool claimed;
 
 	CHECK(port > 0 && port <= UINT16_MAX);
 	CHECK(asker >= 0);
-	CHECK(loopback_claim_held(asker, (uint16_t)port));
+	claimed = loopback_claim_held(asker, (uint16_t)port);
 	if (asker >= 0)
 		close(asker);
+	return claimed;
 }
 
 static void test_tcp_requires_token(void)
@@ -1310,7 +1313,7 @@ static void test_tcp_requires_token(void)
 	CHECK_INT_EQ(stat(token_file, &st), 0);
 	CHECK_INT_EQ(st.st_mode & TEST_FILE_MODE_MASK, TEST_OWNER_ONLY);
 	CHECK(strncmp(tcp.url, "tcp://127.0.0.1:", strlen("tcp://127.0.0.1:")) == 0);
-	check_api_port_claimed(&tcp);
+	CHECK(api_port_claimed(&tcp));
 	health = call(&tcp, "GET", "/v1/health", NULL, &status);
 	CHECK_INT_EQ(status, SERVE_HTTP_OK);
 	json_decref(health);
@@ -1338,6 +1341,7 @@ static void test_tcp_requires_token(void)
 	CHECK_STR_EQ(json_string_value(json_object_get(health, "status")), "succeeded");
 	json_decref(health);
 	CHECK_INT_EQ(serve_stop(&tcp, SIGTERM), 0);
+	CHECK(!api_port_claimed(&tcp));
 	/* a token file others can read is refused */
 	snprintf(wide_file, sizeof(wide_file), "%s/wide-token", temp_dir);
 	write_file(wide_file, "secret\n");
