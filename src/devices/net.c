@@ -298,7 +298,8 @@ static void net_transmit_frame(struct net_device *dev, uint8_t *frame, size_t le
 	if (verdict != NET_VERDICT_PASS) {
 		if (verdict != NET_VERDICT_DROP_MALFORMED && verdict != NET_VERDICT_DROP_UNSUPPORTED)
 			net_log_refusal(&info, verdict, judged_addr);
-		if (info.kind == NET_FRAME_TCP &&
+		/* a refused connect hears a reset; a spoofed source is not answered */
+		if (info.kind == NET_FRAME_TCP && verdict != NET_VERDICT_DROP_SPOOFED &&
 		    net_build_tcp_rst(frame, &info, rst, sizeof(rst)) == sizeof(rst)) {
 			net_receive(dev, rst, sizeof(rst));
 			pthread_mutex_lock(&dev->lock);

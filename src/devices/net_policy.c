@@ -471,6 +471,8 @@ static enum net_verdict net_policy_decide(const struct net_policy *policy,
 	default:
 		break;
 	}
+	if (info->src_addr != NET_GUEST_ADDR)
+		return NET_VERDICT_DROP_SPOOFED;
 	/* Segments of a connection slirp already has (or will reset): no new host socket. */
 	if (info->kind == NET_FRAME_TCP && !opens_tcp) {
 		net_tcp_segment_seen(state, info, now_ms);
@@ -549,6 +551,7 @@ const char *net_verdict_name(enum net_verdict verdict)
 		[NET_VERDICT_DENY_FLOWS] = "denied: too many flows",
 		[NET_VERDICT_DENY_RATE] = "denied: too many new connections per second",
 		[NET_VERDICT_DENY_CLAIMED] = "denied: a voidbox service of another sandbox or of the host",
+		[NET_VERDICT_DROP_SPOOFED] = "spoofed source address",
 	};
 
 	return (unsigned int)verdict < NET_VERDICT_COUNT ? names[verdict] : "unknown";

@@ -19,7 +19,10 @@
  *     as a destination (the host's loopback is reached through the gateway only), so no deny
  *     list can be walked around by them;
  *   - IPv4 fragments, IPv6 and other protocols are dropped (the guest stack needs none of them
- *     for TCP, and a fragment could hide the transport header).
+ *     for TCP, and a fragment could hide the transport header);
+ *   - an IPv4 frame from any source but the guest's 10.0.2.15 is dropped: libslirp would open
+ *     a host socket for another source address too, and flows are keyed without one, so a
+ *     spoofed source would pass as a flow the guest already has and slip past the caps.
  * A deny list is checked first (169.254.0.0/16 always), then the allow list if there is one,
  * then, for a TCP connection through the gateway, whether another voidbox process has claimed
  * that host port (src/common/loopback_claim.h: a messaging listener, a published port, the
@@ -135,6 +138,7 @@ enum net_verdict {
 	NET_VERDICT_DENY_FLOWS,	  /* too many concurrent flows */
 	NET_VERDICT_DENY_RATE,	  /* too many new flows in this second */
 	NET_VERDICT_DENY_CLAIMED, /* a host loopback port another voidbox service claimed */
+	NET_VERDICT_DROP_SPOOFED, /* an IPv4 source other than the guest's address */
 	NET_VERDICT_COUNT,
 };
 

@@ -333,6 +333,36 @@ static void test_claimed_ports_refused_unless_granted(void)
 	free(state);
 }
 
+/*
+ * Only the guest's own address may be a source: flows are keyed without one, so a SYN from
+ * another source to a destination the guest already reaches would pass as that flow's
+ * retransmission while libslirp opened a second host socket for it.
+ */
+static void test_spoofed_source_dropped(void)
+{
+	struct net_policy policy;
+	struct net_policy_state *state = new_state();
+	uint8_t frame[NET_MAX_FRAME_LEN];
+	size_t len;
+
+	net_policy_init_default(&policy);
+	len = build_ip_frame(frame, NET_IP_PROTO_TCP, NET_GATEWAY_ADDR, 8080, NET_TCP_SYN, 0);
+	CHECK_INT_EQ(judge(&policy, state, frame, len, TEST_NOW_MS), NET_VERDICT_PASS);
+	CHECK_INT_EQ(state->active_flows, 1);
+	put32(frame + NET_ETH_HEADER_LEN + 12, NET_ADDR(10, 0, 2, 16));
+	CHECK_INT_EQ(judge(&policy, state, frame, len, TEST_NOW_MS), NET_VERDICT_DROP_SPOOFED);
+	/* segments of no new connection, datagrams and echoes alike */
+	len = build_ip_frame(frame, NET_IP_PROTO_TCP, NET_GATEWAY_ADDR, 8080, NET_TCP_ACK, 10);
+	put32(frame + NET_ETH_HEADER_LEN + 12, NET_ADDR(192, 0, 2, 1));
+	CHECK_INT_EQ(judge(&policy, state, frame, len, TEST_NOW_MS), NET_VERDICT_DROP_SPOOFED);
+	len = build_ip_frame(frame, NET_IP_PROTO_UDP, NET_DNS_ADDR, NET_DNS_PORT, 0, 12);
+	put32(frame + NET_ETH_HEADER_LEN + 12, 0);
+	CHECK_INT_EQ(judge(&policy, state, frame, len, TEST_NOW_MS), NET_VERDICT_DROP_SPOOFED);
+	CHECK_INT_EQ(state->active_flows, 1);
+	CHECK(state->verdicts[NET_VERDICT_DROP_SPOOFED] == 3);
+	free(state);
+}
+
 static void test_rate_cap_refuses_and_recovers(void)
 {
 	struct net_policy policy;
@@ -990,6 +1020,7 @@ int main(void)
 	RUN_TEST(test_unsupported_frames_dropped);
 	RUN_TEST(test_addresses_judged_by_what_they_reach);
 	RUN_TEST(test_claimed_ports_refused_unless_granted);
+	RUN_TEST(test_spoofed_source_dropped);
 	RUN_TEST(test_rate_cap_refuses_and_recovers);
 	RUN_TEST(test_flow_cap_refuses_and_recovers);
 	RUN_TEST(test_udp_and_echo_flows);
