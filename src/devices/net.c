@@ -68,6 +68,10 @@
 #define NET_VIRTIO_NUM_BUFFERS_OFFSET 10u
 #define NET_CONFIG_SIZE 8u /* mac[6], status */
 #define NET_GUEST_MAC { 0x52, 0x54, 0x00, 0x12, 0x34, 0x56 }
+/* libslirp's own address on the virtual network: 52:55 and then 10.0.2.2 */
+#define NET_GATEWAY_MAC { 0x52, 0x55, 0x0a, 0x00, 0x02, 0x02 }
+/* The two resets of a reclaimed connection are half the sequence space apart. */
+#define NET_RECLAIM_SEQ_HALF 0x80000000u
 /* A transmitted chain holds one header and one frame; anything longer is malformed. */
 #define NET_TX_MAX_CHAIN (NET_VIRTIO_HEADER_LEN + NET_MAX_FRAME_LEN)
 #define NET_RX_PENDING_MAX 256u
@@ -281,6 +285,32 @@ static void net_log_refusal(const struct net_frame_info *info, enum net_verdict 
 		  dst, info->dst_port, judged, net_verdict_name(verdict));
 }
 
+/*
+ * Resets in libslirp the idle connections the policy reclaimed for new flows, which closes
+ * their host sockets: two resets each, as if the guest sent them (net_build_reclaim_rst says
+ * why two). The guest is not told; its next segment on one meets libslirp's own reset.
+ */
+static void net_reset_reclaimed(struct net_device *dev)
+{
+	static const uint8_t gateway_mac[NET_ETH_ADDR_LEN] = NET_GATEWAY_MAC;
+	struct net_policy_state *state = &dev->policy_state;
+	uint8_t rst[NET_RST_FRAME_LEN];
+
+	for (unsigned int i = 0; i < state->reclaimed_count && i < NET_RECLAIMED_MAX; i++) {
+		const struct net_reclaimed_flow *flow = &state->reclaimed[i];
+		const uint32_t seqs[] = { flow->guest_seq, flow->guest_seq + NET_RECLAIM_SEQ_HALF };
+
+		for (size_t s = 0; s < sizeof(seqs) / sizeof(seqs[0]); s++)
+			if (net_build_reclaim_rst(flow, seqs[s], dev->mac, gateway_mac, rst,
+						  sizeof(rst)) == sizeof(rst))
+				slirp_dl.input(dev->slirp, rst, (int)sizeof(rst));
+		pthread_mutex_lock(&dev->lock);
+		dev->stats.flows_reclaimed++;
+		pthread_mutex_unlock(&dev->lock);
+	}
+	state->reclaimed_count = 0;
+}
+
 /* Judges one frame the guest sent and passes it on, answers it with a reset, or drops it. */
 static void net_transmit_frame(struct net_device *dev, uint8_t *frame, size_t len)
 {
@@ -292,6 +322,7 @@ static void net_transmit_frame(struct net_device *dev, uint8_t *frame, size_t le
 	net_frame_parse(frame, len, &info);
 	verdict = net_policy_judge(&dev->cfg.policy, &dev->policy_state, &info,
 				   (uint64_t)net_now_ms(), &judged_addr);
+	net_reset_reclaimed(dev);
 	pthread_mutex_lock(&dev->lock);
 	dev->stats.verdicts[verdict]++;
 	pthread_mutex_unlock(&dev->lock);

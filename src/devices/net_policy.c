@@ -351,8 +351,6 @@ static bool net_effective_destination(const struct net_policy *policy,
 static uint64_t net_flow_idle_ms(const struct net_flow *flow)
 {
 	switch (flow->proto) {
-	case NET_IP_PROTO_TCP:
-		return NET_TCP_FLOW_IDLE_MS;
 	case NET_IP_PROTO_ICMP:
 		return NET_ICMP_FLOW_IDLE_MS;
 	default:
@@ -370,7 +368,9 @@ static struct net_flow *net_flow_find(struct net_policy_state *state, uint8_t pr
 
 		if (!flow->used)
 			continue;
-		if (now_ms - flow->last_seen_ms > net_flow_idle_ms(flow)) {
+		/* libslirp has let an idle datagram's socket go; an idle TCP connection it keeps */
+		if (flow->proto != NET_IP_PROTO_TCP &&
+		    now_ms - flow->last_seen_ms > net_flow_idle_ms(flow)) {
 			flow->used = false;
 			state->active_flows--;
 			continue;
@@ -390,6 +390,37 @@ static void net_flow_forget(struct net_policy_state *state, struct net_flow *flo
 	}
 }
 
+/*
+ * At the flow cap: the TCP connection the guest has left silent longest gives up its slot if
+ * it has been silent over the idle time, and is handed to the device to reset in libslirp.
+ * False when there is none (or the device has not reset the last ones yet).
+ */
+static bool net_flow_reclaim_idle(const struct net_policy *policy,
+				  struct net_policy_state *state, uint64_t now_ms)
+{
+	uint64_t idle_ms = policy->tcp_idle_ms ? policy->tcp_idle_ms : NET_TCP_FLOW_IDLE_MS;
+	struct net_flow *oldest = NULL;
+
+	if (state->reclaimed_count >= NET_RECLAIMED_MAX)
+		return false;
+	for (unsigned int i = 0; i < state->flow_slots_high && i < NET_FLOW_TABLE_SIZE; i++) {
+		struct net_flow *flow = &state->flows[i];
+
+		if (flow->used && flow->proto == NET_IP_PROTO_TCP &&
+		    now_ms - flow->last_seen_ms > idle_ms &&
+		    (!oldest || flow->last_seen_ms < oldest->last_seen_ms))
+			oldest = flow;
+	}
+	if (!oldest)
+		return false;
+	state->reclaimed[state->reclaimed_count++] = (struct net_reclaimed_flow){
+		.guest_port = oldest->guest_port, .dst_addr = oldest->dst_addr,
+		.dst_port = oldest->dst_port, .guest_seq = oldest->guest_seq,
+	};
+	net_flow_forget(state, oldest);
+	return true;
+}
+
 /* A new flow, if the caps allow one now. */
 static enum net_verdict net_flow_open(const struct net_policy *policy,
 				      struct net_policy_state *state, uint8_t proto,
@@ -406,7 +437,8 @@ static enum net_verdict net_flow_open(const struct net_policy *policy,
 	}
 	if (state->window_new >= max_new)
 		return NET_VERDICT_DENY_RATE;
-	if (state->active_flows >= max_flows || state->active_flows >= NET_FLOW_TABLE_SIZE)
+	if ((state->active_flows >= max_flows || state->active_flows >= NET_FLOW_TABLE_SIZE) &&
+	    !net_flow_reclaim_idle(policy, state, now_ms))
 		return NET_VERDICT_DENY_FLOWS;
 	for (unsigned int i = 0; i < NET_FLOW_TABLE_SIZE && !slot; i++) {
 		if (!state->flows[i].used)
@@ -418,7 +450,7 @@ static enum net_verdict net_flow_open(const struct net_policy *policy,
 		state->flow_slots_high = (uint32_t)(slot - state->flows) + 1;
 	*slot = (struct net_flow){ .used = true, .proto = proto, .guest_port = info->src_port,
 				   .dst_addr = info->dst_addr, .dst_port = info->dst_port,
-				   .last_seen_ms = now_ms };
+				   .last_seen_ms = now_ms, .guest_seq = info->tcp_seq + 1 };
 	state->active_flows++;
 	state->window_new++;
 	return NET_VERDICT_PASS;
@@ -439,6 +471,8 @@ static void net_tcp_segment_seen(struct net_policy_state *state, const struct ne
 	if (!flow)
 		return;
 	flow->last_seen_ms = now_ms;
+	/* any of the guest's numbers will do: the reclaim's two resets cover the whole space */
+	flow->guest_seq = info->tcp_seq;
 	if (!info->tcp_checksum_ok)
 		return;
 	if (info->tcp_flags & NET_TCP_RST)
@@ -564,36 +598,77 @@ static void net_ipv4_fix_checksum(uint8_t *ip, size_t header_len)
 		  net_checksum_fold(net_checksum_add(0, ip, header_len)));
 }
 
-size_t net_build_tcp_rst(const uint8_t *frame, const struct net_frame_info *info, uint8_t *out,
-			 size_t cap)
+/* The endpoints of a reset: Ethernet, IPv4 and TCP, in the order the headers name them. */
+struct net_rst_ends {
+	const uint8_t *dst_mac;
+	const uint8_t *src_mac;
+	uint32_t src_addr;
+	uint32_t dst_addr;
+	uint16_t src_port;
+	uint16_t dst_port;
+};
+
+/* A reset with no options and no data, its checksums filled in: NET_RST_FRAME_LEN bytes. */
+static void net_write_rst(uint8_t *out, const struct net_rst_ends *ends, uint32_t seq,
+			  uint32_t ack, uint8_t flags)
 {
 	uint8_t *ip = out + NET_ETH_HEADER_LEN;
 	uint8_t *tcp = ip + NET_IPV4_MIN_HEADER_LEN;
-	uint32_t ack = info->tcp_seq + (uint32_t)info->l4_payload_len +
-		       ((info->tcp_flags & NET_TCP_SYN) ? 1u : 0u) +
-		       ((info->tcp_flags & NET_TCP_FIN) ? 1u : 0u);
 
-	if (info->kind != NET_FRAME_TCP || cap < NET_RST_FRAME_LEN)
-		return 0;
 	memset(out, 0, NET_RST_FRAME_LEN);
-	memcpy(out, frame + NET_ETH_ADDR_LEN, NET_ETH_ADDR_LEN); /* back to the sender */
-	memcpy(out + NET_ETH_ADDR_LEN, frame, NET_ETH_ADDR_LEN);
+	memcpy(out, ends->dst_mac, NET_ETH_ADDR_LEN);
+	memcpy(out + NET_ETH_ADDR_LEN, ends->src_mac, NET_ETH_ADDR_LEN);
 	net_put16(out + 2 * NET_ETH_ADDR_LEN, NET_ETHERTYPE_IPV4);
 	ip[0] = (uint8_t)((NET_IPV4_VERSION << 4) | (NET_IPV4_MIN_HEADER_LEN / NET_WORD_BYTES));
 	net_put16(ip + 2, NET_IPV4_MIN_HEADER_LEN + NET_TCP_MIN_HEADER_LEN);
 	net_put16(ip + 6, NET_IP_FLAG_DONT_FRAGMENT);
 	ip[8] = NET_IP_DEFAULT_TTL;
 	ip[9] = NET_IP_PROTO_TCP;
-	net_put32(ip + NET_IP_SRC_OFFSET, info->dst_addr);
-	net_put32(ip + NET_IP_DST_OFFSET, info->src_addr);
+	net_put32(ip + NET_IP_SRC_OFFSET, ends->src_addr);
+	net_put32(ip + NET_IP_DST_OFFSET, ends->dst_addr);
 	net_ipv4_fix_checksum(ip, NET_IPV4_MIN_HEADER_LEN);
-	net_put16(tcp, info->dst_port);
-	net_put16(tcp + 2, info->src_port);
+	net_put16(tcp, ends->src_port);
+	net_put16(tcp + 2, ends->dst_port);
+	net_put32(tcp + NET_TCP_SEQ_OFFSET, seq);
 	net_put32(tcp + NET_TCP_ACK_OFFSET, ack);
 	tcp[12] = (uint8_t)((NET_TCP_MIN_HEADER_LEN / NET_WORD_BYTES) << NET_TCP_DATA_OFFSET_SHIFT);
-	tcp[NET_TCP_FLAGS_OFFSET] = NET_TCP_RST | NET_TCP_ACK;
+	tcp[NET_TCP_FLAGS_OFFSET] = flags;
 	net_put16(tcp + NET_TCP_CHECKSUM_OFFSET,
 		  net_checksum_fold(net_tcp_sum(ip, tcp, NET_TCP_MIN_HEADER_LEN)));
+}
+
+size_t net_build_tcp_rst(const uint8_t *frame, const struct net_frame_info *info, uint8_t *out,
+			 size_t cap)
+{
+	/* back to the sender, from the address it asked for */
+	const struct net_rst_ends ends = {
+		.dst_mac = frame + NET_ETH_ADDR_LEN, .src_mac = frame,
+		.src_addr = info->dst_addr, .dst_addr = info->src_addr,
+		.src_port = info->dst_port, .dst_port = info->src_port,
+	};
+	uint32_t ack = info->tcp_seq + (uint32_t)info->l4_payload_len +
+		       ((info->tcp_flags & NET_TCP_SYN) ? 1u : 0u) +
+		       ((info->tcp_flags & NET_TCP_FIN) ? 1u : 0u);
+
+	if (info->kind != NET_FRAME_TCP || cap < NET_RST_FRAME_LEN)
+		return 0;
+	net_write_rst(out, &ends, 0, ack, NET_TCP_RST | NET_TCP_ACK);
+	return NET_RST_FRAME_LEN;
+}
+
+size_t net_build_reclaim_rst(const struct net_reclaimed_flow *flow, uint32_t seq,
+			     const uint8_t src_mac[NET_ETH_ADDR_LEN],
+			     const uint8_t dst_mac[NET_ETH_ADDR_LEN], uint8_t *out, size_t cap)
+{
+	const struct net_rst_ends ends = {
+		.dst_mac = dst_mac, .src_mac = src_mac,
+		.src_addr = NET_GUEST_ADDR, .dst_addr = flow->dst_addr,
+		.src_port = flow->guest_port, .dst_port = flow->dst_port,
+	};
+
+	if (cap < NET_RST_FRAME_LEN)
+		return 0;
+	net_write_rst(out, &ends, seq, 0, NET_TCP_RST);
 	return NET_RST_FRAME_LEN;
 }
 

@@ -27,7 +27,9 @@
  * then, for a TCP connection through the gateway, whether another voidbox process has claimed
  * that host port (src/common/loopback_claim.h: a messaging listener, a published port, the
  * daemon's API) without granting it to this VM, then the caps on concurrent flows and on new
- * flows per second.
+ * flows per second. When the flow cap is reached, the TCP connection the guest has left silent
+ * longest, if that is over NET_TCP_FLOW_IDLE_MS, gives up its slot: the device resets it in
+ * libslirp, so the host sockets a guest holds never exceed the cap.
  */
 #ifndef VOIDBOX_DEVICES_NET_POLICY_H
 #define VOIDBOX_DEVICES_NET_POLICY_H
@@ -73,9 +75,11 @@
 #define NET_DEFAULT_MAX_FLOWS 256
 #define NET_DEFAULT_MAX_NEW_PER_SEC 64
 /*
- * A flow nobody used for this long no longer counts against the concurrency cap. Each is at
- * least as long as libslirp keeps the host socket of such a flow without traffic: a UDP
- * socket 240 s (10 s for port 53), an ICMP echo's until its reply or 240 s.
+ * A UDP or ICMP flow nobody used for this long no longer counts against the concurrency cap:
+ * each is at least as long as libslirp keeps the host socket of such a flow without traffic
+ * (a UDP socket 240 s, 10 s for port 53; an ICMP echo's until its reply or 240 s). libslirp
+ * keeps an idle TCP connection for ever, so a TCP flow counts until it closes; one the guest
+ * left silent this long may be reclaimed (reset in libslirp) when a new flow needs its slot.
  */
 #define NET_TCP_FLOW_IDLE_MS (300u * 1000u)
 #define NET_UDP_FLOW_IDLE_MS (240u * 1000u)
@@ -98,6 +102,7 @@ struct net_policy {
 	struct net_cidr allow[NET_MAX_CIDRS];
 	unsigned int allow_count;
 	uint32_t max_flows;	  /* 0: NET_DEFAULT_MAX_FLOWS */
+	uint32_t tcp_idle_ms;	  /* 0: NET_TCP_FLOW_IDLE_MS (tests shorten it; not carried) */
 	uint32_t max_new_per_sec; /* 0: NET_DEFAULT_MAX_NEW_PER_SEC */
 	bool dns;		  /* DNS forwarding at 10.0.2.3 */
 	uint32_t resolver_addr;	  /* what 10.0.2.3:53 forwards to, judged by the lists */
@@ -156,7 +161,22 @@ struct net_flow {
 	uint32_t dst_addr;
 	uint16_t dst_port;
 	uint64_t last_seen_ms;
+	uint32_t guest_seq; /* TCP: a sequence number of the guest's, the latest it sent */
 };
+
+/*
+ * An idle TCP connection whose slot a new flow took: the device resets it in libslirp
+ * (net_build_reclaim_rst), which closes its host socket.
+ */
+struct net_reclaimed_flow {
+	uint16_t guest_port;
+	uint32_t dst_addr;
+	uint16_t dst_port;
+	uint32_t guest_seq;
+};
+
+/* Reclaimed connections not yet reset by the device: none is reclaimed past this many. */
+#define NET_RECLAIMED_MAX 4
 
 /* What the policy remembers between frames: open flows and this second's new ones. */
 struct net_policy_state {
@@ -166,6 +186,9 @@ struct net_policy_state {
 	uint64_t window_start_ms;
 	uint32_t window_new;
 	uint64_t verdicts[NET_VERDICT_COUNT];
+	/* idle connections reclaimed for new ones, for the device to reset and then clear */
+	struct net_reclaimed_flow reclaimed[NET_RECLAIMED_MAX];
+	unsigned int reclaimed_count;
 	/*
 	 * Whether a host loopback TCP port is claimed (loopback_claim_held in the device); NULL:
 	 * no port is, as for the tests and the fuzzer that judge frames without a host.
@@ -207,6 +230,17 @@ const char *net_verdict_name(enum net_verdict verdict);
  */
 void net_policy_observe_rx(struct net_policy_state *state, const struct net_frame_info *info,
 			   uint64_t now_ms);
+
+/*
+ * Builds a reset of a reclaimed connection as if the guest sent it (from 10.0.2.15, src_mac to
+ * dst_mac) with sequence number seq. libslirp takes a reset whose sequence number is at or up
+ * to 2^31 before the next one it expects, so the device sends two, seq and seq + 2^31, and one
+ * of them closes the connection whatever the guest sent since. Returns NET_RST_FRAME_LEN, or
+ * 0 when cap is short.
+ */
+size_t net_build_reclaim_rst(const struct net_reclaimed_flow *flow, uint32_t seq,
+			     const uint8_t src_mac[NET_ETH_ADDR_LEN],
+			     const uint8_t dst_mac[NET_ETH_ADDR_LEN], uint8_t *out, size_t cap);
 
 /*
  * Builds the TCP reset (RST|ACK) answering the SYN in frame/info, as if sent by its

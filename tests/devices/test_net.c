@@ -17,6 +17,7 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -40,6 +41,9 @@
 #define TEST_WAIT_STEPS 5000 /* a bound on a worker's reply, not a timing assertion */
 #define TEST_RANDOM_FRAMES 20000
 #define TEST_GUEST_PORT 40000
+#define TEST_IDLE_MS 100u /* a test's idle time for TCP flows */
+#define TEST_SYN_SEQ 1001u /* the guest's next number after the SYN build_ip_frame writes */
+#define TEST_FAR_SEQ 0x10000000u /* past any window ahead of a connection's next number */
 #define TEST_NOW_MS 1000000u
 #define TEST_ETHERTYPE_IPV6 0x86dd
 #define TEST_ARP_LEN 42u
@@ -419,6 +423,16 @@ static void set_tcp_checksum(uint8_t *frame, size_t len)
 	put16(tcp + 16, (uint16_t)~tcp_checksum_over(ip, tcp, tcp_len));
 }
 
+/* Gives the IPv4 header and TCP segment in frame right checksums, as libslirp checks both. */
+static void set_checksums(uint8_t *frame, size_t len)
+{
+	uint8_t *ip = frame + NET_ETH_HEADER_LEN;
+
+	put16(ip + 10, 0);
+	put16(ip + 10, (uint16_t)~checksum_over(ip, NET_IPV4_MIN_HEADER_LEN, 0));
+	set_tcp_checksum(frame, len);
+}
+
 /* A segment of the connection from TEST_GUEST_PORT + port_offset to the gateway, port 80. */
 static enum net_verdict guest_segment(const struct net_policy *policy,
 				      struct net_policy_state *state, uint16_t port_offset,
@@ -510,12 +524,61 @@ static void test_flow_cap_refuses_and_recovers(void)
 	CHECK_INT_EQ(guest_segment(&policy, state, 5, NET_TCP_ACK, false,
 				   TEST_NOW_MS + NET_TCP_FLOW_IDLE_MS - 1),
 		     NET_VERDICT_PASS);
+	CHECK_INT_EQ(state->reclaimed_count, 0);
 	CHECK_INT_EQ(guest_segment(&policy, state, 6, NET_TCP_SYN, false,
 				   TEST_NOW_MS + NET_TCP_FLOW_IDLE_MS + 1),
 		     NET_VERDICT_PASS); /* the slot of port 1, idle since TEST_NOW_MS */
+	/* which libslirp still holds: it is handed over to be reset, with a number of the guest's */
+	CHECK_INT_EQ(state->reclaimed_count, 1);
+	CHECK_INT_EQ(state->reclaimed[0].guest_port, TEST_GUEST_PORT + 1);
+	CHECK(state->reclaimed[0].dst_addr == NET_GATEWAY_ADDR && state->reclaimed[0].dst_port == 80);
+	CHECK_INT_EQ(state->reclaimed[0].guest_seq, TEST_SYN_SEQ);
 	CHECK_INT_EQ(guest_segment(&policy, state, 7, NET_TCP_SYN, false,
 				   TEST_NOW_MS + NET_TCP_FLOW_IDLE_MS + 1),
 		     NET_VERDICT_DENY_FLOWS); /* port 5's flow is alive */
+	CHECK_INT_EQ(state->reclaimed_count, 1);
+	free(state);
+}
+
+/*
+ * At the cap, the connection silent longest is reclaimed, a silent one only: libslirp keeps
+ * an idle connection's host socket for ever, so an idle flow keeps counting until then; and no
+ * more are reclaimed than the device has yet to reset.
+ */
+static void test_idle_connections_reclaimed_at_the_cap(void)
+{
+	struct net_policy policy;
+	struct net_policy_state *state = new_state();
+	const uint64_t later = TEST_NOW_MS + NET_TCP_FLOW_IDLE_MS + 1;
+
+	net_policy_init_default(&policy);
+	policy.max_flows = 2;
+	policy.max_new_per_sec = 100;
+	CHECK_INT_EQ(guest_segment(&policy, state, 0, NET_TCP_SYN, false, TEST_NOW_MS),
+		     NET_VERDICT_PASS);
+	CHECK_INT_EQ(guest_segment(&policy, state, 1, NET_TCP_SYN, false, TEST_NOW_MS + 10),
+		     NET_VERDICT_PASS);
+	/* idle, but below the cap: nothing is reclaimed, the flows still count */
+	CHECK_INT_EQ(guest_segment(&policy, state, 0, NET_TCP_ACK, false, later + 5),
+		     NET_VERDICT_PASS);
+	CHECK_INT_EQ(state->active_flows, 2);
+	CHECK_INT_EQ(state->reclaimed_count, 0);
+	/* at the cap: port 1 (silent since TEST_NOW_MS + 10) goes, port 0 was just heard from */
+	CHECK_INT_EQ(guest_segment(&policy, state, 2, NET_TCP_SYN, false, later + 20),
+		     NET_VERDICT_PASS);
+	CHECK_INT_EQ(state->reclaimed_count, 1);
+	CHECK_INT_EQ(state->reclaimed[0].guest_port, TEST_GUEST_PORT + 1);
+	CHECK_INT_EQ(state->active_flows, 2);
+	/* a device that has not reset them yet holds the reclaiming at NET_RECLAIMED_MAX */
+	policy.max_flows = 1;
+	state->reclaimed_count = NET_RECLAIMED_MAX;
+	CHECK_INT_EQ(guest_segment(&policy, state, 3, NET_TCP_SYN, false,
+				   later + 2 * NET_TCP_FLOW_IDLE_MS),
+		     NET_VERDICT_DENY_FLOWS);
+	state->reclaimed_count = 0;
+	CHECK_INT_EQ(guest_segment(&policy, state, 3, NET_TCP_SYN, false,
+				   later + 2 * NET_TCP_FLOW_IDLE_MS),
+		     NET_VERDICT_PASS);
 	free(state);
 }
 
@@ -964,6 +1027,72 @@ static void test_device_published_port_claimed(void)
 	close(asker);
 }
 
+/* A connection accepted on listener within the wait bound; -1 when none came. */
+static int accept_within_bound(int listener)
+{
+	struct pollfd pfd = { .fd = listener, .events = POLLIN };
+
+	if (poll(&pfd, 1, TEST_WAIT_STEPS) <= 0)
+		return -1;
+	return accept4(listener, NULL, NULL, SOCK_CLOEXEC);
+}
+
+/*
+ * With one flow allowed, a second connection takes the slot of the first once that has been
+ * silent past the idle time: the device resets it in libslirp, which closes its host socket,
+ * so the server sees it end. Two connections to a server of this test's own on loopback.
+ */
+static void test_device_idle_connection_reclaimed(void)
+{
+	struct net_config cfg = { 0 };
+	struct net_fixture f;
+	struct net_device_stats stats;
+	struct pollfd ended;
+	struct timespec idle = { .tv_sec = 0, .tv_nsec = 2 * TEST_IDLE_MS * 1000L * 1000L };
+	uint8_t frame[NET_MAX_FRAME_LEN], ack[NET_MAX_FRAME_LEN];
+	uint16_t port = 0;
+	int listener = hold_loopback_port(&port), first = -1, second = -1;
+	size_t len, ack_len;
+	char byte;
+
+	if (listener < 0 || listen(listener, 4) < 0)
+		harness_fail_setup("a loopback server");
+	net_policy_init_default(&cfg.policy);
+	cfg.policy.max_flows = 1;
+	cfg.policy.tcp_idle_ms = TEST_IDLE_MS;
+	CHECK_INT_EQ(fixture_init(&f, &cfg), 0);
+	len = build_ip_frame(frame, NET_IP_PROTO_TCP, NET_GATEWAY_ADDR, port, NET_TCP_SYN, 0);
+	set_checksums(frame, len);
+	transmit_frame(&f, frame, len);
+	first = accept_within_bound(listener);
+	CHECK(first >= 0);
+	/*
+	 * a segment libslirp drops (its checksum is wrong) with a number far from the connection's:
+	 * the policy keeps it as the guest's latest, and the second of the two resets still lands
+	 */
+	ack_len = build_ip_frame(ack, NET_IP_PROTO_TCP, NET_GATEWAY_ADDR, port, NET_TCP_ACK, 0);
+	put32(ack + NET_ETH_HEADER_LEN + NET_IPV4_MIN_HEADER_LEN + 4, TEST_SYN_SEQ + TEST_FAR_SEQ);
+	transmit_frame(&f, ack, ack_len);
+	nanosleep(&idle, NULL);
+	put16(frame + NET_ETH_HEADER_LEN + NET_IPV4_MIN_HEADER_LEN, TEST_GUEST_PORT + 1);
+	set_checksums(frame, len);
+	transmit_frame(&f, frame, len);
+	second = accept_within_bound(listener);
+	CHECK(second >= 0);
+	ended = (struct pollfd){ .fd = first, .events = POLLIN };
+	CHECK(first >= 0 && poll(&ended, 1, TEST_WAIT_STEPS) == 1);
+	CHECK(first >= 0 && recv(first, &byte, 1, MSG_DONTWAIT) <= 0); /* EOF or reset */
+	wait_judged(&f, 3, &stats);
+	CHECK(stats.verdicts[NET_VERDICT_PASS] == 3);
+	CHECK(stats.flows_reclaimed == 1);
+	fixture_free(&f);
+	if (first >= 0)
+		close(first);
+	if (second >= 0)
+		close(second);
+	close(listener);
+}
+
 /* An ARP request for the gateway goes to slirp, which answers with the gateway's MAC. */
 static void check_slirp_answers_arp(bool confine_worker)
 {
@@ -1023,6 +1152,7 @@ int main(void)
 	RUN_TEST(test_spoofed_source_dropped);
 	RUN_TEST(test_rate_cap_refuses_and_recovers);
 	RUN_TEST(test_flow_cap_refuses_and_recovers);
+	RUN_TEST(test_idle_connections_reclaimed_at_the_cap);
 	RUN_TEST(test_udp_and_echo_flows);
 	RUN_TEST(test_addresses_of_no_single_host_refused);
 	RUN_TEST(test_reset_answers_the_syn);
@@ -1032,6 +1162,7 @@ int main(void)
 	RUN_TEST(test_device_denied_connect_gets_reset);
 	RUN_TEST(test_device_claimed_port_gets_reset);
 	RUN_TEST(test_device_published_port_claimed);
+	RUN_TEST(test_device_idle_connection_reclaimed);
 	RUN_TEST(test_device_slirp_answers_arp);
 	RUN_TEST(test_device_confined_worker_answers_arp);
 	return harness_finish();
