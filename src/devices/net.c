@@ -286,18 +286,27 @@ static void net_log_refusal(const struct net_frame_info *info, enum net_verdict 
 }
 
 /*
- * Resets in libslirp the idle connections the policy reclaimed for new flows, which closes
- * their host sockets: two resets each, as if the guest sent them (net_build_reclaim_rst says
- * why two). The guest is not told; its next segment on one meets libslirp's own reset.
+ * Resets in libslirp the connections the policy stopped counting (an idle one reclaimed for a
+ * new flow, one a reset ended that libslirp may have dropped), which closes their host
+ * sockets: two resets each, as if the guest sent them (net_build_reclaim_rst says why two).
+ * Called outside libslirp's callbacks: after a frame is judged and after libslirp's turns.
  */
 static void net_reset_reclaimed(struct net_device *dev)
 {
 	static const uint8_t gateway_mac[NET_ETH_ADDR_LEN] = NET_GATEWAY_MAC;
 	struct net_policy_state *state = &dev->policy_state;
+	/* a copy: libslirp's answers to these pass the policy again and may queue more */
+	struct net_reclaimed_flow due[NET_RECLAIMED_MAX];
+	unsigned int count = state->reclaimed_count < NET_RECLAIMED_MAX ? state->reclaimed_count
+									 : NET_RECLAIMED_MAX;
 	uint8_t rst[NET_RST_FRAME_LEN];
 
-	for (unsigned int i = 0; i < state->reclaimed_count && i < NET_RECLAIMED_MAX; i++) {
-		const struct net_reclaimed_flow *flow = &state->reclaimed[i];
+	if (!count)
+		return;
+	memcpy(due, state->reclaimed, count * sizeof(due[0]));
+	state->reclaimed_count = 0;
+	for (unsigned int i = 0; i < count; i++) {
+		const struct net_reclaimed_flow *flow = &due[i];
 		const uint32_t seqs[] = { flow->guest_seq, flow->guest_seq + NET_RECLAIM_SEQ_HALF };
 
 		for (size_t s = 0; s < sizeof(seqs) / sizeof(seqs[0]); s++)
@@ -308,7 +317,6 @@ static void net_reset_reclaimed(struct net_device *dev)
 		dev->stats.flows_reclaimed++;
 		pthread_mutex_unlock(&dev->lock);
 	}
-	state->reclaimed_count = 0;
 }
 
 /* Judges one frame the guest sent and passes it on, answers it with a reset, or drops it. */
@@ -343,6 +351,7 @@ static void net_transmit_frame(struct net_device *dev, uint8_t *frame, size_t le
 	    info.dst_addr == NET_DNS_ADDR && info.dst_port == NET_DNS_PORT)
 		net_frame_set_udp_dst(frame, &info, dev->dns_gateway_addr, dev->cfg.dns_server_port);
 	slirp_dl.input(dev->slirp, frame, (int)len);
+	net_reset_reclaimed(dev);
 	pthread_mutex_lock(&dev->lock);
 	dev->stats.tx_frames++;
 	pthread_mutex_unlock(&dev->lock);
@@ -599,6 +608,7 @@ static void *net_worker_main(void *opaque)
 			log_warn(NET_LOG, "cannot read the network kick: %s", strerror(errno));
 		slirp_dl.pollfds_poll(dev->slirp, rc < 0, net_slirp_get_revents, dev);
 		net_fire_timers(dev);
+		net_reset_reclaimed(dev);
 		net_serve_tx(dev);
 		net_flush_pending(dev);
 		net_signal_queues(dev);

@@ -391,6 +391,22 @@ static void net_flow_forget(struct net_policy_state *state, struct net_flow *flo
 }
 
 /*
+ * Stops counting a TCP connection and hands it to the device to reset in libslirp; false, and
+ * the flow still counts, when the device has not reset the last ones yet.
+ */
+static bool net_flow_forget_and_reset(struct net_policy_state *state, struct net_flow *flow)
+{
+	if (state->reclaimed_count >= NET_RECLAIMED_MAX)
+		return false;
+	state->reclaimed[state->reclaimed_count++] = (struct net_reclaimed_flow){
+		.guest_port = flow->guest_port, .dst_addr = flow->dst_addr,
+		.dst_port = flow->dst_port, .guest_seq = flow->guest_seq,
+	};
+	net_flow_forget(state, flow);
+	return true;
+}
+
+/*
  * At the flow cap: the TCP connection the guest has left silent longest gives up its slot if
  * it has been silent over the idle time, and is handed to the device to reset in libslirp.
  * False when there is none (or the device has not reset the last ones yet).
@@ -411,14 +427,7 @@ static bool net_flow_reclaim_idle(const struct net_policy *policy,
 		    (!oldest || flow->last_seen_ms < oldest->last_seen_ms))
 			oldest = flow;
 	}
-	if (!oldest)
-		return false;
-	state->reclaimed[state->reclaimed_count++] = (struct net_reclaimed_flow){
-		.guest_port = oldest->guest_port, .dst_addr = oldest->dst_addr,
-		.dst_port = oldest->dst_port, .guest_seq = oldest->guest_seq,
-	};
-	net_flow_forget(state, oldest);
-	return true;
+	return oldest && net_flow_forget_and_reset(state, oldest);
 }
 
 /* A new flow, if the caps allow one now. */
@@ -438,7 +447,7 @@ static enum net_verdict net_flow_open(const struct net_policy *policy,
 	if (state->window_new >= max_new)
 		return NET_VERDICT_DENY_RATE;
 	if ((state->active_flows >= max_flows || state->active_flows >= NET_FLOW_TABLE_SIZE) &&
-	    !net_flow_reclaim_idle(policy, state, now_ms))
+	    (!net_flow_reclaim_idle(policy, state, now_ms) || state->active_flows >= max_flows))
 		return NET_VERDICT_DENY_FLOWS;
 	for (unsigned int i = 0; i < NET_FLOW_TABLE_SIZE && !slot; i++) {
 		if (!state->flows[i].used)
@@ -475,9 +484,17 @@ static void net_tcp_segment_seen(struct net_policy_state *state, const struct ne
 	flow->guest_seq = info->tcp_seq;
 	if (!info->tcp_checksum_ok)
 		return;
-	if (info->tcp_flags & NET_TCP_RST)
-		net_flow_forget(state, flow);
-	else if (info->tcp_flags & NET_TCP_FIN)
+	/*
+	 * libslirp drops a reset numbered outside its window, and every segment while it still
+	 * connects: so the connection is reset for certain before it stops counting, and one
+	 * libslirp has not answered yet counts on (it is reclaimed when idle).
+	 */
+	if (info->tcp_flags & NET_TCP_RST) {
+		if (flow->synack_seen)
+			net_flow_forget_and_reset(state, flow);
+		return;
+	}
+	if (info->tcp_flags & NET_TCP_FIN)
 		flow->guest_fin = true;
 	if (flow->used && flow->guest_fin && flow->remote_fin)
 		net_flow_forget(state, flow);
@@ -545,7 +562,8 @@ void net_policy_observe_rx(struct net_policy_state *state, const struct net_fram
 		net_flow_forget(state, net_flow_find(state, NET_IP_PROTO_ICMP, &outbound, now_ms));
 		return;
 	}
-	if (info->kind != NET_FRAME_TCP || !(info->tcp_flags & (NET_TCP_RST | NET_TCP_FIN)))
+	if (info->kind != NET_FRAME_TCP ||
+	    !(info->tcp_flags & (NET_TCP_RST | NET_TCP_FIN | NET_TCP_SYN)))
 		return;
 	/* the flow as the guest's frames name it: guest port, then the remote end */
 	outbound = *info;
@@ -555,8 +573,22 @@ void net_policy_observe_rx(struct net_policy_state *state, const struct net_fram
 	flow = net_flow_find(state, NET_IP_PROTO_TCP, &outbound, now_ms);
 	if (!flow)
 		return;
+	if ((info->tcp_flags & (NET_TCP_SYN | NET_TCP_ACK)) == (NET_TCP_SYN | NET_TCP_ACK))
+		flow->synack_seen = true;
+	/*
+	 * A reset before libslirp answered the SYN is a connect that failed: libslirp has closed
+	 * it. One after may answer a segment it refused on a connection it keeps (an ACK of
+	 * nothing it sent), so that connection is reset for certain before it stops counting.
+	 */
+	if (info->tcp_flags & NET_TCP_RST) {
+		if (!flow->synack_seen)
+			net_flow_forget(state, flow);
+		else
+			net_flow_forget_and_reset(state, flow);
+		return;
+	}
 	flow->remote_fin = flow->remote_fin || (info->tcp_flags & NET_TCP_FIN);
-	if ((info->tcp_flags & NET_TCP_RST) || flow->guest_fin)
+	if ((info->tcp_flags & NET_TCP_FIN) && flow->guest_fin)
 		net_flow_forget(state, flow);
 }
 

@@ -29,7 +29,7 @@
  * daemon's API) without granting it to this VM, then the caps on concurrent flows and on new
  * flows per second. When the flow cap is reached, the TCP connection the guest has left silent
  * longest, if that is over NET_TCP_FLOW_IDLE_MS, gives up its slot: the device resets it in
- * libslirp, so the host sockets a guest holds never exceed the cap.
+ * libslirp. A reset that libslirp may have dropped ends a flow only with such a reset too.
  */
 #ifndef VOIDBOX_DEVICES_NET_POLICY_H
 #define VOIDBOX_DEVICES_NET_POLICY_H
@@ -162,11 +162,13 @@ struct net_flow {
 	uint16_t dst_port;
 	uint64_t last_seen_ms;
 	uint32_t guest_seq; /* TCP: a sequence number of the guest's, the latest it sent */
+	bool synack_seen;   /* TCP: libslirp answered the SYN, so it has left connecting */
 };
 
 /*
- * An idle TCP connection whose slot a new flow took: the device resets it in libslirp
- * (net_build_reclaim_rst), which closes its host socket.
+ * A TCP connection the policy has stopped counting while libslirp may still hold it: an idle
+ * one whose slot a new flow took, or one a reset ended that libslirp may have dropped. The
+ * device resets it in libslirp (net_build_reclaim_rst), which closes its host socket.
  */
 struct net_reclaimed_flow {
 	uint16_t guest_port;
@@ -175,8 +177,8 @@ struct net_reclaimed_flow {
 	uint32_t guest_seq;
 };
 
-/* Reclaimed connections not yet reset by the device: none is reclaimed past this many. */
-#define NET_RECLAIMED_MAX 4
+/* Connections not yet reset by the device: past this many, flows keep counting instead. */
+#define NET_RECLAIMED_MAX 16
 
 /* What the policy remembers between frames: open flows and this second's new ones. */
 struct net_policy_state {
@@ -186,7 +188,7 @@ struct net_policy_state {
 	uint64_t window_start_ms;
 	uint32_t window_new;
 	uint64_t verdicts[NET_VERDICT_COUNT];
-	/* idle connections reclaimed for new ones, for the device to reset and then clear */
+	/* connections no longer counted, for the device to reset in libslirp and then clear */
 	struct net_reclaimed_flow reclaimed[NET_RECLAIMED_MAX];
 	unsigned int reclaimed_count;
 	/*

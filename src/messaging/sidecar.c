@@ -785,6 +785,7 @@ static int sidecar_listen_loopback_once(uint16_t *port, int *claim)
 	if (rc == 0 && listen(fd, SIDECAR_LISTEN_BACKLOG) < 0) {
 		rc = -errno;
 		close(*claim);
+		*claim = -1;
 	}
 	if (rc < 0) {
 		close(fd);

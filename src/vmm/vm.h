@@ -105,8 +105,8 @@ struct vm_config {
 	 */
 	const struct net_config *network;
 	/*
-	 * A restore only: claimed host loopback ports its guest may reach besides those its saved
-	 * network policy grants (vm_restore_options.granted_ports, src/devices/net_policy.h).
+	 * A restore only: claimed host loopback ports its guest may reach (a snapshot's network
+	 * section saves no grants: vm_restore_options.granted_ports, src/devices/net_policy.h).
 	 */
 	const uint16_t *restore_granted_ports;
 	unsigned int restore_granted_port_count;

@@ -507,18 +507,29 @@ static void test_flow_cap_refuses_and_recovers(void)
 	CHECK_INT_EQ(guest_segment(&policy, state, 2, NET_TCP_FIN | NET_TCP_ACK, true, TEST_NOW_MS),
 		     NET_VERDICT_PASS);
 	CHECK_INT_EQ(state->active_flows, 1);
-	/* a reset from the guest with a right checksum ends its flow at once */
+	/*
+	 * a reset from the guest with a right checksum, before libslirp answered the SYN, ends
+	 * nothing (libslirp drops every segment while it connects); after, it ends the flow and
+	 * hands the connection to the device to reset for certain (libslirp may have dropped it)
+	 */
 	CHECK_INT_EQ(guest_segment(&policy, state, 3, NET_TCP_SYN, false, TEST_NOW_MS),
 		     NET_VERDICT_PASS);
 	CHECK_INT_EQ(guest_segment(&policy, state, 3, NET_TCP_RST, true, TEST_NOW_MS),
 		     NET_VERDICT_PASS);
+	CHECK_INT_EQ(state->active_flows, 2);
+	remote_segment(state, 3, NET_TCP_SYN | NET_TCP_ACK);
+	CHECK_INT_EQ(guest_segment(&policy, state, 3, NET_TCP_RST, true, TEST_NOW_MS),
+		     NET_VERDICT_PASS);
 	CHECK_INT_EQ(state->active_flows, 1);
+	CHECK_INT_EQ(state->reclaimed_count, 1);
+	CHECK_INT_EQ(state->reclaimed[0].guest_port, TEST_GUEST_PORT + 3);
+	state->reclaimed_count = 0; /* as the device does once it has reset them */
 	/* a reset from the remote end closes the flow it answers */
 	CHECK_INT_EQ(guest_segment(&policy, state, 4, NET_TCP_SYN, false, TEST_NOW_MS),
 		     NET_VERDICT_PASS);
 	remote_segment(state, 4, NET_TCP_RST | NET_TCP_ACK);
 	CHECK_INT_EQ(state->active_flows, 1);
-	/* a connection in use keeps its flow past the idle time; an idle one expires */
+	/* a connection in use keeps its flow past the idle time; an idle one is reclaimed at the cap */
 	CHECK_INT_EQ(guest_segment(&policy, state, 5, NET_TCP_SYN, false, TEST_NOW_MS),
 		     NET_VERDICT_PASS);
 	CHECK_INT_EQ(guest_segment(&policy, state, 5, NET_TCP_ACK, false,
@@ -570,7 +581,6 @@ static void test_idle_connections_reclaimed_at_the_cap(void)
 	CHECK_INT_EQ(state->reclaimed[0].guest_port, TEST_GUEST_PORT + 1);
 	CHECK_INT_EQ(state->active_flows, 2);
 	/* a device that has not reset them yet holds the reclaiming at NET_RECLAIMED_MAX */
-	policy.max_flows = 1;
 	state->reclaimed_count = NET_RECLAIMED_MAX;
 	CHECK_INT_EQ(guest_segment(&policy, state, 3, NET_TCP_SYN, false,
 				   later + 2 * NET_TCP_FLOW_IDLE_MS),
@@ -579,6 +589,39 @@ static void test_idle_connections_reclaimed_at_the_cap(void)
 	CHECK_INT_EQ(guest_segment(&policy, state, 3, NET_TCP_SYN, false,
 				   later + 2 * NET_TCP_FLOW_IDLE_MS),
 		     NET_VERDICT_PASS);
+	CHECK_INT_EQ(state->active_flows, 2);
+	free(state);
+}
+
+/*
+ * libslirp's reset before it answered the SYN is a failed connect, which it has closed; one
+ * after may answer a segment it refused on a connection it keeps, so the device resets that
+ * for certain before the flow stops counting. When the device is behind, the flow counts on.
+ */
+static void test_remote_resets_by_connection_state(void)
+{
+	struct net_policy policy;
+	struct net_policy_state *state = new_state();
+
+	net_policy_init_default(&policy);
+	CHECK_INT_EQ(guest_segment(&policy, state, 0, NET_TCP_SYN, false, TEST_NOW_MS),
+		     NET_VERDICT_PASS);
+	remote_segment(state, 0, NET_TCP_RST | NET_TCP_ACK); /* refused */
+	CHECK_INT_EQ(state->active_flows, 0);
+	CHECK_INT_EQ(state->reclaimed_count, 0);
+	CHECK_INT_EQ(guest_segment(&policy, state, 1, NET_TCP_SYN, false, TEST_NOW_MS),
+		     NET_VERDICT_PASS);
+	remote_segment(state, 1, NET_TCP_SYN | NET_TCP_ACK);
+	remote_segment(state, 1, NET_TCP_RST | NET_TCP_ACK);
+	CHECK_INT_EQ(state->active_flows, 0);
+	CHECK_INT_EQ(state->reclaimed_count, 1);
+	CHECK_INT_EQ(state->reclaimed[0].guest_port, TEST_GUEST_PORT + 1);
+	state->reclaimed_count = NET_RECLAIMED_MAX;
+	CHECK_INT_EQ(guest_segment(&policy, state, 2, NET_TCP_SYN, false, TEST_NOW_MS),
+		     NET_VERDICT_PASS);
+	remote_segment(state, 2, NET_TCP_SYN | NET_TCP_ACK);
+	remote_segment(state, 2, NET_TCP_RST | NET_TCP_ACK);
+	CHECK_INT_EQ(state->active_flows, 1);
 	free(state);
 }
 
@@ -1037,6 +1080,27 @@ static int accept_within_bound(int listener)
 	return accept4(listener, NULL, NULL, SOCK_CLOEXEC);
 }
 
+/* A device allowing one flow (idle after TEST_IDLE_MS) and a listening server of the test's. */
+static void start_one_flow_device(struct net_fixture *f, struct net_config *cfg, int listener)
+{
+	if (listener < 0 || listen(listener, 4) < 0)
+		harness_fail_setup("a loopback server");
+	net_policy_init_default(&cfg->policy);
+	cfg->policy.max_flows = 1;
+	cfg->policy.tcp_idle_ms = TEST_IDLE_MS;
+	CHECK_INT_EQ(fixture_init(f, cfg), 0);
+}
+
+/* The server's side of a connection libslirp closed sees it end: EOF or a reset. */
+static void check_server_side_ended(int conn)
+{
+	struct pollfd ended = { .fd = conn, .events = POLLIN };
+	char byte;
+
+	CHECK(conn >= 0 && poll(&ended, 1, TEST_WAIT_STEPS) == 1);
+	CHECK(conn >= 0 && recv(conn, &byte, 1, MSG_DONTWAIT) <= 0);
+}
+
 /*
  * With one flow allowed, a second connection takes the slot of the first once that has been
  * silent past the idle time: the device resets it in libslirp, which closes its host socket,
@@ -1047,20 +1111,13 @@ static void test_device_idle_connection_reclaimed(void)
 	struct net_config cfg = { 0 };
 	struct net_fixture f;
 	struct net_device_stats stats;
-	struct pollfd ended;
 	struct timespec idle = { .tv_sec = 0, .tv_nsec = 2 * TEST_IDLE_MS * 1000L * 1000L };
 	uint8_t frame[NET_MAX_FRAME_LEN], ack[NET_MAX_FRAME_LEN];
 	uint16_t port = 0;
 	int listener = hold_loopback_port(&port), first = -1, second = -1;
 	size_t len, ack_len;
-	char byte;
 
-	if (listener < 0 || listen(listener, 4) < 0)
-		harness_fail_setup("a loopback server");
-	net_policy_init_default(&cfg.policy);
-	cfg.policy.max_flows = 1;
-	cfg.policy.tcp_idle_ms = TEST_IDLE_MS;
-	CHECK_INT_EQ(fixture_init(&f, &cfg), 0);
+	start_one_flow_device(&f, &cfg, listener);
 	len = build_ip_frame(frame, NET_IP_PROTO_TCP, NET_GATEWAY_ADDR, port, NET_TCP_SYN, 0);
 	set_checksums(frame, len);
 	transmit_frame(&f, frame, len);
@@ -1073,15 +1130,14 @@ static void test_device_idle_connection_reclaimed(void)
 	ack_len = build_ip_frame(ack, NET_IP_PROTO_TCP, NET_GATEWAY_ADDR, port, NET_TCP_ACK, 0);
 	put32(ack + NET_ETH_HEADER_LEN + NET_IPV4_MIN_HEADER_LEN + 4, TEST_SYN_SEQ + TEST_FAR_SEQ);
 	transmit_frame(&f, ack, ack_len);
+	wait_judged(&f, 2, &stats); /* the idle time counts from the segment's judging */
 	nanosleep(&idle, NULL);
 	put16(frame + NET_ETH_HEADER_LEN + NET_IPV4_MIN_HEADER_LEN, TEST_GUEST_PORT + 1);
 	set_checksums(frame, len);
 	transmit_frame(&f, frame, len);
 	second = accept_within_bound(listener);
 	CHECK(second >= 0);
-	ended = (struct pollfd){ .fd = first, .events = POLLIN };
-	CHECK(first >= 0 && poll(&ended, 1, TEST_WAIT_STEPS) == 1);
-	CHECK(first >= 0 && recv(first, &byte, 1, MSG_DONTWAIT) <= 0); /* EOF or reset */
+	check_server_side_ended(first);
 	wait_judged(&f, 3, &stats);
 	CHECK(stats.verdicts[NET_VERDICT_PASS] == 3);
 	CHECK(stats.flows_reclaimed == 1);
@@ -1094,16 +1150,76 @@ static void test_device_idle_connection_reclaimed(void)
 }
 
 /* An ARP request for the gateway goes to slirp, which answers with the gateway's MAC. */
-static void check_slirp_answers_arp(bool confine_worker)
+/* Waits for a TCP segment to the guest with all of flags; false when none came. */
+static bool wait_guest_tcp(struct net_fixture *f, uint8_t flags)
 {
-	struct net_config cfg = { .confine_worker = confine_worker };
-	struct net_fixture f;
-	uint8_t arp[TEST_ARP_LEN] = { 0 };
-	const uint8_t *rx;
 	uint32_t id = 0, len = 0;
 
-	net_policy_init_default(&cfg.policy);
-	CHECK_INT_EQ(fixture_init(&f, &cfg), 0);
+	while (wait_used(f, TEST_RX_QUEUE, &id, &len)) {
+		struct net_frame_info info;
+
+		if (len <= TEST_VIRTIO_HEADER_LEN)
+			continue;
+		net_frame_parse(fake_guest_host(&f->guest, TEST_RX_GPA + (uint64_t)id *
+								      TEST_RX_BUFFER_LEN) +
+					TEST_VIRTIO_HEADER_LEN,
+				len - TEST_VIRTIO_HEADER_LEN, &info);
+		if (info.kind == NET_FRAME_TCP && (info.tcp_flags & flags) == flags)
+			return true;
+	}
+	return false;
+}
+
+static void transmit_arp_request(struct net_fixture *f);
+
+/*
+ * A reset the guest numbers outside libslirp's window is dropped by libslirp, which keeps the
+ * connection. The policy stops counting it only once the device has reset it for certain, so
+ * the server sees it end before another connection takes its slot (the cap is one).
+ */
+static void test_device_dropped_guest_reset_still_closes(void)
+{
+	struct net_config cfg = { 0 };
+	struct net_fixture f;
+	struct net_device_stats stats;
+	uint8_t frame[NET_MAX_FRAME_LEN], rst[NET_MAX_FRAME_LEN];
+	uint16_t port = 0;
+	int listener = hold_loopback_port(&port), first = -1, second = -1;
+	size_t len, rst_len;
+
+	start_one_flow_device(&f, &cfg, listener);
+	transmit_arp_request(&f); /* so libslirp can send the guest its SYN|ACK */
+	len = build_ip_frame(frame, NET_IP_PROTO_TCP, NET_GATEWAY_ADDR, port, NET_TCP_SYN, 0);
+	set_checksums(frame, len);
+	transmit_frame(&f, frame, len);
+	first = accept_within_bound(listener);
+	CHECK(first >= 0);
+	CHECK(wait_guest_tcp(&f, NET_TCP_SYN | NET_TCP_ACK));
+	rst_len = build_ip_frame(rst, NET_IP_PROTO_TCP, NET_GATEWAY_ADDR, port, NET_TCP_RST, 0);
+	put32(rst + NET_ETH_HEADER_LEN + NET_IPV4_MIN_HEADER_LEN + 4, TEST_SYN_SEQ + TEST_FAR_SEQ);
+	set_checksums(rst, rst_len);
+	transmit_frame(&f, rst, rst_len);
+	check_server_side_ended(first);
+	wait_judged(&f, 3, &stats);
+	CHECK(stats.flows_reclaimed == 1);
+	put16(frame + NET_ETH_HEADER_LEN + NET_IPV4_MIN_HEADER_LEN, TEST_GUEST_PORT + 1);
+	set_checksums(frame, len);
+	transmit_frame(&f, frame, len);
+	second = accept_within_bound(listener);
+	CHECK(second >= 0);
+	fixture_free(&f);
+	if (first >= 0)
+		close(first);
+	if (second >= 0)
+		close(second);
+	close(listener);
+}
+
+/* The guest asks for the gateway's address (which also tells slirp the guest's). */
+static void transmit_arp_request(struct net_fixture *f)
+{
+	uint8_t arp[TEST_ARP_LEN] = { 0 };
+
 	memset(arp, 0xff, 6);
 	memcpy(arp + 6, test_guest_mac, 6);
 	put16(arp + 12, NET_ETHERTYPE_ARP);
@@ -1115,7 +1231,19 @@ static void check_slirp_answers_arp(bool confine_worker)
 	memcpy(arp + 22, test_guest_mac, 6);
 	put32(arp + 28, NET_GUEST_ADDR);
 	put32(arp + 38, NET_GATEWAY_ADDR);
-	transmit_frame(&f, arp, sizeof(arp));
+	transmit_frame(f, arp, sizeof(arp));
+}
+
+static void check_slirp_answers_arp(bool confine_worker)
+{
+	struct net_config cfg = { .confine_worker = confine_worker };
+	struct net_fixture f;
+	const uint8_t *rx;
+	uint32_t id = 0, len = 0;
+
+	net_policy_init_default(&cfg.policy);
+	CHECK_INT_EQ(fixture_init(&f, &cfg), 0);
+	transmit_arp_request(&f);
 	CHECK(wait_used(&f, TEST_RX_QUEUE, &id, &len));
 	CHECK(len >= TEST_VIRTIO_HEADER_LEN + TEST_ARP_LEN);
 	rx = fake_guest_host(&f.guest, TEST_RX_GPA + (uint64_t)id * TEST_RX_BUFFER_LEN) +
@@ -1153,6 +1281,7 @@ int main(void)
 	RUN_TEST(test_rate_cap_refuses_and_recovers);
 	RUN_TEST(test_flow_cap_refuses_and_recovers);
 	RUN_TEST(test_idle_connections_reclaimed_at_the_cap);
+	RUN_TEST(test_remote_resets_by_connection_state);
 	RUN_TEST(test_udp_and_echo_flows);
 	RUN_TEST(test_addresses_of_no_single_host_refused);
 	RUN_TEST(test_reset_answers_the_syn);
@@ -1163,6 +1292,7 @@ int main(void)
 	RUN_TEST(test_device_claimed_port_gets_reset);
 	RUN_TEST(test_device_published_port_claimed);
 	RUN_TEST(test_device_idle_connection_reclaimed);
+	RUN_TEST(test_device_dropped_guest_reset_still_closes);
 	RUN_TEST(test_device_slirp_answers_arp);
 	RUN_TEST(test_device_confined_worker_answers_arp);
 	return harness_finish();
