@@ -219,6 +219,7 @@ static void net_parse_l4(const uint8_t *frame, size_t ip_len, struct net_frame_i
 		out->src_port = net_get16(l4);
 		out->dst_port = net_get16(l4 + 2);
 		out->tcp_seq = net_get32(l4 + NET_TCP_SEQ_OFFSET);
+		out->tcp_ack = net_get32(l4 + NET_TCP_ACK_OFFSET);
 		out->tcp_flags = l4[NET_TCP_FLAGS_OFFSET];
 		out->l4_payload_len = l4_len - header_len;
 		if (out->tcp_flags & (NET_TCP_FIN | NET_TCP_RST))
@@ -468,9 +469,9 @@ static enum net_verdict net_flow_open(const struct net_policy *policy,
 /*
  * A segment of a TCP connection from the guest keeps its flow alive. The flow ends when libslirp
  * lets the connection's host socket go: at a reset, or once both ends have sent a FIN (the
- * remote end's is seen in net_policy_observe_rx). Only a FIN or reset whose checksum is right
- * counts, since libslirp drops any other; a FIN alone leaves the connection half open, its
- * socket still held.
+ * remote end's, and libslirp's acknowledgement of the guest's, are seen in
+ * net_policy_observe_rx). Only a FIN or reset whose checksum is right counts, since libslirp
+ * drops any other; a FIN alone leaves the connection half open, its socket still held.
  */
 static void net_tcp_segment_seen(struct net_policy_state *state, const struct net_frame_info *info,
 				 uint64_t now_ms)
@@ -494,10 +495,14 @@ static void net_tcp_segment_seen(struct net_policy_state *state, const struct ne
 			net_flow_forget_and_reset(state, flow);
 		return;
 	}
-	if (info->tcp_flags & NET_TCP_FIN)
-		flow->guest_fin = true;
-	if (flow->used && flow->guest_fin && flow->remote_fin)
-		net_flow_forget(state, flow);
+	/*
+	 * A FIN closes the guest's side once libslirp acknowledges it (net_policy_observe_rx):
+	 * libslirp drops one numbered outside its window, and the connection stays open.
+	 */
+	if (info->tcp_flags & NET_TCP_FIN) {
+		flow->guest_fin_sent = true;
+		flow->guest_fin_seq = info->tcp_seq + (uint32_t)info->l4_payload_len;
+	}
 }
 
 static enum net_verdict net_policy_decide(const struct net_policy *policy,
@@ -563,7 +568,7 @@ void net_policy_observe_rx(struct net_policy_state *state, const struct net_fram
 		return;
 	}
 	if (info->kind != NET_FRAME_TCP ||
-	    !(info->tcp_flags & (NET_TCP_RST | NET_TCP_FIN | NET_TCP_SYN)))
+	    !(info->tcp_flags & (NET_TCP_RST | NET_TCP_FIN | NET_TCP_SYN | NET_TCP_ACK)))
 		return;
 	/* the flow as the guest's frames name it: guest port, then the remote end */
 	outbound = *info;
@@ -587,8 +592,12 @@ void net_policy_observe_rx(struct net_policy_state *state, const struct net_fram
 			net_flow_forget_and_reset(state, flow);
 		return;
 	}
+	/* libslirp acknowledges the guest's FIN: the next number it expects is past it */
+	if (flow->guest_fin_sent && (info->tcp_flags & NET_TCP_ACK) &&
+	    (int32_t)(info->tcp_ack - (flow->guest_fin_seq + 1u)) >= 0)
+		flow->guest_fin = true;
 	flow->remote_fin = flow->remote_fin || (info->tcp_flags & NET_TCP_FIN);
-	if ((info->tcp_flags & NET_TCP_FIN) && flow->guest_fin)
+	if (flow->guest_fin && flow->remote_fin)
 		net_flow_forget(state, flow);
 }
 

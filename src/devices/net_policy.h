@@ -128,6 +128,7 @@ struct net_frame_info {
 	uint16_t dst_port; /* an ICMP echo's sequence number */
 	uint8_t tcp_flags;
 	uint32_t tcp_seq;
+	uint32_t tcp_ack;
 	bool tcp_checksum_ok; /* computed for a FIN or RST only: what may end a flow */
 	uint8_t icmp_type;    /* ICMP: echo id and sequence are in src_port and dst_port */
 	size_t ip_offset;	  /* where the IPv4 header starts */
@@ -154,7 +155,9 @@ enum net_verdict {
  */
 struct net_flow {
 	bool used;
-	bool guest_fin;	 /* TCP: the guest closed its side */
+	bool guest_fin;	 /* TCP: the guest closed its side, and libslirp acknowledged it */
+	bool guest_fin_sent; /* TCP: the guest sent a FIN, numbered guest_fin_seq */
+	uint32_t guest_fin_seq;
 	bool remote_fin; /* TCP: the remote end closed its side */
 	uint8_t proto;
 	uint16_t guest_port;
@@ -225,10 +228,11 @@ enum net_verdict net_policy_judge(const struct net_policy *policy, struct net_po
 				  uint32_t *judged_addr);
 const char *net_verdict_name(enum net_verdict verdict);
 /*
- * A frame on its way to the guest: a TCP reset from the remote end closes the flow it
- * answers (a refused or aborted connection sends the guest no FIN to see), and a FIN from it
- * closes one the guest has closed too; an ICMP echo reply ends its request's flow. Each is
- * when libslirp lets the flow's host socket go, so its slot frees then, not sooner.
+ * A frame on its way to the guest: libslirp's SYN|ACK marks its connection past connecting;
+ * its reset closes the flow it answers (before the SYN|ACK a failed connect, after it with
+ * the device's own reset for certain); its ACK past the guest's FIN closes the guest's side;
+ * its FIN closes a flow whose guest side is closed; an ICMP echo reply ends its request's
+ * flow. Each is when libslirp lets the flow's host socket go, so its slot frees then.
  */
 void net_policy_observe_rx(struct net_policy_state *state, const struct net_frame_info *info,
 			   uint64_t now_ms);

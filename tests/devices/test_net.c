@@ -448,8 +448,12 @@ static enum net_verdict guest_segment(const struct net_policy *policy,
 	return judge(policy, state, frame, len, now_ms);
 }
 
-/* The remote end's FIN (or reset) on that connection, on its way to the guest. */
-static void remote_segment(struct net_policy_state *state, uint16_t port_offset, uint8_t flags)
+/*
+ * The remote end's FIN (or reset, or ACK) on that connection, on its way to the guest; with
+ * ACK set it acknowledges numbers up to ack (TEST_SYN_SEQ: the FIN guest_segment sends).
+ */
+static void remote_segment_acking(struct net_policy_state *state, uint16_t port_offset,
+				  uint8_t flags, uint32_t ack)
 {
 	uint8_t frame[NET_MAX_FRAME_LEN];
 	size_t len = build_ip_frame(frame, NET_IP_PROTO_TCP, NET_GUEST_ADDR, 0, flags, 0);
@@ -459,8 +463,14 @@ static void remote_segment(struct net_policy_state *state, uint16_t port_offset,
 	put32(ip + 12, NET_GATEWAY_ADDR);
 	put16(tcp, 80);
 	put16(tcp + 2, (uint16_t)(TEST_GUEST_PORT + port_offset));
+	put32(tcp + 8, ack);
 	net_frame_parse(frame, len, &info);
 	net_policy_observe_rx(state, &info, TEST_NOW_MS);
+}
+
+static void remote_segment(struct net_policy_state *state, uint16_t port_offset, uint8_t flags)
+{
+	remote_segment_acking(state, port_offset, flags, TEST_SYN_SEQ);
 }
 
 /*
@@ -496,8 +506,11 @@ static void test_flow_cap_refuses_and_recovers(void)
 		     NET_VERDICT_PASS);
 	CHECK_INT_EQ(guest_segment(&policy, state, 2, NET_TCP_SYN, false, TEST_NOW_MS),
 		     NET_VERDICT_DENY_FLOWS);
-	/* the remote end's FIN closes it */
-	remote_segment(state, 0, NET_TCP_FIN | NET_TCP_ACK);
+	/* the remote end's FIN that has not acknowledged the guest's (libslirp dropped it) neither */
+	remote_segment_acking(state, 0, NET_TCP_FIN | NET_TCP_ACK, TEST_SYN_SEQ - 1);
+	CHECK_INT_EQ(state->active_flows, 2);
+	/* once libslirp acknowledges the guest's FIN, both sides are closed */
+	remote_segment(state, 0, NET_TCP_ACK);
 	CHECK_INT_EQ(state->active_flows, 1);
 	CHECK_INT_EQ(guest_segment(&policy, state, 2, NET_TCP_SYN, false, TEST_NOW_MS),
 		     NET_VERDICT_PASS);
@@ -506,6 +519,8 @@ static void test_flow_cap_refuses_and_recovers(void)
 	CHECK_INT_EQ(state->active_flows, 2);
 	CHECK_INT_EQ(guest_segment(&policy, state, 2, NET_TCP_FIN | NET_TCP_ACK, true, TEST_NOW_MS),
 		     NET_VERDICT_PASS);
+	CHECK_INT_EQ(state->active_flows, 2);
+	remote_segment(state, 2, NET_TCP_ACK);
 	CHECK_INT_EQ(state->active_flows, 1);
 	/*
 	 * a reset from the guest with a right checksum, before libslirp answered the SYN, ends
@@ -1150,27 +1165,45 @@ static void test_device_idle_connection_reclaimed(void)
 }
 
 /* An ARP request for the gateway goes to slirp, which answers with the gateway's MAC. */
-/* Waits for a TCP segment to the guest with all of flags; false when none came. */
-static bool wait_guest_tcp(struct net_fixture *f, uint8_t flags)
+/* Waits for a TCP segment to the guest with all of flags, into *info; false when none came. */
+static bool wait_guest_tcp(struct net_fixture *f, uint8_t flags, struct net_frame_info *info)
 {
 	uint32_t id = 0, len = 0;
 
 	while (wait_used(f, TEST_RX_QUEUE, &id, &len)) {
-		struct net_frame_info info;
-
 		if (len <= TEST_VIRTIO_HEADER_LEN)
 			continue;
 		net_frame_parse(fake_guest_host(&f->guest, TEST_RX_GPA + (uint64_t)id *
 								      TEST_RX_BUFFER_LEN) +
 					TEST_VIRTIO_HEADER_LEN,
-				len - TEST_VIRTIO_HEADER_LEN, &info);
-		if (info.kind == NET_FRAME_TCP && (info.tcp_flags & flags) == flags)
+				len - TEST_VIRTIO_HEADER_LEN, info);
+		if (info->kind == NET_FRAME_TCP && (info->tcp_flags & flags) == flags)
 			return true;
 	}
 	return false;
 }
 
 static void transmit_arp_request(struct net_fixture *f);
+
+/*
+ * The guest's SYN to the test's server on port, after an ARP request so libslirp can answer
+ * it: the server's side of the connection (-1 if none came), the SYN in frame/len for the
+ * caller to send again from another port, libslirp's SYN|ACK in *synack.
+ */
+static int connect_answered(struct net_fixture *f, int listener, uint16_t port, uint8_t *frame,
+			    size_t *len, struct net_frame_info *synack)
+{
+	int conn;
+
+	transmit_arp_request(f);
+	*len = build_ip_frame(frame, NET_IP_PROTO_TCP, NET_GATEWAY_ADDR, port, NET_TCP_SYN, 0);
+	set_checksums(frame, *len);
+	transmit_frame(f, frame, *len);
+	conn = accept_within_bound(listener);
+	CHECK(conn >= 0);
+	CHECK(wait_guest_tcp(f, NET_TCP_SYN | NET_TCP_ACK, synack));
+	return conn;
+}
 
 /*
  * A reset the guest numbers outside libslirp's window is dropped by libslirp, which keeps the
@@ -1183,18 +1216,13 @@ static void test_device_dropped_guest_reset_still_closes(void)
 	struct net_fixture f;
 	struct net_device_stats stats;
 	uint8_t frame[NET_MAX_FRAME_LEN], rst[NET_MAX_FRAME_LEN];
+	struct net_frame_info synack;
 	uint16_t port = 0;
 	int listener = hold_loopback_port(&port), first = -1, second = -1;
 	size_t len, rst_len;
 
 	start_one_flow_device(&f, &cfg, listener);
-	transmit_arp_request(&f); /* so libslirp can send the guest its SYN|ACK */
-	len = build_ip_frame(frame, NET_IP_PROTO_TCP, NET_GATEWAY_ADDR, port, NET_TCP_SYN, 0);
-	set_checksums(frame, len);
-	transmit_frame(&f, frame, len);
-	first = accept_within_bound(listener);
-	CHECK(first >= 0);
-	CHECK(wait_guest_tcp(&f, NET_TCP_SYN | NET_TCP_ACK));
+	first = connect_answered(&f, listener, port, frame, &len, &synack);
 	rst_len = build_ip_frame(rst, NET_IP_PROTO_TCP, NET_GATEWAY_ADDR, port, NET_TCP_RST, 0);
 	put32(rst + NET_ETH_HEADER_LEN + NET_IPV4_MIN_HEADER_LEN + 4, TEST_SYN_SEQ + TEST_FAR_SEQ);
 	set_checksums(rst, rst_len);
@@ -1212,6 +1240,52 @@ static void test_device_dropped_guest_reset_still_closes(void)
 		close(first);
 	if (second >= 0)
 		close(second);
+	close(listener);
+}
+
+/*
+ * A FIN the guest numbers outside libslirp's window is dropped by libslirp, which keeps the
+ * connection even after the server's side closed: the flow counts on (the cap is one, so the
+ * next connection is refused) until libslirp acknowledges a FIN of the guest's.
+ */
+static void test_device_dropped_guest_fin_keeps_counting(void)
+{
+	struct net_config cfg = { 0 };
+	struct net_fixture f;
+	struct net_device_stats stats;
+	struct net_frame_info synack, fin_info;
+	uint8_t frame[NET_MAX_FRAME_LEN], seg[NET_MAX_FRAME_LEN];
+	uint16_t port = 0;
+	int listener = hold_loopback_port(&port), first = -1;
+	uint8_t *tcp = seg + NET_ETH_HEADER_LEN + NET_IPV4_MIN_HEADER_LEN;
+	size_t len, seg_len;
+
+	if (listener < 0 || listen(listener, 4) < 0)
+		harness_fail_setup("a loopback server");
+	net_policy_init_default(&cfg.policy);
+	cfg.policy.max_flows = 1; /* and the default idle time: nothing is reclaimed here */
+	CHECK_INT_EQ(fixture_init(&f, &cfg), 0);
+	first = connect_answered(&f, listener, port, frame, &len, &synack);
+	/* the handshake's last step, then a FIN numbered far outside the window */
+	seg_len = build_ip_frame(seg, NET_IP_PROTO_TCP, NET_GATEWAY_ADDR, port, NET_TCP_ACK, 0);
+	put32(tcp + 4, TEST_SYN_SEQ);
+	put32(tcp + 8, synack.tcp_seq + 1);
+	set_checksums(seg, seg_len);
+	transmit_frame(&f, seg, seg_len);
+	put32(tcp + 4, TEST_SYN_SEQ + TEST_FAR_SEQ);
+	tcp[13] = NET_TCP_FIN | NET_TCP_ACK;
+	set_checksums(seg, seg_len);
+	transmit_frame(&f, seg, seg_len);
+	/* the server closes its side: libslirp passes the FIN on and keeps the connection */
+	if (first >= 0)
+		close(first);
+	CHECK(wait_guest_tcp(&f, NET_TCP_FIN, &fin_info));
+	put16(frame + NET_ETH_HEADER_LEN + NET_IPV4_MIN_HEADER_LEN, TEST_GUEST_PORT + 1);
+	set_checksums(frame, len);
+	transmit_frame(&f, frame, len);
+	wait_judged(&f, 5, &stats); /* the ARP request, SYN, ACK, FIN and the second SYN */
+	CHECK(stats.verdicts[NET_VERDICT_DENY_FLOWS] == 1);
+	fixture_free(&f);
 	close(listener);
 }
 
@@ -1293,6 +1367,7 @@ int main(void)
 	RUN_TEST(test_device_published_port_claimed);
 	RUN_TEST(test_device_idle_connection_reclaimed);
 	RUN_TEST(test_device_dropped_guest_reset_still_closes);
+	RUN_TEST(test_device_dropped_guest_fin_keeps_counting);
 	RUN_TEST(test_device_slirp_answers_arp);
 	RUN_TEST(test_device_confined_worker_answers_arp);
 	return harness_finish();
