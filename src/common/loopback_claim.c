@@ -28,15 +28,15 @@ static socklen_t loopback_claim_address(uint16_t port, struct sockaddr_un *addr)
 	return (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + (size_t)len);
 }
 
-int loopback_claim_port(uint16_t port)
+/* A datagram socket bound to addr and shut down both ways: the descriptor, or -errno. */
+static int loopback_claim_bound_socket(const struct sockaddr_un *addr, socklen_t addr_len)
 {
-	struct sockaddr_un addr;
-	socklen_t addr_len = loopback_claim_address(port, &addr);
 	int fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
 
 	if (fd < 0)
 		return -errno;
-	if (bind(fd, (struct sockaddr *)&addr, addr_len) < 0 || shutdown(fd, SHUT_RDWR) < 0) {
+	if (bind(fd, (const struct sockaddr *)addr, addr_len) < 0 ||
+	    shutdown(fd, SHUT_RDWR) < 0) {
 		int rc = -errno;
 
 		close(fd);
@@ -45,22 +45,20 @@ int loopback_claim_port(uint16_t port)
 	return fd;
 }
 
+int loopback_claim_port(uint16_t port)
+{
+	struct sockaddr_un addr;
+	socklen_t addr_len = loopback_claim_address(port, &addr);
+
+	return loopback_claim_bound_socket(&addr, addr_len);
+}
+
 int loopback_claim_asker_open(void)
 {
 	/* an autobind (the family alone) gives it a name, so a later bind() fails */
 	const struct sockaddr_un autobind = { .sun_family = AF_UNIX };
-	int fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
 
-	if (fd < 0)
-		return -errno;
-	if (bind(fd, (const struct sockaddr *)&autobind, sizeof(sa_family_t)) < 0 ||
-	    shutdown(fd, SHUT_RDWR) < 0) {
-		int rc = -errno;
-
-		close(fd);
-		return rc;
-	}
-	return fd;
+	return loopback_claim_bound_socket(&autobind, sizeof(sa_family_t));
 }
 
 bool loopback_claim_held(int asker, uint16_t port)
