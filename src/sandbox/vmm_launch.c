@@ -68,6 +68,15 @@ static void put_cidrs(struct launch_writer *lw, const struct net_cidr *cidrs, un
 	}
 }
 
+/* Claimed host ports a VM is granted (a boot's network, a restore's options). */
+static void put_granted_ports(struct launch_writer *lw, const uint16_t *ports, unsigned int count)
+{
+	unsigned int items = put_count(lw, count, NET_MAX_GRANTED_PORTS);
+
+	for (unsigned int i = 0; i < items; i++)
+		byte_writer_u16(&lw->w, ports[i]);
+}
+
 static void put_network(struct launch_writer *lw, const struct net_config *net)
 {
 	put_cidrs(lw, net->policy.deny, net->policy.deny_count);
@@ -85,9 +94,7 @@ static void put_network(struct launch_writer *lw, const struct net_config *net)
 		byte_writer_u16(&lw->w, net->publish[i].guest_port);
 	}
 	put_bool(lw, net->confine_worker);
-	ports = put_count(lw, net->policy.granted_count, NET_MAX_GRANTED_PORTS);
-	for (unsigned int i = 0; i < ports; i++)
-		byte_writer_u16(&lw->w, net->policy.granted_ports[i]);
+	put_granted_ports(lw, net->policy.granted_ports, net->policy.granted_count);
 }
 
 static void put_placement(struct launch_writer *lw, bool has_cpu, int cpu)
@@ -144,10 +151,7 @@ static void put_restore(struct launch_writer *lw, const char *dir,
 	for (unsigned int i = 0; i < CPU_FEATURE_REG_COUNT; i++)
 		byte_writer_u32(&lw->w, opts->has_manifest_cpu_features ?
 					       opts->manifest_cpu_features.regs[i] : 0);
-	unsigned int ports = put_count(lw, opts->granted_port_count, NET_MAX_GRANTED_PORTS);
-
-	for (unsigned int i = 0; i < ports; i++)
-		byte_writer_u16(&lw->w, opts->granted_ports[i]);
+	put_granted_ports(lw, opts->granted_ports, opts->granted_port_count);
 }
 
 int vmm_launch_encode(const struct vmm_launch *launch, uint8_t **out, size_t *out_len, char *err,
@@ -276,6 +280,16 @@ static unsigned int get_cidrs(struct launch_reader *lr, struct net_cidr *cidrs)
 	return count;
 }
 
+/* put_granted_ports' list into ports (NET_MAX_GRANTED_PORTS long); returns the count. */
+static unsigned int get_granted_ports(struct launch_reader *lr, uint16_t *ports)
+{
+	unsigned int count = get_count(lr, NET_MAX_GRANTED_PORTS);
+
+	for (unsigned int i = 0; i < count; i++)
+		ports[i] = byte_reader_u16(&lr->r);
+	return count;
+}
+
 static void get_network(struct launch_reader *lr, struct net_config *net)
 {
 	net->policy.deny_count = get_cidrs(lr, net->policy.deny);
@@ -292,9 +306,7 @@ static void get_network(struct launch_reader *lr, struct net_config *net)
 		net->publish[i].guest_port = byte_reader_u16(&lr->r);
 	}
 	net->confine_worker = get_bool(lr);
-	net->policy.granted_count = get_count(lr, NET_MAX_GRANTED_PORTS);
-	for (unsigned int i = 0; i < net->policy.granted_count; i++)
-		net->policy.granted_ports[i] = byte_reader_u16(&lr->r);
+	net->policy.granted_count = get_granted_ports(lr, net->policy.granted_ports);
 }
 
 /* A host CPU: VM_PLACEMENT_NONE or one a cpu_set_t can name. */
@@ -367,9 +379,7 @@ static void get_restore(struct launch_reader *lr, struct vmm_launch *launch)
 		if (!opts->has_manifest_cpu_features && opts->manifest_cpu_features.regs[i])
 			byte_reader_fail(&lr->r);
 	}
-	opts->granted_port_count = get_count(lr, NET_MAX_GRANTED_PORTS);
-	for (unsigned int i = 0; i < opts->granted_port_count; i++)
-		opts->granted_ports[i] = byte_reader_u16(&lr->r);
+	opts->granted_port_count = get_granted_ports(lr, opts->granted_ports);
 }
 
 int vmm_launch_decode(const void *data, size_t len, struct vmm_launch_decoded *out, char *err,
