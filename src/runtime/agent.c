@@ -532,7 +532,6 @@ int agent_run(const struct spec *spec, const struct agent_options *options,
 			return rc;
 		}
 		cfg.network = true;
-		cfg.messaging = true;
 		cfg.sidecar_port = member.host_port;
 	}
 	rc = box_open(&cfg, &box, err, sizeof(err));

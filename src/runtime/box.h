@@ -111,10 +111,9 @@ struct box_config {
 	const struct spec_mount *box_mounts;
 	size_t box_mount_count;
 	/*
-	 * the agent talks to the run's messaging sidecar: the egress policy must reach 10.0.2.2,
-	 * and the VM is granted sidecar_port, its member's listener, which the sidecar claims
+	 * The host loopback port of the agent's messaging listener, which the sidecar claims; 0:
+	 * no messaging. The egress policy must reach 10.0.2.2, and the VM is granted this port.
 	 */
-	bool messaging;
 	uint16_t sidecar_port;
 	/*
 	 * The built image to boot when kernel and initramfs resolve to no explicit choice: an

@@ -503,7 +503,7 @@ static void local_network_allow_sidecar(const char *name, uint16_t port, struct 
 	if (policy->allow_count && net_policy_add_allow(policy, &loopback) < 0)
 		log_warn("box", "[box:%s] sandbox.network_allow is full: 127.0.0.1/32 for the messaging sidecar was not added",
 			 name);
-	if (port && net_policy_grant_port(policy, port) < 0)
+	if (net_policy_grant_port(policy, port) < 0)
 		log_warn("box", "[box:%s] too many granted ports: the agent cannot reach its messaging sidecar on 127.0.0.1:%u",
 			 name, port);
 }
@@ -591,7 +591,7 @@ int box_local_open(struct box *box, const struct box_config *cfg, char *err, siz
 		rc = local_network_config(cfg->network_spec, &network, err, errlen);
 		if (rc < 0)
 			goto out;
-		if (cfg->messaging)
+		if (cfg->sidecar_port)
 			local_network_allow_sidecar(box->name, cfg->sidecar_port, &network.policy);
 		sandbox_cfg.network = &network;
 	}

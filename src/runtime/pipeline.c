@@ -93,7 +93,6 @@ static void pipeline_run_box(struct pipeline_box_run *run)
 	cfg.name = box->name;
 	if (run->sidecar_url) {
 		cfg.network = true;
-		cfg.messaging = true;
 		cfg.sidecar_port = run->sidecar_port;
 	}
 	cfg.mock_handler = agent_mock_handler;
