@@ -418,8 +418,6 @@ static bool net_flow_reclaim_idle(const struct net_policy *policy,
 	uint64_t idle_ms = policy->tcp_idle_ms ? policy->tcp_idle_ms : NET_TCP_FLOW_IDLE_MS;
 	struct net_flow *oldest = NULL;
 
-	if (state->reclaimed_count >= NET_RECLAIMED_MAX)
-		return false;
 	for (unsigned int i = 0; i < state->flow_slots_high && i < NET_FLOW_TABLE_SIZE; i++) {
 		struct net_flow *flow = &state->flows[i];
 
