@@ -15,24 +15,12 @@
 
 #include "common/loopback_claim.h"
 #include "harness.h"
+#include "loopback_port.h"
 
-/* A TCP socket bound to a free port on 127.0.0.1, kept open by the caller; -1 on failure. */
+/* A TCP port on 127.0.0.1 this test holds (bound, not listening) while it claims it. */
 static int hold_loopback_port(uint16_t *port)
 {
-	struct sockaddr_in addr = { .sin_family = AF_INET,
-				    .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
-	socklen_t len = sizeof(addr);
-	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-
-	if (fd < 0)
-		return -1;
-	if (bind(fd, (struct sockaddr *)&addr, sizeof(addr)) < 0 ||
-	    getsockname(fd, (struct sockaddr *)&addr, &len) < 0) {
-		close(fd);
-		return -1;
-	}
-	*port = ntohs(addr.sin_port);
-	return fd;
+	return loopback_port_bind(SOCK_STREAM, port);
 }
 
 static void test_claim_is_seen_until_released(void)

@@ -28,6 +28,7 @@
 #include "devices/net.h"
 #include "fake_guest.h"
 #include "harness.h"
+#include "loopback_port.h"
 
 #define TEST_RX_QUEUE 0u
 #define TEST_TX_QUEUE 1u
@@ -982,20 +983,7 @@ static void test_device_denied_connect_gets_reset(void)
  */
 static int hold_loopback_port(uint16_t *port)
 {
-	struct sockaddr_in addr = { .sin_family = AF_INET,
-				    .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
-	socklen_t addr_len = sizeof(addr);
-	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-
-	if (fd < 0)
-		return -1;
-	if (bind(fd, (struct sockaddr *)&addr, sizeof(addr)) < 0 ||
-	    getsockname(fd, (struct sockaddr *)&addr, &addr_len) < 0) {
-		close(fd);
-		return -1;
-	}
-	*port = ntohs(addr.sin_port);
-	return fd;
+	return loopback_port_bind(SOCK_STREAM, port);
 }
 
 /* Waits until the device has judged `frames` frames (the queue's used entry comes first). */
@@ -1106,6 +1094,17 @@ static void start_one_flow_device(struct net_fixture *f, struct net_config *cfg,
 	CHECK_INT_EQ(fixture_init(f, cfg), 0);
 }
 
+/* Ends start_one_flow_device's test: the device, the server and its two connections. */
+static void stop_one_flow_device(struct net_fixture *f, int listener, int first, int second)
+{
+	fixture_free(f);
+	if (first >= 0)
+		close(first);
+	if (second >= 0)
+		close(second);
+	close(listener);
+}
+
 /* The server's side of a connection libslirp closed sees it end: EOF or a reset. */
 static void check_server_side_ended(int conn)
 {
@@ -1156,12 +1155,7 @@ static void test_device_idle_connection_reclaimed(void)
 	wait_judged(&f, 3, &stats);
 	CHECK(stats.verdicts[NET_VERDICT_PASS] == 3);
 	CHECK(stats.flows_reclaimed == 1);
-	fixture_free(&f);
-	if (first >= 0)
-		close(first);
-	if (second >= 0)
-		close(second);
-	close(listener);
+	stop_one_flow_device(&f, listener, first, second);
 }
 
 /* An ARP request for the gateway goes to slirp, which answers with the gateway's MAC. */
@@ -1235,12 +1229,7 @@ static void test_device_dropped_guest_reset_still_closes(void)
 	transmit_frame(&f, frame, len);
 	second = accept_within_bound(listener);
 	CHECK(second >= 0);
-	fixture_free(&f);
-	if (first >= 0)
-		close(first);
-	if (second >= 0)
-		close(second);
-	close(listener);
+	stop_one_flow_device(&f, listener, first, second);
 }
 
 /*

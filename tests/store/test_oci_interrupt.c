@@ -41,6 +41,7 @@
 #include "dir_entries.h"
 #include "harness.h"
 #include "http_request_head.h"
+#include "loopback_port.h"
 #include "store/oci_blobs.h"
 #include "store/oci_image.h"
 #include "store/oci_pull.h"
@@ -80,7 +81,7 @@
 
 struct test_registry {
 	int listen_fd;
-	int port;
+	uint16_t port;
 	bool stall_layer; /* send half the layer, then hold the connection until stopping */
 	volatile bool hold_layer; /* answer a layer request only once this is false again */
 	volatile bool layer_requested;
@@ -186,10 +187,6 @@ static void make_layer(struct test_registry *registry)
 
 static void registry_start(struct test_registry *registry)
 {
-	struct sockaddr_in addr = { .sin_family = AF_INET,
-				    .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
-	socklen_t len = sizeof(addr);
-
 	memset(registry, 0, sizeof(*registry));
 	make_layer(registry);
 	if (oci_digest_of(registry->layer, registry->layer_len, registry->layer_digest) < 0 ||
@@ -205,13 +202,9 @@ static void registry_start(struct test_registry *registry)
 	if (oci_digest_of(registry->manifest, strlen(registry->manifest),
 			  registry->manifest_digest) < 0)
 		harness_fail_setup("cannot hash the test manifest");
-	registry->listen_fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	if (registry->listen_fd < 0 ||
-	    bind(registry->listen_fd, (struct sockaddr *)&addr, len) < 0 ||
-	    listen(registry->listen_fd, TEST_BACKLOG) < 0 ||
-	    getsockname(registry->listen_fd, (struct sockaddr *)&addr, &len) < 0)
+	registry->listen_fd = loopback_port_bind(SOCK_STREAM, &registry->port);
+	if (registry->listen_fd < 0 || listen(registry->listen_fd, TEST_BACKLOG) < 0)
 		harness_fail_setup("cannot listen on loopback");
-	registry->port = ntohs(addr.sin_port);
 	if (pthread_create(&registry->thread, NULL, registry_run, registry) != 0)
 		harness_fail_setup("cannot start the registry thread");
 }

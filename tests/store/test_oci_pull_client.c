@@ -21,6 +21,7 @@
 
 #include "harness.h"
 #include "http_request_head.h"
+#include "loopback_port.h"
 #include "store/oci_pull.h"
 #include "store/store_fs.h"
 
@@ -46,7 +47,7 @@ enum test_answer {
 
 struct test_server {
 	int listen_fd;
-	int port;
+	uint16_t port;
 	enum test_answer answer;
 	unsigned long long sent;
 	pthread_t thread;
@@ -133,18 +134,11 @@ static void *server_run(void *opaque)
 
 static bool server_start(struct test_server *server, enum test_answer answer)
 {
-	struct sockaddr_in addr = { .sin_family = AF_INET,
-				    .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
-	socklen_t len = sizeof(addr);
-
 	memset(server, 0, sizeof(*server));
 	server->answer = answer;
-	server->listen_fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	if (server->listen_fd < 0 || bind(server->listen_fd, (struct sockaddr *)&addr, len) < 0 ||
-	    listen(server->listen_fd, 1) < 0 ||
-	    getsockname(server->listen_fd, (struct sockaddr *)&addr, &len) < 0)
+	server->listen_fd = loopback_port_bind(SOCK_STREAM, &server->port);
+	if (server->listen_fd < 0 || listen(server->listen_fd, 1) < 0)
 		return false;
-	server->port = ntohs(addr.sin_port);
 	return pthread_create(&server->thread, NULL, server_run, server) == 0;
 }
 

@@ -48,6 +48,7 @@
 #include "devices/net.h"
 #include "harness.h"
 #include "http_request_head.h"
+#include "loopback_port.h"
 #include "sandbox/sandbox.h"
 #include "store/guest_image.h"
 #include "vmm/kvm.h"
@@ -95,23 +96,15 @@ static uint8_t test_body_byte(size_t offset)
 	return (uint8_t)((offset * 2654435761u) >> 13);
 }
 
-/* A socket bound to 127.0.0.1 on a port the kernel picks; *port is set. */
+/* A socket bound to 127.0.0.1 on a port the kernel picks, listening if a stream; *port set. */
 static int bind_loopback(int type, uint16_t *port)
 {
-	struct sockaddr_in addr = { .sin_family = AF_INET,
-				    .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
-	socklen_t len = sizeof(addr);
-	int fd = socket(AF_INET, type | SOCK_CLOEXEC, 0);
+	int fd = loopback_port_bind(type, port);
 
-	if (fd < 0)
-		return -1;
-	if (bind(fd, (struct sockaddr *)&addr, sizeof(addr)) < 0 ||
-	    getsockname(fd, (struct sockaddr *)&addr, &len) < 0 ||
-	    (type == SOCK_STREAM && listen(fd, 64) < 0)) {
+	if (fd >= 0 && type == SOCK_STREAM && listen(fd, 64) < 0) {
 		close(fd);
 		return -1;
 	}
-	*port = ntohs(addr.sin_port);
 	return fd;
 }
 
