@@ -289,8 +289,9 @@ static void net_log_refusal(const struct net_frame_info *info, enum net_verdict 
  * Resets in libslirp the connections the policy stopped counting (an idle one reclaimed for a
  * new flow, one a reset ended that libslirp may have dropped), which closes their host
  * sockets: two resets each, as if the guest sent them (net_build_reclaim_rst says why two).
- * Called outside libslirp's callbacks: after a passed frame went to libslirp (the policy hands
- * connections over while it passes one) and after each of libslirp's own turns.
+ * Called outside libslirp's callbacks: after a frame is judged (before its verdict is counted,
+ * so the counters never show a verdict whose resets are still owed), after the frame went to
+ * libslirp (whose answers may hand over more) and after each of libslirp's own turns.
  */
 static void net_reset_reclaimed(struct net_device *dev)
 {
@@ -331,6 +332,7 @@ static void net_transmit_frame(struct net_device *dev, uint8_t *frame, size_t le
 	net_frame_parse(frame, len, &info);
 	verdict = net_policy_judge(&dev->cfg.policy, &dev->policy_state, &info,
 				   (uint64_t)net_now_ms(), &judged_addr);
+	net_reset_reclaimed(dev);
 	pthread_mutex_lock(&dev->lock);
 	dev->stats.verdicts[verdict]++;
 	pthread_mutex_unlock(&dev->lock);
