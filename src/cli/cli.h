@@ -130,6 +130,8 @@ int cli_exec_in_sandbox(const char *command, struct sandbox *sandbox,
  * or -1 after saying why the signals cannot be watched.
  */
 int cli_stop_signals_start(const char *command, struct stop_signals *signals);
+/* A signal gives up the start of cfg's sandbox (sandbox_config.cancelled) while it boots. */
+void cli_stop_signals_cancel_start(struct stop_signals *signals, struct sandbox_config *cfg);
 /* The sandbox becomes what the signals cancel (sandbox_interrupt); at once if one came. */
 void cli_stop_signals_watch_sandbox(struct stop_signals *signals, struct sandbox *sandbox);
 /*

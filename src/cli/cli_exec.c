@@ -323,6 +323,17 @@ int cli_stop_signals_start(const char *command, struct stop_signals *signals)
 	return rc < 0 ? -1 : 0;
 }
 
+static bool cli_stop_signals_came(void *opaque)
+{
+	return stop_signals_received(opaque) != 0;
+}
+
+void cli_stop_signals_cancel_start(struct stop_signals *signals, struct sandbox_config *cfg)
+{
+	cfg->cancelled = cli_stop_signals_came;
+	cfg->cancelled_opaque = signals;
+}
+
 void cli_stop_signals_watch_sandbox(struct stop_signals *signals, struct sandbox *sandbox)
 {
 	stop_signals_set_target(signals, cli_stop_signals_interrupt, sandbox);
@@ -380,14 +391,16 @@ int cli_exec_run(const struct cli_globals *globals, int argc, char **argv)
 		goto out;
 	watching = true;
 	args.sandbox.vmm_placement = SANDBOX_VMM_OWN_PROCESS; /* exec takes no snapshot */
+	cli_stop_signals_cancel_start(&signals, &args.sandbox);
 	rc = cli_sandbox_start("exec", args.snapshot, &args.sandbox, false, &sandbox, err,
 			       sizeof(err));
 	cli_image_release(&args.image_root); /* the VM has its rootfs open, or never will */
 	if (rc < 0) {
-		fprintf(stderr, "voidbox exec: %s\n", err);
+		if (rc != -ECANCELED) /* a cancel is said by cli_stop_signals_status */
+			fprintf(stderr, "voidbox exec: %s\n", err);
 		goto out;
 	}
-	/* a signal during the boot cancels now, and the exec fails at once */
+	/* a signal just after the boot cancels now, and the exec fails at once */
 	cli_stop_signals_watch_sandbox(&signals, sandbox);
 	status = cli_exec_in_sandbox("exec", sandbox, &args.request, &signals);
 

@@ -473,13 +473,15 @@ int cli_shell_run(const struct cli_globals *globals, int argc, char **argv)
 	watching = true;
 	s.signals = &signals;
 	s.sandbox.vmm_placement = SANDBOX_VMM_OWN_PROCESS; /* a shell takes no snapshot */
+	cli_stop_signals_cancel_start(&signals, &s.sandbox);
 	rc = cli_sandbox_start("shell", s.snapshot, &s.sandbox, false, &sandbox, err, sizeof(err));
 	cli_image_release(&s.image_root); /* the VM has its rootfs open, or never will */
 	if (rc < 0) {
-		fprintf(stderr, "voidbox shell: %s\n", err);
+		if (rc != -ECANCELED) /* a cancel is said by cli_stop_signals_status */
+			fprintf(stderr, "voidbox shell: %s\n", err);
 		goto out;
 	}
-	/* a signal during the boot cancels now: the session or the program fails at once */
+	/* a signal just after the boot cancels now: the session or the program fails at once */
 	cli_stop_signals_watch_sandbox(&signals, sandbox);
 	status = s.piped ? cli_shell_run_piped(&s, sandbox) : cli_shell_session_run(&s, sandbox);
 out:

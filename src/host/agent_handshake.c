@@ -322,6 +322,8 @@ int agent_connect_rekey(const struct control_channel_config *cfg, struct agent_r
 			snprintf(reason, reason_len, "the VM has stopped");
 			return fd;
 		}
+		if (fd == -ECANCELED)
+			goto cancelled;
 		if (fd < 0) {
 			last_err = fd;
 			snprintf(last_reason, sizeof(last_reason), "connect failed: %s",
@@ -364,6 +366,6 @@ int agent_connect_rekey(const struct control_channel_config *cfg, struct agent_r
 	return last_err == -EACCES ? -EACCES : -ETIMEDOUT;
 
 cancelled:
-	snprintf(reason, reason_len, "the control channel was closed while connecting");
+	snprintf(reason, reason_len, "the connect was cancelled before the guest agent answered");
 	return -ECANCELED;
 }

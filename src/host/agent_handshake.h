@@ -60,7 +60,7 @@ int agent_connect_rekey(const struct control_channel_config *cfg, struct agent_r
  * -EPROTONOSUPPORT (the agent is not protocol v2 with multiplexing), -EPROTO (the agent sent
  * another message where the Challenge or Pong belongs, or a frame over the
  * PROTO_PREAUTH_MAX_PAYLOAD cap before authentication), -ECHILD (the connector
- * says the VM has stopped), -ECANCELED (cancel was triggered).
+ * says the VM has stopped), -ECANCELED (cancel was triggered, or the connector returned it).
  */
 int agent_connect(const struct control_channel_config *cfg, int deadline_ms,
 		  int pong_timeout_max_ms, struct agent_connect_cancel *cancel, char *reason,

@@ -32,7 +32,8 @@ struct control_channel_config {
 	/*
 	 * Returns a connected, blocking stream fd to the agent (owned by the channel from then
 	 * on) or a negative errno; it should give up after about timeout_ms. Called again, with
-	 * backoff, until the connect deadline passes. -ECHILD means the VM has ended: no retry.
+	 * backoff, until the connect deadline passes. -ECHILD means the VM has ended, and
+	 * -ECANCELED that the caller gave the start up (a signal during a boot): no retry.
 	 */
 	int (*connect)(void *opaque, int timeout_ms);
 	void *connect_opaque;

@@ -556,6 +556,13 @@ static int local_image(const struct box *box, const char *ref, struct oci_image_
 	return 0;
 }
 
+/* sandbox_config.cancelled: a cancelled run gives up the boots under way too. */
+static bool local_start_cancelled(void *opaque)
+{
+	(void)opaque;
+	return box_cancelled();
+}
+
 int box_local_open(struct box *box, const struct box_config *cfg, char *err, size_t errlen)
 {
 	struct oci_image_info image;
@@ -570,6 +577,7 @@ int box_local_open(struct box *box, const struct box_config *cfg, char *err, siz
 		.host = cfg->host,
 		/* a box never snapshots or forks its sandbox: the VMM runs confined, apart */
 		.vmm_placement = SANDBOX_VMM_OWN_PROCESS,
+		.cancelled = local_start_cancelled,
 	};
 	struct oci_image_lock image_lock = { .fd = -1 };
 	struct local_box *local = NULL;

@@ -135,6 +135,9 @@ struct sandbox {
 	char fork_base_dir[PATH_MAX];
 	/* a base fork_base_dir's children restored from: its checked copy (sandbox_fork_check) */
 	char fork_base_checked_dir[PATH_MAX];
+	/* while it starts: whether its caller gave the start up (sandbox_config.cancelled) */
+	sandbox_cancelled_fn start_cancelled;
+	void *start_cancelled_opaque;
 	/*
 	 * The host paths its disks and shares were granted: what a snapshot its VMM process
 	 * writes may name before another process restores it (sandbox/host_grants.h).
@@ -350,12 +353,19 @@ static int sandbox_describe_stop(struct sandbox *sandbox, char *err, size_t errl
 	return -ECHILD;
 }
 
+static bool sandbox_start_given_up(const struct sandbox *sandbox)
+{
+	return sandbox->start_cancelled && sandbox->start_cancelled(sandbox->start_cancelled_opaque);
+}
+
 static int sandbox_vsock_connector(void *opaque, int timeout_ms)
 {
 	struct sandbox *sandbox = opaque;
 
 	if (sandbox_vm_ended(sandbox))
 		return -ECHILD;
+	if (sandbox_start_given_up(sandbox))
+		return -ECANCELED;
 	return vsock_host_connect(sandbox->socket_path, PROTO_GUEST_AGENT_PORT, timeout_ms);
 }
 
@@ -401,6 +411,10 @@ static int sandbox_open_channel(struct sandbox *sandbox, int connect_deadline_ms
 		rc = control_channel_connect(sandbox->channel);
 	if (rc == -ECHILD && sandbox_vm_ended(sandbox))
 		return sandbox_describe_stop(sandbox, err, errlen);
+	if (rc == -ECANCELED) {
+		snprintf(err, errlen, "the start was cancelled before the guest agent answered");
+		return rc;
+	}
 	if (rc < 0) {
 		char console[SANDBOX_CONSOLE_QUOTE_MAX];
 
@@ -703,6 +717,8 @@ int sandbox_start(const struct sandbox_config *cfg, struct sandbox **out, char *
 		sandbox_mounts_plan_free(mounts);
 		return rc;
 	}
+	sandbox->start_cancelled = cfg->cancelled;
+	sandbox->start_cancelled_opaque = cfg->cancelled_opaque;
 	if (getrandom(sandbox->secret, sizeof(sandbox->secret), 0) != sizeof(sandbox->secret)) {
 		rc = -errno;
 		snprintf(err, errlen, "cannot draw a session secret: %s", strerror(errno));
@@ -747,6 +763,11 @@ int sandbox_start(const struct sandbox_config *cfg, struct sandbox **out, char *
 		vm_cfg.vmlinux_cache_dir = sandbox->kernel_cache_dir;
 	vm_cfg.vsock_cid = sandbox_random_cid();
 	sandbox->vsock_cid = vm_cfg.vsock_cid;
+	if (sandbox_start_given_up(sandbox)) {
+		snprintf(err, errlen, "the start was cancelled before the VM booted");
+		rc = -ECANCELED;
+		goto fail;
+	}
 	log_info(SANDBOX_LOG, "booting %s (%u MiB, %u vCPU), console in %s", cfg->kernel_path,
 		 vm_cfg.memory_mb, vm_cfg.vcpus, sandbox->serial_log_path);
 	if (cfg->vmm_placement != SANDBOX_VMM_IN_PROCESS) {
@@ -786,12 +807,13 @@ int sandbox_start(const struct sandbox_config *cfg, struct sandbox **out, char *
 		goto fail;
 	sandbox->boot_ms = (long)clock_monotonic_ms() - started_ms;
 	log_info(SANDBOX_LOG, "guest agent answered after %ld ms", sandbox->boot_ms);
+	sandbox->start_cancelled = NULL; /* started: the caller cancels it as a sandbox now */
 	*out = sandbox;
 	return 0;
 
 fail:
 	sandbox_mounts_plan_free(mounts);
-	sandbox_destroy(sandbox, true);
+	sandbox_destroy(sandbox, rc != -ECANCELED); /* a cancel's console explains nothing */
 	return rc;
 }
 
@@ -1168,6 +1190,8 @@ int sandbox_start_from_snapshot(const struct sandbox_restore_config *cfg, struct
 		rc = sandbox_prepare(cfg->serial_log_path, cfg->host, &sandbox, err, errlen);
 	if (rc < 0)
 		return rc;
+	sandbox->start_cancelled = cfg->cancelled;
+	sandbox->start_cancelled_opaque = cfg->cancelled_opaque;
 	rc = snapshot_store_hold(cfg->snapshot_dir, &sandbox->snapshot_hold, err, errlen);
 	if (rc == 0)
 		rc = cfg->vmm_placement == SANDBOX_VMM_IN_PROCESS
@@ -1192,10 +1216,11 @@ int sandbox_start_from_snapshot(const struct sandbox_restore_config *cfg, struct
 			  "nothing to record", cfg->snapshot_dir);
 	log_info(SANDBOX_LOG, "restored %s, agent rekeyed after %ld ms", cfg->snapshot_dir,
 		 sandbox->boot_ms);
+	sandbox->start_cancelled = NULL;
 	*out = sandbox;
 	return 0;
 fail:
-	sandbox_destroy(sandbox, true);
+	sandbox_destroy(sandbox, rc != -ECANCELED);
 	return rc;
 }
 

@@ -68,6 +68,14 @@ enum sandbox_vmm_placement {
 	SANDBOX_VMM_OWN_PROCESS_SNAPSHOTS,
 };
 
+/*
+ * Whether the caller has given up a start under way (a signal to the CLI, a cancelled run).
+ * A cold boot asks it before its VMM starts, and a boot and a restore before each attempt to
+ * reach the guest agent, so a cancel ends the start with -ECANCELED within one attempt (about
+ * 2 s) instead of at the boot timeout. It runs on the starting thread only.
+ */
+typedef bool (*sandbox_cancelled_fn)(void *opaque);
+
 struct sandbox_config {
 	const char *kernel_path;
 	const char *initramfs_path;
@@ -118,7 +126,9 @@ struct sandbox_config {
 	 * VMM process's jail holds it and its private fork directory, nothing else it may write.
 	 * NULL: forks only.
 	 */
-	const char *snapshot_area;
+	const char *snapshot_area;	/* NULL: the start is never given up; it ends at the boot timeout at the latest. */
+	sandbox_cancelled_fn cancelled;
+	void *cancelled_opaque;
 };
 
 /* The host's default policy: every command, the SANDBOX_DEFAULT_* limits. */
@@ -246,6 +256,9 @@ struct sandbox_restore_config {
 	 * sandbox_open passes its config's network grants (a messaging agent's own listener).
 	 */
 	const struct net_policy *grants;
+	/* As sandbox_config's: asked before each attempt to reach the restored agent. */
+	sandbox_cancelled_fn cancelled;
+	void *cancelled_opaque;
 };
 
 /* What sandbox_open did, for the caller to report. */

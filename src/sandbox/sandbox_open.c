@@ -41,6 +41,8 @@ int sandbox_open(const struct sandbox_config *cfg, const char *snapshot_ref,
 		.vmm_placement = cfg->vmm_placement,
 		/* the policy comes from the snapshot; its own services' ports are granted anew */
 		.grants = cfg->network ? &cfg->network->policy : NULL,
+		.cancelled = cfg->cancelled,
+		.cancelled_opaque = cfg->cancelled_opaque,
 	};
 	enum snapshot_store_source source;
 	char reason[SANDBOX_OPEN_REASON_MAX];

@@ -867,6 +867,32 @@ static void test_connect_stops_when_vm_ended(void)
 	control_channel_destroy(ch);
 }
 
+#define TEST_ATTEMPTS_BEFORE_CANCEL 3
+
+/* A guest still booting (nothing listens yet) until the caller gives the start up. */
+static int cancelled_while_booting_connect(void *opaque, int timeout_ms)
+{
+	(void)timeout_ms;
+	return atomic_fetch_add((atomic_int *)opaque, 1) < TEST_ATTEMPTS_BEFORE_CANCEL
+		       ? -ECONNREFUSED
+		       : -ECANCELED;
+}
+
+/* A connector that says the start was given up ends the handshake there, before its deadline. */
+static void test_connect_stops_when_start_given_up(void)
+{
+	atomic_int attempts = 0;
+	struct control_channel_config cfg = { .connect = cancelled_while_booting_connect,
+					      .connect_opaque = &attempts,
+					      .connect_deadline_ms = 30000 };
+	struct control_channel *ch = control_channel_create(&cfg);
+
+	CHECK_INT_EQ(control_channel_connect(ch), -ECANCELED);
+	CHECK_INT_EQ(atomic_load(&attempts), TEST_ATTEMPTS_BEFORE_CANCEL + 1);
+	CHECK(strstr(control_channel_last_error(), "cancelled") != NULL);
+	control_channel_destroy(ch);
+}
+
 /* ---- a hostile guest ---------------------------------------------------------------------- */
 
 struct bounded_call {
@@ -1335,6 +1361,7 @@ int main(void)
 	RUN_TEST(test_call_timeout);
 	RUN_TEST(test_connect_deadline);
 	RUN_TEST(test_connect_stops_when_vm_ended);
+	RUN_TEST(test_connect_stops_when_start_given_up);
 	RUN_TEST(test_exec_wedged_guest_found_by_liveness);
 	RUN_TEST(test_call_timeout_tells_wedged_from_unanswered);
 	RUN_TEST(test_exec_outlives_liveness_checks);

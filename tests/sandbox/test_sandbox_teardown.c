@@ -6,7 +6,8 @@
  * earlier, after the runtime directory only. Many of each, one after another, leave no
  * directory under the runtime base, no descriptor, thread or child process; a guest that wrote
  * to its console before it stopped keeps its runtime directory with that console, which the
- * failure's error sends the user to.
+ * failure's error sends the user to. A boot the stand-in accepts but whose guest never answers
+ * is given up by its caller's cancel (sandbox_config.cancelled) long before its boot timeout.
  *
  * sandbox_start checks /dev/kvm before anything else (opening it, no VM): a host without one
  * skips, saying so; a host whose KVM emulates standard guests passes the check as
@@ -22,6 +23,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "common/clock.h"
 #include "common/log.h"
 #include "dir_entries.h"
 #include "harness.h"
@@ -42,6 +44,15 @@
 /* what the stand-in writes to the console of a boot whose command line holds it */
 #define TEST_CONSOLE_WORD "voidbox.test_console=1"
 #define TEST_GUEST_MEMORY_MB 64
+/* what makes the stand-in accept a boot and play a guest that never answers */
+#define TEST_SILENT_WORD "voidbox.test_silent_guest=1"
+/* ... having written to its console, which a cancelled start does not keep */
+#define TEST_SILENT_WITH_CONSOLE_WORDS TEST_SILENT_WORD " " TEST_CONSOLE_WORD
+/* a boot timeout the cancelled boots must end well inside */
+#define TEST_LONG_BOOT_TIMEOUT_MS 120000
+#define TEST_CANCEL_AFTER_MS 300
+/* a cancelled boot ends within one connect attempt (about 2 s): this bound only catches a wait */
+#define TEST_CANCELLED_BOOT_MAX_MS 30000
 
 static char test_base[] = TEST_RUNTIME_TEMPLATE; /* holds the kernel and the runtime base */
 static char test_runtime[PATH_MAX];
@@ -161,6 +172,64 @@ static void test_failed_start_keeps_a_console_with_output(void)
 	CHECK(!has_children());
 }
 
+/* sandbox_config.cancelled: the caller gives the start up once after_ms have passed. */
+struct test_give_up {
+	long long first_asked_ms; /* 0 until asked */
+	int after_ms;
+	int asked;
+};
+
+static bool test_give_up_after(void *opaque)
+{
+	struct test_give_up *give_up = opaque;
+	long long now = (long long)clock_monotonic_ms();
+
+	if (!give_up->asked++)
+		give_up->first_asked_ms = now;
+	return now - give_up->first_asked_ms >= give_up->after_ms;
+}
+
+/*
+ * A signal while a guest boots and never answers: the start ends with -ECANCELED soon after,
+ * not at the boot timeout, and leaves nothing behind, not even the console the guest wrote
+ * to (the cancel explains the failure). A cancel that came before the start
+ * starts no VMM at all (the hook is asked once, before the VMM would start).
+ */
+static void test_cancel_ends_a_boot_that_never_answers(void)
+{
+	struct sandbox_host_settings host = test_host();
+	int fds = dir_entry_count("/proc/self/fd"), threads = dir_entry_count("/proc/self/task");
+	const int waits_ms[] = { TEST_CANCEL_AFTER_MS, 0 };
+	char err[TEST_ERR_MAX];
+
+	for (size_t i = 0; i < sizeof(waits_ms) / sizeof(waits_ms[0]); i++) {
+		struct sandbox_config cfg = test_boot(&host, SANDBOX_VMM_OWN_PROCESS,
+						      TEST_SILENT_WITH_CONSOLE_WORDS);
+		struct test_give_up give_up = { .after_ms = waits_ms[i] };
+		struct sandbox *sandbox = NULL;
+		long long started = (long long)clock_monotonic_ms();
+		long long took;
+
+		cfg.boot_timeout_ms = TEST_LONG_BOOT_TIMEOUT_MS;
+		cfg.cancelled = test_give_up_after;
+		cfg.cancelled_opaque = &give_up;
+		err[0] = '\0';
+		CHECK_INT_EQ(sandbox_start(&cfg, &sandbox, err, sizeof(err)), -ECANCELED);
+		took = (long long)clock_monotonic_ms() - started;
+		CHECK(sandbox == NULL);
+		CHECK(strstr(err, "cancelled") != NULL);
+		CHECK(took < TEST_CANCELLED_BOOT_MAX_MS);
+		if (waits_ms[i])
+			CHECK(give_up.asked > 1); /* asked again while it waited for the agent */
+		else
+			CHECK_INT_EQ(give_up.asked, 1);
+		CHECK(!has_children());
+	}
+	CHECK_INT_EQ(dir_entry_count(test_runtime), 0);
+	CHECK_INT_EQ(dir_entry_count("/proc/self/fd"), fds);
+	CHECK_INT_EQ(dir_entry_count("/proc/self/task"), threads);
+}
+
 /* The base directory with an empty file for a kernel (the stand-in never reads it). */
 static void setup(void)
 {
@@ -203,6 +272,7 @@ int main(int argc, char **argv)
 	RUN_TEST(test_failed_starts_leave_nothing);
 	RUN_TEST(test_failed_restores_leave_nothing);
 	RUN_TEST(test_failed_start_keeps_a_console_with_output);
+	RUN_TEST(test_cancel_ends_a_boot_that_never_answers);
 	cleanup();
 	return harness_finish();
 }

@@ -7,8 +7,10 @@
  * arrived; anything but a restore launch is refused with the reader's sentence or "not a
  * restore". Like the real program, it first enters the cgroup its launch names (a no-op for a
  * process the caller cloned straight into it). A boot whose command line holds
- * STAND_IN_CONSOLE_WORD writes a line to its serial log before it refuses, as a guest that
- * printed something and stopped would (tests/sandbox/test_sandbox_teardown.c).
+ * STAND_IN_CONSOLE_WORD writes a line to its serial log first, as a guest that printed
+ * something would (tests/sandbox/test_sandbox_teardown.c). A boot whose
+ * command line holds STAND_IN_SILENT_WORD is accepted instead, and plays a guest that never
+ * answers: nothing listens on its vsock socket, which is never made, until it is stopped.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -22,6 +24,7 @@
 #define STAND_IN_CONSOLE_WORD "voidbox.test_console=1"
 #define STAND_IN_CONSOLE_LINE "stand-in console: this VM stops here\n"
 #define STAND_IN_CONSOLE_MODE 0600
+#define STAND_IN_SILENT_WORD "voidbox.test_silent_guest=1"
 
 /* The console line of a boot that asked for one (see the header). */
 static void stand_in_write_console(const struct vm_config *cfg)
@@ -49,12 +52,16 @@ int main(void)
 	if (rc == 0 && decoded.launch.cgroup_dir &&
 	    (rc = vmm_cgroup_enter(decoded.launch.cgroup_dir, 0)) < 0)
 		strcpy(msg.text, "cannot enter the cgroup");
-	if (rc == 0 && decoded.launch.kind != VMM_LAUNCH_RESTORE) {
+	bool silent_boot = decoded.launch.kind == VMM_LAUNCH_BOOT && decoded.launch.cfg.cmdline &&
+			   strstr(decoded.launch.cfg.cmdline, STAND_IN_SILENT_WORD);
+
+	if (rc == 0 && decoded.launch.kind == VMM_LAUNCH_BOOT)
 		stand_in_write_console(&decoded.launch.cfg);
+	if (rc == 0 && decoded.launch.kind != VMM_LAUNCH_RESTORE && !silent_boot) {
 		rc = -EINVAL;
 		strcpy(msg.text, "not a restore");
 	}
-	if (rc == 0) {
+	if (rc == 0 && !silent_boot) {
 		size_t len = strlen(decoded.launch.snapshot_dir);
 
 		memcpy(msg.secret, decoded.launch.snapshot_dir,
