@@ -289,6 +289,8 @@ static void net_log_refusal(const struct net_frame_info *info, enum net_verdict 
  * Resets in libslirp the connections the policy stopped counting (an idle one reclaimed for a
  * new flow, one a reset ended that libslirp may have dropped), which closes their host
  * sockets: two resets each, as if the guest sent them (net_build_reclaim_rst says why two).
+ * An idle one is reset in the guest too, as if its remote end sent it, so a program waiting
+ * to read from it learns now that it is gone, not at its next write.
  * Called outside libslirp's callbacks: after a frame is judged (before its verdict is counted,
  * so the counters never show a verdict whose resets are still owed), after the frame went to
  * libslirp (whose answers may hand over more) and after each of libslirp's own turns.
@@ -315,8 +317,15 @@ static void net_reset_reclaimed(struct net_device *dev)
 			if (net_build_reclaim_rst(flow, seqs[s], dev->mac, gateway_mac, rst,
 						  sizeof(rst)) == sizeof(rst))
 				slirp_dl.input(dev->slirp, rst, (int)sizeof(rst));
+		bool told = flow->tell_guest &&
+			    net_build_guest_rst(flow, gateway_mac, dev->mac, rst, sizeof(rst)) ==
+				    sizeof(rst);
+
+		if (told)
+			net_receive(dev, rst, sizeof(rst));
 		pthread_mutex_lock(&dev->lock);
 		dev->stats.flows_reclaimed++;
+		dev->stats.resets_injected += told;
 		pthread_mutex_unlock(&dev->lock);
 	}
 }

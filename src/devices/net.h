@@ -44,7 +44,7 @@ struct net_device_stats {
 	uint64_t tx_frames;	  /* frames handed to slirp */
 	uint64_t rx_frames;	  /* frames delivered to the guest */
 	uint64_t rx_dropped;	  /* no guest buffer, or too small */
-	uint64_t resets_injected; /* TCP resets answering refused connections */
+	uint64_t resets_injected; /* TCP resets to the guest: refused connects, reclaimed idle ones */
 	uint64_t flows_reclaimed; /* TCP connections reset in libslirp: reclaimed, or reset ends */
 	uint64_t verdicts[NET_VERDICT_COUNT];
 };

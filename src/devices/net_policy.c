@@ -395,13 +395,15 @@ static void net_flow_forget(struct net_policy_state *state, struct net_flow *flo
  * Stops counting a TCP connection and hands it to the device to reset in libslirp; false, and
  * the flow still counts, when the device has not reset the last ones yet.
  */
-static bool net_flow_forget_and_reset(struct net_policy_state *state, struct net_flow *flow)
+static bool net_flow_forget_and_reset(struct net_policy_state *state, struct net_flow *flow,
+				      bool tell_guest)
 {
 	if (state->reclaimed_count >= NET_RECLAIMED_MAX)
 		return false;
 	state->reclaimed[state->reclaimed_count++] = (struct net_reclaimed_flow){
 		.guest_port = flow->guest_port, .dst_addr = flow->dst_addr,
 		.dst_port = flow->dst_port, .guest_seq = flow->guest_seq,
+		.tell_guest = tell_guest && flow->guest_acked, .guest_ack = flow->guest_ack,
 	};
 	net_flow_forget(state, flow);
 	return true;
@@ -426,7 +428,7 @@ static bool net_flow_reclaim_idle(const struct net_policy *policy,
 		    (!oldest || flow->last_seen_ms < oldest->last_seen_ms))
 			oldest = flow;
 	}
-	return oldest && net_flow_forget_and_reset(state, oldest);
+	return oldest && net_flow_forget_and_reset(state, oldest, true);
 }
 
 /* A new flow, if the caps allow one now. */
@@ -481,6 +483,11 @@ static void net_tcp_segment_seen(struct net_policy_state *state, const struct ne
 	flow->last_seen_ms = now_ms;
 	/* any of the guest's numbers will do: the reclaim's two resets cover the whole space */
 	flow->guest_seq = info->tcp_seq;
+	if (info->tcp_flags & NET_TCP_ACK) {
+		/* only ever used to end the guest's own connection: a wrong one harms no one else */
+		flow->guest_ack = info->tcp_ack;
+		flow->guest_acked = true;
+	}
 	if (!info->tcp_checksum_ok)
 		return;
 	/*
@@ -489,8 +496,8 @@ static void net_tcp_segment_seen(struct net_policy_state *state, const struct ne
 	 * libslirp has not answered yet counts on (it is reclaimed when idle).
 	 */
 	if (info->tcp_flags & NET_TCP_RST) {
-		if (flow->synack_seen)
-			net_flow_forget_and_reset(state, flow);
+		if (flow->synack_seen) /* the guest itself ended it: nothing to tell it */
+			net_flow_forget_and_reset(state, flow, false);
 		return;
 	}
 	/*
@@ -586,8 +593,8 @@ void net_policy_observe_rx(struct net_policy_state *state, const struct net_fram
 	if (info->tcp_flags & NET_TCP_RST) {
 		if (!flow->synack_seen)
 			net_flow_forget(state, flow);
-		else
-			net_flow_forget_and_reset(state, flow);
+		else /* on its way to the guest, which is so told already */
+			net_flow_forget_and_reset(state, flow, false);
 		return;
 	}
 	/* libslirp acknowledges the guest's FIN: the next number it expects is past it */
@@ -708,6 +715,22 @@ size_t net_build_reclaim_rst(const struct net_reclaimed_flow *flow, uint32_t seq
 	if (cap < NET_RST_FRAME_LEN)
 		return 0;
 	net_write_rst(out, &ends, seq, 0, NET_TCP_RST);
+	return NET_RST_FRAME_LEN;
+}
+
+size_t net_build_guest_rst(const struct net_reclaimed_flow *flow,
+			   const uint8_t src_mac[NET_ETH_ADDR_LEN],
+			   const uint8_t dst_mac[NET_ETH_ADDR_LEN], uint8_t *out, size_t cap)
+{
+	const struct net_rst_ends ends = {
+		.dst_mac = dst_mac, .src_mac = src_mac,
+		.src_addr = flow->dst_addr, .dst_addr = NET_GUEST_ADDR,
+		.src_port = flow->dst_port, .dst_port = flow->guest_port,
+	};
+
+	if (cap < NET_RST_FRAME_LEN)
+		return 0;
+	net_write_rst(out, &ends, flow->guest_ack, 0, NET_TCP_RST);
 	return NET_RST_FRAME_LEN;
 }
 

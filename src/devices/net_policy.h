@@ -165,19 +165,24 @@ struct net_flow {
 	uint16_t dst_port;
 	uint64_t last_seen_ms;
 	uint32_t guest_seq; /* TCP: a sequence number of the guest's, the latest it sent */
+	uint32_t guest_ack; /* TCP: the latest acknowledgement the guest sent, if guest_acked */
+	bool guest_acked;
 	bool synack_seen;   /* TCP: libslirp answered the SYN, so it has left connecting */
 };
 
 /*
  * A TCP connection the policy has stopped counting while libslirp may still hold it: an idle
  * one whose slot a new flow took, or one a reset ended that libslirp may have dropped. The
- * device resets it in libslirp (net_build_reclaim_rst), which closes its host socket.
+ * device resets it in libslirp (net_build_reclaim_rst), which closes its host socket, and an
+ * idle one in the guest too (net_build_guest_rst), whose program would otherwise wait on it.
  */
 struct net_reclaimed_flow {
 	uint16_t guest_port;
 	uint32_t dst_addr;
 	uint16_t dst_port;
 	uint32_t guest_seq;
+	bool tell_guest;    /* idle, and the guest acknowledged something: guest_ack is its next */
+	uint32_t guest_ack;
 };
 
 /* Connections not yet reset by the device: past this many, flows keep counting instead. */
@@ -247,6 +252,18 @@ void net_policy_observe_rx(struct net_policy_state *state, const struct net_fram
 size_t net_build_reclaim_rst(const struct net_reclaimed_flow *flow, uint32_t seq,
 			     const uint8_t src_mac[NET_ETH_ADDR_LEN],
 			     const uint8_t dst_mac[NET_ETH_ADDR_LEN], uint8_t *out, size_t cap);
+
+/*
+ * Builds the reset of a reclaimed idle connection the guest is told of (flow->tell_guest), as
+ * if its remote end sent it (src_mac to dst_mac), numbered flow->guest_ack: the next number the
+ * guest expects after a silence, which is the one number a reset must carry to end a
+ * connection at once (RFC 5961; one elsewhere in its window only draws an acknowledgement,
+ * which libslirp, holding no such connection any more, answers with a reset of that number).
+ * Returns NET_RST_FRAME_LEN, or 0 when cap is short.
+ */
+size_t net_build_guest_rst(const struct net_reclaimed_flow *flow,
+			   const uint8_t src_mac[NET_ETH_ADDR_LEN],
+			   const uint8_t dst_mac[NET_ETH_ADDR_LEN], uint8_t *out, size_t cap);
 
 /*
  * Builds the TCP reset (RST|ACK) answering the SYN in frame/info, as if sent by its

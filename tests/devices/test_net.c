@@ -45,6 +45,7 @@
 #define TEST_IDLE_MS 100u /* a test's idle time for TCP flows */
 #define TEST_SYN_SEQ 1001u /* the guest's next number after the SYN build_ip_frame writes */
 #define TEST_FAR_SEQ 0x10000000u /* past any window ahead of a connection's next number */
+#define TEST_GUEST_ACK 0x5eed1234u /* the number a guest segment acknowledges */
 #define TEST_NOW_MS 1000000u
 #define TEST_ETHERTYPE_IPV6 0x86dd
 #define TEST_ARP_LEN 42u
@@ -539,6 +540,7 @@ static void test_flow_cap_refuses_and_recovers(void)
 	CHECK_INT_EQ(state->active_flows, 1);
 	CHECK_INT_EQ(state->reclaimed_count, 1);
 	CHECK_INT_EQ(state->reclaimed[0].guest_port, TEST_GUEST_PORT + 3);
+	CHECK(!state->reclaimed[0].tell_guest); /* the guest ended it itself */
 	state->reclaimed_count = 0; /* as the device does once it has reset them */
 	/* a reset from the remote end closes the flow it answers */
 	CHECK_INT_EQ(guest_segment(&policy, state, 4, NET_TCP_SYN, false, TEST_NOW_MS),
@@ -595,6 +597,7 @@ static void test_idle_connections_reclaimed_at_the_cap(void)
 		     NET_VERDICT_PASS);
 	CHECK_INT_EQ(state->reclaimed_count, 1);
 	CHECK_INT_EQ(state->reclaimed[0].guest_port, TEST_GUEST_PORT + 1);
+	CHECK(!state->reclaimed[0].tell_guest); /* it acknowledged nothing: no number to reset */
 	CHECK_INT_EQ(state->active_flows, 2);
 	/* a device that has not reset them yet holds the reclaiming at NET_RECLAIMED_MAX */
 	state->reclaimed_count = NET_RECLAIMED_MAX;
@@ -606,6 +609,11 @@ static void test_idle_connections_reclaimed_at_the_cap(void)
 				   later + 2 * NET_TCP_FLOW_IDLE_MS),
 		     NET_VERDICT_PASS);
 	CHECK_INT_EQ(state->active_flows, 2);
+	/* port 0, whose last segment acknowledged number 0: the guest is told, with that number */
+	CHECK_INT_EQ(state->reclaimed_count, 1);
+	CHECK_INT_EQ(state->reclaimed[0].guest_port, TEST_GUEST_PORT);
+	CHECK(state->reclaimed[0].tell_guest);
+	CHECK_INT_EQ(state->reclaimed[0].guest_ack, 0);
 	free(state);
 }
 
@@ -632,6 +640,7 @@ static void test_remote_resets_by_connection_state(void)
 	CHECK_INT_EQ(state->active_flows, 0);
 	CHECK_INT_EQ(state->reclaimed_count, 1);
 	CHECK_INT_EQ(state->reclaimed[0].guest_port, TEST_GUEST_PORT + 1);
+	CHECK(!state->reclaimed[0].tell_guest); /* the remote's reset tells it */
 	state->reclaimed_count = NET_RECLAIMED_MAX;
 	CHECK_INT_EQ(guest_segment(&policy, state, 2, NET_TCP_SYN, false, TEST_NOW_MS),
 		     NET_VERDICT_PASS);
@@ -1115,13 +1124,17 @@ static void check_server_side_ended(int conn)
 	CHECK(conn >= 0 && recv(conn, &byte, 1, MSG_DONTWAIT) <= 0);
 }
 
+static bool wait_guest_tcp(struct net_fixture *f, uint8_t flags, struct net_frame_info *info);
+
 /*
  * With one flow allowed, a second connection takes the slot of the first once that has been
  * silent past the idle time: the device resets it in libslirp, which closes its host socket,
- * so the server sees it end. Two connections to a server of this test's own on loopback.
+ * so the server sees it end, and in the guest, with the number the guest last acknowledged.
+ * Two connections to a server of this test's own on loopback.
  */
 static void test_device_idle_connection_reclaimed(void)
 {
+	struct net_frame_info told;
 	struct net_config cfg = { 0 };
 	struct net_fixture f;
 	struct net_device_stats stats;
@@ -1143,6 +1156,7 @@ static void test_device_idle_connection_reclaimed(void)
 	 */
 	ack_len = build_ip_frame(ack, NET_IP_PROTO_TCP, NET_GATEWAY_ADDR, port, NET_TCP_ACK, 0);
 	put32(ack + NET_ETH_HEADER_LEN + NET_IPV4_MIN_HEADER_LEN + 4, TEST_SYN_SEQ + TEST_FAR_SEQ);
+	put32(ack + NET_ETH_HEADER_LEN + NET_IPV4_MIN_HEADER_LEN + 8, TEST_GUEST_ACK);
 	transmit_frame(&f, ack, ack_len);
 	wait_judged(&f, 2, &stats); /* the idle time counts from the segment's judging */
 	nanosleep(&idle, NULL);
@@ -1155,6 +1169,13 @@ static void test_device_idle_connection_reclaimed(void)
 	wait_judged(&f, 3, &stats);
 	CHECK(stats.verdicts[NET_VERDICT_PASS] == 3);
 	CHECK(stats.flows_reclaimed == 1);
+	CHECK(stats.resets_injected == 1);
+	/* the guest hears its first connection reset, from the server's end, at its next number */
+	CHECK(wait_guest_tcp(&f, NET_TCP_RST, &told));
+	CHECK(told.src_addr == NET_GATEWAY_ADDR && told.src_port == port);
+	CHECK(told.dst_addr == NET_GUEST_ADDR && told.dst_port == TEST_GUEST_PORT);
+	CHECK_INT_EQ(told.tcp_seq, TEST_GUEST_ACK);
+	CHECK(told.tcp_checksum_ok);
 	stop_one_flow_device(&f, listener, first, second);
 }
 
