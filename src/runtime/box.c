@@ -311,11 +311,6 @@ int box_open(const struct box_config *cfg, struct box **out, char *err, size_t e
 		rc = box_mock_open(box, cfg, err, errlen);
 	else
 		rc = box_local_open(box, cfg, err, errlen);
-	if (rc < 0 && box_cancelled()) {
-		/* a boot the cancel gave up, or one that failed beside it: the cancel says it */
-		snprintf(err, errlen, "the run was cancelled while this sandbox was starting");
-		rc = -ECANCELED;
-	}
 	if (rc < 0)
 		goto fail;
 	if (!box_list_add(box)) {

@@ -358,6 +358,15 @@ static bool sandbox_start_given_up(const struct sandbox *sandbox)
 	return sandbox->start_cancelled && sandbox->start_cancelled(sandbox->start_cancelled_opaque);
 }
 
+/* Before a VMM starts: -ECANCELED, with err, when the caller has given the start up. */
+static int sandbox_refuse_given_up(const struct sandbox *sandbox, char *err, size_t errlen)
+{
+	if (!sandbox_start_given_up(sandbox))
+		return 0;
+	snprintf(err, errlen, "the start was cancelled before its VM started");
+	return -ECANCELED;
+}
+
 static int sandbox_vsock_connector(void *opaque, int timeout_ms)
 {
 	struct sandbox *sandbox = opaque;
@@ -763,11 +772,9 @@ int sandbox_start(const struct sandbox_config *cfg, struct sandbox **out, char *
 		vm_cfg.vmlinux_cache_dir = sandbox->kernel_cache_dir;
 	vm_cfg.vsock_cid = sandbox_random_cid();
 	sandbox->vsock_cid = vm_cfg.vsock_cid;
-	if (sandbox_start_given_up(sandbox)) {
-		snprintf(err, errlen, "the start was cancelled before the VM booted");
-		rc = -ECANCELED;
+	rc = sandbox_refuse_given_up(sandbox, err, errlen);
+	if (rc < 0)
 		goto fail;
-	}
 	log_info(SANDBOX_LOG, "booting %s (%u MiB, %u vCPU), console in %s", cfg->kernel_path,
 		 vm_cfg.memory_mb, vm_cfg.vcpus, sandbox->serial_log_path);
 	if (cfg->vmm_placement != SANDBOX_VMM_IN_PROCESS) {
@@ -1192,7 +1199,9 @@ int sandbox_start_from_snapshot(const struct sandbox_restore_config *cfg, struct
 		return rc;
 	sandbox->start_cancelled = cfg->cancelled;
 	sandbox->start_cancelled_opaque = cfg->cancelled_opaque;
-	rc = snapshot_store_hold(cfg->snapshot_dir, &sandbox->snapshot_hold, err, errlen);
+	rc = sandbox_refuse_given_up(sandbox, err, errlen);
+	if (rc == 0)
+		rc = snapshot_store_hold(cfg->snapshot_dir, &sandbox->snapshot_hold, err, errlen);
 	if (rc == 0)
 		rc = cfg->vmm_placement == SANDBOX_VMM_IN_PROCESS
 			     ? sandbox_restore_here(cfg, sandbox, old_secret, err, errlen)

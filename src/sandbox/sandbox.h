@@ -70,9 +70,9 @@ enum sandbox_vmm_placement {
 
 /*
  * Whether the caller has given up a start under way (a signal to the CLI, a cancelled run).
- * A cold boot asks it before its VMM starts, and a boot and a restore before each attempt to
- * reach the guest agent, so a cancel ends the start with -ECANCELED within one attempt (about
- * 2 s) instead of at the boot timeout. It runs on the starting thread only.
+ * A boot and a restore ask it before their VMM starts and before each attempt to reach the
+ * guest agent, so a cancel ends the start with -ECANCELED within an attempt or two (a few
+ * seconds at most) instead of at the boot timeout. It runs on the starting thread only.
  */
 typedef bool (*sandbox_cancelled_fn)(void *opaque);
 
@@ -126,7 +126,10 @@ struct sandbox_config {
 	 * VMM process's jail holds it and its private fork directory, nothing else it may write.
 	 * NULL: forks only.
 	 */
-	const char *snapshot_area;	/* NULL: the start is never given up; it ends at the boot timeout at the latest. */
+	const char *snapshot_area;	/*
+	 * Whether the caller gave the start up (above); NULL: never, the start ends at the boot
+	 * timeout at the latest.
+	 */
 	sandbox_cancelled_fn cancelled;
 	void *cancelled_opaque;
 };

@@ -230,6 +230,28 @@ static void test_cancel_ends_a_boot_that_never_answers(void)
 	CHECK_INT_EQ(dir_entry_count("/proc/self/task"), threads);
 }
 
+/* A restore given up before it starts launches nothing, whatever its snapshot. */
+static void test_cancel_before_a_restore_launches_nothing(void)
+{
+	struct sandbox_host_settings host = test_host();
+	struct test_give_up give_up = { .after_ms = 0 };
+	struct sandbox_restore_config cfg = { .host = &host,
+					      .vmm_placement = SANDBOX_VMM_OWN_PROCESS,
+					      .cancelled = test_give_up_after,
+					      .cancelled_opaque = &give_up };
+	struct sandbox *sandbox = NULL;
+	char missing[PATH_MAX], err[TEST_ERR_MAX];
+
+	snprintf(missing, sizeof(missing), "%s/%s", test_base, TEST_MISSING_SNAPSHOT_NAME);
+	cfg.snapshot_dir = missing;
+	CHECK_INT_EQ(sandbox_start_from_snapshot(&cfg, &sandbox, err, sizeof(err)), -ECANCELED);
+	CHECK(sandbox == NULL);
+	CHECK(strstr(err, "cancelled") != NULL); /* not the missing snapshot: nothing looked */
+	CHECK_INT_EQ(give_up.asked, 1);
+	CHECK_INT_EQ(dir_entry_count(test_runtime), 0);
+	CHECK(!has_children());
+}
+
 /* The base directory with an empty file for a kernel (the stand-in never reads it). */
 static void setup(void)
 {
@@ -273,6 +295,7 @@ int main(int argc, char **argv)
 	RUN_TEST(test_failed_restores_leave_nothing);
 	RUN_TEST(test_failed_start_keeps_a_console_with_output);
 	RUN_TEST(test_cancel_ends_a_boot_that_never_answers);
+	RUN_TEST(test_cancel_before_a_restore_launches_nothing);
 	cleanup();
 	return harness_finish();
 }
