@@ -126,7 +126,8 @@ struct sandbox_config {
 	 * VMM process's jail holds it and its private fork directory, nothing else it may write.
 	 * NULL: forks only.
 	 */
-	const char *snapshot_area;	/*
+	const char *snapshot_area;
+	/*
 	 * Whether the caller gave the start up (above); NULL: never, the start ends at the boot
 	 * timeout at the latest.
 	 */

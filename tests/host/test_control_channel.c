@@ -846,51 +846,49 @@ static void test_exec_outlives_liveness_checks(void)
 	fake_finish(&agent);
 }
 
-static int vm_ended_connect(void *opaque, int timeout_ms)
+/* A connector refused (nothing listens yet) `refused` times, then answering `final`. */
+struct final_answer_connector {
+	atomic_int attempts;
+	int refused;
+	int final;
+};
+
+static int final_answer_connect(void *opaque, int timeout_ms)
 {
-	atomic_fetch_add((atomic_int *)opaque, 1);
-	return -ECHILD;
-}
+	struct final_answer_connector *connector = opaque;
 
-/* A connector that says the VM has ended stops the handshake at once: no retry can help. */
-static void test_connect_stops_when_vm_ended(void)
-{
-	atomic_int attempts = 0;
-	struct control_channel_config cfg = { .connect = vm_ended_connect,
-					      .connect_opaque = &attempts,
-					      .connect_deadline_ms = 30000 };
-	struct control_channel *ch = control_channel_create(&cfg);
-
-	CHECK_INT_EQ(control_channel_connect(ch), -ECHILD);
-	CHECK_INT_EQ(atomic_load(&attempts), 1);
-	CHECK(strstr(control_channel_last_error(), "the VM has stopped") != NULL);
-	control_channel_destroy(ch);
-}
-
-#define TEST_ATTEMPTS_BEFORE_CANCEL 3
-
-/* A guest still booting (nothing listens yet) until the caller gives the start up. */
-static int cancelled_while_booting_connect(void *opaque, int timeout_ms)
-{
 	(void)timeout_ms;
-	return atomic_fetch_add((atomic_int *)opaque, 1) < TEST_ATTEMPTS_BEFORE_CANCEL
-		       ? -ECONNREFUSED
-		       : -ECANCELED;
+	return atomic_fetch_add(&connector->attempts, 1) < connector->refused ? -ECONNREFUSED
+									       : connector->final;
 }
 
-/* A connector that says the start was given up ends the handshake there, before its deadline. */
-static void test_connect_stops_when_start_given_up(void)
+/*
+ * A connector that says the VM has ended, or that the caller gave the start up (a signal
+ * during a boot), stops the handshake there, long before its deadline: no retry can help.
+ */
+static void test_connect_stops_at_a_final_answer(void)
 {
-	atomic_int attempts = 0;
-	struct control_channel_config cfg = { .connect = cancelled_while_booting_connect,
-					      .connect_opaque = &attempts,
-					      .connect_deadline_ms = 30000 };
-	struct control_channel *ch = control_channel_create(&cfg);
+	static const struct {
+		int refused, final;
+		const char *said;
+	} cases[] = {
+		{ 0, -ECHILD, "the VM has stopped" },
+		{ 3, -ECANCELED, "cancelled" },
+	};
 
-	CHECK_INT_EQ(control_channel_connect(ch), -ECANCELED);
-	CHECK_INT_EQ(atomic_load(&attempts), TEST_ATTEMPTS_BEFORE_CANCEL + 1);
-	CHECK(strstr(control_channel_last_error(), "cancelled") != NULL);
-	control_channel_destroy(ch);
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		struct final_answer_connector connector = { .refused = cases[i].refused,
+							    .final = cases[i].final };
+		struct control_channel_config cfg = { .connect = final_answer_connect,
+						      .connect_opaque = &connector,
+						      .connect_deadline_ms = 30000 };
+		struct control_channel *ch = control_channel_create(&cfg);
+
+		CHECK_INT_EQ(control_channel_connect(ch), cases[i].final);
+		CHECK_INT_EQ(atomic_load(&connector.attempts), cases[i].refused + 1);
+		CHECK(strstr(control_channel_last_error(), cases[i].said) != NULL);
+		control_channel_destroy(ch);
+	}
 }
 
 /* ---- a hostile guest ---------------------------------------------------------------------- */
@@ -1360,8 +1358,7 @@ int main(void)
 	RUN_TEST(test_connection_loss_and_reconnect);
 	RUN_TEST(test_call_timeout);
 	RUN_TEST(test_connect_deadline);
-	RUN_TEST(test_connect_stops_when_vm_ended);
-	RUN_TEST(test_connect_stops_when_start_given_up);
+	RUN_TEST(test_connect_stops_at_a_final_answer);
 	RUN_TEST(test_exec_wedged_guest_found_by_liveness);
 	RUN_TEST(test_call_timeout_tells_wedged_from_unanswered);
 	RUN_TEST(test_exec_outlives_liveness_checks);

@@ -51,7 +51,7 @@
 /* a boot timeout the cancelled boots must end well inside */
 #define TEST_LONG_BOOT_TIMEOUT_MS 120000
 #define TEST_CANCEL_AFTER_MS 300
-/* a cancelled boot ends within one connect attempt (about 2 s): this bound only catches a wait */
+/* a cancelled boot ends within an attempt or two (seconds): this bound only catches a wait */
 #define TEST_CANCELLED_BOOT_MAX_MS 30000
 
 static char test_base[] = TEST_RUNTIME_TEMPLATE; /* holds the kernel and the runtime base */
@@ -192,8 +192,8 @@ static bool test_give_up_after(void *opaque)
 /*
  * A signal while a guest boots and never answers: the start ends with -ECANCELED soon after,
  * not at the boot timeout, and leaves nothing behind, not even the console the guest wrote
- * to (the cancel explains the failure). A cancel that came before the start
- * starts no VMM at all (the hook is asked once, before the VMM would start).
+ * to (the cancel explains the failure). A cancel that came before the start starts no VMM at
+ * all (the hook is asked once, before the VMM would start).
  */
 static void test_cancel_ends_a_boot_that_never_answers(void)
 {

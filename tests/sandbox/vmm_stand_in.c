@@ -8,9 +8,9 @@
  * restore". Like the real program, it first enters the cgroup its launch names (a no-op for a
  * process the caller cloned straight into it). A boot whose command line holds
  * STAND_IN_CONSOLE_WORD writes a line to its serial log first, as a guest that printed
- * something would (tests/sandbox/test_sandbox_teardown.c). A boot whose
- * command line holds STAND_IN_SILENT_WORD is accepted instead, and plays a guest that never
- * answers: nothing listens on its vsock socket, which is never made, until it is stopped.
+ * something would (tests/sandbox/test_sandbox_teardown.c). A boot whose command line holds
+ * STAND_IN_SILENT_WORD is accepted instead, and plays a guest that never answers: nothing
+ * listens on its vsock socket, which is never made, until it is stopped.
  */
 #include <errno.h>
 #include <fcntl.h>
